@@ -1,0 +1,165 @@
+"""The backend contract: Backend -> Model -> Instance.
+
+A backend plugin registers a :class:`Backend` factory through the ``inferd_register_backends``
+hook. At load time the lifecycle asks the backend to complete the configuration (optional), then
+``load_model`` once per model version, then ``Model.create_instance`` once per instance of each
+``instance_group`` entry. ``Instance.execute`` runs on that instance's own thread, never
+concurrently with itself, so an instance may keep per-instance state (a session, a CUDA stream).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import numpy as np
+
+from inferd.errors import InferdError, InvalidArgument
+from inferd.types import InferRequest, InferResponse, InferTensor, wire_datatype
+
+if TYPE_CHECKING:
+    from inferd.config import ModelConfig
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLoadContext:
+    """Everything a backend needs to load one version of a model."""
+
+    name: str
+    version: int
+    config: ModelConfig
+    model_dir: Path
+    version_dir: Path
+    repository: Path
+    #: The server's DataPlane, for models that call other models (Triton's BLS). Its
+    #: ``infer_from_thread(request)`` may be called from an instance thread.
+    dataplane: Any = None
+
+    @property
+    def model_path(self) -> Path:
+        """``<model>/<version>/<default_model_filename>`` (the file or directory to load)."""
+        return self.version_dir / self.config.default_model_filename
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSpec:
+    """One instance to create: Triton names it ``<group name>_<index within the group>``."""
+
+    name: str
+    kind: str  # "KIND_CPU", "KIND_GPU" or "KIND_MODEL"
+    device_id: int
+    index: int
+    group_name: str
+
+
+class Instance(abc.ABC):
+    """One execution context of a model. ``execute`` is never called concurrently on an instance."""
+
+    @abc.abstractmethod
+    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        """Run a batch of requests; return one response or error per request, in order.
+
+        A decoupled model instead sends its responses through ``request.response_sender`` and
+        returns an empty list.
+        """
+
+    def close(self) -> None:
+        """Release the instance's resources. Called once, after its last ``execute``."""
+
+
+class Model(abc.ABC):
+    """A loaded model version: shared weights from which instances are made."""
+
+    @abc.abstractmethod
+    def create_instance(self, spec: InstanceSpec) -> Instance:
+        """Create one instance (called from a worker thread, possibly several times)."""
+
+    def unload(self) -> None:
+        """Release the model after every instance is closed."""
+
+
+class Backend(abc.ABC):
+    """A framework that can load models; one object per server, made by the registered factory."""
+
+    #: The name config.pbtxt's ``backend:`` field uses ("onnxruntime", "python", "fil"...).
+    name: str = ""
+    #: Triton ``platform`` strings this backend also serves ("onnxruntime_onnx"...).
+    platforms: tuple[str, ...] = ()
+    #: File or directory loaded from the version directory when the config names none.
+    default_model_filename: str = "model"
+    #: Instance count for a KIND_CPU group that sets no count (Triton: 2 for ONNX Runtime, else 1).
+    default_cpu_instance_count: int = 1
+
+    def autocomplete_config(self, config: ModelConfig, model_dir: Path, version_dir: Path | None) -> None:
+        """Fill what the config leaves out (inputs, outputs, max_batch_size...) from the model files.
+
+        Called before validation unless auto-complete is disabled. Mutates ``config`` in place.
+        The default completes nothing.
+        """
+
+    @abc.abstractmethod
+    def load_model(self, context: ModelLoadContext) -> Model:
+        """Load one version of a model. Raise an error with a clear message when it fails."""
+
+
+class ArrayInstance(Instance):
+    """An instance for frameworks that compute one batch of arrays at a time.
+
+    Subclasses implement :meth:`run`; this class concatenates the requests' inputs along the batch
+    dimension (for models with ``max_batch_size > 0``), runs once, splits the outputs back and keeps
+    only the outputs each request asked for.
+    """
+
+    def __init__(self, model_name: str, model_version: int, max_batch_size: int) -> None:
+        self.model_name = model_name
+        self.model_version = str(model_version)
+        self.max_batch_size = max_batch_size
+
+    @abc.abstractmethod
+    def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        """Compute outputs by name from inputs by name."""
+
+    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        if len(requests) == 1:
+            try:
+                outputs = self.run({n: t.data for n, t in requests[0].inputs.items()})
+            except InferdError as exc:
+                return [exc]
+            return [self._response(requests[0], outputs)]
+        try:
+            batched = concat_inputs(requests, self.max_batch_size)
+            outputs = self.run(batched)
+        except InferdError as exc:
+            return [exc for _ in requests]
+        responses: list[InferResponse | InferdError] = []
+        start = 0
+        for request in requests:
+            rows = request.batch_size(self.max_batch_size)
+            part = {name: value[start : start + rows] for name, value in outputs.items()}
+            start += rows
+            responses.append(self._response(request, part))
+        return responses
+
+    def _response(self, request: InferRequest, outputs: Mapping[str, np.ndarray]) -> InferResponse:
+        wanted = request.requested_output_names() or list(outputs)
+        tensors = []
+        for name in wanted:
+            array = np.asarray(outputs[name])
+            tensors.append(InferTensor(name, wire_datatype(array.dtype), tuple(array.shape), array))
+        return InferResponse(self.model_name, self.model_version, request.id, tensors)
+
+
+def concat_inputs(requests: Sequence[InferRequest], max_batch_size: int) -> dict[str, np.ndarray]:
+    """Stack the inputs of several requests along the first (batch) dimension."""
+    if max_batch_size <= 0:
+        raise InvalidArgument("requests of a model without a batch dimension cannot be batched")
+    names = list(requests[0].inputs)
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        try:
+            out[name] = np.concatenate([r.inputs[name].data for r in requests], axis=0)
+        except (KeyError, ValueError) as exc:
+            raise InvalidArgument(f"cannot batch input '{name}': {exc}") from None
+    return out

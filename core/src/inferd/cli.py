@@ -1,0 +1,148 @@
+"""``inferd`` command line: ``serve`` (Triton's flag spellings) and ``plugins``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from inferd import __version__
+from inferd.lifecycle import ControlMode
+from inferd.plugins import PluginHost
+from inferd.server import Server, ServerOptions
+
+
+def _bool(value: str) -> bool:
+    v = value.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
+
+
+def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "serve",
+        help="serve a model repository over HTTP and gRPC",
+        description="Serve one or more Triton-layout model repositories over KServe v2 HTTP and gRPC.",
+    )
+    g = p.add_argument_group("models")
+    g.add_argument("--model-repository", "--model-store", dest="model_repository", action="append", required=True,
+                   metavar="PATH", help="model repository directory (repeat for several)")
+    g.add_argument("--model-control-mode", choices=[m.value for m in ControlMode], default="none",
+                   help="none: load everything at start; explicit: load with --load-model and the "
+                        "repository API; poll: also watch the repository and apply changes (default: none)")
+    g.add_argument("--repository-poll-secs", type=float, default=15.0, metavar="SECS",
+                   help="poll mode: rescan interval; file-system events trigger a rescan sooner (default: 15)")
+    g.add_argument("--load-model", action="append", default=[], metavar="NAME",
+                   help="explicit mode: model to load at start-up; '*' loads all (repeatable)")
+    g.add_argument("--disable-auto-complete-config", action="store_true",
+                   help="do not let backends complete missing config fields from the model files")
+    g.add_argument("--strict-model-config", type=_bool, default=None, metavar="BOOL",
+                   help="deprecated Triton spelling: true is --disable-auto-complete-config")
+    g.add_argument("--model-config-name", default=None, metavar="NAME",
+                   help="use <model>/configs/NAME.pbtxt where present instead of config.pbtxt")
+    g.add_argument("--model-load-thread-count", type=int, default=4, metavar="N",
+                   help="models loaded in parallel (default: 4)")
+    n = p.add_argument_group("network")
+    n.add_argument("--http-port", type=int, default=8000, help="HTTP port (default: 8000)")
+    n.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (default: 8001)")
+    n.add_argument("--metrics-port", type=int, default=8002, help="metrics port (default: 8002)")
+    n.add_argument("--http-address", "--address", dest="host", default="0.0.0.0",
+                   help="address the HTTP and gRPC servers bind (default: 0.0.0.0)")
+    n.add_argument("--allow-http", type=_bool, default=True, metavar="BOOL", help="serve HTTP (default: true)")
+    n.add_argument("--allow-grpc", type=_bool, default=True, metavar="BOOL", help="serve gRPC (default: true)")
+    n.add_argument("--allow-metrics", type=_bool, default=True, metavar="BOOL", help="serve metrics (default: true)")
+    o = p.add_argument_group("process")
+    o.add_argument("--exit-timeout-secs", type=float, default=30.0, metavar="SECS",
+                   help="on shutdown, how long in-flight requests may take to finish (default: 30)")
+    o.add_argument("--log-verbose", type=int, default=0, metavar="LEVEL", help="verbose logging level (default: 0)")
+    host.add_options(p)
+
+
+def build_parser(host: PluginHost) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="inferd", description="A Triton-compatible inference server.")
+    parser.add_argument("--version", action="version", version=f"inferd {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_serve(sub, host)
+    sub.add_parser("plugins", help="list discovered plugins and what they register")
+    return parser
+
+
+_OWN_DESTS = {
+    "command", "model_repository", "model_control_mode", "repository_poll_secs", "load_model",
+    "disable_auto_complete_config", "strict_model_config", "model_config_name", "model_load_thread_count",
+    "http_port", "grpc_port", "metrics_port", "host", "allow_http", "allow_grpc", "allow_metrics",
+    "exit_timeout_secs", "log_verbose",
+}  # fmt: skip
+
+
+def options_from_args(args: argparse.Namespace) -> ServerOptions:
+    autocomplete = not args.disable_auto_complete_config and not args.strict_model_config
+    return ServerOptions(
+        model_repositories=[Path(p) for p in args.model_repository],
+        model_control_mode=ControlMode(args.model_control_mode),
+        repository_poll_secs=args.repository_poll_secs,
+        load_models=args.load_model,
+        autocomplete=autocomplete,
+        model_config_name=args.model_config_name,
+        host=args.host,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        allow_http=args.allow_http,
+        allow_grpc=args.allow_grpc,
+        allow_metrics=args.allow_metrics,
+        exit_timeout_secs=args.exit_timeout_secs,
+        model_load_thread_count=args.model_load_thread_count,
+        log_verbose=args.log_verbose,
+        extra={k: v for k, v in vars(args).items() if k not in _OWN_DESTS},
+    )
+
+
+async def _serve(server: Server) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await server.serve(stop)
+
+
+def _print_plugins(host: PluginHost) -> int:
+    rows = host.plugin_infos()
+    for info in rows:
+        origin = f"{info.distribution} {info.version}".strip() or "(passed in)"
+        regs = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in sorted(info.registers.items()))
+        line = f"{info.name:<16} {origin:<32} {regs or '-'}"
+        if info.error:
+            line += f"  ERROR: {info.error}"
+        print(line)
+    return 1 if any(i.error for i in rows) else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    host = PluginHost()
+    args = build_parser(host).parse_args(argv)
+    if args.command == "plugins":
+        return _print_plugins(host)
+    logging.basicConfig(
+        level=logging.DEBUG if args.log_verbose > 0 else logging.INFO,
+        format="%(asctime)s %(levelname).1s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    server = Server(options_from_args(args), host=host)
+    try:
+        asyncio.run(_serve(server))
+    except SystemExit as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

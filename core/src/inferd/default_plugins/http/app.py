@@ -1,0 +1,164 @@
+"""The KServe v2 / Triton HTTP routes as a Starlette application."""
+
+from __future__ import annotations
+
+import json
+import logging
+import zlib
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from inferd.config import config_to_json
+from inferd.default_plugins.http.codec import HEADER_LENGTH, decode_request, encode_response, parse_json, split_body
+from inferd.errors import ErrorKind, InferdError, InvalidArgument
+
+if TYPE_CHECKING:
+    from inferd.dataplane import DataPlane
+
+log = logging.getLogger(__name__)
+
+#: Error kind -> HTTP status, as Triton maps them (every other kind is 400).
+STATUS = {
+    ErrorKind.INTERNAL: 500,
+    ErrorKind.NOT_FOUND: 404,
+    ErrorKind.UNAVAILABLE: 503,
+    ErrorKind.UNSUPPORTED: 501,
+}
+
+
+def _json(obj: Any, status: int = 200) -> Response:
+    return Response(json.dumps(obj, separators=(",", ":")), status, media_type="application/json")
+
+
+def error_response(exc: InferdError) -> Response:
+    return _json({"error": exc.message}, STATUS.get(exc.kind, 400))
+
+
+async def _body(request: Request) -> bytes:
+    body = await request.body()
+    encoding = request.headers.get("content-encoding", "").lower()
+    if encoding == "gzip":
+        return zlib.decompress(body, 16 + zlib.MAX_WBITS)
+    if encoding == "deflate":
+        return zlib.decompress(body)
+    return body
+
+
+def build_app(dp: DataPlane) -> Starlette:
+    """Routes of the HTTP frontend over one data plane."""
+
+    def version_of(request: Request) -> str:
+        version = request.path_params.get("version")
+        return "" if version is None else str(version)
+
+    async def live(request: Request) -> Response:
+        return Response(status_code=200 if dp.is_live() else 400)
+
+    async def ready(request: Request) -> Response:
+        return Response(status_code=200 if dp.is_ready() else 400)
+
+    async def server_metadata(request: Request) -> Response:
+        return _json(dp.server_metadata())
+
+    async def model_metadata(request: Request) -> Response:
+        return _json(dp.model_metadata(request.path_params["model"], version_of(request)))
+
+    async def model_ready(request: Request) -> Response:
+        if dp.model_ready(request.path_params["model"], version_of(request)):
+            return Response(status_code=200)
+        return _json({"error": "Model version not ready"}, 400)
+
+    async def model_config(request: Request) -> Response:
+        return _json(config_to_json(dp.model_config(request.path_params["model"], version_of(request))))
+
+    async def model_stats(request: Request) -> Response:
+        name = request.path_params.get("model", "")
+        return _json({"model_stats": dp.model_statistics(name, version_of(request))})
+
+    async def infer(request: Request) -> Response:
+        body = await _body(request)
+        header_bytes, binary = split_body(body, request.headers.get(HEADER_LENGTH))
+        header = parse_json(header_bytes, "request")
+        infer_request, binary_output = decode_request(
+            header, binary, request.path_params["model"], version_of(request)
+        )
+        response = await dp.infer(infer_request)
+        content, header_length = encode_response(response, infer_request, binary_output)
+        if header_length is None:
+            return Response(content, media_type="application/json")
+        return Response(
+            content, media_type="application/octet-stream", headers={"Inference-Header-Content-Length": str(header_length)}
+        )
+
+    async def repository_index(request: Request) -> Response:
+        body = await _body(request)
+        params = parse_json(body, "request") if body.strip() else {}
+        ready_only = bool(params.get("ready", False)) if isinstance(params, dict) else False
+        return _json(dp.repository_index(ready_only))
+
+    async def load(request: Request) -> Response:
+        body = await _body(request)
+        params = parse_json(body, "request") if body.strip() else {}
+        parameters = params.get("parameters", {}) if isinstance(params, dict) else {}
+        if not isinstance(parameters, dict):
+            raise InvalidArgument("load request 'parameters' must be a JSON object")
+        await dp.load_model(request.path_params["model"], parameters)
+        return Response(status_code=200)
+
+    async def unload(request: Request) -> Response:
+        body = await _body(request)
+        params = parse_json(body, "request") if body.strip() else {}
+        parameters = params.get("parameters", {}) if isinstance(params, dict) else {}
+        await dp.unload_model(request.path_params["model"], bool(parameters.get("unload_dependents", False)))
+        return Response(status_code=200)
+
+    async def on_http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return _json({"error": exc.detail}, exc.status_code)
+
+    m = "/v2/models/{model}"
+    mv = "/v2/models/{model}/versions/{version:int}"
+    routes = [
+        Route("/v2/health/live", live, methods=["GET"]),
+        Route("/v2/health/ready", ready, methods=["GET"]),
+        Route("/v2", server_metadata, methods=["GET"]),
+        Route("/v2/models/stats", model_stats, methods=["GET"]),
+        Route("/v2/repository/index", repository_index, methods=["POST"]),
+        Route("/v2/repository/{repo}/index", repository_index, methods=["POST"]),
+        Route("/v2/repository/models/{model}/load", load, methods=["POST"]),
+        Route("/v2/repository/{repo}/models/{model}/load", load, methods=["POST"]),
+        Route("/v2/repository/models/{model}/unload", unload, methods=["POST"]),
+        Route("/v2/repository/{repo}/models/{model}/unload", unload, methods=["POST"]),
+    ]
+    for prefix in (m, mv):
+        routes += [
+            Route(prefix, model_metadata, methods=["GET"]),
+            Route(prefix + "/ready", model_ready, methods=["GET"]),
+            Route(prefix + "/config", model_config, methods=["GET"]),
+            Route(prefix + "/stats", model_stats, methods=["GET"]),
+            Route(prefix + "/infer", infer, methods=["POST"]),
+        ]
+    routes = [Route(r.path, _guarded(r.endpoint), methods=list(r.methods or ())) for r in routes]
+    return Starlette(routes=routes, exception_handlers={HTTPException: on_http_error})
+
+
+def _guarded(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    """Turn errors into Triton's ``{"error": ...}`` bodies; the server never answers with a crash."""
+
+    async def guarded(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except InferdError as exc:
+            return error_response(exc)
+        except zlib.error as exc:
+            return _json({"error": f"failed to decompress the request body: {exc}"}, 400)
+        except Exception as exc:
+            log.exception("unhandled error on %s", request.url.path)
+            return _json({"error": f"internal error: {type(exc).__name__}: {exc}"}, 500)
+
+    return guarded

@@ -1,0 +1,187 @@
+"""KServe v2 JSON and Triton's binary tensor extension <-> inferd requests and responses."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from inferd.errors import InferdError, InvalidArgument
+from inferd.types import (
+    InferRequest,
+    InferResponse,
+    InferTensor,
+    RequestedOutput,
+    array_from_bytes,
+    array_to_bytes,
+    element_count,
+    numpy_dtype,
+)
+
+HEADER_LENGTH = "inference-header-content-length"
+#: Largest tensor a request may declare (elements); beyond it the shape is refused before any
+#: allocation. 2**31 matches Triton's own per-tensor limit of 2 GiB of BYTES.
+MAX_ELEMENTS = 1 << 31
+
+
+def split_body(body: bytes, header_length: str | None) -> tuple[bytes | memoryview, memoryview]:
+    """Separate the JSON header from the binary tensor data that follows it."""
+    if header_length is None:
+        return body, memoryview(b"")
+    try:
+        n = int(header_length)
+    except ValueError:
+        raise InvalidArgument(f"Inference-Header-Content-Length must be an integer, got '{header_length}'") from None
+    if n <= 0 or n > len(body):
+        raise InvalidArgument(f"inference header size should be in range (0, {len(body)}), got: {n}")
+    view = memoryview(body)
+    return view[:n], view[n:]
+
+
+def parse_json(data: bytes | memoryview, what: str) -> Any:
+    try:
+        return json.loads(bytes(data) if isinstance(data, memoryview) else data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(f"failed to parse the {what} JSON buffer: {exc}") from None
+
+
+def _shape(raw: Any, name: str) -> tuple[int, ...]:
+    if not isinstance(raw, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in raw):
+        raise InvalidArgument(f"input '{name}': 'shape' must be a list of non-negative integers, got {raw!r}")
+    shape = tuple(raw)
+    if element_count(shape) > MAX_ELEMENTS:
+        raise InvalidArgument(
+            f"input '{name}': shape {list(shape)} declares {element_count(shape)} elements, "
+            f"more than the {MAX_ELEMENTS} a tensor may hold"
+        )
+    return shape
+
+
+def _json_array(data: Any, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
+    count = element_count(shape)
+    if datatype == "BYTES":
+        flat = np.asarray(data, dtype=np.object_).reshape(-1) if isinstance(data, list) else None
+        if flat is None or flat.size != count:
+            got = "not a list" if flat is None else f"{flat.size} elements"
+            raise InvalidArgument(f"input '{name}': shape {list(shape)} needs {count} elements in 'data', got {got}")
+        out = np.empty(count, dtype=np.object_)
+        for i, item in enumerate(flat):
+            if isinstance(item, str):
+                out[i] = item.encode("utf-8")
+            elif isinstance(item, (int, float, bool)):
+                out[i] = str(item).encode("utf-8")
+            else:
+                raise InvalidArgument(f"input '{name}': BYTES 'data' must hold strings, got {type(item).__name__}")
+        return out.reshape(shape)
+    dtype = numpy_dtype(datatype)
+    try:
+        array = np.asarray(data, dtype=dtype)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise InvalidArgument(f"input '{name}': 'data' cannot be read as {datatype}: {exc}") from None
+    if array.size != count:
+        raise InvalidArgument(
+            f"input '{name}': shape {list(shape)} needs {count} elements in 'data', got {array.size}"
+        )
+    return array.reshape(shape)
+
+
+def decode_request(
+    header: Any, binary: memoryview, model_name: str, model_version: str
+) -> tuple[InferRequest, bool]:
+    """Build an InferRequest; also return the request-level ``binary_data_output`` flag."""
+    if not isinstance(header, dict):
+        raise InvalidArgument("inference request must be a JSON object")
+    raw_inputs = header.get("inputs")
+    if not isinstance(raw_inputs, list):
+        raise InvalidArgument(f"inference request for model '{model_name}' has no 'inputs' list")
+    parameters = header.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise InvalidArgument("request 'parameters' must be a JSON object")
+    request_id = header.get("id", "")
+    request = InferRequest(model_name, model_version, str(request_id) if request_id is not None else "")
+    request.parameters = {k: v for k, v in parameters.items() if k != "binary_data_output"}
+    offset = 0
+    for raw in raw_inputs:
+        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+            raise InvalidArgument("every entry of 'inputs' needs a 'name'")
+        name = raw["name"]
+        datatype = raw.get("datatype")
+        if not isinstance(datatype, str):
+            raise InvalidArgument(f"input '{name}' has no 'datatype'")
+        try:
+            numpy_dtype(datatype)
+        except InferdError:
+            raise InvalidArgument(f"invalid datatype for input {name}: '{datatype}'") from None
+        shape = _shape(raw.get("shape"), name)
+        params = raw.get("parameters") or {}
+        size = params.get("binary_data_size")
+        if size is not None:
+            if not isinstance(size, int) or size < 0 or offset + size > len(binary):
+                raise InvalidArgument(
+                    f"input '{name}': binary_data_size {size} at offset {offset} runs past the "
+                    f"{len(binary)} bytes of binary data in the request"
+                )
+            try:
+                array = array_from_bytes(binary[offset : offset + size], datatype, shape)
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"input '{name}': {exc.message}") from None
+            offset += size
+        elif "data" in raw:
+            array = _json_array(raw["data"], datatype, shape, name)
+        else:
+            raise InvalidArgument(f"input '{name}' has neither 'data' nor binary_data_size")
+        if name in request.inputs:
+            raise InvalidArgument(f"input '{name}' appears twice in the request")
+        request.inputs[name] = InferTensor(name, datatype, shape, array, {k: v for k, v in params.items() if k != "binary_data_size"})
+    if offset != len(binary):
+        raise InvalidArgument(
+            f"the request carries {len(binary)} bytes of binary data but its inputs declare {offset}"
+        )
+    raw_outputs = header.get("outputs") or []
+    if not isinstance(raw_outputs, list):
+        raise InvalidArgument("'outputs' must be a list")
+    for raw in raw_outputs:
+        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+            raise InvalidArgument("every entry of 'outputs' needs a 'name'")
+        request.outputs.append(RequestedOutput(raw["name"], dict(raw.get("parameters") or {})))
+    return request, bool(parameters.get("binary_data_output", False))
+
+
+def _json_data(array: np.ndarray, datatype: str) -> list[Any]:
+    if datatype == "BYTES":
+        return [x.decode("utf-8", "replace") if isinstance(x, (bytes, bytearray)) else str(x) for x in array.reshape(-1)]
+    return array.reshape(-1).tolist()
+
+
+def encode_response(
+    response: InferResponse, request: InferRequest, binary_output: bool
+) -> tuple[bytes, int | None]:
+    """The HTTP body and, when it carries binary tensors, the JSON header's length."""
+    wants = {o.name: o.parameters for o in request.outputs}
+    outputs = []
+    chunks: list[bytes | memoryview] = []
+    for tensor in response.outputs:
+        params = wants.get(tensor.name)
+        binary = params.get("binary_data", binary_output) if params is not None else binary_output
+        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
+        extra = dict(tensor.parameters)
+        if binary:
+            raw = array_to_bytes(tensor.data, tensor.datatype)
+            extra["binary_data_size"] = len(raw)
+            chunks.append(raw)
+        else:
+            entry["data"] = _json_data(tensor.data, tensor.datatype)
+        if extra:
+            entry["parameters"] = extra
+        outputs.append(entry)
+    body: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
+    if response.id:
+        body["id"] = response.id
+    if response.parameters:
+        body["parameters"] = response.parameters
+    body["outputs"] = outputs
+    header = json.dumps(body, separators=(",", ":")).encode()
+    if not chunks:
+        return header, None
+    return b"".join([header, *chunks]), len(header)

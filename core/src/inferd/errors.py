@@ -1,0 +1,65 @@
+"""Errors that cross the core/frontend boundary.
+
+Every error carries a :class:`ErrorKind`; each frontend maps kinds to its own status codes in one
+table (HTTP in ``default_plugins/http``, gRPC in ``default_plugins/grpc``), the way Triton does.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorKind(enum.Enum):
+    """The kind of failure, named after Triton's ``TRITONSERVER_Error_Code``."""
+
+    UNKNOWN = "UNKNOWN"
+    INTERNAL = "INTERNAL"
+    NOT_FOUND = "NOT_FOUND"
+    INVALID_ARG = "INVALID_ARG"
+    UNAVAILABLE = "UNAVAILABLE"
+    UNSUPPORTED = "UNSUPPORTED"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    CANCELLED = "CANCELLED"
+
+
+class InferdError(Exception):
+    """An error with a kind and a message meant for the client."""
+
+    kind: ErrorKind = ErrorKind.UNKNOWN
+
+    def __init__(self, message: str, kind: ErrorKind | None = None) -> None:
+        super().__init__(message)
+        if kind is not None:
+            self.kind = kind
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class NotFound(InferdError):
+    kind = ErrorKind.NOT_FOUND
+
+
+class InvalidArgument(InferdError):
+    kind = ErrorKind.INVALID_ARG
+
+
+class Unavailable(InferdError):
+    kind = ErrorKind.UNAVAILABLE
+
+
+class Unsupported(InferdError):
+    kind = ErrorKind.UNSUPPORTED
+
+
+class InternalError(InferdError):
+    kind = ErrorKind.INTERNAL
+
+
+class Cancelled(InferdError):
+    kind = ErrorKind.CANCELLED
+
+
+class ConfigError(InvalidArgument):
+    """A model configuration that cannot be parsed or is inconsistent."""

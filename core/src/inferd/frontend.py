@@ -1,0 +1,31 @@
+"""The frontend contract: something that serves the data plane over a protocol."""
+
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from inferd.dataplane import DataPlane
+
+
+class Frontend(abc.ABC):
+    """A protocol server (HTTP, gRPC, metrics...). Made by a factory registered through
+    ``inferd_register_frontends``."""
+
+    #: Shown in logs, e.g. "HTTP".
+    name: str = ""
+
+    @abc.abstractmethod
+    async def start(self, dataplane: DataPlane) -> None:
+        """Bind and start serving; return once the socket accepts connections."""
+
+    @abc.abstractmethod
+    async def stop(self, grace: float) -> None:
+        """Stop accepting, let in-flight calls finish for up to ``grace`` seconds, then close."""
+
+    def address(self) -> str:
+        """Where it listens, for the start-up log line."""
+        return ""
+
+

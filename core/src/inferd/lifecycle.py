@@ -1,0 +1,423 @@
+"""Model lifecycle: control modes, loading, the load-new-then-swap reload, unloading.
+
+States follow Triton: UNAVAILABLE, LOADING, READY, UNLOADING, each with a reason. A reload
+builds the new versions while the old ones keep serving, swaps them in one assignment, then
+drains and closes the old ones. A version that fails to load leaves the old one serving and its
+reason visible in the repository index; one bad model never blocks the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from inferd import config as cfg
+from inferd.backend import Backend, InstanceSpec, ModelLoadContext
+from inferd.errors import InferdError, InvalidArgument, NotFound
+from inferd.model import ModelVersion
+from inferd.repository import ModelSource, RepositoryDiff, Snapshot, scan
+from inferd.scheduler import InstanceRunner
+
+if TYPE_CHECKING:
+    from inferd.plugins import PluginHost
+
+log = logging.getLogger(__name__)
+
+
+class ControlMode(str, enum.Enum):
+    NONE = "none"
+    EXPLICIT = "explicit"
+    POLL = "poll"
+
+
+class State(str, enum.Enum):
+    UNAVAILABLE = "UNAVAILABLE"
+    LOADING = "LOADING"
+    READY = "READY"
+    UNLOADING = "UNLOADING"
+
+
+@dataclass
+class VersionState:
+    state: State
+    reason: str = ""
+
+
+@dataclass
+class ModelRecord:
+    """Everything the server knows of one model name."""
+
+    name: str
+    serving: dict[int, ModelVersion] = field(default_factory=dict)
+    versions: dict[int, VersionState] = field(default_factory=dict)
+    #: A failure that concerns the whole model (bad config, no backend), shown with no version.
+    state: VersionState | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    load_started: float = 0.0
+
+
+@dataclass(frozen=True)
+class LifecycleOptions:
+    repositories: list[Path]
+    mode: ControlMode = ControlMode.NONE
+    startup_models: list[str] = field(default_factory=list)
+    autocomplete: bool = True
+    config_name: str | None = None
+    load_threads: int = 4
+
+
+class ModelManager:
+    """Owns every model record and applies loads, unloads and repository diffs."""
+
+    def __init__(self, host: PluginHost, options: LifecycleOptions) -> None:
+        self.host = host
+        self.options = options
+        self.records: dict[str, ModelRecord] = {}
+        self.snapshot = Snapshot()
+        self.dataplane: Any = None  # set by the DataPlane; handed to backends and ensembles
+        self._backends: dict[str, Backend] = {}
+        self._load_slots = asyncio.Semaphore(max(1, options.load_threads))
+
+    # -- start / stop ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load what the control mode says to load at start-up."""
+        self.snapshot = await asyncio.to_thread(scan, self.options.repositories)
+        self._report_duplicates(self.snapshot)
+        if self.options.mode is ControlMode.EXPLICIT:
+            names = self.options.startup_models
+            if "*" in names:
+                names = list(self.snapshot.models)
+        else:
+            names = list(self.snapshot.models)
+        await self._load_many(names)
+
+    async def shutdown(self) -> None:
+        """Drain and unload every model."""
+        await asyncio.gather(*(self._unload_record(r) for r in list(self.records.values())))
+
+    # -- queries --------------------------------------------------------------------------------
+
+    def resolve(self, name: str, version: str = "") -> ModelVersion:
+        """The version serving ``name`` (the highest ready one when ``version`` is empty)."""
+        record = self.records.get(name)
+        serving = record.serving if record is not None else None
+        if not serving:
+            detail = "is not found" if record is None else "has no available versions"
+            raise NotFound(f"Request for unknown model: '{name}' {detail}")
+        if not version:
+            return serving[max(serving)]
+        try:
+            number = int(version)
+        except ValueError:
+            raise InvalidArgument(f"model '{name}': version '{version}' is not a number") from None
+        found = serving.get(number)
+        if found is None:
+            raise NotFound(
+                f"Request for unknown model: '{name}' version {version} is not found; "
+                f"available versions: {', '.join(str(v) for v in sorted(serving))}"
+            )
+        return found
+
+    def ready_versions(self, name: str) -> list[int]:
+        record = self.records.get(name)
+        return sorted(record.serving) if record else []
+
+    def index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        """Triton's repository index: every model in the repositories and every known version."""
+        out: list[dict[str, str]] = []
+        names = sorted(set(self.snapshot.models) | set(self.records))
+        for name in names:
+            record = self.records.get(name)
+            entries: list[dict[str, str]] = []
+            if record is not None:
+                for v, st in sorted(record.versions.items()):
+                    entries.append(_index_entry(name, str(v), st))
+                if not entries and record.state is not None:
+                    entries.append(_index_entry(name, "", record.state))
+            if not entries:
+                entries.append({"name": name})
+            if ready_only:
+                entries = [e for e in entries if e.get("state") == State.READY.value]
+            out.extend(entries)
+        return out
+
+    # -- control --------------------------------------------------------------------------------
+
+    async def load(self, name: str, override: cfg.ModelConfig | None = None) -> None:
+        """Load (or reload) one model from the repositories; raise if it ends up not ready."""
+        self.snapshot = await asyncio.to_thread(scan, self.options.repositories)
+        if name not in self.snapshot.models:
+            dup = self.snapshot.duplicates.get(name)
+            if dup:
+                raise InvalidArgument(f"model '{name}' exists in more than one repository: {', '.join(map(str, dup))}")
+            raise NotFound(f"failed to load '{name}', failed to poll from model repository")
+        await self._load_one(self.snapshot.models[name], override)
+        record = self.records[name]
+        if not record.serving:
+            reason = record.state.reason if record.state else "no version could be loaded"
+            failed = [f"version {v}: {s.reason}" for v, s in sorted(record.versions.items()) if s.reason]
+            raise InvalidArgument(f"failed to load '{name}': " + ("; ".join(failed) or reason))
+        failed = [f"version {v}: {s.reason}" for v, s in sorted(record.versions.items()) if s.state is State.UNAVAILABLE and s.reason and s.reason != "unloaded"]
+        if failed:
+            raise InvalidArgument(f"failed to load '{name}': " + "; ".join(failed))
+
+    async def unload(self, name: str) -> None:
+        record = self.records.get(name)
+        if record is None:
+            if name not in self.snapshot.models:
+                raise NotFound(f"failed to unload '{name}': no such model in the repository")
+            return
+        await self._unload_record(record)
+
+    async def apply(self, snapshot: Snapshot, changes: RepositoryDiff) -> None:
+        """Apply a repository diff (poll mode): remove, then load added and modified models."""
+        self.snapshot = snapshot
+        self._report_duplicates(snapshot)
+        for name in changes.removed:
+            record = self.records.get(name)
+            if record is not None:
+                await self._unload_record(record)
+                self.records.pop(name, None)
+        await self._load_many(changes.added + changes.modified)
+
+    # -- loading --------------------------------------------------------------------------------
+
+    async def _load_many(self, names: list[str]) -> None:
+        sources = [self.snapshot.models[n] for n in names if n in self.snapshot.models]
+        # Ensembles reference other models, so they load after the plain ones.
+        plain = [s for s in sources if not _looks_like_ensemble(s)]
+        ensembles = [s for s in sources if _looks_like_ensemble(s)]
+        for group in (plain, ensembles):
+            await asyncio.gather(*(self._load_one(s) for s in group))
+
+    async def _load_one(self, source: ModelSource, override: cfg.ModelConfig | None = None) -> None:
+        record = self.records.setdefault(source.name, ModelRecord(source.name))
+        async with record.lock, self._load_slots:
+            started = time.monotonic()
+            try:
+                config, backend = await asyncio.to_thread(self._prepare_config, source, override)
+                chosen = cfg.version_policy_select(config, sorted(source.version_dirs()))
+                if not chosen and backend is not None:
+                    raise InvalidArgument(
+                        f"model '{source.name}': no version directory under {source.path} matches its "
+                        f"version_policy (at least one numeric version directory is needed)"
+                    )
+                if backend is None and not chosen:
+                    chosen = [1]  # an ensemble needs no version directory
+            except Exception as exc:
+                message = exc.message if isinstance(exc, InferdError) else f"{type(exc).__name__}: {exc}"
+                log.error("model '%s' failed to load: %s", source.name, message)
+                record.state = VersionState(State.UNAVAILABLE, message)
+                if not record.serving:
+                    record.versions = {}
+                return
+            record.state = None
+            for v in chosen:
+                if v not in record.serving:
+                    record.versions[v] = VersionState(State.LOADING)
+            results = await asyncio.gather(
+                *(self._load_version(source, config, backend, v) for v in chosen), return_exceptions=True
+            )
+            new_serving: dict[int, ModelVersion] = {}
+            for v, result in zip(chosen, results):
+                if isinstance(result, ModelVersion):
+                    new_serving[v] = result
+                    record.versions[v] = VersionState(State.READY)
+                else:
+                    message = result.message if isinstance(result, InferdError) else f"{type(result).__name__}: {result}"
+                    log.error("model '%s' version %d failed to load: %s", source.name, v, message)
+                    if v in record.serving:  # a failed reload keeps the old version serving
+                        new_serving[v] = record.serving[v]
+                        record.versions[v] = VersionState(State.READY, f"reload failed, previous version still serving: {message}")
+                    else:
+                        record.versions[v] = VersionState(State.UNAVAILABLE, message)
+            old = record.serving
+            record.serving = new_serving  # the swap: new requests now reach the new versions
+            for v in old:
+                if v not in new_serving:
+                    record.versions[v] = VersionState(State.UNAVAILABLE, "unloaded")
+            retired = [mv for v, mv in old.items() if new_serving.get(v) is not mv]
+            if retired:
+                asyncio.get_running_loop().create_task(self._retire(retired))
+            log.info(
+                "model '%s' versions %s ready in %.2f s",
+                source.name, sorted(new_serving) or "none", time.monotonic() - started,
+            )  # fmt: skip
+
+    def _prepare_config(self, source: ModelSource, override: cfg.ModelConfig | None) -> tuple[cfg.ModelConfig, Backend | None]:
+        """Read, auto-complete, normalize and validate a model's config (blocking)."""
+        config = override
+        if config is None:
+            config = cfg.load_config(source.path, self.options.config_name)
+        if config is None:
+            if not self.options.autocomplete:
+                raise InvalidArgument(
+                    f"model '{source.name}' has no config.pbtxt and auto-complete is disabled "
+                    f"(--disable-auto-complete-config / --strict-model-config=true)"
+                )
+            config = cfg.ModelConfig()
+        if config.platform == "ensemble":
+            cfg.normalize(config, source.name, "", 1)
+            cfg.validate(config)
+            return config, None
+        backend = self._backend_for(config, source)
+        if self.options.autocomplete:
+            versions = source.version_dirs()
+            backend.autocomplete_config(config, source.path, versions[max(versions)] if versions else None)
+        cfg.normalize(config, source.name, backend.default_model_filename, backend.default_cpu_instance_count)
+        cfg.validate(config)
+        return config, backend
+
+    def _backend_for(self, config: cfg.ModelConfig, source: ModelSource) -> Backend:
+        name = cfg.backend_for(config)
+        if name:
+            return self._backend(name, source.name)
+        # No backend or platform: pick the backend whose default model file is present.
+        for reg in self.host.backends:
+            try:
+                backend = self._backend(reg.name, source.name)
+            except InferdError:
+                continue
+            filename = config.default_model_filename or backend.default_model_filename
+            if any((d / filename).exists() for d in source.version_dirs().values()):
+                return backend
+        raise InvalidArgument(
+            f"model '{source.name}' names no backend or platform and no installed backend recognises "
+            f"its files; installed backends: {', '.join(self.host.backends.names()) or 'none'}"
+        )
+
+    def _backend(self, name: str, model: str) -> Backend:
+        backend = self._backends.get(name)
+        if backend is not None:
+            return backend
+        for reg in self.host.backends:  # platform strings (onnxruntime_onnx...) map to backends
+            if reg.name == name:
+                break
+        else:
+            raise InvalidArgument(
+                f"model '{model}' asks for backend '{name}', which no installed plugin provides; "
+                f"installed: {', '.join(self.host.backends.names()) or 'none'}"
+            )
+        try:
+            backend = reg.factory()
+        except ImportError as exc:
+            raise InvalidArgument(
+                f"model '{model}' needs backend '{name}' (plugin '{reg.plugin}'), whose framework "
+                f"is not installed: {exc}"
+            ) from None
+        self._backends[name] = backend
+        return backend
+
+    async def _load_version(self, source: ModelSource, config: cfg.ModelConfig, backend: Backend | None, version: int) -> ModelVersion:
+        version_config = cfg.ModelConfig()
+        version_config.CopyFrom(config)
+        if backend is None:
+            mv = ModelVersion(source.name, version, version_config, None, [], self.dataplane)
+        else:
+            mv = await asyncio.to_thread(self._build_version, source, version_config, backend, version)
+        scheduler_name = _scheduler_name(version_config)
+        try:
+            mv.scheduler = self.host.schedulers.create(scheduler_name, mv)
+        except Exception:
+            await asyncio.to_thread(mv.close)
+            raise
+        return mv
+
+    def _build_version(self, source: ModelSource, config: cfg.ModelConfig, backend: Backend, version: int) -> ModelVersion:
+        ctx = ModelLoadContext(
+            name=source.name,
+            version=version,
+            config=config,
+            model_dir=source.path,
+            version_dir=source.path / str(version),
+            repository=source.repository,
+            dataplane=self.dataplane,
+        )
+        model = backend.load_model(ctx)
+        runners: list[InstanceRunner] = []
+        try:
+            for spec in instance_specs(config):
+                runners.append(InstanceRunner(model.create_instance(spec), spec))
+        except BaseException:
+            for r in runners:
+                r.close()
+            model.unload()
+            raise
+        return ModelVersion(source.name, version, config, model, runners, self.dataplane)
+
+    # -- unloading ------------------------------------------------------------------------------
+
+    async def _unload_record(self, record: ModelRecord) -> None:
+        async with record.lock:
+            old = record.serving
+            record.serving = {}
+            for v in old:
+                record.versions[v] = VersionState(State.UNLOADING)
+            await self._retire(list(old.values()))
+            for v in old:
+                record.versions[v] = VersionState(State.UNAVAILABLE, "unloaded")
+
+    async def _retire(self, versions: list[ModelVersion]) -> None:
+        """Let in-flight requests finish, then close instances and unload."""
+        for mv in versions:
+            try:
+                await mv.stop()
+                await asyncio.to_thread(mv.close)
+            except Exception:
+                log.exception("model '%s' version %d failed to unload cleanly", mv.name, mv.version)
+
+    def _report_duplicates(self, snapshot: Snapshot) -> None:
+        for name, paths in snapshot.duplicates.items():
+            record = self.records.setdefault(name, ModelRecord(name))
+            record.state = VersionState(
+                State.UNAVAILABLE, f"model '{name}' exists in more than one repository: {', '.join(map(str, paths))}"
+            )
+
+
+def _index_entry(name: str, version: str, st: VersionState) -> dict[str, str]:
+    """One repository-index row; like Triton, empty version and reason are left out."""
+    entry = {"name": name}
+    if version:
+        entry["version"] = version
+    entry["state"] = st.state.value
+    if st.reason:
+        entry["reason"] = st.reason
+    return entry
+
+
+def instance_specs(config: cfg.ModelConfig) -> list[InstanceSpec]:
+    """Triton's instance naming: ``<group name>_<n>``, ``count`` instances per listed GPU."""
+    specs: list[InstanceSpec] = []
+    kinds = {0: "KIND_AUTO", 1: "KIND_GPU", 2: "KIND_CPU", 3: "KIND_MODEL"}
+    for group in config.instance_group:
+        kind = kinds.get(group.kind, "KIND_CPU")
+        devices = list(group.gpus) if kind == "KIND_GPU" and group.gpus else [0 if kind == "KIND_GPU" else -1]
+        n = 0
+        for device in devices:
+            for _ in range(max(1, group.count)):
+                specs.append(InstanceSpec(f"{group.name}_{n}", kind, max(device, 0), n, group.name))
+                n += 1
+    return specs
+
+
+def _scheduler_name(config: cfg.ModelConfig) -> str:
+    if config.platform == "ensemble":
+        return "ensemble"
+    choice = config.WhichOneof("scheduling_choice")
+    return {"dynamic_batching": "dynamic", "sequence_batching": "sequence", "ensemble_scheduling": "ensemble"}.get(
+        choice or "", "direct"
+    )
+
+
+def _looks_like_ensemble(source: ModelSource) -> bool:
+    try:
+        text = (source.path / "config.pbtxt").read_text(errors="replace")
+    except OSError:
+        return False
+    return "ensemble_scheduling" in text

@@ -1,0 +1,97 @@
+"""A loaded model version: config, backend model, instances, scheduler and statistics."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from inferd.stats import ModelStats
+from inferd.types import InferRequest, InferResponse, config_to_wire
+from inferd.validation import RequestValidator
+
+if TYPE_CHECKING:
+    from inferd.backend import Model
+    from inferd.config import ModelConfig
+    from inferd.scheduler import InstanceRunner, Scheduler
+
+
+class ModelVersion:
+    """One servable version. The lifecycle builds it; the data plane calls :meth:`infer`."""
+
+    def __init__(
+        self,
+        name: str,
+        version: int,
+        config: ModelConfig,
+        model: Model | None,
+        runners: list[InstanceRunner],
+        dataplane: Any = None,
+    ) -> None:
+        self.name = name
+        self.version = version
+        self.config = config
+        self.model = model
+        self.runners = runners
+        self.dataplane = dataplane
+        self.max_batch_size = config.max_batch_size
+        self.decoupled = config.model_transaction_policy.decoupled
+        self.stats = ModelStats(name, str(version))
+        self.validator = RequestValidator(config, name)
+        self.scheduler: Scheduler | None = None
+        self._reshapes = {
+            t.name: tuple(t.reshape.shape) for t in config.input if t.HasField("reshape")
+        }
+        self.metadata = self._metadata()
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """Validate, apply config reshapes, and hand the request to the scheduler."""
+        self.validator.validate(request)
+        if self._reshapes:
+            self._apply_reshapes(request)
+        assert self.scheduler is not None
+        return await self.scheduler.enqueue(request)
+
+    def _apply_reshapes(self, request: InferRequest) -> None:
+        batched = self.max_batch_size > 0
+        for name, shape in self._reshapes.items():
+            tensor = request.inputs.get(name)
+            if tensor is None:
+                continue
+            full = ((tensor.shape[0],) if batched else ()) + shape
+            tensor.data = tensor.data.reshape(full)
+            tensor.shape = tuple(tensor.data.shape)
+
+    def _metadata(self) -> dict[str, Any]:
+        """Triton's model metadata JSON (versions are filled in by the data plane)."""
+        batch = [-1] if self.max_batch_size > 0 else []
+
+        def tensors(items: Any) -> list[dict[str, Any]]:
+            out = []
+            for t in items:
+                enum = t.DESCRIPTOR.fields_by_name["data_type"].enum_type
+                out.append(
+                    {
+                        "name": t.name,
+                        "datatype": config_to_wire(enum.values_by_number[t.data_type].name),
+                        "shape": batch + list(t.dims),
+                    }
+                )
+            return out
+
+        return {
+            "name": self.name,
+            "platform": self.config.platform or self.config.backend,
+            "inputs": tensors(self.config.input),
+            "outputs": tensors(self.config.output),
+        }
+
+    async def stop(self) -> None:
+        """Drain the scheduler (in-flight requests finish)."""
+        if self.scheduler is not None:
+            await self.scheduler.stop()
+
+    def close(self) -> None:
+        """Close instances and unload the backend model (blocking: run off the event loop)."""
+        for runner in self.runners:
+            runner.close()
+        if self.model is not None:
+            self.model.unload()

@@ -1,0 +1,133 @@
+"""The scheduler contract and the instance machinery every scheduler shares.
+
+A scheduler owns the queue between the data plane and a model version's instances. Each
+:class:`InstanceRunner` wraps one backend :class:`~inferd.backend.Instance` with its own thread,
+so ``execute`` never runs concurrently on one instance and never blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from inferd.errors import InferdError, InternalError, Unavailable
+from inferd.types import InferRequest, InferResponse
+
+if TYPE_CHECKING:
+    from inferd.backend import Instance, InstanceSpec
+    from inferd.model import ModelVersion
+
+
+@dataclass(slots=True)
+class Execution:
+    """What one ``execute`` call returned, with its timing (monotonic ns)."""
+
+    results: list[InferResponse | InferdError]
+    start_ns: int
+    end_ns: int
+
+
+class InstanceRunner:
+    """One backend instance and the thread it runs on."""
+
+    def __init__(self, instance: Instance, spec: InstanceSpec) -> None:
+        self.instance = instance
+        self.spec = spec
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"inferd-{spec.name}")
+
+    def _call(self, requests: Sequence[InferRequest]) -> Execution:
+        start = time.monotonic_ns()
+        try:
+            results = self.instance.execute(requests)
+        except InferdError as exc:
+            results = [exc] * len(requests)
+        except Exception as exc:
+            err = InternalError(f"instance '{self.spec.name}' failed: {type(exc).__name__}: {exc}")
+            results = [err] * len(requests)
+        return Execution(list(results), start, time.monotonic_ns())
+
+    async def execute(self, requests: Sequence[InferRequest]) -> Execution:
+        """Run ``requests`` on this instance's thread; never raises for backend errors."""
+        loop = asyncio.get_running_loop()
+        execution = await loop.run_in_executor(self._executor, self._call, requests)
+        if not execution.results and not any(r.response_sender for r in requests):
+            err = InternalError(f"instance '{self.spec.name}' returned no responses")
+            execution.results = [err] * len(requests)
+        elif execution.results and len(execution.results) != len(requests):
+            err = InternalError(
+                f"instance '{self.spec.name}' returned {len(execution.results)} responses "
+                f"for {len(requests)} requests"
+            )
+            execution.results = [err] * len(requests)
+        return execution
+
+    def close(self) -> None:
+        """Close the instance on its own thread, then stop the thread."""
+        try:
+            self._executor.submit(self.instance.close).result()
+        finally:
+            self._executor.shutdown(wait=True)
+
+
+class InstancePool:
+    """Free instances of a model version; ``acquire`` waits for one."""
+
+    def __init__(self, runners: Sequence[InstanceRunner]) -> None:
+        self.runners = list(runners)
+        self._free: asyncio.Queue[InstanceRunner] = asyncio.Queue()
+        for r in self.runners:
+            self._free.put_nowait(r)
+
+    async def acquire(self) -> InstanceRunner:
+        return await self._free.get()
+
+    def release(self, runner: InstanceRunner) -> None:
+        self._free.put_nowait(runner)
+
+    def __len__(self) -> int:
+        return len(self.runners)
+
+
+class Scheduler(abc.ABC):
+    """Queues a model version's requests onto its instances.
+
+    Subclasses implement :meth:`_schedule`; the base class counts requests in flight so that
+    :meth:`stop` can drain them (a reload lets in-flight requests finish on the old version).
+    """
+
+    def __init__(self, version: ModelVersion) -> None:
+        self.version = version
+        self._inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._stopping = False
+
+    async def enqueue(self, request: InferRequest) -> InferResponse:
+        """Schedule one request and return its response (or raise its error)."""
+        if self._stopping:
+            raise Unavailable(f"model '{self.version.name}' version {self.version.version} is unloading")
+        self._inflight += 1
+        self._idle.clear()
+        try:
+            return await self._schedule(request)
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._idle.set()
+
+    @abc.abstractmethod
+    async def _schedule(self, request: InferRequest) -> InferResponse:
+        """Run one request through the queue and an instance."""
+
+    def inflight(self) -> int:
+        """Requests accepted and not yet answered."""
+        return self._inflight
+
+    async def stop(self) -> None:
+        """Refuse new requests, then wait until every accepted one is answered."""
+        self._stopping = True
+        await self._idle.wait()

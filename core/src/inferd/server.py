@@ -1,0 +1,113 @@
+"""Assembles a server from options and plugins, and runs it until asked to stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from inferd.dataplane import DataPlane
+from inferd.frontend import Frontend
+from inferd.lifecycle import ControlMode, LifecycleOptions, ModelManager
+from inferd.plugins import PluginHost
+from inferd.poller import RepositoryPoller
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServerOptions:
+    """Everything ``inferd serve`` accepts; flag names follow Triton's."""
+
+    model_repositories: list[Path]
+    model_control_mode: ControlMode = ControlMode.NONE
+    repository_poll_secs: float = 15.0
+    load_models: list[str] = field(default_factory=list)
+    autocomplete: bool = True
+    model_config_name: str | None = None
+    host: str = "0.0.0.0"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    allow_http: bool = True
+    allow_grpc: bool = True
+    allow_metrics: bool = True
+    exit_timeout_secs: float = 30.0
+    model_load_thread_count: int = 4
+    log_verbose: int = 0
+    #: Options added by plugins through ``inferd_add_options`` (and anything else by name).
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Server:
+    """One inferd server: plugin host, model manager, data plane, poller and frontends."""
+
+    def __init__(self, options: ServerOptions, host: PluginHost | None = None, plugins: Iterable[Any] = ()) -> None:
+        self.options = options
+        self.host = host or PluginHost(plugins=plugins)
+        self.manager = ModelManager(
+            self.host,
+            LifecycleOptions(
+                repositories=[Path(p).resolve() for p in options.model_repositories],
+                mode=options.model_control_mode,
+                startup_models=list(options.load_models),
+                autocomplete=options.autocomplete,
+                config_name=options.model_config_name,
+                load_threads=options.model_load_thread_count,
+            ),
+        )
+        self.dataplane = DataPlane(self.manager)
+        self.frontends: list[Frontend] = []
+        self.poller: RepositoryPoller | None = None
+        self._poll_task: asyncio.Task[None] | None = None
+        self.started_at = 0.0
+
+    async def start(self) -> None:
+        """Load start-up models, start the poller and every frontend."""
+        self.started_at = time.monotonic()
+        self.dataplane.loop = asyncio.get_running_loop()
+        self.dataplane.live = True
+        for repo in self.manager.options.repositories:
+            if not repo.is_dir():
+                raise SystemExit(f"error: model repository '{repo}' is not a directory")
+        await self.manager.start()
+        if self.options.model_control_mode is ControlMode.POLL:
+            self.poller = RepositoryPoller(self.manager, self.manager.options.repositories, self.options.repository_poll_secs)
+            self._poll_task = self.poller.start()
+        for reg in self.host.frontends:
+            frontend = reg.factory(self.options)
+            if frontend is None:
+                continue
+            await frontend.start(self.dataplane)
+            log.info("started %s frontend at %s", frontend.name, frontend.address())
+            self.frontends.append(frontend)
+        self.host.startup(self)
+        self.dataplane.accepting = True
+        log.info("inferd ready in %.2f s", time.monotonic() - self.started_at)
+
+    async def stop(self) -> None:
+        """Stop accepting, let in-flight requests finish, unload every model."""
+        self.dataplane.accepting = False
+        if self.poller is not None:
+            self.poller.stop()
+        if self._poll_task is not None:
+            self._poll_task.cancel()
+        grace = self.options.exit_timeout_secs
+        await asyncio.gather(*(f.stop(grace) for f in self.frontends), return_exceptions=True)
+        try:
+            await asyncio.wait_for(self.manager.shutdown(), timeout=grace)
+        except asyncio.TimeoutError:
+            log.warning("models still busy after %.0f s; exiting anyway", grace)
+        self.dataplane.live = False
+        self.host.shutdown(self)
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Start, wait for ``stop``, then shut down cleanly."""
+        await self.start()
+        try:
+            await stop.wait()
+        finally:
+            await self.stop()

@@ -1,0 +1,190 @@
+"""Real servers for tests: a subprocess running ``inferd serve`` or an in-process server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str, timeout: float = 2.0) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return 0
+
+
+class ServerProcess:
+    """``inferd serve`` in a subprocess on free ports; logs go to ``log_path``."""
+
+    def __init__(self, repositories: Sequence[Path], args: Sequence[str] = (), env: dict[str, str] | None = None,
+                 log_path: Path | None = None) -> None:  # fmt: skip
+        self.repositories = [Path(r) for r in repositories]
+        self.args = list(args)
+        self.http_port = free_port()
+        self.grpc_port = free_port()
+        self.metrics_port = free_port()
+        self.env = {**os.environ, **(env or {})}
+        self.log_path = log_path or Path(self.repositories[0]).parent / f"inferd-{self.http_port}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "inferd.cli", "serve", "--http-address", "127.0.0.1"]
+        for repo in self.repositories:
+            cmd += ["--model-repository", str(repo)]
+        cmd += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
+                "--metrics-port", str(self.metrics_port), *self.args]  # fmt: skip
+        return cmd
+
+    def start(self, timeout: float = 120.0, wait_ready: bool = True) -> ServerProcess:
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+        self.wait_live(timeout)
+        if wait_ready:
+            self.wait_ready(timeout)
+        return self
+
+    def wait_live(self, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"inferd exited with {self.proc.returncode}:\n{self.log()}")
+            if _get(f"http://{self.http_url}/v2/health/live") == 200:
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"inferd did not become live in {timeout} s:\n{self.log()}")
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if _get(f"http://{self.http_url}/v2/health/ready") == 200:
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"inferd did not become ready in {timeout} s:\n{self.log()}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-20000:]
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM, wait; SIGKILL if it does not exit. Returns the exit code."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return int(self.proc.returncode)
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+class InProcessServer:
+    """A server built in this process with the given plugin objects, on a background thread.
+
+    Entry points are not loaded unless ``load_entrypoints`` is true, so a test controls exactly
+    which plugins exist.
+    """
+
+    def __init__(self, repositories: Sequence[Path], plugins: Iterable[Any] = (), load_entrypoints: bool = False,
+                 **options: Any) -> None:  # fmt: skip
+        from inferd.plugins import PluginHost
+        from inferd.server import Server, ServerOptions
+
+        self.http_port = options.pop("http_port", free_port())
+        self.grpc_port = options.pop("grpc_port", free_port())
+        self.metrics_port = options.pop("metrics_port", free_port())
+        opts = ServerOptions(
+            model_repositories=[Path(r) for r in repositories], host="127.0.0.1", http_port=self.http_port,
+            grpc_port=self.grpc_port, metrics_port=self.metrics_port, **options,
+        )  # fmt: skip
+        host = PluginHost(load_entrypoints=load_entrypoints, plugins=plugins, disabled=())
+        self.server = Server(opts, host=host)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._started = threading.Event()
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def start(self, timeout: float = 120.0) -> InProcessServer:
+        def run() -> None:
+            async def main() -> None:
+                self._loop = asyncio.get_running_loop()
+                self._stop = asyncio.Event()
+                try:
+                    await self.server.start()
+                finally:
+                    self._started.set()
+                await self._stop.wait()
+                await self.server.stop()
+
+            try:
+                asyncio.run(main())
+            except BaseException as exc:  # surfaced by start()
+                self._error = exc
+                self._started.set()
+
+        self._thread = threading.Thread(target=run, name="inferd-test-server", daemon=True)
+        self._thread.start()
+        if not self._started.wait(timeout):
+            raise TimeoutError("in-process inferd did not start")
+        if self._error is not None:
+            raise RuntimeError(f"in-process inferd failed to start: {self._error}") from self._error
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(60)
+
+    def __enter__(self) -> InProcessServer:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
