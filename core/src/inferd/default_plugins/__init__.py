@@ -1,0 +1,1 @@
+"""Default plugins: the built-in frontends, schedulers and cache, registered like any plugin."""
