@@ -1,0 +1,3 @@
+"""inferd backend "python": runs Triton ``model.py`` files (``TritonPythonModel``) in-process."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,288 @@
+"""The "python" backend: Triton ``model.py`` files run in the server process.
+
+``PythonBackend`` imports ``<model>/<version>/model.py``; each instance is one ``TritonPythonModel``
+object, initialised with Triton's ``args`` dict. ``execute`` receives ``pb_utils`` views of inferd's
+requests (input arrays are not copied) and its responses are turned back into inferd responses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from inferd.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
+from inferd.errors import ErrorKind, InferdError, InternalError, InvalidArgument, Unsupported
+from inferd.types import InferRequest, InferResponse
+
+from inferd_backend_python.loader import check_model_class, forget_package, import_model_file
+from inferd_backend_python.pb_config import ModelConfig as PbModelConfig
+from inferd_backend_python.pb_request import (
+    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
+    InferenceRequest,
+    ModelBinding,
+    bind,
+)
+from inferd_backend_python.pb_tensor import TritonError, error_to_inferd, response_to_inferd
+
+_log = logging.getLogger("inferd.backend.python")
+_DEFAULT_FILENAME = "model.py"
+
+
+class _ExecuteError(Exception):
+    """A broken ``execute`` contract (wrong return type or count); the message is Triton's."""
+
+
+class PythonBackend(Backend):
+    """Loads Triton Python models (``model.py`` defining ``TritonPythonModel``)."""
+
+    name = "python"
+    default_model_filename = _DEFAULT_FILENAME
+
+    def autocomplete_config(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:
+        """Run the model's ``TritonPythonModel.auto_complete_config`` (if any) on ``config``."""
+        filename = config.default_model_filename or _DEFAULT_FILENAME
+        if version_dir is None:
+            version_dir = _highest_version_dir(model_dir, filename)
+            if version_dir is None:
+                return
+        path = version_dir / filename
+        if not path.is_file():
+            return  # load_model reports the missing file
+        name = config.name or model_dir.name
+        module = import_model_file(name, version_dir.name, path, model_dir)
+        try:
+            hook = getattr(module.TritonPythonModel, "auto_complete_config", None)
+            if hook is not None:
+                _complete(config, hook, name, path, model_dir)
+        finally:
+            forget_package(module.__name__.rpartition(".")[0])
+
+    def load_model(self, context: ModelLoadContext) -> Model:
+        filename = context.config.default_model_filename or _DEFAULT_FILENAME
+        path = context.version_dir / filename
+        module = import_model_file(context.name, context.version, path, context.model_dir)
+        return PythonModel(context, module, path)
+
+
+def _highest_version_dir(model_dir: Path, filename: str) -> Path | None:
+    versions = [p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()]
+    with_file = [p for p in versions if (p / filename).is_file()]
+    candidates = with_file or versions
+    return max(candidates, key=lambda p: int(p.name)) if candidates else None
+
+
+def _complete(config: Any, hook: Any, name: str, path: Path, model_dir: Path) -> None:
+    from inferd.config import config_from_json, config_to_json
+
+    as_json = config_to_json(config)
+    if not as_json.get("name"):
+        as_json["name"] = name
+    bind(ModelBinding(name, "", model_dir, False))
+    try:
+        result = hook(PbModelConfig(as_json))
+    except ValueError as exc:
+        raise InvalidArgument(f"model '{name}': auto_complete_config in '{path}': {exc}") from exc
+    except Exception as exc:
+        raise InternalError(
+            f"model '{name}': auto_complete_config in '{path}' failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(result, PbModelConfig):
+        raise InvalidArgument(
+            f"auto_complete_config function in model '{name}' must return a valid pb.ModelConfig object."
+        )
+    config.CopyFrom(config_from_json(result.as_dict(), f"{path} (auto_complete_config)"))
+
+
+class PythonModel(Model):
+    """One loaded version of a Python model: the imported module, shared by its instances."""
+
+    def __init__(self, context: ModelLoadContext, module: ModuleType, path: Path) -> None:
+        from inferd.config import config_to_json
+
+        self.name = context.name
+        self.version = str(context.version)
+        self.path = path
+        self._module = module
+        self._class = check_model_class(module, f"model '{self.name}'", path)
+        decoupled = bool(context.config.model_transaction_policy.decoupled)
+        self.binding = ModelBinding(self.name, self.version, context.model_dir, decoupled, context.dataplane)
+        self._args = {
+            "model_config": json.dumps(config_to_json(context.config)),
+            "model_repository": str(context.model_dir),
+            "model_version": self.version,
+            "model_name": self.name,
+        }
+
+    def create_instance(self, spec: InstanceSpec) -> Instance:
+        args = dict(self._args)
+        args["model_instance_kind"] = spec.kind.removeprefix("KIND_")
+        args["model_instance_name"] = spec.name
+        args["model_instance_device_id"] = str(spec.device_id)
+        bind(self.binding)
+        try:
+            model = self._class()
+            initialize = getattr(model, "initialize", None)
+            if initialize is not None:
+                result = initialize(args)
+                if inspect.iscoroutine(result):
+                    asyncio.run(result)
+        except Exception as exc:
+            _log.exception("model '%s' instance '%s': initialize failed", self.name, spec.name)
+            raise InternalError(
+                f"model '{self.name}' instance '{spec.name}': initialize in '{self.path}' failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        return PythonInstance(self, model, spec.name)
+
+    def unload(self) -> None:
+        forget_package(self._module.__name__.rpartition(".")[0])
+
+
+class PythonInstance(Instance):
+    """One ``TritonPythonModel`` object; ``execute`` runs the model's ``execute`` on a batch."""
+
+    def __init__(self, model: PythonModel, obj: Any, name: str) -> None:
+        self._model = model
+        self._obj = obj
+        self._execute = obj.execute
+        self._binding = model.binding
+        self._decoupled = model.binding.decoupled
+        self.name = name
+        self._loop: _LoopThread | None = None
+
+    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        binding = self._binding
+        bind(binding)
+        wrapped = [InferenceRequest._wrap(r, binding) for r in requests]
+        try:
+            result = self._execute(wrapped)
+            if inspect.iscoroutine(result):
+                if self._decoupled:
+                    self._loop_thread().submit(result).add_done_callback(
+                        lambda f: self._async_done(f, requests, wrapped)
+                    )
+                    return []
+                result = self._loop_thread().submit(result).result()
+        except Exception as exc:
+            return self._fail(requests, wrapped, exc)
+        if self._decoupled:
+            if result is not None:
+                self._fail(requests, wrapped, _ExecuteError(
+                    f"Python model '{binding.model_name}' is using the decoupled mode and the "
+                    "execute function must return None."
+                ))  # fmt: skip
+            return []
+        try:
+            return self._collect(requests, wrapped, result)
+        except Exception as exc:
+            return self._fail(requests, wrapped, exc)
+
+    def _collect(
+        self, requests: Sequence[InferRequest], wrapped: list[InferenceRequest], result: Any
+    ) -> list[InferResponse | InferdError]:
+        name, version = self._binding.model_name, self._binding.model_version
+        if result is None:  # every response went through the response senders
+            result = [None] * len(requests)
+        elif not isinstance(result, (list, tuple)):
+            raise _ExecuteError(f"Expected a list in the execute return, found type '{type(result)}'.")
+        elif len(result) != len(requests):
+            raise _ExecuteError(
+                "Number of InferenceResponse objects do not match the number of "
+                f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, and "
+                f"InferenceResponse(s) size is:{len(result)}"
+            )
+        out: list[InferResponse | InferdError] = []
+        for request, view, response in zip(requests, wrapped, result, strict=True):
+            if response is None:
+                sender = view._sender
+                if sender is not None and sender.response is not None:
+                    response = sender.response
+                elif view._release_flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+                    out.append(Unsupported(
+                        f"model '{name}' asked to reschedule request '{request.id}'; "
+                        "inferd does not support request rescheduling yet"
+                    ))  # fmt: skip
+                    continue
+                else:
+                    raise _ExecuteError(
+                        "Expected an 'InferenceResponse' object in the execute function return "
+                        f"list, found type '{type(None)}'."
+                    )
+            out.append(response_to_inferd(response, request, name, version))
+        return out
+
+    def _fail(
+        self, requests: Sequence[InferRequest], wrapped: list[InferenceRequest], exc: BaseException
+    ) -> list[InferResponse | InferdError]:
+        """Every request of the batch gets the error (decoupled: sent to open senders)."""
+        error = self._error_for(exc)
+        if self._decoupled:
+            for request, view in zip(requests, wrapped, strict=True):
+                sender = view._sender
+                if request.response_sender is not None and (sender is None or not sender.closed):
+                    request.response_sender(error, True)
+            return []
+        return [error] * len(requests)
+
+    def _error_for(self, exc: BaseException) -> InferdError:
+        detail = str(exc) if isinstance(exc, _ExecuteError) else f"{type(exc).__name__}: {exc}"
+        message = f"Failed to process the request(s) for model '{self._binding.model_name}', message: {detail}"
+        if isinstance(exc, _ExecuteError):
+            _log.error("%s", message)
+        else:
+            _log.error("%s", message, exc_info=exc)
+        if isinstance(exc, (TritonError, InferdError)):
+            return InferdError(message, error_to_inferd(exc).kind)
+        return InferdError(message, ErrorKind.INTERNAL)
+
+    def _async_done(self, future: Future, requests: Sequence[InferRequest], wrapped: list[InferenceRequest]) -> None:
+        exc = None if future.cancelled() else future.exception()
+        if exc is not None:
+            self._fail(requests, wrapped, exc)
+
+    def _loop_thread(self) -> _LoopThread:
+        if self._loop is None:
+            self._loop = _LoopThread(f"inferd-python-{self.name}")
+        return self._loop
+
+    def close(self) -> None:
+        """Call the model's ``finalize`` (errors are logged) and stop its event loop, if any."""
+        bind(self._binding)
+        finalize = getattr(self._obj, "finalize", None)
+        try:
+            if finalize is not None:
+                result = finalize()
+                if inspect.iscoroutine(result):
+                    asyncio.run(result)
+        except Exception:
+            _log.exception("model '%s' instance '%s': finalize failed", self._binding.model_name, self.name)
+        finally:
+            if self._loop is not None:
+                self._loop.close()
+                self._loop = None
+
+
+class _LoopThread:
+    """An asyncio event loop on a thread of its own, for ``async def execute`` models."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self.thread.start()
+
+    def submit(self, coro: Any) -> Future:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+        if not self.thread.is_alive():
+            self.loop.close()

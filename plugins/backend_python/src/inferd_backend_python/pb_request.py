@@ -1,0 +1,361 @@
+"""Requests, response senders, BLS calls and the logger of Triton's ``pb_utils``.
+
+A request ``execute`` receives wraps an inferd :class:`~inferd.types.InferRequest` (inputs are
+turned into ``Tensor`` views only when the model asks for them). A request a model builds itself
+is a BLS call, run through the server's data plane from the instance thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from inferd.errors import ErrorKind, InferdError
+from inferd.types import InferRequest, InferTensor, RequestedOutput, wire_datatype
+
+from inferd_backend_python.pb_tensor import (
+    InferenceResponse,
+    Tensor,
+    TritonError,
+    TritonModelException,
+    check_parameters,
+    error_from_inferd,
+    response_to_inferd,
+)
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+TRITONSERVER_MEMORY_CPU = 0
+TRITONSERVER_MEMORY_GPU = 2
+
+# Request parameters that Triton turns into request properties instead of passing them on.
+_RESERVED_PARAMETERS = frozenset(
+    ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output")
+)
+
+_log = logging.getLogger("inferd.python")
+
+
+# --- the model being run (for BLS and get_model_dir) ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ModelBinding:
+    """What the pb_utils objects of one model need from the server: set once per loaded model."""
+
+    model_name: str
+    model_version: str
+    model_dir: Path
+    decoupled: bool
+    dataplane: Any = None
+
+
+_CURRENT: ContextVar[ModelBinding | None] = ContextVar("inferd_python_model", default=None)
+_last_bound: list[ModelBinding | None] = [None]
+
+
+def bind(binding: ModelBinding) -> None:
+    """Make ``binding`` the current model of this thread (and the fallback for threads models start)."""
+    if _CURRENT.get() is not binding:
+        _CURRENT.set(binding)
+    _last_bound[0] = binding
+
+
+def current_binding() -> ModelBinding | None:
+    return _CURRENT.get() or _last_bound[0]
+
+
+# --- requests ---------------------------------------------------------------------------------
+
+
+class InferenceResponseSender:
+    """Sends the responses of one request: ``send(response=None, flags=0)``.
+
+    Decoupled models may send any number of responses and must end with
+    ``TRITONSERVER_RESPONSE_COMPLETE_FINAL``. Default-mode models may send exactly one.
+    """
+
+    __slots__ = ("_binding", "_closed", "_lock", "_request", "response")
+
+    def __init__(self, request: InferRequest, binding: ModelBinding) -> None:
+        self._request = request
+        self._binding = binding
+        self._lock = threading.Lock()
+        self._closed = False
+        #: Default mode only: the one response sent (kept for ``execute`` to return).
+        self.response: InferenceResponse | None = None
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        final = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        with self._lock:
+            if self._closed:
+                raise TritonModelException("Unable to send response. Response sender has been closed.")
+            if final:
+                self._closed = True
+            if not self._binding.decoupled:
+                if response is not None:
+                    if self.response is not None:
+                        raise TritonModelException(
+                            f"model '{self._binding.model_name}' is not decoupled and may send "
+                            "only one response per request"
+                        )
+                    self.response = response
+                return
+        if response is None and not final:
+            return
+        sender = self._request.response_sender
+        if sender is None:
+            raise TritonModelException(
+                f"request '{self._request.id}' of model '{self._binding.model_name}' has no "
+                "response sender (decoupled requests must come through the server)"
+            )
+        out = None
+        if response is not None:
+            try:
+                out = response_to_inferd(response, self._request, self._binding.model_name, self._binding.model_version)
+            except TritonModelException as exc:
+                out = InferdError(str(exc), ErrorKind.INTERNAL)
+        sender(out, final)
+
+    def is_cancelled(self) -> bool:
+        return bool(getattr(self._request, "cancelled", False))
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+class InferenceRequest:
+    """A request: the ones ``execute`` receives, or one a model builds to call another model (BLS).
+
+    BLS: ``InferenceRequest(model_name=..., inputs=[Tensor...], requested_output_names=[...])``
+    then ``.exec()`` (blocking) or ``await .async_exec()``.
+    """
+
+    __slots__ = (
+        "_binding",
+        "_correlation_id",
+        "_flags",
+        "_inferd",
+        "_inputs",
+        "_model_name",
+        "_model_version",
+        "_parameters",
+        "_release_flags",
+        "_request_id",
+        "_requested",
+        "_sender",
+        "_timeout",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        request_id: str = "",
+        correlation_id: int | str = 0,
+        inputs: list[Tensor] | None = None,
+        requested_output_names: list[str] | None = None,
+        model_name: str | None = None,
+        model_version: int = -1,
+        flags: int = 0,
+        timeout: int = 0,
+        preferred_memory: Any = None,
+        trace: Any = None,
+        parameters: dict[str, Any] | None = None,
+    ) -> None:
+        if inputs is None or requested_output_names is None or model_name is None:
+            raise TypeError("InferenceRequest needs 'model_name', 'inputs' and 'requested_output_names'")
+        if not isinstance(correlation_id, (int, str)):
+            raise TritonModelException("Correlation ID must be integer or string")
+        self._inferd: InferRequest | None = None
+        self._binding: ModelBinding | None = None
+        self._inputs = list(inputs)
+        self._request_id = request_id
+        self._correlation_id = correlation_id
+        self._requested = list(dict.fromkeys(requested_output_names))
+        self._model_name = model_name
+        self._model_version = int(model_version)
+        self._flags = int(flags)
+        self._timeout = int(timeout)
+        self._parameters = check_parameters(parameters) if parameters else {}
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        self._sender: InferenceResponseSender | None = None
+
+    @classmethod
+    def _wrap(cls, request: InferRequest, binding: ModelBinding) -> InferenceRequest:
+        """A view of an inferd request as ``execute`` receives it (inputs converted lazily)."""
+        out = cls.__new__(cls)
+        out._inferd = request
+        out._binding = binding
+        out._inputs = None
+        out._sender = None
+        out._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        return out
+
+    # -- read access (both kinds) --
+
+    def inputs(self) -> list[Tensor]:
+        if self._inputs is None:
+            self._inputs = [Tensor._wrap(t.name, t.data) for t in self._inferd.inputs.values()]
+        return self._inputs
+
+    def request_id(self) -> str:
+        return self._inferd.id if self._inferd is not None else self._request_id
+
+    def correlation_id(self) -> int | str:
+        if self._inferd is not None:
+            return self._inferd.parameters.get("sequence_id", 0)
+        return self._correlation_id
+
+    def flags(self) -> int:
+        if self._inferd is None:
+            return self._flags
+        params = self._inferd.parameters
+        flags = TRITONSERVER_REQUEST_FLAG_SEQUENCE_START if params.get("sequence_start") else 0
+        if params.get("sequence_end"):
+            flags |= TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
+        return flags
+
+    def set_flags(self, flags: int) -> None:
+        self._flags = int(flags)
+
+    def timeout(self) -> int:
+        if self._inferd is not None:
+            return int(self._inferd.parameters.get("timeout", 0))
+        return self._timeout
+
+    def parameters(self) -> str:
+        """The request parameters as a JSON string (Triton's form; parse with ``json.loads``)."""
+        if self._inferd is None:
+            return json.dumps(self._parameters)
+        params = self._inferd.parameters
+        return json.dumps({k: v for k, v in params.items() if k not in _RESERVED_PARAMETERS})
+
+    def requested_output_names(self) -> set[str]:
+        if self._inferd is not None:
+            return {o.name for o in self._inferd.outputs}
+        return set(self._requested)
+
+    def model_name(self) -> str:
+        return self._inferd.model_name if self._inferd is not None else self._model_name
+
+    # -- execute-side API --
+
+    def get_response_sender(self) -> InferenceResponseSender:
+        if self._inferd is None:
+            raise TritonModelException("only requests passed to execute() have a response sender")
+        if self._sender is None:
+            self._sender = InferenceResponseSender(self._inferd, self._binding)
+        return self._sender
+
+    def is_cancelled(self) -> bool:
+        return bool(getattr(self._inferd, "cancelled", False))
+
+    def set_release_flags(self, flags: int) -> None:
+        self._release_flags = int(flags)
+
+    # -- BLS --
+
+    def exec(self, decoupled: bool = False) -> InferenceResponse:
+        """Run this request on another model and wait for its response (errors come back in it)."""
+        if decoupled:
+            raise TritonModelException("InferenceRequest.exec(decoupled=True) is not supported by inferd yet")
+        binding = current_binding()
+        dataplane = binding.dataplane if binding is not None else None
+        if dataplane is None:
+            return InferenceResponse(
+                error=TritonError(
+                    f"cannot run a BLS request on model '{self._model_name}': this model is not "
+                    "running inside an inferd server",
+                    TritonError.UNAVAILABLE,
+                )
+            )
+        try:
+            result = dataplane.infer_from_thread(self._to_inferd())
+        except InferdError as exc:
+            return InferenceResponse(error=error_from_inferd(exc))
+        except TritonModelException:
+            raise
+        except Exception as exc:
+            return InferenceResponse(error=TritonError(f"{type(exc).__name__}: {exc}"))
+        return InferenceResponse._from_inferd(result)
+
+    async def async_exec(self, decoupled: bool = False) -> InferenceResponse:
+        """``exec`` in a worker thread, for ``async def execute`` models."""
+        return await asyncio.to_thread(self.exec, decoupled)
+
+    def _to_inferd(self) -> InferRequest:
+        if self._inferd is not None:
+            return self._inferd
+        inputs: dict[str, InferTensor] = {}
+        for t in self._inputs:
+            if not isinstance(t, Tensor):
+                raise TritonModelException(f"BLS inputs must be pb_utils.Tensor objects, found type '{type(t)}'")
+            a = t._array
+            inputs[t._name] = InferTensor(t._name, wire_datatype(a.dtype), a.shape, a)
+        params: dict[str, Any] = dict(self._parameters)
+        if self._correlation_id:
+            params["sequence_id"] = self._correlation_id
+        if self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_START:
+            params["sequence_start"] = True
+        if self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
+            params["sequence_end"] = True
+        if self._timeout:
+            params["timeout"] = self._timeout
+        return InferRequest(
+            model_name=self._model_name,
+            model_version="" if self._model_version < 0 else str(self._model_version),
+            id=self._request_id,
+            inputs=inputs,
+            outputs=[RequestedOutput(name) for name in self._requested],
+            parameters=params,
+        )
+
+
+class PreferredMemory:
+    """Accepted for compatibility; inferd returns BLS outputs in CPU memory."""
+
+    def __init__(self, preferred_memory_type: int, preferred_device_id: int = 0) -> None:
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
+
+
+# --- logging ----------------------------------------------------------------------------------
+
+
+class Logger:
+    """Triton's model logger, writing to the ``inferd.python`` logging logger."""
+
+    INFO = 0
+    WARNING = 1
+    ERROR = 2
+    VERBOSE = 3
+    _LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
+
+    @staticmethod
+    def log(message: str, level: int = 0) -> None:
+        _log.log(Logger._LEVELS.get(int(level), logging.INFO), "%s", message, stacklevel=2)
+
+    @staticmethod
+    def log_info(message: str) -> None:
+        _log.info("%s", message, stacklevel=2)
+
+    @staticmethod
+    def log_warn(message: str) -> None:
+        _log.warning("%s", message, stacklevel=2)
+
+    @staticmethod
+    def log_error(message: str) -> None:
+        _log.error("%s", message, stacklevel=2)
+
+    @staticmethod
+    def log_verbose(message: str) -> None:
+        _log.debug("%s", message, stacklevel=2)
