@@ -213,9 +213,7 @@ class ModelManager:
             except Exception as exc:
                 message = exc.message if isinstance(exc, InferdError) else f"{type(exc).__name__}: {exc}"
                 log.error("model '%s' failed to load: %s", source.name, message)
-                record.state = VersionState(State.UNAVAILABLE, message)
-                if not record.serving:
-                    record.versions = {}
+                self._record_failure(record, source, message)
                 return
             record.state = None
             for v in chosen:
@@ -249,6 +247,18 @@ class ModelManager:
                 "model '%s' versions %s ready in %.2f s",
                 source.name, sorted(new_serving) or "none", time.monotonic() - started,
             )  # fmt: skip
+
+    @staticmethod
+    def _record_failure(record: ModelRecord, source: ModelSource, message: str) -> None:
+        """A failure before any version loaded: shown on the serving versions (which keep
+        serving), else on the version the default policy would load, else on the model."""
+        if record.serving:
+            for v in record.serving:
+                record.versions[v] = VersionState(State.READY, f"reload failed, previous version still serving: {message}")
+            return
+        dirs = source.version_dirs()
+        record.versions = {max(dirs): VersionState(State.UNAVAILABLE, message)} if dirs else {}
+        record.state = None if dirs else VersionState(State.UNAVAILABLE, message)
 
     def _prepare_config(self, source: ModelSource, override: cfg.ModelConfig | None) -> tuple[cfg.ModelConfig, Backend | None]:
         """Read, auto-complete, normalize and validate a model's config (blocking)."""
