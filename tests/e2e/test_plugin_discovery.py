@@ -1,0 +1,83 @@
+"""Installing a plugin distribution is all it takes: entry points are discovered and used."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from inferd.testing import ServerProcess, write_repository
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_plugin"
+
+TINY_CONFIG = """
+backend: "tiny"
+max_batch_size: 4
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 2 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 2 ] } ]
+"""
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The tiny plugin installed (as a real wheel install) into a directory on PYTHONPATH."""
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--target", str(target), str(FIXTURE)],
+        check=True,
+    )  # fmt: skip
+    return target
+
+
+def env_with(site: Path, **extra: str) -> dict[str, str]:
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path, **extra}
+
+
+def test_inferd_plugins_lists_discovered_plugins_and_broken_ones(site):
+    out = subprocess.run(
+        [sys.executable, "-m", "inferd.cli", "plugins"], capture_output=True, text=True, env={**os.environ, **env_with(site)}
+    )
+    lines = {line.split()[0]: line for line in out.stdout.splitlines() if line.strip()}
+    assert "inferd-tiny 0.0.1" in lines["tiny"] and "backend: tiny" in lines["tiny"]
+    assert "this plugin is broken on purpose" in lines["broken_tiny"]
+    assert "backend: python" in lines["python"]
+    assert "frontend: http" in lines["http"]
+    assert out.returncode == 1  # a broken plugin is worth a non-zero exit for scripts
+
+
+def test_server_uses_backend_from_installed_plugin(site, tmp_path):
+    repo = write_repository(tmp_path / "models", {"triple": {"config.pbtxt": TINY_CONFIG, "1/model.tiny": ""}})
+    with ServerProcess([repo], env=env_with(site)) as srv:
+        client = httpclient.InferenceServerClient(srv.http_url)
+        inp = httpclient.InferInput("INPUT", [2, 2], "INT32")
+        x = np.array([[1, 2], [3, 4]], np.int32)
+        inp.set_data_from_numpy(x)
+        np.testing.assert_array_equal(client.infer("triple", [inp]).as_numpy("OUTPUT"), x * 3)
+        assert "broken on purpose" in srv.log()  # reported, and the server started anyway
+
+
+def test_blocked_plugin_is_not_used(site, tmp_path):
+    repo = write_repository(tmp_path / "models", {"triple": {"config.pbtxt": TINY_CONFIG, "1/model.tiny": ""}})
+    with ServerProcess([repo], env=env_with(site, INFERD_DISABLE_PLUGINS="tiny,broken_tiny")) as srv:
+        client = httpclient.InferenceServerClient(srv.http_url)
+        index = {m["name"]: m for m in client.get_model_repository_index()}
+        assert index["triple"]["state"] == "UNAVAILABLE"
+        assert "backend 'tiny'" in index["triple"]["reason"] and "python" in index["triple"]["reason"]
+        assert "broken on purpose" not in srv.log()
+
+
+def test_discovery_stays_light():
+    """Listing plugins imports no ML framework and none of the backends' implementation modules."""
+    code = (
+        "import sys; from inferd.plugins import PluginHost; h = PluginHost(); "
+        "heavy = [m for m in ('torch', 'onnxruntime', 'xgboost', 'tensorrt', 'inferd_backend_python.backend') if m in sys.modules]; "
+        "print(heavy); assert not heavy, heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
