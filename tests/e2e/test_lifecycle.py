@@ -215,3 +215,28 @@ def test_version_policy_all_and_specific(tmp_path):
             add_sub_call(client, "specific", "2")
 
 
+
+
+def test_load_with_config_and_file_overrides(tmp_path):
+    repo = write_repository(tmp_path / "models", {"add_sub": models.add_sub(offset=0)})
+    with ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=add_sub"]) as srv:
+        client = httpclient.InferenceServerClient(srv.http_url)
+        config = {
+            "backend": "python", "max_batch_size": 8,
+            "input": [{"name": n, "data_type": "TYPE_FP32", "dims": [4]} for n in ("INPUT0", "INPUT1")],
+            "output": [{"name": n, "data_type": "TYPE_FP32", "dims": [4]} for n in ("OUTPUT0", "OUTPUT1")],
+        }  # fmt: skip
+        code = models.ADD_SUB_PY.format(offset=500).encode()
+        client.load_model("add_sub", config=json.dumps(config), files={"file:3/model.py": code})
+        assert client.get_model_metadata("add_sub")["versions"] == ["3"]
+        assert add_sub_call(client)[0, 0] == 502
+        with pytest.raises(InferenceServerException) as err:
+            client.load_model("add_sub", files={"file:1/model.py": code})
+        assert "config" in str(err.value)
+        with pytest.raises(InferenceServerException) as err:
+            client.load_model("add_sub", config=json.dumps(config), files={"file:../escape.py": code})
+        assert "leaves the model directory" in str(err.value)
+        client.unload_model("never_heard_of_it")  # as in Triton: succeeds
+        # the repository copy is untouched and loads again
+        client.load_model("add_sub")
+        assert add_sub_call(client)[0, 0] == 2

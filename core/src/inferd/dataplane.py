@@ -8,6 +8,7 @@ to its status codes.
 from __future__ import annotations
 
 import asyncio
+import base64
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from inferd import __version__
@@ -156,14 +157,24 @@ class DataPlane:
         parameters = parameters or {}
         if "config" in parameters:
             override = cfg.config_from_json(parameters["config"], f"load request for '{name}'")
-        files = [k for k in parameters if k.startswith("file:")]
-        if files:
-            raise Unsupported(f"load request for '{name}': file overrides ({files[0]}) are not supported")
+        files = {k[5:]: _file_bytes(name, k, v) for k, v in parameters.items() if k.startswith("file:")}
         unknown = [k for k in parameters if k != "config" and not k.startswith("file:")]
         if unknown:
             raise InvalidArgument(f"load request for '{name}': unknown parameter '{unknown[0]}'")
-        await self.manager.load(name, override)
+        await self.manager.load(name, override, files or None)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         self._check_control()
         await self.manager.unload(name)
+
+
+def _file_bytes(model: str, key: str, value: Any) -> bytes:
+    """A ``file:`` load parameter: raw bytes (gRPC) or base64 text (HTTP)."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if isinstance(value, str):
+        try:
+            return base64.b64decode(value, validate=True)
+        except ValueError:
+            raise InvalidArgument(f"load request for '{model}': '{key}' is not valid base64") from None
+    raise InvalidArgument(f"load request for '{model}': '{key}' must be base64 text or bytes")

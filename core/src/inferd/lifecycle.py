@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +84,7 @@ class ModelManager:
         self.dataplane: Any = None  # set by the DataPlane; handed to backends and ensembles
         self._backends: dict[str, Backend] = {}
         self._load_slots = asyncio.Semaphore(max(1, options.load_threads))
+        self._override_root: Path | None = None
 
     # -- start / stop ---------------------------------------------------------------------------
 
@@ -100,6 +103,22 @@ class ModelManager:
     async def shutdown(self) -> None:
         """Drain and unload every model."""
         await asyncio.gather(*(self._unload_record(r) for r in list(self.records.values())))
+        if self._override_root is not None:
+            shutil.rmtree(self._override_root, ignore_errors=True)
+
+    def _materialize(self, name: str, files: dict[str, bytes]) -> ModelSource:
+        """Write load-request files into a fresh private model directory (blocking)."""
+        if self._override_root is None:
+            self._override_root = Path(tempfile.mkdtemp(prefix="inferd-overrides-"))
+        root = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self._override_root))
+        model_dir = root / name
+        for rel, content in files.items():
+            dest = (model_dir / rel).resolve()
+            if model_dir.resolve() not in dest.parents:
+                raise InvalidArgument(f"load request for '{name}': file path 'file:{rel}' leaves the model directory")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(content)
+        return ModelSource(name, model_dir, root, fingerprint="")
 
     # -- queries --------------------------------------------------------------------------------
 
@@ -149,8 +168,20 @@ class ModelManager:
 
     # -- control --------------------------------------------------------------------------------
 
-    async def load(self, name: str, override: cfg.ModelConfig | None = None) -> None:
-        """Load (or reload) one model from the repositories; raise if it ends up not ready."""
+    async def load(
+        self, name: str, override: cfg.ModelConfig | None = None, files: dict[str, bytes] | None = None
+    ) -> None:
+        """Load (or reload) one model; raise if it ends up not ready.
+
+        ``files`` (Triton's ``file:<version>/<name>`` load parameters) replace the model's
+        directory with one holding just those files; they need a config ``override``.
+        """
+        if files:
+            if override is None:
+                raise InvalidArgument(f"load request for '{name}': file overrides need a 'config' parameter too")
+            source = await asyncio.to_thread(self._materialize, name, files)
+            await self._load_one(source, override)
+            return self._check_loaded(name)
         self.snapshot = await asyncio.to_thread(scan, self.options.repositories)
         if name not in self.snapshot.models:
             dup = self.snapshot.duplicates.get(name)
@@ -158,6 +189,9 @@ class ModelManager:
                 raise InvalidArgument(f"model '{name}' exists in more than one repository: {', '.join(map(str, dup))}")
             raise NotFound(f"failed to load '{name}', failed to poll from model repository")
         await self._load_one(self.snapshot.models[name], override)
+        self._check_loaded(name)
+
+    def _check_loaded(self, name: str) -> None:
         record = self.records[name]
         if not record.serving:
             reason = record.state.reason if record.state else "no version could be loaded"
@@ -168,10 +202,9 @@ class ModelManager:
             raise InvalidArgument(f"failed to load '{name}': " + "; ".join(failed))
 
     async def unload(self, name: str) -> None:
+        """Unload every version of ``name``; like Triton, unloading an unknown model succeeds."""
         record = self.records.get(name)
         if record is None:
-            if name not in self.snapshot.models:
-                raise NotFound(f"failed to unload '{name}': no such model in the repository")
             return
         await self._unload_record(record)
 
