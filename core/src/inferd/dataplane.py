@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
+import time
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from inferd import __version__
 from inferd import config as cfg
 from inferd.errors import InferdError, InvalidArgument, Unavailable, Unsupported
 from inferd.lifecycle import ControlMode, ModelManager
+from inferd.logging_settings import REQUEST_ID, SETTINGS as LOG_SETTINGS
+from inferd.trace import TRACE_KEY, RequestTrace, Tracer
 from inferd.types import InferRequest, InferResponse
 
 if TYPE_CHECKING:
@@ -27,7 +31,11 @@ EXTENSIONS: list[str] = [
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
+    "logging",
 ]
+
+log = logging.getLogger(__name__)
 
 
 class DataPlane:
@@ -41,6 +49,10 @@ class DataPlane:
         self.live = False
         self.accepting = False
         self.loop: asyncio.AbstractEventLoop | None = None
+        #: Trace settings and sampling (the trace extension).
+        self.tracer = Tracer()
+        #: The process's log settings (the logging extension).
+        self.log_config = LOG_SETTINGS
 
     # -- health and metadata --------------------------------------------------------------------
 
@@ -90,6 +102,31 @@ class DataPlane:
                 out.append(mv.stats.as_dict())
         return out
 
+    # -- trace and logging extensions -------------------------------------------------------------
+
+    def trace_settings(self, model: str = "") -> dict[str, Any]:
+        """Triton's trace settings JSON, global or for ``model``."""
+        if model:
+            self._check_known(model)
+        return self.tracer.settings(model)
+
+    def update_trace_settings(self, settings: dict[str, Any], model: str = "") -> dict[str, Any]:
+        """Change some trace settings (a null value resets one); returns them all."""
+        if model:
+            self._check_known(model)
+        return self.tracer.update(settings, model)
+
+    def log_settings(self) -> dict[str, Any]:
+        return self.log_config.as_json()
+
+    def update_log_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """Change some log settings, applied to Python logging at once; returns them all."""
+        return self.log_config.update(settings)
+
+    def _check_known(self, name: str) -> None:
+        if name not in self.manager.records and name not in self.manager.snapshot.models:
+            raise InvalidArgument(f"Request for unknown model : '{name}' is not in the model repository")
+
     # -- inference ------------------------------------------------------------------------------
 
     async def infer(self, request: InferRequest) -> InferResponse:
@@ -100,22 +137,71 @@ class DataPlane:
                 f"model '{mv.name}' is decoupled (it may send any number of responses): "
                 f"call it through gRPC ModelStreamInfer or the generate_stream route"
             )
-        return await mv.infer(request)
+        return await self._run(mv, request)
+
+    async def _run(self, mv: ModelVersion, request: InferRequest) -> InferResponse:
+        """``mv.infer`` with the request id set for log lines, traced when sampled."""
+        if self.tracer.active:
+            trace = self.tracer.sample(request, mv.name, mv.version)
+            if trace is not None:
+                return await self._run_traced(mv, request, trace)
+        token = REQUEST_ID.set(request.id)
+        try:
+            return await mv.infer(request)
+        except InferdError as exc:
+            log.debug("model '%s' version %d: request failed: %s", mv.name, mv.version, exc.message)
+            raise
+        finally:
+            REQUEST_ID.reset(token)
+
+    async def _run_traced(self, mv: ModelVersion, request: InferRequest, trace: RequestTrace) -> InferResponse:
+        token = REQUEST_ID.set(request.id)
+        trace.mark("REQUEST_START")
+        trace.record_tensors("TENSOR_QUEUE_INPUT", request.inputs.values())
+        try:
+            response = await mv.infer(request)
+            trace.record_tensors("TENSOR_BACKEND_OUTPUT", response.outputs)
+            if request.response_sender is None:
+                trace.mark("INFER_RESPONSE_COMPLETE")
+            return response
+        except InferdError as exc:
+            log.debug("model '%s' version %d: request failed: %s", mv.name, mv.version, exc.message)
+            raise
+        finally:
+            trace.mark("REQUEST_END")
+            self.tracer.finish(trace)
+            REQUEST_ID.reset(token)
 
     async def stream(self, request: InferRequest) -> AsyncIterator[InferResponse | InferdError]:
         """Yield every response of a request: one for ordinary models, 0..N for decoupled ones."""
         mv = self.manager.resolve(request.model_name, request.model_version)
         if not mv.decoupled:
             try:
-                yield await mv.infer(request)
+                yield await self._run(mv, request)
             except InferdError as exc:
                 yield exc
             return
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[InferResponse | InferdError | None, bool]] = asyncio.Queue()
+        put = queue.put_nowait
+        stats = mv.stats
+        state = [time.monotonic_ns(), 0]  # when the previous response was sent, responses so far
 
         def sender(response: InferResponse | InferdError | None, final: bool) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, (response, final))
+            now = time.monotonic_ns()
+            start = request.context.get("compute_start_ns", state[0]) if state[1] == 0 else state[0]
+            index = state[1]
+            if response is None:
+                stats.record_response(index, now - start, empty=True)
+            else:
+                stats.record_response(index, now - start, ok=not isinstance(response, InferdError))
+                if index == 0:
+                    stats.observe_first_response(now - request.arrival_ns)
+            trace = request.context.get(TRACE_KEY)
+            if trace is not None:
+                trace.mark("INFER_RESPONSE_COMPLETE", now)
+            state[0], state[1] = now, index + 1
+            loop.call_soon_threadsafe(put, (response, final))
 
         def finished(task: asyncio.Future[InferResponse]) -> None:
             exc = None if task.cancelled() else task.exception()
@@ -123,10 +209,12 @@ class DataPlane:
                 queue.put_nowait((exc if isinstance(exc, InferdError) else InferdError(str(exc)), True))
 
         request.response_sender = sender
-        task = asyncio.ensure_future(mv.infer(request))
+        task = asyncio.ensure_future(self._run(mv, request))
         task.add_done_callback(finished)
         while True:
             response, final = await queue.get()
+            if isinstance(response, InferResponse):
+                response.final = final
             if response is not None:
                 yield response
             if final:
@@ -164,8 +252,32 @@ class DataPlane:
         await self.manager.load(name, override, files or None)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload ``name`` and, as Triton does, every ensemble that calls it (they could no
+        longer run). With ``unload_dependents``, an ensemble's composing models go too, unless
+        another ensemble still serving calls them."""
         self._check_control()
+        records = self.manager.records
+
+        def calls(model: str) -> list[str]:
+            record = records.get(model)
+            steps = [s.model_name for mv in (record.serving.values() if record else ()) for s in mv.config.ensemble_scheduling.step]
+            return list(dict.fromkeys(steps))
+
+        def callers(model: str) -> list[str]:
+            return [n for n, r in records.items() if n != model and r.serving and model in calls(n)]
+
+        composing = calls(name) if unload_dependents else []
         await self.manager.unload(name)
+        todo = callers(name)
+        while todo:
+            caller = todo.pop()
+            if records[caller].serving:
+                await self.manager.unload(caller)
+                todo.extend(callers(caller))
+        for model in composing:
+            record = records.get(model)
+            if record is not None and record.serving and not callers(model):
+                await self.unload_model(model, True)
 
 
 def _file_bytes(model: str, key: str, value: Any) -> bytes:

@@ -231,6 +231,8 @@ class InferResponse:
     id: str = ""
     outputs: list[InferTensor] = field(default_factory=list)
     parameters: dict[str, Any] = field(default_factory=dict)
+    #: False on the responses of a decoupled model that the model did not flag as its last.
+    final: bool = True
 
     def output(self, name: str) -> InferTensor | None:
         for o in self.outputs:

@@ -1,0 +1,344 @@
+"""The ``inference.GRPCInferenceService`` and ``grpc.health.v1.Health`` handlers over a data plane."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from google.protobuf import json_format
+
+from inferd.default_plugins.grpc import grpc_service_pb2 as pb
+from inferd.default_plugins.grpc import health_pb2
+from inferd.default_plugins.grpc.codec import (
+    ENABLE_EMPTY_FINAL,
+    WireRequest,
+    WireResponse,
+    decode_request,
+    encode_response,
+    final_empty_response,
+    param_value,
+    serialize_infer,
+    serialize_stream,
+    split_infer_request,
+    stream_error,
+)
+from inferd.errors import ErrorKind, InferdError, InvalidArgument
+
+if TYPE_CHECKING:
+    from inferd.dataplane import DataPlane
+    from inferd.types import InferRequest
+
+log = logging.getLogger(__name__)
+
+SERVICE = "inference.GRPCInferenceService"
+HEALTH_SERVICE = "grpc.health.v1.Health"
+
+#: Error kind -> gRPC status, as Triton maps TRITONSERVER_Error_Code.
+STATUS: dict[ErrorKind, grpc.StatusCode] = {
+    ErrorKind.UNKNOWN: grpc.StatusCode.UNKNOWN,
+    ErrorKind.INTERNAL: grpc.StatusCode.INTERNAL,
+    ErrorKind.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ErrorKind.INVALID_ARG: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorKind.UNSUPPORTED: grpc.StatusCode.UNIMPLEMENTED,
+    ErrorKind.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
+    ErrorKind.CANCELLED: grpc.StatusCode.CANCELLED,
+}
+
+#: RPCs answered UNIMPLEMENTED until their feature exists: (name, request class, response class).
+NOT_YET: tuple[tuple[str, Any, Any], ...] = (
+    ("SystemSharedMemoryStatus", pb.SystemSharedMemoryStatusRequest, pb.SystemSharedMemoryStatusResponse),
+    ("SystemSharedMemoryRegister", pb.SystemSharedMemoryRegisterRequest, pb.SystemSharedMemoryRegisterResponse),
+    ("SystemSharedMemoryUnregister", pb.SystemSharedMemoryUnregisterRequest, pb.SystemSharedMemoryUnregisterResponse),
+    ("CudaSharedMemoryStatus", pb.CudaSharedMemoryStatusRequest, pb.CudaSharedMemoryStatusResponse),
+    ("CudaSharedMemoryRegister", pb.CudaSharedMemoryRegisterRequest, pb.CudaSharedMemoryRegisterResponse),
+    ("CudaSharedMemoryUnregister", pb.CudaSharedMemoryUnregisterRequest, pb.CudaSharedMemoryUnregisterResponse),
+)
+
+_DONE = object()
+_CLOSING = object()
+
+
+def status_of(exc: InferdError) -> grpc.StatusCode:
+    return STATUS.get(exc.kind, grpc.StatusCode.UNKNOWN)
+
+
+def _wants_grpc_error(context: grpc.aio.ServicerContext) -> bool:
+    """Triton's ``triton_grpc_error: true`` header: stream errors end the stream with a status."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "triton_grpc_error":
+            return str(value).lower() == "true"
+    return False
+
+
+class InferenceService:
+    """One method per RPC; each takes the request message and returns the response message."""
+
+    def __init__(self, dataplane: DataPlane) -> None:
+        self.dp = dataplane
+        #: Response queues of the open streams, told to wind down when the server stops.
+        self._streams: set[asyncio.Queue[Any]] = set()
+
+    def close(self) -> None:
+        """Open streams stop taking requests and end once their in-flight requests are answered."""
+        for queue in self._streams:
+            queue.put_nowait(_CLOSING)
+
+    # -- health and metadata ----------------------------------------------------------------------
+
+    async def ServerLive(self, request: pb.ServerLiveRequest) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self.dp.is_live())
+
+    async def ServerReady(self, request: pb.ServerReadyRequest) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.dp.is_ready())
+
+    async def ModelReady(self, request: pb.ModelReadyRequest) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(ready=self.dp.model_ready(request.name, request.version))
+
+    async def ServerMetadata(self, request: pb.ServerMetadataRequest) -> pb.ServerMetadataResponse:
+        meta = self.dp.server_metadata()
+        return pb.ServerMetadataResponse(name=meta["name"], version=meta["version"], extensions=meta["extensions"])
+
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
+        meta = self.dp.model_metadata(request.name, request.version)
+        tensor = pb.ModelMetadataResponse.TensorMetadata
+        return pb.ModelMetadataResponse(
+            name=meta["name"],
+            versions=meta["versions"],
+            platform=meta["platform"],
+            inputs=[tensor(name=t["name"], datatype=t["datatype"], shape=t["shape"]) for t in meta["inputs"]],
+            outputs=[tensor(name=t["name"], datatype=t["datatype"], shape=t["shape"]) for t in meta["outputs"]],
+        )
+
+    async def ModelConfig(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
+        return pb.ModelConfigResponse(config=self.dp.model_config(request.name, request.version))
+
+    async def ModelStatistics(self, request: pb.ModelStatisticsRequest) -> pb.ModelStatisticsResponse:
+        stats = self.dp.model_statistics(request.name, request.version)
+        return json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse(), ignore_unknown_fields=True)
+
+    # -- inference --------------------------------------------------------------------------------
+
+    async def ModelInfer(self, request: WireRequest) -> WireResponse:
+        infer_request = decode_request(request)
+        return encode_response(await self.dp.infer(infer_request))
+
+    async def stream_one(self, wire: WireRequest, put: Callable[[Any], None]) -> None:
+        """Every response of one stream request, in order, through ``put``; errors included."""
+        infer_request: InferRequest | None = None
+        try:
+            infer_request = decode_request(wire)
+            decoupled = self.dp.model(infer_request.model_name, infer_request.model_version).decoupled
+            version = infer_request.model_version
+            ended = False
+            async for item in self.dp.stream(infer_request):
+                if isinstance(item, InferdError):
+                    put((item, infer_request))
+                    continue
+                version = item.model_version
+                ended = item.final or not decoupled
+                put(encode_response(item, final=ended))
+            if decoupled and not ended and infer_request.parameters.get(ENABLE_EMPTY_FINAL) is True:
+                put(final_empty_response(infer_request, version))
+        except InferdError as exc:
+            put((exc, infer_request))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            rid = infer_request.id if infer_request is not None else ""
+            log.exception("stream request %r failed", rid)
+            put((InferdError(f"internal error: {type(exc).__name__}: {exc}", ErrorKind.INTERNAL), infer_request))
+
+    async def ModelStreamInfer(
+        self, requests: AsyncIterator[WireRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[WireResponse | pb.ModelStreamInferResponse]:
+        """Requests of one stream run concurrently; the responses of each come in order."""
+        grpc_error = _wants_grpc_error(context)
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        tasks: set[asyncio.Task[None]] = set()
+        state = {"reading": True}
+
+        def task_done(task: asyncio.Task[None]) -> None:
+            tasks.discard(task)
+            if not tasks and not state["reading"]:
+                queue.put_nowait(_DONE)
+
+        async def read() -> None:
+            try:
+                async for wire in requests:
+                    task = asyncio.ensure_future(self.stream_one(wire, queue.put_nowait))
+                    tasks.add(task)
+                    task.add_done_callback(task_done)
+            finally:
+                state["reading"] = False
+                if not tasks:
+                    queue.put_nowait(_DONE)
+
+        reader = asyncio.ensure_future(read())
+        self._streams.add(queue)
+        try:
+            while True:
+                item = await queue.get()
+                if item is _DONE:
+                    break
+                if item is _CLOSING:
+                    reader.cancel()
+                    continue
+                if isinstance(item, tuple):
+                    exc, infer_request = item
+                    if grpc_error:
+                        await context.abort(status_of(exc), exc.message)
+                    yield stream_error(exc.message, infer_request)
+                else:
+                    yield item
+        finally:
+            self._streams.discard(queue)
+            reader.cancel()
+            for task in list(tasks):
+                task.cancel()
+
+    # -- repository -------------------------------------------------------------------------------
+
+    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest) -> pb.RepositoryIndexResponse:
+        index = pb.RepositoryIndexResponse.ModelIndex
+        return pb.RepositoryIndexResponse(
+            models=[
+                index(
+                    name=e.get("name", ""),
+                    version=e.get("version", ""),
+                    state=e.get("state", ""),
+                    reason=e.get("reason", ""),
+                )
+                for e in self.dp.repository_index(request.ready)
+            ]
+        )
+
+    async def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest) -> pb.RepositoryModelLoadResponse:
+        parameters: dict[str, Any] = {}
+        for key, value in request.parameters.items():
+            which = value.WhichOneof("parameter_choice")
+            if key == "config" and which != "string_param":
+                raise InvalidArgument(f"load request for '{request.model_name}': 'config' must be a string_param")
+            if key.startswith("file:") and which != "bytes_param":
+                raise InvalidArgument(f"load request for '{request.model_name}': '{key}' must be a bytes_param")
+            parameters[key] = param_value(value)
+        await self.dp.load_model(request.model_name, parameters)
+        return pb.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(self, request: pb.RepositoryModelUnloadRequest) -> pb.RepositoryModelUnloadResponse:
+        dependents = request.parameters.get("unload_dependents")
+        await self.dp.unload_model(request.model_name, bool(dependents is not None and dependents.bool_param))
+        return pb.RepositoryModelUnloadResponse()
+
+    # -- trace and logging extensions ---------------------------------------------------------------
+
+    async def TraceSetting(self, request: pb.TraceSettingRequest) -> pb.TraceSettingResponse:
+        """An empty value list resets a setting (tritonclient sends one for ``None``)."""
+        settings: dict[str, Any] = {}
+        for key, value in request.settings.items():
+            values = list(value.value)
+            settings[key] = None if not values else values if key == "trace_level" else values[0]
+        if settings:
+            current = self.dp.update_trace_settings(settings, request.model_name)
+        else:
+            current = self.dp.trace_settings(request.model_name)
+        value_type = pb.TraceSettingResponse.SettingValue
+        return pb.TraceSettingResponse(settings={
+            k: value_type(value=v if isinstance(v, list) else [v]) for k, v in current.items()
+        })  # fmt: skip
+
+    async def LogSettings(self, request: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
+        settings = {}
+        for key, value in request.settings.items():
+            which = value.WhichOneof("parameter_choice")
+            settings[key] = None if which is None else getattr(value, which)
+        current = self.dp.update_log_settings(settings) if settings else self.dp.log_settings()
+        value_type = pb.LogSettingsResponse.SettingValue
+        out = {}
+        for k, v in current.items():
+            if isinstance(v, bool):
+                out[k] = value_type(bool_param=v)
+            elif isinstance(v, int):
+                out[k] = value_type(uint32_param=v)
+            else:
+                out[k] = value_type(string_param=str(v))
+        return pb.LogSettingsResponse(settings=out)
+
+    # -- grpc.health.v1 ---------------------------------------------------------------------------
+
+    async def Check(self, request: health_pb2.HealthCheckRequest) -> health_pb2.HealthCheckResponse:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING if self.dp.is_ready() else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        return health_pb2.HealthCheckResponse(status=status)
+
+
+def _unary(method: Callable[[Any], Awaitable[Any]]) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
+    """Turn InferdError into the mapped status; anything else is INTERNAL (and logged)."""
+
+    async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await method(request)
+        except InferdError as exc:
+            await context.abort(status_of(exc), exc.message)
+        except Exception as exc:
+            log.exception("gRPC %s failed", method.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+
+    return handler
+
+
+def _not_yet(name: str) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
+    async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{name} is not implemented by this server yet")
+
+    return handler
+
+
+def build_handlers(svc: InferenceService) -> list[grpc.GenericRpcHandler]:
+    """Generic handlers for the inference and health services of ``svc``."""
+    unary = grpc.unary_unary_rpc_method_handler
+    simple = (
+        ("ServerLive", pb.ServerLiveRequest, pb.ServerLiveResponse),
+        ("ServerReady", pb.ServerReadyRequest, pb.ServerReadyResponse),
+        ("ModelReady", pb.ModelReadyRequest, pb.ModelReadyResponse),
+        ("ServerMetadata", pb.ServerMetadataRequest, pb.ServerMetadataResponse),
+        ("ModelMetadata", pb.ModelMetadataRequest, pb.ModelMetadataResponse),
+        ("ModelConfig", pb.ModelConfigRequest, pb.ModelConfigResponse),
+        ("ModelStatistics", pb.ModelStatisticsRequest, pb.ModelStatisticsResponse),
+        ("RepositoryIndex", pb.RepositoryIndexRequest, pb.RepositoryIndexResponse),
+        ("RepositoryModelLoad", pb.RepositoryModelLoadRequest, pb.RepositoryModelLoadResponse),
+        ("RepositoryModelUnload", pb.RepositoryModelUnloadRequest, pb.RepositoryModelUnloadResponse),
+        ("TraceSetting", pb.TraceSettingRequest, pb.TraceSettingResponse),
+        ("LogSettings", pb.LogSettingsRequest, pb.LogSettingsResponse),
+    )
+    methods: dict[str, grpc.RpcMethodHandler] = {
+        name: unary(
+            _unary(getattr(svc, name)), request_deserializer=req.FromString, response_serializer=resp.SerializeToString
+        )
+        for name, req, resp in simple
+    }
+    methods["ModelInfer"] = unary(
+        _unary(svc.ModelInfer), request_deserializer=split_infer_request, response_serializer=serialize_infer
+    )
+    methods["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
+        svc.ModelStreamInfer, request_deserializer=split_infer_request, response_serializer=serialize_stream
+    )
+    for name, req, resp in NOT_YET:
+        methods[name] = unary(
+            _not_yet(name), request_deserializer=req.FromString, response_serializer=resp.SerializeToString
+        )
+    health = {
+        "Check": unary(
+            _unary(svc.Check),
+            request_deserializer=health_pb2.HealthCheckRequest.FromString,
+            response_serializer=health_pb2.HealthCheckResponse.SerializeToString,
+        )
+    }
+    return [
+        grpc.method_handlers_generic_handler(SERVICE, methods),
+        grpc.method_handlers_generic_handler(HEALTH_SERVICE, health),
+    ]
