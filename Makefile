@@ -3,13 +3,13 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
-PLUGINS := plugins/backend_python
+PLUGINS := plugins/backend_python plugins/cache_redis
 STAMP  := $(VENV)/.installed
 PORT_HTTP ?= 8000
 PORT_GRPC ?= 8001
 PORT_METRICS ?= 8002
 
-.PHONY: install serve test protos lint bench clean
+.PHONY: install serve test test-deps protos lint bench clean
 
 install: $(STAMP)
 
@@ -23,8 +23,17 @@ serve: install
 	$(VENV)/bin/inferd serve --model-repository examples/models \
 		--http-port $(PORT_HTTP) --grpc-port $(PORT_GRPC) --metrics-port $(PORT_METRICS)
 
-test: install
+test: install test-deps
 	$(PY) -m pytest
+
+# Services the tests start themselves (a real redis-server for the redis cache plugin). Installed
+# with apt when running as root; otherwise those tests skip and say why.
+test-deps:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null) \
+	      || echo "could not install redis-server: the redis cache tests will skip"; \
+	  else echo "redis-server not found: the redis cache tests will skip"; fi; }
 
 protos: install
 	$(PY) scripts/gen_protos.py

@@ -1,0 +1,1 @@
+"""inferd response cache backed by Redis (``--cache-config redis,host=...``)."""

@@ -1,0 +1,22 @@
+"""Plugin registration. Imports no redis: the client loads when a server is started with this cache."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from inferd.hookspecs import Register, hookimpl
+
+if TYPE_CHECKING:
+    from inferd.cache import ResponseCache
+
+
+def _make_cache(settings: dict[str, str]) -> ResponseCache:
+    from inferd_cache_redis.cache import create_redis_cache
+
+    return create_redis_cache(settings)
+
+
+@hookimpl
+def inferd_register_caches(register: Register) -> None:
+    """Register the ``redis`` cache."""
+    register("redis", _make_cache)
