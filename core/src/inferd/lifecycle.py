@@ -23,9 +23,11 @@ from inferd.backend import Backend, InstanceSpec, ModelLoadContext
 from inferd.errors import InferdError, InvalidArgument, NotFound
 from inferd.model import ModelVersion
 from inferd.repository import ModelSource, RepositoryDiff, Snapshot, scan
+from inferd.response_cache import ModelCache
 from inferd.scheduler import InstanceRunner
 
 if TYPE_CHECKING:
+    from inferd.cache import ResponseCache
     from inferd.plugins import PluginHost
 
 log = logging.getLogger(__name__)
@@ -82,6 +84,8 @@ class ModelManager:
         self.records: dict[str, ModelRecord] = {}
         self.snapshot = Snapshot()
         self.dataplane: Any = None  # set by the DataPlane; handed to backends and ensembles
+        #: The server's response cache (``--cache-config``), set by the Server before loading.
+        self.cache: ResponseCache | None = None
         self._backends: dict[str, Backend] = {}
         self._load_slots = asyncio.Semaphore(max(1, options.load_threads))
         self._override_root: Path | None = None
@@ -188,6 +192,7 @@ class ModelManager:
             if dup:
                 raise InvalidArgument(f"model '{name}' exists in more than one repository: {', '.join(map(str, dup))}")
             raise NotFound(f"failed to load '{name}', failed to poll from model repository")
+        await self._load_composing(name, override, set())
         await self._load_one(self.snapshot.models[name], override)
         self._check_loaded(name)
 
@@ -226,8 +231,49 @@ class ModelManager:
         # Ensembles reference other models, so they load after the plain ones.
         plain = [s for s in sources if not _looks_like_ensemble(s)]
         ensembles = [s for s in sources if _looks_like_ensemble(s)]
-        for group in (plain, ensembles):
-            await asyncio.gather(*(self._load_one(s) for s in group))
+        await asyncio.gather(*(self._load_one(s) for s in plain))
+        # An ensemble may call another ensemble: load them in waves, the called ones first.
+        for wave in await asyncio.to_thread(self._ensemble_waves, ensembles):
+            await asyncio.gather(*(self._load_one(s) for s in wave))
+
+    async def _load_composing(self, name: str, override: cfg.ModelConfig | None, seen: set[str]) -> None:
+        """As Triton does, load the models an ensemble's steps call that are not serving yet
+        (those they call first); a plain model has none."""
+        seen.add(name)
+        source = self.snapshot.models.get(name)
+        if override is not None:
+            steps = [s.model_name for s in override.ensemble_scheduling.step]
+        else:
+            steps = await asyncio.to_thread(self._step_models, source) if source is not None else []
+        for dep in dict.fromkeys(steps):
+            if dep in seen or dep not in self.snapshot.models:
+                continue
+            await self._load_composing(dep, None, seen)
+            record = self.records.get(dep)
+            if record is None or not record.serving:
+                await self._load_one(self.snapshot.models[dep])
+
+    def _step_models(self, source: ModelSource) -> list[str]:
+        """The models an ensemble's steps call, read from its config (blocking); [] otherwise."""
+        if not _looks_like_ensemble(source):
+            return []
+        try:
+            config = cfg.load_config(source.path, self.options.config_name)
+        except Exception:
+            return []
+        return [s.model_name for s in config.ensemble_scheduling.step] if config is not None else []
+
+    def _ensemble_waves(self, sources: list[ModelSource]) -> list[list[ModelSource]]:
+        """Ensembles in groups where each group calls only models of earlier groups (blocking)."""
+        calls = {s.name: set(self._step_models(s)) - {s.name} for s in sources}
+        waves: list[list[ModelSource]] = []
+        left = list(sources)
+        while left:
+            names = {s.name for s in left}
+            wave = [s for s in left if not calls[s.name] & names] or left  # a cycle: all at once
+            waves.append(wave)
+            left = [s for s in left if s not in wave]
+        return waves
 
     async def _load_one(self, source: ModelSource, override: cfg.ModelConfig | None = None) -> None:
         record = self.records.setdefault(source.name, ModelRecord(source.name))
@@ -322,17 +368,20 @@ class ModelManager:
         if name:
             return self._backend(name, source.name)
         # No backend or platform: pick the backend whose default model file is present.
+        broken: list[str] = []
         for reg in self.host.backends:
             try:
                 backend = self._backend(reg.name, source.name)
-            except InferdError:
+            except InferdError as exc:
+                broken.append(f"'{reg.name}' ({exc.message})")
                 continue
             filename = config.default_model_filename or backend.default_model_filename
             if any((d / filename).exists() for d in source.version_dirs().values()):
                 return backend
+        detail = f"; backends that could not start: {'; '.join(broken)}" if broken else ""
         raise InvalidArgument(
             f"model '{source.name}' names no backend or platform and no installed backend recognises "
-            f"its files; installed backends: {', '.join(self.host.backends.names()) or 'none'}"
+            f"its files; installed backends: {', '.join(self.host.backends.names()) or 'none'}{detail}"
         )
 
     def _backend(self, name: str, model: str) -> Backend:
@@ -370,7 +419,24 @@ class ModelManager:
         except Exception:
             await asyncio.to_thread(mv.close)
             raise
+        mv.cache = self._model_cache(mv)
         return mv
+
+    def _model_cache(self, mv: ModelVersion) -> ModelCache | None:
+        """The cache binding for a version whose config has ``response_cache { enable: true }``."""
+        if not mv.config.response_cache.enable:
+            return None
+        if self.cache is None:
+            log.warning(
+                "model '%s' version %d enables response_cache, but the server has no cache "
+                "configured (--cache-config <name>,<key>=<value>); its responses are not cached",
+                mv.name, mv.version,
+            )  # fmt: skip
+            return None
+        if mv.decoupled or mv.config.WhichOneof("scheduling_choice") == "sequence_batching":
+            log.warning("model '%s': the response cache does not support decoupled or sequence models", mv.name)
+            return None
+        return ModelCache(self.cache, mv.name, mv.version, mv.stats)
 
     def _build_version(self, source: ModelSource, config: cfg.ModelConfig, backend: Backend, version: int) -> ModelVersion:
         ctx = ModelLoadContext(

@@ -1,0 +1,1 @@
+"""inferd's onnxruntime backend. Importing this package imports no framework."""

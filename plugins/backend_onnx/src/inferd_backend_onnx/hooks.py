@@ -1,0 +1,24 @@
+"""Plugin registration. Imports no framework: onnxruntime loads when a model needs the backend."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from inferd.hookspecs import Register, hookimpl
+
+if TYPE_CHECKING:
+    from inferd.backend import Backend
+
+
+def _make_backend() -> Backend:
+    # backend.py imports onnxruntime; an ImportError here reaches the lifecycle, which reports
+    # "model '...' needs backend 'onnxruntime' ..., whose framework is not installed".
+    from inferd_backend_onnx.backend import OnnxBackend
+
+    return OnnxBackend()
+
+
+@hookimpl
+def inferd_register_backends(register: Register) -> None:
+    """Register the "onnxruntime" backend (platform "onnxruntime_onnx")."""
+    register("onnxruntime", _make_backend)

@@ -1,0 +1,220 @@
+"""Session options and execution providers from a Triton model configuration.
+
+Framework-free: this module turns config.pbtxt into plain values (:class:`SessionSettings`, a
+provider list); ``backend.py`` applies them to ``onnxruntime``. Keys and meanings are those of
+Triton's onnxruntime backend:
+
+- ``parameters``: ``intra_op_thread_count``, ``inter_op_thread_count``, ``execution_mode`` (0
+  sequential, 1 parallel), ``enable_mem_arena``, ``enable_mem_pattern``,
+  ``memory.enable_memory_arena_shrinkage`` (a run option),
+  ``session.use_device_allocator_for_initializers`` (and any other ``session.*`` key, passed to
+  ``SessionOptions.add_session_config_entry``), and the deprecated CUDA keys
+  ``cudnn_conv_algo_search``, ``gpu_mem_limit``, ``arena_extend_strategy``,
+  ``do_copy_in_default_stream``.
+- ``optimization { graph { level } }``: -1 basic, 1 extended, 2 none, anything else all.
+- ``optimization { execution_accelerators { gpu_execution_accelerator [ {name: "tensorrt" | "cuda"
+  parameters {...}} ] cpu_execution_accelerator [ {name: "openvino"} ] } }``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from inferd.errors import ConfigError
+
+if TYPE_CHECKING:
+    from inferd.config import ModelConfig
+
+TENSORRT = "TensorrtExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+OPENVINO = "OpenVINOExecutionProvider"
+CPU = "CPUExecutionProvider"
+
+#: optimization.graph.level -> onnxruntime.GraphOptimizationLevel member name.
+GRAPH_LEVELS = {-1: "ORT_ENABLE_BASIC", 1: "ORT_ENABLE_EXTENDED", 2: "ORT_DISABLE_ALL"}
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+# Triton's tensorrt accelerator keys: config key -> TensorRT EP option ("" = same name).
+_TRT_RENAMES = {
+    "max_workspace_size_bytes": "trt_max_workspace_size",
+    "int8_calibration_table_name": "trt_int8_calibration_table_name",
+    "int8_use_native_calibration_table": "trt_int8_use_native_calibration_table",
+}
+_TRT_PRECISION = {"FP16": "trt_fp16_enable", "BF16": "trt_bf16_enable", "INT8": "trt_int8_enable", "FP32": ""}
+_CUDNN_SEARCH = {0: "EXHAUSTIVE", 1: "HEURISTIC", 2: "DEFAULT"}
+_ARENA_STRATEGY = {0: "kNextPowerOfTwo", 1: "kSameAsRequested"}
+
+
+@dataclass
+class SessionSettings:
+    """What the config says about a session, before it meets onnxruntime."""
+
+    graph_level: str = "ORT_ENABLE_ALL"
+    parallel: bool = False
+    intra_op_threads: int = 0  # 0: onnxruntime's default (one per core)
+    inter_op_threads: int = 0
+    mem_arena: bool | None = None
+    mem_pattern: bool | None = None
+    session_entries: dict[str, str] = field(default_factory=dict)
+    run_entries: dict[str, str] = field(default_factory=dict)
+    #: CUDA EP options from the deprecated top-level ``parameters`` keys.
+    cuda_options: dict[str, str] = field(default_factory=dict)
+
+
+def _params(config: ModelConfig) -> dict[str, str]:
+    return {k: v.string_value for k, v in config.parameters.items()}
+
+
+def _int(model: str, key: str, value: str) -> int:
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise ConfigError(f"model '{model}': parameter '{key}' must be an integer, got '{value}'") from None
+
+
+def _bool(model: str, key: str, value: str) -> bool:
+    text = value.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigError(f"model '{model}': parameter '{key}' must be a boolean (1/0, true/false), got '{value}'")
+
+
+def default_intra_op_threads(instance_count: int) -> int:
+    """The cores this process may use, shared among the model's instances (at least 1)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, instance_count))
+
+
+def session_settings(config: ModelConfig, model: str, instance_count: int = 1) -> SessionSettings:
+    """Parse the session-level options of ``config``; raise ConfigError for bad values.
+
+    ``intra_op_thread_count`` unset means the cores divided among ``instance_count`` instances
+    (Triton leaves it to onnxruntime, one thread per core per session, which oversubscribes a
+    machine with several instances); "0" asks for onnxruntime's default.
+    """
+    params = _params(config)
+    s = SessionSettings()
+    if config.optimization.HasField("graph"):
+        s.graph_level = GRAPH_LEVELS.get(config.optimization.graph.level, "ORT_ENABLE_ALL")
+    mode = _int(model, "execution_mode", params.get("execution_mode", "0"))
+    if mode not in (0, 1):
+        raise ConfigError(
+            f"model '{model}': invalid configuration value provided. Expected values for execution_mode "
+            f"are 0 (sequential) or 1 (parallel) but got {mode}"
+        )
+    s.parallel = mode == 1
+    if "intra_op_thread_count" in params:
+        s.intra_op_threads = max(0, _int(model, "intra_op_thread_count", params["intra_op_thread_count"]))
+    else:
+        s.intra_op_threads = default_intra_op_threads(instance_count)
+    s.inter_op_threads = max(0, _int(model, "inter_op_thread_count", params.get("inter_op_thread_count", "0")))
+    if "enable_mem_arena" in params:
+        s.mem_arena = _bool(model, "enable_mem_arena", params["enable_mem_arena"])
+    if "enable_mem_pattern" in params:
+        s.mem_pattern = _bool(model, "enable_mem_pattern", params["enable_mem_pattern"])
+    for key, value in params.items():
+        if key.startswith("session."):
+            s.session_entries[key] = value
+        elif key == "memory.enable_memory_arena_shrinkage":
+            s.run_entries[key] = value
+    s.cuda_options = _deprecated_cuda_options(model, params)
+    return s
+
+
+def _deprecated_cuda_options(model: str, params: dict[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if "cudnn_conv_algo_search" in params:
+        n = _int(model, "cudnn_conv_algo_search", params["cudnn_conv_algo_search"])
+        if n not in _CUDNN_SEARCH:
+            raise ConfigError(
+                f"model '{model}': unsupported cudnn_conv_algo_search value '{n}' is requested (0, 1 or 2)"
+            )
+        out["cudnn_conv_algo_search"] = _CUDNN_SEARCH[n]
+    if "gpu_mem_limit" in params:
+        out["gpu_mem_limit"] = str(_int(model, "gpu_mem_limit", params["gpu_mem_limit"]))
+    if "arena_extend_strategy" in params:
+        n = _int(model, "arena_extend_strategy", params["arena_extend_strategy"])
+        if n not in _ARENA_STRATEGY:
+            raise ConfigError(f"model '{model}': unsupported arena_extend_strategy value '{n}' is requested (0 or 1)")
+        out["arena_extend_strategy"] = _ARENA_STRATEGY[n]
+    if "do_copy_in_default_stream" in params:
+        out["do_copy_in_default_stream"] = params["do_copy_in_default_stream"]
+    return out
+
+
+Provider = tuple[str, dict[str, str]]
+
+
+def providers_for(
+    config: ModelConfig, model: str, kind: str, device_id: int, cuda_options: dict[str, str]
+) -> list[Provider]:
+    """The execution providers, in priority order, for one instance (CPU last, always).
+
+    A KIND_GPU instance gets the configured GPU accelerators (TensorRT first) and then CUDA on
+    ``device_id``; every instance gets the configured CPU accelerators (OpenVINO). An unknown
+    accelerator name is a ConfigError, as in Triton.
+    """
+    accelerators = config.optimization.execution_accelerators
+    providers: list[Provider] = []
+    if kind == "KIND_GPU":
+        cuda = {**cuda_options}
+        for acc in accelerators.gpu_execution_accelerator:
+            params = dict(acc.parameters)
+            if acc.name == "tensorrt":
+                providers.append((TENSORRT, {**_tensorrt_options(model, params), "device_id": str(device_id)}))
+            elif acc.name == "cuda":
+                cuda.update(params)
+            else:
+                raise ConfigError(
+                    f"model '{model}': unknown Execution Accelerator '{acc.name}' is requested in "
+                    f"optimization.execution_accelerators.gpu_execution_accelerator; known: tensorrt, cuda"
+                )
+        cuda["device_id"] = str(device_id)
+        providers.append((CUDA, cuda))
+    for acc in accelerators.cpu_execution_accelerator:
+        if acc.name != "openvino":
+            raise ConfigError(
+                f"model '{model}': unknown Execution Accelerator '{acc.name}' is requested in "
+                f"optimization.execution_accelerators.cpu_execution_accelerator; known: openvino"
+            )
+        providers.append((OPENVINO, {"device_type": "CPU", **dict(acc.parameters)}))
+    providers.append((CPU, {}))
+    return providers
+
+
+def _tensorrt_options(model: str, params: dict[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in params.items():
+        if key == "precision_mode":
+            if value not in _TRT_PRECISION:
+                raise ConfigError(
+                    f"model '{model}': unsupported precision mode '{value}' is requested for the tensorrt "
+                    f"accelerator; expected one of {', '.join(_TRT_PRECISION)}"
+                )
+            if _TRT_PRECISION[value]:
+                out[_TRT_PRECISION[value]] = "1"
+        elif key in _TRT_RENAMES:
+            out[_TRT_RENAMES[key]] = value
+        elif key.startswith("trt_"):
+            out[key] = value
+        else:
+            raise ConfigError(
+                f"model '{model}': unknown parameter '{key}' is provided for TensorRT Execution Accelerator"
+            )
+    return out
+
+
+def describe(providers: list[Provider]) -> str:
+    """``CUDAExecutionProvider(device_id=0), CPUExecutionProvider`` for log lines."""
+    parts = []
+    for name, opts in providers:
+        parts.append(f"{name}({', '.join(f'{k}={v}' for k, v in sorted(opts.items()))})" if opts else name)
+    return ", ".join(parts)

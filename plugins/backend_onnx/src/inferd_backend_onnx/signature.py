@@ -1,0 +1,238 @@
+"""A model's inputs and outputs as ONNX Runtime reports them: auto-complete and config checks.
+
+Framework-free: it works on anything with ``name``, ``type`` and ``shape`` attributes (what
+``InferenceSession.get_inputs()`` returns), so the rules can be tested without a session. The
+rules are Triton's onnxruntime backend's (``AutoCompleteConfig``, ``ValidateInputs``,
+``ValidateOutputs``, ``CompareDimsSupported``); the messages say more.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from inferd.config.model_config_pb2 import DataType
+from inferd.errors import ConfigError
+
+if TYPE_CHECKING:
+    from inferd.config import ModelConfig
+
+log = logging.getLogger(__name__)
+
+#: ONNX Runtime's type strings -> config.pbtxt data types.
+ORT_TO_CONFIG: dict[str, str] = {
+    "tensor(bool)": "TYPE_BOOL",
+    "tensor(uint8)": "TYPE_UINT8",
+    "tensor(uint16)": "TYPE_UINT16",
+    "tensor(uint32)": "TYPE_UINT32",
+    "tensor(uint64)": "TYPE_UINT64",
+    "tensor(int8)": "TYPE_INT8",
+    "tensor(int16)": "TYPE_INT16",
+    "tensor(int32)": "TYPE_INT32",
+    "tensor(int64)": "TYPE_INT64",
+    "tensor(float16)": "TYPE_FP16",
+    "tensor(float)": "TYPE_FP32",
+    "tensor(double)": "TYPE_FP64",
+    "tensor(string)": "TYPE_STRING",
+    "tensor(bfloat16)": "TYPE_BF16",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """One graph input or output: config data type (``""`` if unservable), dims with -1 for dynamic."""
+
+    name: str
+    config_type: str
+    dims: tuple[int, ...]
+    ort_type: str
+
+    @property
+    def is_string(self) -> bool:
+        return self.config_type == "TYPE_STRING"
+
+
+def tensor_infos(node_args: Iterable[Any]) -> list[TensorInfo]:
+    """TensorInfos from ORT ``NodeArg`` objects; symbolic (str) and unknown (None) dims become -1."""
+    out = []
+    for arg in node_args:
+        dims = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in (arg.shape or ()))
+        out.append(TensorInfo(arg.name, ORT_TO_CONFIG.get(arg.type, ""), dims, arg.type))
+    return out
+
+
+def shape_str(dims: Sequence[int]) -> str:
+    return "[" + ",".join(str(d) for d in dims) + "]"
+
+
+def _type_name(tensor: Any) -> str:
+    return str(DataType.Name(tensor.data_type))
+
+
+def _servable(model: str, info: TensorInfo, kind: str) -> None:
+    if info.config_type == "TYPE_BF16":
+        raise ConfigError(
+            f"unable to load model '{model}': {kind} '{info.name}' is bfloat16, which onnxruntime's Python "
+            f"API cannot exchange with numpy; this backend does not serve BF16 tensors"
+        )
+    if not info.config_type:
+        raise ConfigError(
+            f"unable to load model '{model}': {kind} '{info.name}' has ONNX type '{info.ort_type}', "
+            f"which has no inference protocol datatype (only tensors of numbers, bool and string are served)"
+        )
+
+
+# -- auto-complete ------------------------------------------------------------------------------
+
+
+def autocomplete(
+    config: ModelConfig, model: str, inputs: Sequence[TensorInfo], outputs: Sequence[TensorInfo],
+    default_max_batch_size: int,
+) -> None:  # fmt: skip
+    """Fill max_batch_size, dynamic_batching, inputs and outputs the way Triton's ORT backend does.
+
+    An input or output list the config already has is kept as it is; the checks at load time
+    compare it with the model.
+    """
+    _autocomplete_max_batch(config, model, inputs, outputs, default_max_batch_size)
+    for kind, infos, field in (("input", inputs, config.input), ("output", outputs, config.output)):
+        if len(field) > 0:
+            continue
+        for info in infos:
+            _servable(model, info, kind)
+            entry = field.add(name=info.name, data_type=DataType.Value(info.config_type))
+            dims = info.dims[1:] if config.max_batch_size > 0 else info.dims
+            if dims:
+                entry.dims.extend(dims)
+            else:
+                # A tensor with no dims left is a scalar (or only a batch): Triton declares it
+                # as [1] and, when batching, reshapes it to [] for the model.
+                entry.dims.append(1)
+                if config.max_batch_size > 0:
+                    entry.reshape.SetInParent()
+
+
+def _autocomplete_max_batch(
+    config: ModelConfig, model: str, inputs: Sequence[TensorInfo], outputs: Sequence[TensorInfo],
+    default_max_batch_size: int,
+) -> None:  # fmt: skip
+    batchable = all(info.dims and info.dims[0] == -1 for info in (*inputs, *outputs))
+    if not batchable:
+        if config.max_batch_size != 0:
+            fixed = [i.name for i in (*inputs, *outputs) if not i.dims or i.dims[0] != -1]
+            raise ConfigError(
+                f"autofill failed for model '{model}': model does not support batching while non-zero "
+                f"max_batch_size ({config.max_batch_size}) is specified; the first dimension of "
+                f"{', '.join(repr(n) for n in fixed)} is not dynamic (-1)"
+            )
+        return
+    if config.max_batch_size == 0:
+        config.max_batch_size = max(default_max_batch_size, 0)
+        log.warning(
+            "autofilled max_batch_size to %d for model '%s' since batching is supported but no "
+            "max_batch_size is specified in model configuration. Must specify max_batch_size to "
+            "utilize autofill with a larger max batch size", config.max_batch_size, model,
+        )  # fmt: skip
+    if config.max_batch_size > 1 and config.WhichOneof("scheduling_choice") is None:
+        config.dynamic_batching.SetInParent()
+
+
+# -- checks at load -----------------------------------------------------------------------------
+
+
+def check_config(
+    config: ModelConfig, model: str, inputs: Sequence[TensorInfo], outputs: Sequence[TensorInfo],
+    overridable: Sequence[TensorInfo] = (),
+) -> None:  # fmt: skip
+    """Raise ConfigError when the config's inputs or outputs disagree with the model.
+
+    Every model input must be in the config (optional inputs aside); the config may list a subset
+    of the outputs. Data types must be equal; dims are compared as Triton does (a -1 in the model
+    accepts any config dim for inputs; outputs must match exactly).
+    """
+    by_name = {i.name: i for i in inputs}
+    allowed = {**{i.name: i for i in overridable}, **by_name}
+    for index, tensor in enumerate(config.input):
+        if tensor.optional and config.max_batch_size != 0:
+            raise ConfigError(
+                f"unable to load model '{model}', optional input '{tensor.name}' is not supported for "
+                f"models that support batching"
+            )
+        _check_tensor(config, model, "input", index, tensor, allowed, exact=False)
+    listed = [t.name for t in config.input]
+    missing = [n for n in by_name if n not in listed]
+    if missing:
+        raise ConfigError(
+            f"unable to load model '{model}': configuration expects {len(listed)} inputs, model provides "
+            f"{len(by_name)}: model input(s) {', '.join(repr(n) for n in missing)} are not in the "
+            f"configuration (it lists: {', '.join(listed) or 'none'})"
+        )
+    outs = {o.name: o for o in outputs}
+    for index, tensor in enumerate(config.output):
+        _check_tensor(config, model, "output", index, tensor, outs, exact=True)
+
+
+def _check_tensor(
+    config: ModelConfig, model: str, kind: str, index: int, tensor: Any, infos: dict[str, TensorInfo], exact: bool
+) -> None:
+    where = f"{kind}[{index}]"
+    info = infos.get(tensor.name)
+    if info is None:
+        raise ConfigError(
+            f"unable to load model '{model}': configuration {where}.name is '{tensor.name}', but the "
+            f"model has no {kind} of that name; model {kind}s: {', '.join(infos) or 'none'}"
+        )
+    _servable(model, info, kind)
+    config_type = _type_name(tensor)
+    if config_type != info.config_type:
+        raise ConfigError(
+            f"unable to load model '{model}': {kind} '{tensor.name}': configuration {where}.data_type "
+            f"is {config_type}, model provides {info.config_type}"
+        )
+    has_reshape = tensor.HasField("reshape")
+    dims = tuple(tensor.reshape.shape) if has_reshape else tuple(tensor.dims)
+    field = f"{where}.reshape.shape" if has_reshape else f"{where}.dims"
+    if kind == "input" and tensor.allow_ragged_batch:
+        if info.dims != (-1,):
+            raise ConfigError(
+                f"unable to load model '{model}': ragged input '{tensor.name}' needs the model shape [-1], "
+                f"model provides {shape_str(info.dims)}"
+            )
+        return
+    if not info.dims:  # a scalar in the model: the config may only say [1] (or [])
+        if any(d != 1 for d in dims):
+            raise ConfigError(
+                f"unable to load model '{model}': scalar tensor '{tensor.name}': configuration {field} "
+                f"is {shape_str(dims)}, but the model's {kind} is a scalar; only [1] is allowed"
+            )
+        return
+    _compare_dims(model, kind, tensor.name, field, info.dims, dims, config.max_batch_size, exact)
+
+
+def _compare_dims(
+    model: str, kind: str, name: str, field: str, model_dims: tuple[int, ...], dims: tuple[int, ...],
+    max_batch_size: int, exact: bool,
+) -> None:  # fmt: skip
+    if max_batch_size > 0:
+        if model_dims[0] != -1:
+            raise ConfigError(
+                f"unable to load model '{model}': {kind} '{name}': max_batch_size is {max_batch_size}, so the "
+                f"model's first dimension must be a variable batch dimension (-1), but the model shape is "
+                f"{shape_str(model_dims)} (configuration {field} {shape_str(dims)}); set max_batch_size: 0 or "
+                f"give the model a dynamic batch dimension"
+            )
+        full = (-1, *dims)
+    else:
+        full = dims
+    ok = len(full) == len(model_dims) and all(m == c for m, c in zip(model_dims, full, strict=True) if exact or m != -1)
+    if not ok:
+        batch_note = f" (full shape {shape_str(full)} with the batch dimension)" if max_batch_size > 0 else ""
+        hint = ""
+        if max_batch_size == 0 and len(model_dims) == len(dims) + 1 and model_dims[0] == -1:
+            hint = "; the model's first dimension is dynamic: set max_batch_size > 0 to make it the batch dimension"
+        raise ConfigError(
+            f"unable to load model '{model}': {kind} '{name}': configuration {field} is {shape_str(dims)}"
+            f"{batch_note}, model provides {shape_str(model_dims)}{hint}"
+        )
