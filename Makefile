@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
-PLUGINS := plugins/backend_python plugins/backend_onnx plugins/cache_redis
+PLUGINS := plugins/backend_python plugins/backend_onnx plugins/backend_pytorch plugins/cache_redis
 STAMP  := $(VENV)/.installed
 PORT_HTTP ?= 8000
 PORT_GRPC ?= 8001
@@ -17,6 +17,9 @@ $(STAMP): constraints.txt requirements-dev.txt core/pyproject.toml $(wildcard pl
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -c constraints.txt -r requirements-dev.txt
 	$(PIP) install -c constraints.txt -e core $(foreach p,$(PLUGINS),-e $(p))
+	# The FIL plugin requires xgboost, whose Linux wheel pulls ~470 MB of NCCL for GPUs; here the
+	# CPU-only build (same import package) stands in for it.
+	$(PIP) install -c constraints.txt xgboost-cpu && $(PIP) install --no-deps -e plugins/backend_fil
 	touch $(STAMP)
 
 serve: install

@@ -1,0 +1,22 @@
+"""Plugin registration. Imports no xgboost or treelite: the backend module loads when a model needs it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from inferd.hookspecs import Register, hookimpl
+
+if TYPE_CHECKING:
+    from inferd.backend import Backend
+
+
+def _make_backend() -> Backend:
+    from inferd_backend_fil.backend import FilBackend
+
+    return FilBackend()
+
+
+@hookimpl
+def inferd_register_backends(register: Register) -> None:
+    """Register the "fil" backend."""
+    register("fil", _make_backend)

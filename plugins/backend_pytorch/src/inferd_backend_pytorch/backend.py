@@ -1,0 +1,196 @@
+"""The "pytorch" backend: Triton's pytorch_backend (platform ``pytorch_libtorch``) on PyTorch.
+
+A version directory holds a TorchScript ``model.pt`` (``torch.jit.script(m).save(path)``) or a
+torch.export program ``model.pt2`` (``torch.export.save(torch.export.export(m, args), path)``).
+The second is used when ``default_model_filename`` is ``model.pt2``, or when the config names no
+file and ``model.pt2`` exists without ``model.pt``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from inferd.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
+from inferd.config.model_config_pb2 import DataType
+from inferd.errors import ConfigError, InvalidArgument
+
+from inferd_backend_pytorch.binding import InputPlan, OutputPlan, plan_inputs
+from inferd_backend_pytorch.loading import load_module
+from inferd_backend_pytorch.options import TorchOptions, parse_options
+
+log = logging.getLogger("inferd.pytorch")
+
+TORCHSCRIPT_FILENAME = "model.pt"
+EXPORTED_FILENAME = "model.pt2"
+_TYPE_STRING = DataType.Value("TYPE_STRING")
+
+
+class PyTorchBackend(Backend):
+    """Loads TorchScript and torch.export models; one instance per ``instance_group`` slot."""
+
+    name = "pytorch"
+    platforms = ("pytorch_libtorch",)
+    default_model_filename = TORCHSCRIPT_FILENAME
+
+    def autocomplete_config(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:
+        """Choose ``model.pt2`` when it is the only model file. Inputs and outputs are not filled.
+
+        TorchScript keeps no reliable tensor shapes, so Triton's pytorch backend skips
+        auto-complete; inferd does the same and reports missing inputs/outputs at load time.
+        """
+        if config.default_model_filename or version_dir is None:
+            return
+        if not (version_dir / TORCHSCRIPT_FILENAME).exists() and (version_dir / EXPORTED_FILENAME).exists():
+            config.default_model_filename = EXPORTED_FILENAME
+
+    def load_model(self, context: ModelLoadContext) -> Model:
+        config = context.config
+        options = parse_options(config, context.name)
+        names = model_input_names(config)
+        if not names or not config.output:
+            raise ConfigError(
+                f"model '{context.name}': the pytorch backend cannot auto-complete inputs and outputs "
+                f"(TorchScript records no tensor shapes); declare every input and output in config.pbtxt "
+                f"(inputs declared: {len(names)}, outputs declared: {len(config.output)})"
+            )
+        _check_string_dims(context.name, config)
+        path = model_file(context)
+        apply_thread_settings(options, context.name)
+        return PyTorchModel(context, path, options, names)
+
+
+def model_input_names(config: Any) -> list[str]:
+    """What forward() receives, in Triton's order: config inputs, then sequence controls and states."""
+    names = [t.name for t in config.input]
+    if config.WhichOneof("scheduling_choice") == "sequence_batching":
+        names += [c.name for c in config.sequence_batching.control_input]
+        names += [s.input_name for s in config.sequence_batching.state]
+    return names
+
+
+def model_file(context: ModelLoadContext) -> Path:
+    """The file to load; falls back to ``model.pt2`` when the default ``model.pt`` is absent."""
+    path = context.model_path
+    if not path.exists() and path.name == TORCHSCRIPT_FILENAME:
+        alternative = path.with_name(EXPORTED_FILENAME)
+        if alternative.exists():
+            return alternative
+    if not path.exists():
+        raise InvalidArgument(
+            f"model '{context.name}' version {context.version}: model file {path} does not exist "
+            f"(expected a TorchScript '{TORCHSCRIPT_FILENAME}' or a torch.export '{EXPORTED_FILENAME}')"
+        )
+    return path
+
+
+def _check_string_dims(model: str, config: Any) -> None:
+    """Triton passes TYPE_STRING tensors as List[str], so they must be 1-dimensional."""
+    batching = 1 if config.max_batch_size > 0 else 0
+    for kind, tensors in (("input", config.input), ("output", config.output)):
+        for t in tensors:
+            dims = list(t.reshape.shape) if t.HasField("reshape") else list(t.dims)
+            if t.data_type == _TYPE_STRING and len(dims) + batching > 1:
+                raise ConfigError(
+                    f"model '{model}': {kind} '{t.name}' is TYPE_STRING, which PyTorch sees as a List[str]: "
+                    f"only 1-dimensional string tensors are supported (batch dimension included)"
+                )
+
+
+class PyTorchModel(Model):
+    """One loaded version. Each instance loads its own copy unless ENABLE_WEIGHT_SHARING is set."""
+
+    def __init__(self, context: ModelLoadContext, path: Path, options: TorchOptions, input_names: list[str]) -> None:
+        self.name = context.name
+        self.version = context.version
+        self.config = context.config
+        self.path = path
+        self.options = options
+        self.input_names = input_names
+        self.outputs = OutputPlan(self.name, [t.name for t in context.config.output])
+        self._plan: InputPlan | None = None
+        self._shared: dict[str, Callable[..., Any]] = {}
+        self._lock = threading.Lock()
+
+    def create_instance(self, spec: InstanceSpec) -> Instance:
+        from inferd_backend_pytorch.instance import PyTorchInstance
+
+        device = instance_device(spec, self.name)
+        module = self._module(device)
+        return PyTorchInstance(self, module, device, spec)
+
+    @property
+    def plan(self) -> InputPlan:
+        assert self._plan is not None, "create_instance binds the inputs"
+        return self._plan
+
+    def _module(self, device: torch.device | None) -> Callable[..., Any]:
+        key = str(device)
+        with self._lock:
+            if self.options.weight_sharing and key in self._shared:
+                return self._shared[key]
+            loaded = load_module(self.path, device, f"model '{self.name}' version {self.version}")
+            if self._plan is None:
+                self._plan = plan_inputs(self.name, loaded.arguments, self.input_names)
+                log.info("model '%s': inputs bound by %s", self.name, self._plan.convention)
+            if self.options.weight_sharing:
+                self._shared[key] = loaded.module
+            return loaded.module
+
+    def unload(self) -> None:
+        self._shared.clear()
+
+
+def instance_device(spec: InstanceSpec, model: str) -> torch.device | None:
+    """cpu for KIND_CPU, ``cuda:<device_id>`` for KIND_GPU; None (as saved) for KIND_MODEL."""
+    if spec.kind == "KIND_MODEL":
+        return None
+    if spec.kind != "KIND_GPU":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise InvalidArgument(
+            f"model '{model}' instance '{spec.name}' is KIND_GPU (device {spec.device_id}), but this PyTorch "
+            f"({torch.__version__}) sees no CUDA device; use instance_group [{{ kind: KIND_CPU }}] or install "
+            f"a CUDA build of torch"
+        )
+    count = torch.cuda.device_count()
+    if spec.device_id >= count:
+        raise InvalidArgument(
+            f"model '{model}' instance '{spec.name}' asks for GPU {spec.device_id}, but PyTorch sees {count} "
+            f"CUDA device(s) (0..{count - 1})"
+        )
+    return torch.device("cuda", spec.device_id)
+
+
+_thread_lock = threading.Lock()
+_thread_owner: dict[str, tuple[int, str]] = {}
+
+
+def apply_thread_settings(options: TorchOptions, model: str) -> None:
+    """INTRA/INTER_OP_THREAD_COUNT are process-wide in PyTorch: the first model to set one wins."""
+    with _thread_lock:
+        for key, count, setter in (
+            ("INTRA_OP_THREAD_COUNT", options.intra_op_threads, torch.set_num_threads),
+            ("INTER_OP_THREAD_COUNT", options.inter_op_threads, torch.set_num_interop_threads),
+        ):
+            if count <= 0:
+                continue
+            owner = _thread_owner.get(key)
+            if owner is not None:
+                if owner[0] != count:
+                    log.warning(
+                        "model '%s': %s %d ignored; it is process-wide and model '%s' already set it to %d",
+                        model, key, count, owner[1], owner[0],
+                    )  # fmt: skip
+                continue
+            try:
+                setter(count)
+            except RuntimeError as exc:  # set_num_interop_threads works once, before any parallel work
+                log.warning("model '%s': %s %d could not be applied: %s", model, key, count, exc)
+                continue
+            _thread_owner[key] = (count, model)
+            log.info("model '%s': %s set to %d for the whole process", model, key, count)

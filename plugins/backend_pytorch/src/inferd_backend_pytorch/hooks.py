@@ -1,0 +1,22 @@
+"""Plugin registration. Imports no torch: the backend module loads when a model needs it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from inferd.hookspecs import Register, hookimpl
+
+if TYPE_CHECKING:
+    from inferd.backend import Backend
+
+
+def _make_backend() -> Backend:
+    from inferd_backend_pytorch.backend import PyTorchBackend
+
+    return PyTorchBackend()
+
+
+@hookimpl
+def inferd_register_backends(register: Register) -> None:
+    """Register the "pytorch" backend (platform ``pytorch_libtorch``)."""
+    register("pytorch", _make_backend)

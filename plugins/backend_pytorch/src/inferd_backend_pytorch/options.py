@@ -1,0 +1,87 @@
+"""The ``parameters`` of Triton's pytorch backend, read once per model (no torch import here)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from inferd.errors import ConfigError
+
+log = logging.getLogger("inferd.pytorch")
+
+_TRUE = frozenset({"true", "1", "on", "yes"})
+_FALSE = frozenset({"false", "0", "off", "no"})
+
+#: Parameters Triton documents that have no effect here, and why.
+_NO_EFFECT = {
+    "ENABLE_NVFUSER": "nvFuser was removed from PyTorch (2.2+); the parameter is ignored",
+    "TORCH_COMPILE_OPTIONAL_PARAMETERS": "torch.compile applies to Triton's Python-based model.py flavour only; ignored",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TorchOptions:
+    """Execution settings of one model, with Triton's defaults.
+
+    ``None`` for the JIT switches means "leave PyTorch's process-wide setting alone", as Triton
+    does when the parameter is absent.
+    """
+
+    inference_mode: bool = True  # INFERENCE_MODE (Triton's default is true)
+    optimized_execution: bool = True  # not DISABLE_OPTIMIZED_EXECUTION
+    cudnn: bool = True  # not DISABLE_CUDNN
+    cache_cleaning: bool = False  # ENABLE_CACHE_CLEANING
+    weight_sharing: bool = False  # ENABLE_WEIGHT_SHARING
+    jit_executor: bool | None = None  # ENABLE_JIT_EXECUTOR
+    jit_profiling: bool | None = None  # ENABLE_JIT_PROFILING
+    tensor_fuser: bool | None = None  # ENABLE_TENSOR_FUSER
+    intra_op_threads: int = 0  # INTRA_OP_THREAD_COUNT / NUM_THREADS (0: PyTorch's default)
+    inter_op_threads: int = 0  # INTER_OP_THREAD_COUNT / NUM_INTEROP_THREADS
+
+
+def parse_options(config: Any, model: str) -> TorchOptions:
+    """Read Triton's pytorch parameters from ``config.parameters``; unknown keys are ignored."""
+    params = {key: value.string_value for key, value in config.parameters.items()}
+    for key, why in _NO_EFFECT.items():
+        if key in params:
+            log.warning("model '%s': parameter %s: %s", model, key, why)
+
+    def flag(key: str, default: bool | None) -> bool | None:
+        return _bool(params[key], key, model) if key in params else default
+
+    def count(*keys: str) -> int:
+        for key in keys:
+            if key in params:
+                return _int(params[key], key, model)
+        return 0
+
+    return TorchOptions(
+        inference_mode=bool(flag("INFERENCE_MODE", True)),
+        optimized_execution=not flag("DISABLE_OPTIMIZED_EXECUTION", False),
+        cudnn=not flag("DISABLE_CUDNN", False),
+        cache_cleaning=bool(flag("ENABLE_CACHE_CLEANING", False)),
+        weight_sharing=bool(flag("ENABLE_WEIGHT_SHARING", False)),
+        jit_executor=flag("ENABLE_JIT_EXECUTOR", None),
+        jit_profiling=flag("ENABLE_JIT_PROFILING", None),
+        tensor_fuser=flag("ENABLE_TENSOR_FUSER", None),
+        intra_op_threads=count("INTRA_OP_THREAD_COUNT", "NUM_THREADS"),
+        inter_op_threads=count("INTER_OP_THREAD_COUNT", "NUM_INTEROP_THREADS"),
+    )
+
+
+def _bool(text: str, key: str, model: str) -> bool:
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"model '{model}': parameter {key} must be true or false, got '{text}'")
+
+
+def _int(text: str, key: str, model: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ConfigError(f"model '{model}': parameter {key} must be an integer, got '{text}'") from None
+    return max(value, 0)
