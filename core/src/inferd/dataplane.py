@@ -17,7 +17,8 @@ from inferd import __version__
 from inferd import config as cfg
 from inferd.errors import InferdError, InvalidArgument, Unavailable, Unsupported
 from inferd.lifecycle import ControlMode, ModelManager
-from inferd.logging_settings import REQUEST_ID, SETTINGS as LOG_SETTINGS
+from inferd.logging_settings import REQUEST_ID
+from inferd.logging_settings import SETTINGS as LOG_SETTINGS
 from inferd.trace import TRACE_KEY, RequestTrace, Tracer
 from inferd.types import InferRequest, InferResponse
 
@@ -260,8 +261,8 @@ class DataPlane:
 
         def calls(model: str) -> list[str]:
             record = records.get(model)
-            steps = [s.model_name for mv in (record.serving.values() if record else ()) for s in mv.config.ensemble_scheduling.step]
-            return list(dict.fromkeys(steps))
+            serving = record.serving.values() if record is not None else ()
+            return list(dict.fromkeys(s.model_name for mv in serving for s in mv.config.ensemble_scheduling.step))
 
         def callers(model: str) -> list[str]:
             return [n for n, r in records.items() if n != model and r.serving and model in calls(n)]

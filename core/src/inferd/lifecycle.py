@@ -407,6 +407,7 @@ class ModelManager:
         return backend
 
     async def _load_version(self, source: ModelSource, config: cfg.ModelConfig, backend: Backend | None, version: int) -> ModelVersion:
+        started = time.monotonic_ns()
         version_config = cfg.ModelConfig()
         version_config.CopyFrom(config)
         if backend is None:
@@ -420,6 +421,7 @@ class ModelManager:
             await asyncio.to_thread(mv.close)
             raise
         mv.cache = self._model_cache(mv)
+        mv.stats.load_duration_ns = time.monotonic_ns() - started
         return mv
 
     def _model_cache(self, mv: ModelVersion) -> ModelCache | None:

@@ -11,6 +11,7 @@ from inferd.validation import RequestValidator
 if TYPE_CHECKING:
     from inferd.backend import Model
     from inferd.config import ModelConfig
+    from inferd.response_cache import ModelCache
     from inferd.scheduler import InstanceRunner, Scheduler
 
 
@@ -37,17 +38,21 @@ class ModelVersion:
         self.stats = ModelStats(name, str(version))
         self.validator = RequestValidator(config, name)
         self.scheduler: Scheduler | None = None
+        #: Set by the lifecycle when the server has a cache and the config enables it.
+        self.cache: ModelCache | None = None
         self._reshapes = {
             t.name: tuple(t.reshape.shape) for t in config.input if t.HasField("reshape")
         }
         self.metadata = self._metadata()
 
     async def infer(self, request: InferRequest) -> InferResponse:
-        """Validate, apply config reshapes, and hand the request to the scheduler."""
+        """Validate, apply config reshapes, and hand the request to the cache or the scheduler."""
         self.validator.validate(request)
         if self._reshapes:
             self._apply_reshapes(request)
         assert self.scheduler is not None
+        if self.cache is not None:
+            return await self.cache.infer(request, self.scheduler.enqueue)
         return await self.scheduler.enqueue(request)
 
     def _apply_reshapes(self, request: InferRequest) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from inferd.errors import InferdError, InternalError, Unavailable
+from inferd.logging_settings import REQUEST_ID
 from inferd.types import InferRequest, InferResponse
 
 if TYPE_CHECKING:
@@ -40,6 +41,8 @@ class InstanceRunner:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"inferd-{spec.name}")
 
     def _call(self, requests: Sequence[InferRequest]) -> Execution:
+        # Lines the model logs while it runs one request carry that request's id.
+        token = REQUEST_ID.set(requests[0].id if len(requests) == 1 else "")
         start = time.monotonic_ns()
         try:
             results = self.instance.execute(requests)
@@ -48,6 +51,8 @@ class InstanceRunner:
         except Exception as exc:
             err = InternalError(f"instance '{self.spec.name}' failed: {type(exc).__name__}: {exc}")
             results = [err] * len(requests)
+        finally:
+            REQUEST_ID.reset(token)
         return Execution(list(results), start, time.monotonic_ns())
 
     async def execute(self, requests: Sequence[InferRequest]) -> Execution:
@@ -102,6 +107,9 @@ class Scheduler(abc.ABC):
     def __init__(self, version: ModelVersion) -> None:
         self.version = version
         self._inflight = 0
+        #: Requests handed to an instance and not yet done; subclasses keep it current so that
+        #: :meth:`pending` (``nv_inference_pending_request_count``) is right.
+        self.executing = 0
         self._idle = asyncio.Event()
         self._idle.set()
         self._stopping = False
@@ -126,6 +134,10 @@ class Scheduler(abc.ABC):
     def inflight(self) -> int:
         """Requests accepted and not yet answered."""
         return self._inflight
+
+    def pending(self) -> int:
+        """Requests accepted and not yet executing (waiting in the queue)."""
+        return max(0, self._inflight - self.executing)
 
     async def stop(self) -> None:
         """Refuse new requests, then wait until every accepted one is answered."""

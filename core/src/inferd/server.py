@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from inferd.cache import ResponseCache
 from inferd.dataplane import DataPlane
+from inferd.errors import InferdError
 from inferd.frontend import Frontend
 from inferd.lifecycle import ControlMode, LifecycleOptions, ModelManager
 from inferd.plugins import PluginHost
@@ -38,6 +40,8 @@ class ServerOptions:
     exit_timeout_secs: float = 30.0
     model_load_thread_count: int = 4
     log_verbose: int = 0
+    #: ``--cache-config NAME,key=value`` gathered by cache name: ``{"local": {"size": "1048576"}}``.
+    cache_config: dict[str, dict[str, str]] = field(default_factory=dict)
     #: Options added by plugins through ``inferd_add_options`` (and anything else by name).
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -64,6 +68,8 @@ class Server:
         self.poller: RepositoryPoller | None = None
         self._poll_task: asyncio.Task[None] | None = None
         self.started_at = 0.0
+        #: The response cache built from ``options.cache_config`` at start, if any.
+        self.cache: ResponseCache | None = None
 
     async def start(self) -> None:
         """Load start-up models, start the poller and every frontend."""
@@ -73,6 +79,7 @@ class Server:
         for repo in self.manager.options.repositories:
             if not repo.is_dir():
                 raise SystemExit(f"error: model repository '{repo}' is not a directory")
+        self.cache = self.manager.cache = await asyncio.to_thread(self._build_cache)
         await self.manager.start()
         if self.options.model_control_mode is ControlMode.POLL:
             self.poller = RepositoryPoller(self.manager, self.manager.options.repositories, self.options.repository_poll_secs)
@@ -102,7 +109,30 @@ class Server:
         except asyncio.TimeoutError:
             log.warning("models still busy after %.0f s; exiting anyway", grace)
         self.dataplane.live = False
+        if self.cache is not None:
+            await asyncio.to_thread(self.cache.close)
         self.host.shutdown(self)
+
+    def _build_cache(self) -> ResponseCache | None:
+        """The one response cache ``--cache-config`` names (blocking: a cache may connect)."""
+        configs = self.options.cache_config
+        if not configs:
+            return None
+        if len(configs) > 1:
+            raise SystemExit(
+                f"error: --cache-config names {len(configs)} caches ({', '.join(sorted(configs))}); "
+                f"a server uses one response cache"
+            )
+        ((name, settings),) = configs.items()
+        try:
+            cache = self.host.caches.create(name, dict(settings))
+        except InferdError as exc:
+            raise SystemExit(f"error: response cache '{name}': {exc.message}") from None
+        except Exception as exc:
+            raise SystemExit(f"error: response cache '{name}' failed to start: {type(exc).__name__}: {exc}") from None
+        shown = ", ".join(f"{k}={'***' if k == 'password' else v}" for k, v in sorted(settings.items()))
+        log.info("response cache '%s' ready (%s)", name, shown)
+        return cache
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Start, wait for ``stop``, then shut down cleanly."""

@@ -1,7 +1,15 @@
 """Per model-version statistics, in the shape of Triton's statistics extension.
 
 Schedulers record into a :class:`ModelStats`; the statistics routes and the metrics frontend read
-from it, so the two always agree.
+from it, so the two always agree. The semantics follow Triton's (checked against Triton 2.51):
+
+- ``success`` / ``queue`` / ``compute_*`` in ``inference_stats`` count successful requests only;
+  ``fail`` counts failed requests (a request refused by input validation never reaches a scheduler
+  and is not counted, as in Triton).
+- ``execution_count`` and ``batch_stats`` count every execution, failed or not;
+  ``inference_count`` counts the batch rows of successful requests only.
+- ``response_stats`` is keyed by the index of a response within its request ("0", "1", ...): it is
+  filled for decoupled models, whose requests may have any number of responses.
 """
 
 from __future__ import annotations
@@ -9,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 
 @dataclass(slots=True)
@@ -28,6 +36,9 @@ class Duration:
 
 
 _INFER_FIELDS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss")
+_RESPONSE_FIELDS = ("compute_infer", "compute_output", "success", "fail", "empty_response", "cancel")
+#: Triton's failure reasons (the ``reason`` label of ``nv_inference_request_failure``).
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 
 
 @dataclass(slots=True)
@@ -35,6 +46,13 @@ class BatchStats:
     compute_input: Duration = field(default_factory=Duration)
     compute_infer: Duration = field(default_factory=Duration)
     compute_output: Duration = field(default_factory=Duration)
+
+
+class LatencyObserver(Protocol):
+    """Receives every request's latencies (ns); the metrics frontend attaches one for its
+    summaries and histograms. Called with the stats lock held: keep it short."""
+
+    def observe(self, kind: str, ns: int) -> None: ...
 
 
 class ModelStats:
@@ -51,12 +69,23 @@ class ModelStats:
         self.last_inference_ms = 0
         #: Failed requests by Triton's reason label (REJECTED, CANCELED, BACKEND, OTHER).
         self.failures: dict[str, int] = {}
+        #: Decoupled models: statistics by response index.
+        self.responses: dict[int, dict[str, Duration]] = {}
+        #: How long loading this version took (``nv_model_load_duration_secs``); 0 when unknown.
+        self.load_duration_ns = 0
+        #: Memory the backend reports for this version: ``{"type", "id", "byte_size"}`` entries.
+        self.memory_usage: list[dict[str, Any]] = []
+        #: Set by the metrics frontend when latency summaries or histograms are on.
+        self.observer: LatencyObserver | None = None
 
-    def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
-        """One call of ``Instance.execute`` over ``batch_size`` rows."""
+    def record_execution(
+        self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int, succeeded: int | None = None
+    ) -> None:
+        """One call of ``Instance.execute`` over ``batch_size`` rows, of which ``succeeded``
+        (default: all) belong to requests that succeeded."""
         with self._lock:
             self.execution_count += 1
-            self.inference_count += batch_size
+            self.inference_count += batch_size if succeeded is None else succeeded
             b = self.batches.get(batch_size)
             if b is None:
                 b = self.batches[batch_size] = BatchStats()
@@ -74,6 +103,13 @@ class ModelStats:
             d["compute_infer"].add(infer_ns)
             d["compute_output"].add(output_ns)
             self.last_inference_ms = time.time_ns() // 1_000_000
+            if self.observer is not None:
+                obs = self.observer.observe
+                obs("request", total_ns)
+                obs("queue", queue_ns)
+                obs("compute_input", input_ns)
+                obs("compute_infer", infer_ns)
+                obs("compute_output", output_ns)
 
     def record_failure(self, total_ns: int, reason: str = "BACKEND") -> None:
         """One request that ended with an error."""
@@ -82,11 +118,66 @@ class ModelStats:
             self.failures[reason] = self.failures.get(reason, 0) + 1
             self.last_inference_ms = time.time_ns() // 1_000_000
 
-    def record_cache(self, hit: bool, ns: int) -> None:
+    def record_cache(self, hit: bool, ns: int, total_ns: int = 0, queue_ns: int = 0) -> None:
+        """One cache lookup: a hit (lookup time) or a miss (lookup + insert time).
+
+        As in Triton, a hit is also a successful request (``total_ns``, ``queue_ns``) with no
+        execution and no compute time; a miss's ``ns`` is added to the success time of the
+        request its scheduler already recorded.
+        """
         with self._lock:
-            self.durations["cache_hit" if hit else "cache_miss"].add(ns)
+            d = self.durations
+            d["cache_hit" if hit else "cache_miss"].add(ns)
             if hit:
+                d["success"].add(total_ns)
+                d["queue"].add(queue_ns)
                 self.last_inference_ms = time.time_ns() // 1_000_000
+            else:
+                d["success"].add(ns, count=0)
+            if self.observer is not None:
+                self.observer.observe("cache_hit" if hit else "cache_miss", ns)
+
+    def record_response(
+        self, index: int, infer_ns: int, output_ns: int = 0, *, ok: bool = True, empty: bool = False,
+        cancelled: bool = False,
+    ) -> None:  # fmt: skip
+        """One response of a decoupled request: the ``index``-th (from 0) of its request.
+
+        ``empty`` is a final flag with no outputs; ``ok=False`` an error response.
+        """
+        with self._lock:
+            r = self.responses.get(index)
+            if r is None:
+                r = self.responses[index] = {f: Duration() for f in _RESPONSE_FIELDS}
+            total = infer_ns + output_ns
+            if cancelled:
+                r["cancel"].add(total)
+            elif not ok:
+                r["fail"].add(total)
+            elif empty:
+                r["empty_response"].add(total)
+            else:
+                r["compute_infer"].add(infer_ns)
+                r["compute_output"].add(output_ns)
+                r["success"].add(total)
+
+    def observe_first_response(self, ns: int) -> None:
+        """Time from a request's arrival to its first response (the latency histogram)."""
+        observer = self.observer
+        if observer is not None:
+            with self._lock:
+                observer.observe("first_response", ns)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters for the metrics frontend, read under one lock so they are consistent."""
+        with self._lock:
+            return {
+                "durations": {k: (v.count, v.ns) for k, v in self.durations.items()},
+                "inference_count": self.inference_count,
+                "execution_count": self.execution_count,
+                "failures": {r: self.failures.get(r, 0) for r in FAILURE_REASONS},
+                "load_duration_ns": self.load_duration_ns,
+            }
 
     def as_dict(self) -> dict[str, Any]:
         """Triton's JSON ``model_stats`` entry for this version."""
@@ -98,7 +189,9 @@ class ModelStats:
                 "inference_count": self.inference_count,
                 "execution_count": self.execution_count,
                 "inference_stats": {k: v.as_dict() for k, v in self.durations.items()},
-                "response_stats": {},
+                "response_stats": {
+                    str(i): {k: d.as_dict() for k, d in r.items()} for i, r in sorted(self.responses.items())
+                },
                 "batch_stats": [
                     {
                         "batch_size": size,
@@ -108,5 +201,5 @@ class ModelStats:
                     }
                     for size, b in sorted(self.batches.items())
                 ],
-                "memory_usage": [],
+                "memory_usage": list(self.memory_usage),
             }

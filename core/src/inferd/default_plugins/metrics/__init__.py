@@ -1,0 +1,259 @@
+"""The metrics frontend: Triton's Prometheus metrics on ``--metrics-port`` at ``/metrics``.
+
+Per-model families are read from the statistics each model version keeps (the same numbers the
+statistics extension returns); CPU and GPU gauges are sampled every ``--metrics-interval-ms``.
+Flags (Triton's spellings): ``--allow-metrics`` and ``--metrics-port`` (core), and from this plugin
+``--metrics-address``, ``--metrics-interval-ms``, ``--allow-cpu-metrics``, ``--allow-gpu-metrics``,
+``--metrics-config counter_latencies=|summary_latencies=|histogram_latencies=|summary_quantiles=``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import socket
+from typing import TYPE_CHECKING, Any
+
+from inferd.frontend import Frontend
+from inferd.hookspecs import Register, hookimpl
+
+if TYPE_CHECKING:
+    from inferd.dataplane import DataPlane
+    from inferd.default_plugins.metrics.latency import LatencyConfig
+    from inferd.model import ModelVersion
+    from inferd.server import ServerOptions
+
+log = logging.getLogger(__name__)
+
+
+def _bool(value: str) -> bool:
+    v = value.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
+
+
+def _setting(value: str) -> tuple[str, str]:
+    key, eq, val = value.partition("=")
+    if not eq or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected <setting>=<value>, e.g. summary_latencies=true, got '{value}'")
+    return key.strip(), val.strip()
+
+
+def latency_config(settings: list[tuple[str, str]]) -> LatencyConfig:
+    """``--metrics-config`` values as a :class:`LatencyConfig` (unknown keys are an error)."""
+    from inferd.default_plugins.metrics.latency import LatencyConfig, parse_quantiles
+
+    config = LatencyConfig()
+    for key, value in settings:
+        if key in ("counter_latencies", "summary_latencies", "histogram_latencies"):
+            try:
+                flag = _bool(value)
+            except argparse.ArgumentTypeError as exc:
+                raise SystemExit(f"error: --metrics-config {key}={value}: {exc}") from None
+            setattr(config, {"counter_latencies": "counters", "summary_latencies": "summaries",
+                             "histogram_latencies": "histograms"}[key], flag)  # fmt: skip
+        elif key == "summary_quantiles":
+            try:
+                config.quantiles = parse_quantiles(value)
+            except ValueError as exc:
+                raise SystemExit(f"error: --metrics-config summary_quantiles={value}: {exc}") from None
+        else:
+            raise SystemExit(
+                f"error: --metrics-config {key}={value}: unknown setting; known: counter_latencies, "
+                f"summary_latencies, histogram_latencies, summary_quantiles"
+            )
+    return config
+
+
+class MetricsFrontend(Frontend):
+    """``GET /metrics`` on a hypercorn server; a background task samples CPU and GPU gauges."""
+
+    name = "metrics"
+
+    def __init__(self, host: str, port: int, interval_s: float, config: LatencyConfig,
+                 cpu: bool = True, gpu: bool = True) -> None:  # fmt: skip
+        self.host = host
+        self.port = port
+        self.interval_s = interval_s
+        self.config = config
+        self.want_cpu = cpu
+        self.want_gpu = gpu
+        self.cpu: Any = None
+        self.gpu: Any = None
+        self.dataplane: DataPlane | None = None
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._sock: socket.socket | None = None
+
+    def versions(self) -> list[ModelVersion]:
+        """Every serving model version, by name then version."""
+        assert self.dataplane is not None
+        records = self.dataplane.manager.records
+        return [mv for name in sorted(records) for _, mv in sorted(records[name].serving.items())]
+
+    def text(self) -> str:
+        """The exposition text of one scrape."""
+        from inferd.default_plugins.metrics.render import as_text
+
+        versions = self.versions()
+        self._attach(versions)
+        return as_text(versions, self.config, self.cpu, self.gpu)
+
+    def _attach(self, versions: list[ModelVersion]) -> None:
+        """Give each model version latency windows, when summaries or histograms are on."""
+        if not (self.config.summaries or self.config.histograms):
+            return
+        from inferd.default_plugins.metrics.latency import DEFAULT_BUCKETS_MS, LatencyWindows
+
+        for mv in versions:
+            if mv.stats.observer is None:
+                mv.stats.observer = LatencyWindows(self.config, mv.decoupled, _buckets(mv) or DEFAULT_BUCKETS_MS)
+
+    async def start(self, dataplane: DataPlane) -> None:
+        from hypercorn.asyncio import serve
+        from hypercorn.config import Config
+
+        from inferd.default_plugins.metrics.system import CpuMetrics, GpuMetrics
+
+        self.dataplane = dataplane
+        self.cpu = CpuMetrics() if self.want_cpu else None
+        self.gpu = await asyncio.to_thread(GpuMetrics.probe) if self.want_gpu else None
+        await self._sample()
+        self._attach(self.versions())
+        sock = _bind(self.host, self.port)
+        self._sock = sock
+        self.port = sock.getsockname()[1]
+        config = Config()
+        config.bind = [f"fd://{sock.fileno()}"]
+        config.accesslog = None
+        config.errorlog = logging.getLogger("hypercorn.error")
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(serve(self._app, config, shutdown_trigger=self._stop.wait), name="inferd-metrics"),  # type: ignore[arg-type]
+            loop.create_task(self._every_interval(), name="inferd-metrics-interval"),
+        ]
+
+    async def _app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """A bare ASGI app: ``GET /metrics`` (or ``/metrics/``); 404 elsewhere."""
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                kind = message["type"].rsplit(".", 1)[-1]
+                await send({"type": f"lifespan.{kind}.complete"})
+                if kind == "shutdown":
+                    return
+        if scope["type"] != "http":
+            return
+        from inferd.default_plugins.metrics.render import CONTENT_TYPE
+
+        if scope["path"] not in ("/metrics", "/metrics/"):
+            status, body, ctype = 404, b'{"error":"Not Found"}', "application/json"
+        elif scope["method"] not in ("GET", "HEAD"):
+            status, body, ctype = 405, b'{"error":"Method Not Allowed"}', "application/json"
+        else:
+            status, ctype = 200, CONTENT_TYPE
+            try:
+                body = self.text().encode()
+            except Exception as exc:  # a scrape must never take the server down
+                log.exception("metrics scrape failed")
+                status, body, ctype = 500, f"metrics failed: {type(exc).__name__}: {exc}".encode(), "text/plain"
+        headers = [(b"content-type", ctype.encode()), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
+
+    async def _sample(self) -> None:
+        if self.cpu is not None and self.cpu.available:
+            self.cpu.update()
+        if self.gpu is not None and self.gpu.samples:
+            await asyncio.to_thread(self.gpu.update)
+
+    async def _every_interval(self) -> None:
+        while not self._stop.is_set():
+            try:
+                await asyncio.wait_for(self._stop.wait(), timeout=self.interval_s)
+                return
+            except asyncio.TimeoutError:
+                pass
+            try:
+                await self._sample()
+                self._attach(self.versions())
+            except Exception:
+                log.exception("metrics interval update failed")
+
+    async def stop(self, grace: float) -> None:
+        self._stop.set()
+        for task in self._tasks:
+            try:
+                await asyncio.wait_for(task, timeout=grace + 1)
+            except (asyncio.TimeoutError, Exception):
+                task.cancel()
+        if self._sock is not None:
+            self._sock.close()
+        if self.gpu is not None:
+            self.gpu.close()
+
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def _buckets(mv: ModelVersion) -> tuple[float, ...]:
+    """Histogram buckets a model's ``model_metrics`` sets for the first-response histogram."""
+    for control in mv.config.model_metrics.metric_control:
+        if control.metric_identifier.family == "nv_inference_first_response_histogram_ms":
+            return tuple(control.histogram_options.buckets)
+    return ()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise SystemExit(f"error: metrics frontend cannot bind {host}:{port}: {exc.strerror}") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _factory(options: ServerOptions) -> MetricsFrontend | None:
+    if not options.allow_metrics:
+        return None
+    extra = options.extra
+    interval_ms = int(extra.get("metrics_interval_ms") or 2000)
+    if interval_ms <= 0:
+        raise SystemExit(f"error: --metrics-interval-ms must be > 0, got {interval_ms}")
+    return MetricsFrontend(
+        extra.get("metrics_address") or options.host,
+        options.metrics_port,
+        interval_ms / 1000.0,
+        latency_config(list(extra.get("metrics_config") or [])),
+        cpu=bool(extra.get("allow_cpu_metrics", True)),
+        gpu=bool(extra.get("allow_gpu_metrics", True)),
+    )
+
+
+@hookimpl
+def inferd_register_frontends(register: Register) -> None:
+    register("metrics", _factory)
+
+
+@hookimpl
+def inferd_add_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("metrics")
+    g.add_argument("--metrics-address", default=None, metavar="ADDRESS",
+                   help="address the metrics server binds (default: the --http-address)")
+    g.add_argument("--metrics-interval-ms", type=int, default=2000, metavar="MS",
+                   help="how often CPU and GPU metrics are sampled, in milliseconds (default: 2000)")
+    g.add_argument("--allow-cpu-metrics", type=_bool, default=True, metavar="BOOL",
+                   help="report CPU utilization and memory from /proc (default: true)")
+    g.add_argument("--allow-gpu-metrics", type=_bool, default=True, metavar="BOOL",
+                   help="report GPU metrics through NVML when pynvml and a GPU are present (default: true)")
+    g.add_argument("--metrics-config", action="append", default=[], type=_setting, metavar="KEY=VALUE",
+                   help="counter_latencies=BOOL (default true), summary_latencies=BOOL, histogram_latencies=BOOL, "
+                        "summary_quantiles=Q:E,... (repeatable)")  # fmt: skip

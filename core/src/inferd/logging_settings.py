@@ -1,0 +1,184 @@
+"""Log settings: Triton's logging extension applied live to Python logging.
+
+Python logging is process-wide, so these settings are too (:data:`SETTINGS`). They own one handler
+on the root logger (the console, or ``--log-file``), whose filter applies ``log_info`` /
+``log_warning`` / ``log_error`` / ``log_verbose_level`` and whose formatter writes Triton's line
+layouts::
+
+    default:  I1129 10:30:57.801325 18421 dataplane.py:120] [request id: r7] message
+    ISO8601:  2025-11-29T10:30:57Z I 18421 dataplane.py:120] [request id: r7] message
+
+``[request id: ...]`` appears on lines logged while a request is handled (:data:`REQUEST_ID`).
+Verbose level *n* is Python level ``DEBUG - (n - 1)``: level 1 shows ``log.debug``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from inferd.errors import InvalidArgument, Unsupported
+
+#: The id of the request being handled (set by the data plane); "" outside requests.
+REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("inferd_request_id", default="")
+FORMATS = ("default", "ISO8601")
+_OWNED = "_inferd_log_handler"
+
+
+class TritonFormatter(logging.Formatter):
+    """Triton's log line layout, in UTC, with the request id when there is one."""
+
+    def __init__(self, log_format: str = "default") -> None:
+        super().__init__()
+        self.iso = log_format == "ISO8601"
+        self.pid = os.getpid()
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = "E" if record.levelno >= logging.ERROR else "W" if record.levelno >= logging.WARNING else "I"
+        t = time.gmtime(record.created)
+        if self.iso:
+            head = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', t)} {level}"
+        else:
+            head = f"{level}{time.strftime('%m%d %H:%M:%S', t)}.{int(record.created % 1 * 1e6):06d}"
+        rid = REQUEST_ID.get()
+        prefix = f"[request id: {rid}] " if rid else ""
+        line = f"{head} {self.pid} {record.filename}:{record.lineno}] {prefix}{record.getMessage()}"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+class LevelFilter(logging.Filter):
+    """Passes a record when its kind (error, warning, info, verbose level n) is switched on."""
+
+    def __init__(self, settings: LogSettings) -> None:
+        super().__init__()
+        self.settings = settings
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        s, n = self.settings, record.levelno
+        if n >= logging.ERROR:
+            return s.log_error
+        if n >= logging.WARNING:
+            return s.log_warning
+        if n >= logging.INFO:
+            return s.log_info
+        return logging.DEBUG - n + 1 <= s.log_verbose_level
+
+
+class LogSettings:
+    """The server's log settings, in Triton's names, and the handler that applies them."""
+
+    def __init__(self) -> None:
+        self.log_file = ""
+        self.log_info = True
+        self.log_warning = True
+        self.log_error = True
+        self.log_verbose_level = 0
+        self.log_format = "default"
+        self._handler: logging.Handler | None = None
+        self._lock = threading.Lock()
+
+    def as_json(self) -> dict[str, Any]:
+        """Triton's JSON (the gRPC frontend maps bool / int / str to its oneof)."""
+        return {
+            "log_file": self.log_file,
+            "log_info": self.log_info,
+            "log_warning": self.log_warning,
+            "log_error": self.log_error,
+            "log_verbose_level": self.log_verbose_level,
+            "log_format": self.log_format,
+        }
+
+    def update(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """Apply a log-settings request (only the named settings change) and return them all."""
+        if not isinstance(settings, dict):
+            raise InvalidArgument("log settings request must be a JSON object")
+        parsed = {name: _parse(name, value) for name, value in settings.items() if value is not None}
+        with self._lock:
+            for name, value in parsed.items():
+                setattr(self, name, value)
+            self.apply()
+        return self.as_json()
+
+    def configure(self, values: dict[str, Any]) -> None:
+        """Start-up values (command line names: log_file, log_info, ..., log_verbose)."""
+        with self._lock:
+            self.log_file = values.get("log_file") or ""
+            for name in ("log_info", "log_warning", "log_error"):
+                if values.get(name) is not None:
+                    setattr(self, name, bool(values[name]))
+            self.log_verbose_level = int(values.get("log_verbose") or 0)
+            fmt = values.get("log_format") or "default"
+            self.log_format = _parse("log_format", fmt)
+            self.apply()
+
+    def apply(self) -> None:
+        """Install (or update) the handler on the root logger; replaces the plain console
+        handler ``logging.basicConfig`` made, and leaves every other handler alone."""
+        root = logging.getLogger()
+        handler = self._handler
+        target = self.log_file or "<stderr>"
+        if handler is None or getattr(handler, _OWNED) != target:
+            new = _make_handler(self.log_file)
+            setattr(new, _OWNED, target)
+            new.addFilter(LevelFilter(self))
+            for h in list(root.handlers):
+                if h is handler or _is_plain_console(h):
+                    root.removeHandler(h)
+                    if h is handler:
+                        h.close()
+            root.addHandler(new)
+            self._handler = handler = new
+        handler.setFormatter(TritonFormatter(self.log_format))
+        v = self.log_verbose_level
+        root.setLevel(logging.DEBUG - (v - 1) if v > 0 else logging.INFO)
+
+
+def _make_handler(path: str) -> logging.Handler:
+    if path:
+        try:
+            return logging.FileHandler(path, mode="a", encoding="utf-8")
+        except OSError as exc:
+            raise InvalidArgument(f"cannot open log file '{path}': {exc.strerror}") from None
+    return logging.StreamHandler(sys.stderr)
+
+
+def _is_plain_console(h: logging.Handler) -> bool:
+    return type(h) is logging.StreamHandler and getattr(h, "stream", None) in (sys.stderr, sys.stdout)
+
+
+def _parse(name: str, value: Any) -> Any:
+    if name in ("log_info", "log_warning", "log_error"):
+        if not isinstance(value, bool):
+            raise InvalidArgument(f"log setting '{name}' must be a boolean, got {value!r}")
+        return value
+    if name == "log_verbose_level":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidArgument(f"log setting 'log_verbose_level' must be an integer >= 0, got {value!r}")
+        return value
+    if name == "log_format":
+        if value not in FORMATS:
+            raise InvalidArgument(f"invalid argument for log_format, got: {value}; expected one of {list(FORMATS)}")
+        return value
+    if name == "log_file":
+        raise Unsupported("log file location can not be updated through network protocol")
+    raise InvalidArgument(
+        f"unknown log setting '{name}'; known settings: log_file, log_info, log_warning, log_error, "
+        f"log_verbose_level, log_format"
+    )
+
+
+#: The process's log settings (Python logging is process-wide).
+SETTINGS = LogSettings()
+
+
+def configure_logging(values: dict[str, Any]) -> LogSettings:
+    """Configure process logging from command-line values; returns :data:`SETTINGS`."""
+    SETTINGS.configure(values)
+    return SETTINGS

@@ -1,0 +1,1 @@
+"""OpenTelemetry export of inferd request traces (Triton's ``--trace-config mode=opentelemetry``)."""

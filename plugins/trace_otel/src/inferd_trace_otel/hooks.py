@@ -1,0 +1,36 @@
+"""Registration: imports no OpenTelemetry module until the server runs in opentelemetry mode."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from inferd.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from inferd.server import Server
+
+log = logging.getLogger(__name__)
+
+
+@hookimpl(trylast=True)  # after the built-in diagnostics plugin has applied --trace-config
+def inferd_startup(server: Server) -> None:
+    tracer = server.dataplane.tracer
+    if tracer.global_scope.values.mode != "opentelemetry":
+        return
+    from inferd_trace_otel.exporter import OtelExporter
+
+    try:
+        exporter = OtelExporter(tracer.otel)
+    except ValueError as exc:
+        raise SystemExit(f"error: --trace-config opentelemetry: {exc}") from None
+    tracer.set_exporter(exporter)
+    log.info("exporting traces through OpenTelemetry to %s", exporter.url)
+
+
+@hookimpl
+def inferd_shutdown(server: Server) -> None:
+    exporter = server.dataplane.tracer.exporter
+    shutdown = getattr(exporter, "shutdown", None)
+    if callable(shutdown):
+        shutdown()
