@@ -27,7 +27,10 @@ if TYPE_CHECKING:
 
 #: Extensions listed in server metadata: only those inferd implements.
 EXTENSIONS: list[str] = [
+    "sequence",
     "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
     "model_configuration",
     "binary_tensor_data",
     "parameters",

@@ -414,6 +414,7 @@ class ModelManager:
             mv = ModelVersion(source.name, version, version_config, None, [], self.dataplane)
         else:
             mv = await asyncio.to_thread(self._build_version, source, version_config, backend, version)
+        mv.model_dir = source.path
         scheduler_name = _scheduler_name(version_config)
         try:
             mv.scheduler = self.host.schedulers.create(scheduler_name, mv)

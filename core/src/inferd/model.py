@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inferd.stats import ModelStats
@@ -33,6 +34,8 @@ class ModelVersion:
         self.model = model
         self.runners = runners
         self.dataplane = dataplane
+        #: ``<repository>/<model>``: where config-relative files (initial_state data, labels) live.
+        self.model_dir: Path | None = None
         self.max_batch_size = config.max_batch_size
         self.decoupled = config.model_transaction_policy.decoupled
         self.stats = ModelStats(name, str(version))

@@ -38,6 +38,12 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("http", "inferd.default_plugins.http"),
     ("grpc", "inferd.default_plugins.grpc"),
     ("schedulers", "inferd.default_plugins.schedulers"),
+    ("metrics", "inferd.default_plugins.metrics"),
+    ("diagnostics", "inferd.default_plugins.diagnostics"),
+    ("dynamic_batcher", "inferd.default_plugins.dynamic_batcher"),
+    ("sequence_batcher", "inferd.default_plugins.sequence_batcher"),
+    ("local_cache", "inferd.default_plugins.local_cache"),
+    ("ensemble", "inferd.default_plugins.ensemble"),
 )
 
 

@@ -1,0 +1,410 @@
+"""Triton's sequence batcher (``sequence_batching``), registered as the scheduler "sequence".
+
+Every sequence (one correlation id, from a START request to its END request) is bound to a slot
+of one instance for its lifetime; with no free slot it waits in a backlog. Each instance runs one
+batch at a time, taking at most the next request of each of its sequences, so the requests of a
+sequence run strictly in order. The ``direct`` strategy (the default) batches the ready slots in
+slot order; ``oldest`` keeps ``max_candidate_sequences`` per instance and batches the oldest ready
+requests as the dynamic batcher would. Control tensors and implicit state are added to each
+request as it goes to its instance (:mod:`~inferd.default_plugins.sequence_controls`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from inferd.default_plugins.batching import (
+    Wakeup,
+    answer,
+    mark_queued,
+    plan_batch,
+    ragged_inputs,
+    record_batch,
+    run_batch,
+    shape_key,
+)
+from inferd.default_plugins.sequence_controls import ImplicitState, SequenceControls
+from inferd.errors import InternalError, InvalidArgument, Unavailable
+from inferd.hookspecs import Register, hookimpl
+from inferd.model import ModelVersion
+from inferd.scheduler import InstanceRunner, Scheduler
+from inferd.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+
+log = logging.getLogger(__name__)
+
+#: Triton re-checks an idle sequence still waiting in the backlog this often.
+_BACKLOG_IDLE_RECHECK_S = 0.05
+_BACKLOG_TIMEOUT_MESSAGE = "timeout of the corresponding sequence has been expired"
+
+
+@dataclass(eq=False, slots=True)
+class _Item:
+    """One request of a sequence, queued until its slot's instance takes it."""
+
+    request: InferRequest
+    future: asyncio.Future[Any]
+    start: bool
+    end: bool
+    enqueue_ns: int
+    input_key: tuple[Any, ...]
+    shape_key: tuple[Any, ...] = ()
+    rows: int = 1
+    strip: frozenset[str] = frozenset()
+
+
+@dataclass(eq=False, slots=True)
+class _Sequence:
+    """A live sequence: its queue, its slot (None while in the backlog) and its state."""
+
+    cid: int | str
+    corrid: InferTensor | None
+    queue: deque[_Item] = field(default_factory=deque)
+    lane: _Lane | None = None
+    slot: int = -1
+    state: dict[str, np.ndarray] | None = None
+    last_ns: int = 0
+    closing: bool = False  # no request will follow: free the slot once the queue is drained
+    busy: bool = False
+    done: bool = False
+    timer: asyncio.TimerHandle | None = None
+    backlog_timer: asyncio.TimerHandle | None = None
+
+
+@dataclass(eq=False, slots=True)
+class _Lane:
+    """One instance: its slots and the worker task that runs its batches."""
+
+    runner: InstanceRunner
+    slots: list[_Sequence | None]
+    wakeup: Wakeup = field(default_factory=Wakeup)
+    task: asyncio.Task[None] | None = None
+
+
+def sequence_parameters(request: InferRequest, model: str) -> tuple[int | str, bool, bool]:
+    """``(correlation id, start, end)`` from the request parameters, checked as Triton does."""
+    params = request.parameters
+    cid = params.get("sequence_id", 0)
+    if isinstance(cid, bool) or not isinstance(cid, (int, str)) or (isinstance(cid, int) and not 0 <= cid < 1 << 64):
+        raise InvalidArgument(
+            f"request parameter 'sequence_id' for model '{model}' must be an unsigned 64-bit integer or a "
+            f"string, got {cid!r}"
+        )
+    if cid == 0 or cid == "":
+        raise InvalidArgument(
+            f"inference request to model '{model}' must specify a non-zero or non-empty correlation ID"
+        )
+    flags = []
+    for key in ("sequence_start", "sequence_end"):
+        value = params.get(key, False)
+        if not isinstance(value, bool):
+            raise InvalidArgument(f"request parameter '{key}' for model '{model}' must be a boolean, got {value!r}")
+        flags.append(value)
+    return cid, flags[0], flags[1]
+
+
+class SequenceBatchScheduler(Scheduler):
+    """Routes each sequence to one instance slot and batches ready sequences per instance."""
+
+    def __init__(self, version: ModelVersion) -> None:
+        super().__init__(version)
+        config = version.config
+        sequencing = config.sequence_batching
+        self._name = version.name
+        self._batched = version.max_batch_size > 0
+        self._max_rows = max(1, version.max_batch_size)
+        self._ragged = ragged_inputs(config)
+        self._controls = SequenceControls(config)
+        self._state = ImplicitState(config, getattr(version, "model_dir", None))
+        self._idle_ns = int(sequencing.max_sequence_idle_microseconds or 1_000_000) * 1000
+        self._oldest = sequencing.WhichOneof("strategy_choice") == "oldest"
+        slots = self._max_rows
+        if self._oldest:
+            oldest = sequencing.oldest
+            slots = oldest.max_candidate_sequences or slots
+            self._preferred = frozenset(int(s) for s in oldest.preferred_batch_size)
+            self._delay_ns = int(oldest.max_queue_delay_microseconds) * 1000
+            self._utilization = 0.0
+        else:
+            self._preferred = frozenset()
+            self._delay_ns = int(sequencing.direct.max_queue_delay_microseconds) * 1000
+            self._utilization = float(sequencing.direct.minimum_slot_utilization)
+        self._max_preferred = max(self._preferred, default=self._max_rows)
+        self._lanes = [_Lane(r, [None] * slots) for r in version.runners]
+        self._active: dict[int | str, _Sequence] = {}
+        self._backlog: deque[_Sequence] = deque()
+        self._closed = False
+
+    # -- the caller's side ----------------------------------------------------------------------
+
+    async def _schedule(self, request: InferRequest) -> InferResponse:
+        if self._batched and request.batch_size(self.version.max_batch_size) != 1:
+            raise InvalidArgument(
+                f"inference request to model '{self._name}' must specify batch-size 1 due to "
+                "requirements of sequence batcher"
+            )
+        cid, start, end = sequence_parameters(request, self._name)
+        if not self._lanes:
+            raise Unavailable(f"model '{self._name}' version {self.version.version} has no instances")
+        seq = self._active.get(cid)
+        if seq is None:
+            if not start:
+                raise InvalidArgument(
+                    f"inference request for sequence {cid} to model '{self._name}' must specify the START "
+                    "flag on the first request of the sequence"
+                )
+            seq = self._open(cid)
+        elif start:
+            log.warning(
+                "sequence %s for model '%s' has a conflict. The previous sequence did not end before this "
+                "sequence start. Previous sequence will be terminated early.", cid, self._name,
+            )  # fmt: skip
+        loop = asyncio.get_running_loop()
+        now = time.monotonic_ns()
+        item = _Item(request, loop.create_future(), start, end, now, shape_key(request, self._batched, self._ragged))
+        seq.queue.append(item)
+        seq.last_ns = now
+        mark_queued(request)
+        if end:
+            self._forget(seq)
+        if seq.lane is not None:
+            seq.lane.wakeup.notify()
+        else:
+            self._arm_backlog_timeout(seq, request)
+        try:
+            return await item.future
+        except asyncio.CancelledError:
+            self._withdraw(seq, item)
+            raise
+
+    def _open(self, cid: int | str) -> _Sequence:
+        if not any(lane.task for lane in self._lanes):
+            for lane in self._lanes:
+                lane.task = asyncio.ensure_future(self._lane_worker(lane))
+        seq = _Sequence(cid, self._controls.corrid(cid))
+        self._active[cid] = seq
+        if not self._assign(seq):
+            self._backlog.append(seq)
+        seq.timer = asyncio.get_running_loop().call_later(self._idle_ns / 1e9, self._check_idle, seq)
+        return seq
+
+    def _assign(self, seq: _Sequence) -> bool:
+        """Give ``seq`` the free slot with the lowest index (spreading sequences over instances)."""
+        for index in range(len(self._lanes[0].slots)):
+            for lane in self._lanes:
+                if lane.slots[index] is None:
+                    lane.slots[index] = seq
+                    seq.lane, seq.slot = lane, index
+                    seq.last_ns = time.monotonic_ns()  # time spent in the backlog is not idleness
+                    if seq.backlog_timer is not None:
+                        seq.backlog_timer.cancel()
+                        seq.backlog_timer = None
+                    lane.wakeup.notify()
+                    return True
+        return False
+
+    def _forget(self, seq: _Sequence) -> None:
+        """No further request joins ``seq``: a later request with its id must START a new one."""
+        seq.closing = True
+        if self._active.get(seq.cid) is seq:
+            del self._active[seq.cid]
+
+    def _withdraw(self, seq: _Sequence, item: _Item) -> None:
+        """The caller of a queued request went away: drop it (an END still ends the sequence)."""
+        try:
+            seq.queue.remove(item)
+        except ValueError:
+            return
+        if item.end:
+            self._maybe_release(seq)
+
+    # -- slots, idle sequences and the backlog ----------------------------------------------------
+
+    def _maybe_release(self, seq: _Sequence) -> None:
+        if not seq.closing or seq.queue or seq.busy or seq.done:
+            return
+        seq.done = True
+        for timer in (seq.timer, seq.backlog_timer):
+            if timer is not None:
+                timer.cancel()
+        lane, index = seq.lane, seq.slot
+        if lane is None:
+            if seq in self._backlog:
+                self._backlog.remove(seq)
+            return
+        lane.slots[index] = None
+        seq.lane = None
+        while self._backlog:
+            waiting = self._backlog.popleft()
+            if not waiting.done:
+                self._assign(waiting)
+                break
+
+    def _check_idle(self, seq: _Sequence) -> None:
+        seq.timer = None
+        if seq.done:
+            return
+        loop = asyncio.get_running_loop()
+        remaining = seq.last_ns + self._idle_ns - time.monotonic_ns()
+        if remaining > 0:
+            seq.timer = loop.call_later(remaining / 1e9, self._check_idle, seq)
+        elif seq.lane is None:  # still in the backlog: idleness does not count yet
+            seq.timer = loop.call_later(_BACKLOG_IDLE_RECHECK_S, self._check_idle, seq)
+        else:
+            log.debug("model '%s': sequence %s idle for too long; releasing its slot", self._name, seq.cid)
+            self._forget(seq)
+            self._maybe_release(seq)
+
+    def _arm_backlog_timeout(self, seq: _Sequence, request: InferRequest) -> None:
+        timeout = request.parameters.get("timeout")
+        if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0 or seq.backlog_timer:
+            return
+        seq.backlog_timer = asyncio.get_running_loop().call_later(timeout / 1e6, self._expire_backlog, seq)
+
+    def _expire_backlog(self, seq: _Sequence) -> None:
+        seq.backlog_timer = None
+        if seq.lane is not None or seq.done:
+            return
+        self._forget(seq)
+        now = time.monotonic_ns()
+        while seq.queue:
+            item = seq.queue.popleft()
+            self.version.stats.record_failure(now - item.request.arrival_ns, "REJECTED")
+            answer(item.future, Unavailable(_BACKLOG_TIMEOUT_MESSAGE))
+        self._maybe_release(seq)
+
+    # -- the instance workers -----------------------------------------------------------------------
+
+    async def _lane_worker(self, lane: _Lane) -> None:
+        while True:
+            batch = await self._next_batch(lane)
+            if batch is None:
+                return
+            try:
+                await self._execute(lane, batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a bug here must not strand the batch's callers
+                log.exception("model '%s': sequence batcher failed", self._name)
+                for seq, item in batch:
+                    answer(item.future, InternalError(f"sequence batcher of model '{self._name}' failed: {exc}"))
+                    seq.busy = False
+                    self._maybe_release(seq)
+
+    async def _next_batch(self, lane: _Lane) -> list[tuple[_Sequence, _Item]] | None:
+        while not self._closed:
+            ready = [s for s in lane.slots if s is not None and s.queue]
+            if not ready:
+                await lane.wakeup.wait()
+                continue
+            if self._state:
+                for seq in ready:
+                    front = seq.queue[0]
+                    front.shape_key = (front.input_key, self._state_key(seq, front.start))
+            else:
+                for seq in ready:
+                    seq.queue[0].shape_key = seq.queue[0].input_key
+            chosen, wait_ns = self._choose(ready, len(lane.slots))
+            if chosen:
+                batch = []
+                for seq in chosen:
+                    seq.busy = True
+                    batch.append((seq, seq.queue.popleft()))
+                return batch
+            await lane.wakeup.wait(wait_ns)
+        return None
+
+    def _state_key(self, seq: _Sequence, start: bool) -> tuple[Any, ...]:
+        if start or seq.state is None:
+            return self._state.initial_key()
+        return tuple(a.shape for a in seq.state.values())
+
+    def _choose(self, ready: list[_Sequence], slot_count: int) -> tuple[list[_Sequence], int]:
+        """The sequences whose next request runs now, or how long to wait (ns) for more."""
+        now = time.monotonic_ns()
+        if self._oldest:
+            ready.sort(key=lambda s: s.queue[0].enqueue_ns)
+            count, wait_ns = plan_batch(
+                (s.queue[0] for s in ready), self._max_rows, self._preferred, self._max_preferred,
+                self._delay_ns, now,
+            )  # fmt: skip
+            return ready[:count], wait_ns
+        if self._delay_ns and self._utilization:
+            waited = now - min(s.queue[0].enqueue_ns for s in ready)
+            if waited <= self._delay_ns and len(ready) / self._max_rows < self._utilization:
+                return [], self._delay_ns - waited
+        key = ready[0].queue[0].shape_key
+        return [s for s in ready if s.queue[0].shape_key == key][: self._max_rows], 0
+
+    def _prepare(self, seq: _Sequence, item: _Item) -> None:
+        """Add control tensors and state inputs; ask for the state outputs."""
+        request = item.request
+        self._controls.add(request.inputs, item.start, item.end, seq.corrid)
+        if not self._state:
+            return
+        if item.start or seq.state is None:
+            seq.state = self._state.initial()
+        for spec in self._state.specs:
+            value = seq.state[spec.input_name]
+            request.inputs[spec.input_name] = InferTensor(spec.input_name, spec.datatype, value.shape, value)
+        if request.outputs:
+            asked = {o.name for o in request.outputs}
+            extra = [name for name in self._state.output_names if name not in asked]
+            request.outputs.extend(RequestedOutput(name) for name in extra)
+            item.strip = frozenset(extra)
+        else:
+            item.strip = self._state.hidden
+
+    async def _execute(self, lane: _Lane, batch: list[tuple[_Sequence, _Item]]) -> None:
+        dequeued = time.monotonic_ns()
+        for seq, item in batch:
+            self._prepare(seq, item)
+        requests = [item.request for _, item in batch]
+        self.executing += len(batch)
+        try:
+            execution = await run_batch(lane.runner, requests, dequeued)
+        finally:
+            self.executing -= len(batch)
+        done = time.monotonic_ns()
+        outcomes = record_batch(self.version, requests, [1] * len(batch), execution, dequeued, done)
+        for (seq, item), outcome in zip(batch, outcomes, strict=True):
+            seq.busy = False
+            seq.last_ns = done
+            if self._state and seq.state is not None and isinstance(outcome, InferResponse) and execution.results:
+                self._state.capture(outcome, seq.state, item.strip)
+            answer(item.future, outcome)
+            if item.end:
+                seq.closing = True
+            self._maybe_release(seq)
+
+    async def stop(self) -> None:
+        """Drain accepted requests, then end the worker tasks and timers."""
+        await super().stop()
+        self._closed = True
+        tasks = [lane.task for lane in self._lanes if lane.task is not None]
+        for lane in self._lanes:
+            lane.wakeup.notify()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for seq in list(self._active.values()) + list(self._backlog):
+            for timer in (seq.timer, seq.backlog_timer):
+                if timer is not None:
+                    timer.cancel()
+        for lane in self._lanes:
+            for seq in lane.slots:
+                if seq is not None and seq.timer is not None:
+                    seq.timer.cancel()
+        self._active.clear()
+        self._backlog.clear()
+
+
+@hookimpl
+def inferd_register_schedulers(register: Register) -> None:
+    register("sequence", SequenceBatchScheduler)
