@@ -5,20 +5,29 @@ from __future__ import annotations
 import json
 import logging
 import zlib
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from inferd.config import config_to_json
 from inferd.default_plugins.http.codec import HEADER_LENGTH, decode_request, encode_response, parse_json, split_body
+from inferd.default_plugins.http.generate import (
+    NOT_ONE_RESPONSE,
+    decode_generate,
+    encode_generate,
+    error_body,
+    sse_event,
+)
+from inferd.default_plugins.http.observability import observability_routes
 from inferd.errors import ErrorKind, InferdError, InvalidArgument
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane
+    from inferd.types import InferResponse
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +104,31 @@ def build_app(dp: DataPlane) -> Starlette:
             content, media_type="application/octet-stream", headers={"Inference-Header-Content-Length": str(header_length)}
         )
 
+    async def generate(request: Request) -> Response:
+        """One JSON object out (the generate extension); errors from the model answer 400, as in Triton."""
+        version = version_of(request)
+        mv = dp.model(request.path_params["model"], version)
+        infer_request = decode_generate(await _body(request), mv, version)
+        results = [item async for item in dp.stream(infer_request)]
+        error = next((r for r in results if isinstance(r, InferdError)), None)
+        if error is not None:
+            return Response(error_body(error.message), 400, media_type="application/json")
+        if len(results) != 1:
+            return Response(error_body(NOT_ONE_RESPONSE), 400, media_type="application/json")
+        return Response(encode_generate(results[0]), media_type="application/json")
+
+    async def generate_stream(request: Request) -> Response:
+        """Server-sent events, one per response. The status follows the first response (400
+        when it is an error, as in Triton); later errors arrive as ``data: {"error": ...}``."""
+        version = version_of(request)
+        mv = dp.model(request.path_params["model"], version)
+        infer_request = decode_generate(await _body(request), mv, version)
+        mv.validator.validate(infer_request)  # a bad request fails before the stream starts
+        stream = dp.stream(infer_request)
+        first = await anext(stream, None)
+        status = 400 if isinstance(first, InferdError) else 200
+        return StreamingResponse(_events(first, stream), status, media_type="text/event-stream")
+
     async def repository_index(request: Request) -> Response:
         body = await _body(request)
         params = parse_json(body, "request") if body.strip() else {}
@@ -142,9 +176,31 @@ def build_app(dp: DataPlane) -> Starlette:
             Route(prefix + "/config", model_config, methods=["GET"]),
             Route(prefix + "/stats", model_stats, methods=["GET"]),
             Route(prefix + "/infer", infer, methods=["POST"]),
+            Route(prefix + "/generate", generate, methods=["POST"]),
+            Route(prefix + "/generate_stream", generate_stream, methods=["POST"]),
         ]
+    routes += observability_routes(dp)  # trace and logging extensions
     routes = [Route(r.path, _guarded(r.endpoint), methods=list(r.methods or ())) for r in routes]
     return Starlette(routes=routes, exception_handlers={HTTPException: on_http_error})
+
+
+async def _events(
+    first: InferResponse | InferdError | None, stream: AsyncIterator[InferResponse | InferdError]
+) -> AsyncIterator[bytes]:
+    """The SSE body of generate_stream: every response, then the end of the stream."""
+    item = first
+    try:
+        while item is not None:
+            if isinstance(item, InferdError):
+                yield sse_event(error_body(item.message))
+            else:
+                yield sse_event(encode_generate(item))
+            item = await anext(stream, None)
+    except Exception as exc:  # the status is already sent: report in-stream
+        log.exception("generate_stream failed")
+        yield sse_event(error_body(f"internal error: {type(exc).__name__}: {exc}"))
+    finally:
+        await stream.aclose()  # type: ignore[attr-defined]
 
 
 def _guarded(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:

@@ -1,0 +1,225 @@
+"""The ensemble scheduler: runs an ensemble's steps as a dataflow graph on the event loop.
+
+A step starts as soon as every tensor it reads exists; independent steps run concurrently as
+asyncio tasks, each an ordinary in-process request to the step's model through the data plane
+(tensors pass between steps as the same numpy arrays, never copied). A decoupled step forks the
+rest of the graph once per response it sends; the branches that end with the ensemble's outputs
+each send one response of the (then decoupled) ensemble.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from inferd.default_plugins.ensemble.plan import Plan, Step
+from inferd.errors import InferdError, InternalError
+from inferd.scheduler import Scheduler
+from inferd.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+
+if TYPE_CHECKING:
+    from inferd.model import ModelVersion
+
+#: An ensemble tensor -> its value; ``None`` marks an optional ensemble input the request left out.
+Env = dict[str, "InferTensor | None"]
+
+
+@dataclass(slots=True)
+class _Run:
+    """One ensemble request in flight."""
+
+    request: InferRequest
+    wanted: list[str]
+    emit: Callable[[Env], None] | None = None  # decoupled ensembles: sends one response
+
+
+class EnsembleScheduler(Scheduler):
+    """Triton's ensemble scheduler for ``platform: "ensemble"`` models."""
+
+    def __init__(self, version: ModelVersion) -> None:
+        super().__init__(version)
+        if version.dataplane is None:
+            raise InternalError(f"ensemble '{version.name}' needs the data plane to call its steps")
+        self.dataplane = version.dataplane
+        config = version.config
+        self.plan = Plan.from_config(config)
+        decoupled = self.plan.bind(config, self.dataplane.manager)
+        # Triton derives the ensemble's transaction policy from its steps.
+        config.model_transaction_policy.decoupled = decoupled
+        version.decoupled = decoupled
+        limit = config.ensemble_scheduling.max_inflight_requests
+        self._limits = {s.index: asyncio.Semaphore(limit) for s in self.plan.steps} if limit > 0 else None
+        self._requested = {s.index: [RequestedOutput(name) for name, _ in s.outputs] for s in self.plan.steps}
+
+    # -- the request ----------------------------------------------------------------------------
+
+    async def _schedule(self, request: InferRequest) -> InferResponse:
+        stats = self.version.stats
+        started = time.monotonic_ns()
+        self.executing += 1
+        try:
+            wanted = request.requested_output_names() or self.plan.outputs
+            env: Env = dict(request.inputs)
+            for name in self.plan.optional_inputs:
+                env.setdefault(name, None)
+            steps = self.plan.steps_for(wanted)
+            if self.version.decoupled and request.response_sender is not None:
+                response = await self._run_decoupled(_Run(request, wanted), steps, env)
+            else:
+                await self._drive(_Run(request, wanted), steps, env)
+                response = self._response(request, wanted, env)
+        except InferdError:
+            stats.record_failure(time.monotonic_ns() - request.arrival_ns, "OTHER")
+            raise
+        finally:
+            self.executing -= 1
+        done = time.monotonic_ns()
+        stats.record_execution(request.batch_size(self.version.max_batch_size), 0, done - started, 0)
+        stats.record_success(done - request.arrival_ns, started - request.arrival_ns, 0, done - started, 0)
+        return response
+
+    def _response(self, request: InferRequest, wanted: list[str], env: Env) -> InferResponse:
+        outputs = []
+        for name in wanted:
+            tensor = env.get(name)
+            if tensor is None:
+                raise InternalError(f"in ensemble '{self.version.name}', no step produced output '{name}'")
+            outputs.append(InferTensor(name, tensor.datatype, tensor.shape, tensor.data))
+        return InferResponse(self.version.name, str(self.version.version), request.id, outputs)
+
+    async def _run_decoupled(self, run: _Run, steps: list[Step], env: Env) -> InferResponse:
+        """Send one response per branch that reaches the outputs, then the final flag."""
+        sender = run.request.response_sender
+        assert sender is not None
+
+        def emit(branch_env: Env) -> None:
+            sender(self._response(run.request, run.wanted, branch_env), False)
+
+        run.emit = emit
+        await self._branch(run, steps, env, -1)
+        sender(None, True)
+        return InferResponse(self.version.name, str(self.version.version), run.request.id)
+
+    # -- the graph ------------------------------------------------------------------------------
+
+    async def _branch(self, run: _Run, steps: list[Step], env: Env, origin: int) -> None:
+        await self._drive(run, steps, env)
+        if run.emit is not None and origin == self.plan.output_origin:
+            run.emit(env)
+
+    async def _drive(self, run: _Run, steps: list[Step], env: Env) -> None:
+        """Run ``steps`` as their inputs appear in ``env``; raise the first step's error once
+        the steps already running have finished."""
+        pending = list(steps)
+        running: dict[asyncio.Future[Any], Step] = {}
+        error: InferdError | None = None
+        while True:
+            if error is None and pending:
+                ready = [s for s in pending if s.reads.issubset(env)]
+                if ready:
+                    pending = [s for s in pending if s not in ready]
+                    if len(ready) == 1 and not running and not ready[0].decoupled:
+                        try:  # a chain: await the step directly, no task needed
+                            self._merge(ready[0], await self._call(run, ready[0], env), env)
+                        except InferdError as exc:
+                            error = exc
+                        continue
+                    for step in ready:
+                        if step.decoupled:
+                            below = self.plan.downstream.get(step.index, frozenset())
+                            children = [s for s in pending if s.index in below]
+                            pending = [s for s in pending if s.index not in below]
+                            coro = self._fan_out(run, step, env, children)
+                        else:
+                            coro = self._call(run, step, env)
+                        running[asyncio.ensure_future(coro)] = step
+            if not running:
+                break
+            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for future in done:
+                step = running.pop(future)
+                exc = future.exception()
+                if exc is not None:
+                    error = error or _as_inferd(exc)
+                elif error is None and not step.decoupled:
+                    try:
+                        self._merge(step, future.result(), env)
+                    except InferdError as merge_error:
+                        error = merge_error
+        if error is not None:
+            raise error
+        if pending:
+            missing = sorted({t for s in pending for t in s.reads if t not in env})
+            raise InternalError(
+                f"in ensemble '{self.version.name}', {pending[0].label} never ran: no step produced "
+                f"{', '.join(repr(m) for m in missing)}"
+            )
+
+    def _step_request(self, run: _Run, step: Step, env: Env) -> InferRequest:
+        inputs = {}
+        for name, tensor_name in step.inputs:
+            tensor = env[tensor_name]
+            if tensor is not None:
+                inputs[name] = InferTensor(name, tensor.datatype, tensor.shape, tensor.data)
+        request = run.request
+        return InferRequest(
+            step.model, step.version, request.id, inputs, list(self._requested[step.index]),
+            dict(request.parameters),
+        )  # fmt: skip
+
+    async def _call(self, run: _Run, step: Step, env: Env) -> InferResponse:
+        request = self._step_request(run, step, env)
+        try:
+            if self._limits is None:
+                return await self.dataplane.infer(request)
+            async with self._limits[step.index]:
+                return await self.dataplane.infer(request)
+        except Exception as exc:
+            raise self._step_error(step, exc) from None
+
+    async def _fan_out(self, run: _Run, step: Step, env: Env, children: list[Step]) -> None:
+        """Stream a decoupled step; each response continues the graph in a branch of its own."""
+        request = self._step_request(run, step, env)
+        branches: list[asyncio.Future[None]] = []
+        error: InferdError | None = None
+        try:
+            async for response in self.dataplane.stream(request):
+                if isinstance(response, InferdError):
+                    error = error or self._step_error(step, response)
+                    continue
+                branch_env = dict(env)
+                self._merge(step, response, branch_env)
+                branches.append(asyncio.ensure_future(self._branch(run, children, branch_env, step.index)))
+        except Exception as exc:
+            error = error or self._step_error(step, exc)
+        results = await asyncio.gather(*branches, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                error = error or _as_inferd(result)
+        if error is not None:
+            raise error
+
+    def _merge(self, step: Step, response: InferResponse, env: Env) -> None:
+        produced = {t.name: t for t in response.outputs}
+        for name, tensor_name in step.outputs:
+            tensor = produced.get(name)
+            if tensor is None:
+                raise InternalError(
+                    f"in ensemble '{self.version.name}', {step.label} returned no output '{name}' "
+                    f"(mapped to ensemble tensor '{tensor_name}')"
+                )
+            env[tensor_name] = tensor
+
+    def _step_error(self, step: Step, exc: BaseException) -> InferdError:
+        if isinstance(exc, InferdError):
+            return InferdError(f"in ensemble '{self.version.name}', {step.label}: {exc.message}", exc.kind)
+        return InternalError(f"in ensemble '{self.version.name}', {step.label}: {type(exc).__name__}: {exc}")
+
+
+def _as_inferd(exc: BaseException) -> InferdError:
+    if isinstance(exc, InferdError):
+        return exc
+    return InternalError(f"{type(exc).__name__}: {exc}")

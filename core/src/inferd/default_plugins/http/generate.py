@@ -1,0 +1,133 @@
+"""Triton's generate extension: a flat JSON object <-> an inference request and its responses.
+
+Request: every key naming a model input becomes that input, its shape worked out from the
+model's config (a scalar is one element; a list is flattened unless its own shape already fits);
+``"parameters"`` (an object) and every other key become request parameters. Response: each output
+becomes one key (a single element as a scalar, more as a flat list, BYTES as text), next to
+``model_name`` and ``model_version`` and the response's parameters, keys sorted as Triton sorts them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from inferd.default_plugins.http.codec import _json_array, _json_data, parse_json
+from inferd.errors import InvalidArgument
+from inferd.types import InferRequest, InferResponse, InferTensor, config_to_wire, element_count
+
+if TYPE_CHECKING:
+    from inferd.model import ModelVersion
+
+#: What Triton answers when /generate meets a model that did not send exactly one response.
+NOT_ONE_RESPONSE = (
+    "generate expects model to produce exactly 1 response, use generate stream for model that "
+    "generates various number of responses"
+)
+_PARAMETER_TYPES = (str, int, float, bool)
+
+
+def decode_generate(body: bytes, mv: ModelVersion, model_version: str) -> InferRequest:
+    """Build the request a ``generate`` body describes for model version ``mv``."""
+    doc = parse_json(body, "request")
+    if not isinstance(doc, dict):
+        raise InvalidArgument("generate request must be a JSON object")
+    request = InferRequest(mv.name, model_version)
+    inputs = {t.name: t for t in mv.config.input}
+    for key, value in doc.items():
+        spec = inputs.get(key)
+        if spec is not None:
+            request.inputs[key] = _tensor(key, value, spec, mv)
+        elif key == "parameters" and isinstance(value, dict):
+            for name, param in value.items():
+                request.parameters[name] = _parameter(name, param)
+        else:
+            request.parameters[key] = _parameter(key, value)
+    return request
+
+
+def _parameter(name: str, value: Any) -> Any:
+    if value is None or not isinstance(value, _PARAMETER_TYPES):
+        raise InvalidArgument(f"parameter '{name}' has invalid type. It should be either 'int', 'bool', or 'string'.")
+    return value
+
+
+def _tensor(name: str, value: Any, spec: Any, mv: ModelVersion) -> InferTensor:
+    enum = spec.DESCRIPTOR.fields_by_name["data_type"].enum_type
+    datatype = config_to_wire(enum.values_by_number[spec.data_type].name)
+    dims = tuple(spec.reshape.shape) if spec.HasField("reshape") else tuple(spec.dims)
+    expected = ((1,) if mv.max_batch_size > 0 else ()) + dims  # a generate request is one row
+    data = value if isinstance(value, list) else [value]
+    natural = _natural_shape(data)
+    if natural is not None and _fits(expected, natural):
+        shape = natural
+        flat = np.asarray(data, dtype=object).reshape(-1).tolist() if len(natural) > 1 else data
+    else:
+        flat = np.asarray(data, dtype=object).reshape(-1).tolist() if natural is not None else None
+        shape = _resolve(expected, len(flat)) if flat is not None else None
+        if shape is None:
+            raise InvalidArgument(
+                f"generate: cannot convert input '{name}' of model '{mv.name}' to a tensor of shape "
+                f"{_fmt(expected)}: got {_describe(value)}"
+            )
+    return InferTensor(name, datatype, shape, _json_array(flat, datatype, shape, name))
+
+
+def _natural_shape(data: list[Any]) -> tuple[int, ...] | None:
+    """The shape of a (possibly nested) rectangular JSON list; None when it is ragged."""
+    try:
+        array = np.asarray(data, dtype=object)
+    except ValueError:
+        return None
+    if any(isinstance(x, list) for x in array.reshape(-1)):
+        return None
+    return tuple(array.shape)
+
+
+def _fits(expected: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    return len(expected) == len(shape) and all(e == -1 or e == s for e, s in zip(expected, shape, strict=True))
+
+
+def _resolve(expected: tuple[int, ...], count: int) -> tuple[int, ...] | None:
+    """``expected`` with its variable dimensions filled in to hold ``count`` elements."""
+    known = element_count([d for d in expected if d != -1])
+    variable = [i for i, d in enumerate(expected) if d == -1]
+    if not variable:
+        return expected if known == count else None
+    if known == 0 or count % known:
+        return None
+    shape = [1 if d == -1 else d for d in expected]
+    shape[variable[-1]] = count // known
+    return tuple(shape)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, list):
+        return f"a list of {len(value)} item(s)"
+    return f"a single {type(value).__name__}"
+
+
+def _fmt(dims: tuple[int, ...]) -> str:
+    return "[" + ",".join(str(d) for d in dims) + "]"
+
+
+def encode_generate(response: InferResponse) -> bytes:
+    """One flat JSON object for a response (one SSE event, or the /generate body)."""
+    body: dict[str, Any] = dict(response.parameters)
+    for tensor in response.outputs:
+        values = _json_data(tensor.data, tensor.datatype)
+        body[tensor.name] = values[0] if len(values) == 1 else values
+    body["model_name"] = response.model_name
+    body["model_version"] = response.model_version
+    return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+
+
+def error_body(message: str) -> bytes:
+    return json.dumps({"error": message}, separators=(",", ":")).encode()
+
+
+def sse_event(data: bytes) -> bytes:
+    """A server-sent event carrying one JSON object."""
+    return b"data: " + data + b"\n\n"
