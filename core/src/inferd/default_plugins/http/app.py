@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import zlib
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -14,7 +15,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from inferd.config import config_to_json
-from inferd.default_plugins.http.codec import HEADER_LENGTH, decode_request, encode_response, parse_json, split_body
+from inferd.default_plugins.http.codec import STATUS, parse_json
+from inferd.default_plugins.http.fast_path import InferFastPath
 from inferd.default_plugins.http.generate import (
     NOT_ONE_RESPONSE,
     decode_generate,
@@ -23,22 +25,13 @@ from inferd.default_plugins.http.generate import (
     sse_event,
 )
 from inferd.default_plugins.http.observability import observability_routes
-from inferd.errors import ErrorKind, InferdError, InvalidArgument
+from inferd.errors import InferdError, InvalidArgument
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane
     from inferd.types import InferResponse
 
 log = logging.getLogger(__name__)
-
-#: Error kind -> HTTP status, as Triton maps them (every other kind is 400).
-STATUS = {
-    ErrorKind.INTERNAL: 500,
-    ErrorKind.NOT_FOUND: 404,
-    ErrorKind.UNAVAILABLE: 503,
-    ErrorKind.UNSUPPORTED: 501,
-}
-
 
 def _json(obj: Any, status: int = 200) -> Response:
     return Response(json.dumps(obj, separators=(",", ":")), status, media_type="application/json")
@@ -58,7 +51,7 @@ async def _body(request: Request) -> bytes:
     return body
 
 
-def build_app(dp: DataPlane) -> Starlette:
+def build_app(dp: DataPlane) -> InferFastPath:
     """Routes of the HTTP frontend over one data plane."""
 
     def version_of(request: Request) -> str:
@@ -88,21 +81,6 @@ def build_app(dp: DataPlane) -> Starlette:
     async def model_stats(request: Request) -> Response:
         name = request.path_params.get("model", "")
         return _json({"model_stats": dp.model_statistics(name, version_of(request))})
-
-    async def infer(request: Request) -> Response:
-        body = await _body(request)
-        header_bytes, binary = split_body(body, request.headers.get(HEADER_LENGTH))
-        header = parse_json(header_bytes, "request")
-        infer_request, binary_output = decode_request(
-            header, binary, request.path_params["model"], version_of(request)
-        )
-        response = await dp.infer(infer_request)
-        content, header_length = encode_response(response, infer_request, binary_output)
-        if header_length is None:
-            return Response(content, media_type="application/json")
-        return Response(
-            content, media_type="application/octet-stream", headers={"Inference-Header-Content-Length": str(header_length)}
-        )
 
     async def generate(request: Request) -> Response:
         """One JSON object out (the generate extension); errors from the model answer 400, as in Triton."""
@@ -175,13 +153,13 @@ def build_app(dp: DataPlane) -> Starlette:
             Route(prefix + "/ready", model_ready, methods=["GET"]),
             Route(prefix + "/config", model_config, methods=["GET"]),
             Route(prefix + "/stats", model_stats, methods=["GET"]),
-            Route(prefix + "/infer", infer, methods=["POST"]),
             Route(prefix + "/generate", generate, methods=["POST"]),
             Route(prefix + "/generate_stream", generate_stream, methods=["POST"]),
         ]
     routes += observability_routes(dp)  # trace and logging extensions
     routes = [Route(r.path, _guarded(r.endpoint), methods=list(r.methods or ())) for r in routes]
-    return Starlette(routes=routes, exception_handlers={HTTPException: on_http_error})
+    app = Starlette(routes=routes, exception_handlers={HTTPException: on_http_error})
+    return InferFastPath(app, dp)  # the infer route itself is served there, ahead of Starlette
 
 
 async def _events(
