@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 #: Extensions listed in server metadata: only those inferd implements.
 EXTENSIONS: list[str] = [
+    "classification",
     "sequence",
     "model_repository",
     "model_repository(unload_dependents)",

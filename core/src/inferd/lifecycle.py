@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferd import config as cfg
 from inferd.backend import Backend, InstanceSpec, ModelLoadContext
+from inferd.classification import load_labels
 from inferd.errors import InferdError, InvalidArgument, NotFound
 from inferd.model import ModelVersion
 from inferd.repository import ModelSource, RepositoryDiff, Snapshot, scan
@@ -415,9 +416,9 @@ class ModelManager:
         else:
             mv = await asyncio.to_thread(self._build_version, source, version_config, backend, version)
         mv.model_dir = source.path
-        scheduler_name = _scheduler_name(version_config)
         try:
-            mv.scheduler = self.host.schedulers.create(scheduler_name, mv)
+            mv.output_labels = await asyncio.to_thread(load_labels, source.path, version_config)
+            mv.scheduler = self.host.schedulers.create(_scheduler_name(version_config), mv)
         except Exception:
             await asyncio.to_thread(mv.close)
             raise

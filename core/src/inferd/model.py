@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from inferd.classification import classify, wants_classification
 from inferd.stats import ModelStats
 from inferd.types import InferRequest, InferResponse, config_to_wire
 from inferd.validation import RequestValidator
@@ -36,6 +37,7 @@ class ModelVersion:
         self.dataplane = dataplane
         #: ``<repository>/<model>``: where config-relative files (initial_state data, labels) live.
         self.model_dir: Path | None = None
+        self.output_labels: dict[str, list[str]] = {}
         self.max_batch_size = config.max_batch_size
         self.decoupled = config.model_transaction_policy.decoupled
         self.stats = ModelStats(name, str(version))
@@ -55,8 +57,16 @@ class ModelVersion:
             self._apply_reshapes(request)
         assert self.scheduler is not None
         if self.cache is not None:
-            return await self.cache.infer(request, self.scheduler.enqueue)
-        return await self.scheduler.enqueue(request)
+            response = await self.cache.infer(request, self.scheduler.enqueue)
+        else:
+            response = await self.scheduler.enqueue(request)
+        if request.outputs and wants_classification(request):
+            return classify(self, request, response)
+        return response
+
+    def labels(self) -> dict[str, list[str]]:
+        """Class labels by output name (from ``label_filename``), read when the version loaded."""
+        return self.output_labels
 
     def _apply_reshapes(self, request: InferRequest) -> None:
         batched = self.max_batch_size > 0
