@@ -27,7 +27,8 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 #: Mark plugin functions with ``@hookimpl``.
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
-Register = Callable[[str, Callable[..., Any]], None]
+Register = Callable[..., None]
+"""``register(name, factory, **options)``, handed to every ``inferd_register_*`` hook."""
 
 
 @hookspec
@@ -37,7 +38,10 @@ def inferd_register_backends(register: Register) -> None:
     Called once per server, at start-up. ``register(name, factory)``: ``name`` is what a
     config.pbtxt puts in ``backend:`` (platform strings map to it through the backend's
     ``platforms``); ``factory()`` takes no argument and returns an :class:`inferd.backend.Backend`.
-    It is called the first time a model needs the backend. Returns nothing.
+    It is called the first time a model needs the backend. A keyword option
+    ``model_filenames=("model.onnx", ...)`` names the files that identify the backend's models, so
+    a model whose config names no backend is matched without importing every framework.
+    Returns nothing.
     """
 
 

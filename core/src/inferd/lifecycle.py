@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -360,7 +361,9 @@ class ModelManager:
         if self.options.autocomplete:
             versions = source.version_dirs()
             backend.autocomplete_config(config, source.path, versions[max(versions)] if versions else None)
-        cfg.normalize(config, source.name, backend.default_model_filename, backend.default_cpu_instance_count)
+        cfg.normalize(
+            config, source.name, backend.default_model_filename, backend.default_cpu_instance_count, visible_gpus()
+        )
         cfg.validate(config)
         return config, backend
 
@@ -368,16 +371,27 @@ class ModelManager:
         name = cfg.backend_for(config)
         if name:
             return self._backend(name, source.name)
-        # No backend or platform: pick the backend whose default model file is present.
+        # No backend or platform: pick the backend whose model file is present. Backends that
+        # declared their file names are matched without being created (no framework import).
         broken: list[str] = []
+        versions = list(source.version_dirs().values())
+
+        def present(filename: str) -> bool:
+            return any((d / filename).exists() for d in versions)
+
         for reg in self.host.backends:
+            declared = reg.options.get("model_filenames")
+            if declared is not None:
+                names = [config.default_model_filename] if config.default_model_filename else list(declared)
+                if not any(present(f) for f in names):
+                    continue
             try:
                 backend = self._backend(reg.name, source.name)
             except InferdError as exc:
                 broken.append(f"'{reg.name}' ({exc.message})")
                 continue
-            filename = config.default_model_filename or backend.default_model_filename
-            if any((d / filename).exists() for d in source.version_dirs().values()):
+            if declared is not None or present(config.default_model_filename or backend.default_model_filename):
+                config.backend = backend.name
                 return backend
         detail = f"; backends that could not start: {'; '.join(broken)}" if broken else ""
         raise InvalidArgument(
@@ -491,6 +505,22 @@ class ModelManager:
             record.state = VersionState(
                 State.UNAVAILABLE, f"model '{name}' exists in more than one repository: {', '.join(map(str, paths))}"
             )
+
+
+def visible_gpus() -> list[int]:
+    """NVIDIA GPUs the driver exposes (``/proc/driver/nvidia/gpus``), honouring
+    ``CUDA_VISIBLE_DEVICES`` when it lists plain indices; no framework is imported."""
+    try:
+        count = len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return []
+    ids = list(range(count))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        wanted = [v.strip() for v in visible.split(",") if v.strip()]
+        if all(v.isdigit() for v in wanted):
+            ids = [i for i in range(len(wanted)) if int(wanted[i]) < count]
+    return ids
 
 
 def _index_entry(name: str, version: str, st: VersionState) -> dict[str, str]:

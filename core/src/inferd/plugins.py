@@ -130,8 +130,8 @@ class PluginHost:
         for impl in hook.get_hookimpls():
             plugin_name = impl.plugin_name
 
-            def register(name: str, factory: Callable[..., Any], _plugin: str = plugin_name) -> None:
-                registry.add(name, factory, _plugin)
+            def register(name: str, factory: Callable[..., Any], _plugin: str = plugin_name, **options: Any) -> None:
+                registry.add(name, factory, _plugin, **options)
                 info = self.infos.setdefault(_plugin, PluginInfo(_plugin))
                 info.registers.setdefault(kind, []).append(name)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from inferd.errors import InferdError, NotFound
@@ -12,11 +12,13 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Registration(Generic[T]):
-    """One registered factory and the plugin that registered it."""
+    """One registered factory, the plugin that registered it, and what it said about itself."""
 
     name: str
     factory: Callable[..., T]
     plugin: str
+    #: Keyword options given to ``register`` (e.g. a backend's ``model_filenames``).
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 class Registry(Generic[T]):
@@ -26,14 +28,14 @@ class Registry(Generic[T]):
         self.kind = kind
         self._items: dict[str, Registration[T]] = {}
 
-    def add(self, name: str, factory: Callable[..., T], plugin: str) -> None:
+    def add(self, name: str, factory: Callable[..., T], plugin: str, **options: Any) -> None:
         existing = self._items.get(name)
         if existing is not None and existing.plugin != plugin:
             raise InferdError(
                 f"{self.kind} '{name}' is registered by two plugins: "
                 f"'{existing.plugin}' and '{plugin}'; block one with INFERD_DISABLE_PLUGINS"
             )
-        self._items[name] = Registration(name, factory, plugin)
+        self._items[name] = Registration(name, factory, plugin, options)
 
     def get(self, name: str) -> Registration[T]:
         try:

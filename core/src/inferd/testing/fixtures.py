@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,9 @@ def inferd_server() -> Iterator[Callable[..., ServerProcess | InProcessServer]]:
     plugins. Every server started is stopped at the end of the test."""
     started: list[ServerProcess | InProcessServer] = []
 
-    def start(repo: Path | Sequence[Path], *args: str, plugins: Sequence[Any] | None = None, **kw: Any) -> ServerProcess | InProcessServer:
+    def start(
+        repo: Path | Sequence[Path], *args: str, plugins: Sequence[Any] | None = None, **kw: Any
+    ) -> ServerProcess | InProcessServer:
         repos = [repo] if isinstance(repo, Path) else list(repo)
         server: ServerProcess | InProcessServer
         if plugins is not None:

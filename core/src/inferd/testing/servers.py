@@ -12,8 +12,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 
 def free_port() -> int:

@@ -21,4 +21,4 @@ def _make_backend() -> Backend:
 @hookimpl
 def inferd_register_backends(register: Register) -> None:
     """Register the "onnxruntime" backend (platform "onnxruntime_onnx")."""
-    register("onnxruntime", _make_backend)
+    register("onnxruntime", _make_backend, model_filenames=("model.onnx",))

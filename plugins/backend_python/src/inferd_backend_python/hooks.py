@@ -19,4 +19,4 @@ def _make_backend() -> Backend:
 @hookimpl
 def inferd_register_backends(register: Register) -> None:
     """Register the "python" backend."""
-    register("python", _make_backend)
+    register("python", _make_backend, model_filenames=("model.py",))

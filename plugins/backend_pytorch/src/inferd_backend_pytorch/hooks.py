@@ -19,4 +19,4 @@ def _make_backend() -> Backend:
 @hookimpl
 def inferd_register_backends(register: Register) -> None:
     """Register the "pytorch" backend (platform ``pytorch_libtorch``)."""
-    register("pytorch", _make_backend)
+    register("pytorch", _make_backend, model_filenames=("model.pt", "model.pt2"))

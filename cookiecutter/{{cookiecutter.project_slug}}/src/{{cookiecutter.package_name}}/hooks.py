@@ -1,0 +1,27 @@
+"""Plugin registration: what inferd imports when it discovers the plugin.
+
+Keep this module light. It must not import your framework: the server imports every installed
+plugin's hooks module at start-up, and a plugin nobody's models use should cost nothing. The
+factory imports the backend module the first time a model needs it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from inferd.hookspecs import Register, hookimpl
+
+if TYPE_CHECKING:
+    from inferd.backend import Backend
+
+
+def _make_backend() -> Backend:
+    from {{ cookiecutter.package_name }}.backend import {{ cookiecutter.class_prefix }}Backend
+
+    return {{ cookiecutter.class_prefix }}Backend()
+
+
+@hookimpl
+def inferd_register_backends(register: Register) -> None:
+    """Register the "{{ cookiecutter.backend_name }}" backend (config.pbtxt: ``backend: "{{ cookiecutter.backend_name }}"``)."""
+    register("{{ cookiecutter.backend_name }}", _make_backend)

@@ -1,0 +1,66 @@
+"""A model whose config names no backend is matched by its files, creating only that backend."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from inferd.backend import Backend
+from inferd.errors import InvalidArgument
+from inferd.hookspecs import hookimpl
+from inferd.lifecycle import LifecycleOptions, ModelManager
+from inferd.plugins import PluginHost
+from inferd.repository import scan
+
+created: list[str] = []
+
+
+def backend_class(name: str, filename: str) -> type[Backend]:
+    class Fake(Backend):
+        default_model_filename = filename
+
+        def __init__(self) -> None:
+            created.append(name)
+            self.name = name
+
+        def load_model(self, context):  # pragma: no cover - not loaded here
+            raise NotImplementedError
+
+    return Fake
+
+
+class Plugin:
+    @hookimpl
+    def inferd_register_backends(self, register):
+        register("alpha", backend_class("alpha", "model.alpha"), model_filenames=("model.alpha",))
+        register("beta", backend_class("beta", "model.beta"), model_filenames=("model.beta",))
+
+
+def detect(tmp_path: Path, filename: str):
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    (tmp_path / "m" / "1" / filename).write_text("")
+    host = PluginHost(load_entrypoints=False, plugins=[Plugin()], disabled=())
+    manager = ModelManager(host, LifecycleOptions(repositories=[tmp_path]))
+    source = scan([tmp_path]).models["m"]
+    from inferd.config import ModelConfig
+
+    config = ModelConfig()
+    return asyncio.run(asyncio.to_thread(manager._backend_for, config, source)), config
+
+
+def test_only_the_matching_backend_is_created(tmp_path):
+    created.clear()
+    backend, config = detect(tmp_path, "model.beta")
+    assert backend.name == "beta"
+    assert config.backend == "beta"
+    assert created == ["beta"]
+
+
+def test_no_match_names_the_installed_backends(tmp_path):
+    created.clear()
+    with pytest.raises(InvalidArgument) as err:
+        detect(tmp_path, "model.gamma")
+    assert "alpha" in err.value.message and "beta" in err.value.message
+    assert created == []
