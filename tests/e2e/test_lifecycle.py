@@ -240,3 +240,14 @@ def test_load_with_config_and_file_overrides(tmp_path):
         # the repository copy is untouched and loads again
         client.load_model("add_sub")
         assert add_sub_call(client)[0, 0] == 2
+
+
+def test_failed_reload_through_the_api_is_an_error_and_keeps_the_old_version(tmp_path):
+    repo = write_repository(tmp_path / "models", {"add_sub": models.add_sub(offset=0)})
+    with ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=add_sub"]) as srv:
+        client = httpclient.InferenceServerClient(srv.http_url)
+        (repo / "add_sub" / "1" / "model.py").write_text(BROKEN_PY)
+        with pytest.raises(InferenceServerException) as err:
+            client.load_model("add_sub")
+        assert "cannot import this model" in str(err.value)
+        assert add_sub_call(client)[0, 0] == 2  # the previous version still serves

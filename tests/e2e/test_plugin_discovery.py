@@ -47,6 +47,7 @@ def test_inferd_plugins_lists_discovered_plugins_and_broken_ones(site):
     lines = {line.split()[0]: line for line in out.stdout.splitlines() if line.strip()}
     assert "inferd-tiny 0.0.1" in lines["tiny"] and "backend: tiny" in lines["tiny"]
     assert "this plugin is broken on purpose" in lines["broken_tiny"]
+    assert "reg" in lines["misnamed_tiny"] and "ERROR" in lines["misnamed_tiny"]
     assert "backend: python" in lines["python"]
     assert "frontend: http" in lines["http"]
     assert out.returncode == 1  # a broken plugin is worth a non-zero exit for scripts
@@ -65,7 +66,7 @@ def test_server_uses_backend_from_installed_plugin(site, tmp_path):
 
 def test_blocked_plugin_is_not_used(site, tmp_path):
     repo = write_repository(tmp_path / "models", {"triple": {"config.pbtxt": TINY_CONFIG, "1/model.tiny": ""}})
-    with ServerProcess([repo], env=env_with(site, INFERD_DISABLE_PLUGINS="tiny,broken_tiny")) as srv:
+    with ServerProcess([repo], env=env_with(site, INFERD_DISABLE_PLUGINS="tiny,broken_tiny,misnamed_tiny")) as srv:
         client = httpclient.InferenceServerClient(srv.http_url)
         index = {m["name"]: m for m in client.get_model_repository_index()}
         assert index["triple"]["state"] == "UNAVAILABLE"

@@ -36,8 +36,8 @@ def inferd_register_backends(register: Register) -> None:
     """Register backend factories.
 
     Called once per server, at start-up. ``register(name, factory)``: ``name`` is what a
-    config.pbtxt puts in ``backend:`` (platform strings map to it through the backend's
-    ``platforms``); ``factory()`` takes no argument and returns an :class:`inferd.backend.Backend`.
+    config.pbtxt puts in ``backend:`` (Triton's ``platform`` strings map to backend names through
+    Triton's own table: ``onnxruntime_onnx`` -> ``onnxruntime``...); ``factory()`` takes no argument and returns an :class:`inferd.backend.Backend`.
     It is called the first time a model needs the backend. A keyword option
     ``model_filenames=("model.onnx", ...)`` names the files that identify the backend's models, so
     a model whose config names no backend is matched without importing every framework.

@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+#: Reason prefix of a version that keeps serving after its reload failed.
+RELOAD_FAILED = "reload failed, previous version still serving"
+
+
 class ControlMode(str, enum.Enum):
     NONE = "none"
     EXPLICIT = "explicit"
@@ -204,7 +208,11 @@ class ModelManager:
             reason = record.state.reason if record.state else "no version could be loaded"
             failed = [f"version {v}: {s.reason}" for v, s in sorted(record.versions.items()) if s.reason]
             raise InvalidArgument(f"failed to load '{name}': " + ("; ".join(failed) or reason))
-        failed = [f"version {v}: {s.reason}" for v, s in sorted(record.versions.items()) if s.state is State.UNAVAILABLE and s.reason and s.reason != "unloaded"]
+        failed = [
+            f"version {v}: {s.reason}"
+            for v, s in sorted(record.versions.items())
+            if s.reason and (s.state is State.UNAVAILABLE and s.reason != "unloaded" or s.reason.startswith(RELOAD_FAILED))
+        ]
         if failed:
             raise InvalidArgument(f"failed to load '{name}': " + "; ".join(failed))
 
@@ -313,7 +321,7 @@ class ModelManager:
                     log.error("model '%s' version %d failed to load: %s", source.name, v, message)
                     if v in record.serving:  # a failed reload keeps the old version serving
                         new_serving[v] = record.serving[v]
-                        record.versions[v] = VersionState(State.READY, f"reload failed, previous version still serving: {message}")
+                        record.versions[v] = VersionState(State.READY, f"{RELOAD_FAILED}: {message}")
                     else:
                         record.versions[v] = VersionState(State.UNAVAILABLE, message)
             old = record.serving
@@ -335,7 +343,7 @@ class ModelManager:
         serving), else on the version the default policy would load, else on the model."""
         if record.serving:
             for v in record.serving:
-                record.versions[v] = VersionState(State.READY, f"reload failed, previous version still serving: {message}")
+                record.versions[v] = VersionState(State.READY, f"{RELOAD_FAILED}: {message}")
             return
         dirs = source.version_dirs()
         record.versions = {max(dirs): VersionState(State.UNAVAILABLE, message)} if dirs else {}

@@ -122,7 +122,13 @@ class PluginHost:
                     ep.name, dist, ep.dist.version if ep.dist else "", error=f"{type(exc).__name__}: {exc}"
                 )
                 continue
-            self._register(plugin, ep.name, dist)
+            try:
+                self._register(plugin, ep.name, dist)
+            except Exception as exc:  # e.g. a hook with a misspelled parameter (pluggy validation)
+                log.error("plugin '%s' (%s) cannot be registered: %s", ep.name, dist, exc)
+                self.infos[ep.name] = PluginInfo(
+                    ep.name, dist, ep.dist.version if ep.dist else "", error=f"{type(exc).__name__}: {exc}"
+                )
 
     def _collect(self, kind: str, hook_name: str) -> Registry[Any]:
         registry: Registry[Any] = Registry(kind)

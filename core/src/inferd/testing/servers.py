@@ -125,7 +125,7 @@ class InProcessServer:
     """
 
     def __init__(self, repositories: Sequence[Path], plugins: Iterable[Any] = (), load_entrypoints: bool = False,
-                 **options: Any) -> None:  # fmt: skip
+                 disabled: Iterable[str] = (), **options: Any) -> None:  # fmt: skip
         from inferd.plugins import PluginHost
         from inferd.server import Server, ServerOptions
 
@@ -136,7 +136,7 @@ class InProcessServer:
             model_repositories=[Path(r) for r in repositories], host="127.0.0.1", http_port=self.http_port,
             grpc_port=self.grpc_port, metrics_port=self.metrics_port, **options,
         )  # fmt: skip
-        host = PluginHost(load_entrypoints=load_entrypoints, plugins=plugins, disabled=())
+        host = PluginHost(load_entrypoints=load_entrypoints, plugins=plugins, disabled=disabled)
         self.server = Server(opts, host=host)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None

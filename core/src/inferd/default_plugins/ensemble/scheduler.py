@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from inferd.default_plugins.ensemble.plan import Plan, Step
 from inferd.errors import InferdError, InternalError
 from inferd.scheduler import Scheduler
+from inferd.trace import TRACE_KEY, TRACE_PARENT_KEY
 from inferd.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 if TYPE_CHECKING:
@@ -165,10 +166,14 @@ class EnsembleScheduler(Scheduler):
             if tensor is not None:
                 inputs[name] = InferTensor(name, tensor.datatype, tensor.shape, tensor.data)
         request = run.request
-        return InferRequest(
+        child = InferRequest(
             step.model, step.version, request.id, inputs, list(self._requested[step.index]),
             dict(request.parameters),
         )  # fmt: skip
+        trace = request.context.get(TRACE_KEY) if request.context else None
+        if trace is not None:  # the step is traced as a child of the ensemble request
+            child.context[TRACE_PARENT_KEY] = trace
+        return child
 
     async def _call(self, run: _Run, step: Step, env: Env) -> InferResponse:
         request = self._step_request(run, step, env)
