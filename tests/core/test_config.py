@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from inferd.config import (
     ModelConfig,
     backend_for,

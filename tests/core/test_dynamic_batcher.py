@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
 from inferd.backend import Instance, InstanceSpec
 from inferd.config import parse_config_text
 from inferd.default_plugins.batching import plan_batch
@@ -29,7 +31,6 @@ from inferd.model import ModelVersion
 from inferd.scheduler import InstanceRunner
 from inferd.testing import ServerProcess, write_repository
 from inferd.types import InferRequest, InferResponse, InferTensor
-from tritonclient.utils import InferenceServerException
 
 # -- batch planning ------------------------------------------------------------------------------
 

@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
 from inferd.config import parse_config_text
 from inferd.default_plugins.ensemble.plan import Plan
 from inferd.errors import ConfigError
 from inferd.testing import ServerProcess, write_repository
-from tritonclient.utils import InferenceServerException
 
 # -- models --------------------------------------------------------------------------------------
 

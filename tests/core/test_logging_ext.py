@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
 from inferd.logging_settings import REQUEST_ID, LevelFilter, LogSettings, TritonFormatter
 from inferd.testing import ServerProcess, write_repository
-from tritonclient.utils import InferenceServerException
 
 PICKY_CONFIG = """
 backend: "python"

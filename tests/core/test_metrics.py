@@ -17,13 +17,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
 from inferd.default_plugins.metrics import latency_config
 from inferd.default_plugins.metrics.latency import LatencyConfig, LatencyWindows, parse_quantiles
 from inferd.default_plugins.metrics.render import Family, model_families, render
 from inferd.default_plugins.metrics.system import CpuMetrics, GpuMetrics
 from inferd.stats import ModelStats
 from inferd.testing import ServerProcess, write_repository
-from tritonclient.utils import InferenceServerException
 
 DOUBLE_CONFIG = """
 backend: "python"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from google.protobuf import json_format, text_format
+
 from inferd.config import model_config_pb2 as ours_mc
 from inferd.default_plugins.grpc import grpc_service_pb2 as ours_svc
 from inferd.default_plugins.grpc import grpc_service_pb2_grpc, health_pb2, health_pb2_grpc

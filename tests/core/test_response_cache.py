@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+
 from inferd.cli import build_parser, options_from_args
 from inferd.default_plugins.local_cache import LocalCache, create_local_cache, entry_size
 from inferd.errors import InvalidArgument

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
 from inferd.backend import ArrayInstance, InstanceSpec
 from inferd.config import parse_config_text
 from inferd.default_plugins.sequence_batcher import SequenceBatchScheduler
@@ -27,7 +29,6 @@ from inferd.model import ModelVersion
 from inferd.scheduler import InstanceRunner
 from inferd.testing import ServerProcess, write_repository
 from inferd.types import InferRequest, InferTensor
-from tritonclient.utils import InferenceServerException
 
 MODEL_PY = """
 import json

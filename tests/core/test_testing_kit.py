@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+
 from inferd.config import parse_config_text
 from inferd.errors import ConfigError
 from inferd.testing import (

@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
 from inferd.errors import InvalidArgument, Unsupported
 from inferd.testing import ServerProcess, write_repository
 from inferd.trace import Tracer, parse_setting
 from inferd.types import InferRequest
-from tritonclient.utils import InferenceServerException
 
 IDENTITY_CONFIG = """
 backend: "python"

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+
 from inferd.plugins import PluginHost
 from inferd.server import Server
 from inferd.testing import (

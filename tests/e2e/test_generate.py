@@ -12,8 +12,9 @@ import textwrap
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from inferd.testing import ServerProcess, write_repository
 from tritonclient.utils import InferenceServerException
+
+from inferd.testing import ServerProcess, write_repository
 
 # Decoupled: COUNT responses (TEXT-i, i, the request parameters), then the final flag. TEXT "boom"
 # sends one response and then an error; a negative COUNT sends only an error.

@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcclient_aio
-from inferd.testing import ServerProcess, write_repository
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
+
+from inferd.testing import ServerProcess, write_repository
 
 ADD_SUB_CONFIG = """
 name: "add_sub"

@@ -33,5 +33,5 @@ class ResponseCache(abc.ABC):
     def insert(self, key: bytes, response: InferResponse) -> None:
         """Store ``response`` under ``key`` (may evict older entries)."""
 
-    def close(self) -> None:  # noqa: B027 - optional hook, empty by default
+    def close(self) -> None:
         """Release connections or memory when the server stops (optional)."""

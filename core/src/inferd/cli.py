@@ -1,19 +1,27 @@
-"""``inferd`` command line: ``serve`` (Triton's flag spellings) and ``plugins``."""
+"""``inferd`` command line: ``serve`` (Triton's flag spellings), ``plugins``, and the client tools
+``perf`` and ``analyze``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import re
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from inferd import __version__
+from inferd.errors import InferdError
 from inferd.lifecycle import ControlMode
+from inferd.logging_settings import configure_logging
 from inferd.plugins import PluginHost
 from inferd.server import Server, ServerOptions
+from inferd.tools.analyze import cli as analyze_cli
+from inferd.tools.perf import cli as perf_cli
+
+_TOOLS = {"perf": perf_cli, "analyze": analyze_cli}  # client tools; their client libraries load in run()
 
 
 def _bool(value: str) -> bool:
@@ -23,6 +31,30 @@ def _bool(value: str) -> bool:
     if v in ("0", "false", "no", "off"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
+
+
+_SETTING = re.compile(r"\s*[A-Za-z_][\w.-]*\s*=")
+
+
+def _cache_settings(value: str) -> list[tuple[str, str, str]]:
+    """``<cache_name>,<setting>=<value>`` (Triton's format: the value may hold commas).
+
+    As a shorthand, ``<cache_name>,a=1,b=2`` sets several settings when every comma-separated part
+    after the name is a ``setting=value`` pair.
+    """
+    name, comma, rest = value.partition(",")
+    parts = rest.split(",")
+    if not all(_SETTING.match(p) for p in parts):
+        parts = [rest]
+    out = []
+    for part in parts:
+        setting, eq, setting_value = part.partition("=")
+        if not name.strip() or not comma or not setting.strip() or not eq or not setting_value:
+            raise argparse.ArgumentTypeError(
+                f"expected <cache_name>,<setting>=<value> (e.g. local,size=1048576), got '{value}'"
+            )
+        out.append((name.strip(), setting.strip(), setting_value))
+    return out
 
 
 def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # type: ignore[type-arg]
@@ -58,6 +90,15 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
     n.add_argument("--allow-http", type=_bool, default=True, metavar="BOOL", help="serve HTTP (default: true)")
     n.add_argument("--allow-grpc", type=_bool, default=True, metavar="BOOL", help="serve gRPC (default: true)")
     n.add_argument("--allow-metrics", type=_bool, default=True, metavar="BOOL", help="serve metrics (default: true)")
+    c = p.add_argument_group("response cache")
+    c.add_argument("--cache-config", action="append", default=[], type=_cache_settings,
+                   metavar="NAME,KEY=VALUE",
+                   help="response cache and one of its settings, e.g. local,size=1048576 or "
+                        "redis,host=127.0.0.1 (repeatable; models opt in with response_cache { enable: true })")
+    c.add_argument("--response-cache-byte-size", type=int, default=0, metavar="BYTES",
+                   help="deprecated Triton spelling of --cache-config local,size=BYTES")
+    c.add_argument("--cache-directory", "--cache-dir", dest="cache_directory", default=None, metavar="PATH",
+                   help="accepted for Triton compatibility and ignored: caches are plugins, not shared libraries")
     o = p.add_argument_group("process")
     o.add_argument("--exit-timeout-secs", type=float, default=30.0, metavar="SECS",
                    help="on shutdown, how long in-flight requests may take to finish (default: 30)")
@@ -71,6 +112,8 @@ def build_parser(host: PluginHost) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_serve(sub, host)
     sub.add_parser("plugins", help="list discovered plugins and what they register")
+    perf_cli.add_parser(sub)
+    analyze_cli.add_parser(sub)
     return parser
 
 
@@ -78,8 +121,23 @@ _OWN_DESTS = {
     "command", "model_repository", "model_control_mode", "repository_poll_secs", "load_model",
     "disable_auto_complete_config", "strict_model_config", "model_config_name", "model_load_thread_count",
     "http_port", "grpc_port", "metrics_port", "host", "allow_http", "allow_grpc", "allow_metrics",
-    "exit_timeout_secs", "log_verbose",
+    "exit_timeout_secs", "log_verbose", "cache_config", "response_cache_byte_size", "cache_directory",
 }  # fmt: skip
+
+
+def _cache_config(args: argparse.Namespace) -> dict[str, dict[str, str]]:
+    """Group ``--cache-config`` settings by cache name (later repeats of a setting win)."""
+    configs: dict[str, dict[str, str]] = {}
+    if args.response_cache_byte_size > 0:
+        configs.setdefault("local", {})["size"] = str(args.response_cache_byte_size)
+    for settings in args.cache_config:
+        for name, setting, value in settings:
+            configs.setdefault(name, {})[setting] = value
+    if args.cache_directory is not None:
+        logging.getLogger(__name__).info(
+            "--cache-directory %s is ignored: inferd caches are plugins (see 'inferd plugins')", args.cache_directory
+        )
+    return configs
 
 
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
@@ -101,6 +159,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         exit_timeout_secs=args.exit_timeout_secs,
         model_load_thread_count=args.model_load_thread_count,
         log_verbose=args.log_verbose,
+        cache_config=_cache_config(args),
         extra={k: v for k, v in vars(args).items() if k not in _OWN_DESTS},
     )
 
@@ -130,11 +189,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser(host).parse_args(argv)
     if args.command == "plugins":
         return _print_plugins(host)
-    logging.basicConfig(
-        level=logging.DEBUG if args.log_verbose > 0 else logging.INFO,
-        format="%(asctime)s %(levelname).1s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    if args.command in _TOOLS:
+        return _TOOLS[args.command].run(args)
+    try:  # Triton's line layout; --log-file / --log-info / ... come from the diagnostics plugin
+        configure_logging(vars(args))
+    except InferdError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 1
     server = Server(options_from_args(args), host=host)
     try:
         asyncio.run(_serve(server))

@@ -11,7 +11,8 @@ import asyncio
 import base64
 import logging
 import time
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 from inferd import __version__
 from inferd import config as cfg

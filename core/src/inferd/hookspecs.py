@@ -13,7 +13,8 @@ through the ``inferd`` entry-point group::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pluggy
 

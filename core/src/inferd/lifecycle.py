@@ -312,7 +312,7 @@ class ModelManager:
                 *(self._load_version(source, config, backend, v) for v in chosen), return_exceptions=True
             )
             new_serving: dict[int, ModelVersion] = {}
-            for v, result in zip(chosen, results):
+            for v, result in zip(chosen, results, strict=True):
                 if isinstance(result, ModelVersion):
                     new_serving[v] = result
                     record.versions[v] = VersionState(State.READY)

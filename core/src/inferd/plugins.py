@@ -10,9 +10,10 @@ import importlib
 import importlib.metadata
 import logging
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 

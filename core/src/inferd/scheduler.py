@@ -10,9 +10,10 @@ from __future__ import annotations
 import abc
 import asyncio
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from inferd.errors import InferdError, InternalError, Unavailable
 from inferd.logging_settings import REQUEST_ID

@@ -46,7 +46,7 @@ def _enum_name(tensor: object) -> str:
 
 
 def _dims_match(expected: tuple[int, ...], got: tuple[int, ...]) -> bool:
-    return len(expected) == len(got) and all(e == -1 or e == g for e, g in zip(expected, got))
+    return len(expected) == len(got) and all(e == -1 or e == g for e, g in zip(expected, got, strict=True))
 
 
 def _fmt(dims: tuple[int, ...] | list[int]) -> str:

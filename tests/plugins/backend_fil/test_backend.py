@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import xgboost
+
 from inferd.backend import InstanceSpec, ModelLoadContext
 from inferd.config import normalize, parse_config_text
 from inferd.errors import ConfigError, InvalidArgument

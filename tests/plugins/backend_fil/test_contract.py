@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
 from inferd.testing import BackendContract, ContractModel, InputSpec, write_repository
 
 from . import trees

@@ -10,8 +10,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import xgboost
-from inferd.testing import ServerProcess, write_repository
 from tritonclient.utils import InferenceServerException
+
+from inferd.testing import ServerProcess, write_repository
 
 from . import trees
 

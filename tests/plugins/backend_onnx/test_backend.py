@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
+
 from inferd.backend import InstanceSpec, ModelLoadContext
 from inferd.config import config_to_json, normalize, parse_config_text
 from inferd.errors import ConfigError, InternalError, InvalidArgument

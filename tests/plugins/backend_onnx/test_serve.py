@@ -20,8 +20,9 @@ import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from inferd.testing import ServerProcess
 from tritonclient.utils import InferenceServerException
+
+from inferd.testing import ServerProcess
 
 from . import models as m
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from inferd.backend import Instance, InstanceSpec, ModelLoadContext
 from inferd.config import parse_config_text
 from inferd.types import InferRequest, InferTensor, RequestedOutput

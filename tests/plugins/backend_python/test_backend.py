@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from inferd.backend import InstanceSpec
 from inferd.errors import ErrorKind, InferdError
 from inferd.types import InferResponse

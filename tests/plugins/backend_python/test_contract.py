@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+
 from inferd.testing import BackendContract, ContractModel, InputSpec, write_repository
 
 CONFIG = """

@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 import triton_python_backend_utils as pb_utils
+
 from inferd.errors import ErrorKind, NotFound
 from inferd.types import InferRequest, InferResponse, InferTensor
 
@@ -242,7 +243,7 @@ def test_hook_registers_the_backend_lazily():
     from inferd_backend_python import hooks
 
     registered: dict[str, object] = {}
-    hooks.inferd_register_backends(lambda name, factory: registered.__setitem__(name, factory))
+    hooks.inferd_register_backends(lambda name, factory, **options: registered.__setitem__(name, factory))
     backend = registered["python"]()
     assert backend.name == "python" and backend.default_model_filename == "model.py"
 

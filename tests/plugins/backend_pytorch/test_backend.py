@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+
 from inferd.backend import InstanceSpec, ModelLoadContext
 from inferd.config import normalize, parse_config_text
 from inferd.errors import ConfigError, ErrorKind, InferdError, InvalidArgument

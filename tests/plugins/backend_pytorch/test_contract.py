@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from inferd.testing import BackendContract, ContractModel, InputSpec, write_repository
 
 from .models import AddSub, save_script

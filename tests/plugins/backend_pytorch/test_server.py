@@ -10,8 +10,9 @@ import pytest
 import torch
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from inferd.testing import ServerProcess, write_repository
 from tritonclient.utils import InferenceServerException
+
+from inferd.testing import ServerProcess, write_repository
 
 from .models import AddSub, Affine, DictOut, Exported, save_exported, save_script
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from inferd import config as cfg
 from inferd.backend import InstanceSpec, ModelLoadContext
 from inferd.errors import InferdError, InvalidArgument

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from inferd.config import config_to_json, parse_config_text
 from inferd.errors import ConfigError, InvalidArgument, Unsupported
 from inferd_backend_tensorrt.autocomplete import autocomplete, check_config

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+
 from inferd.testing import BackendContract, ContractModel, InputSpec, ServerProcess, write_repository
 
 from .onnx_models import linear_relu_expected, linear_relu_onnx

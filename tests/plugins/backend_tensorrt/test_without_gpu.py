@@ -8,9 +8,10 @@ import sys
 
 import pytest
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
 from inferd.errors import Unavailable
 from inferd.testing import ServerProcess, write_repository
-from tritonclient.utils import InferenceServerException
 
 HINT = "install inferd-backend-tensorrt[gpu] on a machine with an NVIDIA GPU"
 HAS_TENSORRT = importlib.util.find_spec("tensorrt") is not None

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+
 from inferd.errors import InvalidArgument
 from inferd.testing import ServerProcess, free_port, write_repository
 from inferd.types import InferResponse, InferTensor

@@ -15,10 +15,11 @@ pytest.importorskip("opentelemetry.sdk")
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
 
 import tritonclient.http as httpclient
-from inferd.testing import ServerProcess, write_repository
-from inferd_trace_otel.exporter import OtelExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from inferd.testing import ServerProcess, write_repository
+from inferd_trace_otel.exporter import OtelExporter
 
 IDENTITY_CONFIG = """
 backend: "python"

@@ -1,0 +1,150 @@
+"""``inferd analyze`` end to end: a small sweep over a Python model on a live inferd in explicit
+mode; the exported config serves from a fresh repository; the original config is restored."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from inferd.config import parse_config_text
+from inferd.testing import ServerProcess, write_repository
+
+CONFIG = """
+backend: "python"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }
+]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+MODEL_PY = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            a = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(r, "INPUT1").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a + b)]))
+        return out
+"""
+FILES = {"config.pbtxt": textwrap.dedent(CONFIG), "1/model.py": textwrap.dedent(MODEL_PY)}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    repo = write_repository(tmp_path_factory.mktemp("analyze") / "models", {"add": FILES, "idle": FILES})
+    proc = ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=add"]).start()
+    yield proc
+    proc.stop()
+
+
+def analyze(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "inferd.cli", "analyze", *args], capture_output=True, text=True,
+                          timeout=180)  # fmt: skip
+
+
+def add_call(url: str) -> np.ndarray:
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    inputs = [httpclient.InferInput("INPUT0", [2, 4], "FP32"), httpclient.InferInput("INPUT1", [2, 4], "FP32")]
+    for i in inputs:
+        i.set_data_from_numpy(a)
+    return httpclient.InferenceServerClient(url).infer("add", inputs).as_numpy("OUTPUT0")
+
+
+def test_sweep_exports_a_config_that_serves(server: ServerProcess, tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    run = analyze("-m", "add", "-u", server.http_url, "--instance-counts", "2", "--dynamic-batching", "on,off",
+                  "--queue-delays-us", "100", "--concurrency", "2", "-p", "500", "-r", "3", "--no-default-config",
+                  "--latency-budget", "10000", "--top-n", "1", "--export-path", str(out))  # fmt: skip
+    assert run.returncode == 0, run.stderr + run.stdout
+    results = json.loads((out / "results.json").read_text())
+    assert sorted(results["ranking"]) == ["add_config_0", "add_config_1"]
+    assert all(len(c["measurements"]) == 1 and c["meets_constraints"] for c in results["configs"])
+    best = results["configs"][0]
+    assert best["name"] == results["ranking"][0]
+    assert best["measurements"][0]["throughput"] == max(c["measurements"][0]["throughput"] for c in results["configs"])
+
+    # the exported best config parses, says what was measured, and has no leftovers of other candidates
+    exported = out / best["name"] / "config.pbtxt"
+    assert [str(exported)] == results["exported"]
+    config = parse_config_text(exported.read_text(), str(exported))
+    assert config.name == "add" and config.max_batch_size == 8
+    assert [g.count for g in config.instance_group] == [2]
+    m = best["measurements"][0]
+    assert config.HasField("dynamic_batching") == m["dynamic_batching"]
+    if m["dynamic_batching"]:
+        assert config.dynamic_batching.max_queue_delay_microseconds == 100
+
+    # the report has a plot and one row per configuration measured
+    html = (out / "report.html").read_text()
+    assert "<svg" in html or "<img" in html
+    for c in results["configs"]:
+        assert f'<td class="name">{c["name"]}</td>' in html
+
+    # the server serves its original configuration again
+    served = httpclient.InferenceServerClient(server.http_url).get_model_config("add")
+    assert [g["count"] for g in served["instance_group"]] == [1]
+    assert "dynamic_batching" not in served
+    assert (add_call(server.http_url) == 2 * np.arange(8, dtype=np.float32).reshape(2, 4)).all()
+
+    # copied into a fresh repository, the exported config loads and serves as exported
+    repo = write_repository(
+        tmp_path / "fresh", {"add": {"config.pbtxt": exported.read_text(), "1/model.py": FILES["1/model.py"]}}
+    )
+    with ServerProcess([repo]) as fresh:
+        assert (add_call(fresh.http_url) == 2 * np.arange(8, dtype=np.float32).reshape(2, 4)).all()
+        fresh_config = httpclient.InferenceServerClient(fresh.http_url).get_model_config("add")
+        assert [g["count"] for g in fresh_config["instance_group"]] == [2]
+        assert ("dynamic_batching" in fresh_config) == m["dynamic_batching"]
+
+        # a server without explicit model control: a clear error, nothing changed
+        refused = analyze("-m", "add", "-u", fresh.http_url, "--concurrency", "1", "-p", "200", "-r", "1",
+                          "--export-path", str(tmp_path / "refused"))  # fmt: skip
+        assert refused.returncode == 1
+        assert "--model-control-mode=explicit" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_unknown_model_is_a_clear_error(server: ServerProcess, tmp_path: Path) -> None:
+    run = analyze("-m", "nope", "-u", server.http_url, "--export-path", str(tmp_path / "x"))
+    assert run.returncode == 1 and "'nope'" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_a_model_not_loaded_is_loaded_then_unloaded(server: ServerProcess, tmp_path: Path) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    assert not client.is_model_ready("idle")
+    run = analyze("-m", "idle", "-u", server.http_url, "--instance-counts", "1", "--dynamic-batching", "off",
+                  "--no-default-config", "--concurrency", "1", "-p", "300", "-r", "1",
+                  "--export-path", str(tmp_path / "idle"))  # fmt: skip
+    assert run.returncode == 0, run.stderr + run.stdout
+    assert (tmp_path / "idle" / "idle_config_0" / "config.pbtxt").is_file()
+    assert not client.is_model_ready("idle")
+
+
+def test_plots_are_inline() -> None:
+    from inferd.tools.analyze.report import plot_html
+    from inferd.tools.analyze.svg import line_chart
+
+    series = [("a", [(1.0, 800.0), (3.5, 1000.0)]), ("b <&>", [(2.0, 400.0), (4.0, 900.0)])]
+    svg = line_chart(series, "t", "x", "y")
+    assert svg.startswith("<svg") and svg.count("<polyline") == 2 and "b &lt;&amp;&gt;" in svg
+    html = plot_html(series, "t", "x", "y")
+    assert html.startswith("<svg") or html.startswith('<img alt="t" src="data:image/png;base64,')
+
+
+def test_plot_with_matplotlib() -> None:
+    pytest.importorskip("matplotlib")
+    from inferd.tools.analyze.report import plot_html
+
+    assert plot_html([("a", [(1.0, 2.0), (2.0, 3.0)])], "t", "x", "y").startswith("<img")
