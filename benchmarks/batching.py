@@ -24,7 +24,7 @@ from tritonclient.grpc import InferInput
 from inferd.testing import ServerProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from onnx_mlp import IN, OUT, build_mlp  # noqa: E402
+from onnx_mlp import IN, OUT, build_mlp
 
 CONFIG = """
 backend: "onnxruntime"

@@ -25,9 +25,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
 from inferd.testing import ServerProcess
 from inferd_backend_onnx.options import default_intra_op_threads
-from onnx import TensorProto, helper, numpy_helper
 
 IN, HIDDEN, OUT = 256, 1024, 16
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import xgboost
+
 from inferd.errors import InvalidArgument
 
 # XGBoost falls back to a DMatrix copy when a GPU booster gets host (numpy) data; that is expected here.

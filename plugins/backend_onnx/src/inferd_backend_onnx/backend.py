@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnxruntime as ort
-from inferd.backend import ArrayInstance, Backend, InstanceSpec, Model, ModelLoadContext
-from inferd.errors import ConfigError, InferdError, InternalError, InvalidArgument
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
+from inferd.backend import ArrayInstance, Backend, InstanceSpec, Model, ModelLoadContext
+from inferd.errors import ConfigError, InferdError, InternalError, InvalidArgument
 from inferd_backend_onnx import options, signature
 from inferd_backend_onnx.signature import TensorInfo, tensor_infos
 

@@ -21,7 +21,6 @@ from typing import Any
 from inferd.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
 from inferd.errors import ErrorKind, InferdError, InternalError, InvalidArgument, Unsupported
 from inferd.types import InferRequest, InferResponse
-
 from inferd_backend_python.loader import check_model_class, forget_package, import_model_file
 from inferd_backend_python.pb_config import ModelConfig as PbModelConfig
 from inferd_backend_python.pb_request import (

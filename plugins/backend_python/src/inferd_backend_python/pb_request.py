@@ -18,7 +18,6 @@ from typing import Any
 
 from inferd.errors import ErrorKind, InferdError
 from inferd.types import InferRequest, InferTensor, RequestedOutput, wire_datatype
-
 from inferd_backend_python.pb_tensor import (
     InferenceResponse,
     Tensor,

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+
 from inferd.errors import ErrorKind, InferdError
 from inferd.types import InferRequest, InferResponse, InferTensor, wire_datatype
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
 from inferd.types import deserialize_bytes_tensor as _deserialize
 from inferd.types import serialize_bytes_tensor as _serialize
 from inferd_backend_python.pb_config import ModelConfig

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+
 from inferd.backend import ArrayInstance, InstanceSpec
 from inferd.errors import InferdError, InternalError, InvalidArgument
 from inferd.types import config_to_wire, numpy_dtype
-
 from inferd_backend_pytorch.loading import error_summary
 
 if TYPE_CHECKING:

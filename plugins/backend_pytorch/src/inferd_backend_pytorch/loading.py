@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from inferd.errors import InvalidArgument
 
+from inferd.errors import InvalidArgument
 from inferd_backend_pytorch.binding import Argument
 
 

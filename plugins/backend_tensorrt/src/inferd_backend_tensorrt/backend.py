@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from inferd.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
 from inferd.errors import InferdError, InvalidArgument, NotFound, Unavailable
-
 from inferd_backend_tensorrt import cuda
 from inferd_backend_tensorrt.autocomplete import autocomplete, check_config
 from inferd_backend_tensorrt.engine import EngineInfo, describe, parse_profiles

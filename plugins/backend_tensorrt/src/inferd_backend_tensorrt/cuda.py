@@ -12,6 +12,7 @@ import ctypes
 from typing import Any
 
 import numpy as np
+
 from inferd.errors import InternalError, Unavailable
 
 INSTALL_HINT = "install inferd-backend-tensorrt[gpu] on a machine with an NVIDIA GPU"

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
 from inferd.backend import ArrayInstance, InstanceSpec
 from inferd.errors import InternalError, InvalidArgument
 from inferd.types import numpy_dtype
-
 from inferd_backend_tensorrt import cuda
 from inferd_backend_tensorrt.engine import choose_profile
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 
 import redis
+
 from inferd.cache import ResponseCache
 from inferd.errors import InvalidArgument
 from inferd.types import InferResponse
-
 from inferd_cache_redis.codec import decode, encode
 
 log = logging.getLogger(__name__)
