@@ -14,6 +14,7 @@ from pathlib import Path
 
 from inferd import __version__
 from inferd.errors import InferdError
+from inferd.flags import parse_bool
 from inferd.lifecycle import ControlMode
 from inferd.logging_settings import configure_logging
 from inferd.plugins import PluginHost
@@ -24,13 +25,6 @@ from inferd.tools.perf import cli as perf_cli
 _TOOLS = {"perf": perf_cli, "analyze": analyze_cli}  # client tools; their client libraries load in run()
 
 
-def _bool(value: str) -> bool:
-    v = value.strip().lower()
-    if v in ("1", "true", "yes", "on"):
-        return True
-    if v in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
 
 
 _SETTING = re.compile(r"\s*[A-Za-z_][\w.-]*\s*=")
@@ -75,7 +69,7 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
                    help="explicit mode: model to load at start-up; '*' loads all (repeatable)")
     g.add_argument("--disable-auto-complete-config", action="store_true",
                    help="do not let backends complete missing config fields from the model files")
-    g.add_argument("--strict-model-config", type=_bool, default=None, metavar="BOOL",
+    g.add_argument("--strict-model-config", type=parse_bool, default=None, metavar="BOOL",
                    help="deprecated Triton spelling: true is --disable-auto-complete-config")
     g.add_argument("--model-config-name", default=None, metavar="NAME",
                    help="use <model>/configs/NAME.pbtxt where present instead of config.pbtxt")
@@ -87,9 +81,9 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
     n.add_argument("--metrics-port", type=int, default=8002, help="metrics port (default: 8002)")
     n.add_argument("--http-address", "--address", dest="host", default="0.0.0.0",
                    help="address the HTTP and gRPC servers bind (default: 0.0.0.0)")
-    n.add_argument("--allow-http", type=_bool, default=True, metavar="BOOL", help="serve HTTP (default: true)")
-    n.add_argument("--allow-grpc", type=_bool, default=True, metavar="BOOL", help="serve gRPC (default: true)")
-    n.add_argument("--allow-metrics", type=_bool, default=True, metavar="BOOL", help="serve metrics (default: true)")
+    n.add_argument("--allow-http", type=parse_bool, default=True, metavar="BOOL", help="serve HTTP (default: true)")
+    n.add_argument("--allow-grpc", type=parse_bool, default=True, metavar="BOOL", help="serve gRPC (default: true)")
+    n.add_argument("--allow-metrics", type=parse_bool, default=True, metavar="BOOL", help="serve metrics (default: true)")
     c = p.add_argument_group("response cache")
     c.add_argument("--cache-config", action="append", default=[], type=_cache_settings,
                    metavar="NAME,KEY=VALUE",

@@ -13,19 +13,13 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from inferd.flags import parse_bool
 from inferd.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from inferd.server import Server
 
 
-def _bool(value: str) -> bool:
-    v = value.strip().lower()
-    if v in ("1", "true", "yes", "on"):
-        return True
-    if v in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
 
 
 def _log_format(value: str) -> str:
@@ -60,9 +54,9 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--trace-log-frequency", default=None, help=argparse.SUPPRESS)
     g = parser.add_argument_group("logging")
     g.add_argument("--log-file", default="", metavar="PATH", help="write the log to PATH instead of the console")
-    g.add_argument("--log-info", type=_bool, default=True, metavar="BOOL", help="log INFO lines (default: true)")
-    g.add_argument("--log-warning", type=_bool, default=True, metavar="BOOL", help="log WARNING lines (default: true)")
-    g.add_argument("--log-error", type=_bool, default=True, metavar="BOOL", help="log ERROR lines (default: true)")
+    g.add_argument("--log-info", type=parse_bool, default=True, metavar="BOOL", help="log INFO lines (default: true)")
+    g.add_argument("--log-warning", type=parse_bool, default=True, metavar="BOOL", help="log WARNING lines (default: true)")
+    g.add_argument("--log-error", type=parse_bool, default=True, metavar="BOOL", help="log ERROR lines (default: true)")
     g.add_argument("--log-format", type=_log_format, default="default", metavar="FORMAT",
                    help="default (Triton's layout) or ISO8601 (default: default)")  # fmt: skip
 

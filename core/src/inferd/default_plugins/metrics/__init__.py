@@ -15,6 +15,7 @@ import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
+from inferd.flags import parse_bool
 from inferd.frontend import Frontend
 from inferd.hookspecs import Register, hookimpl
 
@@ -27,13 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _bool(value: str) -> bool:
-    v = value.strip().lower()
-    if v in ("1", "true", "yes", "on"):
-        return True
-    if v in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
 
 
 def _setting(value: str) -> tuple[str, str]:
@@ -51,7 +45,7 @@ def latency_config(settings: list[tuple[str, str]]) -> LatencyConfig:
     for key, value in settings:
         if key in ("counter_latencies", "summary_latencies", "histogram_latencies"):
             try:
-                flag = _bool(value)
+                flag = parse_bool(value)
             except argparse.ArgumentTypeError as exc:
                 raise SystemExit(f"error: --metrics-config {key}={value}: {exc}") from None
             setattr(config, {"counter_latencies": "counters", "summary_latencies": "summaries",
@@ -250,9 +244,9 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
                    help="address the metrics server binds (default: the --http-address)")
     g.add_argument("--metrics-interval-ms", type=int, default=2000, metavar="MS",
                    help="how often CPU and GPU metrics are sampled, in milliseconds (default: 2000)")
-    g.add_argument("--allow-cpu-metrics", type=_bool, default=True, metavar="BOOL",
+    g.add_argument("--allow-cpu-metrics", type=parse_bool, default=True, metavar="BOOL",
                    help="report CPU utilization and memory from /proc (default: true)")
-    g.add_argument("--allow-gpu-metrics", type=_bool, default=True, metavar="BOOL",
+    g.add_argument("--allow-gpu-metrics", type=parse_bool, default=True, metavar="BOOL",
                    help="report GPU metrics through NVML when pynvml and a GPU are present (default: true)")
     g.add_argument("--metrics-config", action="append", default=[], type=_setting, metavar="KEY=VALUE",
                    help="counter_latencies=BOOL (default true), summary_latencies=BOOL, histogram_latencies=BOOL, "
