@@ -23,6 +23,7 @@ $(STAMP): constraints.txt requirements-dev.txt core/pyproject.toml $(wildcard pl
 	touch $(STAMP)
 
 serve: install
+	$(PY) examples/build_models.py
 	$(VENV)/bin/inferd serve --model-repository examples/models \
 		--http-port $(PORT_HTTP) --grpc-port $(PORT_GRPC) --metrics-port $(PORT_METRICS)
 
