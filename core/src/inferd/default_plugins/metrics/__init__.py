@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import socket
 from typing import TYPE_CHECKING, Any
 
+from inferd.asgi_server import AsgiServer
 from inferd.flags import parse_bool
 from inferd.frontend import Frontend
 from inferd.hookspecs import Register, hookimpl
@@ -64,7 +64,7 @@ def latency_config(settings: list[tuple[str, str]]) -> LatencyConfig:
 
 
 class MetricsFrontend(Frontend):
-    """``GET /metrics`` on a hypercorn server; a background task samples CPU and GPU gauges."""
+    """``GET /metrics`` on its own port; a background task samples CPU and GPU gauges."""
 
     name = "metrics"
 
@@ -81,7 +81,7 @@ class MetricsFrontend(Frontend):
         self.dataplane: DataPlane | None = None
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
-        self._sock: socket.socket | None = None
+        self.server: AsgiServer | None = None
 
     def versions(self) -> list[ModelVersion]:
         """Every serving model version, by name then version."""
@@ -108,9 +108,6 @@ class MetricsFrontend(Frontend):
                 mv.stats.observer = LatencyWindows(self.config, mv.decoupled, _buckets(mv) or DEFAULT_BUCKETS_MS)
 
     async def start(self, dataplane: DataPlane) -> None:
-        from hypercorn.asyncio import serve
-        from hypercorn.config import Config
-
         from inferd.default_plugins.metrics.system import CpuMetrics, GpuMetrics
 
         self.dataplane = dataplane
@@ -118,18 +115,10 @@ class MetricsFrontend(Frontend):
         self.gpu = await asyncio.to_thread(GpuMetrics.probe) if self.want_gpu else None
         await self._sample()
         self._attach(self.versions())
-        sock = _bind(self.host, self.port)
-        self._sock = sock
-        self.port = sock.getsockname()[1]
-        config = Config()
-        config.bind = [f"fd://{sock.fileno()}"]
-        config.accesslog = None
-        config.errorlog = logging.getLogger("hypercorn.error")
-        loop = asyncio.get_running_loop()
-        self._tasks = [
-            loop.create_task(serve(self._app, config, shutdown_trigger=self._stop.wait), name="inferd-metrics"),  # type: ignore[arg-type]
-            loop.create_task(self._every_interval(), name="inferd-metrics-interval"),
-        ]
+        self.server = AsgiServer(self._app, self.host, self.port, "metrics frontend")
+        await self.server.start()
+        self.port = self.server.port
+        self._tasks = [asyncio.get_running_loop().create_task(self._every_interval(), name="inferd-metrics-interval")]
 
     async def _app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """A bare ASGI app: ``GET /metrics`` (or ``/metrics/``); 404 elsewhere."""
@@ -185,8 +174,8 @@ class MetricsFrontend(Frontend):
                 await asyncio.wait_for(task, timeout=grace + 1)
             except (asyncio.TimeoutError, Exception):
                 task.cancel()
-        if self._sock is not None:
-            self._sock.close()
+        if self.server is not None:
+            await self.server.stop(grace)
         if self.gpu is not None:
             self.gpu.close()
 
@@ -200,19 +189,6 @@ def _buckets(mv: ModelVersion) -> tuple[float, ...]:
         if control.metric_identifier.family == "nv_inference_first_response_histogram_ms":
             return tuple(control.histogram_options.buckets)
     return ()
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise SystemExit(f"error: metrics frontend cannot bind {host}:{port}: {exc.strerror}") from None
-    sock.listen(128)
-    sock.set_inheritable(True)
-    return sock
 
 
 def _factory(options: ServerOptions) -> MetricsFrontend | None:
