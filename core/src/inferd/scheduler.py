@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import time
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -80,19 +81,39 @@ class InstanceRunner:
 
 
 class InstancePool:
-    """Free instances of a model version; ``acquire`` waits for one."""
+    """Free instances of a model version; ``acquire`` waits for one, first come first served.
+
+    A released instance is handed straight to the oldest waiter, so a request that just arrived
+    can never take it from one that has been waiting (``asyncio.Queue`` lets it, and under load
+    that starves unlucky requests for seconds).
+    """
 
     def __init__(self, runners: Sequence[InstanceRunner]) -> None:
         self.runners = list(runners)
-        self._free: asyncio.Queue[InstanceRunner] = asyncio.Queue()
-        for r in self.runners:
-            self._free.put_nowait(r)
+        self._free: deque[InstanceRunner] = deque(self.runners)
+        self._waiters: deque[asyncio.Future[InstanceRunner]] = deque()
 
     async def acquire(self) -> InstanceRunner:
-        return await self._free.get()
+        if self._free and not self._waiters:
+            return self._free.popleft()
+        waiter: asyncio.Future[InstanceRunner] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release(waiter.result())  # handed over just as we were cancelled
+            else:
+                self._waiters.remove(waiter)
+            raise
 
     def release(self, runner: InstanceRunner) -> None:
-        self._free.put_nowait(runner)
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(runner)
+                return
+        self._free.append(runner)
 
     def __len__(self) -> int:
         return len(self.runners)
