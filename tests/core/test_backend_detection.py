@@ -47,7 +47,7 @@ def detect(tmp_path: Path, filename: str):
     from inferd.config import ModelConfig
 
     config = ModelConfig()
-    return asyncio.run(asyncio.to_thread(manager._backend_for, config, source)), config
+    return asyncio.run(asyncio.to_thread(manager.builder.backend_for, config, source)), config
 
 
 def test_only_the_matching_backend_is_created(tmp_path):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -20,13 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inferd import config as cfg
-from inferd.backend import Backend, InstanceSpec, ModelLoadContext
-from inferd.classification import load_labels
+from inferd.builder import VersionBuilder
 from inferd.errors import InferdError, InvalidArgument, NotFound
 from inferd.model import ModelVersion
 from inferd.repository import ModelSource, RepositoryDiff, Snapshot, scan
-from inferd.response_cache import ModelCache
-from inferd.scheduler import InstanceRunner
 
 if TYPE_CHECKING:
     from inferd.cache import ResponseCache
@@ -84,15 +80,30 @@ class LifecycleOptions:
 class ModelManager:
     """Owns every model record and applies loads, unloads and repository diffs."""
 
+    @property
+    def dataplane(self) -> Any:
+        """The DataPlane (set by it), handed to backends and ensembles."""
+        return self.builder.dataplane
+
+    @dataplane.setter
+    def dataplane(self, value: Any) -> None:
+        self.builder.dataplane = value
+
+    @property
+    def cache(self) -> ResponseCache | None:
+        """The server's response cache, set by the Server before models load."""
+        return self.builder.cache
+
+    @cache.setter
+    def cache(self, value: ResponseCache | None) -> None:
+        self.builder.cache = value
+
     def __init__(self, host: PluginHost, options: LifecycleOptions) -> None:
         self.host = host
         self.options = options
         self.records: dict[str, ModelRecord] = {}
         self.snapshot = Snapshot()
-        self.dataplane: Any = None  # set by the DataPlane; handed to backends and ensembles
-        #: The server's response cache (``--cache-config``), set by the Server before loading.
-        self.cache: ResponseCache | None = None
-        self._backends: dict[str, Backend] = {}
+        self.builder = VersionBuilder(host, options.autocomplete, options.config_name)
         self._load_slots = asyncio.Semaphore(max(1, options.load_threads))
         self._override_root: Path | None = None
 
@@ -290,7 +301,7 @@ class ModelManager:
         async with record.lock, self._load_slots:
             started = time.monotonic()
             try:
-                config, backend = await asyncio.to_thread(self._prepare_config, source, override)
+                config, backend = await asyncio.to_thread(self.builder.prepare_config, source, override)
                 chosen = cfg.version_policy_select(config, sorted(source.version_dirs()))
                 if not chosen and backend is not None:
                     raise InvalidArgument(
@@ -309,7 +320,7 @@ class ModelManager:
                 if v not in record.serving:
                     record.versions[v] = VersionState(State.LOADING)
             results = await asyncio.gather(
-                *(self._load_version(source, config, backend, v) for v in chosen), return_exceptions=True
+                *(self.builder.load_version(source, config, backend, v) for v in chosen), return_exceptions=True
             )
             new_serving: dict[int, ModelVersion] = {}
             for v, result in zip(chosen, results, strict=True):
@@ -349,143 +360,6 @@ class ModelManager:
         record.versions = {max(dirs): VersionState(State.UNAVAILABLE, message)} if dirs else {}
         record.state = None if dirs else VersionState(State.UNAVAILABLE, message)
 
-    def _prepare_config(self, source: ModelSource, override: cfg.ModelConfig | None) -> tuple[cfg.ModelConfig, Backend | None]:
-        """Read, auto-complete, normalize and validate a model's config (blocking)."""
-        config = override
-        if config is None:
-            config = cfg.load_config(source.path, self.options.config_name)
-        if config is None:
-            if not self.options.autocomplete:
-                raise InvalidArgument(
-                    f"model '{source.name}' has no config.pbtxt and auto-complete is disabled "
-                    f"(--disable-auto-complete-config / --strict-model-config=true)"
-                )
-            config = cfg.ModelConfig()
-        if config.platform == "ensemble":
-            cfg.normalize(config, source.name, "", 1)
-            cfg.validate(config)
-            return config, None
-        backend = self._backend_for(config, source)
-        if self.options.autocomplete:
-            versions = source.version_dirs()
-            backend.autocomplete_config(config, source.path, versions[max(versions)] if versions else None)
-        cfg.normalize(
-            config, source.name, backend.default_model_filename, backend.default_cpu_instance_count, visible_gpus()
-        )
-        cfg.validate(config)
-        return config, backend
-
-    def _backend_for(self, config: cfg.ModelConfig, source: ModelSource) -> Backend:
-        name = cfg.backend_for(config)
-        if name:
-            return self._backend(name, source.name)
-        # No backend or platform: pick the backend whose model file is present. Backends that
-        # declared their file names are matched without being created (no framework import).
-        broken: list[str] = []
-        versions = list(source.version_dirs().values())
-
-        def present(filename: str) -> bool:
-            return any((d / filename).exists() for d in versions)
-
-        for reg in self.host.backends:
-            declared = reg.options.get("model_filenames")
-            if declared is not None:
-                names = [config.default_model_filename] if config.default_model_filename else list(declared)
-                if not any(present(f) for f in names):
-                    continue
-            try:
-                backend = self._backend(reg.name, source.name)
-            except InferdError as exc:
-                broken.append(f"'{reg.name}' ({exc.message})")
-                continue
-            if declared is not None or present(config.default_model_filename or backend.default_model_filename):
-                config.backend = backend.name
-                return backend
-        detail = f"; backends that could not start: {'; '.join(broken)}" if broken else ""
-        raise InvalidArgument(
-            f"model '{source.name}' names no backend or platform and no installed backend recognises "
-            f"its files; installed backends: {', '.join(self.host.backends.names()) or 'none'}{detail}"
-        )
-
-    def _backend(self, name: str, model: str) -> Backend:
-        backend = self._backends.get(name)
-        if backend is not None:
-            return backend
-        for reg in self.host.backends:  # platform strings (onnxruntime_onnx...) map to backends
-            if reg.name == name:
-                break
-        else:
-            raise InvalidArgument(
-                f"model '{model}' asks for backend '{name}', which no installed plugin provides; "
-                f"installed: {', '.join(self.host.backends.names()) or 'none'}"
-            )
-        try:
-            backend = reg.factory()
-        except ImportError as exc:
-            raise InvalidArgument(
-                f"model '{model}' needs backend '{name}' (plugin '{reg.plugin}'), whose framework "
-                f"is not installed: {exc}"
-            ) from None
-        self._backends[name] = backend
-        return backend
-
-    async def _load_version(self, source: ModelSource, config: cfg.ModelConfig, backend: Backend | None, version: int) -> ModelVersion:
-        started = time.monotonic_ns()
-        version_config = cfg.ModelConfig()
-        version_config.CopyFrom(config)
-        if backend is None:
-            mv = ModelVersion(source.name, version, version_config, None, [], self.dataplane)
-        else:
-            mv = await asyncio.to_thread(self._build_version, source, version_config, backend, version)
-        mv.model_dir = source.path
-        try:
-            mv.output_labels = await asyncio.to_thread(load_labels, source.path, version_config)
-            mv.scheduler = self.host.schedulers.create(_scheduler_name(version_config), mv)
-        except Exception:
-            await asyncio.to_thread(mv.close)
-            raise
-        mv.cache = self._model_cache(mv)
-        mv.stats.load_duration_ns = time.monotonic_ns() - started
-        return mv
-
-    def _model_cache(self, mv: ModelVersion) -> ModelCache | None:
-        """The cache binding for a version whose config has ``response_cache { enable: true }``."""
-        if not mv.config.response_cache.enable:
-            return None
-        if self.cache is None:
-            log.warning(
-                "model '%s' version %d enables response_cache, but the server has no cache "
-                "configured (--cache-config <name>,<key>=<value>); its responses are not cached",
-                mv.name, mv.version,
-            )  # fmt: skip
-            return None
-        if mv.decoupled or mv.config.WhichOneof("scheduling_choice") == "sequence_batching":
-            log.warning("model '%s': the response cache does not support decoupled or sequence models", mv.name)
-            return None
-        return ModelCache(self.cache, mv.name, mv.version, mv.stats)
-
-    def _build_version(self, source: ModelSource, config: cfg.ModelConfig, backend: Backend, version: int) -> ModelVersion:
-        ctx = ModelLoadContext(
-            name=source.name,
-            version=version,
-            config=config,
-            model_dir=source.path,
-            version_dir=source.path / str(version),
-            repository=source.repository,
-            dataplane=self.dataplane,
-        )
-        model = backend.load_model(ctx)
-        runners: list[InstanceRunner] = []
-        try:
-            for spec in instance_specs(config):
-                runners.append(InstanceRunner(model.create_instance(spec), spec))
-        except BaseException:
-            for r in runners:
-                r.close()
-            model.unload()
-            raise
-        return ModelVersion(source.name, version, config, model, runners, self.dataplane)
-
     # -- unloading ------------------------------------------------------------------------------
 
     async def _unload_record(self, record: ModelRecord) -> None:
@@ -515,22 +389,6 @@ class ModelManager:
             )
 
 
-def visible_gpus() -> list[int]:
-    """NVIDIA GPUs the driver exposes (``/proc/driver/nvidia/gpus``), honouring
-    ``CUDA_VISIBLE_DEVICES`` when it lists plain indices; no framework is imported."""
-    try:
-        count = len(os.listdir("/proc/driver/nvidia/gpus"))
-    except OSError:
-        return []
-    ids = list(range(count))
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        wanted = [v.strip() for v in visible.split(",") if v.strip()]
-        if all(v.isdigit() for v in wanted):
-            ids = [i for i in range(len(wanted)) if int(wanted[i]) < count]
-    return ids
-
-
 def _index_entry(name: str, version: str, st: VersionState) -> dict[str, str]:
     """One repository-index row; like Triton, empty version and reason are left out."""
     entry = {"name": name}
@@ -540,30 +398,6 @@ def _index_entry(name: str, version: str, st: VersionState) -> dict[str, str]:
     if st.reason:
         entry["reason"] = st.reason
     return entry
-
-
-def instance_specs(config: cfg.ModelConfig) -> list[InstanceSpec]:
-    """Triton's instance naming: ``<group name>_<n>``, ``count`` instances per listed GPU."""
-    specs: list[InstanceSpec] = []
-    kinds = {0: "KIND_AUTO", 1: "KIND_GPU", 2: "KIND_CPU", 3: "KIND_MODEL"}
-    for group in config.instance_group:
-        kind = kinds.get(group.kind, "KIND_CPU")
-        devices = list(group.gpus) if kind == "KIND_GPU" and group.gpus else [0 if kind == "KIND_GPU" else -1]
-        n = 0
-        for device in devices:
-            for _ in range(max(1, group.count)):
-                specs.append(InstanceSpec(f"{group.name}_{n}", kind, max(device, 0), n, group.name))
-                n += 1
-    return specs
-
-
-def _scheduler_name(config: cfg.ModelConfig) -> str:
-    if config.platform == "ensemble":
-        return "ensemble"
-    choice = config.WhichOneof("scheduling_choice")
-    return {"dynamic_batching": "dynamic", "sequence_batching": "sequence", "ensemble_scheduling": "ensemble"}.get(
-        choice or "", "direct"
-    )
 
 
 def _looks_like_ensemble(source: ModelSource) -> bool:

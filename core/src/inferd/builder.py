@@ -1,0 +1,220 @@
+"""Building a servable model version from a model directory.
+
+Reads and completes the config, picks the backend (creating it on first use), loads the model,
+creates its instances, and attaches the scheduler and the response cache. The lifecycle decides
+*when* to build and swap versions; this module knows *how* to build one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from inferd import config as cfg
+from inferd.backend import Backend, InstanceSpec, ModelLoadContext
+from inferd.classification import load_labels
+from inferd.errors import InferdError, InvalidArgument
+from inferd.model import ModelVersion
+from inferd.repository import ModelSource
+from inferd.response_cache import ModelCache
+from inferd.scheduler import InstanceRunner
+
+if TYPE_CHECKING:
+    from inferd.cache import ResponseCache
+    from inferd.plugins import PluginHost
+
+log = logging.getLogger(__name__)
+
+
+class VersionBuilder:
+    """Builds :class:`~inferd.model.ModelVersion` objects; holds the backends created so far."""
+
+    def __init__(self, host: PluginHost, autocomplete: bool = True, config_name: str | None = None) -> None:
+        self.host = host
+        self.autocomplete = autocomplete
+        self.config_name = config_name
+        #: Handed to backends (BLS) and ensembles; set by the DataPlane.
+        self.dataplane: Any = None
+        #: The server's response cache (``--cache-config``), set by the Server before loading.
+        self.cache: ResponseCache | None = None
+        self._backends: dict[str, Backend] = {}
+
+    def prepare_config(self, source: ModelSource, override: cfg.ModelConfig | None) -> tuple[cfg.ModelConfig, Backend | None]:
+        """Read, auto-complete, normalize and validate a model's config (blocking)."""
+        config = override
+        if config is None:
+            config = cfg.load_config(source.path, self.config_name)
+        if config is None:
+            if not self.autocomplete:
+                raise InvalidArgument(
+                    f"model '{source.name}' has no config.pbtxt and auto-complete is disabled "
+                    f"(--disable-auto-complete-config / --strict-model-config=true)"
+                )
+            config = cfg.ModelConfig()
+        if config.platform == "ensemble":
+            cfg.normalize(config, source.name, "", 1)
+            cfg.validate(config)
+            return config, None
+        backend = self.backend_for(config, source)
+        if self.autocomplete:
+            versions = source.version_dirs()
+            backend.autocomplete_config(config, source.path, versions[max(versions)] if versions else None)
+        cfg.normalize(
+            config, source.name, backend.default_model_filename, backend.default_cpu_instance_count, visible_gpus()
+        )
+        cfg.validate(config)
+        return config, backend
+
+    def backend_for(self, config: cfg.ModelConfig, source: ModelSource) -> Backend:
+        name = cfg.backend_for(config)
+        if name:
+            return self.backend(name, source.name)
+        # No backend or platform: pick the backend whose model file is present. Backends that
+        # declared their file names are matched without being created (no framework import).
+        broken: list[str] = []
+        versions = list(source.version_dirs().values())
+
+        def present(filename: str) -> bool:
+            return any((d / filename).exists() for d in versions)
+
+        for reg in self.host.backends:
+            declared = reg.options.get("model_filenames")
+            if declared is not None:
+                names = [config.default_model_filename] if config.default_model_filename else list(declared)
+                if not any(present(f) for f in names):
+                    continue
+            try:
+                backend = self.backend(reg.name, source.name)
+            except InferdError as exc:
+                broken.append(f"'{reg.name}' ({exc.message})")
+                continue
+            if declared is not None or present(config.default_model_filename or backend.default_model_filename):
+                config.backend = backend.name
+                return backend
+        detail = f"; backends that could not start: {'; '.join(broken)}" if broken else ""
+        raise InvalidArgument(
+            f"model '{source.name}' names no backend or platform and no installed backend recognises "
+            f"its files; installed backends: {', '.join(self.host.backends.names()) or 'none'}{detail}"
+        )
+
+    def backend(self, name: str, model: str) -> Backend:
+        backend = self._backends.get(name)
+        if backend is not None:
+            return backend
+        for reg in self.host.backends:  # platform strings (onnxruntime_onnx...) map to backends
+            if reg.name == name:
+                break
+        else:
+            raise InvalidArgument(
+                f"model '{model}' asks for backend '{name}', which no installed plugin provides; "
+                f"installed: {', '.join(self.host.backends.names()) or 'none'}"
+            )
+        try:
+            backend = reg.factory()
+        except ImportError as exc:
+            raise InvalidArgument(
+                f"model '{model}' needs backend '{name}' (plugin '{reg.plugin}'), whose framework "
+                f"is not installed: {exc}"
+            ) from None
+        self._backends[name] = backend
+        return backend
+
+    async def load_version(self, source: ModelSource, config: cfg.ModelConfig, backend: Backend | None, version: int) -> ModelVersion:
+        started = time.monotonic_ns()
+        version_config = cfg.ModelConfig()
+        version_config.CopyFrom(config)
+        if backend is None:
+            mv = ModelVersion(source.name, version, version_config, None, [], self.dataplane)
+        else:
+            mv = await asyncio.to_thread(self.build_version, source, version_config, backend, version)
+        mv.model_dir = source.path
+        try:
+            mv.output_labels = await asyncio.to_thread(load_labels, source.path, version_config)
+            mv.scheduler = self.host.schedulers.create(scheduler_name(version_config), mv)
+        except Exception:
+            await asyncio.to_thread(mv.close)
+            raise
+        mv.cache = self._model_cache(mv)
+        mv.stats.load_duration_ns = time.monotonic_ns() - started
+        return mv
+
+    def _model_cache(self, mv: ModelVersion) -> ModelCache | None:
+        """The cache binding for a version whose config has ``response_cache { enable: true }``."""
+        if not mv.config.response_cache.enable:
+            return None
+        if self.cache is None:
+            log.warning(
+                "model '%s' version %d enables response_cache, but the server has no cache "
+                "configured (--cache-config <name>,<key>=<value>); its responses are not cached",
+                mv.name, mv.version,
+            )  # fmt: skip
+            return None
+        if mv.decoupled or mv.config.WhichOneof("scheduling_choice") == "sequence_batching":
+            log.warning("model '%s': the response cache does not support decoupled or sequence models", mv.name)
+            return None
+        return ModelCache(self.cache, mv.name, mv.version, mv.stats)
+
+    def build_version(self, source: ModelSource, config: cfg.ModelConfig, backend: Backend, version: int) -> ModelVersion:
+        ctx = ModelLoadContext(
+            name=source.name,
+            version=version,
+            config=config,
+            model_dir=source.path,
+            version_dir=source.path / str(version),
+            repository=source.repository,
+            dataplane=self.dataplane,
+        )
+        model = backend.load_model(ctx)
+        runners: list[InstanceRunner] = []
+        try:
+            for spec in instance_specs(config):
+                runners.append(InstanceRunner(model.create_instance(spec), spec))
+        except BaseException:
+            for r in runners:
+                r.close()
+            model.unload()
+            raise
+        return ModelVersion(source.name, version, config, model, runners, self.dataplane)
+
+
+def visible_gpus() -> list[int]:
+    """NVIDIA GPUs the driver exposes (``/proc/driver/nvidia/gpus``), honouring
+    ``CUDA_VISIBLE_DEVICES`` when it lists plain indices; no framework is imported."""
+    try:
+        count = len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return []
+    ids = list(range(count))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        wanted = [v.strip() for v in visible.split(",") if v.strip()]
+        if all(v.isdigit() for v in wanted):
+            ids = [i for i in range(len(wanted)) if int(wanted[i]) < count]
+    return ids
+
+
+def instance_specs(config: cfg.ModelConfig) -> list[InstanceSpec]:
+    """Triton's instance naming: ``<group name>_<n>``, ``count`` instances per listed GPU."""
+    specs: list[InstanceSpec] = []
+    kinds = {0: "KIND_AUTO", 1: "KIND_GPU", 2: "KIND_CPU", 3: "KIND_MODEL"}
+    for group in config.instance_group:
+        kind = kinds.get(group.kind, "KIND_CPU")
+        devices = list(group.gpus) if kind == "KIND_GPU" and group.gpus else [0 if kind == "KIND_GPU" else -1]
+        n = 0
+        for device in devices:
+            for _ in range(max(1, group.count)):
+                specs.append(InstanceSpec(f"{group.name}_{n}", kind, max(device, 0), n, group.name))
+                n += 1
+    return specs
+
+
+def scheduler_name(config: cfg.ModelConfig) -> str:
+    if config.platform == "ensemble":
+        return "ensemble"
+    choice = config.WhichOneof("scheduling_choice")
+    return {"dynamic_batching": "dynamic", "sequence_batching": "sequence", "ensemble_scheduling": "ensemble"}.get(
+        choice or "", "direct"
+    )
