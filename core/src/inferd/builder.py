@@ -21,6 +21,7 @@ from inferd.model import ModelVersion
 from inferd.repository import ModelSource
 from inferd.response_cache import ModelCache
 from inferd.scheduler import InstanceRunner
+from inferd.warmup import warm_up
 
 if TYPE_CHECKING:
     from inferd.cache import ResponseCache
@@ -133,6 +134,7 @@ class VersionBuilder:
         mv.model_dir = source.path
         try:
             mv.output_labels = await asyncio.to_thread(load_labels, source.path, version_config)
+            await warm_up(mv)
             mv.scheduler = self.host.schedulers.create(scheduler_name(version_config), mv)
         except Exception:
             await asyncio.to_thread(mv.close)
