@@ -232,11 +232,11 @@ class InferenceRequest:
         return self._timeout
 
     def parameters(self) -> str:
-        """The request parameters as a JSON string (Triton's form; parse with ``json.loads``)."""
+        """The request parameters as a compact JSON string, as Triton writes it (``json.loads`` it)."""
         if self._inferd is None:
-            return json.dumps(self._parameters)
+            return json.dumps(self._parameters, separators=(",", ":"))
         params = self._inferd.parameters
-        return json.dumps({k: v for k, v in params.items() if k not in _RESERVED_PARAMETERS})
+        return json.dumps({k: v for k, v in params.items() if k not in _RESERVED_PARAMETERS}, separators=(",", ":"))
 
     def requested_output_names(self) -> set[str]:
         if self._inferd is not None:
