@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import queue
+import shutil
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -500,3 +502,51 @@ def test_explicit_load_of_an_invalid_ensemble_fails_with_the_reason(explicit):
         explicit.load_model("unknown_step")
     with pytest.raises(InferenceServerException, match="its steps form a cycle"):
         explicit.load_model("cyc")
+
+
+def test_poll_mode_removing_a_composing_model_unloads_its_ensembles(tmp_path):
+    """In poll mode, deleting a step model takes its ensembles down with a reason, as an explicit
+    unload does; the other models keep serving."""
+    repo = _poll_repository(tmp_path / "models")
+    with ServerProcess([repo], ["--model-control-mode=poll", "--repository-poll-secs=1"]) as srv:
+        client = httpclient.InferenceServerClient(srv.http_url)
+        assert client.is_model_ready("pipeline")
+        shutil.rmtree(repo / "double")
+        deadline = time.monotonic() + 30
+        while client.is_model_ready("pipeline") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        index = {(m["name"], m.get("version", "")): m for m in client.get_model_repository_index()}
+        assert index[("pipeline", "1")]["state"] == "UNAVAILABLE"
+        assert "double" in index[("pipeline", "1")]["reason"]
+        assert client.is_model_ready("other")
+
+
+def _poll_repository(root):
+    double_cfg = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]
+"""
+    double_py = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 2)])
+                for r in requests]
+"""
+    pipeline_cfg = """
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]
+ensemble_scheduling { step [ { model_name: "double" model_version: -1
+  input_map { key: "X" value: "IN" } output_map { key: "Y" value: "OUT" } } ] }
+"""
+    return write_repository(root, {
+        "double": {"config.pbtxt": double_cfg, "1/model.py": double_py},
+        "other": {"config.pbtxt": double_cfg, "1/model.py": double_py},
+        "pipeline": {"config.pbtxt": pipeline_cfg},
+    })  # fmt: skip

@@ -258,32 +258,9 @@ class DataPlane:
         await self.manager.load(name, override, files or None)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        """Unload ``name`` and, as Triton does, every ensemble that calls it (they could no
-        longer run). With ``unload_dependents``, an ensemble's composing models go too, unless
-        another ensemble still serving calls them."""
+        """Unload ``name`` (and the ensembles that call it; see :meth:`ModelManager.unload`)."""
         self._check_control()
-        records = self.manager.records
-
-        def calls(model: str) -> list[str]:
-            record = records.get(model)
-            serving = record.serving.values() if record is not None else ()
-            return list(dict.fromkeys(s.model_name for mv in serving for s in mv.config.ensemble_scheduling.step))
-
-        def callers(model: str) -> list[str]:
-            return [n for n, r in records.items() if n != model and r.serving and model in calls(n)]
-
-        composing = calls(name) if unload_dependents else []
-        await self.manager.unload(name)
-        todo = callers(name)
-        while todo:
-            caller = todo.pop()
-            if records[caller].serving:
-                await self.manager.unload(caller)
-                todo.extend(callers(caller))
-        for model in composing:
-            record = records.get(model)
-            if record is not None and record.serving and not callers(model):
-                await self.unload_model(model, True)
+        await self.manager.unload(name, unload_dependents)
 
 
 def _file_bytes(model: str, key: str, value: Any) -> bytes:

@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 #: Reason prefix of a version that keeps serving after its reload failed.
 RELOAD_FAILED = "reload failed, previous version still serving"
+#: Reasons of UNAVAILABLE versions that were taken down on purpose, not by a failure.
+NOT_FAILURES = ("unloaded", "removed from the repository")
 
 
 class ControlMode(str, enum.Enum):
@@ -222,26 +224,48 @@ class ModelManager:
         failed = [
             f"version {v}: {s.reason}"
             for v, s in sorted(record.versions.items())
-            if s.reason and (s.state is State.UNAVAILABLE and s.reason != "unloaded" or s.reason.startswith(RELOAD_FAILED))
+            if s.reason and (s.state is State.UNAVAILABLE and not s.reason.startswith(NOT_FAILURES) or s.reason.startswith(RELOAD_FAILED))
         ]
         if failed:
             raise InvalidArgument(f"failed to load '{name}': " + "; ".join(failed))
 
-    async def unload(self, name: str) -> None:
-        """Unload every version of ``name``; like Triton, unloading an unknown model succeeds."""
+    async def unload(self, name: str, unload_dependents: bool = False, reason: str = "unloaded") -> None:
+        """Unload every version of ``name`` and, as Triton does, every ensemble that calls it (they
+        could no longer run). With ``unload_dependents``, an ensemble's composing models go too,
+        unless another ensemble still serving calls them. Unloading an unknown model succeeds."""
         record = self.records.get(name)
         if record is None:
             return
-        await self._unload_record(record)
+        composing = self._calls(name) if unload_dependents else []
+        await self._unload_record(record, reason)
+        todo = self._callers(name)
+        while todo:
+            caller = todo.pop()
+            if self.records[caller].serving:
+                await self._unload_record(self.records[caller], f"unloaded: it calls '{name}', which was unloaded")
+                todo.extend(self._callers(caller))
+        for model in composing:
+            other = self.records.get(model)
+            if other is not None and other.serving and not self._callers(model):
+                await self.unload(model, True)
+
+    def _calls(self, model: str) -> list[str]:
+        """The models a serving ensemble's steps call."""
+        record = self.records.get(model)
+        serving = record.serving.values() if record is not None else ()
+        return list(dict.fromkeys(s.model_name for mv in serving for s in mv.config.ensemble_scheduling.step))
+
+    def _callers(self, model: str) -> list[str]:
+        """Serving ensembles whose steps call ``model``."""
+        return [n for n, r in self.records.items() if n != model and r.serving and model in self._calls(n)]
 
     async def apply(self, snapshot: Snapshot, changes: RepositoryDiff) -> None:
         """Apply a repository diff (poll mode): remove, then load added and modified models."""
         self.snapshot = snapshot
         self._report_duplicates(snapshot)
         for name in changes.removed:
-            record = self.records.get(name)
-            if record is not None:
-                await self._unload_record(record)
+            if name in self.records:
+                await self.unload(name, reason="removed from the repository")
                 self.records.pop(name, None)
         await self._load_many(changes.added + changes.modified)
 
@@ -362,7 +386,7 @@ class ModelManager:
 
     # -- unloading ------------------------------------------------------------------------------
 
-    async def _unload_record(self, record: ModelRecord) -> None:
+    async def _unload_record(self, record: ModelRecord, reason: str = "unloaded") -> None:
         async with record.lock:
             old = record.serving
             record.serving = {}
@@ -370,7 +394,7 @@ class ModelManager:
                 record.versions[v] = VersionState(State.UNLOADING)
             await self._retire(list(old.values()))
             for v in old:
-                record.versions[v] = VersionState(State.UNAVAILABLE, "unloaded")
+                record.versions[v] = VersionState(State.UNAVAILABLE, reason)
 
     async def _retire(self, versions: list[ModelVersion]) -> None:
         """Let in-flight requests finish, then close instances and unload."""
