@@ -563,3 +563,24 @@ def test_config_json_matches_triton(model: str) -> None:
     assert config_to_json(config) == expected
     # Same JSON types too (1 not 1.0, "1" where Triton leaves an int64 as a string).
     assert json.dumps(config_to_json(config), sort_keys=True) == json.dumps(expected, sort_keys=True)
+
+
+def test_model_parameters_typed_values_and_errors() -> None:
+    from inferd.config import ModelParameters
+
+    config = parse_config_text(
+        'name: "m"\n'
+        'parameters { key: "on" value { string_value: "Yes" } }\n'
+        'parameters { key: "n" value { string_value: " 12 " } }\n'
+        'parameters { key: "x" value { string_value: "0.25" } }\n'
+        'parameters { key: "bad" value { string_value: "maybe" } }\n',
+        "config.pbtxt",
+    )
+    params = ModelParameters(config)
+    assert dict(params) == {"on": "Yes", "n": " 12 ", "x": "0.25", "bad": "maybe"}
+    assert params.flag("on", False) is True and params.flag("absent", None) is None
+    assert params.integer("n", 0) == 12 and params.number("x", 1.0) == 0.25
+    with pytest.raises(ConfigError, match="model 'm': parameter bad must be true or false, got 'maybe'"):
+        params.flag("bad", False)
+    with pytest.raises(ConfigError, match="parameter bad must be an integer"):
+        params.integer("bad", 0)

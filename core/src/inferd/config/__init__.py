@@ -6,6 +6,7 @@ parses unchanged and :func:`config_to_json` prints what Triton prints.
 
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.config.normalize import normalize, version_policy_select
+from inferd.config.parameters import ModelParameters
 from inferd.config.parse import (
     config_from_json,
     config_to_json,
@@ -17,6 +18,7 @@ from inferd.config.platforms import DEFAULT_MODEL_FILENAMES, backend_for, platfo
 from inferd.config.validate import validate
 
 __all__ = [
+    "ModelParameters",
     "DEFAULT_MODEL_FILENAMES",
     "ModelConfig",
     "backend_for",

@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from inferd.config import ModelParameters
 from inferd.errors import ConfigError
 
 log = logging.getLogger("inferd.fil")
@@ -23,9 +24,6 @@ DEFAULT_FILENAMES: dict[str, str] = {
 _TUNING = ("chunk_size", "layout", "transfer_threshold", "use_experimental_optimizations")
 #: Parameters FIL removed in 25.09 (it warns about them, as inferd does).
 _REMOVED = {"algo": "layout", "threads_per_tree": "chunk_size", "storage_type": "", "blocks_per_sm": ""}
-
-_TRUE = frozenset({"true", "1", "on", "yes"})
-_FALSE = frozenset({"false", "0", "off", "no"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +44,7 @@ class FilOptions:
 
 def parse_options(config: Any, model: str, report: bool = False) -> FilOptions:
     """Read FIL's parameters; ``report`` logs the ignored and deprecated ones (once, at load)."""
-    params = {key: value.string_value for key, value in config.parameters.items()}
+    params = ModelParameters(config, model)
     model_type = params.get("model_type", "xgboost").strip()
     if model_type not in DEFAULT_FILENAMES:
         raise ConfigError(
@@ -55,20 +53,19 @@ def parse_options(config: Any, model: str, report: bool = False) -> FilOptions:
         )
     if report:
         _report(params, model)
-    is_classifier = _bool(params, "is_classifier", False, model)
-    if "output_class" in params:  # the pre-25.09 name; FIL still honours it over is_classifier
-        is_classifier = _bool(params, "output_class", False, model)
+    # "output_class" is the pre-25.09 name; FIL still honours it over is_classifier.
+    is_classifier = params.flag("output_class", params.flag("is_classifier", False))
     return FilOptions(
         model_type=model_type,
         is_classifier=is_classifier,
-        predict_proba=_bool(params, "predict_proba", False, model),
-        threshold=_float(params, "threshold", 0.5, model),
-        cpu_nthread=int(_float(params, "cpu_nthread", -1, model)),
-        xgboost_allow_unknown_field=_bool(params, "xgboost_allow_unknown_field", False, model),
+        predict_proba=params.flag("predict_proba", False),
+        threshold=params.number("threshold", 0.5),
+        cpu_nthread=int(params.number("cpu_nthread", -1)),
+        xgboost_allow_unknown_field=params.flag("xgboost_allow_unknown_field", False),
     )
 
 
-def _report(params: dict[str, str], model: str) -> None:
+def _report(params: ModelParameters, model: str) -> None:
     if "output_class" in params:
         log.warning("model '%s': the `output_class` parameter was renamed `is_classifier` in FIL 25.09", model)
     for key, replacement in _REMOVED.items():
@@ -80,23 +77,3 @@ def _report(params: dict[str, str], model: str) -> None:
     for key in _TUNING:
         if key in params:
             log.info("model '%s': parameter `%s` tunes RAPIDS FIL on GPUs; inferd ignores it", model, key)
-
-
-def _bool(params: dict[str, str], key: str, default: bool, model: str) -> bool:
-    if key not in params:
-        return default
-    value = params[key].strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ConfigError(f"model '{model}': parameter {key} must be true or false, got '{params[key]}'")
-
-
-def _float(params: dict[str, str], key: str, default: float, model: str) -> float:
-    if key not in params:
-        return default
-    try:
-        return float(params[key])
-    except ValueError:
-        raise ConfigError(f"model '{model}': parameter {key} must be a number, got '{params[key]}'") from None

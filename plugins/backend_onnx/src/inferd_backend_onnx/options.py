@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from inferd.config import ModelParameters
 from inferd.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -34,8 +35,6 @@ CPU = "CPUExecutionProvider"
 
 #: optimization.graph.level -> onnxruntime.GraphOptimizationLevel member name.
 GRAPH_LEVELS = {-1: "ORT_ENABLE_BASIC", 1: "ORT_ENABLE_EXTENDED", 2: "ORT_DISABLE_ALL"}
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
 
 # Triton's tensorrt accelerator keys: config key -> TensorRT EP option ("" = same name).
 _TRT_RENAMES = {
@@ -64,26 +63,6 @@ class SessionSettings:
     cuda_options: dict[str, str] = field(default_factory=dict)
 
 
-def _params(config: ModelConfig) -> dict[str, str]:
-    return {k: v.string_value for k, v in config.parameters.items()}
-
-
-def _int(model: str, key: str, value: str) -> int:
-    try:
-        return int(value.strip())
-    except ValueError:
-        raise ConfigError(f"model '{model}': parameter '{key}' must be an integer, got '{value}'") from None
-
-
-def _bool(model: str, key: str, value: str) -> bool:
-    text = value.strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ConfigError(f"model '{model}': parameter '{key}' must be a boolean (1/0, true/false), got '{value}'")
-
-
 def default_intra_op_threads(instance_count: int) -> int:
     """The cores this process may use, shared among the model's instances (at least 1)."""
     try:
@@ -100,11 +79,11 @@ def session_settings(config: ModelConfig, model: str, instance_count: int = 1) -
     (Triton leaves it to onnxruntime, one thread per core per session, which oversubscribes a
     machine with several instances); "0" asks for onnxruntime's default.
     """
-    params = _params(config)
+    params = ModelParameters(config, model)
     s = SessionSettings()
     if config.optimization.HasField("graph"):
         s.graph_level = GRAPH_LEVELS.get(config.optimization.graph.level, "ORT_ENABLE_ALL")
-    mode = _int(model, "execution_mode", params.get("execution_mode", "0"))
+    mode = params.integer("execution_mode", 0)
     if mode not in (0, 1):
         raise ConfigError(
             f"model '{model}': invalid configuration value provided. Expected values for execution_mode "
@@ -112,14 +91,12 @@ def session_settings(config: ModelConfig, model: str, instance_count: int = 1) -
         )
     s.parallel = mode == 1
     if "intra_op_thread_count" in params:
-        s.intra_op_threads = max(0, _int(model, "intra_op_thread_count", params["intra_op_thread_count"]))
+        s.intra_op_threads = max(0, params.integer("intra_op_thread_count", 0))
     else:
         s.intra_op_threads = default_intra_op_threads(instance_count)
-    s.inter_op_threads = max(0, _int(model, "inter_op_thread_count", params.get("inter_op_thread_count", "0")))
-    if "enable_mem_arena" in params:
-        s.mem_arena = _bool(model, "enable_mem_arena", params["enable_mem_arena"])
-    if "enable_mem_pattern" in params:
-        s.mem_pattern = _bool(model, "enable_mem_pattern", params["enable_mem_pattern"])
+    s.inter_op_threads = max(0, params.integer("inter_op_thread_count", 0))
+    s.mem_arena = params.flag("enable_mem_arena", None)
+    s.mem_pattern = params.flag("enable_mem_pattern", None)
     for key, value in params.items():
         if key.startswith("session."):
             s.session_entries[key] = value
@@ -129,19 +106,19 @@ def session_settings(config: ModelConfig, model: str, instance_count: int = 1) -
     return s
 
 
-def _deprecated_cuda_options(model: str, params: dict[str, str]) -> dict[str, str]:
+def _deprecated_cuda_options(model: str, params: ModelParameters) -> dict[str, str]:
     out: dict[str, str] = {}
     if "cudnn_conv_algo_search" in params:
-        n = _int(model, "cudnn_conv_algo_search", params["cudnn_conv_algo_search"])
+        n = params.integer("cudnn_conv_algo_search", 0)
         if n not in _CUDNN_SEARCH:
             raise ConfigError(
                 f"model '{model}': unsupported cudnn_conv_algo_search value '{n}' is requested (0, 1 or 2)"
             )
         out["cudnn_conv_algo_search"] = _CUDNN_SEARCH[n]
     if "gpu_mem_limit" in params:
-        out["gpu_mem_limit"] = str(_int(model, "gpu_mem_limit", params["gpu_mem_limit"]))
+        out["gpu_mem_limit"] = str(params.integer("gpu_mem_limit", 0))
     if "arena_extend_strategy" in params:
-        n = _int(model, "arena_extend_strategy", params["arena_extend_strategy"])
+        n = params.integer("arena_extend_strategy", 0)
         if n not in _ARENA_STRATEGY:
             raise ConfigError(f"model '{model}': unsupported arena_extend_strategy value '{n}' is requested (0 or 1)")
         out["arena_extend_strategy"] = _ARENA_STRATEGY[n]

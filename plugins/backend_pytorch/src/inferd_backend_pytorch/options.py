@@ -6,12 +6,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from inferd.errors import ConfigError
+from inferd.config import ModelParameters
 
 log = logging.getLogger("inferd.pytorch")
-
-_TRUE = frozenset({"true", "1", "on", "yes"})
-_FALSE = frozenset({"false", "0", "off", "no"})
 
 #: Parameters Triton documents that have no effect here, and why.
 _NO_EFFECT = {
@@ -42,18 +39,17 @@ class TorchOptions:
 
 def parse_options(config: Any, model: str) -> TorchOptions:
     """Read Triton's pytorch parameters from ``config.parameters``; unknown keys are ignored."""
-    params = {key: value.string_value for key, value in config.parameters.items()}
+    params = ModelParameters(config, model)
     for key, why in _NO_EFFECT.items():
         if key in params:
             log.warning("model '%s': parameter %s: %s", model, key, why)
 
-    def flag(key: str, default: bool | None) -> bool | None:
-        return _bool(params[key], key, model) if key in params else default
+    flag = params.flag
 
     def count(*keys: str) -> int:
         for key in keys:
             if key in params:
-                return _int(params[key], key, model)
+                return max(params.integer(key, 0), 0)
         return 0
 
     return TorchOptions(
@@ -68,20 +64,3 @@ def parse_options(config: Any, model: str) -> TorchOptions:
         intra_op_threads=count("INTRA_OP_THREAD_COUNT", "NUM_THREADS"),
         inter_op_threads=count("INTER_OP_THREAD_COUNT", "NUM_INTEROP_THREADS"),
     )
-
-
-def _bool(text: str, key: str, model: str) -> bool:
-    value = text.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ConfigError(f"model '{model}': parameter {key} must be true or false, got '{text}'")
-
-
-def _int(text: str, key: str, model: str) -> int:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise ConfigError(f"model '{model}': parameter {key} must be an integer, got '{text}'") from None
-    return max(value, 0)
