@@ -163,8 +163,9 @@ def _json_data(array: np.ndarray, datatype: str) -> list[Any]:
 
 def encode_response(
     response: InferResponse, request: InferRequest, binary_output: bool
-) -> tuple[bytes, int | None]:
-    """The HTTP body and, when it carries binary tensors, the JSON header's length."""
+) -> tuple[list[bytes | memoryview], int | None]:
+    """The HTTP body as parts (the JSON header, then each binary tensor's bytes, uncopied) and,
+    when binary tensors follow, the JSON header's length."""
     wants = {o.name: o.parameters for o in request.outputs}
     outputs = []
     chunks: list[bytes | memoryview] = []
@@ -189,6 +190,4 @@ def encode_response(
         body["parameters"] = response.parameters
     body["outputs"] = outputs
     header = json.dumps(body, separators=(",", ":")).encode()
-    if not chunks:
-        return header, None
-    return b"".join([header, *chunks]), len(header)
+    return [header, *chunks], (len(header) if chunks else None)

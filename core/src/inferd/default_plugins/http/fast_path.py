@@ -75,7 +75,7 @@ class InferFastPath:
             header_bytes, binary = split_body(body, header_length)
             request, binary_output = decode_request(parse_json(header_bytes, "request"), binary, model, version)
             response = await self.dp.infer(request)
-            content, json_length = encode_response(response, request, binary_output)
+            parts, json_length = encode_response(response, request, binary_output)
         except InferdError as exc:
             await _respond(send, STATUS.get(exc.kind, 400), _error(exc.message))
             return
@@ -87,9 +87,10 @@ class InferFastPath:
             await _respond(send, 500, _error(f"internal error: {type(exc).__name__}: {exc}"))
             return
         if json_length is None:
-            await _respond(send, 200, content)
+            await _respond(send, 200, parts[0])
         else:
-            await _respond(send, 200, content, _OCTETS, [(b"inference-header-content-length", str(json_length).encode())])
+            extra = [(b"inference-header-content-length", str(json_length).encode())]
+            await _respond_parts(send, parts, _OCTETS, extra)
 
 
 async def _read_body(receive: Any) -> bytes:
@@ -116,3 +117,15 @@ async def _respond(
         headers.extend(extra)
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _respond_parts(
+    send: Any, parts: list[bytes | memoryview], content_type: bytes, extra: list[tuple[bytes, bytes]]
+) -> None:
+    """A 200 whose body is sent part by part: tensor bytes go to the socket without being joined."""
+    length = sum(len(p) for p in parts)
+    headers = [(b"content-type", content_type), (b"content-length", str(length).encode()), *extra]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    last = len(parts) - 1
+    for i, part in enumerate(parts):
+        await send({"type": "http.response.body", "body": part, "more_body": i < last})
