@@ -22,34 +22,8 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
+from tests.e2e import models
 
-ADD_SUB_CONFIG = """
-name: "add_sub"
-backend: "python"
-max_batch_size: 8
-input [
-  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
-  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }
-]
-output [
-  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
-  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] }
-]
-instance_group [ { kind: KIND_CPU count: 1 } ]
-"""
-ADD_SUB_PY = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            responses.append(pb_utils.InferenceResponse(
-                output_tensors=[pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
-        return responses
-"""
 TYPES_CONFIG = """
 name: "types"
 backend: "python"
@@ -177,7 +151,7 @@ class TritonPythonModel:
 
 MODELS: dict[str, dict[str, str]] = {
     "sleep": {"config.pbtxt": SLEEP_CONFIG, "1/model.py": SLEEP_PY},
-    "add_sub": {"config.pbtxt": ADD_SUB_CONFIG, "1/model.py": ADD_SUB_PY},
+    "add_sub": models.add_sub(),
     "types": {"config.pbtxt": TYPES_CONFIG, "1/model.py": TYPES_PY},
     "params": {"config.pbtxt": PARAMS_CONFIG, "1/model.py": PARAMS_PY},
     "fail": {"config.pbtxt": FAIL_CONFIG, "1/model.py": FAIL_PY},
@@ -268,7 +242,7 @@ def test_model_config(client: grpcclient.InferenceServerClient) -> None:
     assert [(i.name, i.dims) for i in config.input] == [("INPUT0", [4]), ("INPUT1", [4])]
     assert [o.name for o in config.output] == ["OUTPUT0", "OUTPUT1"]
     assert config.input[0].data_type == 11  # TYPE_FP32
-    assert config.instance_group[0].count == 1
+    assert config.instance_group[0].count == 1  # Triton's default for a group that sets none
     assert client.get_model_config("repeat").config.model_transaction_policy.decoupled
 
 
