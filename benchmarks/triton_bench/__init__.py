@@ -1,0 +1,1 @@
+"""Helpers of ``benchmarks/vs_triton.py``: models, request bodies, servers, load generators, table."""
