@@ -9,7 +9,7 @@ PORT_HTTP ?= 8000
 PORT_GRPC ?= 8001
 PORT_METRICS ?= 8002
 
-.PHONY: install serve test test-deps protos lint bench clean
+.PHONY: install serve test test-deps protos lint bench bench-triton clean
 
 install: $(STAMP)
 
@@ -47,6 +47,11 @@ lint: install
 
 bench: install
 	$(PY) benchmarks/latency.py
+
+# inferd against the real Triton 2.51 (../shared/triton) with wrk and h2load; long: run on a quiet
+# machine. Narrow it with e.g. BENCH_ARGS="--models tiny --protocols grpc --seconds 2".
+bench-triton: install
+	$(PY) benchmarks/vs_triton.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -16,6 +16,7 @@ against numpy before it is timed. It prints numbers; it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shlex
 import subprocess
@@ -120,7 +121,7 @@ class Bench:
         req = wire.build_request(protocol, name, x)
         port = server.grpc_port if protocol == "grpc" else server.http_port
         assert port is not None
-        why = wire.check(port, req, None if null else model.reference(x))
+        why, answer_bytes = wire.check(port, req, None if null else model.reference(x))
         for conc in self.conc:
             row = table.Row(table.Case(model.name, protocol, batching, label, conc))
             self.rows.append(row)
@@ -128,10 +129,13 @@ class Bench:
                 row.status = f"FAILED check: {why}"
                 log(f"{label} {model.name} {protocol}: {row.status}")
                 continue
-            self.time_row(row, server, req, port, None if null else name)
+            self.time_row(row, server, req, port, None if null else name, answer_bytes)
 
-    def time_row(self, row: table.Row, server: servers.Server, req: wire.Request, port: int, model: str | None) -> None:
-        run = load.run_h2load if req.protocol == "grpc" else load.run_wrk
+    def time_row(
+        self, row: table.Row, server: servers.Server, req: wire.Request, port: int, model: str | None, answer_bytes: int
+    ) -> None:
+        """Warm up, then time ``row`` ``--repeat`` times; failed inferences come from the server's statistics."""
+        run = functools.partial(load.run_h2load, answer_bytes=answer_bytes) if req.protocol == "grpc" else load.run_wrk
         conc, args = row.case.conc, self.args
         try:
             if args.warmup > 0:

@@ -107,11 +107,14 @@ def run_wrk(port: int, req: Request, conc: int, seconds: float, work: Path, serv
     return Result(ok / (dur / 1e6), p50 / 1000, p99 / 1000, non2xx + sockerr, cpu, note)
 
 
-def run_h2load(port: int, req: Request, conc: int, seconds: float, work: Path, server_pid: int | None) -> Result:
+def run_h2load(
+    port: int, req: Request, conc: int, seconds: float, work: Path, server_pid: int | None, answer_bytes: int = 0
+) -> Result:
     """``h2load -t1 -m1 -cN`` POSTing ``req``'s gRPC frame for ``seconds``; latencies from its log file.
 
-    h2load sees HTTP status codes only; gRPC errors (status 200 + ``grpc-status`` trailer) are
-    counted by the caller from the server's statistics.
+    h2load sees HTTP status codes only. A gRPC error is a 200 with ``grpc-status`` in trailers and
+    no message, so the DATA bytes h2load received, short of ``answer_bytes`` (one good answer's
+    frame) per 200, count the errors; the caller adds failures from the server's statistics.
     """
     body = work / "h2load-grpc.bin"
     body.write_bytes(req.body)
@@ -124,13 +127,17 @@ def run_h2load(port: int, req: Request, conc: int, seconds: float, work: Path, s
     rows = [line.split("\t") for line in log.read_text().splitlines() if line.strip()]
     ok = [int(r[2]) for r in rows if r[1] == "200"]
     m = re.search(r"requests: \d+ total, \d+ started, \d+ done, \d+ succeeded, (\d+) failed, (\d+) errored", out)
-    failed = int(m.group(1)) + int(m.group(2)) if m else 0
-    bad = len(rows) - len(ok) + failed
+    bad = len(rows) - len(ok) + (int(m.group(1)) + int(m.group(2)) if m else 0)
+    data = re.search(r"traffic: .*?, .*? headers .*?, \S+ \((\d+)\) data", out)
+    if answer_bytes and data and int(data.group(1)) < len(ok) * answer_bytes:
+        grpc_errors = len(ok) - int(data.group(1)) // answer_bytes
+        bad += grpc_errors
+        ok = ok[grpc_errors:]  # which 200s were errors is unknown: count them out of the rate
     span = (max(int(r[0]) + int(r[2]) for r in rows) - min(int(r[0]) for r in rows)) / 1e6 if rows else 0.0
     if not ok or span <= 0:
         return Result(0.0, float("nan"), float("nan"), bad, cpu, "no successful requests")
     p50, p99 = (q / 1000 for q in _percentiles(ok, (50, 99)))
-    return Result(len(ok) / span, p50, p99, bad, cpu, f"{bad} failed/non-200" if bad else "")
+    return Result(len(ok) / span, p50, p99, bad, cpu, f"{bad} failed/non-200/gRPC errors" if bad else "")
 
 
 def _percentiles(values: list[int], qs: tuple[int, ...]) -> list[float]:

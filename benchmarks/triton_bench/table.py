@@ -81,7 +81,7 @@ def render(rows: list[Row]) -> str:
                                         r.case.batching, r.case.server != "triton", r.case.server))  # fmt: skip
     lines = [HEADER, *(_cells(r, rows) for r in order)]
     full = [line for line in lines if len(line) == len(HEADER)]
-    widths = [max(len(line[i]) for line in full) for i in range(len(HEADER))]
+    widths = [max(len(line[i]) for line in (lines if i < 5 else full)) for i in range(len(HEADER))]
 
     def fmt(line: tuple[str, ...]) -> str:
         cells = [cell.rjust(w) if i >= 4 and line is not HEADER else cell.ljust(w)

@@ -64,13 +64,12 @@ def build_request(protocol: str, model: str, x: np.ndarray) -> Request:
     raise SystemExit(f"unknown protocol {protocol!r}: choose from {', '.join(PROTOCOLS)}")
 
 
-def _http_output(resp: http.client.HTTPResponse) -> np.ndarray:
-    data = resp.read()
-    head_len = resp.getheader("Inference-Header-Content-Length")
+def http_output(data: bytes, head_len: str | None) -> np.ndarray:
+    """OUTPUT from a KServe v2 HTTP response body (binary tensor extension or JSON)."""
     head = json.loads(data[: int(head_len)] if head_len else data)
     out = next(o for o in head["outputs"] if o["name"] == "OUTPUT")
     size = (out.get("parameters") or {}).get("binary_data_size")
-    if size is not None:
+    if size is not None and head_len:
         return np.frombuffer(data[int(head_len) : int(head_len) + size], dtype="<f4").reshape(out["shape"])
     return np.asarray(out["data"], dtype=np.float32).reshape(out["shape"])
 
@@ -90,25 +89,31 @@ def call_grpc(port: int, req: Request, timeout: float = 30.0) -> bytes:
         return call(req.grpc_message, timeout=timeout)
 
 
-def check(port: int, req: Request, expected: np.ndarray | None) -> str | None:
-    """Send ``req`` once; None when the answer is right (``expected`` None: any success), else why not."""
+def check(port: int, req: Request, expected: np.ndarray | None) -> tuple[str | None, int]:
+    """Send ``req`` once; (None when the answer is right, else why not; the answer's body length).
+
+    ``expected`` None accepts any successful answer. For gRPC the length is that of the response
+    frame (message + 5-byte prefix), which h2load's data byte count is compared against.
+    """
     try:
         if req.protocol == "grpc":
             raw = call_grpc(port, req)
+            size = len(raw) + 5
             if expected is None:
-                return None
+                return None, size
             resp = pb.ModelInferResponse.FromString(raw)
             got = np.frombuffer(resp.raw_output_contents[0], dtype="<f4").reshape(list(resp.outputs[0].shape))
         else:
             status, resp = call_http(port, req)
+            data = resp.read()
+            size = len(data)
             if status != 200:
-                return f"HTTP {status}: {resp.read()[:200]!r}"
+                return f"HTTP {status}: {data[:200]!r}", size
             if expected is None:
-                resp.read()
-                return None
-            got = _http_output(resp)
+                return None, size
+            got = http_output(data, resp.getheader("Inference-Header-Content-Length"))
     except (OSError, grpc.RpcError, KeyError, ValueError, StopIteration, IndexError) as exc:
-        return f"{type(exc).__name__}: {str(exc)[:200]}"
+        return f"{type(exc).__name__}: {str(exc)[:200]}", 0
     if got.shape != expected.shape or not np.allclose(got, expected, rtol=1e-4, atol=1e-4):
-        return f"wrong output: got {got.ravel()[:4]}..., expected {expected.ravel()[:4]}..."
-    return None
+        return f"wrong output: got {got.ravel()[:4]}..., expected {expected.ravel()[:4]}...", size
+    return None, size
