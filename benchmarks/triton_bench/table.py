@@ -107,5 +107,6 @@ def noise_note(rows: list[Row], repeat: int, seconds: float, warmup: float, load
                      f"({row.case.server}, {row.case.model} {row.case.protocol} c={row.case.conc}).")  # fmt: skip
     else:
         lines.append("spread: not measured (one run per row; use --repeat 3 to see it).")
-    lines.append("Ratios under ~1.1x either way are within the noise of a shared machine; run on a quiet one.")
+    lines.append("The load generators share the cores with the server. Ratios within ~10% of 1.0 are a tie unless "
+                 "the spread is small; run on a quiet machine.")  # fmt: skip
     return "\n".join(lines)
