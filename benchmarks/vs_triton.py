@@ -45,13 +45,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--servers", default="triton,inferd,null", help="triton, inferd, null (default all)")
     p.add_argument("--workers", default="1,2", help="inferd --workers values (default 1,2)")
     p.add_argument("--grpc-transports", default="grpcio,h2", help="inferd --grpc-transport values")
-    p.add_argument("--seconds", type=float, default=5.0, help="length of each timed run (default 5)")
-    p.add_argument("--warmup", type=float, default=1.0, help="untimed run before each row, s (default 1; 0: none)")
+    p.add_argument("--seconds", type=int, default=5, help="length of each timed run, whole seconds (default 5)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed run before each row, s (default 1; 0: none)")
     p.add_argument("--repeat", type=int, default=2, help="timed runs per row; the table shows the median (default 2)")
     p.add_argument("--max-batch-size", type=int, default=64, help="max_batch_size of every model (default 64)")
     p.add_argument("--instances", type=int, default=2, help="instance_group count of every model (default 2)")
     p.add_argument("--triton-dir", type=Path, default=_default_triton_dir(), help="the reference Triton's scripts")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    allowed = {"models": {"tiny", "mlp"}, "protocols": set(wire.PROTOCOLS), "batching": {"on", "off"},
+               "servers": {"triton", "inferd", "null"}, "grpc_transports": {"grpcio", "h2"}}  # fmt: skip
+    for opt, choices in allowed.items():
+        if bad := set(_csv(getattr(args, opt))) - choices:
+            p.error(
+                f"--{opt.replace('_', '-')}: unknown {', '.join(sorted(bad))} (choose from {', '.join(sorted(choices))})"
+            )
+    if min(args.seconds, args.repeat) < 1 or args.warmup < 0:
+        p.error("--seconds and --repeat must be at least 1, --warmup at least 0")
+    return args
 
 
 def _default_triton_dir() -> Path:
@@ -99,18 +109,25 @@ class Bench:
             for conc in self.conc:
                 self.rows.append(table.Row(table.Case(model.name, protocol, batching, label, conc), status=why))
 
-    def run_server(self, server: servers.Server, label: str, protocols: list[str], batchings: list[str]) -> None:
-        """Start ``server``, check and time each case, stop it; a server that fails to start fails its rows."""
-        log(f"starting {label}")
+    def run_server(
+        self, server: servers.Server, label: str, protocols: list[str], batchings: list[str], grpc_label: str = ""
+    ) -> None:
+        """Start ``server``, check and time each case, stop it; a server that fails to start fails its rows.
+
+        ``grpc_label`` (default ``label``) names the server in the gRPC rows.
+        """
+        labels = {p: (grpc_label or label) if p == "grpc" else label for p in protocols}
+        log(f"starting {server.label}")
         try:
             server.start("/v2/health/ready" if batchings != ["-"] else None)
         except RuntimeError as exc:
-            self.not_available(label, protocols, batchings, f"FAILED to start (log: {server.log_path.name})")
+            for protocol in protocols:
+                self.not_available(labels[protocol], [protocol], batchings, "FAILED to start (see stderr)")
             log(str(exc))
             return
         try:
             for model, batching, protocol in self.cases(protocols, batchings):
-                self.run_case(server, label, model, batching, protocol)
+                self.run_case(server, labels[protocol], model, batching, protocol)
         finally:
             server.stop()
 
@@ -173,9 +190,9 @@ def bench_inferd(bench: Bench, repo: Path, protocols: list[str], batchings: list
             continue
         for i, transport in enumerate(transports):
             served = (http if i == 0 else []) + (["grpc"] if "grpc" in protocols else [])
-            label = f"inferd w{w}" + (f" grpc={transport}" if transport and "grpc" in served else "")
             server = servers.inferd(repo, w if has_workers else None, transport, bench.work)
-            bench.run_server(server, label, served, batchings)
+            grpc_label = f"inferd w{w}" + (f" grpc={transport}" if transport else "")
+            bench.run_server(server, f"inferd w{w}", served, batchings, grpc_label)
         if not has_transport and "grpc" in protocols:
             for t in _csv(bench.args.grpc_transports):
                 bench.not_available(f"inferd w{w} grpc={t}", ["grpc"], batchings, "n/a (flag not available)")
