@@ -226,6 +226,17 @@ def command_line(args: argparse.Namespace) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
+def estimate_minutes(args: argparse.Namespace) -> float:
+    """About how long the chosen matrix runs (rows times run lengths, plus server starts)."""
+    protocols, chosen = _csv(args.protocols), set(_csv(args.servers))
+    grpc, http = int("grpc" in protocols), len([p for p in protocols if p != "grpc"])
+    per_model = len(_csv(args.batching)) * len(_csv(args.concurrency))
+    rows = len(protocols) * per_model * ("triton" in chosen)
+    rows += (http + grpc * len(_csv(args.grpc_transports))) * per_model * len(_csv(args.workers)) * ("inferd" in chosen)
+    rows += (2 * http + grpc) * len(_csv(args.concurrency)) * ("null" in chosen)
+    return (rows * len(_csv(args.models)) * (args.warmup + args.seconds * args.repeat + 1) + 60) / 60
+
+
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
     load.check_tools()
@@ -233,6 +244,7 @@ def main(argv: list[str]) -> None:
     if "triton" in chosen:
         ensure_triton_env(args.triton_dir)
     protocols, batchings = _csv(args.protocols), _csv(args.batching)
+    log(f"this matrix takes about {estimate_minutes(args):.0f} min (at most; rows not available are skipped)")
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="inferd-vs-triton-") as tmp:
         work = Path(tmp)
