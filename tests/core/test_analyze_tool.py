@@ -3,6 +3,7 @@ mode; the exported config serves from a fresh repository; the original config is
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -132,19 +133,21 @@ def test_a_model_not_loaded_is_loaded_then_unloaded(server: ServerProcess, tmp_p
     assert not client.is_model_ready("idle")
 
 
-def test_plots_are_inline() -> None:
+def test_plot_is_an_inline_matplotlib_png() -> None:
     from inferd.tools.analyze.report import plot_html
-    from inferd.tools.analyze.svg import line_chart
 
     series = [("a", [(1.0, 800.0), (3.5, 1000.0)]), ("b <&>", [(2.0, 400.0), (4.0, 900.0)])]
-    svg = line_chart(series, "t", "x", "y")
-    assert svg.startswith("<svg") and svg.count("<polyline") == 2 and "b &lt;&amp;&gt;" in svg
-    html = plot_html(series, "t", "x", "y")
-    assert html.startswith("<svg") or html.startswith('<img alt="t" src="data:image/png;base64,')
+    html = plot_html(series, 't "<x>"', "x", "y")
+    prefix = '<img alt="t &quot;&lt;x&gt;&quot;" src="data:image/png;base64,'
+    assert html.startswith(prefix) and html.endswith('"/>')
+    assert base64.b64decode(html[len(prefix) : -3]).startswith(b"\x89PNG\r\n\x1a\n")
 
 
-def test_plot_with_matplotlib() -> None:
-    pytest.importorskip("matplotlib")
-    from inferd.tools.analyze.report import plot_html
-
-    assert plot_html([("a", [(1.0, 2.0), (2.0, 3.0)])], "t", "x", "y").startswith("<img")
+def test_without_matplotlib_analyze_names_the_install_before_measuring(tmp_path: Path) -> None:
+    # matplotlib made unimportable in a child interpreter; the URL is never contacted
+    code = ("import sys; sys.modules['matplotlib'] = None; from inferd.cli import main; "
+            "sys.exit(main(['analyze', '-m', 'add', '-u', '127.0.0.1:9', '--export-path', sys.argv[1]]))")  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out")], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    assert "needs the 'matplotlib' package" in run.stderr and "pip install 'inferd[tools]'" in run.stderr
+    assert not (tmp_path / "out").exists()

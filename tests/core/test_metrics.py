@@ -7,6 +7,7 @@ shows all four failure reasons; durations are the statistics' nanoseconds / 1000
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -17,11 +18,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from inferd.default_plugins.metrics import latency_config
+from inferd.default_plugins.metrics.collectors import ModelCollector
+from inferd.default_plugins.metrics.exposition import classic_text
 from inferd.default_plugins.metrics.latency import LatencyConfig, LatencyWindows, parse_quantiles
-from inferd.default_plugins.metrics.render import Family, model_families, render
 from inferd.default_plugins.metrics.system import CpuMetrics, GpuMetrics
 from inferd.stats import ModelStats
 from inferd.testing import ServerProcess, write_repository
@@ -54,10 +59,27 @@ class TritonPythonModel:
 N_OK, N_FAIL = 5, 3
 
 
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
+
+
 def scrape(port: int, path: str = "/metrics") -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
         assert r.headers["Content-Type"].startswith("text/plain")
         return r.read().decode()
+
+
+def scrape_as(port: int, accept: str) -> tuple[str, str]:
+    """(content type, body) of a scrape sent with this ``Accept`` header."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Accept": accept})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        return r.headers["Content-Type"], r.read().decode()
+
+
+def text_of(versions: list, config: LatencyConfig) -> str:
+    """The classic text of a registry holding only a model collector over ``versions``."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ModelCollector(lambda: versions, config))
+    return classic_text(registry).decode()
 
 
 def parse(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -143,6 +165,26 @@ def test_summaries_and_histogram_agree_with_counters(server, traffic):
     assert value(m, "nv_inference_first_response_histogram_ms_bucket", le="100", **labels) <= N_OK
 
 
+def test_openmetrics_scrape_has_the_same_families_names_and_values(server, traffic):
+    plain_type, plain = scrape_as(server.metrics_port, "text/plain; version=0.0.4")
+    om_type, om = scrape_as(server.metrics_port, OPENMETRICS)
+    assert plain_type == "text/plain; version=0.0.4; charset=utf-8"
+    assert om_type.startswith("application/openmetrics-text; version=1.0.0; charset=utf-8")
+    assert om.endswith("# EOF\n") and "# EOF" not in plain
+    assert not re.search(r"_total[{ ]", plain + om)  # no sample renamed *_total
+    families = {f.name: f for f in text_string_to_metric_families(om)}  # the library's strict parser
+    types = dict(line.split()[2:4] for line in plain.splitlines() if line.startswith("# TYPE "))
+    assert list(families) == list(types)
+    for name, kind in types.items():  # OpenMetrics counters must be *_total: Triton's keep their names
+        assert families[name].type == ("unknown" if kind == "counter" else kind)
+    m = parse(plain)
+    assert value(m, "nv_inference_request_success", model="double", version="1") == N_OK
+    for name in ("nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count",
+                 "nv_inference_exec_count", "nv_inference_request_duration_us", "nv_inference_queue_summary_us"):  # fmt: skip
+        om_samples = {(s.name, frozenset(s.labels.items())): s.value for s in families[name].samples}
+        assert om_samples == {k: v for k, v in m.items() if k[0] == name or k[0].startswith(name + "_")}
+
+
 def test_pending_gauge_counts_queued_requests_then_returns_to_zero(server, traffic):
     client = httpclient.InferenceServerClient(server.http_url, concurrency=4)
     pending = [client.async_infer("double", [x_input([400, 7])]) for _ in range(3)]  # one instance: 2 wait
@@ -192,8 +234,8 @@ def test_counter_latencies_false_drops_duration_counters():
     stats = ModelStats("m", "1")
     stats.record_execution(1, 1000, 2000, 3000)
     stats.record_success(9000, 500, 1000, 2000, 3000)
-    on = parse(render(model_families([_version(stats)], LatencyConfig())))  # type: ignore[list-item]
-    off = parse(render(model_families([_version(stats)], latency_config([("counter_latencies", "false")]))))  # type: ignore[list-item]
+    on = parse(text_of([_version(stats)], LatencyConfig()))
+    off = parse(text_of([_version(stats)], latency_config([("counter_latencies", "false")])))
     assert value(on, "nv_inference_request_duration_us", model="m", version="1") == 9
     assert not any(name.endswith("_duration_us") for name, _ in off)
     assert value(off, "nv_inference_request_success", model="m", version="1") == 1
@@ -209,9 +251,9 @@ def test_failed_execution_counts_execution_not_inference():
 
 
 def test_render_escapes_labels_and_orders_them():
-    f = Family("x_total", "help", "counter")
-    f.add({"version": "1", "model": 'a"b\\c'}, 3)
-    assert render([f]).splitlines()[-1] == 'x_total{model="a\\"b\\\\c",version="1"} 3'
+    f = GaugeMetricFamily("x_total", "help", labels=["version", "model"])
+    f.add_metric(["1", 'a"b\\c'], 3)
+    assert classic_text(SimpleNamespace(collect=lambda: [f])).decode().splitlines()[-1] == 'x_total{model="a\\"b\\\\c",version="1"} 3'
 
 
 def test_summary_quantiles_over_window():

@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from inferd.asgi_server import AsgiServer
 from inferd.flags import parse_bool
@@ -20,14 +21,27 @@ from inferd.frontend import Frontend
 from inferd.hookspecs import Register, hookimpl
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from inferd.dataplane import DataPlane
     from inferd.default_plugins.metrics.latency import LatencyConfig
+    from inferd.default_plugins.metrics.system import CpuMetrics, GpuMetrics
     from inferd.model import ModelVersion
     from inferd.server import ServerOptions
 
 log = logging.getLogger(__name__)
 
 
+class _Serving(Protocol):
+    @property
+    def serving(self) -> Mapping[int, ModelVersion]: ...
+
+
+class ModelRecords(Protocol):
+    """What the metrics frontend reads of the model manager: its records, by model name."""
+
+    @property
+    def records(self) -> Mapping[str, _Serving]: ...
 
 
 def _setting(value: str) -> tuple[str, str]:
@@ -76,26 +90,27 @@ class MetricsFrontend(Frontend):
         self.config = config
         self.want_cpu = cpu
         self.want_gpu = gpu
-        self.cpu: Any = None
-        self.gpu: Any = None
-        self.dataplane: DataPlane | None = None
+        self.cpu: CpuMetrics | None = None
+        self.gpu: GpuMetrics | None = None
+        self.models: ModelRecords | None = None
+        self.registry: CollectorRegistry | None = None
         self._stop = asyncio.Event()
-        self._tasks: list[asyncio.Task[Any]] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self.server: AsgiServer | None = None
 
     def versions(self) -> list[ModelVersion]:
         """Every serving model version, by name then version."""
-        assert self.dataplane is not None
-        records = self.dataplane.manager.records
+        assert self.models is not None
+        records = self.models.records
         return [mv for name in sorted(records) for _, mv in sorted(records[name].serving.items())]
 
-    def text(self) -> str:
-        """The exposition text of one scrape."""
-        from inferd.default_plugins.metrics.render import as_text
+    def scrape(self, accept: str = "") -> tuple[bytes, str]:
+        """The body and content type of one scrape (OpenMetrics when ``accept`` asks for it)."""
+        from inferd.default_plugins.metrics.exposition import scrape
 
-        versions = self.versions()
-        self._attach(versions)
-        return as_text(versions, self.config, self.cpu, self.gpu)
+        assert self.registry is not None
+        self._attach(self.versions())
+        return scrape(self.registry, accept)
 
     def _attach(self, versions: list[ModelVersion]) -> None:
         """Give each model version latency windows, when summaries or histograms are on."""
@@ -108,11 +123,17 @@ class MetricsFrontend(Frontend):
                 mv.stats.observer = LatencyWindows(self.config, mv.decoupled, _buckets(mv) or DEFAULT_BUCKETS_MS)
 
     async def start(self, dataplane: DataPlane) -> None:
+        from prometheus_client import CollectorRegistry
+
+        from inferd.default_plugins.metrics.collectors import ModelCollector, SystemCollector
         from inferd.default_plugins.metrics.system import CpuMetrics, GpuMetrics
 
-        self.dataplane = dataplane
+        self.models = dataplane.manager
         self.cpu = CpuMetrics() if self.want_cpu else None
         self.gpu = await asyncio.to_thread(GpuMetrics.probe) if self.want_gpu else None
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(ModelCollector(self.versions, self.config))
+        self.registry.register(SystemCollector(self.cpu, self.gpu))
         await self._sample()
         self._attach(self.versions())
         self.server = AsgiServer(self._app, self.host, self.port, "metrics frontend")
@@ -131,16 +152,14 @@ class MetricsFrontend(Frontend):
                     return
         if scope["type"] != "http":
             return
-        from inferd.default_plugins.metrics.render import CONTENT_TYPE
-
         if scope["path"] not in ("/metrics", "/metrics/"):
             status, body, ctype = 404, b'{"error":"Not Found"}', "application/json"
         elif scope["method"] not in ("GET", "HEAD"):
             status, body, ctype = 405, b'{"error":"Method Not Allowed"}', "application/json"
         else:
-            status, ctype = 200, CONTENT_TYPE
+            status = 200
             try:
-                body = self.text().encode()
+                body, ctype = self.scrape(_header(scope, b"accept"))
             except Exception as exc:  # a scrape must never take the server down
                 log.exception("metrics scrape failed")
                 status, body, ctype = 500, f"metrics failed: {type(exc).__name__}: {exc}".encode(), "text/plain"
@@ -181,6 +200,11 @@ class MetricsFrontend(Frontend):
 
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str:
+    """One request header's value ("" when absent)."""
+    return next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == name), "")
 
 
 def _buckets(mv: ModelVersion) -> tuple[float, ...]:

@@ -2,5 +2,5 @@
 
 Modules: ``search`` (the configurations to try), ``sweep`` (load each through the repository API
 and measure it with the perf engine), ``export`` (config.pbtxt files and results.json),
-``report`` (report.html), ``svg`` (the plot drawn without matplotlib), ``cli``.
+``report`` (report.html, its plot drawn with matplotlib), ``cli``.
 """

@@ -174,6 +174,7 @@ async def _run(args: argparse.Namespace) -> int:
     from inferd.tools.analyze.sweep import Constraints, Sweep, rank
     from inferd.tools.perf.options import PERCENTILES, PerfOptions, parse_shape
 
+    report.pyplot()  # the report needs matplotlib: say so before the sweep, not after it
     opts = PerfOptions(
         model=args.model, url=args.url, protocol=args.protocol, shapes=dict(parse_shape(s) for s in args.shape),
         input_data=args.input_data, measurement_interval_ms=args.measurement_interval, max_trials=args.max_trials,

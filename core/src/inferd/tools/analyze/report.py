@@ -7,10 +7,14 @@ import datetime
 import io
 from collections.abc import Sequence
 from html import escape
+from types import ModuleType
 
-from inferd.tools.analyze.svg import Series, line_chart
+from inferd.tools import require
 from inferd.tools.analyze.sweep import CandidateResult, Constraints, latency_ms
 from inferd.tools.perf.options import PerfOptions
+
+#: One plotted line: its legend label and its (x, y) points.
+Series = tuple[str, Sequence[tuple[float, float]]]
 
 _STYLE = """
 body { font-family: sans-serif; margin: 2em; color: #222; }
@@ -32,15 +36,15 @@ def _series(ranked: Sequence[CandidateResult], percentile: int) -> list[Series]:
     return out
 
 
-def plot_html(series: Sequence[Series], title: str, x_label: str, y_label: str) -> str:
-    """An ``<img>`` with a matplotlib PNG inline, or an inline ``<svg>`` without matplotlib."""
-    try:
-        import matplotlib
+def pyplot() -> ModuleType:
+    """``matplotlib.pyplot`` on the Agg backend, or a :class:`~inferd.tools.ToolError` naming the install."""
+    require("matplotlib", "the inferd analyze report").use("Agg")
+    return require("matplotlib.pyplot", "the inferd analyze report")
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return line_chart(series, title, x_label, y_label)
+
+def plot_html(series: Sequence[Series], title: str, x_label: str, y_label: str) -> str:
+    """An ``<img>`` with the matplotlib chart inline as a PNG."""
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.8), dpi=100)
     for label, pts in series:
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
