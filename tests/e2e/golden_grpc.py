@@ -107,6 +107,13 @@ def infer_calls() -> list[GrpcCall]:
             model_name="mlp_onnx", inputs=[_input("INPUT", "FP32", [2, 8])], raw_input_contents=[X.tobytes()])),
         _call("infer mlp_onnx typed", "ModelInfer", pb.ModelInferRequest(
             model_name="mlp_onnx", inputs=[_input("INPUT", "FP32", [2, 8], fp32_contents=X.reshape(-1).tolist())])),
+        _call("infer mlp_onnx classification top 2", "ModelInfer", pb.ModelInferRequest(
+            model_name="mlp_onnx", inputs=[_input("INPUT", "FP32", [2, 8])], raw_input_contents=[X.tobytes()],
+            outputs=[pb.ModelInferRequest.InferRequestedOutputTensor(
+                name="OUTPUT", parameters={"classification": pb.InferParameter(int64_param=2)})])),
+        _call("stream string_identity upper", "ModelStreamInfer", pb.ModelInferRequest(
+            model_name="string_identity", parameters=upper, id="u1",
+            inputs=[_input("INPUT", "BYTES", [3], bytes_contents=WORDS)])),
         _call("stream add_sub good then bad", "ModelStreamInfer",
               _raw_add_sub(id="s1"), _raw_add_sub(id="s2", outputs=[_out("OUTPUT9")]), _raw_add_sub(id="s3")),
     ]  # fmt: skip
@@ -134,6 +141,12 @@ def infer_error_calls() -> list[GrpcCall]:
         _call("infer raw and typed contents", "ModelInfer", both),
         _call("infer fewer raw contents than inputs", "ModelInfer", uneven),
         _call("infer typed contents of the wrong count", "ModelInfer", _typed_add_sub(A, B[:, :2].reshape(1, 2))),
+        _call("infer sequence id on a model without sequence batching", "ModelInfer", _raw_add_sub(
+            parameters={"sequence_id": pb.InferParameter(int64_param=5)})),
+        _call("infer classification of a string output", "ModelInfer", pb.ModelInferRequest(
+            model_name="string_identity", inputs=[_input("INPUT", "BYTES", [1], bytes_contents=[b"a"])],
+            outputs=[pb.ModelInferRequest.InferRequestedOutputTensor(
+                name="OUTPUT", parameters={"classification": pb.InferParameter(int64_param=1)})])),
     ]  # fmt: skip
 
 

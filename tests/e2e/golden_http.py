@@ -139,6 +139,15 @@ def infer_calls() -> list[HttpCall]:
         _infer("string_identity binary", "string_identity", *strings_binary),
         _infer("mlp_onnx json", "mlp_onnx", _json({"inputs": [_tensor("INPUT", X)]})),
         _infer("mlp_onnx binary", "mlp_onnx", *mlp_binary),
+        _infer("mlp_onnx classification top 2", "mlp_onnx", _json({"inputs": [_tensor("INPUT", X)],
+               "outputs": [{"name": "OUTPUT", "parameters": {"classification": 2}}]})),
+        _infer("mlp_onnx classification, binary output", "mlp_onnx", _json({"inputs": [_tensor("INPUT", X)],
+               "outputs": [{"name": "OUTPUT", "parameters": {"classification": 3, "binary_data": True}}]})),
+        _infer("add_sub binary_data_output overridden per output", "add_sub", _json(_add_sub(
+               parameters={"binary_data_output": True},
+               outputs=[{"name": "OUTPUT0", "parameters": {"binary_data": False}}, {"name": "OUTPUT1"}]))),
+        _infer("add_sub with priority and timeout", "add_sub",
+               _json(_add_sub(parameters={"priority": 1, "timeout": 10_000_000}))),
     ]  # fmt: skip
 
 
@@ -169,6 +178,13 @@ def infer_error_calls() -> list[HttpCall]:
         _infer("infer binary header length not a number", "add_sub", *_binary(header, [bin_a], length="ten")),
         _infer("infer binary_data_size past the body", "add_sub", *_binary(header, [bin_a[:8]])),
         _infer("infer bad gzip body", "add_sub", b"not gzip", {**JSON, "Content-Encoding": "gzip"}),
+        _infer("infer classification of a string output", "string_identity", _json({
+               "inputs": [{"name": "INPUT", "datatype": "BYTES", "shape": [1], "data": ["a"]}],
+               "outputs": [{"name": "OUTPUT", "parameters": {"classification": 1}}]})),
+        _infer("infer classification count not a number", "mlp_onnx", _json({"inputs": [_tensor("INPUT", X)],
+               "outputs": [{"name": "OUTPUT", "parameters": {"classification": "two"}}]})),
+        _infer("infer sequence id on a model without sequence batching", "add_sub",
+               _json(_add_sub(parameters={"sequence_id": 5, "sequence_start": True}))),
     ]  # fmt: skip
 
 
