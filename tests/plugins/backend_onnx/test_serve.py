@@ -87,12 +87,6 @@ BROKEN = {
 }
 
 
-def _dynamic_scheduler_available() -> bool:
-    from inferd.plugins import PluginHost
-
-    return "dynamic" in PluginHost(load_entrypoints=False).schedulers
-
-
 def build_repository(root: Path) -> tuple[Path, dict[str, Path]]:
     """Write every model; returns the repository and each model's ONNX file (for direct runs)."""
     files: dict[str, Path] = {}
@@ -149,10 +143,6 @@ def http(server: ServerProcess) -> Any:
 @pytest.fixture(scope="module")
 def grpc(server: ServerProcess) -> Any:
     client = grpcclient.InferenceServerClient(server.grpc_url)
-    try:
-        client.is_server_live()
-    except InferenceServerException:
-        pytest.skip("the server has no gRPC frontend")
     yield client
     client.close()
 
@@ -278,8 +268,6 @@ def test_two_instances_serve_concurrently(server: ServerProcess) -> None:
 
 
 def test_dynamic_batching_splits_outputs_back(server: ServerProcess) -> None:
-    if not _dynamic_scheduler_available():
-        pytest.skip("core registers no 'dynamic' scheduler yet")
     run_concurrently(server, "auto_batch", max_rows=2, callers=6)
 
 
@@ -360,9 +348,6 @@ def test_autocomplete_fixed_shapes(server: ServerProcess, client: Any) -> None:
 
 def test_autocomplete_batching(server: ServerProcess, client: Any) -> None:
     entry = index(server)["auto_batch"]
-    if not _dynamic_scheduler_available():
-        assert "dynamic" in entry.get("reason", ""), entry
-        pytest.skip("core registers no 'dynamic' scheduler yet; auto-complete adds dynamic_batching {}")
     assert entry.get("state") == "READY", entry
     config = get_json(server, "/v2/models/auto_batch/config")
     assert config["max_batch_size"] == 4

@@ -1,0 +1,315 @@
+"""The shape of the ``inferd`` package: no import cycles, the seams' import rules, small modules.
+
+The import graph is read from the source with ``ast`` (nothing is imported). Every import
+statement counts, wherever it is: module level, inside functions, under ``if TYPE_CHECKING:``.
+
+How imports become edges:
+
+- A module is a node; a package is the node of its ``__init__.py`` (``inferd.config``).
+- ``import a.b.c`` and ``from a.b import c`` give an edge to the most specific module they name:
+  ``a.b.c`` when it is a submodule, else ``a.b`` (then ``c`` is a name re-exported by, or defined
+  in, ``a/b/__init__.py`` and the edge goes to that ``__init__``). Relative imports are resolved.
+- Importing ``a.b.c`` also runs the ``__init__`` of ``a`` and ``a.b``, so the edge also goes to
+  those packages, except to the importer's own enclosing packages: Python has started them
+  before the importer runs, so re-exports a package makes of its own children (``config/__init__``
+  importing ``config.parse``, which imports ``config.normalize``) are not cycles. An explicit
+  import of one's own package (``from inferd.config import X`` inside ``inferd.config.parse``) is
+  an edge, and a cycle when that ``__init__`` imports the module back.
+- A module importing itself is not an edge.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import inferd
+
+PACKAGE = Path(inferd.__file__).resolve().parent
+MAX_MODULE_P90 = 350
+MAX_FUNCTION_P90 = 25
+
+SCHEDULER_MODULES = (
+    "inferd.default_plugins.schedulers",
+    "inferd.default_plugins.dynamic_batcher",
+    "inferd.default_plugins.sequence_batcher",
+    "inferd.default_plugins.batching",
+    "inferd.default_plugins.sequence_controls",
+    "inferd.default_plugins.queue_policy",
+    "inferd.default_plugins.ensemble",  # and every module under it
+)
+
+
+@dataclass(frozen=True)
+class Import:
+    """One imported module: where the statement is and what it resolves to."""
+
+    importer: str
+    target: str
+    line: int
+
+
+def module_files(root: Path = PACKAGE) -> dict[str, Path]:
+    """``{dotted module name: source file}`` for every module of the package."""
+    modules = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _is_package(module: str, modules: dict[str, Path]) -> bool:
+    return modules[module].name == "__init__.py"
+
+
+def _resolve_from(node: ast.ImportFrom, importer: str, modules: dict[str, Path]) -> str:
+    """The module a ``from X import ...`` names, relative imports resolved."""
+    if node.level == 0:
+        return node.module or ""
+    package = importer.split(".") if _is_package(importer, modules) else importer.split(".")[:-1]
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _named(node: ast.Import | ast.ImportFrom, importer: str, modules: dict[str, Path]) -> Iterator[str]:
+    """The most specific module each alias of an import statement names."""
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            yield alias.name
+        return
+    base = _resolve_from(node, importer, modules)
+    for alias in node.names:
+        sub = f"{base}.{alias.name}"
+        yield sub if sub in modules else base
+
+
+def _with_packages(target: str, importer: str, modules: dict[str, Path]) -> Iterator[str]:
+    """``target`` and the enclosing packages its import runs (not the importer's own ones)."""
+    yield target
+    own = {".".join(importer.split(".")[:i]) for i in range(1, importer.count(".") + 2)}
+    parts = target.split(".")
+    for i in range(1, len(parts)):
+        package = ".".join(parts[:i])
+        if package in modules and package not in own:
+            yield package
+
+
+def imports_of(importer: str, modules: dict[str, Path]) -> list[Import]:
+    """Every import of ``importer`` that lands in the package, TYPE_CHECKING and function-level included."""
+    tree = ast.parse(modules[importer].read_text(), str(modules[importer]))
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        for named in _named(node, importer, modules):
+            for target in _with_packages(named, importer, modules):
+                if target in modules and target != importer:
+                    found.append(Import(importer, target, node.lineno))
+    return found
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, dict[str, int]]:
+    """``{importer: {imported module: first line importing it}}``."""
+    graph: dict[str, dict[str, int]] = {m: {} for m in modules}
+    for module in modules:
+        for imp in imports_of(module, modules):
+            graph[module].setdefault(imp.target, imp.line)
+    return graph
+
+
+def strongly_connected(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Tarjan's strongly connected components with more than one module, each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in sorted(graph[node]):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def shortest_cycle(graph: dict[str, dict[str, int]], component: list[str]) -> list[str]:
+    """A shortest cycle through the first module of a component, as a path ending where it starts."""
+    members, start = set(component), component[0]
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for node in frontier:
+            for succ in sorted(graph[node]):
+                if succ == start:
+                    return paths[node] + [start]
+                if succ in members and succ not in paths:
+                    paths[succ] = paths[node] + [succ]
+                    nxt.append(succ)
+        frontier = nxt
+    raise AssertionError(f"no cycle through {start} in {component}")
+
+
+def describe_cycles(graph: dict[str, dict[str, int]]) -> list[str]:
+    """One line per cycle group: a shortest cycle (with the importing lines) and the group's size."""
+    lines = []
+    for component in strongly_connected(graph):
+        cycle = shortest_cycle(graph, component)
+        hops = " -> ".join(f"{a} (line {graph[a][b]})" for a, b in zip(cycle, cycle[1:], strict=False))
+        lines.append(f"{' -> '.join(cycle)}   [{hops} -> {cycle[0]}; {len(component)} modules in this group: "
+                     f"{', '.join(component)}]")  # fmt: skip
+    return lines
+
+
+def _forbidden(importers: Iterable[str], banned: str, modules: dict[str, Path]) -> list[str]:
+    """``importer:line imports target`` for each direct import of ``banned`` or a module under it."""
+    bad = []
+    for importer in importers:
+        for imp in imports_of(importer, modules):
+            if imp.target == banned or imp.target.startswith(banned + "."):
+                bad.append(f"{importer}:{imp.line} imports {imp.target}")
+    return sorted(set(bad))
+
+
+def p90(values: list[int]) -> int:
+    """The nearest-rank 90th percentile."""
+    ordered = sorted(values)
+    return ordered[math.ceil(0.9 * len(ordered)) - 1]
+
+
+def shaped_files(modules: dict[str, Path]) -> dict[str, Path]:
+    """The modules the size rules apply to: all but the generated ``*_pb2*.py``."""
+    return {m: p for m, p in modules.items() if "_pb2" not in p.name}
+
+
+def function_lengths(modules: dict[str, Path]) -> dict[str, int]:
+    """``{module:line qualified name: lines from def to last line}`` for every function and method."""
+    lengths = {}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                assert node.end_lineno is not None
+                lengths[f"{module}:{node.lineno} {node.name}"] = node.end_lineno - node.lineno + 1
+    return lengths
+
+
+def _longest(sizes: dict[str, int], n: int = 10) -> str:
+    return "\n".join(f"  {size:5d}  {name}" for name, size in sorted(sizes.items(), key=lambda kv: -kv[1])[:n])
+
+
+# -- the rules ------------------------------------------------------------------------------------
+
+
+def test_no_import_cycles_among_inferd_modules() -> None:
+    cycles = describe_cycles(import_graph(module_files()))
+    assert not cycles, "import cycles (TYPE_CHECKING and function-level imports count):\n" + "\n".join(cycles)
+
+
+def test_default_scheduler_modules_import_nothing_from_inferd_model() -> None:
+    modules = module_files()
+    schedulers = [m for m in modules if any(m == s or m.startswith(s + ".") for s in SCHEDULER_MODULES)]
+    assert "inferd.default_plugins.ensemble.scheduler" in schedulers and len(schedulers) >= len(SCHEDULER_MODULES)
+    bad = _forbidden(schedulers, "inferd.model", modules)
+    assert not bad, "scheduler modules import inferd.model:\n" + "\n".join(bad)
+
+
+def test_hookspecs_import_nothing_from_inferd_server() -> None:
+    bad = _forbidden(["inferd.hookspecs"], "inferd.server", module_files())
+    assert not bad, "inferd.hookspecs imports inferd.server:\n" + "\n".join(bad)
+
+
+def test_module_length_p90() -> None:
+    sizes = {m: len(p.read_text().splitlines()) for m, p in shaped_files(module_files()).items()}
+    value = p90(list(sizes.values()))
+    assert value <= MAX_MODULE_P90, f"module length p90 is {value} lines (> {MAX_MODULE_P90}); longest:\n" + _longest(
+        sizes
+    )
+
+
+def test_function_length_p90() -> None:
+    lengths = function_lengths(shaped_files(module_files()))
+    value = p90(list(lengths.values()))
+    assert value <= MAX_FUNCTION_P90, f"function length p90 is {value} lines (> {MAX_FUNCTION_P90}); longest:\n" + (
+        _longest(lengths)
+    )
+
+
+# -- the checker itself, on a package written here ------------------------------------------------
+
+
+def _write(root: Path, files: dict[str, str]) -> dict[str, Path]:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return module_files(root / "pkg")
+
+
+def test_the_checker_finds_type_checking_function_level_and_relative_cycles(tmp_path: Path) -> None:
+    modules = _write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.b import B\n",
+        "pkg/b.py": "def f():\n    from . import c\n",
+        "pkg/c.py": "from .a import A\n",
+        "pkg/d.py": "import pkg.a\n",
+    })  # fmt: skip
+    graph = import_graph(modules)
+    assert graph["pkg.b"] == {"pkg.c": 2} and graph["pkg.c"] == {"pkg.a": 1}
+    assert strongly_connected(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
+    assert describe_cycles(graph)[0].startswith("pkg.a -> pkg.b -> pkg.c -> pkg.a ")
+
+
+def test_the_checker_counts_package_inits_as_documented(tmp_path: Path) -> None:
+    modules = _write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/sub/__init__.py": "from pkg.sub.impl import Thing\n",
+        "pkg/sub/impl.py": "from pkg.sub.helper import h\nfrom pkg.user import u\n",
+        "pkg/sub/helper.py": "",
+        "pkg/user.py": "from pkg.sub.helper import h\n",
+        "pkg/own.py": "",
+    })  # fmt: skip
+    graph = import_graph(modules)
+    assert set(graph["pkg.sub.impl"]) == {"pkg.sub.helper", "pkg.user"}  # its own package's init: no edge
+    assert set(graph["pkg.user"]) == {"pkg.sub.helper", "pkg.sub"}  # the init it runs: an edge
+    assert strongly_connected(graph) == [["pkg.sub", "pkg.sub.impl", "pkg.user"]]
+    modules = _write(tmp_path, {"pkg/user.py": "", "pkg/sub/helper.py": "from pkg.sub import Thing\n"})
+    graph = import_graph(modules)
+    assert strongly_connected(graph) == [["pkg.sub", "pkg.sub.helper", "pkg.sub.impl"]]  # explicit own-init
+
+
+def test_the_forbidden_import_check_and_p90(tmp_path: Path) -> None:
+    modules = _write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/model.py": "",
+        "pkg/ok.py": "import pkg.modelling\n",
+        "pkg/modelling.py": "",
+        "pkg/bad.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import model\n",
+    })  # fmt: skip
+    assert _forbidden(["pkg.ok", "pkg.bad"], "pkg.model", modules) == ["pkg.bad:3 imports pkg.model"]
+    assert p90(list(range(1, 11))) == 9 and p90([5]) == 5 and p90(list(range(1, 101))) == 90
