@@ -239,7 +239,6 @@ def test_bls_without_a_server_reports_an_error():
 
 
 def test_hook_registers_the_backend_lazily():
-    pytest.importorskip("inferd.hookspecs")
     from inferd_backend_python import hooks
 
     registered: dict[str, object] = {}
