@@ -81,8 +81,11 @@ class VersionBuilder:
         name = cfg.backend_for(config)
         if name:
             return self.backend(name, source.name)
-        # No backend or platform: pick the backend whose model file is present. Backends that
-        # declared their file names are matched without being created (no framework import).
+        return self._detect_backend(config, source)
+
+    def _detect_backend(self, config: cfg.ModelConfig, source: ModelSource) -> Backend:
+        """The backend whose model file is present, for a config naming none. Backends that
+        declared their file names are matched without being created (no framework import)."""
         broken: list[str] = []
         versions = list(source.version_dirs().values())
 
@@ -103,8 +106,11 @@ class VersionBuilder:
             if declared is not None or present(config.default_model_filename or backend.default_model_filename):
                 config.backend = backend.name
                 return backend
+        raise self._unrecognised(source, broken)
+
+    def _unrecognised(self, source: ModelSource, broken: list[str]) -> InvalidArgument:
         detail = f"; backends that could not start: {'; '.join(broken)}" if broken else ""
-        raise InvalidArgument(
+        return InvalidArgument(
             f"model '{source.name}' names no backend or platform and no installed backend recognises "
             f"its files; installed backends: {', '.join(self.host.backends.names()) or 'none'}{detail}"
         )

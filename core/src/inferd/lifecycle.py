@@ -159,15 +159,20 @@ class ModelManager:
             if dup:
                 raise InvalidArgument(f"model '{name}' exists in more than one repository: {', '.join(map(str, dup))}")
             raise NotFound(f"failed to load '{name}', failed to poll from model repository")
+        await self._load_composing(name, override)
+        await self._load_one(self.snapshot.models[name], override)
+        self._check_loaded(name)
+
+    async def _load_composing(self, name: str, override: cfg.ModelConfig | None) -> None:
+        """As Triton does, load the models an ensemble's steps call that are not serving yet,
+        each after those it calls; a plain model has none."""
         calls = self._scanned_calls()
         if override is not None:
             calls[name] = list(dict.fromkeys(s.model_name for s in override.ensemble_scheduling.step))
-        for dep in composing(calls, name):  # as Triton does, the models its steps call first
+        for dep in composing(calls, name):
             record = self.records.get(dep)
             if record is None or not record.serving:
                 await self._load_one(self.snapshot.models[dep])
-        await self._load_one(self.snapshot.models[name], override)
-        self._check_loaded(name)
 
     def _check_loaded(self, name: str) -> None:
         error = self.records[name].load_error()
