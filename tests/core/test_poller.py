@@ -57,12 +57,12 @@ async def poll(recorder: Recorder, body, *, watch: bool, poll_secs: float, settl
 
 
 def test_a_model_being_copied_loads_once_when_the_tree_has_been_quiet(tmp_path):
-    recorder = Recorder(tmp_path)
     model = tmp_path / "m"
+    (model / "1").mkdir(parents=True)  # before watching: watchdog races on new nested folders
+    recorder = Recorder(tmp_path)
     finished: list[float] = []
 
     def copy_slowly() -> None:  # one file every 20 ms for about a second; settle is 0.5 s
-        (model / "1").mkdir(parents=True)
         (model / "config.pbtxt").write_text(CONFIG)
         for i in range(50):
             (model / "1" / f"part{i}").write_bytes(b"x" * i)
@@ -80,7 +80,7 @@ def test_a_model_being_copied_loads_once_when_the_tree_has_been_quiet(tmp_path):
     assert len(recorder.applied) == 1
     applied_at, snapshot, changes = recorder.applied[0]
     assert applied_at > finished[0]
-    assert (changes.added, changes.removed, changes.modified) == (["m"], [], [])
+    assert (changes.added, changes.removed, changes.modified) == ([], [], ["m"])
     assert snapshot.models["m"].fingerprint == fingerprint(model)
     assert snapshot.models["m"].config.max_batch_size == 4
 

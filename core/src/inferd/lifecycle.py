@@ -133,8 +133,10 @@ class ModelManager:
 
     def index(self, ready_only: bool = False) -> list[dict[str, str]]:
         """Triton's repository index: every model in the repositories and every known version."""
-        names = sorted(set(self.snapshot.models) | set(self.records))
-        rows = [row for n in names for row in (self.records[n].index_rows() if n in self.records else [{"name": n}])]
+        rows: list[dict[str, str]] = []
+        for name in sorted(set(self.snapshot.models) | set(self.records)):
+            record = self.records.get(name)
+            rows.extend(record.index_rows() if record is not None else [{"name": name}])
         return [r for r in rows if r.get("state") == State.READY.value] if ready_only else rows
 
     # -- control --------------------------------------------------------------------------------
