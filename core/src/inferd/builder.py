@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from inferd import config as cfg
 from inferd.backend import Backend, InstanceSpec, ModelLoadContext
 from inferd.classification import load_labels
-from inferd.errors import InferdError, InvalidArgument
+from inferd.errors import ConfigError, InferdError, InvalidArgument
 from inferd.model import ModelVersion
 from inferd.repository import ModelSource
 from inferd.response_cache import ModelCache
@@ -44,17 +44,9 @@ class VersionBuilder:
         self._backends: dict[str, Backend] = {}
 
     def prepare_config(self, source: ModelSource, override: cfg.ModelConfig | None) -> tuple[cfg.ModelConfig, Backend | None]:
-        """Read, auto-complete, normalize and validate a model's config (blocking)."""
-        config = override
-        if config is None:
-            config = cfg.load_config(source.path, self.config_name)
-        if config is None:
-            if not self.autocomplete:
-                raise InvalidArgument(
-                    f"model '{source.name}' has no config.pbtxt and auto-complete is disabled "
-                    f"(--disable-auto-complete-config / --strict-model-config=true)"
-                )
-            config = cfg.ModelConfig()
+        """Auto-complete, normalize and validate a copy of the model's config: ``override``, or
+        the one parsed when the repository was scanned (blocking)."""
+        config = self._base_config(source, override)
         if config.platform == "ensemble":
             cfg.normalize(config, source.name, "", 1)
             cfg.validate(config)
@@ -69,12 +61,31 @@ class VersionBuilder:
         cfg.validate(config)
         return config, backend
 
+    def _base_config(self, source: ModelSource, override: cfg.ModelConfig | None) -> cfg.ModelConfig:
+        """A private copy of the config to complete: the scanned one is shared by every load."""
+        base = override if override is not None else source.config
+        if base is None:
+            if source.config_error:
+                raise ConfigError(source.config_error)
+            if not self.autocomplete:
+                raise InvalidArgument(
+                    f"model '{source.name}' has no config.pbtxt and auto-complete is disabled "
+                    f"(--disable-auto-complete-config / --strict-model-config=true)"
+                )
+        config = cfg.ModelConfig()
+        if base is not None:
+            config.CopyFrom(base)
+        return config
+
     def backend_for(self, config: cfg.ModelConfig, source: ModelSource) -> Backend:
         name = cfg.backend_for(config)
         if name:
             return self.backend(name, source.name)
-        # No backend or platform: pick the backend whose model file is present. Backends that
-        # declared their file names are matched without being created (no framework import).
+        return self._detect_backend(config, source)
+
+    def _detect_backend(self, config: cfg.ModelConfig, source: ModelSource) -> Backend:
+        """The backend whose model file is present, for a config naming none. Backends that
+        declared their file names are matched without being created (no framework import)."""
         broken: list[str] = []
         versions = list(source.version_dirs().values())
 
@@ -95,8 +106,11 @@ class VersionBuilder:
             if declared is not None or present(config.default_model_filename or backend.default_model_filename):
                 config.backend = backend.name
                 return backend
+        raise self._unrecognised(source, broken)
+
+    def _unrecognised(self, source: ModelSource, broken: list[str]) -> InvalidArgument:
         detail = f"; backends that could not start: {'; '.join(broken)}" if broken else ""
-        raise InvalidArgument(
+        return InvalidArgument(
             f"model '{source.name}' names no backend or platform and no installed backend recognises "
             f"its files; installed backends: {', '.join(self.host.backends.names()) or 'none'}{detail}"
         )

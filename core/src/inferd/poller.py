@@ -11,17 +11,31 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from inferd.repository import diff, scan
-
-if TYPE_CHECKING:
-    from inferd.lifecycle import ModelManager
+from inferd.repository import RepositoryDiff, Snapshot, diff
 
 log = logging.getLogger(__name__)
+
+
+class Repositories(Protocol):
+    """What the poller needs of the lifecycle (the ModelManager)."""
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The repositories as last applied."""
+        ...
+
+    def rescan(self, reuse: bool = True) -> Snapshot:
+        """Scan the repositories again (blocking)."""
+        ...
+
+    async def apply(self, snapshot: Snapshot, changes: RepositoryDiff) -> None:
+        """Load, reload and unload what ``changes`` says; ``snapshot`` becomes the current one."""
+        ...
 
 
 class _Notify(FileSystemEventHandler):
@@ -39,7 +53,7 @@ class RepositoryPoller:
     """Runs as a task on the server's loop while the server is up."""
 
     def __init__(
-        self, manager: ModelManager, repositories: list[Path], poll_secs: float, settle_secs: float = 0.3
+        self, manager: Repositories, repositories: list[Path], poll_secs: float, settle_secs: float = 0.3
     ) -> None:
         self.manager = manager
         self.repositories = repositories
@@ -49,15 +63,19 @@ class RepositoryPoller:
         self._observer: Observer | None = None  # type: ignore[valid-type]
 
     def start(self) -> asyncio.Task[None]:
-        loop = asyncio.get_running_loop()
+        """Watch the repositories and poll them in a task on the running loop."""
+        self.watch()
+        return asyncio.get_running_loop().create_task(self.run(), name="inferd-poller")
+
+    def watch(self) -> None:
+        """Start the file-system observer; without it only the periodic rescan sees changes."""
         observer = Observer()
-        handler = _Notify(loop, self._changed)
+        handler = _Notify(asyncio.get_running_loop(), self._changed)
         for repo in self.repositories:
             observer.schedule(handler, str(repo), recursive=True)
         observer.daemon = True
         observer.start()
         self._observer = observer
-        return loop.create_task(self._run(), name="inferd-poller")
 
     def stop(self) -> None:
         if self._observer is not None:
@@ -65,7 +83,8 @@ class RepositoryPoller:
             self._observer.join(timeout=5)
             self._observer = None
 
-    async def _run(self) -> None:
+    async def run(self) -> None:
+        """Apply each settled change, woken by the observer or every ``poll_secs``; until cancelled."""
         while True:
             try:
                 await asyncio.wait_for(self._changed.wait(), timeout=self.poll_secs)
@@ -85,10 +104,10 @@ class RepositoryPoller:
             await asyncio.sleep(self.settle_secs)
             if not self._changed.is_set():
                 break
-        snapshot = await asyncio.to_thread(scan, self.repositories)
+        snapshot = await asyncio.to_thread(self.manager.rescan)
         while True:  # two scans in a row must agree before anything is loaded
             await asyncio.sleep(self.settle_secs)
-            again = await asyncio.to_thread(scan, self.repositories)
+            again = await asyncio.to_thread(self.manager.rescan)
             if again == snapshot:
                 break
             snapshot = again

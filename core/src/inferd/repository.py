@@ -1,25 +1,48 @@
 """Scanning model repositories into snapshots and diffing two snapshots.
 
-Both are pure: a scan reads the file tree and returns data; ``diff`` compares data. Applying a
-diff (loading, swapping, unloading) is the lifecycle's job.
+Both are pure: a scan reads the file tree (parsing each model's config once) and returns data;
+``diff`` compares data. Applying a diff (loading, swapping, unloading) is the lifecycle's job.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from inferd.config import ModelConfig, load_config
+from inferd.errors import InferdError, InvalidArgument
 
 
 @dataclass(frozen=True, slots=True)
 class ModelSource:
-    """A model directory found in a repository, with a fingerprint of everything under it."""
+    """A model directory found in a repository, with a fingerprint of everything under it and
+    its config, parsed at scan time (``None`` when the directory has none)."""
 
     name: str
     path: Path
     repository: Path
     fingerprint: str
+    #: Shared by every reader: copy it before changing it. Left out of comparisons, since the
+    #: fingerprint already covers the file it came from.
+    config: ModelConfig | None = field(default=None, compare=False)
+    #: Why the config could not be read, reported when the model loads ("" when it could).
+    config_error: str = field(default="", compare=False)
+
+    @property
+    def is_ensemble(self) -> bool:
+        config = self.config
+        return config is not None and (config.platform == "ensemble" or config.HasField("ensemble_scheduling"))
+
+    @property
+    def step_models(self) -> tuple[str, ...]:
+        """The models an ensemble's steps call, in step order without repeats; () otherwise."""
+        if self.config is None:
+            return ()
+        return tuple(dict.fromkeys(s.model_name for s in self.config.ensemble_scheduling.step))
 
     def version_dirs(self) -> dict[int, Path]:
         """Numeric version directories. Like Triton, names with a leading zero are ignored."""
@@ -73,8 +96,29 @@ def _is_model_dir(entry: os.DirEntry[str]) -> bool:
     return entry.is_dir() and not entry.name.startswith(".") and entry.name != "__pycache__"
 
 
-def scan(repositories: list[Path]) -> Snapshot:
-    """Read every repository; a name found in two repositories is reported, not loaded."""
+def read_config(path: Path, config_name: str | None = None) -> tuple[ModelConfig | None, str]:
+    """A model directory's config, chosen as Triton's ``--model-config-name`` does, and "";
+    or ``None`` and the reason it cannot be read, as the load will report it."""
+    try:
+        return load_config(path, config_name), ""
+    except Exception as exc:
+        return None, exc.message if isinstance(exc, InferdError) else f"{type(exc).__name__}: {exc}"
+
+
+def _source(previous: Snapshot | None, name: str, path: Path, repository: Path, config_name: str | None) -> ModelSource:
+    stamp = fingerprint(path)  # before the config: a config changed meanwhile shows next scan
+    old = previous.models.get(name) if previous is not None else None
+    if old is not None and old.path == path and old.fingerprint == stamp:
+        return old
+    return ModelSource(name, path, repository, stamp, *read_config(path, config_name))
+
+
+def scan(repositories: list[Path], config_name: str | None = None, previous: Snapshot | None = None) -> Snapshot:
+    """Read every repository; a name found in two repositories is reported, not loaded.
+
+    Models whose fingerprint is unchanged since ``previous`` (a scan with the same
+    ``config_name``) keep its parsed config instead of being parsed again.
+    """
     models: dict[str, ModelSource] = {}
     seen: dict[str, list[Path]] = {}
     for repo in repositories:
@@ -87,7 +131,7 @@ def scan(repositories: list[Path]) -> Snapshot:
                 continue
             path = Path(entry.path)
             seen.setdefault(entry.name, []).append(path)
-            models[entry.name] = ModelSource(entry.name, path, repo, fingerprint(path))
+            models[entry.name] = _source(previous, entry.name, path, repo, config_name)
     duplicates = {name: paths for name, paths in seen.items() if len(paths) > 1}
     for name in duplicates:
         models.pop(name, None)
@@ -105,3 +149,31 @@ def diff(old: Snapshot, new: Snapshot) -> RepositoryDiff:
         or old.models[name].path != new.models[name].path
     )
     return RepositoryDiff(added, removed, modified)
+
+
+class OverrideDirs:
+    """Private model directories holding the files of load requests (Triton's
+    ``file:<version>/<name>`` load parameters), all under one temporary folder."""
+
+    def __init__(self) -> None:
+        self._root: Path | None = None
+
+    def write(self, name: str, files: dict[str, bytes]) -> ModelSource:
+        """A fresh directory for model ``name`` holding just ``files`` (blocking)."""
+        if self._root is None:
+            self._root = Path(tempfile.mkdtemp(prefix="inferd-overrides-"))
+        root = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self._root))
+        model_dir = root / name
+        for rel, content in files.items():
+            dest = (model_dir / rel).resolve()
+            if model_dir.resolve() not in dest.parents:
+                raise InvalidArgument(f"load request for '{name}': file path 'file:{rel}' leaves the model directory")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(content)
+        return ModelSource(name, model_dir, root, fingerprint="")
+
+    def remove(self) -> None:
+        """Delete every directory written so far (blocking)."""
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root = None
