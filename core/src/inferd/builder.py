@@ -126,7 +126,10 @@ class VersionBuilder:
         self._backends[name] = backend
         return backend
 
-    async def load_version(self, source: ModelSource, config: cfg.ModelConfig, backend: Backend | None, version: int) -> ModelVersion:
+    async def load_version(
+        self, source: ModelSource, config: cfg.ModelConfig, backend: Backend | None, version: int
+    ) -> ModelVersion:
+        """Build, warm up and return one version; its scheduler gets a :class:`SchedulerContext`."""
         started = time.monotonic_ns()
         version_config = cfg.ModelConfig()
         version_config.CopyFrom(config)
@@ -134,10 +137,12 @@ class VersionBuilder:
         model: Model | None = None
         runners: list[InstanceRunner] = []
         if backend is not None:
-            model, runners = await asyncio.to_thread(self.build_version, source, version_config, backend, version, recorder)
+            build = self.build_version
+            model, runners = await asyncio.to_thread(build, source, version_config, backend, version, recorder)
         try:
             labels = await asyncio.to_thread(load_labels, source.path, version_config)
-            context = SchedulerContext(source.name, version, version_config, runners, recorder, source.path, self.dataplane)
+            models = self.dataplane  # a ModelCaller: how an ensemble calls its steps
+            context = SchedulerContext(source.name, version, version_config, runners, recorder, source.path, models)
             scheduler = self.host.schedulers.create(scheduler_name(version_config), context)
             mv = ModelVersion(source.name, version, version_config, model, runners, scheduler, recorder.stats,
                               source.path, labels)  # fmt: skip

@@ -113,7 +113,8 @@ class InstanceRunner:
         except Exception as exc:
             name, version = self.recorder.stats.name, self.recorder.stats.version
             log.exception("model '%s' version %s instance '%s': execute failed", name, version, self.spec.name)
-            results = [InternalError(f"instance '{self.spec.name}' failed: {type(exc).__name__}: {exc}")] * len(requests)
+            error = InternalError(f"instance '{self.spec.name}' failed: {type(exc).__name__}: {exc}")
+            results = [error] * len(requests)
         finally:
             REQUEST_ID.reset(token)
         return Execution(results, start, time.monotonic_ns())
