@@ -28,7 +28,10 @@ from inferd.default_plugins.batching import plan_batch
 from inferd.default_plugins.dynamic_batcher import DynamicBatchScheduler
 from inferd.errors import Unavailable
 from inferd.model import ModelVersion
-from inferd.scheduler import InstanceRunner
+from inferd.recorder import Recorder
+from inferd.runner import InstanceRunner
+from inferd.scheduler import SchedulerContext
+from inferd.stats import ModelStats
 from inferd.testing import ServerProcess, write_repository
 from inferd.types import InferRequest, InferResponse, InferTensor
 
@@ -96,8 +99,11 @@ dynamic_batching { max_queue_delay_microseconds: 2000 %s }
 def _version(extra: str = "", instances: int = 2) -> tuple[ModelVersion, list[Echo]]:
     config = parse_config_text(ECHO_CONFIG % extra, "echo/config.pbtxt")
     echoes = [Echo() for _ in range(instances)]
-    runners = [InstanceRunner(e, InstanceSpec(f"echo_{i}", "KIND_CPU", 0, i, "echo")) for i, e in enumerate(echoes)]
-    return ModelVersion("echo", 1, config, None, runners), echoes
+    recorder = Recorder(ModelStats("echo", "1"), config.max_batch_size)
+    specs = [InstanceSpec(f"echo_{i}", "KIND_CPU", 0, i, "echo") for i in range(instances)]
+    runners = [InstanceRunner(e, spec, recorder) for e, spec in zip(echoes, specs, strict=True)]
+    scheduler = DynamicBatchScheduler(SchedulerContext("echo", 1, config, runners, recorder))
+    return ModelVersion("echo", 1, config, None, runners, scheduler, recorder.stats), echoes
 
 
 def _request(i: int, rows: int = 1, **params: Any) -> InferRequest:
@@ -107,8 +113,7 @@ def _request(i: int, rows: int = 1, **params: Any) -> InferRequest:
 
 def test_many_concurrent_requests_each_answered_once_with_its_rows():
     version, echoes = _version()
-    scheduler = DynamicBatchScheduler(version)
-    version.scheduler = scheduler
+    scheduler = version.scheduler
 
     async def main() -> list[InferResponse]:
         requests = [_request(i, rows=1 + i % 3) for i in range(300)]
@@ -135,8 +140,7 @@ def test_many_concurrent_requests_each_answered_once_with_its_rows():
 
 def test_queue_full_is_rejected_and_counted():
     version, _ = _version("default_queue_policy { max_queue_size: 2 }", instances=1)
-    scheduler = DynamicBatchScheduler(version)
-    version.scheduler = scheduler
+    scheduler = version.scheduler
 
     async def main() -> list[Any]:
         results = await asyncio.gather(*(version.infer(_request(i)) for i in range(30)), return_exceptions=True)

@@ -26,7 +26,10 @@ from inferd.default_plugins.sequence_batcher import SequenceBatchScheduler
 from inferd.default_plugins.sequence_controls import ImplicitState, SequenceControls
 from inferd.errors import InferdError
 from inferd.model import ModelVersion
-from inferd.scheduler import InstanceRunner
+from inferd.recorder import Recorder
+from inferd.runner import InstanceRunner
+from inferd.scheduler import SchedulerContext
+from inferd.stats import ModelStats
 from inferd.testing import ServerProcess, write_repository
 from inferd.types import InferRequest, InferTensor
 
@@ -332,10 +335,10 @@ sequence_batching {
 def test_framework_model_batches_sequences_and_keeps_their_state():
     config = parse_config_text(FW_CONFIG, "fw/config.pbtxt")
     instance = Accumulate()
-    version = ModelVersion(
-        "fw", 1, config, None, [InstanceRunner(instance, InstanceSpec("fw_0", "KIND_CPU", 0, 0, "fw"))]
-    )
-    version.scheduler = SequenceBatchScheduler(version)
+    recorder = Recorder(ModelStats("fw", "1"), config.max_batch_size)
+    runners = [InstanceRunner(instance, InstanceSpec("fw_0", "KIND_CPU", 0, 0, "fw"), recorder)]
+    scheduler = SequenceBatchScheduler(SchedulerContext("fw", 1, config, runners, recorder))
+    version = ModelVersion("fw", 1, config, None, runners, scheduler, recorder.stats)
 
     async def sequence(cid: int, values: list[int]) -> list[int]:
         sums = []

@@ -129,6 +129,45 @@ def test_scheduler_example(tmp_path: Path) -> None:
         server.stop()
 
 
+def _masked(value: Any) -> Any:
+    """``value`` with nanosecond durations, timestamps and trace ids zeroed (counts kept)."""
+    if isinstance(value, dict):
+        return {k: 0 if k in ("ns", "last_inference", "id", "parent_id") else _masked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    return value
+
+
+def _record_traffic(root: Path, plugins: list[Any], disabled: tuple[str, ...] = ()) -> tuple[Any, Any]:
+    """Statistics and trace file of one server after the same requests: rows 1, 2, 3 over both APIs."""
+    config = identity_config("echo", [("TYPE_FP32", [4])], extra="instance_group [ { count: 2 kind: KIND_CPU } ]")
+    repo = write_repository(root / "models", {"echo": {"config.pbtxt": config, "1/.keep": ""}})
+    trace_file = root / "trace.json"
+    extra = {"trace_config": [f"triton,file={trace_file}", "level=TIMESTAMPS", "rate=1"]}
+    server = start(repo, [identity_plugin, *plugins], disabled, extra=extra)
+    try:
+        for rows in (1, 2, 3, 1):
+            for module, url in CLIENTS:
+                infer(module, getattr(server, url), "echo", {"INPUT0": np.ones((rows, 4), dtype=np.float32)})
+        stats = httpclient.InferenceServerClient(server.http_url).get_inference_statistics("echo")
+    finally:
+        server.stop()
+    return stats, json.loads(trace_file.read_text())
+
+
+def test_scheduler_example_records_what_the_direct_scheduler_records(tmp_path: Path) -> None:
+    plugin = load_example("tagging_scheduler_plugin")
+    tagging = _record_traffic(tmp_path / "tagging", [plugin], disabled=("schedulers",))
+    direct = _record_traffic(tmp_path / "direct", [])
+    stats, trace = _masked(tagging[0]), _masked(tagging[1])
+    assert (stats, trace) == (_masked(direct[0]), _masked(direct[1]))
+    (model,) = stats["model_stats"]
+    assert (model["inference_count"], model["execution_count"]) == (14, 8)
+    assert [(b["batch_size"], b["compute_infer"]["count"]) for b in model["batch_stats"]] == [(1, 4), (2, 2), (3, 2)]
+    names = [e["timestamps"][0]["name"] for e in trace if "timestamps" in e]
+    assert names.count("QUEUE_START") == names.count("COMPUTE_START") == names.count("COMPUTE_END") == 8
+
+
 # -- cache -----------------------------------------------------------------------------------------
 
 

@@ -14,13 +14,16 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from inferd import config as cfg
-from inferd.backend import Backend, InstanceSpec, ModelLoadContext
+from inferd.backend import Backend, InstanceSpec, Model, ModelLoadContext
 from inferd.classification import load_labels
 from inferd.errors import ConfigError, InferdError, InvalidArgument
 from inferd.model import ModelVersion
+from inferd.recorder import Recorder
 from inferd.repository import ModelSource
 from inferd.response_cache import ModelCache
-from inferd.scheduler import InstanceRunner
+from inferd.runner import InstanceRunner
+from inferd.scheduler import SchedulerContext
+from inferd.stats import ModelStats
 from inferd.warmup import warm_up
 
 if TYPE_CHECKING:
@@ -137,21 +140,29 @@ class VersionBuilder:
         self._backends[name] = backend
         return backend
 
-    async def load_version(self, source: ModelSource, config: cfg.ModelConfig, backend: Backend | None, version: int) -> ModelVersion:
+    async def load_version(
+        self, source: ModelSource, config: cfg.ModelConfig, backend: Backend | None, version: int
+    ) -> ModelVersion:
+        """Build, warm up and return one version; its scheduler gets a :class:`SchedulerContext`."""
         started = time.monotonic_ns()
         version_config = cfg.ModelConfig()
         version_config.CopyFrom(config)
-        if backend is None:
-            mv = ModelVersion(source.name, version, version_config, None, [], self.dataplane)
-        else:
-            mv = await asyncio.to_thread(self.build_version, source, version_config, backend, version)
-        mv.model_dir = source.path
+        recorder = Recorder(ModelStats(source.name, str(version)), version_config.max_batch_size)
+        model: Model | None = None
+        runners: list[InstanceRunner] = []
+        if backend is not None:
+            build = self.build_version
+            model, runners = await asyncio.to_thread(build, source, version_config, backend, version, recorder)
         try:
-            mv.output_labels = await asyncio.to_thread(load_labels, source.path, version_config)
+            labels = await asyncio.to_thread(load_labels, source.path, version_config)
+            models = self.dataplane  # a ModelCaller: how an ensemble calls its steps
+            context = SchedulerContext(source.name, version, version_config, runners, recorder, source.path, models)
+            scheduler = self.host.schedulers.create(scheduler_name(version_config), context)
+            mv = ModelVersion(source.name, version, version_config, model, runners, scheduler, recorder.stats,
+                              source.path, labels)  # fmt: skip
             await warm_up(mv)
-            mv.scheduler = self.host.schedulers.create(scheduler_name(version_config), mv)
         except Exception:
-            await asyncio.to_thread(mv.close)
+            await asyncio.to_thread(close_instances, model, runners)
             raise
         mv.cache = self._model_cache(mv)
         mv.stats.load_duration_ns = time.monotonic_ns() - started
@@ -173,7 +184,10 @@ class VersionBuilder:
             return None
         return ModelCache(self.cache, mv.name, mv.version, mv.stats)
 
-    def build_version(self, source: ModelSource, config: cfg.ModelConfig, backend: Backend, version: int) -> ModelVersion:
+    def build_version(
+        self, source: ModelSource, config: cfg.ModelConfig, backend: Backend, version: int, recorder: Recorder
+    ) -> tuple[Model, list[InstanceRunner]]:
+        """Load the backend model and create its instances (blocking)."""
         ctx = ModelLoadContext(
             name=source.name,
             version=version,
@@ -187,13 +201,19 @@ class VersionBuilder:
         runners: list[InstanceRunner] = []
         try:
             for spec in instance_specs(config):
-                runners.append(InstanceRunner(model.create_instance(spec), spec))
+                runners.append(InstanceRunner(model.create_instance(spec), spec, recorder))
         except BaseException:
-            for r in runners:
-                r.close()
-            model.unload()
+            close_instances(model, runners)
             raise
-        return ModelVersion(source.name, version, config, model, runners, self.dataplane)
+        return model, runners
+
+
+def close_instances(model: Model | None, runners: list[InstanceRunner]) -> None:
+    """Close ``runners``' instances, then unload ``model`` (blocking)."""
+    for runner in runners:
+        runner.close()
+    if model is not None:
+        model.unload()
 
 
 def visible_gpus() -> list[int]:

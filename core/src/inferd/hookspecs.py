@@ -52,8 +52,10 @@ def inferd_register_schedulers(register: Register) -> None:
 
     Called once per server, at start-up. ``register(name, factory)``: core picks ``direct``,
     ``dynamic``, ``sequence`` or ``ensemble`` from a model's scheduling choice;
-    ``factory(version)`` receives the :class:`inferd.model.ModelVersion` being loaded and returns
-    an :class:`inferd.scheduler.Scheduler`. Returns nothing.
+    ``factory(context)`` receives the :class:`inferd.scheduler.SchedulerContext` of the version
+    being loaded (its name, version, config, instance runners; a way to call other models) and
+    returns an :class:`inferd.scheduler.Scheduler`. A scheduler only decides what runs where and
+    when (``await runner.run(batch)``): core records the statistics and traces. Returns nothing.
     """
 
 

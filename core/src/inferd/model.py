@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inferd.classification import classify, wants_classification
-from inferd.stats import ModelStats
 from inferd.types import InferRequest, InferResponse, config_to_wire
 from inferd.validation import RequestValidator
 
@@ -14,11 +13,13 @@ if TYPE_CHECKING:
     from inferd.backend import Model
     from inferd.config import ModelConfig
     from inferd.response_cache import ModelCache
-    from inferd.scheduler import InstanceRunner, Scheduler
+    from inferd.runner import InstanceRunner
+    from inferd.scheduler import Scheduler
+    from inferd.stats import ModelStats
 
 
 class ModelVersion:
-    """One servable version. The lifecycle builds it; the data plane calls :meth:`infer`."""
+    """One servable version. The builder makes it; the data plane calls :meth:`infer`."""
 
     def __init__(
         self,
@@ -27,23 +28,26 @@ class ModelVersion:
         config: ModelConfig,
         model: Model | None,
         runners: list[InstanceRunner],
-        dataplane: Any = None,
+        scheduler: Scheduler,
+        stats: ModelStats,
+        model_dir: Path | None = None,
+        output_labels: dict[str, list[str]] | None = None,
     ) -> None:
         self.name = name
         self.version = version
         self.config = config
         self.model = model
         self.runners = runners
-        self.dataplane = dataplane
+        self.scheduler = scheduler
+        self.stats = stats
         #: ``<repository>/<model>``: where config-relative files (initial_state data, labels) live.
-        self.model_dir: Path | None = None
-        self.output_labels: dict[str, list[str]] = {}
+        self.model_dir = model_dir
+        self.output_labels = output_labels or {}
         self.max_batch_size = config.max_batch_size
+        #: Read after the scheduler was made: an ensemble's scheduler derives it from its steps.
         self.decoupled = config.model_transaction_policy.decoupled
-        self.stats = ModelStats(name, str(version))
         self.validator = RequestValidator(config, name)
-        self.scheduler: Scheduler | None = None
-        #: Set by the lifecycle when the server has a cache and the config enables it.
+        #: Set by the builder when the server has a cache and the config enables it.
         self.cache: ModelCache | None = None
         self._reshapes = {
             t.name: tuple(t.reshape.shape) for t in config.input if t.HasField("reshape")
@@ -55,7 +59,6 @@ class ModelVersion:
         self.validator.validate(request)
         if self._reshapes:
             self._apply_reshapes(request)
-        assert self.scheduler is not None
         if self.cache is not None:
             response = await self.cache.infer(request, self.scheduler.enqueue)
         else:
@@ -104,8 +107,7 @@ class ModelVersion:
 
     async def stop(self) -> None:
         """Drain the scheduler (in-flight requests finish)."""
-        if self.scheduler is not None:
-            await self.scheduler.stop()
+        await self.scheduler.stop()
 
     def close(self) -> None:
         """Close instances and unload the backend model (blocking: run off the event loop)."""

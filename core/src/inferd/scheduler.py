@@ -1,132 +1,146 @@
-"""The scheduler contract and the instance machinery every scheduler shares.
+"""The scheduler contract: what a scheduler factory receives and what a scheduler implements.
 
-A scheduler owns the queue between the data plane and a model version's instances. Each
-:class:`InstanceRunner` wraps one backend :class:`~inferd.backend.Instance` with its own thread,
-so ``execute`` never runs concurrently on one instance and never blocks the event loop.
+A scheduler decides *what runs where and when*: it queues a model version's requests and hands
+batches to the version's :class:`~inferd.runner.InstanceRunner` objects. Core does the rest: the
+runners time every execution and record its statistics and traces, and :meth:`Scheduler.enqueue`
+marks QUEUE_START, counts requests in flight (``pending()``) and drains them on unload. Like
+Triton's scheduler interface (Enqueue / InflightInferenceCount / Stop), a scheduler records nothing.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
-import concurrent.futures
-import queue
-import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from inferd.errors import InferdError, InternalError, Unavailable
-from inferd.logging_settings import REQUEST_ID
+from inferd.errors import InferdError, Unavailable
+from inferd.recorder import Recorder
+from inferd.runner import InstanceRunner
 from inferd.types import InferRequest, InferResponse
 
 if TYPE_CHECKING:
-    from inferd.backend import Instance, InstanceSpec
-    from inferd.model import ModelVersion
+    from inferd.config import ModelConfig
 
 
-@dataclass(slots=True)
-class Execution:
-    """What one ``execute`` call returned, with its timing (monotonic ns)."""
+class ModelCaller(Protocol):
+    """Calls the server's other models (an ensemble's steps). The server's data plane is one."""
 
-    results: list[InferResponse | InferdError]
-    start_ns: int
-    end_ns: int
+    async def infer(self, request: InferRequest) -> InferResponse: ...
+
+    def stream(self, request: InferRequest) -> AsyncIterator[InferResponse | InferdError]:
+        """Every response of a request: one for ordinary models, 0..N for decoupled ones."""
+        ...
+
+    def model_config(self, name: str, version: str = "") -> ModelConfig:
+        """The config of the version that would serve ``name``; raises when none is ready."""
+        ...
+
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        """Every model in the repositories (``{"name": ...}`` entries and their versions)."""
+        ...
 
 
-class InstanceRunner:
-    """One backend instance and the thread it runs on.
+@dataclass(frozen=True, slots=True)
+class SchedulerContext:
+    """What a scheduler factory receives: the model version it schedules and its instances."""
 
-    A plain thread fed by a ``SimpleQueue``: each job resolves an asyncio future through
-    ``call_soon_threadsafe``, which costs less per call than ``run_in_executor``'s chained
-    futures on this hot path.
+    name: str
+    version: int
+    config: ModelConfig
+    #: One per instance: ``await runner.run(batch)`` executes and records a batch.
+    runners: Sequence[InstanceRunner]
+    #: Core's recording for this version; :class:`Scheduler` uses it, a subclass never needs to.
+    recorder: Recorder
+    #: ``<repository>/<model>``: where config-relative files (initial_state data) live.
+    model_dir: Path | None = None
+    #: Calls other models (ensembles); ``None`` where the server offers none (tests).
+    models: ModelCaller | None = None
+
+    @property
+    def max_batch_size(self) -> int:
+        return self.config.max_batch_size
+
+
+class Rejected(Unavailable):
+    """A request the scheduler refused or dropped from its queue (queue full, timeout expired).
+
+    Raise it from :meth:`Scheduler._schedule`: core counts it as Triton's REJECTED failure.
     """
 
-    def __init__(self, instance: Instance, spec: InstanceSpec) -> None:
-        self.instance = instance
-        self.spec = spec
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Callable[[Any, BaseException | None], None]] | None] = (
-            queue.SimpleQueue()
-        )
-        self._thread = threading.Thread(target=self._work, name=f"inferd-{spec.name}", daemon=True)
-        self._thread.start()
 
-    def _work(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            fn, done = job
-            try:
-                result = fn()
-            except BaseException as exc:  # handed to the waiting side
-                done(None, exc)
-            else:
-                done(result, None)
+class Scheduler(abc.ABC):
+    """Queues a model version's requests onto its instances.
 
-    def _call(self, requests: Sequence[InferRequest]) -> Execution:
-        # Lines the model logs while it runs one request carry that request's id.
-        token = REQUEST_ID.set(requests[0].id if len(requests) == 1 else "")
-        start = time.monotonic_ns()
+    Subclasses implement :meth:`_schedule` and run requests with ``runner.run(batch)``; the base
+    class marks QUEUE_START, counts requests in flight so that :meth:`stop` can drain them (a reload
+    lets in-flight requests finish on the old version), and counts :class:`Rejected` requests.
+    """
+
+    #: True for a scheduler that answers by calling other models instead of running instances
+    #: (an ensemble): core then records each request as one execution, and no QUEUE_START (its
+    #: steps are queued by their own models).
+    composing: ClassVar[bool] = False
+
+    def __init__(self, context: SchedulerContext) -> None:
+        self.context = context
+        self._recorder = context.recorder
+        self._inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._stopping = False
+
+    async def enqueue(self, request: InferRequest) -> InferResponse:
+        """Schedule one request and return its response (or raise its error)."""
+        if self._stopping:
+            raise Unavailable(f"model '{self.context.name}' version {self.context.version} is unloading")
+        self._inflight += 1
+        self._idle.clear()
         try:
-            results = self.instance.execute(requests)
-        except InferdError as exc:
-            results = [exc] * len(requests)
-        except Exception as exc:
-            err = InternalError(f"instance '{self.spec.name}' failed: {type(exc).__name__}: {exc}")
-            results = [err] * len(requests)
+            if self.composing:
+                return await self._compose(request)
+            self._recorder.queued(request)
+            return await self._schedule(request)
+        except Rejected:
+            self._recorder.rejected(request)
+            raise
         finally:
-            REQUEST_ID.reset(token)
-        return Execution(list(results), start, time.monotonic_ns())
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._idle.set()
 
-    async def execute(self, requests: Sequence[InferRequest]) -> Execution:
-        """Run ``requests`` on this instance's thread; never raises for backend errors."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Execution] = loop.create_future()
-
-        def done(result: Any, exc: BaseException | None) -> None:
-            loop.call_soon_threadsafe(_resolve, future, result, exc)
-
-        self._jobs.put((lambda: self._call(requests), done))
-        execution = await future
-        if not execution.results and not any(r.response_sender for r in requests):
-            err = InternalError(f"instance '{self.spec.name}' returned no responses")
-            execution.results = [err] * len(requests)
-        elif execution.results and len(execution.results) != len(requests):
-            err = InternalError(
-                f"instance '{self.spec.name}' returned {len(execution.results)} responses "
-                f"for {len(requests)} requests"
-            )
-            execution.results = [err] * len(requests)
-        return execution
-
-    def close(self) -> None:
-        """Close the instance on its own thread, then stop the thread (blocking)."""
-        finished: concurrent.futures.Future[None] = concurrent.futures.Future()
-
-        def done(result: Any, exc: BaseException | None) -> None:
-            if exc is None:
-                finished.set_result(None)
-            else:
-                finished.set_exception(exc)
-
-        self._jobs.put((self.instance.close, done))
+    async def _compose(self, request: InferRequest) -> InferResponse:
+        started = time.monotonic_ns()
         try:
-            finished.result()
-        finally:
-            self._jobs.put(None)
-            self._thread.join()
+            response = await self._schedule(request)
+        except InferdError:
+            self._recorder.composition_failed(request)
+            raise
+        self._recorder.composed(request, started)
+        return response
 
+    @abc.abstractmethod
+    async def _schedule(self, request: InferRequest) -> InferResponse:
+        """Run one request through the queue and an instance."""
 
-def _resolve(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
-    if future.cancelled():
-        return
-    if exc is None:
-        future.set_result(result)
-    else:
-        future.set_exception(exc)
+    def inflight(self) -> int:
+        """Requests accepted and not yet answered."""
+        return self._inflight
+
+    def pending(self) -> int:
+        """Requests accepted and not yet executing (waiting in the queue)."""
+        if self.composing:
+            return 0
+        return max(0, self._inflight - sum(r.executing for r in self.context.runners))
+
+    async def stop(self) -> None:
+        """Refuse new requests, then wait until every accepted one is answered."""
+        self._stopping = True
+        await self._idle.wait()
 
 
 class InstancePool:
@@ -164,53 +178,13 @@ class InstancePool:
                 return
         self._free.append(runner)
 
+    async def run(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        """``runner.run(requests)`` on the next free instance."""
+        runner = await self.acquire()
+        try:
+            return await runner.run(requests)
+        finally:
+            self.release(runner)
+
     def __len__(self) -> int:
         return len(self.runners)
-
-
-class Scheduler(abc.ABC):
-    """Queues a model version's requests onto its instances.
-
-    Subclasses implement :meth:`_schedule`; the base class counts requests in flight so that
-    :meth:`stop` can drain them (a reload lets in-flight requests finish on the old version).
-    """
-
-    def __init__(self, version: ModelVersion) -> None:
-        self.version = version
-        self._inflight = 0
-        #: Requests handed to an instance and not yet done; subclasses keep it current so that
-        #: :meth:`pending` (``nv_inference_pending_request_count``) is right.
-        self.executing = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._stopping = False
-
-    async def enqueue(self, request: InferRequest) -> InferResponse:
-        """Schedule one request and return its response (or raise its error)."""
-        if self._stopping:
-            raise Unavailable(f"model '{self.version.name}' version {self.version.version} is unloading")
-        self._inflight += 1
-        self._idle.clear()
-        try:
-            return await self._schedule(request)
-        finally:
-            self._inflight -= 1
-            if self._inflight == 0:
-                self._idle.set()
-
-    @abc.abstractmethod
-    async def _schedule(self, request: InferRequest) -> InferResponse:
-        """Run one request through the queue and an instance."""
-
-    def inflight(self) -> int:
-        """Requests accepted and not yet answered."""
-        return self._inflight
-
-    def pending(self) -> int:
-        """Requests accepted and not yet executing (waiting in the queue)."""
-        return max(0, self._inflight - self.executing)
-
-    async def stop(self) -> None:
-        """Refuse new requests, then wait until every accepted one is answered."""
-        self._stopping = True
-        await self._idle.wait()

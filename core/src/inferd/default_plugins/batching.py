@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from inferd.errors import ErrorKind, InferdError, InternalError
-from inferd.scheduler import Execution, InstanceRunner
-from inferd.trace import TRACE_KEY
-from inferd.types import InferResponse
-
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
-    from inferd.model import ModelVersion
     from inferd.types import InferRequest
 
 
@@ -113,59 +106,6 @@ class Wakeup:
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
-
-
-def mark_queued(request: InferRequest) -> None:
-    """Trace the moment a request enters a batcher's queue (when the request is traced)."""
-    trace = request.context.get(TRACE_KEY) if request.context else None
-    if trace is not None:
-        trace.mark("QUEUE_START")
-
-
-async def run_batch(runner: InstanceRunner, requests: list[InferRequest], dequeued_ns: int) -> Execution:
-    """``runner.execute`` that turns an unexpected failure into one error per request."""
-    for request in requests:
-        if request.response_sender is not None:  # decoupled: the data plane times the first response
-            request.context["compute_start_ns"] = dequeued_ns
-    try:
-        return await runner.execute(requests)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # the runner already maps backend errors; this is a bug guard
-        err: InferdError = InternalError(f"instance '{runner.spec.name}' failed: {type(exc).__name__}: {exc}")
-        stamp = time.monotonic_ns()
-        return Execution([err] * len(requests), stamp, stamp)
-
-
-def record_batch(
-    version: ModelVersion, requests: list[InferRequest], rows: list[int], execution: Execution, dequeued_ns: int,
-    done_ns: int,
-) -> list[InferResponse | InferdError]:  # fmt: skip
-    """Statistics and traces of one executed batch; returns each request's response or error.
-
-    As Triton counts them: the execution always counts (``execution_count``, ``batch_stats`` by
-    the batch's rows); ``inference_count`` only the rows of requests that succeeded.
-    """
-    stats = version.stats
-    results = execution.results or [None] * len(requests)  # decoupled: responses went through senders
-    input_ns = execution.start_ns - dequeued_ns
-    infer_ns = execution.end_ns - execution.start_ns
-    output_ns = done_ns - execution.end_ns
-    succeeded = sum(n for n, r in zip(rows, results, strict=True) if not isinstance(r, InferdError))
-    stats.record_execution(sum(rows), input_ns, infer_ns, output_ns, succeeded=succeeded)
-    outcomes: list[InferResponse | InferdError] = []
-    for request, result in zip(requests, results, strict=True):
-        trace = request.context.get(TRACE_KEY) if request.context else None
-        if trace is not None:
-            trace.compute(dequeued_ns, execution.start_ns, execution.end_ns, done_ns)
-        total_ns = done_ns - request.arrival_ns
-        if isinstance(result, InferdError):
-            stats.record_failure(total_ns, "CANCELED" if result.kind is ErrorKind.CANCELLED else "BACKEND")
-            outcomes.append(result)
-            continue
-        stats.record_success(total_ns, dequeued_ns - request.arrival_ns, input_ns, infer_ns, output_ns)
-        outcomes.append(result or InferResponse(version.name, str(version.version), request.id))
-    return outcomes
 
 
 def answer(fut: asyncio.Future[Any], outcome: Any) -> None:

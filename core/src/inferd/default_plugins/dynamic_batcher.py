@@ -14,21 +14,12 @@ import logging
 import time
 from collections import deque
 
-from inferd.default_plugins.batching import (
-    Wakeup,
-    answer,
-    mark_queued,
-    plan_batch,
-    ragged_inputs,
-    record_batch,
-    run_batch,
-    shape_key,
-)
+from inferd.default_plugins.batching import Wakeup, answer, plan_batch, ragged_inputs, shape_key
 from inferd.default_plugins.queue_policy import TIMEOUT_MESSAGE, Pending, PriorityQueue
 from inferd.errors import InferdError, InternalError, Unavailable
 from inferd.hookspecs import Register, hookimpl
-from inferd.model import ModelVersion
-from inferd.scheduler import InstanceRunner, Scheduler
+from inferd.runner import InstanceRunner
+from inferd.scheduler import Rejected, Scheduler, SchedulerContext
 from inferd.types import InferRequest, InferResponse
 
 log = logging.getLogger(__name__)
@@ -37,12 +28,13 @@ log = logging.getLogger(__name__)
 class DynamicBatchScheduler(Scheduler):
     """Batches requests across clients; one worker task per instance pulls from a shared queue."""
 
-    def __init__(self, version: ModelVersion) -> None:
-        super().__init__(version)
-        config = version.config
+    def __init__(self, context: SchedulerContext) -> None:
+        super().__init__(context)
+        config = context.config
         batching = config.dynamic_batching
-        self._batched = version.max_batch_size > 0
-        self._max_rows = max(1, version.max_batch_size)
+        self._name = context.name
+        self._batched = context.max_batch_size > 0
+        self._max_rows = max(1, context.max_batch_size)
         self._preferred = frozenset(int(s) for s in batching.preferred_batch_size) if self._batched else frozenset()
         self._max_preferred = max(self._preferred, default=self._max_rows)
         self._delay_ns = int(batching.max_queue_delay_microseconds) * 1000 if self._batched else 0
@@ -63,18 +55,13 @@ class DynamicBatchScheduler(Scheduler):
         item = Pending(
             request,
             loop.create_future(),
-            request.batch_size(self.version.max_batch_size),
+            request.batch_size(self.context.max_batch_size),
             shape_key(request, self._batched, self._ragged),
             time.monotonic_ns(),
         )
-        try:
-            self._queue.push(item)
-        except Unavailable:
-            self.version.stats.record_failure(time.monotonic_ns() - request.arrival_ns, "REJECTED")
-            raise
+        self._queue.push(item)
         if self._ordered:
             self._order.append(item)
-        mark_queued(request)
         self._wakeup.notify()
         try:
             return await item.future
@@ -84,15 +71,14 @@ class DynamicBatchScheduler(Scheduler):
             raise
 
     def _start_workers(self) -> None:
-        runners = self.version.runners
+        runners = self.context.runners
         if not runners:
-            raise Unavailable(f"model '{self.version.name}' version {self.version.version} has no instances")
+            raise Unavailable(f"model '{self._name}' version {self.context.version} has no instances")
         self._workers = [asyncio.ensure_future(self._worker(runner)) for runner in runners]
 
     def _on_expired(self, item: Pending) -> None:
         """A queued request waited past its timeout under ``timeout_action: REJECT``."""
-        self.version.stats.record_failure(time.monotonic_ns() - item.request.arrival_ns, "REJECTED")
-        self._finish(item, Unavailable(TIMEOUT_MESSAGE))
+        self._finish(item, Rejected(TIMEOUT_MESSAGE))
 
     def _finish(self, item: Pending, outcome: InferResponse | InferdError | None) -> None:
         """Answer one request; with ``preserve_ordering`` answers leave in arrival order."""
@@ -118,11 +104,11 @@ class DynamicBatchScheduler(Scheduler):
             try:
                 await self._execute(runner, batch)
             except asyncio.CancelledError:
-                self._fail(batch, Unavailable(f"model '{self.version.name}' is unloading"))
+                self._fail(batch, Unavailable(f"model '{self._name}' is unloading"))
                 raise
             except Exception as exc:  # a bug here must not strand the batch's callers
-                log.exception("model '%s': dynamic batcher failed", self.version.name)
-                self._fail(batch, InternalError(f"dynamic batcher of model '{self.version.name}' failed: {exc}"))
+                log.exception("model '%s': dynamic batcher failed", self._name)
+                self._fail(batch, InternalError(f"dynamic batcher of model '{self._name}' failed: {exc}"))
 
     async def _next_batch(self) -> list[Pending] | None:
         queue = self._queue
@@ -139,16 +125,7 @@ class DynamicBatchScheduler(Scheduler):
         return None
 
     async def _execute(self, runner: InstanceRunner, batch: list[Pending]) -> None:
-        requests = [p.request for p in batch]
-        dequeued = time.monotonic_ns()
-        self.executing += len(batch)
-        try:
-            execution = await run_batch(runner, requests, dequeued)
-        finally:
-            self.executing -= len(batch)
-        outcomes = record_batch(
-            self.version, requests, [p.rows for p in batch], execution, dequeued, time.monotonic_ns()
-        )
+        outcomes = await runner.run([p.request for p in batch])
         for item, outcome in zip(batch, outcomes, strict=True):
             self._finish(item, outcome)
 
@@ -166,7 +143,7 @@ class DynamicBatchScheduler(Scheduler):
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
         for item in self._queue.drain():  # nothing should be left; never strand a caller
-            self._finish(item, Unavailable(f"model '{self.version.name}' is unloading"))
+            self._finish(item, Unavailable(f"model '{self._name}' is unloading"))
 
 
 @hookimpl

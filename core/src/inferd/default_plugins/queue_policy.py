@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from inferd.errors import InvalidArgument, Unavailable
+from inferd.errors import InvalidArgument
+from inferd.scheduler import Rejected
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
@@ -129,13 +130,13 @@ class PriorityQueue:
         return priority - 1
 
     def push(self, item: Pending) -> None:
-        """Queue ``item``; raises Unavailable when its level is full."""
+        """Queue ``item``; raises :class:`~inferd.scheduler.Rejected` when its level is full."""
         request = item.request
         index = self.level_of(request)
         level = self.levels[index]
         policy = level.policy
         if policy.max_queue_size and len(level) >= policy.max_queue_size:
-            raise Unavailable(f"[request id: {request.id or '<id_unknown>'}] Exceeds maximum queue size")
+            raise Rejected(f"[request id: {request.id or '<id_unknown>'}] Exceeds maximum queue size")
         requested = uint_parameter(request, "timeout", self.model) if policy.allow_timeout_override else 0
         timeout_us = policy.timeout_us(requested)
         item.level = index

@@ -20,21 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from inferd.default_plugins.batching import (
-    Wakeup,
-    answer,
-    mark_queued,
-    plan_batch,
-    ragged_inputs,
-    record_batch,
-    run_batch,
-    shape_key,
-)
+from inferd.default_plugins.batching import Wakeup, answer, plan_batch, ragged_inputs, shape_key
 from inferd.default_plugins.sequence_controls import ImplicitState, SequenceControls
 from inferd.errors import InternalError, InvalidArgument, Unavailable
 from inferd.hookspecs import Register, hookimpl
-from inferd.model import ModelVersion
-from inferd.scheduler import InstanceRunner, Scheduler
+from inferd.runner import InstanceRunner
+from inferd.scheduler import Rejected, Scheduler, SchedulerContext
 from inferd.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 log = logging.getLogger(__name__)
@@ -112,16 +103,16 @@ def sequence_parameters(request: InferRequest, model: str) -> tuple[int | str, b
 class SequenceBatchScheduler(Scheduler):
     """Routes each sequence to one instance slot and batches ready sequences per instance."""
 
-    def __init__(self, version: ModelVersion) -> None:
-        super().__init__(version)
-        config = version.config
+    def __init__(self, context: SchedulerContext) -> None:
+        super().__init__(context)
+        config = context.config
         sequencing = config.sequence_batching
-        self._name = version.name
-        self._batched = version.max_batch_size > 0
-        self._max_rows = max(1, version.max_batch_size)
+        self._name = context.name
+        self._batched = context.max_batch_size > 0
+        self._max_rows = max(1, context.max_batch_size)
         self._ragged = ragged_inputs(config)
         self._controls = SequenceControls(config)
-        self._state = ImplicitState(config, getattr(version, "model_dir", None))
+        self._state = ImplicitState(config, context.model_dir)
         self._idle_ns = int(sequencing.max_sequence_idle_microseconds or 1_000_000) * 1000
         self._oldest = sequencing.WhichOneof("strategy_choice") == "oldest"
         slots = self._max_rows
@@ -136,7 +127,7 @@ class SequenceBatchScheduler(Scheduler):
             self._delay_ns = int(sequencing.direct.max_queue_delay_microseconds) * 1000
             self._utilization = float(sequencing.direct.minimum_slot_utilization)
         self._max_preferred = max(self._preferred, default=self._max_rows)
-        self._lanes = [_Lane(r, [None] * slots) for r in version.runners]
+        self._lanes = [_Lane(r, [None] * slots) for r in context.runners]
         self._active: dict[int | str, _Sequence] = {}
         self._backlog: deque[_Sequence] = deque()
         self._closed = False
@@ -144,14 +135,14 @@ class SequenceBatchScheduler(Scheduler):
     # -- the caller's side ----------------------------------------------------------------------
 
     async def _schedule(self, request: InferRequest) -> InferResponse:
-        if self._batched and request.batch_size(self.version.max_batch_size) != 1:
+        if self._batched and request.batch_size(self.context.max_batch_size) != 1:
             raise InvalidArgument(
                 f"inference request to model '{self._name}' must specify batch-size 1 due to "
                 "requirements of sequence batcher"
             )
         cid, start, end = sequence_parameters(request, self._name)
         if not self._lanes:
-            raise Unavailable(f"model '{self._name}' version {self.version.version} has no instances")
+            raise Unavailable(f"model '{self._name}' version {self.context.version} has no instances")
         seq = self._active.get(cid)
         if seq is None:
             if not start:
@@ -170,7 +161,6 @@ class SequenceBatchScheduler(Scheduler):
         item = _Item(request, loop.create_future(), start, end, now, shape_key(request, self._batched, self._ragged))
         seq.queue.append(item)
         seq.last_ns = now
-        mark_queued(request)
         if end:
             self._forget(seq)
         if seq.lane is not None:
@@ -272,11 +262,8 @@ class SequenceBatchScheduler(Scheduler):
         if seq.lane is not None or seq.done:
             return
         self._forget(seq)
-        now = time.monotonic_ns()
         while seq.queue:
-            item = seq.queue.popleft()
-            self.version.stats.record_failure(now - item.request.arrival_ns, "REJECTED")
-            answer(item.future, Unavailable(_BACKLOG_TIMEOUT_MESSAGE))
+            answer(seq.queue.popleft().future, Rejected(_BACKLOG_TIMEOUT_MESSAGE))
         self._maybe_release(seq)
 
     # -- the instance workers -----------------------------------------------------------------------
@@ -362,21 +349,15 @@ class SequenceBatchScheduler(Scheduler):
             item.strip = self._state.hidden
 
     async def _execute(self, lane: _Lane, batch: list[tuple[_Sequence, _Item]]) -> None:
-        dequeued = time.monotonic_ns()
         for seq, item in batch:
             self._prepare(seq, item)
-        requests = [item.request for _, item in batch]
-        self.executing += len(batch)
-        try:
-            execution = await run_batch(lane.runner, requests, dequeued)
-        finally:
-            self.executing -= len(batch)
+        outcomes = await lane.runner.run([item.request for _, item in batch])
         done = time.monotonic_ns()
-        outcomes = record_batch(self.version, requests, [1] * len(batch), execution, dequeued, done)
         for (seq, item), outcome in zip(batch, outcomes, strict=True):
             seq.busy = False
             seq.last_ns = done
-            if self._state and seq.state is not None and isinstance(outcome, InferResponse) and execution.results:
+            decoupled = item.request.response_sender is not None  # its state stays as it was
+            if self._state and seq.state is not None and not decoupled and isinstance(outcome, InferResponse):
                 self._state.capture(outcome, seq.state, item.strip)
             answer(item.future, outcome)
             if item.end:

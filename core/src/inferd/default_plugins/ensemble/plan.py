@@ -18,7 +18,7 @@ from inferd.types import config_to_wire
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
-    from inferd.lifecycle import ModelManager
+    from inferd.scheduler import ModelCaller
 
 
 @dataclass(slots=True)
@@ -142,7 +142,7 @@ class Plan:
 
     # -- binding to the loaded step models ------------------------------------------------------
 
-    def bind(self, config: ModelConfig, manager: ModelManager) -> bool:
+    def bind(self, config: ModelConfig, models: ModelCaller) -> bool:
         """Check each step against its model's config; return whether the ensemble is decoupled."""
         batching = config.max_batch_size > 0
         tensors: dict[str, _Tensor] = {}
@@ -153,7 +153,7 @@ class Plan:
             dims = tuple(t.reshape.shape) if t.HasField("reshape") else tuple(t.dims)
             self._agree(tensors, t.name, _tensor(t, dims, batching, f"ensemble '{self.name}' output"))
         for step in sorted(self.steps, key=lambda s: s.index):
-            step_config = self._step_config(step, manager)
+            step_config = self._step_config(step, models)
             limit = step_config.max_batch_size
             if limit != 0 and limit < config.max_batch_size:
                 raise self._fail(
@@ -164,14 +164,14 @@ class Plan:
         self._check_decoupled()
         return any(s.decoupled for s in self.steps)
 
-    def _step_config(self, step: Step, manager: ModelManager) -> ModelConfig:
+    def _step_config(self, step: Step, models: ModelCaller) -> ModelConfig:
         if step.model == self.name:
             raise self._fail(f"{step.label} calls the ensemble itself")
         try:
-            return manager.resolve(step.model, step.version).config
+            return models.model_config(step.model, step.version)
         except InferdError:
             pass
-        if step.model not in manager.snapshot.models:
+        if not any(entry["name"] == step.model for entry in models.repository_index()):
             why = "it is not in the model repository"
         elif step.version:
             why = f"version {step.version} is not loaded"

@@ -10,19 +10,15 @@ each send one response of the (then decoupled) ensemble.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from inferd.default_plugins.ensemble.plan import Plan, Step
 from inferd.errors import InferdError, InternalError
-from inferd.scheduler import Scheduler
+from inferd.scheduler import Scheduler, SchedulerContext
 from inferd.trace import TRACE_KEY, TRACE_PARENT_KEY
 from inferd.types import InferRequest, InferResponse, InferTensor, RequestedOutput
-
-if TYPE_CHECKING:
-    from inferd.model import ModelVersion
 
 #: An ensemble tensor -> its value; ``None`` marks an optional ensemble input the request left out.
 Env = dict[str, "InferTensor | None"]
@@ -40,17 +36,20 @@ class _Run:
 class EnsembleScheduler(Scheduler):
     """Triton's ensemble scheduler for ``platform: "ensemble"`` models."""
 
-    def __init__(self, version: ModelVersion) -> None:
-        super().__init__(version)
-        if version.dataplane is None:
-            raise InternalError(f"ensemble '{version.name}' needs the data plane to call its steps")
-        self.dataplane = version.dataplane
-        config = version.config
+    composing = True
+
+    def __init__(self, context: SchedulerContext) -> None:
+        super().__init__(context)
+        if context.models is None:
+            raise InternalError(f"ensemble '{context.name}' needs the data plane to call its steps")
+        self.models = context.models
+        self._name = context.name
+        self._version = str(context.version)
+        config = context.config
         self.plan = Plan.from_config(config)
-        decoupled = self.plan.bind(config, self.dataplane.manager)
         # Triton derives the ensemble's transaction policy from its steps.
-        config.model_transaction_policy.decoupled = decoupled
-        version.decoupled = decoupled
+        self.decoupled = self.plan.bind(config, self.models)
+        config.model_transaction_policy.decoupled = self.decoupled
         limit = config.ensemble_scheduling.max_inflight_requests
         self._limits = {s.index: asyncio.Semaphore(limit) for s in self.plan.steps} if limit > 0 else None
         self._requested = {s.index: [RequestedOutput(name) for name, _ in s.outputs] for s in self.plan.steps}
@@ -58,38 +57,24 @@ class EnsembleScheduler(Scheduler):
     # -- the request ----------------------------------------------------------------------------
 
     async def _schedule(self, request: InferRequest) -> InferResponse:
-        stats = self.version.stats
-        started = time.monotonic_ns()
-        self.executing += 1
-        try:
-            wanted = request.requested_output_names() or self.plan.outputs
-            env: Env = dict(request.inputs)
-            for name in self.plan.optional_inputs:
-                env.setdefault(name, None)
-            steps = self.plan.steps_for(wanted)
-            if self.version.decoupled and request.response_sender is not None:
-                response = await self._run_decoupled(_Run(request, wanted), steps, env)
-            else:
-                await self._drive(_Run(request, wanted), steps, env)
-                response = self._response(request, wanted, env)
-        except InferdError:
-            stats.record_failure(time.monotonic_ns() - request.arrival_ns, "OTHER")
-            raise
-        finally:
-            self.executing -= 1
-        done = time.monotonic_ns()
-        stats.record_execution(request.batch_size(self.version.max_batch_size), 0, done - started, 0)
-        stats.record_success(done - request.arrival_ns, started - request.arrival_ns, 0, done - started, 0)
-        return response
+        wanted = request.requested_output_names() or self.plan.outputs
+        env: Env = dict(request.inputs)
+        for name in self.plan.optional_inputs:
+            env.setdefault(name, None)
+        steps = self.plan.steps_for(wanted)
+        if self.decoupled and request.response_sender is not None:
+            return await self._run_decoupled(_Run(request, wanted), steps, env)
+        await self._drive(_Run(request, wanted), steps, env)
+        return self._response(request, wanted, env)
 
     def _response(self, request: InferRequest, wanted: list[str], env: Env) -> InferResponse:
         outputs = []
         for name in wanted:
             tensor = env.get(name)
             if tensor is None:
-                raise InternalError(f"in ensemble '{self.version.name}', no step produced output '{name}'")
+                raise InternalError(f"in ensemble '{self._name}', no step produced output '{name}'")
             outputs.append(InferTensor(name, tensor.datatype, tensor.shape, tensor.data))
-        return InferResponse(self.version.name, str(self.version.version), request.id, outputs)
+        return InferResponse(self._name, self._version, request.id, outputs)
 
     async def _run_decoupled(self, run: _Run, steps: list[Step], env: Env) -> InferResponse:
         """Send one response per branch that reaches the outputs, then the final flag."""
@@ -102,7 +87,7 @@ class EnsembleScheduler(Scheduler):
         run.emit = emit
         await self._branch(run, steps, env, -1)
         sender(None, True)
-        return InferResponse(self.version.name, str(self.version.version), run.request.id)
+        return InferResponse(self._name, self._version, run.request.id)
 
     # -- the graph ------------------------------------------------------------------------------
 
@@ -155,7 +140,7 @@ class EnsembleScheduler(Scheduler):
         if pending:
             missing = sorted({t for s in pending for t in s.reads if t not in env})
             raise InternalError(
-                f"in ensemble '{self.version.name}', {pending[0].label} never ran: no step produced "
+                f"in ensemble '{self._name}', {pending[0].label} never ran: no step produced "
                 f"{', '.join(repr(m) for m in missing)}"
             )
 
@@ -179,9 +164,9 @@ class EnsembleScheduler(Scheduler):
         request = self._step_request(run, step, env)
         try:
             if self._limits is None:
-                return await self.dataplane.infer(request)
+                return await self.models.infer(request)
             async with self._limits[step.index]:
-                return await self.dataplane.infer(request)
+                return await self.models.infer(request)
         except Exception as exc:
             raise self._step_error(step, exc) from None
 
@@ -191,7 +176,7 @@ class EnsembleScheduler(Scheduler):
         branches: list[asyncio.Future[None]] = []
         error: InferdError | None = None
         try:
-            async for response in self.dataplane.stream(request):
+            async for response in self.models.stream(request):
                 if isinstance(response, InferdError):
                     error = error or self._step_error(step, response)
                     continue
@@ -213,15 +198,15 @@ class EnsembleScheduler(Scheduler):
             tensor = produced.get(name)
             if tensor is None:
                 raise InternalError(
-                    f"in ensemble '{self.version.name}', {step.label} returned no output '{name}' "
+                    f"in ensemble '{self._name}', {step.label} returned no output '{name}' "
                     f"(mapped to ensemble tensor '{tensor_name}')"
                 )
             env[tensor_name] = tensor
 
     def _step_error(self, step: Step, exc: BaseException) -> InferdError:
         if isinstance(exc, InferdError):
-            return InferdError(f"in ensemble '{self.version.name}', {step.label}: {exc.message}", exc.kind)
-        return InternalError(f"in ensemble '{self.version.name}', {step.label}: {type(exc).__name__}: {exc}")
+            return InferdError(f"in ensemble '{self._name}', {step.label}: {exc.message}", exc.kind)
+        return InternalError(f"in ensemble '{self._name}', {step.label}: {type(exc).__name__}: {exc}")
 
 
 def _as_inferd(exc: BaseException) -> InferdError:

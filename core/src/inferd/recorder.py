@@ -1,0 +1,77 @@
+"""Statistics and traces of executions, counted as Triton counts them, in one place.
+
+Every scheduler's requests are recorded here: the :class:`~inferd.runner.InstanceRunner` records
+each execution on an instance, and the :class:`~inferd.scheduler.Scheduler` base records the
+requests a scheduler rejects and the requests of composing schedulers (ensembles). Schedulers
+themselves record nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from inferd.errors import ErrorKind, InferdError
+from inferd.stats import ModelStats
+from inferd.trace import TRACE_KEY
+from inferd.types import InferRequest, InferResponse
+
+Outcome = InferResponse | InferdError
+
+
+class Recorder:
+    """Records a model version's executions into its :class:`~inferd.stats.ModelStats`."""
+
+    def __init__(self, stats: ModelStats, max_batch_size: int) -> None:
+        self.stats = stats
+        self.max_batch_size = max_batch_size
+
+    def queued(self, request: InferRequest) -> None:
+        """A request entered its scheduler (Triton's QUEUE_START, when the request is traced)."""
+        trace = request.context.get(TRACE_KEY) if request.context else None
+        if trace is not None:
+            trace.mark("QUEUE_START")
+
+    def executed(
+        self, requests: Sequence[InferRequest], results: Sequence[Outcome | None], dequeued_ns: int,
+        start_ns: int, end_ns: int, done_ns: int,
+    ) -> list[Outcome]:  # fmt: skip
+        """One execution of ``requests``; returns each request's response or error.
+
+        As Triton counts them: the execution always counts (``execution_count``, ``batch_stats`` by
+        the batch's rows); ``inference_count`` only the rows of requests that succeeded. A result of
+        ``None`` (decoupled: the responses went through the senders) becomes an empty response.
+        """
+        stats = self.stats
+        rows = [r.batch_size(self.max_batch_size) for r in requests]
+        input_ns, infer_ns, output_ns = start_ns - dequeued_ns, end_ns - start_ns, done_ns - end_ns
+        succeeded = sum(n for n, r in zip(rows, results, strict=True) if not isinstance(r, InferdError))
+        stats.record_execution(sum(rows), input_ns, infer_ns, output_ns, succeeded=succeeded)
+        outcomes: list[Outcome] = []
+        for request, result in zip(requests, results, strict=True):
+            trace = request.context.get(TRACE_KEY) if request.context else None
+            if trace is not None:
+                trace.compute(dequeued_ns, start_ns, end_ns, done_ns)
+            total_ns = done_ns - request.arrival_ns
+            if isinstance(result, InferdError):
+                stats.record_failure(total_ns, "CANCELED" if result.kind is ErrorKind.CANCELLED else "BACKEND")
+                outcomes.append(result)
+                continue
+            stats.record_success(total_ns, dequeued_ns - request.arrival_ns, input_ns, infer_ns, output_ns)
+            outcomes.append(result or InferResponse(stats.name, stats.version, request.id))
+        return outcomes
+
+    def rejected(self, request: InferRequest) -> None:
+        """A request the scheduler refused or dropped from its queue (Triton's REJECTED)."""
+        self.stats.record_failure(time.monotonic_ns() - request.arrival_ns, "REJECTED")
+
+    def composed(self, request: InferRequest, started_ns: int) -> None:
+        """A request a composing scheduler (an ensemble) answered: one execution, all compute."""
+        done = time.monotonic_ns()
+        stats = self.stats
+        stats.record_execution(request.batch_size(self.max_batch_size), 0, done - started_ns, 0)
+        stats.record_success(done - request.arrival_ns, started_ns - request.arrival_ns, 0, done - started_ns, 0)
+
+    def composition_failed(self, request: InferRequest) -> None:
+        """A request a composing scheduler failed (Triton counts it as OTHER)."""
+        self.stats.record_failure(time.monotonic_ns() - request.arrival_ns, "OTHER")

@@ -1,0 +1,116 @@
+"""InstancePool: free instances go to the oldest waiter, and a cancelled waiter loses none.
+
+The pool holds real runners (each with its thread); the tests only acquire and release them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+from inferd.backend import Instance, InstanceSpec
+from inferd.errors import InferdError
+from inferd.recorder import Recorder
+from inferd.runner import InstanceRunner
+from inferd.scheduler import InstancePool
+from inferd.stats import ModelStats
+from inferd.types import InferRequest, InferResponse
+
+
+class Nothing(Instance):
+    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        return [InferResponse("m", "1", r.id) for r in requests]
+
+
+@pytest.fixture
+def runners() -> Iterator[list[InstanceRunner]]:
+    recorder = Recorder(ModelStats("m", "1"), 0)
+    made = [InstanceRunner(Nothing(), InstanceSpec(f"m_{i}", "KIND_CPU", 0, i, "m"), recorder) for i in range(2)]
+    yield made
+    for runner in made:
+        runner.close()
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_free_instances_are_taken_in_order_then_callers_wait(runners: list[InstanceRunner]) -> None:
+    async def main() -> None:
+        pool = InstancePool(runners)
+        assert [await pool.acquire(), await pool.acquire()] == runners
+        waiter = asyncio.ensure_future(pool.acquire())
+        await _settle()
+        assert not waiter.done()
+        pool.release(runners[1])
+        assert await waiter is runners[1]
+
+    asyncio.run(main())
+
+
+def test_a_released_instance_goes_to_the_oldest_waiter_not_a_newcomer(runners: list[InstanceRunner]) -> None:
+    async def main() -> None:
+        pool = InstancePool(runners[:1])
+        held = await pool.acquire()
+        first = asyncio.ensure_future(pool.acquire())
+        await _settle()
+        second = asyncio.ensure_future(pool.acquire())
+        await _settle()
+        pool.release(held)
+        newcomer = asyncio.ensure_future(pool.acquire())  # arrives after the release: must queue
+        await _settle()
+        assert first.done() and not second.done() and not newcomer.done()
+        pool.release(await first)
+        await _settle()
+        assert second.done() and not newcomer.done()
+        pool.release(await second)
+        assert await newcomer is held
+
+    asyncio.run(main())
+
+
+def test_a_waiter_cancelled_while_waiting_leaves_the_queue(runners: list[InstanceRunner]) -> None:
+    async def main() -> None:
+        pool = InstancePool(runners[:1])
+        held = await pool.acquire()
+        cancelled = asyncio.ensure_future(pool.acquire())
+        behind = asyncio.ensure_future(pool.acquire())
+        await _settle()
+        cancelled.cancel()
+        await _settle()
+        assert cancelled.cancelled()
+        pool.release(held)
+        assert await asyncio.wait_for(behind, 2) is held  # the cancelled waiter did not swallow the instance
+
+    asyncio.run(main())
+
+
+def test_a_waiter_cancelled_just_after_the_hand_off_gives_the_instance_back(runners: list[InstanceRunner]) -> None:
+    async def main() -> None:
+        pool = InstancePool(runners[:1])
+        held = await pool.acquire()
+        unlucky = asyncio.ensure_future(pool.acquire())
+        behind = asyncio.ensure_future(pool.acquire())
+        await _settle()
+        pool.release(held)  # resolves unlucky's future...
+        unlucky.cancel()  # ...and it is cancelled before it could run
+        await _settle()
+        assert unlucky.cancelled()
+        assert await asyncio.wait_for(behind, 2) is held
+        pool.release(held)
+        assert await pool.acquire() is held  # nothing lost: the one instance is free again
+
+    asyncio.run(main())
+
+
+def test_run_executes_on_a_free_instance_and_frees_it(runners: list[InstanceRunner]) -> None:
+    async def main() -> None:
+        pool = InstancePool(runners[:1])
+        (response,) = await pool.run([InferRequest("m", id="a")])
+        assert isinstance(response, InferResponse) and response.id == "a"
+        assert await pool.acquire() is runners[0]
+
+    asyncio.run(main())

@@ -1,0 +1,106 @@
+"""InstanceRunner.run: one batch at a time per instance, recorded as Triton counts it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from inferd.backend import Instance, InstanceSpec
+from inferd.errors import ErrorKind, InferdError, InvalidArgument
+from inferd.recorder import Recorder
+from inferd.runner import InstanceRunner
+from inferd.stats import ModelStats
+from inferd.types import InferRequest, InferResponse, InferTensor
+
+
+def _request(rows: int, request_id: str) -> InferRequest:
+    data = np.zeros((rows, 1), dtype=np.float32)
+    return InferRequest("m", id=request_id, inputs={"IN": InferTensor.from_array("IN", data)})
+
+
+class HalfFails(Instance):
+    """Answers requests whose id starts with "ok"; the others get a bad-input error."""
+
+    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        return [InferResponse("m", "1", r.id) if r.id.startswith("ok") else InvalidArgument("bad") for r in requests]
+
+
+class Gate(Instance):
+    """Blocks each execute until the test opens the gate; remembers how many ran at once."""
+
+    def __init__(self) -> None:
+        self.open = threading.Event()
+        self.running = 0
+        self.most = 0
+
+    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        self.open.wait(5)
+        self.running -= 1
+        return [InferResponse("m", "1", r.id) for r in requests]
+
+
+class Miscounts(Instance):
+    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        return [InferResponse("m", "1", "")]
+
+
+def _runner(instance: Instance) -> InstanceRunner:
+    return InstanceRunner(instance, InstanceSpec("m_0", "KIND_CPU", 0, 0, "m"), Recorder(ModelStats("m", "1"), 8))
+
+
+def test_one_execution_counts_every_row_and_infers_only_successful_ones() -> None:
+    runner = _runner(HalfFails())
+    try:
+        outcomes = asyncio.run(runner.run([_request(2, "ok-a"), _request(3, "no-b"), _request(1, "ok-c")]))
+    finally:
+        runner.close()
+    assert [o.id if isinstance(o, InferResponse) else o.message for o in outcomes] == ["ok-a", "bad", "ok-c"]
+    stats = runner.recorder.stats.as_dict()
+    assert (stats["execution_count"], stats["inference_count"]) == (1, 3)
+    assert [b["batch_size"] for b in stats["batch_stats"]] == [6]
+    infer = stats["inference_stats"]
+    assert (infer["success"]["count"], infer["fail"]["count"], infer["compute_infer"]["count"]) == (2, 1, 2)
+    assert runner.recorder.stats.failures == {"BACKEND": 1}
+
+
+def test_batches_handed_to_a_busy_runner_wait_their_turn_and_are_not_yet_executing() -> None:
+    gate = Gate()
+    runner = _runner(gate)
+
+    async def main() -> None:
+        first = asyncio.ensure_future(runner.run([_request(1, "a")]))
+        second = asyncio.ensure_future(runner.run([_request(1, "b"), _request(1, "c")]))
+        await asyncio.sleep(0.2)
+        assert runner.executing == 1  # "b" and "c" wait for the instance: they are pending
+        gate.open.set()
+        assert [o.id for o in await first + await second] == ["a", "b", "c"]  # type: ignore[union-attr]
+        assert runner.executing == 0
+
+    try:
+        asyncio.run(main())
+    finally:
+        runner.close()
+    assert gate.most == 1
+    assert runner.recorder.stats.execution_count == 2
+
+
+def test_the_wrong_number_of_responses_fails_the_batch_and_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    runner = _runner(Miscounts())
+    try:
+        with caplog.at_level(logging.ERROR, logger="inferd.runner"):
+            outcomes = asyncio.run(runner.run([_request(1, "a"), _request(1, "b")]))
+    finally:
+        runner.close()
+    assert all(isinstance(o, InferdError) and o.kind is ErrorKind.INTERNAL for o in outcomes)
+    messages = {o.message for o in outcomes if isinstance(o, InferdError)}
+    assert messages == {"instance 'm_0' returned 1 responses for 2 requests"}
+    assert [r.getMessage() for r in caplog.records] == [
+        "model 'm' version 1 instance 'm_0': execute returned 1 responses for 2 requests"
+    ]
