@@ -64,6 +64,29 @@ def test_server_uses_backend_from_installed_plugin(site, tmp_path):
         assert "broken on purpose" in srv.log()  # reported, and the server started anyway
 
 
+def test_a_failing_registration_hook_is_reported_and_a_hook_wrapper_runs(site, tmp_path):
+    """A plugin raising in its registration hook stops neither the other plugins, nor a hook wrapper
+    around them, nor the server."""
+    out = subprocess.run(
+        [sys.executable, "-m", "inferd.cli", "plugins"], capture_output=True, text=True, env={**os.environ, **env_with(site)}
+    )
+    lines = {line.split()[0]: line for line in out.stdout.splitlines() if line.strip()}
+    assert lines["failing_tiny"].endswith("backend: tiny_half  ERROR: RuntimeError: this registration fails on purpose")
+    assert lines["wrapping_tiny"].endswith("backend: tiny_wrapped")
+    assert "plugin 'failing_tiny' failed in inferd_register_backends: this registration fails on purpose" in out.stderr
+    wrapped = TINY_CONFIG.replace('backend: "tiny"', 'backend: "tiny_wrapped"')
+    repo = write_repository(tmp_path / "models", {"triple": {"config.pbtxt": TINY_CONFIG, "1/model.tiny": ""},
+                                                  "wrapped": {"config.pbtxt": wrapped, "1/model.tiny": ""}})  # fmt: skip
+    with ServerProcess([repo], env=env_with(site)) as srv:
+        client = httpclient.InferenceServerClient(srv.http_url)
+        x = np.array([[1, 2], [3, 4]], np.int32)
+        for model in ("triple", "wrapped"):
+            inp = httpclient.InferInput("INPUT", [2, 2], "INT32")
+            inp.set_data_from_numpy(x)
+            np.testing.assert_array_equal(client.infer(model, [inp]).as_numpy("OUTPUT"), x * 3)
+        assert "this registration fails on purpose" in srv.log()
+
+
 def test_misspelled_hook_is_reported_and_the_server_starts(site, tmp_path):
     """check_pending at start-up: a hook name inferd has no spec for names the plugin and the hook."""
     expected = (
