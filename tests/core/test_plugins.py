@@ -8,9 +8,11 @@ import logging
 import pytest
 
 from inferd.cli import _print_plugins
+from inferd.default_plugins.local_cache import create_local_cache
 from inferd.errors import InferdError
 from inferd.hookspecs import BackendRegister, CacheRegister, hookimpl
 from inferd.plugins import DEFAULT_PLUGINS, TRACE_ENV, PluginHost
+from inferd.testing import IdentityBackend
 
 BUILT_INS = {name for name, _ in DEFAULT_PLUGINS}
 
@@ -27,7 +29,7 @@ def backend_plugin(name: str, *backends: str, calls: list[str] | None = None) ->
         if calls is not None:
             calls.append(name)
         for backend in backends:
-            register(backend, lambda b=backend: b, model_filenames=(f"model.{backend}",))
+            register(backend, IdentityBackend, model_filenames=(f"model.{backend}",))
 
     return type(name, (), {"inferd_register_backends": staticmethod(hookimpl(inferd_register_backends))})()
 
@@ -35,7 +37,7 @@ def backend_plugin(name: str, *backends: str, calls: list[str] | None = None) ->
 class Failing:
     @hookimpl
     def inferd_register_backends(self, register: BackendRegister) -> None:
-        register("early", object)
+        register("early", IdentityBackend)
         raise RuntimeError("cannot find my framework")
 
 
@@ -77,9 +79,9 @@ def test_each_name_is_attributed_to_the_plugin_whose_hook_registered_it():
     class Aliases:
         @hookimpl(wrapper=True)
         def inferd_register_backends(self, register: BackendRegister):
-            register("first", object)
+            register("first", IdentityBackend)
             result = yield
-            register("last", object)
+            register("last", IdentityBackend)
             return result
 
     h = host(backend_plugin("Alpha", "alpha", "alpha2"), Aliases(), backend_plugin("Beta", "beta"))
@@ -164,11 +166,11 @@ def test_a_misspelled_hook_is_reported_and_its_plugin_left_out(caplog):
     class Typo:
         @hookimpl
         def inferd_register_backend(self, register: BackendRegister) -> None:
-            register("never", object)
+            register("never", IdentityBackend)
 
         @hookimpl
         def inferd_register_caches(self, register: CacheRegister) -> None:
-            register("typo_cache", dict)
+            register("typo_cache", create_local_cache)
 
     with caplog.at_level(logging.ERROR, logger="inferd.plugins"):
         h = host(Typo(), backend_plugin("Alpha", "alpha"))
@@ -206,7 +208,7 @@ def test_register_outside_its_hook_is_refused():
     h = host(Keeper())
     assert h.backends.names() == []
     with pytest.raises(InferdError, match="register was called after inferd_register_backends returned"):
-        kept[0]("late", object)
+        kept[0]("late", IdentityBackend)
     assert h.backends.names() == []
 
 

@@ -17,7 +17,7 @@ import functools
 from collections.abc import Callable, Generator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import pluggy
 
@@ -90,7 +90,7 @@ def call_registration_hook(hook: pluggy.HookCaller, registry: Registry[T], faile
         if call.plugin in refused:
             continue
         try:
-            registry.add(call.name, call.factory, call.plugin, **call.options)
+            registry.add(call.name, cast(Callable[..., T], call.factory), call.plugin, **call.options)
         except InferdError as exc:
             refused.add(call.plugin)
             failed(call.plugin, exc)
@@ -120,12 +120,10 @@ def _contained_call(function: Callable[..., object], plugin: str, failed: Failed
     return call
 
 
-def _contained_wrapper(
-    function: Callable[..., Generator[None, object, object]], plugin: str, failed: Failed
-) -> Callable[..., Generator[None, object, object]]:
+def _contained_wrapper(function: Callable[..., object], plugin: str, failed: Failed) -> Callable[..., object]:
     @functools.wraps(function)
     def wrapper(*args: object, **kwargs: object) -> Generator[None, object, object]:
-        steps = function(*args, **kwargs)
+        steps = cast(Generator[None, object, object], function(*args, **kwargs))  # pluggy checked it is one
         if not _first_step(steps, plugin, failed):
             return (yield)  # a wrapper that failed before its yield passes the call through
         try:

@@ -16,7 +16,7 @@ through the ``inferd`` entry-point group::
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pluggy
 
@@ -56,8 +56,9 @@ class ServerSettings(Protocol):
     @property
     def allow_metrics(self) -> bool: ...
     @property
-    def extra(self) -> Mapping[str, object]:
-        """Options added through ``inferd_add_options``, by argparse ``dest``."""
+    def extra(self) -> Mapping[str, Any]:
+        """Options added through ``inferd_add_options``, by argparse ``dest`` (values as argparse
+        parsed them: their type is the plugin's own option's)."""
         ...
 
 

@@ -19,7 +19,6 @@ import os
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import TYPE_CHECKING, TypeVar
 
 import pluggy
@@ -242,9 +241,6 @@ class PluginHost:
     def plugin_infos(self) -> list[PluginInfo]:
         """Every plugin (built-ins first), with what it registered and its errors."""
         return sorted(self.infos.values(), key=lambda i: (i.distribution != "inferd", i.name))
-
-    def module_names(self) -> list[str]:
-        return [p.__name__ for p in self.pm.get_plugins() if isinstance(p, ModuleType)]
 
 
 def unknown_hooks(pm: pluggy.PluginManager, plugin: object) -> list[str]:
