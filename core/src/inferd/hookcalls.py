@@ -1,14 +1,15 @@
 """Registration hooks called through pluggy, each implementation attributed to its plugin and contained.
 
-pluggy runs a hook's implementations in one loop and stops at the first exception, and hands every
-implementation the same ``register``. Registration needs two more things: ``register`` must know
+pluggy runs a hook's implementations in one loop, stops at the first exception, and hands every
+implementation the same ``register``. Registration needs two things more: ``register`` must know
 which plugin is calling it (``inferd plugins`` shows who registered what), and one plugin failing
-must leave the others (and the server) running. So before a registration hook is called,
-:func:`contain` wraps each of its implementations: the implementation runs with its plugin's name
-current (what :class:`PluginRegister` records), and an exception it raises is reported to
-``failed`` instead of stopping the loop. The registrations are added to the registry once the
-hook returned, in the order the plugins were registered (:func:`call_registration_hook`). Hook wrappers (``wrapper=True`` / ``hookwrapper=True``)
-are wrapped step by step, so they still run once around all implementations, as pluggy documents.
+must leave the others (and the server) running. So :func:`contain` wraps each implementation of a
+registration hook before it is called: the implementation runs with its plugin's name current
+(what :class:`PluginRegister` records), and an exception it raises is reported to ``failed``
+instead of ending the loop. Hook wrappers (``wrapper=True`` / ``hookwrapper=True``) are wrapped
+step by step, so they still run once around all implementations, as pluggy documents. The
+recorded calls are added to the registry once the hook returned, in plugin registration order
+(:func:`call_registration_hook`).
 """
 
 from __future__ import annotations
