@@ -11,7 +11,7 @@ from collections import OrderedDict
 
 from inferd.cache import ResponseCache
 from inferd.errors import InvalidArgument
-from inferd.hookspecs import Register, hookimpl
+from inferd.hookspecs import CacheRegister, hookimpl
 from inferd.response_cache import frozen_copy
 from inferd.types import InferResponse
 
@@ -54,5 +54,5 @@ def create_dict_cache(settings: dict[str, str]) -> DictCache:
 
 
 @hookimpl
-def inferd_register_caches(register: Register) -> None:
+def inferd_register_caches(register: CacheRegister) -> None:
     register("dict", create_dict_cache)

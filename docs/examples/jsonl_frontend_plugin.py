@@ -16,12 +16,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from inferd.errors import InferdError, InvalidArgument
 from inferd.frontend import Frontend
-from inferd.hookspecs import Register, hookimpl
+from inferd.hookspecs import FrontendRegister, ServerSettings, hookimpl
 from inferd.types import InferRequest, InferTensor, numpy_dtype
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane
-    from inferd.server import ServerOptions
 
 
 class JsonLinesFrontend(Frontend):
@@ -103,7 +102,7 @@ class JsonLinesFrontend(Frontend):
             return {"error": f"bad request line: {exc}", "kind": "INVALID_ARG"}
 
 
-def _factory(options: ServerOptions) -> JsonLinesFrontend | None:
+def _factory(options: ServerSettings) -> JsonLinesFrontend | None:
     port = options.extra.get("jsonl_port")
     if port is None:
         return None  # not asked for: the server runs without this frontend
@@ -111,7 +110,7 @@ def _factory(options: ServerOptions) -> JsonLinesFrontend | None:
 
 
 @hookimpl
-def inferd_register_frontends(register: Register) -> None:
+def inferd_register_frontends(register: FrontendRegister) -> None:
     register("jsonl", _factory)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from inferd.backend import ArrayInstance, Backend, Instance, InstanceSpec, Model, ModelLoadContext
 from inferd.errors import ConfigError
-from inferd.hookspecs import Register, hookimpl
+from inferd.hookspecs import BackendRegister, hookimpl
 
 
 class ScaleInstance(ArrayInstance):
@@ -73,5 +73,5 @@ class ScaleBackend(Backend):
 
 
 @hookimpl
-def inferd_register_backends(register: Register) -> None:
+def inferd_register_backends(register: BackendRegister) -> None:
     register("scale", ScaleBackend)  # the factory takes no argument; called when a model needs it

@@ -64,6 +64,62 @@ def test_server_uses_backend_from_installed_plugin(site, tmp_path):
         assert "broken on purpose" in srv.log()  # reported, and the server started anyway
 
 
+def test_a_failing_registration_hook_is_reported_and_a_hook_wrapper_runs(site, tmp_path):
+    """A plugin raising in its registration hook stops neither the other plugins, nor a hook wrapper
+    around them, nor the server."""
+    out = subprocess.run(
+        [sys.executable, "-m", "inferd.cli", "plugins"], capture_output=True, text=True, env={**os.environ, **env_with(site)}
+    )
+    lines = {line.split()[0]: line for line in out.stdout.splitlines() if line.strip()}
+    assert lines["failing_tiny"].endswith("backend: tiny_half  ERROR: RuntimeError: this registration fails on purpose")
+    assert lines["wrapping_tiny"].endswith("backend: tiny_wrapped")
+    assert "plugin 'failing_tiny' failed in inferd_register_backends: this registration fails on purpose" in out.stderr
+    wrapped = TINY_CONFIG.replace('backend: "tiny"', 'backend: "tiny_wrapped"')
+    repo = write_repository(tmp_path / "models", {"triple": {"config.pbtxt": TINY_CONFIG, "1/model.tiny": ""},
+                                                  "wrapped": {"config.pbtxt": wrapped, "1/model.tiny": ""}})  # fmt: skip
+    with ServerProcess([repo], env=env_with(site)) as srv:
+        client = httpclient.InferenceServerClient(srv.http_url)
+        x = np.array([[1, 2], [3, 4]], np.int32)
+        for model in ("triple", "wrapped"):
+            inp = httpclient.InferInput("INPUT", [2, 2], "INT32")
+            inp.set_data_from_numpy(x)
+            np.testing.assert_array_equal(client.infer(model, [inp]).as_numpy("OUTPUT"), x * 3)
+        assert "this registration fails on purpose" in srv.log()
+
+
+def test_misspelled_hook_is_reported_and_the_server_starts(site, tmp_path):
+    """check_pending at start-up: a hook name inferd has no spec for names the plugin and the hook."""
+    expected = (
+        "plugin 'misspelled_tiny' implements unknown hook 'inferd_register_backend' "
+        "(did you mean 'inferd_register_backends'?); the plugin is left out"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "inferd.cli", "plugins"], capture_output=True, text=True, env={**os.environ, **env_with(site)}
+    )
+    lines = {line.split()[0]: line for line in out.stdout.splitlines() if line.strip()}
+    assert lines["misspelled_tiny"].endswith(f"-  ERROR: {expected}")
+    assert expected in out.stderr  # logged (at ERROR: before logging is configured only errors show)
+    repo = write_repository(tmp_path / "models", {"triple": {"config.pbtxt": TINY_CONFIG, "1/model.tiny": ""}})
+    with ServerProcess([repo], env=env_with(site)) as srv:
+        assert httpclient.InferenceServerClient(srv.http_url).is_model_ready("triple")
+        assert expected in srv.log()
+
+
+def test_trace_plugins_logs_the_registration_hook_calls(site, tmp_path):
+    """INFERD_TRACE_PLUGINS=1: pluggy's hook trace, with who registered what, goes to the server log."""
+    repo = write_repository(tmp_path / "models", {"triple": {"config.pbtxt": TINY_CONFIG, "1/model.tiny": ""}})
+    with ServerProcess([repo], env=env_with(site, INFERD_TRACE_PLUGINS="1")) as srv:
+        log = srv.log()
+    for hook in ("inferd_register_backends", "inferd_register_schedulers", "inferd_register_caches",
+                 "inferd_register_frontends", "inferd_startup"):  # fmt: skip
+        assert f"]   {hook} [hook]" in log, hook
+        assert f"finish {hook} --> []" in log or hook == "inferd_startup", hook
+    assert "backend 'tiny' registered by plugin 'tiny' [register]" in log
+    assert "frontend 'http' registered by plugin 'http' [register]" in log
+    with ServerProcess([repo], env=env_with(site)) as srv:
+        assert "[hook]" not in srv.log()
+
+
 def test_blocked_plugin_is_not_used(site, tmp_path):
     repo = write_repository(tmp_path / "models", {"triple": {"config.pbtxt": TINY_CONFIG, "1/model.tiny": ""}})
     with ServerProcess([repo], env=env_with(site, INFERD_DISABLE_PLUGINS="tiny,broken_tiny,misnamed_tiny")) as srv:
@@ -77,7 +133,7 @@ def test_blocked_plugin_is_not_used(site, tmp_path):
 def test_discovery_stays_light():
     """Listing plugins imports no ML framework and none of the backends' implementation modules."""
     code = (
-        "import sys; from inferd.plugins import PluginHost; h = PluginHost(); "
+        "import sys; from inferd.plugins import PluginHost; h = PluginHost(); h.plugin_infos(); "
         "heavy = [m for m in ('torch', 'onnxruntime', 'xgboost', 'tensorrt', 'inferd_backend_python.backend') if m in sys.modules]; "
         "print(heavy); assert not heavy, heavy"
     )

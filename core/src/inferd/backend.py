@@ -86,8 +86,6 @@ class Backend(abc.ABC):
 
     #: The name config.pbtxt's ``backend:`` field uses ("onnxruntime", "python", "fil"...).
     name: str = ""
-    #: Triton ``platform`` strings this backend also serves ("onnxruntime_onnx"...).
-    platforms: tuple[str, ...] = ()
     #: File or directory loaded from the version directory when the config names none.
     default_model_filename: str = "model"
     #: Instance count for a KIND_CPU group that sets no count (Triton: 2 for ONNX Runtime, else 1).

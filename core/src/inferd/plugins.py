@@ -2,22 +2,29 @@
 
 One :class:`PluginHost` per server, never a module global. Tests build one with
 ``load_entrypoints=False`` and pass plugin objects in.
+
+Start-up order: hook specs, :data:`DEFAULT_PLUGINS`, entry points, plugins passed in, then
+``pm.check_pending()`` (a plugin implementing a hook inferd does not have is reported and left
+out). The registration hooks run through ``pm.hook`` the first time a registry is used, so that
+``INFERD_TRACE_PLUGINS=1`` traces them into the server's configured log.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.metadata
 import logging
 import os
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 import pluggy
 
 from inferd import hookspecs
+from inferd.hookcalls import call_registration_hook
 from inferd.registry import Registry
 
 if TYPE_CHECKING:
@@ -26,13 +33,16 @@ if TYPE_CHECKING:
     from inferd.backend import Backend
     from inferd.cache import ResponseCache
     from inferd.frontend import Frontend
+    from inferd.hookspecs import ServerView
     from inferd.scheduler import Scheduler
-    from inferd.server import Server
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
+trace_log = logging.getLogger("inferd.plugins.trace")
 
 ENTRYPOINT_GROUP = "inferd"
 DISABLE_ENV = "INFERD_DISABLE_PLUGINS"
+TRACE_ENV = "INFERD_TRACE_PLUGINS"
 
 #: Built-in plugins: registered exactly as third-party ones are, and blockable by name.
 DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
@@ -55,13 +65,38 @@ class PluginInfo:
     name: str
     distribution: str = ""
     version: str = ""
+    #: Names registered, by kind ("backend", "scheduler"...), in registration order.
     registers: dict[str, list[str]] = field(default_factory=dict)
-    error: str = ""
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def error(self) -> str:
+        """Every error of the plugin, joined ("" when it has none)."""
+        return "; ".join(self.errors)
+
+
+@dataclass(frozen=True)
+class Registries:
+    """The four registries, filled by the registration hooks."""
+
+    backends: Registry[Backend]
+    schedulers: Registry[Scheduler]
+    caches: Registry[ResponseCache]
+    frontends: Registry[Frontend | None]
 
 
 def disabled_from_env() -> set[str]:
     """Plugin names listed in ``INFERD_DISABLE_PLUGINS`` (comma separated)."""
     return {p.strip() for p in os.environ.get(DISABLE_ENV, "").split(",") if p.strip()}
+
+
+def tracing_from_env() -> bool:
+    """Whether ``INFERD_TRACE_PLUGINS`` asks for pluggy's hook trace (``1``, ``true``, ``yes``)."""
+    return os.environ.get(TRACE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 class PluginHost:
@@ -71,13 +106,14 @@ class PluginHost:
         self,
         *,
         load_entrypoints: bool = True,
-        plugins: Iterable[Any] = (),
+        plugins: Iterable[object] = (),
         disabled: Iterable[str] | None = None,
+        trace: bool | None = None,
     ) -> None:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.blocked = set(disabled_from_env() if disabled is None else disabled)
-        self.infos: dict[str, PluginInfo] = {}
+        self._infos: dict[str, PluginInfo] = {}
         for name in self.blocked:
             self.pm.set_blocked(name)
         for name, module in DEFAULT_PLUGINS:
@@ -87,18 +123,19 @@ class PluginHost:
             self._load_entrypoints()
         for plugin in plugins:
             self._register(plugin, getattr(plugin, "__name__", None) or type(plugin).__name__, "")
-        self.backends: Registry[Callable[[], Backend]] = self._collect("backend", "inferd_register_backends")
-        self.schedulers: Registry[Callable[..., Scheduler]] = self._collect(
-            "scheduler", "inferd_register_schedulers"
-        )
-        self.caches: Registry[Callable[..., ResponseCache]] = self._collect("cache", "inferd_register_caches")
-        self.frontends: Registry[Callable[..., Frontend | None]] = self._collect(
-            "frontend", "inferd_register_frontends"
-        )
+        self._leave_out_unknown_hooks()
+        if tracing_from_env() if trace is None else trace:
+            self.pm.trace.root.setwriter(lambda text: trace_log.info("%s", text.rstrip("\n")))
+            self.pm.enable_tracing()
+        self._lock = threading.Lock()
+        self._registries: Registries | None = None
 
     # -- registration ---------------------------------------------------------------------------
 
-    def _register(self, plugin: Any, name: str, distribution: str) -> None:
+    def _info(self, name: str) -> PluginInfo:
+        return self._infos.setdefault(name, PluginInfo(name))
+
+    def _register(self, plugin: object, name: str, distribution: str) -> None:
         if name in self.blocked or self.pm.is_blocked(name):
             return
         self.pm.register(plugin, name=name)
@@ -108,7 +145,7 @@ class PluginHost:
                 version = importlib.metadata.version(distribution)
             except importlib.metadata.PackageNotFoundError:
                 pass
-        self.infos[name] = PluginInfo(name, distribution, version)
+        self._infos[name] = PluginInfo(name, distribution, version)
 
     def _load_entrypoints(self) -> None:
         for ep in importlib.metadata.entry_points(group=ENTRYPOINT_GROUP):
@@ -118,50 +155,108 @@ class PluginHost:
             try:
                 plugin = ep.load()
             except Exception as exc:  # a broken plugin must not take the server down
-                log.error("plugin '%s' (%s) failed to import: %s", ep.name, dist, exc)
-                self.infos[ep.name] = PluginInfo(
-                    ep.name, dist, ep.dist.version if ep.dist else "", error=f"{type(exc).__name__}: {exc}"
-                )
+                self._broken(ep, dist, "failed to import", exc)
                 continue
             try:
                 self._register(plugin, ep.name, dist)
             except Exception as exc:  # e.g. a hook with a misspelled parameter (pluggy validation)
-                log.error("plugin '%s' (%s) cannot be registered: %s", ep.name, dist, exc)
-                self.infos[ep.name] = PluginInfo(
-                    ep.name, dist, ep.dist.version if ep.dist else "", error=f"{type(exc).__name__}: {exc}"
-                )
+                self._broken(ep, dist, "cannot be registered", exc)
 
-    def _collect(self, kind: str, hook_name: str) -> Registry[Any]:
-        registry: Registry[Any] = Registry(kind)
-        hook = getattr(self.pm.hook, hook_name)
-        for impl in hook.get_hookimpls():
-            plugin_name = impl.plugin_name
+    def _broken(self, ep: importlib.metadata.EntryPoint, dist: str, what: str, exc: Exception) -> None:
+        log.error("plugin '%s' (%s) %s: %s", ep.name, dist, what, exc)
+        version = ep.dist.version if ep.dist is not None else ""
+        self._infos[ep.name] = PluginInfo(ep.name, dist, version, errors=[_describe(exc)])
 
-            def register(name: str, factory: Callable[..., Any], _plugin: str = plugin_name, **options: Any) -> None:
-                registry.add(name, factory, _plugin, **options)
-                info = self.infos.setdefault(_plugin, PluginInfo(_plugin))
-                info.registers.setdefault(kind, []).append(name)
-
+    def _leave_out_unknown_hooks(self) -> None:
+        """``pm.check_pending()``: a plugin implementing a hook inferd has no spec for (a misspelled
+        name) is logged at ERROR, reported by ``inferd plugins`` and unregistered; the rest go on."""
+        while True:
             try:
-                impl.function(register)
-            except Exception as exc:
-                log.error("plugin '%s' failed in %s: %s", plugin_name, hook_name, exc)
-                self.infos.setdefault(plugin_name, PluginInfo(plugin_name)).error = f"{type(exc).__name__}: {exc}"
+                self.pm.check_pending()
+                return
+            except pluggy.PluginValidationError as exc:
+                name = self.pm.get_name(exc.plugin)
+                assert name is not None, exc
+                message = unknown_hooks_message(name, unknown_hooks(self.pm, exc.plugin))
+                log.error("%s", message)
+                self._info(name).errors.append(message)
+                self.pm.unregister(exc.plugin)
+
+    def registries(self) -> Registries:
+        """The registries, filled by calling the registration hooks the first time they are used."""
+        with self._lock:
+            if self._registries is None:
+                self._registries = Registries(
+                    self._collect(Registry("backend", ("model_filenames",)), self.pm.hook.inferd_register_backends),
+                    self._collect(Registry("scheduler"), self.pm.hook.inferd_register_schedulers),
+                    self._collect(Registry("cache"), self.pm.hook.inferd_register_caches),
+                    self._collect(Registry("frontend"), self.pm.hook.inferd_register_frontends),
+                )
+            return self._registries
+
+    def _collect(self, registry: Registry[T], hook: pluggy.HookCaller) -> Registry[T]:
+        def failed(plugin: str, exc: Exception) -> None:
+            log.error("plugin '%s' failed in %s: %s", plugin, hook.name, exc)
+            self._info(plugin).errors.append(_describe(exc))
+
+        for call in call_registration_hook(hook, registry, failed, self.pm.trace.root.get("register")):
+            names = self._info(call.plugin).registers.setdefault(registry.kind, [])
+            if call.name not in names:
+                names.append(call.name)
         return registry
+
+    @property
+    def backends(self) -> Registry[Backend]:
+        return self.registries().backends
+
+    @property
+    def schedulers(self) -> Registry[Scheduler]:
+        return self.registries().schedulers
+
+    @property
+    def caches(self) -> Registry[ResponseCache]:
+        return self.registries().caches
+
+    @property
+    def frontends(self) -> Registry[Frontend | None]:
+        return self.registries().frontends
 
     # -- typed facade over pm.hook ---------------------------------------------------------------
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         self.pm.hook.inferd_add_options(parser=parser)
 
-    def startup(self, server: Server) -> None:
+    def startup(self, server: ServerView) -> None:
         self.pm.hook.inferd_startup(server=server)
 
-    def shutdown(self, server: Server) -> None:
+    def shutdown(self, server: ServerView) -> None:
         self.pm.hook.inferd_shutdown(server=server)
 
+    @property
+    def infos(self) -> dict[str, PluginInfo]:
+        """Every plugin by name, with what it registered (known once the registration hooks ran)."""
+        self.registries()
+        return self._infos
+
     def plugin_infos(self) -> list[PluginInfo]:
+        """Every plugin (built-ins first), with what it registered and its errors."""
         return sorted(self.infos.values(), key=lambda i: (i.distribution != "inferd", i.name))
 
-    def module_names(self) -> list[str]:
-        return [p.__name__ for p in self.pm.get_plugins() if isinstance(p, ModuleType)]
+
+def unknown_hooks(pm: pluggy.PluginManager, plugin: object) -> list[str]:
+    """The hooks ``plugin`` implements (not as optional) that have no spec, by name."""
+    return sorted(
+        caller.name
+        for caller in pm.get_hookcallers(plugin) or []
+        if not caller.has_spec() and any(i.plugin is plugin and not i.optionalhook for i in caller.get_hookimpls())
+    )
+
+
+def unknown_hooks_message(plugin: str, hooks: Iterable[str]) -> str:
+    """The error for a plugin implementing ``hooks``, which have no spec, naming the specs they resemble."""
+    known = [name for name in vars(hookspecs) if name.startswith(f"{hookspecs.PROJECT}_")]
+    parts = []
+    for hook in hooks:
+        close = difflib.get_close_matches(hook, known, n=1)
+        parts.append(f"'{hook}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+    return f"plugin '{plugin}' implements unknown hook {', '.join(parts)}; the plugin is left out"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from inferd.errors import InferdError, NotFound
 
@@ -19,26 +19,40 @@ class Registration(Generic[T]):
     factory: Callable[..., T]
     plugin: str
     #: Keyword options given to ``register`` (e.g. a backend's ``model_filenames``).
-    options: dict[str, Any] = field(default_factory=dict)
+    options: Mapping[str, object] = field(default_factory=dict)
 
 
 class Registry(Generic[T]):
-    """Factories of one kind, by name. Two plugins registering one name is an error."""
+    """Factories of one kind, by name.
 
-    def __init__(self, kind: str) -> None:
+    Two plugins registering one name is an error; a plugin registering a name again replaces its
+    own registration. ``options`` are the keyword options ``register`` accepts for this kind.
+    """
+
+    def __init__(self, kind: str, options: Iterable[str] = ()) -> None:
         self.kind = kind
+        self.accepted_options = tuple(options)
         self._items: dict[str, Registration[T]] = {}
 
-    def add(self, name: str, factory: Callable[..., T], plugin: str, **options: Any) -> None:
+    def add(self, name: str, factory: Callable[..., T], plugin: str, **options: object) -> None:
+        """Register ``factory`` as ``name`` for ``plugin``; raises :class:`InferdError` on a conflict."""
+        unknown = sorted(set(options) - set(self.accepted_options))
+        if unknown:
+            accepted = ", ".join(self.accepted_options) or "none"
+            raise InferdError(
+                f"plugin '{plugin}' registers {self.kind} '{name}' with unknown option(s) "
+                f"{', '.join(repr(o) for o in unknown)}; a {self.kind} accepts: {accepted}"
+            )
         existing = self._items.get(name)
         if existing is not None and existing.plugin != plugin:
             raise InferdError(
                 f"{self.kind} '{name}' is registered by two plugins: "
                 f"'{existing.plugin}' and '{plugin}'; block one with INFERD_DISABLE_PLUGINS"
             )
-        self._items[name] = Registration(name, factory, plugin, options)
+        self._items[name] = Registration(name, factory, plugin, dict(options))
 
     def get(self, name: str) -> Registration[T]:
+        """The registration of ``name``; :class:`NotFound` lists the names there are."""
         try:
             return self._items[name]
         except KeyError:
@@ -51,10 +65,12 @@ class Registry(Generic[T]):
         return name in self._items
 
     def __iter__(self) -> Iterator[Registration[T]]:
+        """Registrations in the order their names were first registered."""
         return iter(self._items.values())
 
     def names(self) -> list[str]:
         return sorted(self._items)
 
-    def create(self, name: str, *args: Any, **kwargs: Any) -> T:
-        return self.get(name).factory(*args, **kwargs)
+    def create(self, name: str, *args: object) -> T:
+        """Call the factory registered as ``name`` with ``args``."""
+        return self.get(name).factory(*args)

@@ -38,8 +38,6 @@ class {{ cookiecutter.class_prefix }}Backend(Backend):
 
     #: What config.pbtxt's ``backend:`` field says.
     name = "{{ cookiecutter.backend_name }}"
-    #: Triton ``platform`` strings this backend also answers to (e.g. ``("onnxruntime_onnx",)``).
-    platforms: tuple[str, ...] = ()
     #: The file (or directory) loaded from ``<model>/<version>/`` when the config names none. A
     #: model without backend or platform in its config is given to the backend whose file exists.
     default_model_filename = "{{ cookiecutter.model_filename }}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from inferd.hookspecs import Register, hookimpl
+from inferd.hookspecs import BackendRegister, hookimpl
 
 if TYPE_CHECKING:
     from inferd.backend import Backend
@@ -22,6 +22,6 @@ def _make_backend() -> Backend:
 
 
 @hookimpl
-def inferd_register_backends(register: Register) -> None:
+def inferd_register_backends(register: BackendRegister) -> None:
     """Register the "{{ cookiecutter.backend_name }}" backend (config.pbtxt: ``backend: "{{ cookiecutter.backend_name }}"``)."""
     register("{{ cookiecutter.backend_name }}", _make_backend)

@@ -34,7 +34,6 @@ class FilBackend(Backend):
     """Loads XGBoost (json, ubj, legacy binary), LightGBM text and Treelite checkpoint models."""
 
     name = "fil"
-    platforms = ()
     default_model_filename = "xgboost.model"  # FIL's default model_type is "xgboost"
 
     def autocomplete_config(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:

@@ -62,7 +62,6 @@ class OnnxBackend(Backend):
     """Triton's ``onnxruntime`` backend (platform ``onnxruntime_onnx``)."""
 
     name = "onnxruntime"
-    platforms = ("onnxruntime_onnx",)
     default_model_filename = "model.onnx"
     default_cpu_instance_count = 2
     #: Triton's ``--backend-config=onnxruntime,default-max-batch-size`` (default 4).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from inferd.hookspecs import Register, hookimpl
+from inferd.hookspecs import BackendRegister, hookimpl
 
 if TYPE_CHECKING:
     from inferd.backend import Backend
@@ -17,6 +17,6 @@ def _make_backend() -> Backend:
 
 
 @hookimpl
-def inferd_register_backends(register: Register) -> None:
+def inferd_register_backends(register: BackendRegister) -> None:
     """Register the "python" backend."""
     register("python", _make_backend, model_filenames=("model.py",))

@@ -34,7 +34,6 @@ class PyTorchBackend(Backend):
     """Loads TorchScript and torch.export models; one instance per ``instance_group`` slot."""
 
     name = "pytorch"
-    platforms = ("pytorch_libtorch",)
     default_model_filename = TORCHSCRIPT_FILENAME
 
     def autocomplete_config(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:

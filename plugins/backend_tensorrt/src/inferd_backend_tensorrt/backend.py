@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inferd.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
+from inferd.config.platforms import platform_for
 from inferd.errors import InferdError, InvalidArgument, NotFound, Unavailable
 from inferd_backend_tensorrt import cuda
 from inferd_backend_tensorrt.autocomplete import autocomplete, check_config
@@ -102,14 +103,13 @@ class TensorRTBackend(Backend):
     """Loads ``model.plan`` files (platform ``tensorrt_plan``)."""
 
     name = "tensorrt"
-    platforms = ("tensorrt_plan",)
     default_model_filename = DEFAULT_FILENAME
 
     def autocomplete_config(self, config: ModelConfig, model_dir: Path, version_dir: Path | None) -> None:
         """Fill inputs, outputs, max_batch_size and GPU instance groups from the engine."""
         model = config.name or model_dir.name
         if not config.backend and not config.platform:  # found by its model.plan: say so, as Triton does
-            config.backend, config.platform = self.name, self.platforms[0]
+            config.backend, config.platform = self.name, platform_for(self.name)
         trt, count = _require(model)
         gpus = list(range(count))
         complete_groups_only = version_dir is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from inferd.hookspecs import Register, hookimpl
+from inferd.hookspecs import CacheRegister, hookimpl
 
 if TYPE_CHECKING:
     from inferd.cache import ResponseCache
@@ -17,6 +17,6 @@ def _make_cache(settings: dict[str, str]) -> ResponseCache:
 
 
 @hookimpl
-def inferd_register_caches(register: Register) -> None:
+def inferd_register_caches(register: CacheRegister) -> None:
     """Register the ``redis`` cache."""
     register("redis", _make_cache)
