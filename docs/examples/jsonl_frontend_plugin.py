@@ -14,6 +14,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
 from inferd.errors import InferdError, InvalidArgument
 from inferd.frontend import Frontend
 from inferd.hookspecs import FrontendRegister, ServerSettings, hookimpl

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from inferd.backend import ArrayInstance, Backend, Instance, InstanceSpec, Model, ModelLoadContext
 from inferd.errors import ConfigError
 from inferd.hookspecs import BackendRegister, hookimpl

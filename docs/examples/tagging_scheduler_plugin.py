@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 
 from inferd.errors import InferdError
-from inferd.hookspecs import Register, hookimpl
+from inferd.hookspecs import SchedulerRegister, hookimpl
 from inferd.scheduler import Scheduler, SchedulerContext
 from inferd.types import InferRequest, InferResponse
 
@@ -36,5 +36,5 @@ class TaggingScheduler(Scheduler):
 
 
 @hookimpl
-def inferd_register_schedulers(register: Register) -> None:
+def inferd_register_schedulers(register: SchedulerRegister) -> None:
     register("direct", TaggingScheduler)  # factory(context: SchedulerContext) -> Scheduler

@@ -17,7 +17,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
 from inferd.errors import InferdError, InvalidArgument
-from inferd.hookspecs import Register, hookimpl
+from inferd.hookspecs import BackendRegister, hookimpl
 from inferd.testing import InProcessServer, write_repository
 from inferd.types import InferRequest, InferResponse
 
@@ -65,7 +65,7 @@ class FailingBackend(Backend):
 
 class Plugin:
     @hookimpl
-    def inferd_register_backends(self, register: Register) -> None:
+    def inferd_register_backends(self, register: BackendRegister) -> None:
         register("failing", FailingBackend)
 
 

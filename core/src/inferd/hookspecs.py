@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from inferd.backend import Backend
     from inferd.cache import ResponseCache
     from inferd.frontend import Frontend
-    from inferd.scheduler import Scheduler
+    from inferd.scheduler import Scheduler, SchedulerContext
     from inferd.trace import Tracer
 
 PROJECT = "inferd"
@@ -81,8 +81,8 @@ class ServerView(Protocol):
 BackendFactory = Callable[[], "Backend"]
 """``factory()``: called once per server, the first time a model needs the backend."""
 
-SchedulerFactory = Callable[..., "Scheduler"]  # the lead narrows this at merge
-"""``factory(...)``: called once per model version being loaded."""
+SchedulerFactory = Callable[["SchedulerContext"], "Scheduler"]
+"""``factory(context)``: called once per model version being loaded."""
 
 CacheFactory = Callable[[dict[str, str]], "ResponseCache"]
 """``factory(settings)``: the ``--cache-config`` settings of this cache; called once at start-up."""

@@ -17,7 +17,7 @@ from collections import deque
 from inferd.default_plugins.batching import Wakeup, answer, plan_batch, ragged_inputs, shape_key
 from inferd.default_plugins.queue_policy import TIMEOUT_MESSAGE, Pending, PriorityQueue
 from inferd.errors import InferdError, InternalError, Unavailable
-from inferd.hookspecs import Register, hookimpl
+from inferd.hookspecs import SchedulerRegister, hookimpl
 from inferd.runner import InstanceRunner
 from inferd.scheduler import Rejected, Scheduler, SchedulerContext
 from inferd.types import InferRequest, InferResponse
@@ -147,5 +147,5 @@ class DynamicBatchScheduler(Scheduler):
 
 
 @hookimpl
-def inferd_register_schedulers(register: Register) -> None:
+def inferd_register_schedulers(register: SchedulerRegister) -> None:
     register("dynamic", DynamicBatchScheduler)

@@ -14,7 +14,7 @@ import numpy as np
 
 from inferd.cache import ResponseCache
 from inferd.errors import InvalidArgument
-from inferd.hookspecs import Register, hookimpl
+from inferd.hookspecs import CacheRegister, hookimpl
 from inferd.response_cache import frozen_copy
 from inferd.types import InferResponse
 
@@ -99,6 +99,6 @@ def create_local_cache(settings: dict[str, str]) -> LocalCache:
 
 
 @hookimpl
-def inferd_register_caches(register: Register) -> None:
+def inferd_register_caches(register: CacheRegister) -> None:
     """Register the ``local`` cache."""
     register("local", create_local_cache)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from inferd.errors import InferdError
-from inferd.hookspecs import Register, hookimpl
+from inferd.hookspecs import SchedulerRegister, hookimpl
 from inferd.scheduler import InstancePool, Scheduler, SchedulerContext
 from inferd.types import InferRequest, InferResponse
 
@@ -23,5 +23,5 @@ class DirectScheduler(Scheduler):
 
 
 @hookimpl
-def inferd_register_schedulers(register: Register) -> None:
+def inferd_register_schedulers(register: SchedulerRegister) -> None:
     register("direct", DirectScheduler)

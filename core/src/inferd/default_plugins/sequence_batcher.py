@@ -23,7 +23,7 @@ import numpy as np
 from inferd.default_plugins.batching import Wakeup, answer, plan_batch, ragged_inputs, shape_key
 from inferd.default_plugins.sequence_controls import ImplicitState, SequenceControls
 from inferd.errors import InternalError, InvalidArgument, Unavailable
-from inferd.hookspecs import Register, hookimpl
+from inferd.hookspecs import SchedulerRegister, hookimpl
 from inferd.runner import InstanceRunner
 from inferd.scheduler import Rejected, Scheduler, SchedulerContext
 from inferd.types import InferRequest, InferResponse, InferTensor, RequestedOutput
@@ -387,5 +387,5 @@ class SequenceBatchScheduler(Scheduler):
 
 
 @hookimpl
-def inferd_register_schedulers(register: Register) -> None:
+def inferd_register_schedulers(register: SchedulerRegister) -> None:
     register("sequence", SequenceBatchScheduler)

@@ -19,7 +19,7 @@ import numpy as np
 
 from inferd.backend import ArrayInstance, Backend, Instance, InstanceSpec, Model, ModelLoadContext
 from inferd.errors import ConfigError
-from inferd.hookspecs import Register, hookimpl
+from inferd.hookspecs import BackendRegister, hookimpl
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
@@ -95,7 +95,7 @@ class IdentityPlugin:
         self.__name__ = f"inferd-testing-{backend_name}"
 
     @hookimpl
-    def inferd_register_backends(self, register: Register) -> None:
+    def inferd_register_backends(self, register: BackendRegister) -> None:
         name = self.backend_name
 
         def factory() -> Backend:

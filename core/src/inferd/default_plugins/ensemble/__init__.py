@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from inferd.default_plugins.ensemble.scheduler import EnsembleScheduler
-from inferd.hookspecs import Register, hookimpl
+from inferd.hookspecs import SchedulerRegister, hookimpl
 
 __all__ = ["EnsembleScheduler"]
 
 
 @hookimpl
-def inferd_register_schedulers(register: Register) -> None:
+def inferd_register_schedulers(register: SchedulerRegister) -> None:
     register("ensemble", EnsembleScheduler)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from inferd.asgi_server import AsgiServer
 from inferd.flags import parse_bool
 from inferd.frontend import Frontend
-from inferd.hookspecs import Register, hookimpl
+from inferd.hookspecs import FrontendRegister, hookimpl
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from inferd.default_plugins.metrics.latency import LatencyConfig
     from inferd.default_plugins.metrics.system import CpuMetrics, GpuMetrics
     from inferd.model import ModelVersion
-    from inferd.server import ServerOptions
+    from inferd.hookspecs import ServerSettings
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +215,7 @@ def _buckets(mv: ModelVersion) -> tuple[float, ...]:
     return ()
 
 
-def _factory(options: ServerOptions) -> MetricsFrontend | None:
+def _factory(options: ServerSettings) -> MetricsFrontend | None:
     if not options.allow_metrics:
         return None
     extra = options.extra
@@ -233,7 +233,7 @@ def _factory(options: ServerOptions) -> MetricsFrontend | None:
 
 
 @hookimpl
-def inferd_register_frontends(register: Register) -> None:
+def inferd_register_frontends(register: FrontendRegister) -> None:
     register("metrics", _factory)
 
 
