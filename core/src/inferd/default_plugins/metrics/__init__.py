@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from inferd.dataplane import DataPlane
     from inferd.default_plugins.metrics.latency import LatencyConfig
     from inferd.default_plugins.metrics.system import CpuMetrics, GpuMetrics
-    from inferd.model import ModelVersion
     from inferd.hookspecs import ServerSettings
+    from inferd.model import ModelVersion
 
 log = logging.getLogger(__name__)
 
