@@ -7,17 +7,23 @@ Labels are read from the output's ``label_filename`` (one label per line, in the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from inferd.errors import InvalidArgument
 from inferd.types import InferRequest, InferResponse, InferTensor
 
-if TYPE_CHECKING:
-    from inferd.model import ModelVersion
-
 KEY = "classification"
+
+
+class Labelled(Protocol):
+    """What :func:`classify` reads of a model version: its name, batching and class labels."""
+
+    name: str
+    max_batch_size: int
+
+    def labels(self) -> dict[str, list[str]]: ...
 
 
 def wants_classification(request: InferRequest) -> bool:
@@ -67,7 +73,7 @@ def _top_k(tensor: InferTensor, k: int, batched: bool, labels: list[str] | None)
     return InferTensor(tensor.name, "BYTES", shape, out.reshape(shape))
 
 
-def classify(mv: ModelVersion, request: InferRequest, response: InferResponse) -> InferResponse:
+def classify(mv: Labelled, request: InferRequest, response: InferResponse) -> InferResponse:
     """Replace each output requested with ``classification`` by its top-k classes."""
     counts = {o.name: _count(mv.name, o.name, o.parameters[KEY]) for o in request.outputs if o.parameters and KEY in o.parameters}
     labels = mv.labels()
