@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from starlette.exceptions import HTTPException
 from starlette.types import Receive, Scope, Send
 
 from inferd.default_plugins.http.codec import HEADER_LENGTH, decode_request, encode_response, parse_json, split_body
@@ -37,11 +36,8 @@ class InferEndpoint:
             await _respond(send, 405, error_body("Method Not Allowed"), _JSON, _ALLOW_POST)
             return
         params = scope["path_params"]
-        version = params.get("version", "")
-        if version and not version.isdigit():
-            raise HTTPException(404)  # the app's own "Not Found", as for any unknown path
         try:
-            parts, json_length = await self._infer(scope, receive, params["model"], version)
+            parts, json_length = await self._infer(scope, receive, params["model"], params.get("version", ""))
         except Exception as exc:
             status, body = error_reply(exc, scope["path"])
             await _respond(send, status, body, _JSON)
