@@ -12,7 +12,7 @@ import base64
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from inferd import __version__
@@ -27,6 +27,7 @@ from inferd.types import InferRequest, InferResponse
 
 if TYPE_CHECKING:
     from inferd.model import ModelVersion
+    from inferd.stats import ModelStats
 
 #: Extensions listed in server metadata: only those inferd implements.
 EXTENSIONS: list[str] = [
@@ -197,34 +198,21 @@ class DataPlane:
             except InferdError as exc:
                 yield exc
             return
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[tuple[InferResponse | InferdError | None, bool]] = asyncio.Queue()
-        put = queue.put_nowait
-        stats = info.handle.stats
-        state = [time.monotonic_ns(), 0]  # when the previous response was sent, responses so far
+        async for item in self._stream_decoupled(info, request):
+            yield item
 
-        def sender(response: InferResponse | InferdError | None, final: bool) -> None:
-            now = time.monotonic_ns()
-            start = request.context.get("compute_start_ns", state[0]) if state[1] == 0 else state[0]
-            index = state[1]
-            if response is None:
-                stats.record_response(index, now - start, empty=True)
-            else:
-                stats.record_response(index, now - start, ok=not isinstance(response, InferdError))
-                if index == 0:
-                    stats.observe_first_response(now - request.arrival_ns)
-            trace = request.context.get(TRACE_KEY)
-            if trace is not None:
-                trace.mark("INFER_RESPONSE_COMPLETE", now)
-            state[0], state[1] = now, index + 1
-            loop.call_soon_threadsafe(put, (response, final))
+    async def _stream_decoupled(
+        self, info: ModelInfo, request: InferRequest
+    ) -> AsyncIterator[InferResponse | InferdError]:
+        """Run ``request`` with a response sender and yield what the model sends, up to the final one."""
+        queue: asyncio.Queue[tuple[InferResponse | InferdError | None, bool]] = asyncio.Queue()
 
         def finished(task: asyncio.Future[InferResponse]) -> None:
             exc = None if task.cancelled() else task.exception()
             if exc is not None:
                 queue.put_nowait((exc if isinstance(exc, InferdError) else InferdError(str(exc)), True))
 
-        request.response_sender = sender
+        request.response_sender = _response_sender(request, info.handle.stats, queue)
         task = asyncio.ensure_future(self._run(info, request))
         task.add_done_callback(finished)
         while True:
@@ -271,6 +259,34 @@ class DataPlane:
         """Unload ``name`` (and the ensembles that call it; see :meth:`ModelManager.unload`)."""
         self._check_control()
         await self.manager.unload(name, unload_dependents)
+
+
+def _response_sender(
+    request: InferRequest, stats: ModelStats, queue: asyncio.Queue[tuple[InferResponse | InferdError | None, bool]]
+) -> Callable[[InferResponse | InferdError | None, bool], None]:
+    """The ``response_sender`` of a decoupled request: records each response's statistics and
+    trace mark, then hands it to ``queue`` on the event loop (models call it from any thread)."""
+    loop = asyncio.get_running_loop()
+    put = queue.put_nowait
+    state = [time.monotonic_ns(), 0]  # when the previous response was sent, responses so far
+
+    def sender(response: InferResponse | InferdError | None, final: bool) -> None:
+        now = time.monotonic_ns()
+        start = request.context.get("compute_start_ns", state[0]) if state[1] == 0 else state[0]
+        index = state[1]
+        if response is None:
+            stats.record_response(index, now - start, empty=True)
+        else:
+            stats.record_response(index, now - start, ok=not isinstance(response, InferdError))
+            if index == 0:
+                stats.observe_first_response(now - request.arrival_ns)
+        trace = request.context.get(TRACE_KEY)
+        if trace is not None:
+            trace.mark("INFER_RESPONSE_COMPLETE", now)
+        state[0], state[1] = now, index + 1
+        loop.call_soon_threadsafe(put, (response, final))
+
+    return sender
 
 
 def _file_bytes(model: str, key: str, value: Any) -> bytes:
