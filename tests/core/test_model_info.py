@@ -7,6 +7,7 @@ and the gRPC service are driven directly, as their servers would drive them.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -18,6 +19,7 @@ from inferd.default_plugins.grpc import grpc_service_pb2 as pb
 from inferd.default_plugins.grpc.codec import split_infer_request
 from inferd.default_plugins.grpc.service import InferenceService
 from inferd.default_plugins.http.app import build_app
+from inferd.errors import Unavailable
 from inferd.model_info import ModelInfo, TensorInfo
 from inferd.server import Server, ServerOptions
 from inferd.testing import write_repository
@@ -126,6 +128,32 @@ def test_a_request_runs_on_the_version_it_was_resolved_for(tmp_path):
         assert [getattr(r, "model_version", r) for r in streamed] == ["1"]
 
     serve(tmp_path, scenario)
+
+
+def test_an_unloaded_version_is_not_kept_alive_by_its_description(tmp_path):
+    kept: list[ModelInfo] = []
+
+    async def scenario(server: Server) -> None:
+        kept.append(server.dataplane.resolve("add_sub", "1"))
+        assert kept[0].handle() is not None
+
+    serve(tmp_path, scenario)  # stops the server: every version unloads
+    gc.collect()
+    assert kept[0].handle() is None
+
+    async def late(dp: DataPlane) -> None:
+        try:
+            await dp.infer(add_sub_request(), kept[0])
+        except Unavailable as exc:
+            assert exc.message == "model 'add_sub' version 1 is no longer loaded"
+        else:
+            raise AssertionError("a request ran on an unloaded version")
+
+    async def main() -> None:
+        server = Server(ServerOptions([tmp_path / "models"], allow_http=False, allow_grpc=False, allow_metrics=False))
+        await late(server.dataplane)
+
+    asyncio.run(main())
 
 
 def test_every_frontend_route_resolves_the_model_once(tmp_path):

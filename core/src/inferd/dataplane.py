@@ -21,7 +21,7 @@ from inferd.errors import InferdError, InvalidArgument, Unavailable, Unsupported
 from inferd.lifecycle import ControlMode, ModelManager
 from inferd.logging_settings import REQUEST_ID
 from inferd.logging_settings import SETTINGS as LOG_SETTINGS
-from inferd.model_info import ModelInfo, describe
+from inferd.model_info import ModelInfo, Servable, describe
 from inferd.trace import TRACE_KEY, RequestTrace, Tracer
 from inferd.types import InferRequest, InferResponse
 
@@ -62,7 +62,8 @@ class DataPlane:
         self.tracer = Tracer()
         #: The process's log settings (the logging extension).
         self.log_config = LOG_SETTINGS
-        #: The description of each loaded version, built on its first request.
+        #: The description of each loaded version, built on its first request (weakly held both
+        #: ways: an unloaded version leaves the cache).
         self._infos: weakref.WeakKeyDictionary[ModelVersion, ModelInfo] = weakref.WeakKeyDictionary()
 
     # -- health and metadata --------------------------------------------------------------------
@@ -153,6 +154,13 @@ class DataPlane:
             )
         return await self._run(info, request)
 
+    @staticmethod
+    def _servable(info: ModelInfo) -> Servable:
+        version = info.handle()
+        if version is None:
+            raise Unavailable(f"model '{info.name}' version {info.version} is no longer loaded")
+        return version
+
     async def _run(self, info: ModelInfo, request: InferRequest) -> InferResponse:
         """The version's ``infer`` with the request id set for log lines, traced when sampled."""
         if self.tracer.active:
@@ -161,7 +169,7 @@ class DataPlane:
                 return await self._run_traced(info, request, trace)
         token = REQUEST_ID.set(request.id)
         try:
-            return await info.handle.infer(request)
+            return await self._servable(info).infer(request)
         except InferdError as exc:
             log.debug("model '%s' version %d: request failed: %s", info.name, info.version, exc.message)
             raise
@@ -173,7 +181,7 @@ class DataPlane:
         trace.mark("REQUEST_START")
         trace.record_tensors("TENSOR_QUEUE_INPUT", request.inputs.values())
         try:
-            response = await info.handle.infer(request)
+            response = await self._servable(info).infer(request)
             trace.record_tensors("TENSOR_BACKEND_OUTPUT", response.outputs)
             if request.response_sender is None:
                 trace.mark("INFER_RESPONSE_COMPLETE")
@@ -212,7 +220,7 @@ class DataPlane:
             if exc is not None:
                 queue.put_nowait((exc if isinstance(exc, InferdError) else InferdError(str(exc)), True))
 
-        request.response_sender = _response_sender(request, info.handle.stats, queue)
+        request.response_sender = _response_sender(request, self._servable(info).stats, queue)
         task = asyncio.ensure_future(self._run(info, request))
         task.add_done_callback(finished)
         while True:

@@ -7,6 +7,7 @@ version that runs, even when a reload lands in between. Built once per loaded ve
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -57,8 +58,9 @@ class ModelInfo:
     decoupled: bool
     #: Checks a decoded request against the config; its ``inputs`` are the config's input specs.
     validator: RequestValidator = field(repr=False, compare=False)
-    #: The version itself, opaque to frontends: the data plane runs requests on it.
-    handle: Servable = field(repr=False, compare=False)
+    #: A weak reference to the version, opaque to frontends: the data plane runs requests on
+    #: what it returns (None once the version is unloaded and gone).
+    handle: weakref.ref[Servable] = field(repr=False, compare=False)
 
     @property
     def batching(self) -> bool:
@@ -102,5 +104,5 @@ def describe(version: Describable) -> ModelInfo:
         max_batch_size=validator.max_batch_size,
         decoupled=version.decoupled,
         validator=validator,
-        handle=version,
+        handle=weakref.ref(version),
     )
