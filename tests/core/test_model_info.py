@@ -66,8 +66,8 @@ def count_resolves(dp: DataPlane) -> list[str]:
     return calls
 
 
-async def http_post(app: Any, path: str, body: bytes) -> tuple[int, bytes]:
-    scope = {"type": "http", "method": "POST", "path": path, "raw_path": path.encode(), "root_path": "",
+async def http_post(app: Any, path: str, body: bytes, method: str = "POST") -> tuple[int, bytes]:
+    scope = {"type": "http", "method": method, "path": path, "raw_path": path.encode(), "root_path": "",
              "query_string": b"", "headers": [], "scheme": "http", "server": ("test", 80),
              "asgi": {"version": "3.0"}, "http_version": "1.1"}  # fmt: skip
     sent: list[dict[str, Any]] = []
