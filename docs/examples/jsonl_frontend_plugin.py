@@ -87,14 +87,14 @@ class JsonLinesFrontend(Frontend):
             if not isinstance(message, dict) or not isinstance(message.get("inputs"), dict):
                 raise InvalidArgument("a request line must be an object with 'model' and 'inputs'")
             request = InferRequest(str(message.get("model", "")), id=str(message.get("id", "")))
-            # Datatypes from the model's metadata; unknown input names are left to core's checks.
-            meta = self.dataplane.model(request.model_name).metadata
-            types = {t["name"]: t["datatype"] for t in meta["inputs"]}
+            # Datatypes from the model's description; unknown input names are left to core's checks.
+            info = self.dataplane.resolve(request.model_name)
+            types = {t.name: t.datatype for t in info.inputs}
             for name, values in message["inputs"].items():
                 datatype = types.get(name, "FP32")
                 array = np.asarray(values, dtype=numpy_dtype(datatype))
                 request.inputs[name] = InferTensor(name, datatype, array.shape, array)
-            response = await self.dataplane.infer(request)  # validation, scheduling, statistics
+            response = await self.dataplane.infer(request, info)  # on the version resolved above
             return {"id": response.id, "outputs": {t.name: t.data.tolist() for t in response.outputs}}
         except InferdError as exc:
             return {"id": str(message.get("id", "")) if isinstance(message, dict) else "",

@@ -228,6 +228,34 @@ def test_unknown_route_and_method(server):
     assert conn.getresponse().status == 405
 
 
+ADD_SUB_JSON = {"inputs": [{"name": n, "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]} for n in ("INPUT0", "INPUT1")]}
+
+
+@pytest.mark.parametrize(
+    "path, doc",
+    [
+        ("/v2/models/add_sub/infer", ADD_SUB_JSON),
+        ("/v2/models/add_sub/generate", {"INPUT0": [1, 2, 3, 4], "INPUT1": [1, 2, 3, 4]}),
+        ("/v2/repository/index", {}),
+        ("/v2/trace/setting", {}),
+        ("/v2/logging", {}),
+    ],
+)
+def test_every_route_reads_compressed_bodies_and_refuses_corrupt_ones_alike(server, path, doc):
+    import gzip
+    import zlib
+
+    body = json.dumps(doc).encode()
+    assert raw_post(server, path, body)[0] == 200
+    for encoding, packed in (("gzip", gzip.compress(body)), ("deflate", zlib.compress(body))):
+        assert raw_post(server, path, packed, {"Content-Encoding": encoding}) == raw_post(server, path, body), encoding
+    try:
+        zlib.decompress(b"not gzip", 16 + zlib.MAX_WBITS)
+    except zlib.error as exc:
+        expected = f"failed to decompress the request body: {exc}"
+    assert raw_post(server, path, b"not gzip", {"Content-Encoding": "gzip"}) == (400, {"error": expected})
+
+
 def test_statistics_count_requests(client):
     before = client.get_inference_statistics("picky")["model_stats"][0]
     inp = httpclient.InferInput("X", [2], "INT64")

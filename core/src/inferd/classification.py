@@ -14,16 +14,16 @@ import numpy as np
 from inferd.errors import InvalidArgument
 from inferd.types import InferRequest, InferResponse, InferTensor
 
+KEY = "classification"
 
-class Classified(Protocol):
-    """The model whose outputs are classified (a :class:`~inferd.model.ModelVersion`)."""
+
+class Labelled(Protocol):
+    """What :func:`classify` reads of a model version: its name, batching and class labels."""
 
     name: str
     max_batch_size: int
 
     def labels(self) -> dict[str, list[str]]: ...
-
-KEY = "classification"
 
 
 def wants_classification(request: InferRequest) -> bool:
@@ -73,7 +73,7 @@ def _top_k(tensor: InferTensor, k: int, batched: bool, labels: list[str] | None)
     return InferTensor(tensor.name, "BYTES", shape, out.reshape(shape))
 
 
-def classify(mv: Classified, request: InferRequest, response: InferResponse) -> InferResponse:
+def classify(mv: Labelled, request: InferRequest, response: InferResponse) -> InferResponse:
     """Replace each output requested with ``classification`` by its top-k classes."""
     counts = {o.name: _count(mv.name, o.name, o.parameters[KEY]) for o in request.outputs if o.parameters and KEY in o.parameters}
     labels = mv.labels()

@@ -11,7 +11,8 @@ import asyncio
 import base64
 import logging
 import time
-from collections.abc import AsyncIterator
+import weakref
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from inferd import __version__
@@ -20,11 +21,13 @@ from inferd.errors import InferdError, InvalidArgument, Unavailable, Unsupported
 from inferd.lifecycle import ControlMode, ModelManager
 from inferd.logging_settings import REQUEST_ID
 from inferd.logging_settings import SETTINGS as LOG_SETTINGS
+from inferd.model_info import ModelInfo, Servable, describe
 from inferd.trace import TRACE_KEY, RequestTrace, Tracer
 from inferd.types import InferRequest, InferResponse
 
 if TYPE_CHECKING:
     from inferd.model import ModelVersion
+    from inferd.stats import ModelStats
 
 #: Extensions listed in server metadata: only those inferd implements.
 EXTENSIONS: list[str] = [
@@ -59,6 +62,9 @@ class DataPlane:
         self.tracer = Tracer()
         #: The process's log settings (the logging extension).
         self.log_config = LOG_SETTINGS
+        #: The description of each loaded version, built on its first request (weakly held both
+        #: ways: an unloaded version leaves the cache).
+        self._infos: weakref.WeakKeyDictionary[ModelVersion, ModelInfo] = weakref.WeakKeyDictionary()
 
     # -- health and metadata --------------------------------------------------------------------
 
@@ -72,9 +78,14 @@ class DataPlane:
     def server_metadata(self) -> dict[str, Any]:
         return {"name": self.server_name, "version": __version__, "extensions": self.extensions}
 
-    def model(self, name: str, version: str = "") -> ModelVersion:
-        """The version that would serve a request for ``name``/``version``."""
-        return self.manager.resolve(name, version)
+    def resolve(self, name: str, version: str = "") -> ModelInfo:
+        """The version that serves a request for ``name``/``version`` now; pass it to :meth:`infer`
+        or :meth:`stream` so the request runs on the version it was decoded for."""
+        mv = self.manager.resolve(name, version)
+        info = self._infos.get(mv)
+        if info is None:
+            info = self._infos[mv] = describe(mv)
+        return info
 
     def model_ready(self, name: str, version: str = "") -> bool:
         try:
@@ -84,11 +95,8 @@ class DataPlane:
         return True
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
-        mv = self.manager.resolve(name, version)
-        meta = dict(mv.metadata)
-        meta["versions"] = [str(v) for v in self.manager.ready_versions(name)]
-        return {"name": meta["name"], "versions": meta["versions"], "platform": meta["platform"],
-                "inputs": meta["inputs"], "outputs": meta["outputs"]}  # fmt: skip
+        info = self.resolve(name, version)
+        return info.metadata([str(v) for v in self.manager.ready_versions(name)])
 
     def model_config(self, name: str, version: str = "") -> cfg.ModelConfig:
         return self.manager.resolve(name, version).config
@@ -135,87 +143,85 @@ class DataPlane:
 
     # -- inference ------------------------------------------------------------------------------
 
-    async def infer(self, request: InferRequest) -> InferResponse:
-        """Run one request to completion. Decoupled models must go through :meth:`stream`."""
-        mv = self.manager.resolve(request.model_name, request.model_version)
-        if mv.decoupled:
+    async def infer(self, request: InferRequest, model: ModelInfo | None = None) -> InferResponse:
+        """Run one request to completion on ``model`` (from :meth:`resolve`; resolved from the
+        request when not given). Decoupled models must go through :meth:`stream`."""
+        info = model or self.resolve(request.model_name, request.model_version)
+        if info.decoupled:
             raise Unsupported(
-                f"model '{mv.name}' is decoupled (it may send any number of responses): "
+                f"model '{info.name}' is decoupled (it may send any number of responses): "
                 f"call it through gRPC ModelStreamInfer or the generate_stream route"
             )
-        return await self._run(mv, request)
+        return await self._run(info, request)
 
-    async def _run(self, mv: ModelVersion, request: InferRequest) -> InferResponse:
-        """``mv.infer`` with the request id set for log lines, traced when sampled."""
+    @staticmethod
+    def _servable(info: ModelInfo) -> Servable:
+        version = info.handle()
+        if version is None:
+            raise Unavailable(f"model '{info.name}' version {info.version} is no longer loaded")
+        return version
+
+    async def _run(self, info: ModelInfo, request: InferRequest) -> InferResponse:
+        """The version's ``infer`` with the request id set for log lines, traced when sampled."""
         if self.tracer.active:
-            trace = self.tracer.sample(request, mv.name, mv.version)
+            trace = self.tracer.sample(request, info.name, info.version)
             if trace is not None:
-                return await self._run_traced(mv, request, trace)
+                return await self._run_traced(info, request, trace)
         token = REQUEST_ID.set(request.id)
         try:
-            return await mv.infer(request)
+            return await self._servable(info).infer(request)
         except InferdError as exc:
-            log.debug("model '%s' version %d: request failed: %s", mv.name, mv.version, exc.message)
+            log.debug("model '%s' version %d: request failed: %s", info.name, info.version, exc.message)
             raise
         finally:
             REQUEST_ID.reset(token)
 
-    async def _run_traced(self, mv: ModelVersion, request: InferRequest, trace: RequestTrace) -> InferResponse:
+    async def _run_traced(self, info: ModelInfo, request: InferRequest, trace: RequestTrace) -> InferResponse:
         token = REQUEST_ID.set(request.id)
         trace.mark("REQUEST_START")
         trace.record_tensors("TENSOR_QUEUE_INPUT", request.inputs.values())
         try:
-            response = await mv.infer(request)
+            response = await self._servable(info).infer(request)
             trace.record_tensors("TENSOR_BACKEND_OUTPUT", response.outputs)
             if request.response_sender is None:
                 trace.mark("INFER_RESPONSE_COMPLETE")
             return response
         except InferdError as exc:
-            log.debug("model '%s' version %d: request failed: %s", mv.name, mv.version, exc.message)
+            log.debug("model '%s' version %d: request failed: %s", info.name, info.version, exc.message)
             raise
         finally:
             trace.mark("REQUEST_END")
             self.tracer.finish(trace)
             REQUEST_ID.reset(token)
 
-    async def stream(self, request: InferRequest) -> AsyncIterator[InferResponse | InferdError]:
-        """Yield every response of a request: one for ordinary models, 0..N for decoupled ones."""
-        mv = self.manager.resolve(request.model_name, request.model_version)
-        if not mv.decoupled:
+    async def stream(
+        self, request: InferRequest, model: ModelInfo | None = None
+    ) -> AsyncIterator[InferResponse | InferdError]:
+        """Yield every response of a request on ``model`` (resolved from the request when not
+        given): one for ordinary models, 0..N for decoupled ones."""
+        info = model or self.resolve(request.model_name, request.model_version)
+        if not info.decoupled:
             try:
-                yield await self._run(mv, request)
+                yield await self._run(info, request)
             except InferdError as exc:
                 yield exc
             return
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[tuple[InferResponse | InferdError | None, bool]] = asyncio.Queue()
-        put = queue.put_nowait
-        stats = mv.stats
-        state = [time.monotonic_ns(), 0]  # when the previous response was sent, responses so far
+        async for item in self._stream_decoupled(info, request):
+            yield item
 
-        def sender(response: InferResponse | InferdError | None, final: bool) -> None:
-            now = time.monotonic_ns()
-            start = request.context.get("compute_start_ns", state[0]) if state[1] == 0 else state[0]
-            index = state[1]
-            if response is None:
-                stats.record_response(index, now - start, empty=True)
-            else:
-                stats.record_response(index, now - start, ok=not isinstance(response, InferdError))
-                if index == 0:
-                    stats.observe_first_response(now - request.arrival_ns)
-            trace = request.context.get(TRACE_KEY)
-            if trace is not None:
-                trace.mark("INFER_RESPONSE_COMPLETE", now)
-            state[0], state[1] = now, index + 1
-            loop.call_soon_threadsafe(put, (response, final))
+    async def _stream_decoupled(
+        self, info: ModelInfo, request: InferRequest
+    ) -> AsyncIterator[InferResponse | InferdError]:
+        """Run ``request`` with a response sender and yield what the model sends, up to the final one."""
+        queue: asyncio.Queue[tuple[InferResponse | InferdError | None, bool]] = asyncio.Queue()
 
         def finished(task: asyncio.Future[InferResponse]) -> None:
             exc = None if task.cancelled() else task.exception()
             if exc is not None:
                 queue.put_nowait((exc if isinstance(exc, InferdError) else InferdError(str(exc)), True))
 
-        request.response_sender = sender
-        task = asyncio.ensure_future(self._run(mv, request))
+        request.response_sender = _response_sender(request, self._servable(info).stats, queue)
+        task = asyncio.ensure_future(self._run(info, request))
         task.add_done_callback(finished)
         while True:
             response, final = await queue.get()
@@ -261,6 +267,34 @@ class DataPlane:
         """Unload ``name`` (and the ensembles that call it; see :meth:`ModelManager.unload`)."""
         self._check_control()
         await self.manager.unload(name, unload_dependents)
+
+
+def _response_sender(
+    request: InferRequest, stats: ModelStats, queue: asyncio.Queue[tuple[InferResponse | InferdError | None, bool]]
+) -> Callable[[InferResponse | InferdError | None, bool], None]:
+    """The ``response_sender`` of a decoupled request: records each response's statistics and
+    trace mark, then hands it to ``queue`` on the event loop (models call it from any thread)."""
+    loop = asyncio.get_running_loop()
+    put = queue.put_nowait
+    state = [time.monotonic_ns(), 0]  # when the previous response was sent, responses so far
+
+    def sender(response: InferResponse | InferdError | None, final: bool) -> None:
+        now = time.monotonic_ns()
+        start = request.context.get("compute_start_ns", state[0]) if state[1] == 0 else state[0]
+        index = state[1]
+        if response is None:
+            stats.record_response(index, now - start, empty=True)
+        else:
+            stats.record_response(index, now - start, ok=not isinstance(response, InferdError))
+            if index == 0:
+                stats.observe_first_response(now - request.arrival_ns)
+        trace = request.context.get(TRACE_KEY)
+        if trace is not None:
+            trace.mark("INFER_RESPONSE_COMPLETE", now)
+        state[0], state[1] = now, index + 1
+        loop.call_soon_threadsafe(put, (response, final))
+
+    return sender
 
 
 def _file_bytes(model: str, key: str, value: Any) -> bytes:

@@ -124,17 +124,19 @@ class InferenceService:
 
     async def ModelInfer(self, request: WireRequest) -> WireResponse:
         infer_request = decode_request(request)
-        return encode_response(await self.dp.infer(infer_request))
+        info = self.dp.resolve(infer_request.model_name, infer_request.model_version)
+        return encode_response(await self.dp.infer(infer_request, info))
 
     async def stream_one(self, wire: WireRequest, put: Callable[[Any], None]) -> None:
         """Every response of one stream request, in order, through ``put``; errors included."""
         infer_request: InferRequest | None = None
         try:
             infer_request = decode_request(wire)
-            decoupled = self.dp.model(infer_request.model_name, infer_request.model_version).decoupled
+            info = self.dp.resolve(infer_request.model_name, infer_request.model_version)
+            decoupled = info.decoupled
             version = infer_request.model_version
             ended = False
-            async for item in self.dp.stream(infer_request):
+            async for item in self.dp.stream(infer_request, info):
                 if isinstance(item, InferdError):
                     put((item, infer_request))
                     continue

@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 
 class HttpFrontend(Frontend):
-    """The Starlette routes (and the ASGI fast path for infer) served on ``host:port``."""
+    """The Starlette application (``app.build_app``) served on ``host:port``."""
 
     name = "HTTP"
 

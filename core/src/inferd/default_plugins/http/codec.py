@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.errors import ErrorKind, InferdError, InvalidArgument
+from inferd.errors import InferdError, InvalidArgument
 from inferd.types import (
     InferRequest,
     InferResponse,
@@ -20,13 +20,6 @@ from inferd.types import (
 )
 
 HEADER_LENGTH = "inference-header-content-length"
-#: Error kind -> HTTP status, as Triton maps them (every other kind is 400).
-STATUS = {
-    ErrorKind.INTERNAL: 500,
-    ErrorKind.NOT_FOUND: 404,
-    ErrorKind.UNAVAILABLE: 503,
-    ErrorKind.UNSUPPORTED: 501,
-}
 #: Largest tensor a request may declare (elements); beyond it the shape is refused before any
 #: allocation. 2**31 matches Triton's own per-tensor limit of 2 GiB of BYTES.
 MAX_ELEMENTS = 1 << 31

@@ -16,10 +16,11 @@ import numpy as np
 
 from inferd.default_plugins.http.codec import _json_array, _json_data, parse_json
 from inferd.errors import InvalidArgument
-from inferd.types import InferRequest, InferResponse, InferTensor, config_to_wire, element_count
+from inferd.types import InferRequest, InferResponse, InferTensor, element_count
 
 if TYPE_CHECKING:
-    from inferd.model import ModelVersion
+    from inferd.model_info import ModelInfo
+    from inferd.validation import TensorSpec
 
 #: What Triton answers when /generate meets a model that did not send exactly one response.
 NOT_ONE_RESPONSE = (
@@ -29,17 +30,16 @@ NOT_ONE_RESPONSE = (
 _PARAMETER_TYPES = (str, int, float, bool)
 
 
-def decode_generate(body: bytes, mv: ModelVersion, model_version: str) -> InferRequest:
-    """Build the request a ``generate`` body describes for model version ``mv``."""
+def decode_generate(body: bytes, info: ModelInfo, model_version: str) -> InferRequest:
+    """Build the request a ``generate`` body describes for the model version ``info``."""
     doc = parse_json(body, "request")
     if not isinstance(doc, dict):
         raise InvalidArgument("generate request must be a JSON object")
-    request = InferRequest(mv.name, model_version)
-    inputs = {t.name: t for t in mv.config.input}
+    request = InferRequest(info.name, model_version)
     for key, value in doc.items():
-        spec = inputs.get(key)
+        spec = info.input_spec(key)
         if spec is not None:
-            request.inputs[key] = _tensor(key, value, spec, mv)
+            request.inputs[key] = _tensor(key, value, spec, info)
         elif key == "parameters" and isinstance(value, dict):
             for name, param in value.items():
                 request.parameters[name] = _parameter(name, param)
@@ -54,11 +54,10 @@ def _parameter(name: str, value: Any) -> Any:
     return value
 
 
-def _tensor(name: str, value: Any, spec: Any, mv: ModelVersion) -> InferTensor:
-    enum = spec.DESCRIPTOR.fields_by_name["data_type"].enum_type
-    datatype = config_to_wire(enum.values_by_number[spec.data_type].name)
-    dims = tuple(spec.reshape.shape) if spec.HasField("reshape") else tuple(spec.dims)
-    expected = ((1,) if mv.max_batch_size > 0 else ()) + dims  # a generate request is one row
+def _tensor(name: str, value: Any, spec: TensorSpec, info: ModelInfo) -> InferTensor:
+    datatype = spec.datatype
+    dims = spec.reshape if spec.reshape is not None else spec.dims
+    expected = ((1,) if info.batching else ()) + dims  # a generate request is one row
     data = value if isinstance(value, list) else [value]
     natural = _natural_shape(data)
     if natural is not None and _fits(expected, natural):
@@ -69,7 +68,7 @@ def _tensor(name: str, value: Any, spec: Any, mv: ModelVersion) -> InferTensor:
         shape = _resolve(expected, len(flat)) if flat is not None else None
         if shape is None:
             raise InvalidArgument(
-                f"generate: cannot convert input '{name}' of model '{mv.name}' to a tensor of shape "
+                f"generate: cannot convert input '{name}' of model '{info.name}' to a tensor of shape "
                 f"{_fmt(expected)}: got {_describe(value)}"
             )
     return InferTensor(name, datatype, shape, _json_array(flat, datatype, shape, name))
@@ -122,10 +121,6 @@ def encode_generate(response: InferResponse) -> bytes:
     body["model_name"] = response.model_name
     body["model_version"] = response.model_version
     return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
-
-
-def error_body(message: str) -> bytes:
-    return json.dumps({"error": message}, separators=(",", ":")).encode()
 
 
 def sse_event(data: bytes) -> bytes:

@@ -1,0 +1,95 @@
+"""``POST /v2/models/{m}[/versions/{v}]/infer``: the hot path, a raw ASGI endpoint of the app.
+
+It skips Starlette's request and response objects, not its routing: the app's router hands it
+the request like any other route's. Decoding and encoding are in ``codec``; the body decoder and
+the error table are the ones every route uses (``errors``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from starlette.types import Receive, Scope, Send
+
+from inferd.default_plugins.http.codec import HEADER_LENGTH, decode_request, encode_response, parse_json, split_body
+from inferd.default_plugins.http.errors import decode_body, error_body, error_reply
+
+if TYPE_CHECKING:
+    from inferd.dataplane import DataPlane
+
+_JSON = b"application/json"
+_OCTETS = b"application/octet-stream"
+_HEADER_LENGTH = HEADER_LENGTH.encode()
+_ALLOW_POST = [(b"allow", b"POST")]
+
+Headers = list[tuple[bytes, bytes]]
+
+
+class InferEndpoint:
+    """The ASGI endpoint of both infer routes (unversioned and versioned)."""
+
+    def __init__(self, dataplane: DataPlane) -> None:
+        self.dp = dataplane
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "POST":
+            await _respond(send, 405, error_body("Method Not Allowed"), _JSON, _ALLOW_POST)
+            return
+        params = scope["path_params"]
+        try:
+            parts, json_length = await self._infer(scope, receive, params["model"], params.get("version", ""))
+        except Exception as exc:
+            status, body = error_reply(exc, scope["path"])
+            await _respond(send, status, body, _JSON)
+            return
+        if json_length is None:
+            await _respond(send, 200, parts[0], _JSON)
+        else:
+            await _respond_parts(send, parts, _OCTETS, [(_HEADER_LENGTH, str(json_length).encode())])
+
+    async def _infer(
+        self, scope: Scope, receive: Receive, model: str, version: str
+    ) -> tuple[list[bytes | memoryview], int | None]:
+        """Decode, run on the version resolved once, encode: the body parts and JSON length."""
+        header_length, encoding = None, ""
+        for name, value in scope["headers"]:
+            if name == _HEADER_LENGTH:
+                header_length = value.decode("latin-1")
+            elif name == b"content-encoding":
+                encoding = value.decode("latin-1").lower()
+        body = decode_body(await _read_body(receive), encoding)
+        header_bytes, binary = split_body(body, header_length)
+        request, binary_output = decode_request(parse_json(header_bytes, "request"), binary, model, version)
+        info = self.dp.resolve(model, version)
+        response = await self.dp.infer(request, info)
+        return encode_response(response, request, binary_output)
+
+
+async def _read_body(receive: Receive) -> bytes:
+    message = await receive()
+    body: bytes = message.get("body", b"")
+    if not message.get("more_body", False):
+        return body
+    chunks = [body]
+    while message.get("more_body", False):
+        message = await receive()
+        chunks.append(message.get("body", b""))
+    return b"".join(chunks)
+
+
+async def _respond(send: Send, status: int, body: bytes, content_type: bytes, extra: Headers | None = None) -> None:
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    if extra:
+        headers.extend(extra)
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _respond_parts(send: Send, parts: list[bytes | memoryview], content_type: bytes, extra: Headers) -> None:
+    """A 200 whose body is sent part by part: tensor bytes go to the socket without being joined."""
+    length = sum(len(p) for p in parts)
+    headers = [(b"content-type", content_type), (b"content-length", str(length).encode()), *extra]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    last = len(parts) - 1
+    for i, part in enumerate(parts):
+        await send({"type": "http.response.body", "body": part, "more_body": i < last})
