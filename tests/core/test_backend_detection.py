@@ -10,9 +10,9 @@ import pytest
 from inferd.backend import Backend
 from inferd.errors import InvalidArgument
 from inferd.hookspecs import hookimpl
-from inferd.lifecycle import LifecycleOptions, ModelManager
 from inferd.plugins import PluginHost
 from inferd.repository import scan
+from inferd.server import Server, ServerOptions
 
 created: list[str] = []
 
@@ -42,7 +42,7 @@ def detect(tmp_path: Path, filename: str):
     (tmp_path / "m" / "1").mkdir(parents=True)
     (tmp_path / "m" / "1" / filename).write_text("")
     host = PluginHost(load_entrypoints=False, plugins=[Plugin()], disabled=())
-    manager = ModelManager(host, LifecycleOptions(repositories=[tmp_path]))
+    manager = Server(ServerOptions([tmp_path]), host=host).manager
     source = scan([tmp_path]).models["m"]
     from inferd.config import ModelConfig
 

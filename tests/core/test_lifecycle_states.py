@@ -12,12 +12,12 @@ import pytest
 
 from inferd.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
 from inferd.config import parse_config_text
-from inferd.dataplane import DataPlane
 from inferd.errors import InvalidArgument
 from inferd.hookspecs import hookimpl
-from inferd.lifecycle import ControlMode, LifecycleOptions, ModelManager
+from inferd.lifecycle import ControlMode, ModelManager
 from inferd.plugins import PluginHost
 from inferd.repository import diff
+from inferd.server import Server, ServerOptions
 from inferd.states import ModelRecord, State, VersionState, Why
 from inferd.testing import write_repository
 
@@ -126,9 +126,8 @@ def plain(*versions: str) -> dict[str, str]:
 def run(repo: Path, scenario: Callable[[ModelManager], Awaitable[None]], config_name: str | None = None) -> None:
     async def main() -> None:
         host = PluginHost(load_entrypoints=False, plugins=[MarkerPlugin()], disabled=())
-        options = LifecycleOptions([repo], ControlMode.EXPLICIT, config_name=config_name)
-        manager = ModelManager(host, options)
-        DataPlane(manager)  # ensembles call their steps through it
+        options = ServerOptions([repo], ControlMode.EXPLICIT, model_config_name=config_name)
+        manager = Server(options, host=host).manager  # the manager as the server wires it
         await manager.start()
         try:
             await scenario(manager)
@@ -139,7 +138,7 @@ def run(repo: Path, scenario: Callable[[ModelManager], Awaitable[None]], config_
 
 
 def rows(manager: ModelManager, name: str) -> list[tuple[str, str, str]]:
-    return [(r.get("version", ""), r.get("state", ""), r.get("reason", "")) for r in manager.index() if r["name"] == name]
+    return [(r.get("version", ""), r.get("state", ""), r.get("reason", "")) for r in manager.table.index() if r["name"] == name]
 
 
 def test_a_version_that_fails_to_load_is_unavailable_with_its_reason(tmp_path):
@@ -150,7 +149,7 @@ def test_a_version_that_fails_to_load_is_unavailable_with_its_reason(tmp_path):
             await manager.load("m")
         assert err.value.message == "failed to load 'm': version 1: the weights are corrupt"
         assert rows(manager, "m") == [("1", "UNAVAILABLE", "the weights are corrupt")]
-        assert manager.records["m"].versions[1].why is Why.LOAD_FAILED
+        assert manager.table.records["m"].versions[1].why is Why.LOAD_FAILED
 
     run(repo, scenario)
 
@@ -160,7 +159,7 @@ def test_a_failed_reload_keeps_the_old_version_serving_and_is_an_error(tmp_path)
 
     async def scenario(manager: ModelManager) -> None:
         await manager.load("m")
-        old = manager.resolve("m")
+        old = manager.table.resolve("m")
         assert rows(manager, "m") == [("1", "READY", "")]
         (repo / "m" / "1" / "model.txt").write_text("fail: out of memory")
         with pytest.raises(InvalidArgument) as err:
@@ -168,7 +167,7 @@ def test_a_failed_reload_keeps_the_old_version_serving_and_is_an_error(tmp_path)
         reason = "reload failed, previous version still serving: out of memory"
         assert err.value.message == f"failed to load 'm': version 1: {reason}"
         assert rows(manager, "m") == [("1", "READY", reason)]
-        assert manager.resolve("m") is old
+        assert manager.table.resolve("m") is old
 
     run(repo, scenario)
 
@@ -214,11 +213,11 @@ def test_ensembles_load_their_steps_first_and_go_down_with_them(tmp_path):
 
     async def scenario(manager: ModelManager) -> None:
         await manager.load("top")  # loads 'step', then 'ens', then 'top'
-        assert [r["name"] for r in manager.index(ready_only=True)] == ["ens", "step", "top"]
+        assert [r["name"] for r in manager.table.index(ready_only=True)] == ["ens", "step", "top"]
         await manager.unload("step")
         assert rows(manager, "ens") == [("1", "UNAVAILABLE", "unloaded: it calls 'step', which was unloaded")]
         assert rows(manager, "top") == [("1", "UNAVAILABLE", "unloaded: it calls 'step', which was unloaded")]
-        assert manager.records["top"].versions[1].why is Why.DEPENDENCY
+        assert manager.table.records["top"].versions[1].why is Why.DEPENDENCY
 
     run(repo, scenario)
 
@@ -231,8 +230,8 @@ def test_config_name_decides_what_an_ensemble_calls(tmp_path):
 
     async def scenario(manager: ModelManager) -> None:
         await manager.load("m")
-        assert manager.resolve("m").config.platform == "ensemble"
-        assert manager.resolve("step").version == 1  # loaded first, as its composing model
+        assert manager.table.resolve("m").config.platform == "ensemble"
+        assert manager.table.resolve("step").version == 1  # loaded first, as its composing model
 
     run(repo, scenario, config_name="pipe")
 
@@ -242,7 +241,7 @@ def test_loading_completes_a_copy_of_the_scanned_config(tmp_path):
 
     async def scenario(manager: ModelManager) -> None:
         await manager.load("m")
-        assert [g.name for g in manager.resolve("m").config.instance_group] == ["m"]  # completed
+        assert [g.name for g in manager.table.resolve("m").config.instance_group] == ["m"]  # completed
         assert manager.snapshot.models["m"].config == parse_config_text(PLAIN, "m")  # untouched
 
     run(repo, scenario)

@@ -54,15 +54,15 @@ def add_sub_request(version: str = "") -> InferRequest:
 
 
 def count_resolves(dp: DataPlane) -> list[str]:
-    """Record every model resolution the lifecycle answers from now on."""
+    """Record every model resolution the model table answers from now on."""
     calls: list[str] = []
-    resolve = type(dp.manager).resolve.__get__(dp.manager)  # the lifecycle's own, never a wrapper
+    resolve = type(dp.table).resolve.__get__(dp.table)  # the model table's own, never a wrapper
 
     def counting(name: str, version: str = "") -> Any:
         calls.append(name)
         return resolve(name, version)
 
-    dp.manager.resolve = counting  # type: ignore[method-assign]
+    dp.table.resolve = counting  # type: ignore[method-assign]
     return calls
 
 

@@ -341,12 +341,11 @@ def test_cache_config_flags_parse_triton_spelling():
 def test_server_builds_one_named_cache(tmp_path):
     host = PluginHost(load_entrypoints=False)
     server = Server(ServerOptions([tmp_path], cache_config={"local": {"size": "1000"}}), host=host)
-    assert isinstance(server._build_cache(), LocalCache)
+    assert isinstance(server.cache, LocalCache)
     for config, words in [({"nope": {"size": "1"}}, "installed: local"), ({"local": {}}, "needs a size"),
                           ({"local": {"size": "1"}, "other": {"a": "b"}}, "one response cache")]:  # fmt: skip
-        server = Server(ServerOptions([tmp_path], cache_config=config), host=host)
-        with pytest.raises(SystemExit, match=words):
-            server._build_cache()
+        with pytest.raises(SystemExit, match=words):  # before any model loads
+            Server(ServerOptions([tmp_path], cache_config=config), host=host)
 
 
 # -- a real server ---------------------------------------------------------------------------------

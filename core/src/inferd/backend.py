@@ -13,7 +13,7 @@ import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -22,6 +22,14 @@ from inferd.types import InferRequest, InferResponse, InferTensor, wire_datatype
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
+
+
+class ModelClient(Protocol):
+    """Runs a request on another model of the server, from a backend's instance thread."""
+
+    def infer_from_thread(self, request: InferRequest) -> InferResponse:
+        """Block until ``request`` is answered; raises :class:`~inferd.errors.InferdError`."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,9 +42,8 @@ class ModelLoadContext:
     model_dir: Path
     version_dir: Path
     repository: Path
-    #: The server's DataPlane, for models that call other models (Triton's BLS). Its
-    #: ``infer_from_thread(request)`` may be called from an instance thread.
-    dataplane: Any = None
+    #: The server's other models, for models that call them (Triton's BLS), from an instance thread.
+    models: ModelClient | None = None
 
     @property
     def model_path(self) -> Path:

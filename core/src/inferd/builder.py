@@ -11,10 +11,10 @@ import asyncio
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from inferd import config as cfg
-from inferd.backend import Backend, InstanceSpec, Model, ModelLoadContext
+from inferd.backend import Backend, InstanceSpec, Model, ModelClient, ModelLoadContext
 from inferd.classification import load_labels
 from inferd.errors import ConfigError, InferdError, InvalidArgument
 from inferd.model import ModelVersion
@@ -22,13 +22,20 @@ from inferd.recorder import Recorder
 from inferd.repository import ModelSource
 from inferd.response_cache import ModelCache
 from inferd.runner import InstanceRunner
-from inferd.scheduler import SchedulerContext
+from inferd.scheduler import ModelCaller, SchedulerContext
 from inferd.stats import ModelStats
 from inferd.warmup import warm_up
 
 if TYPE_CHECKING:
     from inferd.cache import ResponseCache
-    from inferd.plugins import PluginHost
+    from inferd.registry import Registry
+    from inferd.scheduler import Scheduler
+
+
+class ServerModels(ModelCaller, ModelClient, Protocol):
+    """How the models a builder makes call the server's other models: ensembles from the event
+    loop (:class:`~inferd.scheduler.ModelCaller`), Python models from their instance threads
+    (:class:`~inferd.backend.ModelClient`). The server's :class:`~inferd.router.Router` is both."""
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +43,21 @@ log = logging.getLogger(__name__)
 class VersionBuilder:
     """Builds :class:`~inferd.model.ModelVersion` objects; holds the backends created so far."""
 
-    def __init__(self, host: PluginHost, autocomplete: bool = True, config_name: str | None = None) -> None:
-        self.host = host
+    def __init__(
+        self,
+        backends: Registry[Backend],
+        schedulers: Registry[Scheduler],
+        models: ServerModels,
+        cache: ResponseCache | None = None,
+        autocomplete: bool = True,
+    ) -> None:
+        self.backends = backends
+        self.schedulers = schedulers
+        #: Handed to backends (Python models calling models) and to ensembles' schedulers.
+        self.models = models
+        #: The server's response cache (``--cache-config``), if it has one.
+        self.cache = cache
         self.autocomplete = autocomplete
-        self.config_name = config_name
-        #: Handed to backends (BLS) and ensembles; set by the DataPlane.
-        self.dataplane: Any = None
-        #: The server's response cache (``--cache-config``), set by the Server before loading.
-        self.cache: ResponseCache | None = None
         self._backends: dict[str, Backend] = {}
 
     def prepare_config(self, source: ModelSource, override: cfg.ModelConfig | None) -> tuple[cfg.ModelConfig, Backend | None]:
@@ -95,7 +109,7 @@ class VersionBuilder:
         def present(filename: str) -> bool:
             return any((d / filename).exists() for d in versions)
 
-        for reg in self.host.backends:
+        for reg in self.backends:
             declared = reg.options.get("model_filenames")
             if declared is not None:
                 names = [config.default_model_filename] if config.default_model_filename else list(declared)
@@ -115,20 +129,20 @@ class VersionBuilder:
         detail = f"; backends that could not start: {'; '.join(broken)}" if broken else ""
         return InvalidArgument(
             f"model '{source.name}' names no backend or platform and no installed backend recognises "
-            f"its files; installed backends: {', '.join(self.host.backends.names()) or 'none'}{detail}"
+            f"its files; installed backends: {', '.join(self.backends.names()) or 'none'}{detail}"
         )
 
     def backend(self, name: str, model: str) -> Backend:
         backend = self._backends.get(name)
         if backend is not None:
             return backend
-        for reg in self.host.backends:  # platform strings (onnxruntime_onnx...) map to backends
+        for reg in self.backends:  # platform strings (onnxruntime_onnx...) map to backends
             if reg.name == name:
                 break
         else:
             raise InvalidArgument(
                 f"model '{model}' asks for backend '{name}', which no installed plugin provides; "
-                f"installed: {', '.join(self.host.backends.names()) or 'none'}"
+                f"installed: {', '.join(self.backends.names()) or 'none'}"
             )
         try:
             backend = reg.factory()
@@ -155,9 +169,10 @@ class VersionBuilder:
             model, runners = await asyncio.to_thread(build, source, version_config, backend, version, recorder)
         try:
             labels = await asyncio.to_thread(load_labels, source.path, version_config)
-            models = self.dataplane  # a ModelCaller: how an ensemble calls its steps
-            context = SchedulerContext(source.name, version, version_config, runners, recorder, source.path, models)
-            scheduler = self.host.schedulers.create(scheduler_name(version_config), context)
+            context = SchedulerContext(
+                source.name, version, version_config, runners, recorder, source.path, self.models
+            )
+            scheduler = self.schedulers.create(scheduler_name(version_config), context)
             mv = ModelVersion(source.name, version, version_config, model, runners, scheduler, recorder.stats,
                               source.path, labels)  # fmt: skip
             await warm_up(mv)
@@ -195,7 +210,7 @@ class VersionBuilder:
             model_dir=source.path,
             version_dir=source.path / str(version),
             repository=source.repository,
-            dataplane=self.dataplane,
+            models=self.models,
         )
         model = backend.load_model(ctx)
         runners: list[InstanceRunner] = []

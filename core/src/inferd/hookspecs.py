@@ -119,13 +119,6 @@ class FrontendRegister(Protocol):
         """Register frontend ``name``."""
 
 
-Register = Callable[..., None]
-"""Untyped ``register(name, factory, **options)``: use the per-kind Protocols above instead.
-
-Kept only while in-tree plugins still import it (the lead converts the rest at merge).
-"""
-
-
 @hookspec
 def inferd_register_backends(register: BackendRegister) -> None:
     """Register backend factories.

@@ -16,20 +16,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from inferd import config as cfg
 from inferd.builder import VersionBuilder
 from inferd.dependencies import composing, load_waves, unload_order
 from inferd.errors import InferdError, InvalidArgument, NotFound
 from inferd.model import ModelVersion
+from inferd.model_table import ModelTable
 from inferd.repository import ModelSource, OverrideDirs, RepositoryDiff, Snapshot, scan
 from inferd.states import LOADING, READY, UNLOADED, UNLOADING, ModelRecord, State, VersionState, Why
 
 if TYPE_CHECKING:
     from inferd.backend import Backend
-    from inferd.cache import ResponseCache
-    from inferd.plugins import PluginHost
 
 log = logging.getLogger(__name__)
 
@@ -53,91 +52,42 @@ class LifecycleOptions:
 class ModelManager:
     """Owns every model record and applies loads, unloads and repository diffs."""
 
-    @property
-    def dataplane(self) -> Any:
-        """The DataPlane (set by it), handed to backends and ensembles."""
-        return self.builder.dataplane
-
-    @dataplane.setter
-    def dataplane(self, value: Any) -> None:
-        self.builder.dataplane = value
-
-    @property
-    def cache(self) -> ResponseCache | None:
-        """The server's response cache, set by the Server before models load."""
-        return self.builder.cache
-
-    @cache.setter
-    def cache(self, value: ResponseCache | None) -> None:
-        self.builder.cache = value
-
-    def __init__(self, host: PluginHost, options: LifecycleOptions) -> None:
-        self.host = host
+    def __init__(self, options: LifecycleOptions, table: ModelTable, builder: VersionBuilder) -> None:
         self.options = options
-        self.records: dict[str, ModelRecord] = {}
-        self.snapshot = Snapshot()
-        self.builder = VersionBuilder(host, options.autocomplete, options.config_name)
+        #: What serves now; the lifecycle is its only writer.
+        self.table = table
+        self.builder = builder
         self._load_slots = asyncio.Semaphore(max(1, options.load_threads))
         self._overrides = OverrideDirs()
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The repository scan the served models come from."""
+        return self.table.snapshot
 
     # -- start / stop ---------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Load what the control mode says to load at start-up."""
-        self.snapshot = await asyncio.to_thread(self.rescan, False)
-        self._report_duplicates(self.snapshot)
+        self.table.snapshot = await asyncio.to_thread(self.rescan, False)
+        self._report_duplicates(self.table.snapshot)
         if self.options.mode is ControlMode.EXPLICIT:
             names = self.options.startup_models
             if "*" in names:
-                names = list(self.snapshot.models)
+                names = list(self.table.snapshot.models)
         else:
-            names = list(self.snapshot.models)
+            names = list(self.table.snapshot.models)
         await self._load_many(names)
 
     async def shutdown(self) -> None:
         """Drain and unload every model."""
-        await asyncio.gather(*(self._unload_record(r, UNLOADED) for r in list(self.records.values())))
+        await asyncio.gather(*(self._unload_record(r, UNLOADED) for r in list(self.table.records.values())))
         await asyncio.to_thread(self._overrides.remove)
 
     def rescan(self, reuse: bool = True) -> Snapshot:
         """Scan the repositories (blocking); with ``reuse``, models whose files did not change
         keep the configs parsed by the last scan."""
-        return scan(self.options.repositories, self.options.config_name, self.snapshot if reuse else None)
-
-    # -- queries --------------------------------------------------------------------------------
-
-    def resolve(self, name: str, version: str = "") -> ModelVersion:
-        """The version serving ``name`` (the highest ready one when ``version`` is empty)."""
-        record = self.records.get(name)
-        serving = record.serving if record is not None else None
-        if not serving:
-            detail = "is not found" if record is None else "has no available versions"
-            raise NotFound(f"Request for unknown model: '{name}' {detail}")
-        if not version:
-            return serving[max(serving)]
-        try:
-            number = int(version)
-        except ValueError:
-            raise InvalidArgument(f"model '{name}': version '{version}' is not a number") from None
-        found = serving.get(number)
-        if found is None:
-            raise NotFound(
-                f"Request for unknown model: '{name}' version {version} is not found; "
-                f"available versions: {', '.join(str(v) for v in sorted(serving))}"
-            )
-        return found
-
-    def ready_versions(self, name: str) -> list[int]:
-        record = self.records.get(name)
-        return sorted(record.serving) if record else []
-
-    def index(self, ready_only: bool = False) -> list[dict[str, str]]:
-        """Triton's repository index: every model in the repositories and every known version."""
-        rows: list[dict[str, str]] = []
-        for name in sorted(set(self.snapshot.models) | set(self.records)):
-            record = self.records.get(name)
-            rows.extend(record.index_rows() if record is not None else [{"name": name}])
-        return [r for r in rows if r.get("state") == State.READY.value] if ready_only else rows
+        return scan(self.options.repositories, self.options.config_name, self.table.snapshot if reuse else None)
 
     # -- control --------------------------------------------------------------------------------
 
@@ -155,14 +105,14 @@ class ModelManager:
             source = await asyncio.to_thread(self._overrides.write, name, files)
             await self._load_one(source, override)
             return self._check_loaded(name)
-        self.snapshot = await asyncio.to_thread(self.rescan, False)
-        if name not in self.snapshot.models:
-            dup = self.snapshot.duplicates.get(name)
+        self.table.snapshot = await asyncio.to_thread(self.rescan, False)
+        if name not in self.table.snapshot.models:
+            dup = self.table.snapshot.duplicates.get(name)
             if dup:
                 raise InvalidArgument(f"model '{name}' exists in more than one repository: {', '.join(map(str, dup))}")
             raise NotFound(f"failed to load '{name}', failed to poll from model repository")
         await self._load_composing(name, override)
-        await self._load_one(self.snapshot.models[name], override)
+        await self._load_one(self.table.snapshot.models[name], override)
         self._check_loaded(name)
 
     async def _load_composing(self, name: str, override: cfg.ModelConfig | None) -> None:
@@ -172,12 +122,12 @@ class ModelManager:
         if override is not None:
             calls[name] = list(dict.fromkeys(s.model_name for s in override.ensemble_scheduling.step))
         for dep in composing(calls, name):
-            record = self.records.get(dep)
+            record = self.table.records.get(dep)
             if record is None or not record.serving:
-                await self._load_one(self.snapshot.models[dep])
+                await self._load_one(self.table.snapshot.models[dep])
 
     def _check_loaded(self, name: str) -> None:
-        error = self.records[name].load_error()
+        error = self.table.records[name].load_error()
         if error:
             raise InvalidArgument(f"failed to load '{name}': {error}")
 
@@ -185,33 +135,33 @@ class ModelManager:
         """Unload every version of ``name`` and, as Triton does, every ensemble that calls it (they
         could no longer run). With ``unload_dependents``, an ensemble's composing models go too,
         unless another ensemble still serving calls them. Unloading an unknown model succeeds."""
-        if name not in self.records:
+        if name not in self.table.records:
             return
         first, *rest = unload_order(self._serving_calls(), name, unload_dependents)
-        await self._unload_record(self.records[first.model], VersionState(State.UNAVAILABLE, why))
+        await self._unload_record(self.table.records[first.model], VersionState(State.UNAVAILABLE, why))
         for step in rest:
             final = VersionState(State.UNAVAILABLE, Why.DEPENDENCY, step.because) if step.because else UNLOADED
-            await self._unload_record(self.records[step.model], final)
+            await self._unload_record(self.table.records[step.model], final)
 
     async def apply(self, snapshot: Snapshot, changes: RepositoryDiff) -> None:
         """Apply a repository diff (poll mode): remove, then load added and modified models."""
-        self.snapshot = snapshot
+        self.table.snapshot = snapshot
         self._report_duplicates(snapshot)
         for name in changes.removed:
-            if name in self.records:
+            if name in self.table.records:
                 await self.unload(name, why=Why.REMOVED)
-                self.records.pop(name, None)
+                self.table.records.pop(name, None)
         await self._load_many(changes.added + changes.modified)
 
     def _scanned_calls(self) -> dict[str, Sequence[str]]:
         """The models each model's steps call, as its scanned config says."""
-        return {n: s.step_models for n, s in self.snapshot.models.items()}
+        return {n: s.step_models for n, s in self.table.snapshot.models.items()}
 
     def _serving_calls(self) -> dict[str, Sequence[str]]:
         """The models the steps of each serving model's versions call."""
         return {
             n: list(dict.fromkeys(s.model_name for mv in r.serving.values() for s in mv.config.ensemble_scheduling.step))
-            for n, r in self.records.items()
+            for n, r in self.table.records.items()
             if r.serving
         }
 
@@ -219,13 +169,13 @@ class ModelManager:
 
     async def _load_many(self, names: list[str]) -> None:
         """Load ``names`` in waves, the models an ensemble calls before the ensemble."""
-        known = [n for n in names if n in self.snapshot.models]
+        known = [n for n in names if n in self.table.snapshot.models]
         for wave in load_waves(self._scanned_calls(), known):
-            await asyncio.gather(*(self._load_one(self.snapshot.models[n]) for n in wave))
+            await asyncio.gather(*(self._load_one(self.table.snapshot.models[n]) for n in wave))
 
     async def _load_one(self, source: ModelSource, override: cfg.ModelConfig | None = None) -> None:
         """Build the versions the config picks, then swap them in; failures stay in the record."""
-        record = self.records.setdefault(source.name, ModelRecord(source.name))
+        record = self.table.records.setdefault(source.name, ModelRecord(source.name))
         async with record.lock, self._load_slots:
             started = time.monotonic()
             try:
@@ -312,7 +262,7 @@ class ModelManager:
 
     def _report_duplicates(self, snapshot: Snapshot) -> None:
         for name, paths in snapshot.duplicates.items():
-            record = self.records.setdefault(name, ModelRecord(name))
+            record = self.table.records.setdefault(name, ModelRecord(name))
             record.state = VersionState(
                 State.UNAVAILABLE,
                 Why.LOAD_FAILED,

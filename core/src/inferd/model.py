@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from inferd.classification import classify, wants_classification
-from inferd.types import InferRequest, InferResponse, config_to_wire
+from inferd.model_info import describe
+from inferd.types import InferRequest, InferResponse
 from inferd.validation import RequestValidator
 
 if TYPE_CHECKING:
@@ -52,7 +53,8 @@ class ModelVersion:
         self._reshapes = {
             t.name: tuple(t.reshape.shape) for t in config.input if t.HasField("reshape")
         }
-        self.metadata = self._metadata()
+        #: What frontends see of this version (built once; it refers back to it weakly).
+        self.info = describe(self)
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """Validate, apply config reshapes, and hand the request to the cache or the scheduler."""
@@ -80,30 +82,6 @@ class ModelVersion:
             full = ((tensor.shape[0],) if batched else ()) + shape
             tensor.data = tensor.data.reshape(full)
             tensor.shape = tuple(tensor.data.shape)
-
-    def _metadata(self) -> dict[str, Any]:
-        """Triton's model metadata JSON (versions are filled in by the data plane)."""
-        batch = [-1] if self.max_batch_size > 0 else []
-
-        def tensors(items: Any) -> list[dict[str, Any]]:
-            out = []
-            for t in items:
-                enum = t.DESCRIPTOR.fields_by_name["data_type"].enum_type
-                out.append(
-                    {
-                        "name": t.name,
-                        "datatype": config_to_wire(enum.values_by_number[t.data_type].name),
-                        "shape": batch + list(t.dims),
-                    }
-                )
-            return out
-
-        return {
-            "name": self.name,
-            "platform": self.config.platform or self.config.backend,
-            "inputs": tensors(self.config.input),
-            "outputs": tensors(self.config.output),
-        }
 
     async def stop(self) -> None:
         """Drain the scheduler (in-flight requests finish)."""

@@ -10,13 +10,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from inferd.builder import VersionBuilder
 from inferd.cache import ResponseCache
 from inferd.dataplane import DataPlane
 from inferd.errors import InferdError
 from inferd.frontend import Frontend
+from inferd.health import ServerHealth
 from inferd.lifecycle import ControlMode, LifecycleOptions, ModelManager
+from inferd.model_table import ModelTable
 from inferd.plugins import PluginHost
 from inferd.poller import RepositoryPoller
+from inferd.router import Router
+from inferd.trace import Tracer
 
 log = logging.getLogger(__name__)
 
@@ -51,41 +56,53 @@ class Server:
     """One inferd server: plugin host, model manager, data plane, poller and frontends."""
 
     def __init__(self, options: ServerOptions, host: PluginHost | None = None, plugins: Iterable[Any] = ()) -> None:
+        """Build every part bottom-up, each handed what it uses: nothing is wired afterwards.
+
+        The response cache is built here too (``--cache-config``; it may connect), so an unusable
+        cache stops the server before anything loads.
+        """
         self.options = options
         self.host = host or PluginHost(plugins=plugins)
-        self.manager = ModelManager(
-            self.host,
-            LifecycleOptions(
-                repositories=[Path(p).resolve() for p in options.model_repositories],
-                mode=options.model_control_mode,
-                startup_models=list(options.load_models),
-                autocomplete=options.autocomplete,
-                config_name=options.model_config_name,
-                load_threads=options.model_load_thread_count,
-            ),
+        registries = self.host.registries()
+        self.health = ServerHealth()
+        self.tracer = Tracer()
+        self.table = ModelTable()
+        self.router = Router(self.table, self.tracer, self.health)
+        self.cache: ResponseCache | None = self._build_cache()
+        builder = VersionBuilder(
+            registries.backends, registries.schedulers, self.router, self.cache, options.autocomplete
         )
-        self.dataplane = DataPlane(self.manager)
+        self.manager = ModelManager(self._lifecycle_options(), self.table, builder)
+        self.dataplane = DataPlane(self.manager, self.router, self.health, self.tracer)
         self.frontends: list[Frontend] = []
         self.poller: RepositoryPoller | None = None
         self._poll_task: asyncio.Task[None] | None = None
         self.started_at = 0.0
-        #: The response cache built from ``options.cache_config`` at start, if any.
-        self.cache: ResponseCache | None = None
+
+    def _lifecycle_options(self) -> LifecycleOptions:
+        options = self.options
+        return LifecycleOptions(
+            repositories=[Path(p).resolve() for p in options.model_repositories],
+            mode=options.model_control_mode,
+            startup_models=list(options.load_models),
+            autocomplete=options.autocomplete,
+            config_name=options.model_config_name,
+            load_threads=options.model_load_thread_count,
+        )
 
     async def start(self) -> None:
         """Load start-up models, start the poller and every frontend."""
         self.started_at = time.monotonic()
-        self.dataplane.loop = asyncio.get_running_loop()
-        self.dataplane.live = True
+        self.health.loop = asyncio.get_running_loop()
+        self.health.live = True
         for repo in self.manager.options.repositories:
             if not repo.is_dir():
                 raise SystemExit(f"error: model repository '{repo}' is not a directory")
-        self.cache = self.manager.cache = await asyncio.to_thread(self._build_cache)
         await self.manager.start()
         if self.options.model_control_mode is ControlMode.POLL:
             self.poller = RepositoryPoller(self.manager, self.manager.options.repositories, self.options.repository_poll_secs)
             self._poll_task = self.poller.start()
-        for reg in self.host.frontends:
+        for reg in self.host.registries().frontends:
             frontend = reg.factory(self.options)
             if frontend is None:
                 continue
@@ -93,12 +110,12 @@ class Server:
             log.info("started %s frontend at %s", frontend.name, frontend.address())
             self.frontends.append(frontend)
         self.host.startup(self)
-        self.dataplane.accepting = True
+        self.health.accepting = True
         log.info("inferd ready in %.2f s", time.monotonic() - self.started_at)
 
     async def stop(self) -> None:
         """Stop accepting, let in-flight requests finish, unload every model."""
-        self.dataplane.accepting = False
+        self.health.accepting = False
         if self.poller is not None:
             self.poller.stop()
         if self._poll_task is not None:
@@ -109,7 +126,7 @@ class Server:
             await asyncio.wait_for(self.manager.shutdown(), timeout=grace)
         except asyncio.TimeoutError:
             log.warning("models still busy after %.0f s; exiting anyway", grace)
-        self.dataplane.live = False
+        self.health.live = False
         if self.cache is not None:
             await asyncio.to_thread(self.cache.close)
         self.host.shutdown(self)
@@ -126,7 +143,7 @@ class Server:
             )
         ((name, settings),) = configs.items()
         try:
-            cache = self.host.caches.create(name, dict(settings))
+            cache = self.host.registries().caches.create(name, dict(settings))
         except InferdError as exc:
             raise SystemExit(f"error: response cache '{name}': {exc.message}") from None
         except Exception as exc:

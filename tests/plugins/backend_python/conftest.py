@@ -49,7 +49,7 @@ def write_model(
 
 
 def context_for(
-    model_dir: Path, version: int = 1, dataplane: Any = None, autocomplete: bool = False
+    model_dir: Path, version: int = 1, models: Any = None, autocomplete: bool = False
 ) -> ModelLoadContext:
     text = (model_dir / "config.pbtxt").read_text()
     config = parse_config_text(text, str(model_dir / "config.pbtxt"))
@@ -64,7 +64,7 @@ def context_for(
         model_dir=model_dir,
         version_dir=model_dir / str(version),
         repository=model_dir.parent,
-        dataplane=dataplane,
+        models=models,
     )
 
 
@@ -78,12 +78,12 @@ def load_model(tmp_path: Path) -> Callable[..., Loaded]:
         code: str,
         config: str = "",
         *,
-        dataplane: Any = None,
+        models: Any = None,
         autocomplete: bool = False,
         files: dict[str, str] | None = None,
     ) -> Loaded:
         model_dir = write_model(tmp_path, name, code, config, files=files)
-        ctx = context_for(model_dir, dataplane=dataplane, autocomplete=autocomplete)
+        ctx = context_for(model_dir, models=models, autocomplete=autocomplete)
         model = PythonBackend().load_model(ctx)
         instance = model.create_instance(InstanceSpec(f"{name}_0", "KIND_CPU", 0, 0, name))
         loaded = Loaded(model, instance, ctx)  # type: ignore[arg-type]

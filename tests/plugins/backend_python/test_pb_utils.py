@@ -194,7 +194,7 @@ BLS_MODEL = """
 
 def test_bls_exec(load_model):
     dataplane = FakeDataPlane()
-    m = load_model("bls", BLS_MODEL, dataplane=dataplane)
+    m = load_model("bls", BLS_MODEL, models=dataplane)
     ok, missing = m.infer(make_request("bls", {"IN": np.array([3])}), make_request("bls", {"IN": np.array([-1])}))
     assert ok.outputs[0].data.tolist() == [6]
     assert missing.kind is ErrorKind.NOT_FOUND and "model 'missing' is not found" in missing.message
@@ -218,7 +218,7 @@ def test_bls_async_exec(load_model):
                 total = sum(int(pb_utils.get_output_tensor_by_name(a, "Y").as_numpy()[0]) for a in answers)
                 return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([total]))]) for _ in requests]
     """
-    m = load_model("asyncbls", code, dataplane=FakeDataPlane())
+    m = load_model("asyncbls", code, models=FakeDataPlane())
     [response] = m.infer(make_request("asyncbls", {"IN": np.zeros(1)}))
     assert response.outputs[0].data.tolist() == [6]
 

@@ -112,7 +112,7 @@ class PythonModel(Model):
         self._module = module
         self._class = check_model_class(module, f"model '{self.name}'", path)
         decoupled = bool(context.config.model_transaction_policy.decoupled)
-        self.binding = ModelBinding(self.name, self.version, context.model_dir, decoupled, context.dataplane)
+        self.binding = ModelBinding(self.name, self.version, context.model_dir, decoupled, context.models)
         self._args = {
             "model_config": json.dumps(config_to_json(context.config)),
             "model_repository": str(context.model_dir),

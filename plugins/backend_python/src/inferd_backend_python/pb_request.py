@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inferd.backend import ModelClient
 from inferd.errors import ErrorKind, InferdError
 from inferd.types import InferRequest, InferTensor, RequestedOutput, wire_datatype
 from inferd_backend_python.pb_tensor import (
@@ -55,7 +56,8 @@ class ModelBinding:
     model_version: str
     model_dir: Path
     decoupled: bool
-    dataplane: Any = None
+    #: The server's other models (BLS); None outside a server.
+    models: ModelClient | None = None
 
 
 _CURRENT: ContextVar[ModelBinding | None] = ContextVar("inferd_python_model", default=None)
@@ -268,8 +270,8 @@ class InferenceRequest:
         if decoupled:
             raise TritonModelException("InferenceRequest.exec(decoupled=True) is not supported by inferd yet")
         binding = current_binding()
-        dataplane = binding.dataplane if binding is not None else None
-        if dataplane is None:
+        models = binding.models if binding is not None else None
+        if models is None:
             return InferenceResponse(
                 error=TritonError(
                     f"cannot run a BLS request on model '{self._model_name}': this model is not "
@@ -278,7 +280,7 @@ class InferenceRequest:
                 )
             )
         try:
-            result = dataplane.infer_from_thread(self._to_inferd())
+            result = models.infer_from_thread(self._to_inferd())
         except InferdError as exc:
             return InferenceResponse(error=error_from_inferd(exc))
         except TritonModelException:

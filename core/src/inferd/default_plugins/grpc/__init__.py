@@ -7,14 +7,14 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from inferd.frontend import Frontend
-from inferd.hookspecs import Register, hookimpl
+from inferd.hookspecs import FrontendRegister, hookimpl
 
 if TYPE_CHECKING:
     import grpc
 
     from inferd.dataplane import DataPlane
     from inferd.default_plugins.grpc.service import InferenceService
-    from inferd.server import ServerOptions
+    from inferd.hookspecs import ServerSettings
 
 log = logging.getLogger(__name__)
 
@@ -92,12 +92,12 @@ def _bind_error(host: str, port: int) -> str:
     return ""
 
 
-def _factory(options: ServerOptions) -> GrpcFrontend | None:
+def _factory(options: ServerSettings) -> GrpcFrontend | None:
     if not options.allow_grpc:
         return None
     return GrpcFrontend(options.host, options.grpc_port)
 
 
 @hookimpl
-def inferd_register_frontends(register: Register) -> None:
+def inferd_register_frontends(register: FrontendRegister) -> None:
     register("grpc", _factory)

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 
 from inferd.asgi_server import AsgiServer
 from inferd.frontend import Frontend
-from inferd.hookspecs import Register, hookimpl
+from inferd.hookspecs import FrontendRegister, hookimpl
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane
-    from inferd.server import ServerOptions
+    from inferd.hookspecs import ServerSettings
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +41,12 @@ class HttpFrontend(Frontend):
         return f"{self.host}:{self.port}"
 
 
-def _factory(options: ServerOptions) -> HttpFrontend | None:
+def _factory(options: ServerSettings) -> HttpFrontend | None:
     if not options.allow_http:
         return None
     return HttpFrontend(options.host, options.http_port)
 
 
 @hookimpl
-def inferd_register_frontends(register: Register) -> None:
+def inferd_register_frontends(register: FrontendRegister) -> None:
     register("http", _factory)

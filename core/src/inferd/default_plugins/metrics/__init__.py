@@ -128,7 +128,7 @@ class MetricsFrontend(Frontend):
         from inferd.default_plugins.metrics.collectors import ModelCollector, SystemCollector
         from inferd.default_plugins.metrics.system import CpuMetrics, GpuMetrics
 
-        self.models = dataplane.manager
+        self.models = dataplane.table
         self.cpu = CpuMetrics() if self.want_cpu else None
         self.gpu = await asyncio.to_thread(GpuMetrics.probe) if self.want_gpu else None
         self.registry = CollectorRegistry(auto_describe=False)

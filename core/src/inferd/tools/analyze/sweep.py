@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from inferd.config import ModelConfig, config_to_json
 from inferd.tools import ToolError
 from inferd.tools.analyze.search import Candidate, SearchSpace, candidates
+from inferd.tools.perf.connect import open_transport
 from inferd.tools.perf.engine import PerfSession
 from inferd.tools.perf.options import PerfOptions
 from inferd.tools.perf.profiler import LevelResult
-from inferd.tools.perf.transport import Transport, open_transport
+from inferd.tools.perf.transport import Transport
 
 log = logging.getLogger(__name__)
 

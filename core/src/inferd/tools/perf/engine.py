@@ -11,12 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from inferd.tools import ToolError
+from inferd.tools.perf.connect import open_transport
 from inferd.tools.perf.inputs import build_data
 from inferd.tools.perf.load import ConcurrencyLoad, Feed, RateLoad, Recorder
 from inferd.tools.perf.model import ModelInfo
 from inferd.tools.perf.options import PerfOptions
 from inferd.tools.perf.profiler import LevelResult, measure
-from inferd.tools.perf.transport import Transport, open_transport
+from inferd.tools.perf.transport import Transport
 
 
 class PerfSession:

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from inferd.tools import ToolError, require
+from inferd.tools import ToolError
 from inferd.tools.perf.inputs import Entry
 from inferd.tools.perf.model import ModelInfo, model_info
 from inferd.tools.perf.options import PerfOptions
@@ -117,17 +117,3 @@ class ControlMixin:
 
     async def unload(self) -> None:
         await self._call(f"unloading model '{self.opts.model}'", self._client.unload_model(self.opts.model))
-
-
-def open_transport(opts: PerfOptions) -> Transport:
-    """The transport for ``opts.protocol`` (imports the client libraries here, not at start-up)."""
-    require("tritonclient", "inferd perf")
-    if opts.protocol == "grpc":
-        require("grpc", "inferd perf -i grpc")
-        from inferd.tools.perf.transport_grpc import GrpcTransport
-
-        return GrpcTransport(opts)
-    require("aiohttp", "inferd perf -i http")
-    from inferd.tools.perf.transport_http import HttpTransport
-
-    return HttpTransport(opts)

@@ -1,0 +1,175 @@
+"""Runs inference requests on the versions the model table serves.
+
+The router runs a request once a frontend decoded it (frontends reach it through the data
+plane), and it is how models call other models: ensembles from the event loop, Python models
+(Triton's BLS) from their instance threads. It sets the request id for log lines and samples
+traces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
+
+from inferd.errors import InferdError, Unavailable, Unsupported
+from inferd.logging_settings import REQUEST_ID
+from inferd.trace import TRACE_KEY, RequestTrace, Tracer
+from inferd.types import InferRequest, InferResponse
+
+if TYPE_CHECKING:
+    from inferd import config as cfg
+    from inferd.health import ServerHealth
+    from inferd.model_info import ModelInfo, Servable
+    from inferd.model_table import ModelTable
+    from inferd.stats import ModelStats
+
+log = logging.getLogger(__name__)
+
+
+class Router:
+    """Resolves, runs and streams requests: the server's :class:`~inferd.builder.ServerModels`."""
+
+    def __init__(self, table: ModelTable, tracer: Tracer, health: ServerHealth) -> None:
+        self.table = table
+        self.tracer = tracer
+        self.health = health
+
+    def resolve(self, name: str, version: str = "") -> ModelInfo:
+        """The version that serves a request for ``name``/``version`` now; pass it to :meth:`infer`
+        or :meth:`stream` so the request runs on the version it was decoded for."""
+        return self.table.resolve(name, version).info
+
+    def model_config(self, name: str, version: str = "") -> cfg.ModelConfig:
+        return self.table.resolve(name, version).config
+
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        return self.table.index(ready_only)
+
+    async def infer(self, request: InferRequest, model: ModelInfo | None = None) -> InferResponse:
+        """Run one request to completion on ``model`` (from :meth:`resolve`; resolved from the
+        request when not given). Decoupled models must go through :meth:`stream`."""
+        info = model or self.resolve(request.model_name, request.model_version)
+        if info.decoupled:
+            raise Unsupported(
+                f"model '{info.name}' is decoupled (it may send any number of responses): "
+                f"call it through gRPC ModelStreamInfer or the generate_stream route"
+            )
+        return await self._run(info, request)
+
+    @staticmethod
+    def _servable(info: ModelInfo) -> Servable:
+        version = info.handle()
+        if version is None:
+            raise Unavailable(f"model '{info.name}' version {info.version} is no longer loaded")
+        return version
+
+    async def _run(self, info: ModelInfo, request: InferRequest) -> InferResponse:
+        """The version's ``infer`` with the request id set for log lines, traced when sampled."""
+        if self.tracer.active:
+            trace = self.tracer.sample(request, info.name, info.version)
+            if trace is not None:
+                return await self._run_traced(info, request, trace)
+        token = REQUEST_ID.set(request.id)
+        try:
+            return await self._servable(info).infer(request)
+        except InferdError as exc:
+            log.debug("model '%s' version %d: request failed: %s", info.name, info.version, exc.message)
+            raise
+        finally:
+            REQUEST_ID.reset(token)
+
+    async def _run_traced(self, info: ModelInfo, request: InferRequest, trace: RequestTrace) -> InferResponse:
+        token = REQUEST_ID.set(request.id)
+        trace.mark("REQUEST_START")
+        trace.record_tensors("TENSOR_QUEUE_INPUT", request.inputs.values())
+        try:
+            response = await self._servable(info).infer(request)
+            trace.record_tensors("TENSOR_BACKEND_OUTPUT", response.outputs)
+            if request.response_sender is None:
+                trace.mark("INFER_RESPONSE_COMPLETE")
+            return response
+        except InferdError as exc:
+            log.debug("model '%s' version %d: request failed: %s", info.name, info.version, exc.message)
+            raise
+        finally:
+            trace.mark("REQUEST_END")
+            self.tracer.finish(trace)
+            REQUEST_ID.reset(token)
+
+    async def stream(
+        self, request: InferRequest, model: ModelInfo | None = None
+    ) -> AsyncIterator[InferResponse | InferdError]:
+        """Yield every response of a request on ``model`` (resolved from the request when not
+        given): one for ordinary models, 0..N for decoupled ones."""
+        info = model or self.resolve(request.model_name, request.model_version)
+        if not info.decoupled:
+            try:
+                yield await self._run(info, request)
+            except InferdError as exc:
+                yield exc
+            return
+        async for item in self._stream_decoupled(info, request):
+            yield item
+
+    async def _stream_decoupled(
+        self, info: ModelInfo, request: InferRequest
+    ) -> AsyncIterator[InferResponse | InferdError]:
+        """Run ``request`` with a response sender and yield what the model sends, up to the final one."""
+        queue: asyncio.Queue[tuple[InferResponse | InferdError | None, bool]] = asyncio.Queue()
+
+        def finished(task: asyncio.Future[InferResponse]) -> None:
+            exc = None if task.cancelled() else task.exception()
+            if exc is not None:
+                queue.put_nowait((exc if isinstance(exc, InferdError) else InferdError(str(exc)), True))
+
+        request.response_sender = _response_sender(request, self._servable(info).stats, queue)
+        task = asyncio.ensure_future(self._run(info, request))
+        task.add_done_callback(finished)
+        while True:
+            response, final = await queue.get()
+            if isinstance(response, InferResponse):
+                response.final = final
+            if response is not None:
+                yield response
+            if final:
+                break
+
+    def infer_from_thread(self, request: InferRequest) -> InferResponse:
+        """Blocking :meth:`infer` for code on a worker thread (Python models calling models)."""
+        loop = self.health.loop
+        if loop is None:
+            raise Unavailable("the server is not running")
+        return asyncio.run_coroutine_threadsafe(self.infer(request), loop).result()
+
+
+def _response_sender(
+    request: InferRequest, stats: ModelStats, queue: asyncio.Queue[tuple[InferResponse | InferdError | None, bool]]
+) -> Callable[[InferResponse | InferdError | None, bool], None]:
+    """The ``response_sender`` of a decoupled request: records each response's statistics and
+    trace mark, then hands it to ``queue`` on the event loop (models call it from any thread)."""
+    loop = asyncio.get_running_loop()
+    put = queue.put_nowait
+    state = [time.monotonic_ns(), 0]  # when the previous response was sent, responses so far
+
+    def sender(response: InferResponse | InferdError | None, final: bool) -> None:
+        now = time.monotonic_ns()
+        start = request.context.get("compute_start_ns", state[0]) if state[1] == 0 else state[0]
+        index = state[1]
+        if response is None:
+            stats.record_response(index, now - start, empty=True)
+        else:
+            stats.record_response(index, now - start, ok=not isinstance(response, InferdError))
+            if index == 0:
+                stats.observe_first_response(now - request.arrival_ns)
+        trace = request.context.get(TRACE_KEY)
+        if trace is not None:
+            trace.mark("INFER_RESPONSE_COMPLETE", now)
+        state[0], state[1] = now, index + 1
+        loop.call_soon_threadsafe(put, (response, final))
+
+    return sender
+
+
