@@ -12,8 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from inferd.asgi_server import AsgiServer
 from inferd.flags import parse_bool
@@ -28,20 +27,9 @@ if TYPE_CHECKING:
     from inferd.default_plugins.metrics.system import CpuMetrics, GpuMetrics
     from inferd.hookspecs import ServerSettings
     from inferd.model import ModelVersion
+    from inferd.model_table import ModelTable
 
 log = logging.getLogger(__name__)
-
-
-class _Serving(Protocol):
-    @property
-    def serving(self) -> Mapping[int, ModelVersion]: ...
-
-
-class ModelRecords(Protocol):
-    """What the metrics frontend reads of the model manager: its records, by model name."""
-
-    @property
-    def records(self) -> Mapping[str, _Serving]: ...
 
 
 def _setting(value: str) -> tuple[str, str]:
@@ -92,7 +80,7 @@ class MetricsFrontend(Frontend):
         self.want_gpu = gpu
         self.cpu: CpuMetrics | None = None
         self.gpu: GpuMetrics | None = None
-        self.models: ModelRecords | None = None
+        self.models: ModelTable | None = None
         self.registry: CollectorRegistry | None = None
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -101,8 +89,7 @@ class MetricsFrontend(Frontend):
     def versions(self) -> list[ModelVersion]:
         """Every serving model version, by name then version."""
         assert self.models is not None
-        records = self.models.records
-        return [mv for name in sorted(records) for _, mv in sorted(records[name].serving.items())]
+        return list(self.models.serving())
 
     def scrape(self, accept: str = "") -> tuple[bytes, str]:
         """The body and content type of one scrape (OpenMetrics when ``accept`` asks for it)."""
