@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from inferd.default_plugins.http.app import build_app
+from inferd.default_plugins.http.app import HttpApp
 from inferd.server import Server
 from tests.core.test_model_info import A, B, http_post, serve
 
@@ -15,7 +15,7 @@ INFER = json.dumps({"inputs": [{"name": n, "datatype": "FP32", "shape": [1, 4], 
 
 def test_infer_dispatch_answers_as_the_router_does(tmp_path):
     async def scenario(server: Server) -> None:
-        app = build_app(server.dataplane)
+        app = HttpApp(server.dataplane)
         cases = [
             ("POST", "/v2/models/add_sub/infer", INFER, 200),
             ("POST", "/v2/models/add_sub/versions/1/infer", INFER, 200),

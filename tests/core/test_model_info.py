@@ -18,7 +18,7 @@ from inferd.dataplane import DataPlane
 from inferd.default_plugins.grpc import grpc_service_pb2 as pb
 from inferd.default_plugins.grpc.codec import split_infer_request
 from inferd.default_plugins.grpc.service import InferenceService
-from inferd.default_plugins.http.app import build_app
+from inferd.default_plugins.http.app import HttpApp
 from inferd.errors import Unavailable
 from inferd.model_info import ModelInfo, TensorInfo
 from inferd.server import Server, ServerOptions
@@ -159,7 +159,7 @@ def test_an_unloaded_version_is_not_kept_alive_by_its_description(tmp_path):
 def test_every_frontend_route_resolves_the_model_once(tmp_path):
     async def scenario(server: Server) -> None:
         dp = server.dataplane
-        app, svc = build_app(dp), InferenceService(dp)
+        app, svc = HttpApp(dp), InferenceService(dp)
         infer = json.dumps({"inputs": [{"name": n, "datatype": "FP32", "shape": [1, 4], "data": d}
                                        for n, d in (("INPUT0", A), ("INPUT1", B))]}).encode()  # fmt: skip
         generate = json.dumps({"INPUT0": A, "INPUT1": B}).encode()

@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 
 class HttpFrontend(Frontend):
-    """The Starlette application (``app.build_app``) served on ``host:port``."""
+    """The Starlette application (``app.HttpApp``) served on ``host:port``."""
 
     name = "HTTP"
 
@@ -27,9 +27,9 @@ class HttpFrontend(Frontend):
         self.port = port
 
     async def start(self, dataplane: DataPlane) -> None:
-        from inferd.default_plugins.http.app import build_app
+        from inferd.default_plugins.http.app import HttpApp
 
-        self.server = AsgiServer(build_app(dataplane), self.host, self.port, "HTTP frontend")
+        self.server = AsgiServer(HttpApp(dataplane), self.host, self.port, "HTTP frontend")
         await self.server.start()
         self.port = self.server.port
 

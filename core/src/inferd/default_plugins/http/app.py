@@ -112,11 +112,6 @@ class HttpApp:
         await self.app(scope, receive, send)
 
 
-def build_app(dp: DataPlane) -> HttpApp:
-    """The HTTP frontend's application over one data plane."""
-    return HttpApp(dp)
-
-
 class Endpoints:
     """One method per route (but infer): health, metadata, generate, repository, trace, logging."""
 

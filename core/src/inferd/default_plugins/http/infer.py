@@ -1,8 +1,8 @@
 """``POST /v2/models/{m}[/versions/{v}]/infer``: the hot path, a raw ASGI endpoint of the app.
 
-It skips Starlette's request and response objects, not its routing: the app's router hands it
-the request like any other route's. Decoding and encoding are in ``codec``; the body decoder and
-the error table are the ones every route uses (``errors``).
+It is a route of the one Starlette app, without Starlette's request and response objects;
+``HttpApp`` dispatches to it by the route's own pattern ahead of the router. Decoding and encoding
+are in ``codec``; the body decoder and the error table are the ones every route uses (``errors``).
 """
 
 from __future__ import annotations
