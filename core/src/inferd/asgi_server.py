@@ -15,12 +15,17 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-def bind(host: str, port: int, what: str, backlog: int = 2048) -> socket.socket:
-    """A listening TCP socket; a port in use is a clear start-up error naming ``what``."""
+def bind(host: str, port: int, what: str, backlog: int = 2048, reuse_port: bool = False) -> socket.socket:
+    """A listening TCP socket; a port in use is a clear start-up error naming ``what``.
+
+    ``reuse_port``: SO_REUSEPORT, for the workers of ``--workers N`` sharing one port.
+    """
     # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY only on sockets that say they are TCP,
     # and without it a response written as head + body waits ~40 ms for a delayed ACK.
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:
@@ -33,8 +38,9 @@ def bind(host: str, port: int, what: str, backlog: int = 2048) -> socket.socket:
 class AsgiServer:
     """Serves ``app`` on ``host:port`` until :meth:`stop`."""
 
-    def __init__(self, app: Any, host: str, port: int, what: str) -> None:
+    def __init__(self, app: Any, host: str, port: int, what: str, reuse_port: bool = False) -> None:
         self.app = app
+        self.reuse_port = reuse_port
         self.host = host
         self.port = port
         self.what = what
@@ -52,7 +58,7 @@ class AsgiServer:
             http = "httptools"
         except ImportError:  # pragma: no cover - depends on the environment
             http = "h11"
-        self._sock = bind(self.host, self.port, self.what)
+        self._sock = bind(self.host, self.port, self.what, reuse_port=self.reuse_port)
         self.port = self._sock.getsockname()[1]
         config = uvicorn.Config(
             self.app, http=http, interface="asgi3", lifespan="off", log_config=None, access_log=False, proxy_headers=False,

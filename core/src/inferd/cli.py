@@ -21,6 +21,8 @@ from inferd.plugins import PluginHost
 from inferd.server import Server, ServerOptions
 from inferd.tools.analyze import cli as analyze_cli
 from inferd.tools.perf import cli as perf_cli
+from inferd.workers.peers import WorkerSlot
+from inferd.workers.supervisor import Supervisor
 
 _TOOLS = {"perf": perf_cli, "analyze": analyze_cli}  # client tools; their client libraries load in run()
 
@@ -49,6 +51,16 @@ def _cache_settings(value: str) -> list[tuple[str, str, str]]:
             )
         out.append((name.strip(), setting.strip(), setting_value))
     return out
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got '{value}'")
+    return number
 
 
 def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # type: ignore[type-arg]
@@ -97,6 +109,11 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
     o.add_argument("--exit-timeout-secs", type=float, default=30.0, metavar="SECS",
                    help="on shutdown, how long in-flight requests may take to finish (default: 30)")
     o.add_argument("--log-verbose", type=int, default=0, metavar="LEVEL", help="verbose logging level (default: 0)")
+    o.add_argument("--workers", type=_positive, default=1, metavar="N",
+                   help="serving processes sharing the HTTP, gRPC and metrics ports; each holds its own "
+                        "model instances (default: 1, one process)")
+    o.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)  # set by the supervisor
+    o.add_argument("--worker-dir", type=Path, default=None, help=argparse.SUPPRESS)
     host.add_options(p)
 
 
@@ -116,6 +133,7 @@ _OWN_DESTS = {
     "disable_auto_complete_config", "strict_model_config", "model_config_name", "model_load_thread_count",
     "http_port", "grpc_port", "metrics_port", "host", "allow_http", "allow_grpc", "allow_metrics",
     "exit_timeout_secs", "log_verbose", "cache_config", "response_cache_byte_size", "cache_directory",
+    "workers", "worker_index", "worker_dir",
 }  # fmt: skip
 
 
@@ -154,6 +172,8 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         model_load_thread_count=args.model_load_thread_count,
         log_verbose=args.log_verbose,
         cache_config=_cache_config(args),
+        workers=args.workers,
+        worker=WorkerSlot(args.worker_index, args.workers, args.worker_dir) if args.worker_index is not None else None,
         extra={k: v for k, v in vars(args).items() if k not in _OWN_DESTS},
     )
 
@@ -190,6 +210,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InferdError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1
+    if args.workers > 1 and args.worker_index is None:
+        return Supervisor(sys.argv[1:] if argv is None else argv, args.workers, args.exit_timeout_secs).run()
     server = Server(options_from_args(args), host=host)
     try:
         asyncio.run(_serve(server))

@@ -7,8 +7,10 @@ to its status codes.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from inferd import __version__
@@ -16,12 +18,14 @@ from inferd import config as cfg
 from inferd.errors import InferdError, InvalidArgument, Unavailable
 from inferd.lifecycle import ControlMode
 from inferd.logging_settings import SETTINGS as LOG_SETTINGS
+from inferd.workers import merge
 
 if TYPE_CHECKING:
     from inferd.health import ServerHealth
     from inferd.lifecycle import ModelManager
     from inferd.router import Router
     from inferd.trace import Tracer
+    from inferd.workers.peers import Peers
 
 #: Extensions listed in server metadata: only those inferd implements.
 EXTENSIONS: list[str] = [
@@ -46,11 +50,17 @@ class DataPlane:
 
     Inference itself is the :class:`~inferd.router.Router`'s: ``resolve``, ``infer`` and
     ``stream`` are its methods, so a request costs no extra call here.
+
+    With ``peers`` (one worker of ``inferd serve --workers N``), the server-wide answers are the
+    whole server's: readiness, statistics and metrics count every worker, and repository control
+    and settings changes are applied on every worker before the call returns. The ``local_*`` and
+    ``*_locally`` methods are this worker's part, what peers ask for.
     """
 
     def __init__(
-        self, manager: ModelManager, router: Router, health: ServerHealth, tracer: Tracer, server_name: str = "inferd"
-    ) -> None:
+        self, manager: ModelManager, router: Router, health: ServerHealth, tracer: Tracer, server_name: str = "inferd",
+        peers: Peers | None = None,
+    ) -> None:  # fmt: skip
         self.manager = manager
         self.table = manager.table
         self.router = router
@@ -61,6 +71,12 @@ class DataPlane:
         self.log_config = LOG_SETTINGS
         self.server_name = server_name
         self.extensions = list(EXTENSIONS)
+        #: The other workers of this server, if any.
+        self.peers = peers
+        #: Frontends bind their ports with SO_REUSEPORT: other workers serve the same ports.
+        self.shares_ports = peers is not None
+        #: Workers only: load parameters of the models loaded through the API, for a restarted worker.
+        self.loaded_with: dict[str, dict[str, Any]] = {}
         # The request path: the router's own methods, with no call in between.
         self.resolve = router.resolve
         self.infer = router.infer
@@ -72,7 +88,10 @@ class DataPlane:
         return self.health.live
 
     def is_ready(self) -> bool:
-        """Ready once start-up loading finished and the frontends accept requests."""
+        """Ready once start-up loading finished and the frontends accept requests (on every worker)."""
+        return self.local_ready() and (self.peers is None or self.peers.all_ready())
+
+    def local_ready(self) -> bool:
         return self.health.live and self.health.accepting
 
     def server_metadata(self) -> dict[str, Any]:
@@ -94,12 +113,27 @@ class DataPlane:
 
     def model_statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
         """Triton's ``model_stats`` list: every ready version, or those of one model."""
+        stats = self.local_statistics(name, version)
+        if self.peers is None:
+            return stats
+        return merge.statistics(stats, self.peers.ask("stats", {"name": name, "version": version}))
+
+    def local_statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
+        """This worker's :meth:`model_statistics`."""
         if name and version:
             return [self.table.resolve(name, version).stats.as_dict()]
         stats = [mv.stats.as_dict() for mv in self.table.serving(name)]
         if name and not stats:
             raise InvalidArgument(f"requested model '{name}' is not available")
         return stats
+
+    def local_snapshots(self) -> list[list[Any]]:
+        """``[name, version, ModelStats.snapshot()]`` of every serving version (for the metrics)."""
+        return [[mv.name, mv.version, mv.stats.snapshot()] for mv in self.table.serving()]
+
+    def peer_snapshots(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """The other workers' metric snapshots, summed by (name, version)."""
+        return merge.snapshots(self.peers.ask("snapshots")) if self.peers is not None else {}
 
     # -- trace and logging extensions -------------------------------------------------------------
 
@@ -113,14 +147,20 @@ class DataPlane:
         """Change some trace settings (a null value resets one); returns them all."""
         if model:
             self._check_known(model)
-        return self.tracer.update(settings, model)
+        current = self.tracer.update(settings, model)
+        if self.peers is not None:
+            self.peers.ask("trace", {"settings": settings, "model": model})
+        return current
 
     def log_settings(self) -> dict[str, Any]:
         return self.log_config.as_json()
 
     def update_log_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
         """Change some log settings, applied to Python logging at once; returns them all."""
-        return self.log_config.update(settings)
+        current = self.log_config.update(settings)
+        if self.peers is not None:
+            self.peers.ask("log", {"settings": settings})
+        return current
 
     def _check_known(self, name: str) -> None:
         if not self.table.known(name):
@@ -141,8 +181,17 @@ class DataPlane:
     async def load_model(self, name: str, parameters: dict[str, Any] | None = None) -> None:
         """Load or reload ``name``; ``parameters['config']`` (JSON) overrides its config.pbtxt."""
         self._check_control()
-        override = None
         parameters = parameters or {}
+        load = self.load_locally(name, parameters)
+        if self.peers is None:
+            await load
+            return
+        wire = {k: _wire_value(v) for k, v in parameters.items()}
+        await self._everywhere(load, "load", {"name": name, "parameters": wire})
+
+    async def load_locally(self, name: str, parameters: dict[str, Any]) -> None:
+        """This worker's part of :meth:`load_model` (no control-mode check: the asker did it)."""
+        override = None
         if "config" in parameters:
             override = cfg.config_from_json(parameters["config"], f"load request for '{name}'")
         files = {k[5:]: _file_bytes(name, k, v) for k, v in parameters.items() if k.startswith("file:")}
@@ -150,11 +199,68 @@ class DataPlane:
         if unknown:
             raise InvalidArgument(f"load request for '{name}': unknown parameter '{unknown[0]}'")
         await self.manager.load(name, override, files or None)
+        if self.peers is not None:
+            self.loaded_with[name] = {k: _wire_value(v) for k, v in parameters.items()}
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         """Unload ``name`` (and the ensembles that call it; see :meth:`ModelManager.unload`)."""
         self._check_control()
+        unload = self.unload_locally(name, unload_dependents)
+        if self.peers is None:
+            await unload
+            return
+        await self._everywhere(unload, "unload", {"name": name, "unload_dependents": unload_dependents})
+
+    async def unload_locally(self, name: str, unload_dependents: bool = False) -> None:
         await self.manager.unload(name, unload_dependents)
+        self.loaded_with.pop(name, None)
+
+    async def _everywhere(self, local: Awaitable[None], op: str, args: dict[str, Any]) -> None:
+        """Run ``local`` here and ``op`` on every peer at once; this worker's error wins, then a peer's."""
+        assert self.peers is not None
+        mine, theirs = await asyncio.gather(local, self.peers.ask_all(op, args), return_exceptions=True)
+        if isinstance(mine, BaseException):
+            raise mine
+        for error in theirs if isinstance(theirs, list) else [theirs]:
+            if error is not None:
+                raise error
+
+    # -- workers --------------------------------------------------------------------------------
+
+    def local_state(self) -> dict[str, Any]:
+        """What a restarted worker takes from a running one (see :meth:`catch_up`)."""
+        return {
+            "ready": self.local_ready(),
+            "loads": self.loaded_with,
+            "serving": sorted({mv.name for mv in self.table.serving()}),
+            "log": {k: v for k, v in self.log_config.as_json().items() if k != "log_file"},
+            "trace": self.tracer.settings(),
+        }
+
+    async def catch_up(self) -> None:
+        """A worker (re)started beside running ones takes their API loads and their settings."""
+        if self.peers is None:
+            return
+        states = await asyncio.to_thread(self.peers.ask, "state")
+        state = next((s for s in states if s["ready"]), None)
+        if state is None:
+            return  # the server is starting: every worker starts from the same options
+        try:
+            self.log_config.update(state["log"])
+            self.tracer.update(state["trace"])
+        except InferdError as exc:
+            log.warning("could not take the running workers' log or trace settings: %s", exc.message)
+        for name, parameters in state["loads"].items():
+            if name in state["serving"]:
+                try:
+                    await self.load_locally(name, parameters)
+                except InferdError as exc:
+                    log.warning("could not load '%s' as the running workers have it: %s", name, exc.message)
+
+
+def _wire_value(value: Any) -> Any:
+    """A load parameter as JSON carries it: ``file:`` bytes as base64 text."""
+    return base64.b64encode(value).decode() if isinstance(value, (bytes, bytearray)) else value
 
 
 def _file_bytes(model: str, key: str, value: Any) -> bytes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -22,6 +23,9 @@ from inferd.plugins import PluginHost
 from inferd.poller import RepositoryPoller
 from inferd.router import Router
 from inferd.trace import Tracer
+from inferd.workers.control import ControlServer
+from inferd.workers.local import WorkerOps
+from inferd.workers.peers import Peers, WorkerSlot
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,10 @@ class ServerOptions:
     log_verbose: int = 0
     #: ``--cache-config NAME,key=value`` gathered by cache name: ``{"local": {"size": "1048576"}}``.
     cache_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: ``--workers N``: serving processes behind the one endpoint (the supervisor reads it).
+    workers: int = 1
+    #: Set in each serving process of a ``--workers N`` (N > 1) server: which worker this is.
+    worker: WorkerSlot | None = None
     #: Options added by plugins through ``inferd_add_options`` (and anything else by name).
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -73,7 +81,9 @@ class Server:
             registries.backends, registries.schedulers, self.router, self.cache, options.autocomplete
         )
         self.manager = ModelManager(self._lifecycle_options(), self.table, builder)
-        self.dataplane = DataPlane(self.manager, self.router, self.health, self.tracer)
+        self.peers = Peers(options.worker) if options.worker is not None else None
+        self.dataplane = DataPlane(self.manager, self.router, self.health, self.tracer, peers=self.peers)
+        self.control: ControlServer | None = None
         self.frontends: list[Frontend] = []
         self.poller: RepositoryPoller | None = None
         self._poll_task: asyncio.Task[None] | None = None
@@ -98,7 +108,9 @@ class Server:
         for repo in self.manager.options.repositories:
             if not repo.is_dir():
                 raise SystemExit(f"error: model repository '{repo}' is not a directory")
+        self._start_control()
         await self.manager.start()
+        await self.dataplane.catch_up()
         if self.options.model_control_mode is ControlMode.POLL:
             self.poller = RepositoryPoller(self.manager, self.manager.options.repositories, self.options.repository_poll_secs)
             self._poll_task = self.poller.start()
@@ -130,6 +142,17 @@ class Server:
         if self.cache is not None:
             await asyncio.to_thread(self.cache.close)
         self.host.shutdown(self)
+        if self.control is not None:
+            self.control.stop()
+
+    def _start_control(self) -> None:
+        """A worker of several: answer the other workers on this worker's control socket."""
+        slot = self.options.worker
+        if slot is None:
+            return
+        self.control = ControlServer(slot.socket(slot.index), WorkerOps(self.dataplane, asyncio.get_running_loop()))
+        self.control.start()
+        log.info("worker %d of %d (pid %d)", slot.index, slot.count, os.getpid())
 
     def _build_cache(self) -> ResponseCache | None:
         """The one response cache ``--cache-config`` names (blocking: a cache may connect)."""

@@ -54,7 +54,8 @@ class GrpcFrontend(Frontend):
         from inferd.default_plugins.grpc.service import InferenceService, build_handlers
 
         self._service = InferenceService(dataplane)
-        server = grpc.aio.server(options=SERVER_OPTIONS)
+        reuse = int(dataplane.shares_ports)  # --workers N: the workers share the port
+        server = grpc.aio.server(options=[(k, reuse if k == "grpc.so_reuseport" else v) for k, v in SERVER_OPTIONS])
         server.add_generic_rpc_handlers(build_handlers(self._service))
         address = self._bind_address()
         try:

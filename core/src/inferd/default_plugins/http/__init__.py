@@ -29,7 +29,7 @@ class HttpFrontend(Frontend):
     async def start(self, dataplane: DataPlane) -> None:
         from inferd.default_plugins.http.app import HttpApp
 
-        self.server = AsgiServer(HttpApp(dataplane), self.host, self.port, "HTTP frontend")
+        self.server = AsgiServer(HttpApp(dataplane), self.host, self.port, "HTTP frontend", dataplane.shares_ports)
         await self.server.start()
         self.port = self.server.port
 

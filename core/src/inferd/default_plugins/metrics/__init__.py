@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from inferd.asgi_server import AsgiServer
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from inferd.dataplane import DataPlane
+    from inferd.default_plugins.metrics.collectors import ServedVersion
     from inferd.default_plugins.metrics.latency import LatencyConfig
     from inferd.default_plugins.metrics.system import CpuMetrics, GpuMetrics
     from inferd.hookspecs import ServerSettings
@@ -82,6 +84,8 @@ class MetricsFrontend(Frontend):
         self.gpu: GpuMetrics | None = None
         self.models: ModelTable | None = None
         self.registry: CollectorRegistry | None = None
+        #: ``--workers N``: the other workers' counters, summed (None: this process is the server).
+        self.peer_snapshots: Callable[[], dict[tuple[str, str], dict[str, Any]]] | None = None
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.server: AsgiServer | None = None
@@ -90,6 +94,14 @@ class MetricsFrontend(Frontend):
         """Every serving model version, by name then version."""
         assert self.models is not None
         return list(self.models.serving())
+
+    def served(self) -> Sequence[ServedVersion]:
+        """What the collectors read: :meth:`versions`, with the other workers' counters when there are."""
+        if self.peer_snapshots is None:
+            return self.versions()
+        from inferd.default_plugins.metrics.aggregate import summed
+
+        return summed(self.versions(), self.peer_snapshots)
 
     def scrape(self, accept: str = "") -> tuple[bytes, str]:
         """The body and content type of one scrape (OpenMetrics when ``accept`` asks for it)."""
@@ -116,14 +128,15 @@ class MetricsFrontend(Frontend):
         from inferd.default_plugins.metrics.system import CpuMetrics, GpuMetrics
 
         self.models = dataplane.table
+        self.peer_snapshots = dataplane.peer_snapshots if dataplane.peers is not None else None
         self.cpu = CpuMetrics() if self.want_cpu else None
         self.gpu = await asyncio.to_thread(GpuMetrics.probe) if self.want_gpu else None
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(ModelCollector(self.versions, self.config))
+        self.registry.register(ModelCollector(self.served, self.config))
         self.registry.register(SystemCollector(self.cpu, self.gpu))
         await self._sample()
         self._attach(self.versions())
-        self.server = AsgiServer(self._app, self.host, self.port, "metrics frontend")
+        self.server = AsgiServer(self._app, self.host, self.port, "metrics frontend", dataplane.shares_ports)
         await self.server.start()
         self.port = self.server.port
         self._tasks = [asyncio.get_running_loop().create_task(self._every_interval(), name="inferd-metrics-interval")]

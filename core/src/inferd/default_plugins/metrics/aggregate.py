@@ -1,0 +1,55 @@
+"""``--workers N``: each serving version's counters plus the other workers' (one server's metrics).
+
+Counters (requests, failures, inferences, executions, durations) are summed over the workers;
+latency summaries and histograms, the pending-request gauge and the load duration are those of
+the worker that answered the scrape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from inferd.workers.merge import add_snapshot
+
+if TYPE_CHECKING:
+    from inferd.model import ModelVersion
+    from inferd.stats import LatencyObserver, ModelStats
+
+
+class SummedStats:
+    """What the collectors read of a :class:`ModelStats`, with the peers' counters added."""
+
+    def __init__(self, local: ModelStats, peers: dict[str, Any] | None) -> None:
+        self.local = local
+        self.peers = peers
+
+    @property
+    def observer(self) -> LatencyObserver | None:
+        return self.local.observer
+
+    def snapshot(self) -> dict[str, Any]:
+        return add_snapshot(self.local.snapshot(), self.peers)
+
+
+class SummedVersion:
+    """A serving version as the collectors see it, its ``stats`` summed over the workers."""
+
+    def __init__(self, version: ModelVersion, peers: dict[str, Any] | None) -> None:
+        self._version = version
+        self.name = version.name
+        self.version = version.version
+        self.config = version.config
+        self.decoupled = version.decoupled
+        self.stats = SummedStats(version.stats, peers)
+
+    def __getattr__(self, name: str) -> Any:  # scheduler (pending), cache: this worker's
+        return getattr(self._version, name)
+
+
+def summed(
+    versions: list[ModelVersion], peer_snapshots: Callable[[], dict[tuple[str, str], dict[str, Any]]]
+) -> list[SummedVersion]:
+    """``versions`` with every other worker's counters added."""
+    others = peer_snapshots()
+    return [SummedVersion(mv, others.get((mv.name, str(mv.version)))) for mv in versions]

@@ -1,0 +1,58 @@
+"""A worker's answers to its peers' control requests."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from inferd.errors import InferdError
+
+if TYPE_CHECKING:
+    from inferd.dataplane import DataPlane
+
+log = logging.getLogger(__name__)
+
+
+class WorkerOps:
+    """The :data:`~inferd.workers.control.Handler` of one worker: reads run on the control thread,
+    model loads and unloads on the worker's event loop (the asker waits for them)."""
+
+    def __init__(self, dataplane: DataPlane, loop: asyncio.AbstractEventLoop) -> None:
+        self.dp = dataplane
+        self.loop = loop
+        self._ops: dict[str, Callable[[dict[str, Any]], Any]] = {
+            "ready": lambda args: self.dp.local_ready(),
+            "stats": self._stats,
+            "snapshots": lambda args: self.dp.local_snapshots(),
+            "trace": self._trace,
+            "log": self._log,
+            "state": lambda args: self.dp.local_state(),
+            "load": lambda args: self._on_loop(self.dp.load_locally(args["name"], args["parameters"])),
+            "unload": lambda args: self._on_loop(self.dp.unload_locally(args["name"], args["unload_dependents"])),
+        }
+
+    def __call__(self, op: str, args: dict[str, Any]) -> Any:
+        return self._ops[op](args)
+
+    def _on_loop(self, work: Coroutine[Any, Any, None]) -> None:
+        asyncio.run_coroutine_threadsafe(work, self.loop).result()
+
+    def _stats(self, args: dict[str, Any]) -> list[dict[str, Any]]:
+        try:
+            return self.dp.local_statistics(args["name"], args["version"])
+        except InferdError:
+            return []  # not served here (yet): the asker's own answer decides the error
+
+    def _trace(self, args: dict[str, Any]) -> None:
+        try:
+            self.dp.tracer.update(args["settings"], args["model"])
+        except InferdError as exc:
+            log.warning("trace settings from another worker not applied: %s", exc.message)
+
+    def _log(self, args: dict[str, Any]) -> None:
+        try:
+            self.dp.log_config.update(args["settings"])
+        except InferdError as exc:
+            log.warning("log settings from another worker not applied: %s", exc.message)

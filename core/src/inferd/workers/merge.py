@@ -1,0 +1,80 @@
+"""Sums of the workers' statistics, in Triton's shapes (what one server would have counted)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Key = tuple[str, str]
+
+
+def _add(into: dict[str, Any], other: dict[str, Any]) -> None:
+    """Add ``other``'s counters to ``into`` (nested dicts of ints, batch lists by batch size)."""
+    for key, value in other.items():
+        mine = into.get(key)
+        if mine is None:
+            into[key] = value
+        elif key == "last_inference":
+            into[key] = max(mine, value)
+        elif key == "batch_stats":
+            into[key] = _add_batches(mine, value)
+        elif isinstance(value, dict):
+            _add(mine, value)
+        elif isinstance(value, bool) or not isinstance(value, int):
+            continue  # names, versions, memory usage: the same on every worker
+        else:
+            into[key] = mine + value
+
+
+def _add_batches(mine: list[dict[str, Any]], other: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    by_size = {b["batch_size"]: b for b in mine}
+    for batch in other:
+        if batch["batch_size"] in by_size:
+            _add(by_size[batch["batch_size"]], {k: v for k, v in batch.items() if k != "batch_size"})
+        else:
+            by_size[batch["batch_size"]] = batch
+    return [by_size[size] for size in sorted(by_size)]
+
+
+def statistics(local: list[dict[str, Any]], peers: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """``model_stats`` entries summed per (name, version); this worker's order and entries decide
+    what is listed (a version only a peer still serves is left out)."""
+    by_key: dict[Key, dict[str, Any]] = {(s["name"], s["version"]): s for s in local}
+    for entries in peers:
+        for entry in entries:
+            mine = by_key.get((entry["name"], entry["version"]))
+            if mine is not None:
+                _add(mine, entry)
+    return local
+
+
+def snapshots(peers: list[list[list[Any]]]) -> dict[Key, dict[str, Any]]:
+    """Peers' metric snapshots (``[name, version, snapshot]`` rows) summed per (name, version);
+    durations come back as ``(count, ns)`` tuples, as :meth:`ModelStats.snapshot` gives them."""
+    out: dict[Key, dict[str, Any]] = {}
+    for rows in peers:
+        for name, version, snap in rows:
+            snap["durations"] = {k: {"count": c, "ns": ns} for k, (c, ns) in snap["durations"].items()}
+            mine = out.get((name, str(version)))
+            if mine is None:
+                out[(name, str(version))] = snap
+            else:
+                _add(mine, snap)
+    for snap in out.values():
+        snap["durations"] = {k: (d["count"], d["ns"]) for k, d in snap["durations"].items()}
+    return out
+
+
+def add_snapshot(local: dict[str, Any], other: dict[str, Any] | None) -> dict[str, Any]:
+    """``local`` (a :meth:`ModelStats.snapshot`) plus ``other`` (one from :func:`snapshots`)."""
+    if other is None:
+        return local
+    durations = {k: (c + other["durations"].get(k, (0, 0))[0], ns + other["durations"].get(k, (0, 0))[1])
+                 for k, (c, ns) in local["durations"].items()}  # fmt: skip
+    failures = {r: n + other["failures"].get(r, 0) for r, n in local["failures"].items()}
+    return {
+        **local,
+        "durations": durations,
+        "failures": failures,
+        "inference_count": local["inference_count"] + other["inference_count"],
+        "execution_count": local["execution_count"] + other["execution_count"],
+    }

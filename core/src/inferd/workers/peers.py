@@ -1,0 +1,70 @@
+"""A worker's view of the other workers of its server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from inferd.workers.control import call
+
+log = logging.getLogger(__name__)
+
+#: How long a question that needs no model work may take before the peer counts as absent.
+QUICK_S = 2.0
+
+
+@dataclass(frozen=True)
+class WorkerSlot:
+    """Which worker this process is: ``index`` of ``count``, control sockets in ``directory``."""
+
+    index: int
+    count: int
+    directory: Path
+
+    def socket(self, index: int) -> Path:
+        """The control socket of worker ``index``."""
+        return self.directory / f"worker-{index}.sock"
+
+
+class Peers:
+    """Asks every other worker; a worker that is not there (restarting) is left out."""
+
+    def __init__(self, slot: WorkerSlot) -> None:
+        self.slot = slot
+        self.paths = [slot.socket(i) for i in range(slot.count) if i != slot.index]
+
+    def ask(self, op: str, args: dict[str, Any] | None = None) -> list[Any]:
+        """Each reachable peer's answer to a quick question (blocking: microseconds per peer)."""
+        answers = []
+        for path in self.paths:
+            try:
+                answers.append(call(path, op, args, QUICK_S))
+            except OSError as exc:
+                log.debug("worker at %s did not answer %s: %s", path, op, exc)
+        return answers
+
+    async def ask_all(self, op: str, args: dict[str, Any], timeout: float | None = None) -> list[BaseException | None]:
+        """Ask every peer at once and wait for all; per peer, the error it raised (``None``: done
+        or not there)."""
+
+        def one(path: Path) -> None:
+            try:
+                call(path, op, args, timeout)
+            except OSError as exc:
+                log.warning("worker at %s did not take %s: %s", path, op, exc)
+
+        results = await asyncio.gather(*(asyncio.to_thread(one, p) for p in self.paths), return_exceptions=True)
+        return [r if isinstance(r, BaseException) else None for r in results]
+
+    def all_ready(self) -> bool:
+        """Every other worker is up and ready."""
+        for path in self.paths:
+            try:
+                if call(path, "ready", timeout=QUICK_S) is not True:
+                    return False
+            except OSError:
+                return False
+        return True
