@@ -94,9 +94,11 @@ def test_explicit_mode_load_unload_and_failed_load(tmp_path):
         assert client.is_server_live()
 
 
-def test_poll_mode_add_change_remove_under_traffic(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_poll_mode_add_change_remove_under_traffic(tmp_path, workers):
     repo = write_repository(tmp_path / "models", {"add_sub": models.add_sub(offset=0), "steady": models.add_sub(offset=5)})
-    srv = ServerProcess([repo], ["--model-control-mode=poll", "--repository-poll-secs=1"]).start()
+    args = ["--model-control-mode=poll", "--repository-poll-secs=1", f"--workers={workers}"]
+    srv = ServerProcess([repo], args).start()
     failures: list[str] = []
     sent = [0]
     stop = threading.Event()
@@ -104,6 +106,9 @@ def test_poll_mode_add_change_remove_under_traffic(tmp_path):
     def traffic() -> None:
         client = httpclient.InferenceServerClient(srv.http_url)
         while not stop.is_set():
+            if workers > 1:  # a new connection each time: the kernel spreads them over the workers
+                client.close()
+                client = httpclient.InferenceServerClient(srv.http_url)
             try:
                 out = add_sub_call(client, "steady")
                 if not np.array_equal(out, [[7, 9, 11, 13]]):

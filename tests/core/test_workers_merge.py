@@ -1,0 +1,42 @@
+"""Statistics summed over workers equal what one process counting all the traffic reports."""
+
+from __future__ import annotations
+
+import json
+
+from inferd.stats import ModelStats
+from inferd.workers import merge
+
+# (batch size, input ns, infer ns, output ns), then a request's success or failure
+TRAFFIC_A = [(1, 10, 20, 30), (4, 11, 21, 31), (1, 12, 22, 32)]
+TRAFFIC_B = [(4, 13, 23, 33), (2, 14, 24, 34)]
+
+
+def record(stats: ModelStats, traffic: list[tuple[int, int, int, int]], failures: int) -> None:
+    for size, i, c, o in traffic:
+        stats.record_execution(size, i, c, o)
+        stats.record_success(i + c + o + 5, 5, i, c, o)
+    for _ in range(failures):
+        stats.record_failure(7, "REJECTED")
+
+
+def test_statistics_and_snapshots_sum_like_one_process():
+    a, b, everything = ModelStats("m", "1"), ModelStats("m", "1"), ModelStats("m", "1")
+    record(a, TRAFFIC_A, 1)
+    record(b, TRAFFIC_B, 2)
+    record(everything, TRAFFIC_A + TRAFFIC_B, 3)
+    wire = json.loads(json.dumps([b.as_dict()]))  # as the control channel carries it
+
+    (summed,) = merge.statistics([a.as_dict()], [wire])
+    expected = everything.as_dict()
+    summed.pop("last_inference"), expected.pop("last_inference")
+    assert summed == expected
+
+    peers = merge.snapshots([json.loads(json.dumps([["m", "1", b.snapshot()]]))])
+    assert merge.add_snapshot(a.snapshot(), peers[("m", "1")]) == everything.snapshot()
+
+
+def test_a_version_only_a_peer_serves_is_left_out():
+    a, b = ModelStats("m", "1"), ModelStats("m", "2")
+    record(b, TRAFFIC_B, 0)
+    assert merge.statistics([a.as_dict()], [[b.as_dict()]]) == [a.as_dict()]

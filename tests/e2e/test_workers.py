@@ -1,0 +1,220 @@
+"""``inferd serve --workers 2``: one server made of two processes sharing its ports."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from inferd.testing import ServerProcess, write_repository
+
+# PID = the process serving the request, after sleeping MS milliseconds.
+WHOAMI_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "MS" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "PID" data_type: TYPE_INT64 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 4 } ]
+"""
+WHOAMI_PY = """
+import os
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            ms = pb_utils.get_input_tensor_by_name(r, "MS").as_numpy()
+            time.sleep(float(ms[0]) / 1000.0)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("PID", np.array([os.getpid()], np.int64))]))
+        return out
+"""
+WHOAMI = {"config.pbtxt": WHOAMI_CONFIG, "1/model.py": WHOAMI_PY}
+
+
+def whoami(url: str, model: str = "whoami", ms: int = 0, timeout: float = 30.0) -> int:
+    """The pid that served one request, over a new connection (so the kernel picks the worker)."""
+    client = httpclient.InferenceServerClient(url, connection_timeout=timeout, network_timeout=timeout)
+    try:
+        inp = httpclient.InferInput("MS", [1], "INT32")
+        inp.set_data_from_numpy(np.array([ms], np.int32))
+        return int(client.infer(model, [inp]).as_numpy("PID")[0])
+    finally:
+        client.close()
+
+
+def fresh(url: str) -> httpclient.InferenceServerClient:
+    return httpclient.InferenceServerClient(url)
+
+
+def on_new_connections(url: str, ask, times: int = 16) -> list:
+    """``ask(client)`` over ``times`` new connections: both workers answer some of them."""
+    answers = []
+    for _ in range(times):
+        client = fresh(url)
+        try:
+            answers.append(ask(client))
+        finally:
+            client.close()
+    return answers
+
+
+def metric(srv: ServerProcess, family: str, model: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{srv.metrics_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    match = re.search(rf'^{family}{{model="{model}",version="1"}} (\S+)$', text, re.M)
+    assert match, text
+    return float(match.group(1))
+
+
+def wait_for(predicate, timeout: float = 60.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def worker_pids(url: str) -> set[int]:
+    """The serving pids, found by asking until two distinct ones answered."""
+    seen: set[int] = set()
+
+    def both() -> bool:
+        seen.add(whoami(url))
+        return len(seen) >= 2
+
+    wait_for(both, what="both workers")
+    return seen
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return write_repository(tmp_path / "models", {"whoami": WHOAMI})
+
+
+def test_requests_spread_and_statistics_count_every_worker(repo):
+    with ServerProcess([repo], ["--workers", "2"]) as srv:
+        sent = 40
+        pids = [whoami(srv.http_url) for _ in range(sent)]
+        assert len(set(pids)) == 2 and srv.proc.pid not in pids  # the supervisor serves nothing
+
+        # Every answer counts all 40, whichever worker gives it.
+        for stats in on_new_connections(srv.http_url, lambda c: c.get_inference_statistics("whoami"), 8):
+            (entry,) = stats["model_stats"]
+            assert entry["inference_stats"]["success"]["count"] == sent
+            assert entry["inference_count"] == sent and entry["execution_count"] == sent
+            assert sum(b["compute_infer"]["count"] for b in entry["batch_stats"]) == sent
+        for _ in range(8):
+            assert metric(srv, "nv_inference_request_success", "whoami") == sent
+            assert metric(srv, "nv_inference_count", "whoami") == sent
+        for _ in range(4):
+            client = grpcclient.InferenceServerClient(srv.grpc_url)
+            stats = client.get_inference_statistics("whoami", as_json=True)
+            assert int(stats["model_stats"][0]["inference_stats"]["success"]["count"]) == sent
+            assert client.is_server_ready()
+            client.close()
+
+        # Log settings changed through one worker hold on every worker.
+        fresh(srv.http_url).update_log_settings({"log_verbose_level": 2})
+        levels = on_new_connections(srv.http_url, lambda c: c.get_log_settings()["log_verbose_level"], 12)
+        assert levels == [2] * 12
+        fresh(srv.http_url).update_trace_settings(settings={"trace_rate": "7"})
+        rates = on_new_connections(srv.http_url, lambda c: c.get_trace_settings()["trace_rate"], 12)
+        assert rates == ["7"] * 12
+
+
+def test_explicit_load_and_unload_apply_to_every_worker(repo):
+    write_repository(repo, {"other": WHOAMI})
+    args = ["--workers", "2", "--model-control-mode=explicit", "--load-model=whoami"]
+    with ServerProcess([repo], args) as srv:
+        assert on_new_connections(srv.http_url, lambda c: c.is_model_ready("other")) == [False] * 16
+        fresh(srv.http_url).load_model("other")
+        assert on_new_connections(srv.http_url, lambda c: c.is_model_ready("other")) == [True] * 16
+        assert len({whoami(srv.http_url, "other") for _ in range(24)}) == 2
+
+        fresh(srv.http_url).load_model("other", config='{"backend": "python", "instance_group": [{"count": 1}]}')
+        counts = on_new_connections(srv.http_url, lambda c: c.get_model_config("other")["instance_group"][0]["count"])
+        assert counts == [1] * 16
+
+        fresh(srv.http_url).unload_model("other")
+        assert on_new_connections(srv.http_url, lambda c: c.is_model_ready("other")) == [False] * 16
+        with pytest.raises(InferenceServerException):
+            fresh(srv.http_url).load_model("missing")
+
+
+def test_a_killed_worker_fails_its_requests_is_restarted_and_catches_up(repo):
+    write_repository(repo, {"other": WHOAMI})
+    args = ["--workers", "2", "--model-control-mode=explicit", "--load-model=whoami"]
+    with ServerProcess([repo], args) as srv:
+        fresh(srv.http_url).load_model("other")
+        pids = worker_pids(srv.http_url)
+        victim = min(pids)
+
+        # Slow requests on new connections land on both workers; the victim's must fail, not hang.
+        outcomes: list[str] = []
+        calls = [threading.Thread(target=_slow_call, args=(srv.http_url, outcomes)) for _ in range(12)]
+        for t in calls:
+            t.start()
+        readiness: list[bool] = []
+        probe = threading.Thread(target=_probe_readiness, args=(srv.http_url, readiness, 6.0))
+        time.sleep(1.0)
+        os.kill(victim, signal.SIGKILL)
+        probe.start()
+        started = time.monotonic()
+        for t in calls:
+            t.join(30)
+        probe.join()
+        assert not any(t.is_alive() for t in calls) and time.monotonic() - started < 30
+        assert len(outcomes) == 12 and "ok" in outcomes, outcomes
+        assert any(o.startswith("error") for o in outcomes), outcomes
+
+        # Until the new worker is ready the server is not; then both serve again, "other" included.
+        assert False in readiness, readiness
+        srv.wait_ready(60)
+        new = worker_pids(srv.http_url)
+        assert victim not in new and len(new) == 2
+        assert len({whoami(srv.http_url, "other") for _ in range(24)}) == 2
+        assert "worker 0" in srv.log() or "worker 1" in srv.log()
+        assert f"(pid {victim}) was killed by SIGKILL; restarting it" in srv.log()
+    assert srv.proc.returncode == 0
+
+
+def _slow_call(url: str, outcomes: list[str]) -> None:
+    try:
+        whoami(url, ms=3000, timeout=20)
+        outcomes.append("ok")
+    except Exception as exc:  # the connection closed under the request
+        outcomes.append(f"error {type(exc).__name__}: {exc}")
+
+
+def _probe_readiness(url: str, seen: list[bool], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            seen.append(fresh(url).is_server_ready())
+        except Exception:  # a connection the dying worker had accepted: not an answer
+            pass
+        time.sleep(0.02)
+
+
+def test_sigterm_stops_every_worker(repo):
+    srv = ServerProcess([repo], ["--workers", "2"]).start()
+    pids = worker_pids(srv.http_url)
+    assert srv.stop(30) == 0
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
