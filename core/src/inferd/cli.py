@@ -198,6 +198,15 @@ def _print_plugins(host: PluginHost) -> int:
     return 1 if any(i.error for i in rows) else 0
 
 
+def _supervise(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """``--workers N`` (N > 1): this process runs N workers of ``inferd serve <argv>``."""
+    if 0 in (args.http_port, args.grpc_port, args.metrics_port):
+        print("error: --workers needs fixed ports: the workers share them (port 0 would give each its own)",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    return Supervisor(argv, args.workers, args.exit_timeout_secs).run()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     host = PluginHost()
     args = build_parser(host).parse_args(argv)
@@ -211,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1
     if args.workers > 1 and args.worker_index is None:
-        return Supervisor(sys.argv[1:] if argv is None else argv, args.workers, args.exit_timeout_secs).run()
+        return _supervise(args, sys.argv[1:] if argv is None else argv)
     server = Server(options_from_args(args), host=host)
     try:
         asyncio.run(_serve(server))

@@ -234,7 +234,7 @@ class DataPlane:
             "loads": self.loaded_with,
             "serving": sorted({mv.name for mv in self.table.serving()}),
             "log": {k: v for k, v in self.log_config.as_json().items() if k != "log_file"},
-            "trace": self.tracer.settings(),
+            "trace": {k: v for k, v in self.tracer.settings().items() if k != "trace_file"},
         }
 
     async def catch_up(self) -> None:
