@@ -237,14 +237,15 @@ class DataPlane:
             "trace": {k: v for k, v in self.tracer.settings().items() if k != "trace_file"},
         }
 
-    async def catch_up(self) -> None:
-        """A worker (re)started beside running ones takes their API loads and their settings."""
+    async def catch_up(self) -> bool:
+        """A worker (re)started beside running ones takes their API loads and their settings;
+        whether there were running ones (false while the server starts)."""
         if self.peers is None:
-            return
+            return False
         states = await asyncio.to_thread(self.peers.ask, "state")
         state = next((s for s in states if s["ready"]), None)
         if state is None:
-            return  # the server is starting: every worker starts from the same options
+            return False  # the server is starting: every worker starts from the same options
         try:
             self.log_config.update(state["log"])
             self.tracer.update(state["trace"])
@@ -256,6 +257,7 @@ class DataPlane:
                     await self.load_locally(name, parameters)
                 except InferdError as exc:
                     log.warning("could not load '%s' as the running workers have it: %s", name, exc.message)
+        return True
 
 
 def _wire_value(value: Any) -> Any:

@@ -26,6 +26,7 @@ from inferd.trace import Tracer
 from inferd.workers.control import ControlServer
 from inferd.workers.local import WorkerOps
 from inferd.workers.peers import Peers, WorkerSlot
+from inferd.workers.repositories import SharedRepositories
 
 log = logging.getLogger(__name__)
 
@@ -110,10 +111,9 @@ class Server:
                 raise SystemExit(f"error: model repository '{repo}' is not a directory")
         self._start_control()
         await self.manager.start()
-        await self.dataplane.catch_up()
+        restarted = await self.dataplane.catch_up()
         if self.options.model_control_mode is ControlMode.POLL:
-            self.poller = RepositoryPoller(self.manager, self.manager.options.repositories, self.options.repository_poll_secs)
-            self._poll_task = self.poller.start()
+            await self._start_poller(restarted)
         for reg in self.host.registries().frontends:
             frontend = reg.factory(self.options)
             if frontend is None:
@@ -144,6 +144,21 @@ class Server:
         self.host.shutdown(self)
         if self.control is not None:
             self.control.stop()
+
+    async def _start_poller(self, restarted: bool) -> None:
+        """Poll mode: this process polls; of several workers, worker 0 polls for all of them."""
+        slot = self.options.worker
+        repositories = self.manager.options.repositories
+        if self.peers is None or slot is None:
+            self.poller = RepositoryPoller(self.manager, repositories, self.options.repository_poll_secs)
+        elif slot.index == 0:
+            shared = SharedRepositories(self.manager, self.peers)
+            if restarted:
+                await shared.resync_peers()
+            self.poller = RepositoryPoller(shared, repositories, self.options.repository_poll_secs)
+        else:
+            return
+        self._poll_task = self.poller.start()
 
     def _start_control(self) -> None:
         """A worker of several: answer the other workers on this worker's control socket."""

@@ -8,6 +8,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from inferd.errors import InferdError
+from inferd.workers.repositories import rescan_and_apply
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane
@@ -17,7 +18,7 @@ log = logging.getLogger(__name__)
 
 class WorkerOps:
     """The :data:`~inferd.workers.control.Handler` of one worker: reads run on the control thread,
-    model loads and unloads on the worker's event loop (the asker waits for them)."""
+    model loads, unloads and rescans on the worker's event loop (the asker waits for them)."""
 
     def __init__(self, dataplane: DataPlane, loop: asyncio.AbstractEventLoop) -> None:
         self.dp = dataplane
@@ -31,6 +32,7 @@ class WorkerOps:
             "state": lambda args: self.dp.local_state(),
             "load": lambda args: self._on_loop(self.dp.load_locally(args["name"], args["parameters"])),
             "unload": lambda args: self._on_loop(self.dp.unload_locally(args["name"], args["unload_dependents"])),
+            "rescan": lambda args: self._on_loop(rescan_and_apply(self.dp.manager)),
         }
 
     def __call__(self, op: str, args: dict[str, Any]) -> Any:
