@@ -53,9 +53,8 @@ class ServerOptions:
     log_verbose: int = 0
     #: ``--cache-config NAME,key=value`` gathered by cache name: ``{"local": {"size": "1048576"}}``.
     cache_config: dict[str, dict[str, str]] = field(default_factory=dict)
-    #: ``--workers N``: serving processes behind the one endpoint (the supervisor reads it).
-    workers: int = 1
-    #: Set in each serving process of a ``--workers N`` (N > 1) server: which worker this is.
+    #: Set in each serving process of a ``--workers N`` (N > 1) server: which worker this is (the
+    #: ``inferd serve`` process itself is then a :class:`~inferd.workers.supervisor.Supervisor`).
     worker: WorkerSlot | None = None
     #: Options added by plugins through ``inferd_add_options`` (and anything else by name).
     extra: dict[str, Any] = field(default_factory=dict)
