@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -219,3 +222,21 @@ def test_sigterm_stops_every_worker(repo):
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_a_worker_failing_at_start_up_stops_the_server_with_its_error(repo):
+    with socket.socket() as taken:  # a port held by another program, without SO_REUSEPORT
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        srv = ServerProcess([repo], ["--workers", "2"])
+        srv.http_port = taken.getsockname()[1]
+        proc = subprocess.run(srv.command(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert f"error: HTTP frontend cannot bind 127.0.0.1:{srv.http_port}: Address already in use" in proc.stderr
+    assert "before it was ready; stopping" in proc.stderr
+
+
+def test_workers_need_fixed_ports(repo):
+    cmd = [sys.executable, "-m", "inferd.cli", "serve", "--model-repository", str(repo), "--workers", "2", "--http-port", "0"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "--workers needs fixed ports" in proc.stderr
