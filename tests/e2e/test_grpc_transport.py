@@ -6,6 +6,7 @@ lengths, half-closed and reset streams) are sent to ``--grpc-transport h2`` with
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import grpc
@@ -202,3 +203,21 @@ def test_stream_half_closed_after_requests(h2_server: ServerProcess) -> None:
         data = data[5 + size :]
     assert [r.infer_response.id for r in responses] == ["r", "r"]
     assert all(not r.error_message for r in responses)
+
+
+def test_one_channel_outlives_the_streams_a_connection_takes(h2_server: ServerProcess) -> None:
+    """More calls than zttp lets one connection carry, 32 at a time on one channel: none fails."""
+    calls = 4096 + 1000
+
+    async def run() -> list[bool]:
+        async with grpc.aio.insecure_channel(h2_server.grpc_url) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+            async def worker(n: int) -> list[bool]:
+                return [(await stub.ServerLive(service_pb2.ServerLiveRequest())).live for _ in range(n)]
+
+            done = await asyncio.gather(*(worker(calls // 32) for _ in range(32)))
+            return [live for batch in done for live in batch]
+
+    answers = asyncio.run(run())
+    assert len(answers) == calls // 32 * 32 > 4096 and all(answers)

@@ -90,7 +90,13 @@ class MessageReader:
                 self._need = self._length(memoryview(buffer)[:PREFIX_BYTES]) + PREFIX_BYTES
             if len(buffer) < self._need:
                 return out
-            message = bytes(buffer[PREFIX_BYTES : self._need])
+            if len(buffer) == self._need:  # the usual case: hand the buffer over, no copy
+                message = memoryview(buffer).toreadonly()[PREFIX_BYTES:]
+                self._buffer = buffer = bytearray()
+                self._need = 0
+                out.append(message)
+                return out
+            message = bytes(memoryview(buffer)[PREFIX_BYTES : self._need])
             del buffer[: self._need]
             self._need = 0
             out.append(memoryview(message))

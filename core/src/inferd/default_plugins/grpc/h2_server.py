@@ -35,9 +35,11 @@ class H2Transport:
             import zttp  # noqa: F401
         except ImportError:
             raise SystemExit("error: --grpc-transport h2 needs the zttp package (pip install zttp)") from None
+        from inferd.default_plugins.grpc.h2_protocol import GrpcH2Protocol
+
         sock = bind(host, port, "gRPC frontend")
         config = uvicorn.Config(
-            GrpcApp(service, self.max_message_bytes), http="zttp", http2=True, interface="asgi3", lifespan="off",
+            GrpcApp(service, self.max_message_bytes), http=GrpcH2Protocol, interface="asgi3", lifespan="off",
             log_config=None, access_log=False, proxy_headers=False, timeout_keep_alive=IDLE_SECONDS,
             server_header=False, date_header=False,
         )  # fmt: skip
