@@ -67,7 +67,8 @@ def test_frame() -> None:
 
 
 @pytest.mark.parametrize(
-    "value, seconds", [("1S", 1.0), ("250m", 0.25), ("3M", 180.0), ("2H", 7200.0), ("5u", 5e-6), ("99999999n", 0.099999999)]
+    "value, seconds",
+    [("1S", 1.0), ("250m", 0.25), ("3M", 180.0), ("2H", 7200.0), ("5u", 5e-6), ("99999999n", 0.099999999)],
 )
 def test_parse_timeout(value: str, seconds: float) -> None:
     assert parse_timeout(value) == pytest.approx(seconds)
