@@ -7,6 +7,7 @@ lengths, half-closed and reset streams) are sent to ``--grpc-transport h2`` with
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -79,6 +80,18 @@ def test_gzip_request(server: ServerProcess) -> None:
         assert info.value.status() == "StatusCode.UNIMPLEMENTED"
         assert "grpc-encoding 'gzip' is not supported" in info.value.message()
         assert client.is_server_live()
+
+
+def test_stream_cancelled_with_a_request_in_flight(server: ServerProcess) -> None:
+    """The client cancels a stream while its request runs: the server goes on serving."""
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        client.start_stream(callback=lambda result, error: None)
+        client.async_stream_infer("sleep", sleep_input(0.5), request_id="gone")
+        time.sleep(0.1)
+        client.stop_stream(cancel_requests=True)
+        assert client.infer("sleep", sleep_input(0.0)).as_numpy("SECONDS_OUT").tolist() == [0.0]
+    time.sleep(0.6)
+    assert "Exception in ASGI application" not in server.log()
 
 
 def test_max_message_sizes(small_server: ServerProcess) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 
 from inferd.default_plugins.grpc import health_pb2
-from inferd.default_plugins.grpc.codec import response_parts, serialize_stream, split_infer_request
+from inferd.default_plugins.grpc.codec import WireRequest, response_parts, serialize_stream, split_infer_request
 from inferd.default_plugins.grpc.framing import GrpcFailure, MessageReader, parse_timeout
 from inferd.default_plugins.grpc.h2_reply import Reply
 from inferd.default_plugins.grpc.service import (
@@ -158,39 +158,49 @@ class GrpcApp:
 
     async def _stream(self, grpc_error: bool, receive: Receive, reply: Reply) -> None:
         """ModelStreamInfer: requests are read as they arrive, responses written as they come."""
-        failure: list[GrpcFailure] = []
-        call = asyncio.current_task()
-        disconnected = False
-
-        async def requests() -> AsyncIterator[Any]:
-            nonlocal disconnected
-            reader = MessageReader(self.max_message_bytes)
-            try:
-                while True:
-                    event = await receive()
-                    if event["type"] == "http.disconnect":
-                        disconnected = True
-                        if call is not None:
-                            call.cancel()
-                        return
-                    for message in reader.feed(event.get("body", b"")):
-                        yield split_infer_request(message)
-                    if not event.get("more_body", False):
-                        reader.finish()
-                        return
-            except GrpcFailure as exc:
-                failure.append(exc)
-
+        requests = StreamRequests(receive, self.max_message_bytes)
         try:
-            async for item in self.service.ModelStreamInfer(requests(), grpc_error):
+            async for item in self.service.ModelStreamInfer(requests.read(), grpc_error):
                 data = serialize_stream(item)
                 await reply.message([data], len(data))
         except asyncio.CancelledError:
-            if disconnected:
+            if requests.disconnected:
                 raise Disconnected from None
             raise
         except InferdError as exc:
             raise GrpcFailure(status_of(exc), exc.message) from None
-        if failure:
-            raise failure[0]
+        if requests.failure is not None:
+            raise requests.failure
         await reply.finish(grpc.StatusCode.OK, "")
+
+
+class StreamRequests:
+    """The request messages of one stream, as they arrive.
+
+    A bad frame ends them and is kept in ``failure`` (the call then ends with its status, once the
+    requests already read are answered); a client that goes away cancels the call.
+    """
+
+    def __init__(self, receive: Receive, max_message_bytes: int) -> None:
+        self.receive = receive
+        self.reader = MessageReader(max_message_bytes)
+        self.call = asyncio.current_task()
+        self.failure: GrpcFailure | None = None
+        self.disconnected = False
+
+    async def read(self) -> AsyncIterator[WireRequest]:
+        try:
+            while True:
+                event = await self.receive()
+                if event["type"] == "http.disconnect":
+                    self.disconnected = True
+                    if self.call is not None:
+                        self.call.cancel()
+                    return
+                for message in self.reader.feed(event.get("body", b"")):
+                    yield split_infer_request(message)
+                if not event.get("more_body", False):
+                    self.reader.finish()
+                    return
+        except GrpcFailure as exc:
+            self.failure = exc
