@@ -153,6 +153,15 @@ def test_bad_calls_get_a_status(h2_server: ServerProcess, path: str, body: bytes
     assert_up(h2_server)
 
 
+def test_malformed_grpc_timeout(h2_server: ServerProcess) -> None:
+    conn = RawConnection(h2_server.grpc_port)
+    try:
+        answer = conn.wait(conn.call(LIVE, message(b""), [*GRPC_HEADERS, (b"grpc-timeout", b"soon")]).stream_id)
+    finally:
+        conn.close()
+    assert grpc_status(answer) == (13, "malformed grpc-timeout header: 'soon'")
+
+
 def test_grpc_message_is_percent_encoded(h2_server: ServerProcess) -> None:
     request = service_pb2.ModelInferRequest(model_name="ünknown\n").SerializeToString()
     conn = RawConnection(h2_server.grpc_port)

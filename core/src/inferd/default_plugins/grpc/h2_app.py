@@ -110,14 +110,18 @@ class GrpcApp:
         try:
             _check_encoding(headers)
             timeout = headers.get("grpc-timeout")
+            seconds = None if timeout is None else parse_timeout(timeout)
             call = self._call(scope["path"], headers, receive, reply)
-            await (call if timeout is None else asyncio.wait_for(call, parse_timeout(timeout)))
+            await (call if seconds is None else asyncio.wait_for(call, seconds))
         except GrpcFailure as exc:
             await reply.finish(exc.status, exc.message)
         except (asyncio.TimeoutError, TimeoutError):
             await reply.finish(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
         except Disconnected:
             return
+        except Exception as exc:  # a bug here must still end the call with a status
+            log.exception("gRPC call %s failed", scope["path"])
+            await reply.finish(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
 
     async def _call(self, path: str, headers: dict[str, str], receive: Receive, reply: Reply) -> None:
         if path == STREAM_PATH:
