@@ -159,10 +159,16 @@ MODELS: dict[str, dict[str, str]] = {
 }
 
 
+@pytest.fixture(scope="module", params=["grpcio", "h2"])
+def transport(request: pytest.FixtureRequest) -> list[str]:
+    """Every test runs against both gRPC transports."""
+    return ["--grpc-transport", request.param]
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, transport: list[str]) -> Iterator[ServerProcess]:
     repo = write_repository(tmp_path_factory.mktemp("grpc") / "models", MODELS)
-    proc = ServerProcess([repo]).start()
+    proc = ServerProcess([repo], transport).start()
     yield proc
     proc.stop()
 
@@ -584,10 +590,10 @@ def test_decoupled_stream_aio(server: ServerProcess) -> None:
 
 
 @pytest.fixture(scope="module")
-def explicit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def explicit_server(tmp_path_factory: pytest.TempPathFactory, transport: list[str]) -> Iterator[ServerProcess]:
     models = {name: MODELS[name] for name in ("add_sub", "types")}
     repo = write_repository(tmp_path_factory.mktemp("grpc-explicit") / "models", models)
-    proc = ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=add_sub"]).start()
+    proc = ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=add_sub", *transport]).start()
     yield proc
     proc.stop()
 
@@ -635,10 +641,10 @@ def test_load_with_config_override(explicit_server: ServerProcess) -> None:
 # -- shutdown -------------------------------------------------------------------------------------
 
 
-def test_shutdown_answers_in_flight_stream_requests_then_closes(tmp_path: Path) -> None:
+def test_shutdown_answers_in_flight_stream_requests_then_closes(tmp_path: Path, transport: list[str]) -> None:
     """SIGTERM with a stream open: its in-flight request is answered, then the stream ends cleanly."""
     repo = write_repository(tmp_path / "models", {"sleep": MODELS["sleep"]})
-    proc = ServerProcess([repo]).start()
+    proc = ServerProcess([repo], transport).start()
     results: queue.Queue[tuple[Any, Any]] = queue.Queue()
     client = grpcclient.InferenceServerClient(proc.grpc_url)
     try:

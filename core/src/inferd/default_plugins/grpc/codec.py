@@ -148,7 +148,8 @@ class WireResponse:
         self.raw = raw
 
 
-def _response_parts(response: WireResponse) -> tuple[list[bytes | memoryview], int]:
+def response_parts(response: WireResponse) -> tuple[list[bytes | memoryview], int]:
+    """The serialized ModelInferResponse as pieces to join (no tensor copy yet), and its size."""
     header = response.header.SerializeToString()
     parts: list[bytes | memoryview] = [header]
     size = len(header)
@@ -162,14 +163,14 @@ def _response_parts(response: WireResponse) -> tuple[list[bytes | memoryview], i
 
 def serialize_infer(response: WireResponse) -> bytes:
     """gRPC serializer for ModelInfer: header, then one raw_output_contents field per output."""
-    return b"".join(_response_parts(response)[0])
+    return b"".join(response_parts(response)[0])
 
 
 def serialize_stream(item: WireResponse | pb.ModelStreamInferResponse) -> bytes:
     """gRPC serializer for ModelStreamInfer: an infer_response, or an error message."""
     if isinstance(item, pb.ModelStreamInferResponse):
         return item.SerializeToString()
-    parts, size = _response_parts(item)
+    parts, size = response_parts(item)
     return b"".join([_STREAM_RESPONSE_TAG, _varint(size), *parts])
 
 

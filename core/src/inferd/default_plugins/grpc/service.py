@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -20,9 +20,6 @@ from inferd.default_plugins.grpc.codec import (
     encode_response,
     final_empty_response,
     param_value,
-    serialize_infer,
-    serialize_stream,
-    split_infer_request,
     stream_error,
 )
 from inferd.errors import ErrorKind, InferdError, InvalidArgument
@@ -58,6 +55,23 @@ NOT_YET: tuple[tuple[str, Any, Any], ...] = (
     ("CudaSharedMemoryUnregister", pb.CudaSharedMemoryUnregisterRequest, pb.CudaSharedMemoryUnregisterResponse),
 )
 
+#: The unary RPCs InferenceService answers: (name, request class, response class). ModelInfer and
+#: ModelStreamInfer are apart: their (de)serializers are the codec's, which keep tensor bytes raw.
+UNARY: tuple[tuple[str, Any, Any], ...] = (
+    ("ServerLive", pb.ServerLiveRequest, pb.ServerLiveResponse),
+    ("ServerReady", pb.ServerReadyRequest, pb.ServerReadyResponse),
+    ("ModelReady", pb.ModelReadyRequest, pb.ModelReadyResponse),
+    ("ServerMetadata", pb.ServerMetadataRequest, pb.ServerMetadataResponse),
+    ("ModelMetadata", pb.ModelMetadataRequest, pb.ModelMetadataResponse),
+    ("ModelConfig", pb.ModelConfigRequest, pb.ModelConfigResponse),
+    ("ModelStatistics", pb.ModelStatisticsRequest, pb.ModelStatisticsResponse),
+    ("RepositoryIndex", pb.RepositoryIndexRequest, pb.RepositoryIndexResponse),
+    ("RepositoryModelLoad", pb.RepositoryModelLoadRequest, pb.RepositoryModelLoadResponse),
+    ("RepositoryModelUnload", pb.RepositoryModelUnloadRequest, pb.RepositoryModelUnloadResponse),
+    ("TraceSetting", pb.TraceSettingRequest, pb.TraceSettingResponse),
+    ("LogSettings", pb.LogSettingsRequest, pb.LogSettingsResponse),
+)
+
 _DONE = object()
 _CLOSING = object()
 
@@ -66,9 +80,9 @@ def status_of(exc: InferdError) -> grpc.StatusCode:
     return STATUS.get(exc.kind, grpc.StatusCode.UNKNOWN)
 
 
-def _wants_grpc_error(context: grpc.aio.ServicerContext) -> bool:
+def wants_grpc_error(metadata: Iterable[tuple[str, Any]]) -> bool:
     """Triton's ``triton_grpc_error: true`` header: stream errors end the stream with a status."""
-    for key, value in context.invocation_metadata() or ():
+    for key, value in metadata:
         if key == "triton_grpc_error":
             return str(value).lower() == "true"
     return False
@@ -78,6 +92,7 @@ class InferenceService:
     """One method per RPC; each takes the request message and returns the response message."""
 
     def __init__(self, dataplane: DataPlane) -> None:
+        """``dataplane`` answers every RPC; nothing here knows the transport."""
         self.dp = dataplane
         #: Response queues of the open streams, told to wind down when the server stops.
         self._streams: set[asyncio.Queue[Any]] = set()
@@ -155,10 +170,14 @@ class InferenceService:
             put((InferdError(f"internal error: {type(exc).__name__}: {exc}", ErrorKind.INTERNAL), infer_request))
 
     async def ModelStreamInfer(
-        self, requests: AsyncIterator[WireRequest], context: grpc.aio.ServicerContext
+        self, requests: AsyncIterator[WireRequest], grpc_error: bool
     ) -> AsyncIterator[WireResponse | pb.ModelStreamInferResponse]:
-        """Requests of one stream run concurrently; the responses of each come in order."""
-        grpc_error = _wants_grpc_error(context)
+        """Requests of one stream run concurrently; the responses of each come in order.
+
+        An error is a response carrying it (the stream goes on), or with ``grpc_error`` (Triton's
+        ``triton_grpc_error`` header) the :class:`InferdError` raised: the transport ends the
+        stream with its status.
+        """
         queue: asyncio.Queue[Any] = asyncio.Queue()
         tasks: set[asyncio.Task[None]] = set()
         state = {"reading": True}
@@ -192,7 +211,7 @@ class InferenceService:
                 if isinstance(item, tuple):
                     exc, infer_request = item
                     if grpc_error:
-                        await context.abort(status_of(exc), exc.message)
+                        raise exc
                     yield stream_error(exc.message, infer_request)
                 else:
                     yield item
@@ -276,71 +295,3 @@ class InferenceService:
             health_pb2.HealthCheckResponse.SERVING if self.dp.is_ready() else health_pb2.HealthCheckResponse.NOT_SERVING
         )
         return health_pb2.HealthCheckResponse(status=status)
-
-
-def _unary(method: Callable[[Any], Awaitable[Any]]) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
-    """Turn InferdError into the mapped status; anything else is INTERNAL (and logged)."""
-
-    async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        try:
-            return await method(request)
-        except InferdError as exc:
-            await context.abort(status_of(exc), exc.message)
-        except Exception as exc:
-            log.exception("gRPC %s failed", method.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
-
-    return handler
-
-
-def _not_yet(name: str) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
-    async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{name} is not implemented by this server yet")
-
-    return handler
-
-
-def build_handlers(svc: InferenceService) -> list[grpc.GenericRpcHandler]:
-    """Generic handlers for the inference and health services of ``svc``."""
-    unary = grpc.unary_unary_rpc_method_handler
-    simple = (
-        ("ServerLive", pb.ServerLiveRequest, pb.ServerLiveResponse),
-        ("ServerReady", pb.ServerReadyRequest, pb.ServerReadyResponse),
-        ("ModelReady", pb.ModelReadyRequest, pb.ModelReadyResponse),
-        ("ServerMetadata", pb.ServerMetadataRequest, pb.ServerMetadataResponse),
-        ("ModelMetadata", pb.ModelMetadataRequest, pb.ModelMetadataResponse),
-        ("ModelConfig", pb.ModelConfigRequest, pb.ModelConfigResponse),
-        ("ModelStatistics", pb.ModelStatisticsRequest, pb.ModelStatisticsResponse),
-        ("RepositoryIndex", pb.RepositoryIndexRequest, pb.RepositoryIndexResponse),
-        ("RepositoryModelLoad", pb.RepositoryModelLoadRequest, pb.RepositoryModelLoadResponse),
-        ("RepositoryModelUnload", pb.RepositoryModelUnloadRequest, pb.RepositoryModelUnloadResponse),
-        ("TraceSetting", pb.TraceSettingRequest, pb.TraceSettingResponse),
-        ("LogSettings", pb.LogSettingsRequest, pb.LogSettingsResponse),
-    )
-    methods: dict[str, grpc.RpcMethodHandler] = {
-        name: unary(
-            _unary(getattr(svc, name)), request_deserializer=req.FromString, response_serializer=resp.SerializeToString
-        )
-        for name, req, resp in simple
-    }
-    methods["ModelInfer"] = unary(
-        _unary(svc.ModelInfer), request_deserializer=split_infer_request, response_serializer=serialize_infer
-    )
-    methods["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
-        svc.ModelStreamInfer, request_deserializer=split_infer_request, response_serializer=serialize_stream
-    )
-    for name, req, resp in NOT_YET:
-        methods[name] = unary(
-            _not_yet(name), request_deserializer=req.FromString, response_serializer=resp.SerializeToString
-        )
-    health = {
-        "Check": unary(
-            _unary(svc.Check),
-            request_deserializer=health_pb2.HealthCheckRequest.FromString,
-            response_serializer=health_pb2.HealthCheckResponse.SerializeToString,
-        )
-    }
-    return [
-        grpc.method_handlers_generic_handler(SERVICE, methods),
-        grpc.method_handlers_generic_handler(HEALTH_SERVICE, health),
-    ]

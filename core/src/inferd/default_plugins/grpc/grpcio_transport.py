@@ -1,0 +1,155 @@
+"""The ``grpcio`` transport: grpc.aio generic handlers over :class:`InferenceService`."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from inferd.default_plugins.grpc import health_pb2
+from inferd.default_plugins.grpc.codec import (
+    WireRequest,
+    serialize_infer,
+    serialize_stream,
+    split_infer_request,
+)
+from inferd.default_plugins.grpc.service import (
+    HEALTH_SERVICE,
+    NOT_YET,
+    SERVICE,
+    UNARY,
+    InferenceService,
+    status_of,
+    wants_grpc_error,
+)
+from inferd.errors import InferdError
+
+log = logging.getLogger(__name__)
+
+
+def server_options(max_message_bytes: int, reuse_port: bool = False) -> list[tuple[str, Any]]:
+    """Channel options, as Triton's gRPC server sets them: messages up to ``max_message_bytes``
+    (2 GiB - 1 by default: large tensors), no port sharing (unless the ``--workers`` share the
+    port: ``reuse_port``), and Triton's keepalive defaults."""
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.so_reuseport", int(reuse_port)),
+        ("grpc.keepalive_time_ms", 7_200_000),
+        ("grpc.keepalive_timeout_ms", 20_000),
+        ("grpc.keepalive_permit_without_calls", 0),
+        ("grpc.http2.max_pings_without_data", 2),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 300_000),
+        ("grpc.http2.max_ping_strikes", 2),
+    ]
+
+
+class GrpcioTransport:
+    """grpc.aio on the server's loop, with the codec's own (de)serializers."""
+
+    def __init__(self, max_message_bytes: int, reuse_port: bool = False) -> None:
+        self.max_message_bytes = max_message_bytes
+        self.reuse_port = reuse_port
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self, service: InferenceService, host: str, port: int) -> int:
+        server = grpc.aio.server(options=server_options(self.max_message_bytes, self.reuse_port))
+        server.add_generic_rpc_handlers(build_handlers(service))
+        address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+        try:
+            bound = server.add_insecure_port(address)
+        except RuntimeError as exc:
+            bound, reason = 0, str(exc)
+        else:
+            reason = "the address is in use or not available"
+        if bound == 0:
+            raise SystemExit(f"error: gRPC frontend cannot bind {address}: {_bind_error(host, port) or reason}")
+        await server.start()
+        self._server = server
+        return bound
+
+    async def stop(self, grace: float) -> None:
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None
+
+
+def _bind_error(host: str, port: int) -> str:
+    """Why ``host:port`` cannot be bound, in the OS's words (gRPC's own error does not say)."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return ""
+
+
+def _unary(method: Callable[[Any], Awaitable[Any]]) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
+    """Turn InferdError into the mapped status; anything else is INTERNAL (and logged)."""
+
+    async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await method(request)
+        except InferdError as exc:
+            await context.abort(status_of(exc), exc.message)
+        except Exception as exc:
+            log.exception("gRPC %s failed", method.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+
+    return handler
+
+
+def _stream(svc: InferenceService) -> Callable[[AsyncIterator[WireRequest], grpc.aio.ServicerContext], Any]:
+    """ModelStreamInfer: with ``triton_grpc_error`` an error ends the stream with its status."""
+
+    async def handler(requests: AsyncIterator[WireRequest], context: grpc.aio.ServicerContext) -> Any:
+        grpc_error = wants_grpc_error(context.invocation_metadata() or ())
+        try:
+            async for item in svc.ModelStreamInfer(requests, grpc_error):
+                yield item
+        except InferdError as exc:
+            await context.abort(status_of(exc), exc.message)
+
+    return handler
+
+
+def _not_yet(name: str) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
+    async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{name} is not implemented by this server yet")
+
+    return handler
+
+
+def build_handlers(svc: InferenceService) -> list[grpc.GenericRpcHandler]:
+    """Generic handlers for the inference and health services of ``svc``."""
+    unary = grpc.unary_unary_rpc_method_handler
+    methods: dict[str, grpc.RpcMethodHandler] = {
+        name: unary(
+            _unary(getattr(svc, name)), request_deserializer=req.FromString, response_serializer=resp.SerializeToString
+        )
+        for name, req, resp in UNARY
+    }
+    methods["ModelInfer"] = unary(
+        _unary(svc.ModelInfer), request_deserializer=split_infer_request, response_serializer=serialize_infer
+    )
+    methods["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
+        _stream(svc), request_deserializer=split_infer_request, response_serializer=serialize_stream
+    )
+    for name, req, resp in NOT_YET:
+        methods[name] = unary(
+            _not_yet(name), request_deserializer=req.FromString, response_serializer=resp.SerializeToString
+        )
+    health = {
+        "Check": unary(
+            _unary(svc.Check),
+            request_deserializer=health_pb2.HealthCheckRequest.FromString,
+            response_serializer=health_pb2.HealthCheckResponse.SerializeToString,
+        )
+    }
+    return [
+        grpc.method_handlers_generic_handler(SERVICE, methods),
+        grpc.method_handlers_generic_handler(HEALTH_SERVICE, health),
+    ]

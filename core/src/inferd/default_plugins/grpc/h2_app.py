@@ -1,0 +1,210 @@
+"""The ``h2`` transport's ASGI app: gRPC calls over HTTP/2 with response trailers.
+
+Each HTTP/2 stream is one call: ``POST /<service>/<method>``, the request body a sequence of
+length-prefixed messages, the response body the same, and the status in the trailers
+(``grpc-status``, ``grpc-message``). The RPCs are :class:`InferenceService`'s, the same methods
+the ``grpcio`` transport calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from typing import Any
+
+import grpc
+
+from inferd.default_plugins.grpc import health_pb2
+from inferd.default_plugins.grpc.codec import WireRequest, response_parts, serialize_stream, split_infer_request
+from inferd.default_plugins.grpc.framing import GrpcFailure, MessageReader, parse_timeout
+from inferd.default_plugins.grpc.h2_reply import Reply
+from inferd.default_plugins.grpc.service import (
+    HEALTH_SERVICE,
+    NOT_YET,
+    SERVICE,
+    UNARY,
+    InferenceService,
+    status_of,
+    wants_grpc_error,
+)
+from inferd.errors import InferdError
+
+log = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+#: A unary RPC: the request message (bytes) -> the response as pieces to join, and their size.
+Unary = Callable[[memoryview], Awaitable[tuple[list[bytes | memoryview], int]]]
+
+STREAM_PATH = f"/{SERVICE}/ModelStreamInfer"
+
+
+class Disconnected(Exception):
+    """The client reset the stream or the connection went away."""
+
+
+def _protobuf_method(method: Callable[[Any], Awaitable[Any]], request_type: Any) -> Unary:
+    async def call(data: memoryview) -> tuple[list[bytes | memoryview], int]:
+        try:
+            request = request_type.FromString(data)
+        except Exception:
+            raise GrpcFailure(grpc.StatusCode.INTERNAL, "Exception deserializing request!") from None
+        out = (await method(request)).SerializeToString()
+        return [out], len(out)
+
+    return call
+
+
+def _not_yet(name: str) -> Unary:
+    async def call(data: memoryview) -> tuple[list[bytes | memoryview], int]:
+        raise GrpcFailure(grpc.StatusCode.UNIMPLEMENTED, f"{name} is not implemented by this server yet")
+
+    return call
+
+
+def unary_methods(svc: InferenceService) -> dict[str, Unary]:
+    """Every unary RPC of the inference and health services, by request path."""
+    methods = {f"/{SERVICE}/{name}": _protobuf_method(getattr(svc, name), req) for name, req, _ in UNARY}
+    methods.update({f"/{SERVICE}/{name}": _not_yet(name) for name, _, _ in NOT_YET})
+    methods[f"/{HEALTH_SERVICE}/Check"] = _protobuf_method(svc.Check, health_pb2.HealthCheckRequest)
+
+    async def model_infer(data: memoryview) -> tuple[list[bytes | memoryview], int]:
+        return response_parts(await svc.ModelInfer(split_infer_request(data)))
+
+    methods[f"/{SERVICE}/ModelInfer"] = model_infer
+    return methods
+
+
+def _call_headers(scope: Scope) -> dict[str, str]:
+    """The request headers a call reads; a repeated header keeps its last value."""
+    return {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+
+
+def _check_encoding(headers: dict[str, str]) -> None:
+    encoding = headers.get("grpc-encoding", "identity")
+    if encoding != "identity":
+        raise GrpcFailure(
+            grpc.StatusCode.UNIMPLEMENTED,
+            f"grpc-encoding '{encoding}' is not supported: this server takes uncompressed messages only (identity)",
+        )
+
+
+class GrpcApp:
+    """The ASGI app: routes each call by path to :class:`InferenceService`."""
+
+    def __init__(self, service: InferenceService, max_message_bytes: int) -> None:
+        self.service = service
+        self.max_message_bytes = max_message_bytes
+        self.unary = unary_methods(service)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        reply = Reply(send, self.max_message_bytes)
+        headers = _call_headers(scope)
+        if scope["method"] != "POST" or not headers.get("content-type", "").startswith("application/grpc"):
+            await reply.http_error(415, "gRPC calls are POST requests with content-type application/grpc")
+            return
+        try:
+            _check_encoding(headers)
+            timeout = headers.get("grpc-timeout")
+            seconds = None if timeout is None else parse_timeout(timeout)
+            call = self._call(scope["path"], headers, receive, reply)
+            await (call if seconds is None else asyncio.wait_for(call, seconds))
+        except GrpcFailure as exc:
+            await reply.finish(exc.status, exc.message)
+        except (asyncio.TimeoutError, TimeoutError):
+            await reply.finish(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        except Disconnected:
+            return
+        except Exception as exc:  # a bug here must still end the call with a status
+            log.exception("gRPC call %s failed", scope["path"])
+            await reply.finish(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+
+    async def _call(self, path: str, headers: dict[str, str], receive: Receive, reply: Reply) -> None:
+        if path == STREAM_PATH:
+            await self._stream(wants_grpc_error(headers.items()), receive, reply)
+            return
+        method = self.unary.get(path)
+        if method is None:
+            raise GrpcFailure(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+        request = await self._one_message(receive)
+        try:
+            parts, size = await method(request)
+        except InferdError as exc:
+            raise GrpcFailure(status_of(exc), exc.message) from None
+        except GrpcFailure:
+            raise
+        except Exception as exc:
+            log.exception("gRPC %s failed", path.rsplit("/", 1)[-1])
+            raise GrpcFailure(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}") from None
+        await reply.unary(parts, size)
+
+    async def _one_message(self, receive: Receive) -> memoryview:
+        """The single request message of a unary call."""
+        reader = MessageReader(self.max_message_bytes)
+        messages: list[memoryview] = []
+        while True:
+            event = await receive()
+            if event["type"] == "http.disconnect":
+                raise Disconnected
+            messages += reader.feed(event.get("body", b""))
+            if not event.get("more_body", False):
+                break
+        reader.finish()
+        if len(messages) != 1:
+            raise GrpcFailure(
+                grpc.StatusCode.INTERNAL, f"a unary call takes one request message, this one sent {len(messages)}"
+            )
+        return messages[0]
+
+    async def _stream(self, grpc_error: bool, receive: Receive, reply: Reply) -> None:
+        """ModelStreamInfer: requests are read as they arrive, responses written as they come."""
+        requests = StreamRequests(receive, self.max_message_bytes)
+        try:
+            async for item in self.service.ModelStreamInfer(requests.read(), grpc_error):
+                data = serialize_stream(item)
+                await reply.message([data], len(data))
+        except asyncio.CancelledError:
+            if requests.disconnected:
+                raise Disconnected from None
+            raise
+        except InferdError as exc:
+            raise GrpcFailure(status_of(exc), exc.message) from None
+        if requests.failure is not None:
+            raise requests.failure
+        await reply.finish(grpc.StatusCode.OK, "")
+
+
+class StreamRequests:
+    """The request messages of one stream, as they arrive.
+
+    A bad frame ends them and is kept in ``failure`` (the call then ends with its status, once the
+    requests already read are answered); a client that goes away cancels the call.
+    """
+
+    def __init__(self, receive: Receive, max_message_bytes: int) -> None:
+        self.receive = receive
+        self.reader = MessageReader(max_message_bytes)
+        self.call = asyncio.current_task()
+        self.failure: GrpcFailure | None = None
+        self.disconnected = False
+
+    async def read(self) -> AsyncIterator[WireRequest]:
+        try:
+            while True:
+                event = await self.receive()
+                if event["type"] == "http.disconnect":
+                    self.disconnected = True
+                    if self.call is not None:
+                        self.call.cancel()
+                    return
+                for message in self.reader.feed(event.get("body", b"")):
+                    yield split_infer_request(message)
+                if not event.get("more_body", False):
+                    self.reader.finish()
+                    return
+        except GrpcFailure as exc:
+            self.failure = exc

@@ -1,0 +1,90 @@
+"""uvicorn's zttp HTTP/2 protocol, with connections rotated before zttp's per-connection stream cap.
+
+zttp 0.0.35 answers a connection's 4097th stream with GOAWAY ENHANCE_YOUR_CALM ("HTTP/2 flood
+detected") and drops it, failing the calls in flight on it. So after :data:`STREAMS_PER_CONNECTION`
+streams the server sends a graceful GOAWAY (NO_ERROR, naming the last stream it takes), answers
+the streams it took, and leaves the closing to the client (gRPC clients close a connection that
+went away once its calls end), closing it itself once it is idle; a stream the client opened in
+between is refused (REFUSED_STREAM), which gRPC clients retry on their new connection.
+
+uvicorn writes each ASGI send (headers, body, trailers) to the socket at once: three writes per
+call. Here a connection's writes are gathered and written once per event-loop iteration, so a
+call costs one write, and the responses of one batch share it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, ClassVar
+
+import zttp
+from uvicorn.protocols.http.zttp_h2_impl import ZttpH2Protocol
+
+#: Streams a connection takes before it is rotated (zttp's cap is 4096; leave room for races).
+STREAMS_PER_CONNECTION = 4000
+#: How often a rotated connection is checked, to be closed once idle.
+IDLE_CHECK_SECONDS = 1.0
+_REFUSED_STREAM = 0x7
+
+
+class CorkedTransport:
+    """Gathers writes and hands them to ``transport`` in one write, soon (or before a close)."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.append(data)
+
+    def flush(self) -> None:
+        if self._pending:
+            data = b"".join(self._pending) if len(self._pending) > 1 else self._pending[0]
+            self._pending = []
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+class GrpcH2Protocol(ZttpH2Protocol):
+    """HTTP/2 only (gRPC clients speak it with prior knowledge); one connection per 4000 calls."""
+
+    alpn_protocols: ClassVar[list[str]] = ["h2"]
+    streams_per_connection: ClassVar[int] = STREAMS_PER_CONNECTION
+
+    _streams = 0
+    _last_stream: int | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.transport = CorkedTransport(transport, self.loop)  # type: ignore[assignment]
+
+    def handle_request(self, event: zttp.Request) -> None:
+        if self._last_stream is not None and event.stream_id > self._last_stream:
+            self.conn.stream(event.stream_id).reset(_REFUSED_STREAM)
+            return
+        self._streams += 1
+        super().handle_request(event)
+        if self._streams >= self.streams_per_connection and self._last_stream is None:
+            self._last_stream = event.stream_id
+            self.conn.close(0, event.stream_id)
+            self.loop.call_later(IDLE_CHECK_SECONDS, self._close_when_idle)
+
+    def _close_when_idle(self) -> None:
+        if self.transport.is_closing():
+            return
+        if self.cycles:
+            self.loop.call_later(IDLE_CHECK_SECONDS, self._close_when_idle)
+            return
+        self._close_connection()

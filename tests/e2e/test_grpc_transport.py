@@ -1,0 +1,245 @@
+"""What the gRPC transports do around the service: deadlines, message sizes, compression, bad input.
+
+Deadlines and sizes hold for both transports; the raw HTTP/2 cases (malformed frames, oversized
+lengths, half-closed and reset streams) are sent to ``--grpc-transport h2`` with a raw client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+from inferd.testing import ServerProcess, write_repository
+from tests.e2e import models
+from tests.e2e.h2_client import GRPC_HEADERS, RawConnection, message
+from tests.e2e.test_grpc import MODELS, add_sub_inputs, tensor
+
+LIVE = "/inference.GRPCInferenceService/ServerLive"
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
+#: Small enough that a ModelMetadata answer or an add_sub request is over it; ServerLive is not.
+MAX_BYTES = 64
+
+
+@pytest.fixture(scope="module", params=["grpcio", "h2"])
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    repo = write_repository(tmp_path_factory.mktemp("transport") / "models", {"sleep": MODELS["sleep"]})
+    proc = ServerProcess([repo], ["--grpc-transport", request.param]).start()
+    proc.transport = request.param  # type: ignore[attr-defined]
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module", params=["grpcio", "h2"])
+def small_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    repo = write_repository(tmp_path_factory.mktemp("small") / "models", {"add_sub": models.add_sub()})
+    args = ["--grpc-transport", request.param, f"--grpc-max-message-bytes={MAX_BYTES}"]
+    proc = ServerProcess([repo], args).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def h2_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    repo = write_repository(tmp_path_factory.mktemp("h2") / "models", {"add_sub": models.add_sub()})
+    proc = ServerProcess([repo], ["--grpc-transport", "h2"]).start()
+    yield proc
+    proc.stop()
+
+
+def sleep_input(seconds: float) -> list[grpcclient.InferInput]:
+    return [tensor("SECONDS", np.array([seconds], np.float32), "FP32")]
+
+
+def test_deadline_exceeded(server: ServerProcess) -> None:
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        with pytest.raises(InferenceServerException) as info:
+            client.infer("sleep", sleep_input(1.0), client_timeout=0.2)
+        assert info.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        result = client.infer("sleep", sleep_input(0.0), client_timeout=10)
+        assert result.as_numpy("SECONDS_OUT").tolist() == [0.0]
+
+
+def test_gzip_request(server: ServerProcess) -> None:
+    """grpcio decompresses; h2 refuses compressed calls with UNIMPLEMENTED and says why."""
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        if server.transport == "grpcio":  # type: ignore[attr-defined]
+            result = client.infer("sleep", sleep_input(0.0), compression_algorithm="gzip")
+            assert result.as_numpy("SECONDS_OUT").tolist() == [0.0]
+            return
+        with pytest.raises(InferenceServerException) as info:
+            client.infer("sleep", sleep_input(0.0), compression_algorithm="gzip")
+        assert info.value.status() == "StatusCode.UNIMPLEMENTED"
+        assert "grpc-encoding 'gzip' is not supported" in info.value.message()
+        assert client.is_server_live()
+
+
+def test_stream_cancelled_with_a_request_in_flight(server: ServerProcess) -> None:
+    """The client cancels a stream while its request runs: the server goes on serving."""
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        client.start_stream(callback=lambda result, error: None)
+        client.async_stream_infer("sleep", sleep_input(0.5), request_id="gone")
+        time.sleep(0.1)
+        client.stop_stream(cancel_requests=True)
+        assert client.infer("sleep", sleep_input(0.0)).as_numpy("SECONDS_OUT").tolist() == [0.0]
+    time.sleep(0.6)
+    assert "Exception in ASGI application" not in server.log()
+
+
+def test_max_message_sizes(small_server: ServerProcess) -> None:
+    with grpc.insecure_channel(small_server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        assert stub.ServerLive(service_pb2.ServerLiveRequest()).live
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ModelMetadata(service_pb2.ModelMetadataRequest(name="add_sub"))
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    with grpcclient.InferenceServerClient(small_server.grpc_url) as client:
+        a = np.ones((1, 4), np.float32)
+        with pytest.raises(InferenceServerException) as error:
+            client.infer("add_sub", add_sub_inputs(a, a))
+        assert error.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+        assert client.is_server_live()
+
+
+# -- bad input on the h2 transport ----------------------------------------------------------------
+
+
+def grpc_status(answer: object) -> tuple[int, str]:
+    trailers = answer.trailers or answer.headers  # type: ignore[attr-defined]
+    return int(trailers[b"grpc-status"]), trailers.get(b"grpc-message", b"").decode()
+
+
+def assert_up(server: ServerProcess) -> None:
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        assert client.is_server_live()
+        a = np.ones((1, 4), np.float32)
+        np.testing.assert_array_equal(client.infer("add_sub", add_sub_inputs(a, a)).as_numpy("OUTPUT0"), a + a)
+
+
+@pytest.mark.parametrize(
+    "path, body, status, says",
+    [
+        (LIVE, b"\0\0\0\0\x10abc", 13, "truncated gRPC message"),
+        (LIVE, b"\0\0\0", 13, "truncated gRPC message"),
+        (LIVE, b"\0\xff\xff\xff\xff", 8, "Received message larger than max (4294967295 vs. 2147483647)"),
+        (LIVE, b"\x01\0\0\0\0", 12, "compressed messages are not supported"),
+        (LIVE, b"\x07\0\0\0\0", 13, "malformed gRPC frame"),
+        (LIVE, b"", 13, "one request message, this one sent 0"),
+        (LIVE, message(b"") * 2, 13, "one request message, this one sent 2"),
+        (LIVE, message(b"\xff\xff"), 13, "Exception deserializing request!"),
+        (INFER, message(b"\x0a\x05ab"), 3, "failed to parse the ModelInferRequest"),
+        ("/inference.GRPCInferenceService/NoSuchRpc", message(b""), 12, "Method not found!"),
+        ("/grpc.health.v1.Health/Watch", message(b""), 12, "Method not found!"),
+        (STREAM, message(b"") + b"\0\0", 13, "truncated gRPC message"),
+    ],
+)
+def test_bad_calls_get_a_status(h2_server: ServerProcess, path: str, body: bytes, status: int, says: str) -> None:
+    conn = RawConnection(h2_server.grpc_port)
+    try:
+        answer = conn.wait(conn.call(path, body).stream_id)
+        assert answer.status == 200 and not answer.reset
+        assert grpc_status(answer)[0] == status
+        assert says in grpc_status(answer)[1]
+    finally:
+        conn.close()
+    assert_up(h2_server)
+
+
+def test_malformed_grpc_timeout(h2_server: ServerProcess) -> None:
+    conn = RawConnection(h2_server.grpc_port)
+    try:
+        answer = conn.wait(conn.call(LIVE, message(b""), [*GRPC_HEADERS, (b"grpc-timeout", b"soon")]).stream_id)
+    finally:
+        conn.close()
+    assert grpc_status(answer) == (13, "malformed grpc-timeout header: 'soon'")
+
+
+def test_grpc_message_is_percent_encoded(h2_server: ServerProcess) -> None:
+    request = service_pb2.ModelInferRequest(model_name="ünknown\n").SerializeToString()
+    conn = RawConnection(h2_server.grpc_port)
+    try:
+        answer = conn.wait(conn.call(INFER, message(request)).stream_id)
+    finally:
+        conn.close()
+    raw = answer.trailers[b"grpc-message"]
+    assert b"%C3%BCnknown%0A" in raw and all(0x20 <= b < 0x7F for b in raw)
+
+
+def test_compression_header_and_not_grpc(h2_server: ServerProcess) -> None:
+    conn = RawConnection(h2_server.grpc_port)
+    try:
+        gzip = conn.call(LIVE, message(b""), [*GRPC_HEADERS, (b"grpc-encoding", b"gzip")])
+        plain = conn.call(LIVE, b"{}", [(b"content-type", b"application/json")])
+        answer = conn.wait(gzip.stream_id)
+        assert grpc_status(answer)[0] == 12 and answer.trailers[b"grpc-accept-encoding"] == b"identity"
+        assert conn.wait(plain.stream_id).status == 415
+    finally:
+        conn.close()
+    assert_up(h2_server)
+
+
+def test_reset_and_abandoned_streams_leave_the_server_up(h2_server: ServerProcess) -> None:
+    """A stream reset mid-message, one left half-sent on a dropped connection, garbage bytes."""
+    conn = RawConnection(h2_server.grpc_port)
+    stream = conn.call(STREAM, b"\0\0\0\0\x20abc", end=False)
+    stream.reset()
+    conn.flush()
+    conn.call(INFER, b"\0\0\0\x01\0", end=False)
+    live = conn.call(LIVE, message(b""))
+    assert grpc_status(conn.wait(live.stream_id)) == (0, "")
+    conn.close()
+    garbage = RawConnection(h2_server.grpc_port)
+    garbage.flush()  # the preface, then a CONTINUATION frame out of place
+    garbage.send_raw(b"\0\0\x04\x09\0\0\0\0\x01nope")
+    assert garbage.wait(1).status == 0 and garbage.closed
+    garbage.close()
+    assert_up(h2_server)
+
+
+def test_stream_half_closed_after_requests(h2_server: ServerProcess) -> None:
+    """Two requests then END_STREAM: both answered, then status OK in the trailers."""
+    request = service_pb2.ModelInferRequest(model_name="add_sub", id="r")
+    for name in ("INPUT0", "INPUT1"):
+        request.inputs.add(name=name, datatype="FP32", shape=[1, 4])
+        request.raw_input_contents.append(np.ones((1, 4), np.float32).tobytes())
+    body = message(request.SerializeToString())
+    conn = RawConnection(h2_server.grpc_port)
+    try:
+        answer = conn.wait(conn.call(STREAM, body + body).stream_id)
+    finally:
+        conn.close()
+    assert grpc_status(answer) == (0, "")
+    responses = []
+    data = answer.body
+    while data:
+        size = int.from_bytes(data[1:5], "big")
+        responses.append(service_pb2.ModelStreamInferResponse.FromString(data[5 : 5 + size]))
+        data = data[5 + size :]
+    assert [r.infer_response.id for r in responses] == ["r", "r"]
+    assert all(not r.error_message for r in responses)
+
+
+def test_one_channel_outlives_the_streams_a_connection_takes(h2_server: ServerProcess) -> None:
+    """More calls than zttp lets one connection carry, 32 at a time on one channel: none fails."""
+    calls = 4096 + 1000
+
+    async def run() -> list[bool]:
+        async with grpc.aio.insecure_channel(h2_server.grpc_url) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+            async def worker(n: int) -> list[bool]:
+                return [(await stub.ServerLive(service_pb2.ServerLiveRequest())).live for _ in range(n)]
+
+            done = await asyncio.gather(*(worker(calls // 32) for _ in range(32)))
+            return [live for batch in done for live in batch]
+
+    answers = asyncio.run(run())
+    assert len(answers) == calls // 32 * 32 > 4096 and all(answers)
