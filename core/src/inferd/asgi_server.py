@@ -3,6 +3,7 @@
 uvicorn with the httptools parser: measured here about twice the requests per second of
 hypercorn on the same app (see the closing note of the plugin-host issue). The server runs on
 the loop inferd already owns; inferd handles signals itself, so uvicorn's are never installed.
+That loop is uvloop's when uvloop is installed (a core dependency on Linux): :func:`run`.
 """
 
 from __future__ import annotations
@@ -10,9 +11,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)`` on uvloop's event loop when uvloop is installed, asyncio's otherwise.
+
+    uvloop answers a null ASGI handler ~20% faster than asyncio here (issue 9's measurements).
+    """
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - depends on the platform
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 def bind(host: str, port: int, what: str, backlog: int = 2048) -> socket.socket:
