@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -23,6 +23,8 @@ HEADER_LENGTH = "inference-header-content-length"
 #: Largest tensor a request may declare (elements); beyond it the shape is refused before any
 #: allocation. 2**31 matches Triton's own per-tensor limit of 2 GiB of BYTES.
 MAX_ELEMENTS = 1 << 31
+#: ``json.dumps(obj, separators=(",", ":"))`` without building an encoder per call.
+compact_json = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def split_body(body: bytes, header_length: str | None) -> tuple[bytes | memoryview, memoryview]:
@@ -47,15 +49,24 @@ def parse_json(data: bytes | memoryview, what: str) -> Any:
 
 
 def _shape(raw: Any, name: str) -> tuple[int, ...]:
-    if not isinstance(raw, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in raw):
-        raise InvalidArgument(f"input '{name}': 'shape' must be a list of non-negative integers, got {raw!r}")
+    if not isinstance(raw, list):
+        _bad_shape(raw, name)
+    count = 1
+    for d in raw:
+        if (type(d) is not int and (isinstance(d, bool) or not isinstance(d, int))) or d < 0:
+            _bad_shape(raw, name)
+        count *= d
     shape = tuple(raw)
-    if element_count(shape) > MAX_ELEMENTS:
+    if count > MAX_ELEMENTS:
         raise InvalidArgument(
-            f"input '{name}': shape {list(shape)} declares {element_count(shape)} elements, "
+            f"input '{name}': shape {list(shape)} declares {count} elements, "
             f"more than the {MAX_ELEMENTS} a tensor may hold"
         )
     return shape
+
+
+def _bad_shape(raw: Any, name: str) -> NoReturn:
+    raise InvalidArgument(f"input '{name}': 'shape' must be a list of non-negative integers, got {raw!r}")
 
 
 def _json_array(data: Any, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
@@ -159,14 +170,14 @@ def encode_response(
 ) -> tuple[list[bytes | memoryview], int | None]:
     """The HTTP body as parts (the JSON header, then each binary tensor's bytes, uncopied) and,
     when binary tensors follow, the JSON header's length."""
-    wants = {o.name: o.parameters for o in request.outputs}
+    wants = {o.name: o.parameters for o in request.outputs} if request.outputs else None
     outputs = []
     chunks: list[bytes | memoryview] = []
     for tensor in response.outputs:
-        params = wants.get(tensor.name)
-        binary = params.get("binary_data", binary_output) if params is not None else binary_output
+        params = wants.get(tensor.name) if wants else None
+        binary = params.get("binary_data", binary_output) if params else binary_output
         entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
-        extra = dict(tensor.parameters)
+        extra = dict(tensor.parameters) if tensor.parameters else {}
         if binary:
             raw = array_to_bytes(tensor.data, tensor.datatype)
             extra["binary_data_size"] = len(raw)
@@ -182,5 +193,5 @@ def encode_response(
     if response.parameters:
         body["parameters"] = response.parameters
     body["outputs"] = outputs
-    header = json.dumps(body, separators=(",", ":")).encode()
+    header = compact_json(body).encode()
     return [header, *chunks], (len(header) if chunks else None)
