@@ -111,40 +111,14 @@ def decode_request(
         raise InvalidArgument("request 'parameters' must be a JSON object")
     request_id = header.get("id", "")
     request = InferRequest(model_name, model_version, str(request_id) if request_id is not None else "")
-    request.parameters = {k: v for k, v in parameters.items() if k != "binary_data_output"}
+    request.parameters = _without(parameters, "binary_data_output")
+    inputs = request.inputs
     offset = 0
     for raw in raw_inputs:
-        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
-            raise InvalidArgument("every entry of 'inputs' needs a 'name'")
-        name = raw["name"]
-        datatype = raw.get("datatype")
-        if not isinstance(datatype, str):
-            raise InvalidArgument(f"input '{name}' has no 'datatype'")
-        try:
-            numpy_dtype(datatype)
-        except InferdError:
-            raise InvalidArgument(f"invalid datatype for input {name}: '{datatype}'") from None
-        shape = _shape(raw.get("shape"), name)
-        params = raw.get("parameters") or {}
-        size = params.get("binary_data_size")
-        if size is not None:
-            if not isinstance(size, int) or size < 0 or offset + size > len(binary):
-                raise InvalidArgument(
-                    f"input '{name}': binary_data_size {size} at offset {offset} runs past the "
-                    f"{len(binary)} bytes of binary data in the request"
-                )
-            try:
-                array = array_from_bytes(binary[offset : offset + size], datatype, shape)
-            except InvalidArgument as exc:
-                raise InvalidArgument(f"input '{name}': {exc.message}") from None
-            offset += size
-        elif "data" in raw:
-            array = _json_array(raw["data"], datatype, shape, name)
-        else:
-            raise InvalidArgument(f"input '{name}' has neither 'data' nor binary_data_size")
-        if name in request.inputs:
-            raise InvalidArgument(f"input '{name}' appears twice in the request")
-        request.inputs[name] = InferTensor(name, datatype, shape, array, {k: v for k, v in params.items() if k != "binary_data_size"})
+        tensor, offset = _decode_input(raw, binary, offset)
+        if tensor.name in inputs:
+            raise InvalidArgument(f"input '{tensor.name}' appears twice in the request")
+        inputs[tensor.name] = tensor
     if offset != len(binary):
         raise InvalidArgument(
             f"the request carries {len(binary)} bytes of binary data but its inputs declare {offset}"
@@ -157,6 +131,49 @@ def decode_request(
             raise InvalidArgument("every entry of 'outputs' needs a 'name'")
         request.outputs.append(RequestedOutput(raw["name"], dict(raw.get("parameters") or {})))
     return request, bool(parameters.get("binary_data_output", False))
+
+
+def _without(mapping: dict[str, Any], key: str) -> dict[str, Any]:
+    """A copy of ``mapping`` without ``key``."""
+    if not mapping:
+        return {}
+    out = dict(mapping)
+    out.pop(key, None)
+    return out
+
+
+def _decode_input(raw: Any, binary: memoryview, offset: int) -> tuple[InferTensor, int]:
+    """One entry of ``inputs``, its data read from ``binary`` at ``offset`` or from its JSON
+    ``data``; returns the tensor and the offset after its binary data."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+        raise InvalidArgument("every entry of 'inputs' needs a 'name'")
+    name = raw["name"]
+    datatype = raw.get("datatype")
+    if not isinstance(datatype, str):
+        raise InvalidArgument(f"input '{name}' has no 'datatype'")
+    try:
+        numpy_dtype(datatype)
+    except InferdError:
+        raise InvalidArgument(f"invalid datatype for input {name}: '{datatype}'") from None
+    shape = _shape(raw.get("shape"), name)
+    params = raw.get("parameters") or {}
+    size = params.get("binary_data_size")
+    if size is not None:
+        if not isinstance(size, int) or size < 0 or offset + size > len(binary):
+            raise InvalidArgument(
+                f"input '{name}': binary_data_size {size} at offset {offset} runs past the "
+                f"{len(binary)} bytes of binary data in the request"
+            )
+        try:
+            array = array_from_bytes(binary[offset : offset + size], datatype, shape)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"input '{name}': {exc.message}") from None
+        offset += size
+    elif "data" in raw:
+        array = _json_array(raw["data"], datatype, shape, name)
+    else:
+        raise InvalidArgument(f"input '{name}' has neither 'data' nor binary_data_size")
+    return InferTensor(name, datatype, shape, array, _without(params, "binary_data_size")), offset
 
 
 def _json_data(array: np.ndarray, datatype: str) -> list[Any]:
