@@ -25,6 +25,7 @@ HEADER_LENGTH = "inference-header-content-length"
 MAX_ELEMENTS = 1 << 31
 #: ``json.dumps(obj, separators=(",", ":"))`` without building an encoder per call.
 compact_json = json.JSONEncoder(separators=(",", ":")).encode
+_json_string = json.encoder.encode_basestring_ascii  # how json.dumps (ensure_ascii) writes a str
 
 
 def split_body(body: bytes, header_length: str | None) -> tuple[bytes | memoryview, memoryview]:
@@ -186,29 +187,45 @@ def encode_response(
     response: InferResponse, request: InferRequest, binary_output: bool
 ) -> tuple[list[bytes | memoryview], int | None]:
     """The HTTP body as parts (the JSON header, then each binary tensor's bytes, uncopied) and,
-    when binary tensors follow, the JSON header's length."""
+    when binary tensors follow, the JSON header's length.
+
+    The header is written piece by piece, each value as ``json.dumps`` writes it, in the order
+    a dict of the same fields would have: the same bytes without building and walking the dicts.
+    """
     wants = {o.name: o.parameters for o in request.outputs} if request.outputs else None
     outputs = []
     chunks: list[bytes | memoryview] = []
     for tensor in response.outputs:
         params = wants.get(tensor.name) if wants else None
         binary = params.get("binary_data", binary_output) if params else binary_output
-        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
+        entry = f'{{"name":{_js(tensor.name)},"datatype":{_js(tensor.datatype)},"shape":{_int_list(tensor.shape)}'
         extra = dict(tensor.parameters) if tensor.parameters else {}
         if binary:
             raw = array_to_bytes(tensor.data, tensor.datatype)
             extra["binary_data_size"] = len(raw)
             chunks.append(raw)
         else:
-            entry["data"] = _json_data(tensor.data, tensor.datatype)
+            entry += ',"data":' + compact_json(_json_data(tensor.data, tensor.datatype))
         if extra:
-            entry["parameters"] = extra
-        outputs.append(entry)
-    body: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
+            entry += ',"parameters":' + compact_json(extra)
+        outputs.append(entry + "}")
+    head = f'{{"model_name":{_js(response.model_name)},"model_version":{_js(response.model_version)}'
     if response.id:
-        body["id"] = response.id
+        head += ',"id":' + _js(response.id)
     if response.parameters:
-        body["parameters"] = response.parameters
-    body["outputs"] = outputs
-    header = compact_json(body).encode()
+        head += ',"parameters":' + compact_json(response.parameters)
+    header = (head + ',"outputs":[' + ",".join(outputs) + "]}").encode()
     return [header, *chunks], (len(header) if chunks else None)
+
+
+def _js(value: Any) -> str:
+    """``value`` as ``json.dumps`` writes it (strings through its own C escaper)."""
+    return _json_string(value) if type(value) is str else compact_json(value)
+
+
+def _int_list(values: tuple[int, ...] | list[int]) -> str:
+    """A shape as ``json.dumps(list(values))`` writes it."""
+    for v in values:
+        if type(v) is not int:
+            return compact_json(list(values))
+    return "[" + ",".join(map(str, values)) + "]"
