@@ -121,9 +121,7 @@ def decode_request(
             raise InvalidArgument(f"input '{tensor.name}' appears twice in the request")
         inputs[tensor.name] = tensor
     if offset != len(binary):
-        raise InvalidArgument(
-            f"the request carries {len(binary)} bytes of binary data but its inputs declare {offset}"
-        )
+        raise trailing_bytes_error(len(binary), offset)
     raw_outputs = header.get("outputs") or []
     if not isinstance(raw_outputs, list):
         raise InvalidArgument("'outputs' must be a list")
@@ -132,6 +130,11 @@ def decode_request(
             raise InvalidArgument("every entry of 'outputs' needs a 'name'")
         request.outputs.append(RequestedOutput(raw["name"], dict(raw.get("parameters") or {})))
     return request, bool(parameters.get("binary_data_output", False))
+
+
+def trailing_bytes_error(carried: int, declared: int) -> InvalidArgument:
+    """The error of a request whose binary data is longer than its inputs declare."""
+    return InvalidArgument(f"the request carries {carried} bytes of binary data but its inputs declare {declared}")
 
 
 def _without(mapping: dict[str, Any], key: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from starlette.types import Receive, Scope, Send
 
 from inferd.default_plugins.http.codec import HEADER_LENGTH, decode_request, encode_response, parse_json, split_body
 from inferd.default_plugins.http.errors import decode_body, error_body, error_reply
+from inferd.default_plugins.http.plans import HeaderPlans
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane
@@ -30,6 +31,7 @@ class InferEndpoint:
 
     def __init__(self, dataplane: DataPlane) -> None:
         self.dp = dataplane
+        self.plans = HeaderPlans()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -59,7 +61,10 @@ class InferEndpoint:
                 encoding = value.decode("latin-1").lower()
         body = decode_body(await _read_body(receive), encoding)
         header_bytes, binary = split_body(body, header_length)
-        request, binary_output = decode_request(parse_json(header_bytes, "request"), binary, model, version)
+        if header_length is None:
+            request, binary_output = decode_request(parse_json(header_bytes, "request"), binary, model, version)
+        else:
+            request, binary_output = self.plans.decode(header_bytes, binary, model, version)
         info = self.dp.resolve(model, version)
         response = await self.dp.infer(request, info)
         return encode_response(response, request, binary_output)
