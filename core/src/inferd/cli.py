@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from inferd import __version__
+from inferd import __version__, asgi_server
 from inferd.errors import InferdError
 from inferd.flags import parse_bool
 from inferd.lifecycle import ControlMode
@@ -222,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _supervise(args, sys.argv[1:] if argv is None else argv)
     server = Server(options_from_args(args), host=host)
     try:
-        asyncio.run(_serve(server))
+        asgi_server.run(_serve(server))
     except SystemExit as exc:
         print(exc, file=sys.stderr)
         return 1

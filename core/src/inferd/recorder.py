@@ -43,22 +43,29 @@ class Recorder:
         ``None`` (decoupled: the responses went through the senders) becomes an empty response.
         """
         stats = self.stats
-        rows = [r.batch_size(self.max_batch_size) for r in requests]
+        max_batch = self.max_batch_size
         input_ns, infer_ns, output_ns = start_ns - dequeued_ns, end_ns - start_ns, done_ns - end_ns
-        succeeded = sum(n for n, r in zip(rows, results, strict=True) if not isinstance(r, InferdError))
-        stats.record_execution(sum(rows), input_ns, infer_ns, output_ns, succeeded=succeeded)
         outcomes: list[Outcome] = []
+        totals: list[int] = []
+        queues: list[int] = []
+        rows = succeeded = 0
         for request, result in zip(requests, results, strict=True):
+            n = request.batch_size(max_batch)
+            rows += n
             trace = request.context.get(TRACE_KEY) if request.context else None
             if trace is not None:
                 trace.compute(dequeued_ns, start_ns, end_ns, done_ns)
-            total_ns = done_ns - request.arrival_ns
             if isinstance(result, InferdError):
-                stats.record_failure(total_ns, "CANCELED" if result.kind is ErrorKind.CANCELLED else "BACKEND")
+                reason = "CANCELED" if result.kind is ErrorKind.CANCELLED else "BACKEND"
+                stats.record_failure(done_ns - request.arrival_ns, reason)
                 outcomes.append(result)
                 continue
-            stats.record_success(total_ns, dequeued_ns - request.arrival_ns, input_ns, infer_ns, output_ns)
+            succeeded += n
+            totals.append(done_ns - request.arrival_ns)
+            queues.append(dequeued_ns - request.arrival_ns)
             outcomes.append(result or InferResponse(stats.name, stats.version, request.id))
+        stats.record_execution(rows, input_ns, infer_ns, output_ns, succeeded=succeeded)
+        stats.record_successes(totals, queues, input_ns, infer_ns, output_ns)
         return outcomes
 
     def rejected(self, request: InferRequest) -> None:

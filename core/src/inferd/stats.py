@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -95,21 +96,32 @@ class ModelStats:
 
     def record_success(self, total_ns: int, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         """One request that ended with a response."""
+        self.record_successes((total_ns,), (queue_ns,), input_ns, infer_ns, output_ns)
+
+    def record_successes(
+        self, totals_ns: Sequence[int], queues_ns: Sequence[int], input_ns: int, infer_ns: int, output_ns: int
+    ) -> None:
+        """The requests of one execution that ended with a response (their total and queue times;
+        the execution's compute times count once per request), under one lock."""
+        n = len(totals_ns)
+        if not n:
+            return
         with self._lock:
             d = self.durations
-            d["success"].add(total_ns)
-            d["queue"].add(queue_ns)
-            d["compute_input"].add(input_ns)
-            d["compute_infer"].add(infer_ns)
-            d["compute_output"].add(output_ns)
+            d["success"].add(sum(totals_ns), n)
+            d["queue"].add(sum(queues_ns), n)
+            d["compute_input"].add(input_ns * n, n)
+            d["compute_infer"].add(infer_ns * n, n)
+            d["compute_output"].add(output_ns * n, n)
             self.last_inference_ms = time.time_ns() // 1_000_000
             if self.observer is not None:
                 obs = self.observer.observe
-                obs("request", total_ns)
-                obs("queue", queue_ns)
-                obs("compute_input", input_ns)
-                obs("compute_infer", infer_ns)
-                obs("compute_output", output_ns)
+                for total_ns, queue_ns in zip(totals_ns, queues_ns, strict=True):
+                    obs("request", total_ns)
+                    obs("queue", queue_ns)
+                    obs("compute_input", input_ns)
+                    obs("compute_infer", infer_ns)
+                    obs("compute_output", output_ns)
 
     def record_failure(self, total_ns: int, reason: str = "BACKEND") -> None:
         """One request that ended with an error."""

@@ -7,7 +7,7 @@ keep working, and they always name the model, the tensor and what was expected.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from inferd.errors import InvalidArgument
 from inferd.types import InferRequest, config_to_wire
@@ -46,6 +46,8 @@ def _enum_name(tensor: object) -> str:
 
 
 def _dims_match(expected: tuple[int, ...], got: tuple[int, ...]) -> bool:
+    if expected == got:
+        return True
     return len(expected) == len(got) and all(e == -1 or e == g for e, g in zip(expected, got, strict=True))
 
 
@@ -115,19 +117,25 @@ class RequestValidator:
             raise InvalidArgument(
                 f"inference request batch-size must be <= {self.max_batch_size} for '{model}', got {batch}"
             )
-        missing = [n for n in self.required if n not in request.inputs and n not in self.implicit]
-        if missing:
-            raise InvalidArgument(
-                f"expected {len(self.required)} inputs but got {len(request.inputs)} inputs for model "
-                f"'{model}'. Got input(s) {list(request.inputs)}, but missing required input(s) "
-                f"{missing}. Please provide all required input(s)."
-            )
+        inputs = request.inputs
+        for required in self.required:
+            if required not in inputs and required not in self.implicit:
+                self._missing(request)
+        outputs = self.outputs
         for out in request.outputs:
-            if out.name not in self.outputs:
+            if out.name not in outputs:
                 raise InvalidArgument(
                     f"unexpected inference output '{out.name}' for model '{model}'; "
                     f"it has outputs: {', '.join(self.outputs) or 'none'}"
                 )
+
+    def _missing(self, request: InferRequest) -> NoReturn:
+        missing = [n for n in self.required if n not in request.inputs and n not in self.implicit]
+        raise InvalidArgument(
+            f"expected {len(self.required)} inputs but got {len(request.inputs)} inputs for model "
+            f"'{self.model}'. Got input(s) {list(request.inputs)}, but missing required input(s) "
+            f"{missing}. Please provide all required input(s)."
+        )
 
     def _batch_hint(self, spec: TensorSpec, shape: tuple[int, ...]) -> str:
         """Explain the implicit batch dimension, the most common shape mistake."""

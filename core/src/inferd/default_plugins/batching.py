@@ -26,7 +26,11 @@ def shape_key(request: InferRequest, batched: bool, ragged: frozenset[str]) -> t
     """What must be equal for two requests to share a batch: input names and non-batch shapes."""
     if not batched:
         return ()
-    return tuple((name, None if name in ragged else t.shape[1:]) for name, t in sorted(request.inputs.items()))
+    inputs = request.inputs
+    if len(inputs) == 1:  # the common case, without sorting
+        for name, t in inputs.items():
+            return ((name, None if name in ragged else t.shape[1:]),)
+    return tuple((name, None if name in ragged else t.shape[1:]) for name, t in sorted(inputs.items()))
 
 
 def plan_batch(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -23,6 +23,9 @@ HEADER_LENGTH = "inference-header-content-length"
 #: Largest tensor a request may declare (elements); beyond it the shape is refused before any
 #: allocation. 2**31 matches Triton's own per-tensor limit of 2 GiB of BYTES.
 MAX_ELEMENTS = 1 << 31
+#: ``json.dumps(obj, separators=(",", ":"))`` without building an encoder per call.
+compact_json = json.JSONEncoder(separators=(",", ":")).encode
+_json_string = json.encoder.encode_basestring_ascii  # how json.dumps (ensure_ascii) writes a str
 
 
 def split_body(body: bytes, header_length: str | None) -> tuple[bytes | memoryview, memoryview]:
@@ -47,15 +50,24 @@ def parse_json(data: bytes | memoryview, what: str) -> Any:
 
 
 def _shape(raw: Any, name: str) -> tuple[int, ...]:
-    if not isinstance(raw, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in raw):
-        raise InvalidArgument(f"input '{name}': 'shape' must be a list of non-negative integers, got {raw!r}")
+    if not isinstance(raw, list):
+        _bad_shape(raw, name)
+    count = 1
+    for d in raw:
+        if (type(d) is not int and (isinstance(d, bool) or not isinstance(d, int))) or d < 0:
+            _bad_shape(raw, name)
+        count *= d
     shape = tuple(raw)
-    if element_count(shape) > MAX_ELEMENTS:
+    if count > MAX_ELEMENTS:
         raise InvalidArgument(
-            f"input '{name}': shape {list(shape)} declares {element_count(shape)} elements, "
+            f"input '{name}': shape {list(shape)} declares {count} elements, "
             f"more than the {MAX_ELEMENTS} a tensor may hold"
         )
     return shape
+
+
+def _bad_shape(raw: Any, name: str) -> NoReturn:
+    raise InvalidArgument(f"input '{name}': 'shape' must be a list of non-negative integers, got {raw!r}")
 
 
 def _json_array(data: Any, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
@@ -100,44 +112,16 @@ def decode_request(
         raise InvalidArgument("request 'parameters' must be a JSON object")
     request_id = header.get("id", "")
     request = InferRequest(model_name, model_version, str(request_id) if request_id is not None else "")
-    request.parameters = {k: v for k, v in parameters.items() if k != "binary_data_output"}
+    request.parameters = _without(parameters, "binary_data_output")
+    inputs = request.inputs
     offset = 0
     for raw in raw_inputs:
-        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
-            raise InvalidArgument("every entry of 'inputs' needs a 'name'")
-        name = raw["name"]
-        datatype = raw.get("datatype")
-        if not isinstance(datatype, str):
-            raise InvalidArgument(f"input '{name}' has no 'datatype'")
-        try:
-            numpy_dtype(datatype)
-        except InferdError:
-            raise InvalidArgument(f"invalid datatype for input {name}: '{datatype}'") from None
-        shape = _shape(raw.get("shape"), name)
-        params = raw.get("parameters") or {}
-        size = params.get("binary_data_size")
-        if size is not None:
-            if not isinstance(size, int) or size < 0 or offset + size > len(binary):
-                raise InvalidArgument(
-                    f"input '{name}': binary_data_size {size} at offset {offset} runs past the "
-                    f"{len(binary)} bytes of binary data in the request"
-                )
-            try:
-                array = array_from_bytes(binary[offset : offset + size], datatype, shape)
-            except InvalidArgument as exc:
-                raise InvalidArgument(f"input '{name}': {exc.message}") from None
-            offset += size
-        elif "data" in raw:
-            array = _json_array(raw["data"], datatype, shape, name)
-        else:
-            raise InvalidArgument(f"input '{name}' has neither 'data' nor binary_data_size")
-        if name in request.inputs:
-            raise InvalidArgument(f"input '{name}' appears twice in the request")
-        request.inputs[name] = InferTensor(name, datatype, shape, array, {k: v for k, v in params.items() if k != "binary_data_size"})
+        tensor, offset = _decode_input(raw, binary, offset)
+        if tensor.name in inputs:
+            raise InvalidArgument(f"input '{tensor.name}' appears twice in the request")
+        inputs[tensor.name] = tensor
     if offset != len(binary):
-        raise InvalidArgument(
-            f"the request carries {len(binary)} bytes of binary data but its inputs declare {offset}"
-        )
+        raise trailing_bytes_error(len(binary), offset)
     raw_outputs = header.get("outputs") or []
     if not isinstance(raw_outputs, list):
         raise InvalidArgument("'outputs' must be a list")
@@ -146,6 +130,54 @@ def decode_request(
             raise InvalidArgument("every entry of 'outputs' needs a 'name'")
         request.outputs.append(RequestedOutput(raw["name"], dict(raw.get("parameters") or {})))
     return request, bool(parameters.get("binary_data_output", False))
+
+
+def trailing_bytes_error(carried: int, declared: int) -> InvalidArgument:
+    """The error of a request whose binary data is longer than its inputs declare."""
+    return InvalidArgument(f"the request carries {carried} bytes of binary data but its inputs declare {declared}")
+
+
+def _without(mapping: dict[str, Any], key: str) -> dict[str, Any]:
+    """A copy of ``mapping`` without ``key``."""
+    if not mapping:
+        return {}
+    out = dict(mapping)
+    out.pop(key, None)
+    return out
+
+
+def _decode_input(raw: Any, binary: memoryview, offset: int) -> tuple[InferTensor, int]:
+    """One entry of ``inputs``, its data read from ``binary`` at ``offset`` or from its JSON
+    ``data``; returns the tensor and the offset after its binary data."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+        raise InvalidArgument("every entry of 'inputs' needs a 'name'")
+    name = raw["name"]
+    datatype = raw.get("datatype")
+    if not isinstance(datatype, str):
+        raise InvalidArgument(f"input '{name}' has no 'datatype'")
+    try:
+        numpy_dtype(datatype)
+    except InferdError:
+        raise InvalidArgument(f"invalid datatype for input {name}: '{datatype}'") from None
+    shape = _shape(raw.get("shape"), name)
+    params = raw.get("parameters") or {}
+    size = params.get("binary_data_size")
+    if size is not None:
+        if not isinstance(size, int) or size < 0 or offset + size > len(binary):
+            raise InvalidArgument(
+                f"input '{name}': binary_data_size {size} at offset {offset} runs past the "
+                f"{len(binary)} bytes of binary data in the request"
+            )
+        try:
+            array = array_from_bytes(binary[offset : offset + size], datatype, shape)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"input '{name}': {exc.message}") from None
+        offset += size
+    elif "data" in raw:
+        array = _json_array(raw["data"], datatype, shape, name)
+    else:
+        raise InvalidArgument(f"input '{name}' has neither 'data' nor binary_data_size")
+    return InferTensor(name, datatype, shape, array, _without(params, "binary_data_size")), offset
 
 
 def _json_data(array: np.ndarray, datatype: str) -> list[Any]:
@@ -158,29 +190,45 @@ def encode_response(
     response: InferResponse, request: InferRequest, binary_output: bool
 ) -> tuple[list[bytes | memoryview], int | None]:
     """The HTTP body as parts (the JSON header, then each binary tensor's bytes, uncopied) and,
-    when binary tensors follow, the JSON header's length."""
-    wants = {o.name: o.parameters for o in request.outputs}
+    when binary tensors follow, the JSON header's length.
+
+    The header is written piece by piece, each value as ``json.dumps`` writes it, in the order
+    a dict of the same fields would have: the same bytes without building and walking the dicts.
+    """
+    wants = {o.name: o.parameters for o in request.outputs} if request.outputs else None
     outputs = []
     chunks: list[bytes | memoryview] = []
     for tensor in response.outputs:
-        params = wants.get(tensor.name)
-        binary = params.get("binary_data", binary_output) if params is not None else binary_output
-        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
-        extra = dict(tensor.parameters)
+        params = wants.get(tensor.name) if wants else None
+        binary = params.get("binary_data", binary_output) if params else binary_output
+        entry = f'{{"name":{_js(tensor.name)},"datatype":{_js(tensor.datatype)},"shape":{_int_list(tensor.shape)}'
+        extra = dict(tensor.parameters) if tensor.parameters else {}
         if binary:
             raw = array_to_bytes(tensor.data, tensor.datatype)
             extra["binary_data_size"] = len(raw)
             chunks.append(raw)
         else:
-            entry["data"] = _json_data(tensor.data, tensor.datatype)
+            entry += ',"data":' + compact_json(_json_data(tensor.data, tensor.datatype))
         if extra:
-            entry["parameters"] = extra
-        outputs.append(entry)
-    body: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
+            entry += ',"parameters":' + compact_json(extra)
+        outputs.append(entry + "}")
+    head = f'{{"model_name":{_js(response.model_name)},"model_version":{_js(response.model_version)}'
     if response.id:
-        body["id"] = response.id
+        head += ',"id":' + _js(response.id)
     if response.parameters:
-        body["parameters"] = response.parameters
-    body["outputs"] = outputs
-    header = json.dumps(body, separators=(",", ":")).encode()
+        head += ',"parameters":' + compact_json(response.parameters)
+    header = (head + ',"outputs":[' + ",".join(outputs) + "]}").encode()
     return [header, *chunks], (len(header) if chunks else None)
+
+
+def _js(value: Any) -> str:
+    """``value`` as ``json.dumps`` writes it (strings through its own C escaper)."""
+    return _json_string(value) if type(value) is str else compact_json(value)
+
+
+def _int_list(values: tuple[int, ...] | list[int]) -> str:
+    """A shape as ``json.dumps(list(values))`` writes it."""
+    for v in values:
+        if type(v) is not int:
+            return compact_json(list(values))
+    return "[" + ",".join(map(str, values)) + "]"

@@ -9,6 +9,7 @@ import zlib
 from inferd.errors import ErrorKind, InferdError
 
 log = logging.getLogger(__name__)
+_compact = json.JSONEncoder(separators=(",", ":")).encode
 
 #: Error kind -> HTTP status, as Triton maps them (every other kind is 400).
 STATUS = {
@@ -31,7 +32,7 @@ def decode_body(body: bytes, encoding: str) -> bytes:
 
 def error_body(message: str) -> bytes:
     """Triton's error JSON: ``{"error": message}``."""
-    return json.dumps({"error": message}, separators=(",", ":")).encode()
+    return _compact({"error": message}).encode()
 
 
 def error_reply(exc: Exception, path: str) -> tuple[int, bytes]:

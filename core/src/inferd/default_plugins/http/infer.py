@@ -13,6 +13,7 @@ from starlette.types import Receive, Scope, Send
 
 from inferd.default_plugins.http.codec import HEADER_LENGTH, decode_request, encode_response, parse_json, split_body
 from inferd.default_plugins.http.errors import decode_body, error_body, error_reply
+from inferd.default_plugins.http.plans import HeaderPlans
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane
@@ -21,6 +22,9 @@ _JSON = b"application/json"
 _OCTETS = b"application/octet-stream"
 _HEADER_LENGTH = HEADER_LENGTH.encode()
 _ALLOW_POST = [(b"allow", b"POST")]
+#: Binary responses up to this size go out as one body (copying a few KiB costs less than
+#: another ``send`` through uvicorn and the socket); larger ones part by part, uncopied.
+JOIN_LIMIT = 16 * 1024
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -30,6 +34,7 @@ class InferEndpoint:
 
     def __init__(self, dataplane: DataPlane) -> None:
         self.dp = dataplane
+        self.plans = HeaderPlans()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -44,8 +49,15 @@ class InferEndpoint:
             return
         if json_length is None:
             await _respond(send, 200, parts[0], _JSON)
+            return
+        extra = [(_HEADER_LENGTH, str(json_length).encode())]
+        length = 0
+        for part in parts:
+            length += len(part)
+        if length <= JOIN_LIMIT:
+            await _respond(send, 200, b"".join(parts), _OCTETS, extra)
         else:
-            await _respond_parts(send, parts, _OCTETS, [(_HEADER_LENGTH, str(json_length).encode())])
+            await _respond_parts(send, parts, length, _OCTETS, extra)
 
     async def _infer(
         self, scope: Scope, receive: Receive, model: str, version: str
@@ -59,7 +71,10 @@ class InferEndpoint:
                 encoding = value.decode("latin-1").lower()
         body = decode_body(await _read_body(receive), encoding)
         header_bytes, binary = split_body(body, header_length)
-        request, binary_output = decode_request(parse_json(header_bytes, "request"), binary, model, version)
+        if header_length is None:
+            request, binary_output = decode_request(parse_json(header_bytes, "request"), binary, model, version)
+        else:
+            request, binary_output = self.plans.decode(header_bytes, binary, model, version)
         info = self.dp.resolve(model, version)
         response = await self.dp.infer(request, info)
         return encode_response(response, request, binary_output)
@@ -85,9 +100,11 @@ async def _respond(send: Send, status: int, body: bytes, content_type: bytes, ex
     await send({"type": "http.response.body", "body": body})
 
 
-async def _respond_parts(send: Send, parts: list[bytes | memoryview], content_type: bytes, extra: Headers) -> None:
-    """A 200 whose body is sent part by part: tensor bytes go to the socket without being joined."""
-    length = sum(len(p) for p in parts)
+async def _respond_parts(
+    send: Send, parts: list[bytes | memoryview], length: int, content_type: bytes, extra: Headers
+) -> None:
+    """A 200 whose body (``length`` bytes) is sent part by part: tensor bytes go to the socket
+    without being joined."""
     headers = [(b"content-type", content_type), (b"content-length", str(length).encode()), *extra]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     last = len(parts) - 1
