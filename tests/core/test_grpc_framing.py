@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 import grpc
 import pytest
 
@@ -30,6 +32,33 @@ def test_messages_cut_at_any_byte(size: int) -> None:
         out += [bytes(m) for m in reader.feed(data[start : start + size])]
     reader.finish()
     assert out == payloads
+
+
+@pytest.mark.parametrize(("encoding", "wbits"), [("gzip", 31), ("deflate", 15)])
+@pytest.mark.parametrize("size", [1, 3, 1000])
+def test_compressed_messages_are_inflated(encoding: str, wbits: int, size: int) -> None:
+    """Messages flagged compressed come out as sent; plain ones beside them pass as they are."""
+    payloads = [b"x" * 300, b"plain", b"\0" * 90]
+    data = b""
+    for i, payload in enumerate(payloads):
+        if i == 1:
+            data += prefixed(payload)
+            continue
+        packed = zlib.compress(payload, wbits=wbits)
+        data += b"\x01" + len(packed).to_bytes(4, "big") + packed
+    reader = MessageReader(300, encoding)
+    out = []
+    for start in range(0, len(data), size):
+        out += [bytes(m) for m in reader.feed(data[start : start + size])]
+    reader.finish()
+    assert out == payloads
+
+
+def test_inflated_size_is_bounded() -> None:
+    packed = zlib.compress(bytes(301), wbits=31)
+    with pytest.raises(GrpcFailure) as info:
+        MessageReader(300, "gzip").feed(b"\x01" + len(packed).to_bytes(4, "big") + packed)
+    assert info.value.status is grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 def test_messages_come_out_read_only() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from collections.abc import Iterator
 
 import grpc
@@ -47,6 +48,18 @@ def small_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     proc.stop()
 
 
+#: 1000 zero bytes, gzipped to a few dozen: inside ``MAX_BYTES`` on the wire, far past it inflated.
+BOMB = zlib.compress(bytes(1000), wbits=31)
+
+
+@pytest.fixture(scope="module")
+def small_h2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    repo = write_repository(tmp_path_factory.mktemp("small_h2") / "models", {"add_sub": models.add_sub()})
+    proc = ServerProcess([repo], ["--grpc-transport", "h2", f"--grpc-max-message-bytes={MAX_BYTES}"]).start()
+    yield proc
+    proc.stop()
+
+
 @pytest.fixture(scope="module")
 def h2_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = write_repository(tmp_path_factory.mktemp("h2") / "models", {"add_sub": models.add_sub()})
@@ -68,18 +81,18 @@ def test_deadline_exceeded(server: ServerProcess) -> None:
         assert result.as_numpy("SECONDS_OUT").tolist() == [0.0]
 
 
-def test_gzip_request(server: ServerProcess) -> None:
-    """grpcio decompresses; h2 refuses compressed calls with UNIMPLEMENTED and says why."""
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_request(server: ServerProcess, algorithm: str) -> None:
+    """Both transports decompress a compressed request, unary and streamed."""
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
-        if server.transport == "grpcio":  # type: ignore[attr-defined]
-            result = client.infer("sleep", sleep_input(0.0), compression_algorithm="gzip")
-            assert result.as_numpy("SECONDS_OUT").tolist() == [0.0]
-            return
-        with pytest.raises(InferenceServerException) as info:
-            client.infer("sleep", sleep_input(0.0), compression_algorithm="gzip")
-        assert info.value.status() == "StatusCode.UNIMPLEMENTED"
-        assert "grpc-encoding 'gzip' is not supported" in info.value.message()
-        assert client.is_server_live()
+        result = client.infer("sleep", sleep_input(0.25), compression_algorithm=algorithm)
+        assert result.as_numpy("SECONDS_OUT").tolist() == [0.25]
+        results: list[object] = []
+        client.start_stream(callback=lambda result, error: results.append(error or result), compression_algorithm=algorithm)
+        client.async_stream_infer("sleep", sleep_input(0.0), request_id="zipped")
+        client.stop_stream()
+        (streamed,) = results
+        assert streamed.as_numpy("SECONDS_OUT").tolist() == [0.0]  # type: ignore[attr-defined]
 
 
 def test_stream_cancelled_with_a_request_in_flight(server: ServerProcess) -> None:
@@ -153,6 +166,23 @@ def test_bad_calls_get_a_status(h2_server: ServerProcess, path: str, body: bytes
     assert_up(h2_server)
 
 
+@pytest.mark.parametrize(
+    "body, status, says",
+    [
+        (b"\x01\0\0\0\x04junk", 13, "failed to decompress the request message"),
+        (b"\x01" + len(BOMB).to_bytes(4, "big") + BOMB, 8, f"Received message larger than max (> {MAX_BYTES} decompressed)"),
+    ],
+)
+def test_bad_compressed_messages(small_h2: ServerProcess, body: bytes, status: int, says: str) -> None:
+    """A corrupt gzip message, and one that inflates past the size limit (a zip bomb), are errors."""
+    conn = RawConnection(small_h2.grpc_port)
+    try:
+        answer = conn.wait(conn.call(LIVE, body, [*GRPC_HEADERS, (b"grpc-encoding", b"gzip")]).stream_id)
+    finally:
+        conn.close()
+    assert grpc_status(answer)[0] == status and says in grpc_status(answer)[1]
+
+
 def test_malformed_grpc_timeout(h2_server: ServerProcess) -> None:
     conn = RawConnection(h2_server.grpc_port)
     try:
@@ -176,10 +206,11 @@ def test_grpc_message_is_percent_encoded(h2_server: ServerProcess) -> None:
 def test_compression_header_and_not_grpc(h2_server: ServerProcess) -> None:
     conn = RawConnection(h2_server.grpc_port)
     try:
-        gzip = conn.call(LIVE, message(b""), [*GRPC_HEADERS, (b"grpc-encoding", b"gzip")])
+        snappy = conn.call(LIVE, message(b""), [*GRPC_HEADERS, (b"grpc-encoding", b"snappy")])
         plain = conn.call(LIVE, b"{}", [(b"content-type", b"application/json")])
-        answer = conn.wait(gzip.stream_id)
-        assert grpc_status(answer)[0] == 12 and answer.trailers[b"grpc-accept-encoding"] == b"identity"
+        answer = conn.wait(snappy.stream_id)
+        assert grpc_status(answer)[0] == 12 and "grpc-encoding 'snappy' is not supported" in grpc_status(answer)[1]
+        assert answer.trailers[b"grpc-accept-encoding"] == b"identity,deflate,gzip"
         assert conn.wait(plain.stream_id).status == 415
     finally:
         conn.close()

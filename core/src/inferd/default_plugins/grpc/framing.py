@@ -5,9 +5,15 @@ See https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md.
 
 from __future__ import annotations
 
+import zlib
+
 import grpc
 
 PREFIX_BYTES = 5
+#: ``grpc-encoding`` values a request may use, and the zlib window bits that decode each.
+ENCODINGS = {"identity": 0, "gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+#: ``grpc-accept-encoding``: what this server decodes (it answers uncompressed).
+ACCEPT_ENCODING = b"identity,deflate,gzip"
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 #: Bytes ``grpc-message`` may carry as they are (RFC 3986 unreserved-ish: printable ASCII but '%').
 _PLAIN = frozenset(range(0x20, 0x7F)) - {ord("%")}
@@ -47,11 +53,23 @@ def parse_timeout(value: str) -> float:
     return int(digits) * _TIMEOUT_UNITS[unit]
 
 
-class MessageReader:
-    """Cuts length-prefixed messages out of body chunks as they arrive."""
+def check_encoding(encoding: str) -> None:
+    """Refuse a ``grpc-encoding`` this server cannot decode, as grpcio does (UNIMPLEMENTED)."""
+    if encoding not in ENCODINGS:
+        raise GrpcFailure(
+            grpc.StatusCode.UNIMPLEMENTED,
+            f"grpc-encoding '{encoding}' is not supported: this server decodes "
+            f"{ACCEPT_ENCODING.decode()}",
+        )
 
-    def __init__(self, max_bytes: int) -> None:
+
+class MessageReader:
+    """Cuts length-prefixed messages out of body chunks as they arrive; decompresses the ones
+    flagged compressed with the call's ``grpc-encoding``."""
+
+    def __init__(self, max_bytes: int, encoding: str = "identity") -> None:
         self.max_bytes = max_bytes
+        self._wbits = ENCODINGS[encoding]
         self._buffer = bytearray()
         self._need = 0  # length of the message being read; 0 while its prefix is incomplete
 
@@ -76,7 +94,7 @@ class MessageReader:
             length = self._length(view[pos : pos + PREFIX_BYTES])
             if end - pos - PREFIX_BYTES < length:
                 break
-            out.append(view[pos + PREFIX_BYTES : pos + PREFIX_BYTES + length])
+            out.append(self._open(view[pos], view[pos + PREFIX_BYTES : pos + PREFIX_BYTES + length]))
             pos += PREFIX_BYTES + length
         return out, view[pos:]
 
@@ -90,22 +108,40 @@ class MessageReader:
                 self._need = self._length(memoryview(buffer)[:PREFIX_BYTES]) + PREFIX_BYTES
             if len(buffer) < self._need:
                 return out
+            flag = buffer[0]
             if len(buffer) == self._need:  # the usual case: hand the buffer over, no copy
                 message = memoryview(buffer).toreadonly()[PREFIX_BYTES:]
                 self._buffer = buffer = bytearray()
                 self._need = 0
-                out.append(message)
+                out.append(self._open(flag, message))
                 return out
             message = bytes(memoryview(buffer)[PREFIX_BYTES : self._need])
             del buffer[: self._need]
             self._need = 0
-            out.append(memoryview(message))
+            out.append(self._open(flag, memoryview(message)))
+
+    def _open(self, flag: int, message: memoryview) -> memoryview:
+        """The message as sent before compression (``flag`` 1), bounded by ``max_bytes``."""
+        if not flag:
+            return message
+        inflate = zlib.decompressobj(self._wbits)
+        try:
+            data = inflate.decompress(message, self.max_bytes + 1)
+        except zlib.error as exc:
+            raise GrpcFailure(grpc.StatusCode.INTERNAL, f"failed to decompress the request message: {exc}") from None
+        if len(data) > self.max_bytes:
+            raise GrpcFailure(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, f"Received message larger than max (> {self.max_bytes} decompressed)"
+            )
+        return memoryview(data)
 
     def _length(self, prefix: memoryview) -> int:
         if prefix[0] > 1:
             raise GrpcFailure(grpc.StatusCode.INTERNAL, f"malformed gRPC frame: compressed flag {prefix[0]}")
-        if prefix[0] == 1:
-            raise GrpcFailure(grpc.StatusCode.UNIMPLEMENTED, "compressed messages are not supported by this server")
+        if prefix[0] == 1 and not self._wbits:
+            raise GrpcFailure(
+                grpc.StatusCode.UNIMPLEMENTED, "compressed messages are not supported without a grpc-encoding"
+            )
         length = int.from_bytes(prefix[1:5], "big")
         if length > self.max_bytes:
             raise GrpcFailure(

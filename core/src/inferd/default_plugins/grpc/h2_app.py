@@ -17,7 +17,7 @@ import grpc
 
 from inferd.default_plugins.grpc import health_pb2
 from inferd.default_plugins.grpc.codec import WireRequest, response_parts, serialize_stream, split_infer_request
-from inferd.default_plugins.grpc.framing import GrpcFailure, MessageReader, parse_timeout
+from inferd.default_plugins.grpc.framing import GrpcFailure, MessageReader, check_encoding, parse_timeout
 from inferd.default_plugins.grpc.h2_reply import Reply
 from inferd.default_plugins.grpc.service import (
     HEALTH_SERVICE,
@@ -82,15 +82,6 @@ def _call_headers(scope: Scope) -> dict[str, str]:
     return {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
 
 
-def _check_encoding(headers: dict[str, str]) -> None:
-    encoding = headers.get("grpc-encoding", "identity")
-    if encoding != "identity":
-        raise GrpcFailure(
-            grpc.StatusCode.UNIMPLEMENTED,
-            f"grpc-encoding '{encoding}' is not supported: this server takes uncompressed messages only (identity)",
-        )
-
-
 class GrpcApp:
     """The ASGI app: routes each call by path to :class:`InferenceService`."""
 
@@ -108,10 +99,12 @@ class GrpcApp:
             await reply.http_error(415, "gRPC calls are POST requests with content-type application/grpc")
             return
         try:
-            _check_encoding(headers)
+            encoding = headers.get("grpc-encoding", "identity")
+            check_encoding(encoding)
             timeout = headers.get("grpc-timeout")
             seconds = None if timeout is None else parse_timeout(timeout)
-            call = self._call(scope["path"], headers, receive, reply)
+            reader = MessageReader(self.max_message_bytes, encoding)
+            call = self._call(scope["path"], headers, receive, reader, reply)
             await (call if seconds is None else asyncio.wait_for(call, seconds))
         except GrpcFailure as exc:
             await reply.finish(exc.status, exc.message)
@@ -123,14 +116,16 @@ class GrpcApp:
             log.exception("gRPC call %s failed", scope["path"])
             await reply.finish(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
 
-    async def _call(self, path: str, headers: dict[str, str], receive: Receive, reply: Reply) -> None:
+    async def _call(
+        self, path: str, headers: dict[str, str], receive: Receive, reader: MessageReader, reply: Reply
+    ) -> None:
         if path == STREAM_PATH:
-            await self._stream(wants_grpc_error(headers.items()), receive, reply)
+            await self._stream(wants_grpc_error(headers.items()), receive, reader, reply)
             return
         method = self.unary.get(path)
         if method is None:
             raise GrpcFailure(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
-        request = await self._one_message(receive)
+        request = await self._one_message(receive, reader)
         try:
             parts, size = await method(request)
         except InferdError as exc:
@@ -142,9 +137,8 @@ class GrpcApp:
             raise GrpcFailure(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}") from None
         await reply.unary(parts, size)
 
-    async def _one_message(self, receive: Receive) -> memoryview:
+    async def _one_message(self, receive: Receive, reader: MessageReader) -> memoryview:
         """The single request message of a unary call."""
-        reader = MessageReader(self.max_message_bytes)
         messages: list[memoryview] = []
         while True:
             event = await receive()
@@ -160,9 +154,9 @@ class GrpcApp:
             )
         return messages[0]
 
-    async def _stream(self, grpc_error: bool, receive: Receive, reply: Reply) -> None:
+    async def _stream(self, grpc_error: bool, receive: Receive, reader: MessageReader, reply: Reply) -> None:
         """ModelStreamInfer: requests are read as they arrive, responses written as they come."""
-        requests = StreamRequests(receive, self.max_message_bytes)
+        requests = StreamRequests(receive, reader)
         try:
             async for item in self.service.ModelStreamInfer(requests.read(), grpc_error):
                 data = serialize_stream(item)
@@ -185,9 +179,9 @@ class StreamRequests:
     requests already read are answered); a client that goes away cancels the call.
     """
 
-    def __init__(self, receive: Receive, max_message_bytes: int) -> None:
+    def __init__(self, receive: Receive, reader: MessageReader) -> None:
         self.receive = receive
-        self.reader = MessageReader(max_message_bytes)
+        self.reader = reader
         self.call = asyncio.current_task()
         self.failure: GrpcFailure | None = None
         self.disconnected = False

@@ -7,7 +7,7 @@ from typing import Any
 
 import grpc
 
-from inferd.default_plugins.grpc.framing import GrpcFailure, frame, percent_encode, status_number
+from inferd.default_plugins.grpc.framing import ACCEPT_ENCODING, GrpcFailure, frame, percent_encode, status_number
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
@@ -16,7 +16,7 @@ _START = {"type": "http.response.start", "status": 200, "trailers": True,
 _END_BODY = {"type": "http.response.body", "body": b"", "more_body": False}
 _OK = {"type": "http.response.trailers", "headers": [(b"grpc-status", b"0")], "more_trailers": False}
 #: Sent with UNIMPLEMENTED answers to a compressed call: what this server does take.
-_ACCEPT = (b"grpc-accept-encoding", b"identity")
+_ACCEPT = (b"grpc-accept-encoding", ACCEPT_ENCODING)
 
 
 class Reply:
