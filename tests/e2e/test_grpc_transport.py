@@ -62,10 +62,31 @@ def small_h2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess
 
 @pytest.fixture(scope="module")
 def h2_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("h2") / "models", {"add_sub": models.add_sub()})
+    repo = write_repository(
+        tmp_path_factory.mktemp("h2") / "models", {"add_sub": models.add_sub(), "echo": models.simple(ECHO, ECHO_PY)}
+    )
     proc = ServerProcess([repo], ["--grpc-transport", "h2"]).start()
     yield proc
     proc.stop()
+
+
+ECHO = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+ECHO_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 2)])
+            for r in requests
+        ]
+"""
 
 
 def sleep_input(seconds: float) -> list[grpcclient.InferInput]:
@@ -274,3 +295,68 @@ def test_one_channel_outlives_the_streams_a_connection_takes(h2_server: ServerPr
 
     answers = asyncio.run(run())
     assert len(answers) == calls // 32 * 32 > 4096 and all(answers)
+
+
+def _good_infer() -> bytes:
+    a = np.arange(4, dtype=np.float32).reshape(1, 4)
+    request = service_pb2.ModelInferRequest(
+        model_name="add_sub",
+        inputs=[
+            service_pb2.ModelInferRequest.InferInputTensor(name=n, datatype="FP32", shape=[1, 4])
+            for n in ("INPUT0", "INPUT1")
+        ],
+        raw_input_contents=[a.tobytes(), a.tobytes()],
+    )
+    return message(request.SerializeToString())
+
+
+#: Calls the short path of ``h2_unary`` answers (plain unary calls), good and bad.
+SHORT_PATH_CALLS = [
+    (INFER, _good_infer()),
+    (INFER, message(service_pb2.ModelInferRequest(model_name="nope").SerializeToString())),
+    (INFER, message(b"\x0a\x05ab")),
+    (LIVE, message(b"")),
+    (LIVE, message(b"") * 2),
+    (LIVE, b"\0\0\0"),
+    (LIVE, b"\x01\0\0\0\0"),
+    ("/inference.GRPCInferenceService/ModelMetadata", message(b"\x0a\x07add_sub")),
+    ("/inference.GRPCInferenceService/ModelMetadata", message(b"\x0a\x04nope")),
+]
+
+
+@pytest.mark.parametrize("te", [True, False], ids=["te-trailers", "no-te"])
+@pytest.mark.parametrize("path, body", SHORT_PATH_CALLS)
+def test_short_path_answers_as_the_asgi_path(h2_server: ServerProcess, path: str, body: bytes, te: bool) -> None:
+    """A plain unary call skips ASGI; the same call with a deadline goes through it. Both answers
+    (status, headers, message, trailers) must be the same, byte for byte."""
+    headers = GRPC_HEADERS if te else [h for h in GRPC_HEADERS if h[0] != b"te"]
+    conn = RawConnection(h2_server.grpc_port)
+    try:
+        short = conn.wait(conn.call(path, body, headers).stream_id)
+        asgi = conn.wait(conn.call(path, body, [*headers, (b"grpc-timeout", b"100S")]).stream_id)
+    finally:
+        conn.close()
+    assert short.status == 200 and not short.reset
+    assert short == asgi
+    if te:
+        assert b"grpc-status" in short.trailers
+    else:  # no ``te: trailers``: neither path sends trailers (uvicorn drops them)
+        assert short.trailers == {}
+
+
+def test_large_messages_both_ways(h2_server: ServerProcess) -> None:
+    """16 MiB in and out of one unary call (HTTP/2 flow control on both sides), twice at once."""
+    x = np.random.default_rng(3).random(4 << 20, dtype=np.float32)
+    with grpcclient.InferenceServerClient(h2_server.grpc_url) as client:
+        results = []
+        for _ in range(2):
+            client.async_infer(
+                "echo", [tensor("X", x, "FP32")], callback=lambda result, error: results.append((result, error))
+            )
+        deadline = time.monotonic() + 60
+        while len(results) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert len(results) == 2
+    for result, error in results:
+        assert error is None
+        np.testing.assert_array_equal(result.as_numpy("Y"), x * 2)

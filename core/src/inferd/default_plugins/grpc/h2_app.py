@@ -89,6 +89,8 @@ class GrpcApp:
         self.service = service
         self.max_message_bytes = max_message_bytes
         self.unary = unary_methods(service)
+        #: The same methods by the path as it comes off the wire (for the short path of ``h2_unary``).
+        self.unary_by_raw_path = {path.encode("ascii"): method for path, method in self.unary.items()}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -20,6 +20,9 @@ from typing import Any, ClassVar
 import zttp
 from uvicorn.protocols.http.zttp_h2_impl import ZttpH2Protocol
 
+from inferd.default_plugins.grpc.h2_app import GrpcApp
+from inferd.default_plugins.grpc.h2_unary import UnaryCall, call_headers, is_plain_unary
+
 #: Streams a connection takes before it is rotated (zttp's cap is 4096; leave room for races).
 STREAMS_PER_CONNECTION = 4000
 #: How often a rotated connection is checked, to be closed once idle.
@@ -75,11 +78,39 @@ class GrpcH2Protocol(ZttpH2Protocol):
             self.conn.stream(event.stream_id).reset(_REFUSED_STREAM)
             return
         self._streams += 1
-        super().handle_request(event)
+        if not self._start_unary(event):
+            super().handle_request(event)
         if self._streams >= self.streams_per_connection and self._last_stream is None:
             self._last_stream = event.stream_id
             self.conn.close(0, event.stream_id)
             self.loop.call_later(IDLE_CHECK_SECONDS, self._close_when_idle)
+
+    def _start_unary(self, event: zttp.Request) -> bool:
+        """Answer a plain unary call without ASGI (see :mod:`h2_unary`); False: not one."""
+        app = self.config.app
+        if self.shutdown_requested or not isinstance(app, GrpcApp):
+            return False
+        method = app.unary_by_raw_path.get(event.path)
+        if method is None:
+            return False
+        headers = call_headers(event.headers)
+        if not is_plain_unary(event.method, headers):
+            return False
+        call = UnaryCall(
+            method,
+            app.max_message_bytes,
+            self.conn,
+            event,
+            headers,
+            self.transport,
+            self.flow,
+            self.resume_reading_if_idle,
+        )
+        self.cycles[event.stream_id] = call  # type: ignore[assignment]
+        task = self.loop.create_task(call.run(self.on_response_complete))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+        return True
 
     def _close_when_idle(self) -> None:
         if self.transport.is_closing():
