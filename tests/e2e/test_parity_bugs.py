@@ -224,11 +224,12 @@ def _index_names(server: ServerProcess) -> set[str]:
     return {m["name"] for m in _http(server).get_model_repository_index()}
 
 
-def test_model_made_from_file_overrides_leaves_the_index_once_unloaded(server: ServerProcess) -> None:
-    client = _http(server)
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_model_made_from_file_overrides_leaves_the_index_once_unloaded(server: ServerProcess, protocol: str) -> None:
+    client, lib = (_http(server), httpclient) if protocol == "http" else (_grpc(server), grpcclient)
     files = {"file:1/model.py": IDENTITY.encode()}
     client.load_model("ghost", config=_override("ghost"), files=files)
-    result = client.infer("ghost", [_input(httpclient, [2])])
+    result = client.infer("ghost", [_input(lib, [2])])
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), [1.0, 1.0])
     assert "ghost" in _index_names(server)
     client.unload_model("ghost")
@@ -236,7 +237,7 @@ def test_model_made_from_file_overrides_leaves_the_index_once_unloaded(server: S
     assert not client.is_model_ready("ghost")
     with pytest.raises(InferenceServerException) as err:
         client.load_model("ghost")  # nothing on disk to load it from
-    assert str(err.value).endswith(POLL_FAILURE.format("ghost"))
+    assert err.value.message() == POLL_FAILURE.format("ghost")
 
 
 @pytest.mark.parametrize("bad", ["../evil.py", "1/../../evil.py", "1/" + "a" * 256, "a" * 256])
