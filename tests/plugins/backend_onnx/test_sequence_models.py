@@ -21,7 +21,7 @@ from tritonclient.utils import InferenceServerException
 from inferd.config import ModelConfig
 from inferd.config.parse import parse_config_text
 from inferd.testing import ServerProcess
-from inferd_backend_onnx.signature import TensorInfo, check_config, run_output_names
+from inferd_backend_onnx.signature import TensorInfo, autocomplete, check_config, run_output_names
 
 from . import models as m
 
@@ -254,3 +254,11 @@ def test_check_config_names_a_missing_state_output_and_a_wrong_control_type() ->
     fp32_start = [*_infos("INPUT", "READY", "ACC_IN"), *_infos("START", elem="TYPE_FP32")]
     with pytest.raises(Exception, match="'START' is TYPE_INT32 in sequence_batching, model provides TYPE_FP32"):
         check_config(config, "s", fp32_start, _infos("OUTPUT", "ACC_OUT"))
+
+
+def test_autocomplete_leaves_out_what_the_sequence_batcher_feeds() -> None:
+    config = _config(ACCUMULATE.replace(IO, ""))
+    graph_in, graph_out = _infos("INPUT", "START", "READY", "ACC_IN"), _infos("OUTPUT", "ACC_OUT")
+    autocomplete(config, "s", graph_in, graph_out, default_max_batch_size=4)
+    assert [t.name for t in config.input] == ["INPUT"] and [t.name for t in config.output] == ["OUTPUT"]
+    check_config(config, "s", graph_in, graph_out)
