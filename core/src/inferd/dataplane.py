@@ -18,6 +18,7 @@ from inferd import config as cfg
 from inferd.errors import InferdError, InvalidArgument, Unavailable
 from inferd.lifecycle import ControlMode
 from inferd.logging_settings import SETTINGS as LOG_SETTINGS
+from inferd.repository import poll_failure
 from inferd.workers import merge
 
 if TYPE_CHECKING:
@@ -121,6 +122,14 @@ class DataPlane:
     def local_statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
         """This worker's :meth:`model_statistics`."""
         if name and version:
+            available = self.table.ready_versions(name)
+            if available and version.isdigit() and int(version) not in available:
+                raise InvalidArgument(
+                    f"requested model version is not available for model '{name}'; available versions: "
+                    f"{', '.join(map(str, available))}"
+                )
+            if not available:
+                raise InvalidArgument(f"requested model '{name}' is not available")
             return [self.table.resolve(name, version).stats.as_dict()]
         stats = [mv.stats.as_dict() for mv in self.table.serving(name)]
         if name and not stats:
@@ -193,7 +202,7 @@ class DataPlane:
         """This worker's part of :meth:`load_model` (no control-mode check: the asker did it)."""
         override = None
         if "config" in parameters:
-            override = cfg.config_from_json(parameters["config"], f"load request for '{name}'")
+            override = cfg.config_from_json(parameters["config"], f"{poll_failure(name)}: parameter 'config'")
         files = {k[5:]: _file_bytes(name, k, v) for k, v in parameters.items() if k.startswith("file:")}
         unknown = [k for k in parameters if k != "config" and not k.startswith("file:")]
         if unknown:

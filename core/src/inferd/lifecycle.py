@@ -24,7 +24,7 @@ from inferd.dependencies import composing, load_waves, unload_order
 from inferd.errors import InferdError, InvalidArgument, NotFound
 from inferd.model import ModelVersion
 from inferd.model_table import ModelTable
-from inferd.repository import ModelSource, OverrideDirs, RepositoryDiff, Snapshot, scan
+from inferd.repository import ModelSource, OverrideDirs, RepositoryDiff, Snapshot, poll_failure, scan
 from inferd.states import LOADING, READY, UNLOADED, UNLOADING, ModelRecord, State, VersionState, Why
 
 if TYPE_CHECKING:
@@ -59,6 +59,9 @@ class ModelManager:
         self.builder = builder
         self._load_slots = asyncio.Semaphore(max(1, options.load_threads))
         self._overrides = OverrideDirs()
+        #: Models serving a config from a load request's override, with the files it was loaded
+        #: from: a later load without one, the files unchanged, keeps it (Triton reloads nothing).
+        self._overridden: dict[str, ModelSource] = {}
 
     @property
     def snapshot(self) -> Snapshot:
@@ -97,23 +100,43 @@ class ModelManager:
         """Load (or reload) one model; raise if it ends up not ready.
 
         ``files`` (Triton's ``file:<version>/<name>`` load parameters) replace the model's
-        directory with one holding just those files; they need a config ``override``.
+        directory with one holding just those files; they need a config ``override``. A model
+        loaded with an override and asked again without one keeps it while its files are
+        unchanged, as Triton does.
         """
         if files:
             if override is None:
-                raise InvalidArgument(f"load request for '{name}': file overrides need a 'config' parameter too")
+                raise InvalidArgument(f"{poll_failure(name)}: file overrides need a 'config' parameter too")
             source = await asyncio.to_thread(self._overrides.write, name, files)
             await self._load_one(source, override)
+            self._overridden[name] = source
             return self._check_loaded(name)
         self.table.snapshot = await asyncio.to_thread(self.rescan, False)
-        if name not in self.table.snapshot.models:
+        source = self.table.snapshot.models.get(name)
+        if source is None:
             dup = self.table.snapshot.duplicates.get(name)
             if dup:
                 raise InvalidArgument(f"model '{name}' exists in more than one repository: {', '.join(map(str, dup))}")
-            raise NotFound(f"failed to load '{name}', failed to poll from model repository")
+            raise NotFound(poll_failure(name))
+        if override is None and self._keeps_override(name, source):
+            log.info("model '%s': loaded with a config override and its files are unchanged; nothing to reload", name)
+            return self._check_loaded(name)
         await self._load_composing(name, override)
-        await self._load_one(self.table.snapshot.models[name], override)
+        await self._load_one(source, override)
+        if override is None:
+            self._overridden.pop(name, None)
+        else:
+            self._overridden[name] = source
         self._check_loaded(name)
+
+    def _keeps_override(self, name: str, source: ModelSource) -> bool:
+        """Whether ``name`` serves an override loaded from exactly these files."""
+        loaded = self._overridden.get(name)
+        record = self.table.records.get(name)
+        return (
+            loaded is not None and record is not None and bool(record.serving)
+            and loaded.path == source.path and loaded.fingerprint == source.fingerprint
+        )  # fmt: skip
 
     async def _load_composing(self, name: str, override: cfg.ModelConfig | None) -> None:
         """As Triton does, load the models an ensemble's steps call that are not serving yet,
@@ -139,9 +162,21 @@ class ModelManager:
             return
         first, *rest = unload_order(self._serving_calls(), name, unload_dependents)
         await self._unload_record(self.table.records[first.model], VersionState(State.UNAVAILABLE, why))
+        await self._forget(first.model)
         for step in rest:
             final = VersionState(State.UNAVAILABLE, Why.DEPENDENCY, step.because) if step.because else UNLOADED
             await self._unload_record(self.table.records[step.model], final)
+            await self._forget(step.model)
+
+    async def _forget(self, name: str) -> None:
+        """Drop what an unloaded model's overrides left: a model that exists only through a load
+        request's files leaves the index, as in Triton, and its private directory goes."""
+        source = self._overridden.pop(name, None)
+        scanned = self.table.snapshot.models.get(name)
+        if source is not None and (scanned is None or scanned.path != source.path):
+            await asyncio.to_thread(self._overrides.discard, source)
+        if name not in self.table.snapshot.models:
+            self.table.records.pop(name, None)
 
     async def apply(self, snapshot: Snapshot, changes: RepositoryDiff) -> None:
         """Apply a repository diff (poll mode): remove, then load added and modified models."""

@@ -37,7 +37,10 @@ class ModelTable:
         try:
             number = int(version)
         except ValueError:
-            raise InvalidArgument(f"model '{name}': version '{version}' is not a number") from None
+            raise InvalidArgument(
+                f"failed to get model version from specified version string '{version}' (details: stol), "
+                f"version should be an integral value > 0; model '{name}'"
+            ) from None
         found = serving.get(number)
         if found is None:
             raise NotFound(

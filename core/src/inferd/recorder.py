@@ -17,6 +17,9 @@ from inferd.trace import TRACE_KEY
 from inferd.types import InferRequest, InferResponse
 
 Outcome = InferResponse | InferdError
+#: Set in a decoupled request's context when its final response is an error (the model raised, or
+#: sent one): the execution counts that request failed, as a non-decoupled error response is.
+FAILED_KEY = "inferd.failed"
 
 
 class Recorder:
@@ -40,7 +43,9 @@ class Recorder:
 
         As Triton counts them: the execution always counts (``execution_count``, ``batch_stats`` by
         the batch's rows); ``inference_count`` only the rows of requests that succeeded. A result of
-        ``None`` (decoupled: the responses went through the senders) becomes an empty response.
+        ``None`` (decoupled: the responses went through the senders) becomes an empty response; it
+        counts failed when the final response it sent was an error (Triton: one failure per
+        request, however many requests the failed execution held).
         """
         stats = self.stats
         max_batch = self.max_batch_size
@@ -55,10 +60,10 @@ class Recorder:
             trace = request.context.get(TRACE_KEY) if request.context else None
             if trace is not None:
                 trace.compute(dequeued_ns, start_ns, end_ns, done_ns)
-            if isinstance(result, InferdError):
-                reason = "CANCELED" if result.kind is ErrorKind.CANCELLED else "BACKEND"
-                stats.record_failure(done_ns - request.arrival_ns, reason)
-                outcomes.append(result)
+            if isinstance(result, InferdError) or (result is None and FAILED_KEY in request.context):
+                cancelled = isinstance(result, InferdError) and result.kind is ErrorKind.CANCELLED
+                stats.record_failure(done_ns - request.arrival_ns, "CANCELED" if cancelled else "BACKEND")
+                outcomes.append(result or InferResponse(stats.name, stats.version, request.id))
                 continue
             succeeded += n
             totals.append(done_ns - request.arrival_ns)

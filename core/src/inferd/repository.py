@@ -77,10 +77,14 @@ class RepositoryDiff:
 
 
 def fingerprint(path: Path) -> str:
-    """A hash of the relative path, size and mtime of every file and directory under ``path``."""
+    """A hash of the relative path, size and mtime of every file and directory under ``path``.
+
+    Python's bytecode caches (``__pycache__``, written when a model.py is imported) are left out:
+    loading a model must not make its files look changed.
+    """
     digest = hashlib.blake2b(digest_size=16)
     for root, dirs, files in os.walk(path):
-        dirs.sort()
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         rel_root = os.path.relpath(root, path)
         for name in sorted(files) + dirs:
             full = os.path.join(root, name)
@@ -159,21 +163,67 @@ class OverrideDirs:
         self._root: Path | None = None
 
     def write(self, name: str, files: dict[str, bytes]) -> ModelSource:
-        """A fresh directory for model ``name`` holding just ``files`` (blocking)."""
+        """A fresh directory for model ``name`` holding just ``files`` (blocking).
+
+        A file name that leaves the model directory, or that no file system could hold, is
+        refused with Triton's sentence; the private folder is never named in the error.
+        """
+        for rel in files:
+            _check_file_name(name, rel)
         if self._root is None:
             self._root = Path(tempfile.mkdtemp(prefix="inferd-overrides-"))
         root = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self._root))
         model_dir = root / name
-        for rel, content in files.items():
-            dest = (model_dir / rel).resolve()
-            if model_dir.resolve() not in dest.parents:
-                raise InvalidArgument(f"load request for '{name}': file path 'file:{rel}' leaves the model directory")
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(content)
+        try:
+            for rel, content in files.items():
+                dest = (model_dir / rel).resolve()
+                if model_dir.resolve() not in dest.parents:
+                    raise InvalidArgument(f"{poll_failure(name)}: file path 'file:{rel}' leaves the model directory")
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(content)
+        except (InferdError, OSError) as exc:
+            shutil.rmtree(root, ignore_errors=True)
+            if isinstance(exc, InferdError):
+                raise
+            raise InvalidArgument(
+                f"{poll_failure(name)}: cannot write file 'file:{_short(rel)}': {exc.strerror or type(exc).__name__}"
+            ) from None
         return ModelSource(name, model_dir, root, fingerprint="")
+
+    def discard(self, source: ModelSource) -> None:
+        """Delete the directory one :meth:`write` made (blocking); other sources are left alone."""
+        if self._root is not None and source.repository.parent == self._root:
+            shutil.rmtree(source.repository, ignore_errors=True)
 
     def remove(self) -> None:
         """Delete every directory written so far (blocking)."""
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
+
+
+#: Longest file name (one path component) and whole relative path accepted in a load request.
+NAME_MAX, PATH_MAX = 255, 1024
+
+
+def poll_failure(name: str) -> str:
+    """Triton's sentence for a load whose model (or override) cannot be read."""
+    return f"failed to load '{name}', failed to poll from model repository"
+
+
+def _check_file_name(name: str, rel: str) -> None:
+    parts = rel.replace("\\", "/").split("/")
+    if "\0" in rel or not rel.strip("/"):
+        raise InvalidArgument(f"{poll_failure(name)}: file path 'file:{_short(rel)}' is not a file name")
+    if rel.startswith("/") or ".." in parts:
+        raise InvalidArgument(f"{poll_failure(name)}: file path 'file:{_short(rel)}' leaves the model directory")
+    longest = max(len(p.encode()) for p in parts)
+    if longest > NAME_MAX or len(rel.encode()) > PATH_MAX:
+        raise InvalidArgument(
+            f"{poll_failure(name)}: file path 'file:{_short(rel)}' is too long (at most {NAME_MAX} bytes "
+            f"per name and {PATH_MAX} in all; this one has a {longest}-byte name, {len(rel.encode())} in all)"
+        )
+
+
+def _short(rel: str) -> str:
+    return rel if len(rel) <= 64 else f"{rel[:60]}..."

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from inferd.errors import InferdError, Unavailable, Unsupported
 from inferd.logging_settings import REQUEST_ID
+from inferd.recorder import FAILED_KEY
 from inferd.trace import TRACE_KEY, RequestTrace, Tracer
 from inferd.types import InferRequest, InferResponse
 
@@ -162,6 +163,8 @@ def _response_sender(
             stats.record_response(index, now - start, empty=True)
         else:
             stats.record_response(index, now - start, ok=not isinstance(response, InferdError))
+            if final and isinstance(response, InferdError):
+                request.context[FAILED_KEY] = True  # the recorder counts the request failed
             if index == 0:
                 stats.observe_first_response(now - request.arrival_ns)
         trace = request.context.get(TRACE_KEY)

@@ -181,7 +181,7 @@ class OnnxInstance(ArrayInstance):
         super().__init__(model.name, model.version, config.max_batch_size)
         self.session = session
         self.run_options = model.run_options
-        self.output_names = [o.name for o in config.output]
+        self.output_names = signature.run_output_names(config)  # state outputs too
         graph_in = {i.name: i for i in tensor_infos([*session.get_inputs(), *session.get_overridable_initializers()])}
         graph_out = {i.name: i for i in tensor_infos(session.get_outputs())}
         self._string_inputs = frozenset(n for n, i in graph_in.items() if i.is_string)

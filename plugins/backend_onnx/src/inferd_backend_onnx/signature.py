@@ -3,7 +3,10 @@
 Framework-free: it works on anything with ``name``, ``type`` and ``shape`` attributes (what
 ``InferenceSession.get_inputs()`` returns), so the rules can be tested without a session. The
 rules are Triton's onnxruntime backend's (``AutoCompleteConfig``, ``ValidateInputs``,
-``ValidateOutputs``, ``CompareDimsSupported``); the messages say more.
+``ValidateOutputs``, ``CompareDimsSupported``); the messages say more. A sequence model's control
+tensors (``sequence_batching.control_input``) and implicit state inputs / outputs
+(``sequence_batching.state``) are model inputs and outputs the sequence batcher feeds and reads,
+not ones a client sends, so they count as the config's inputs and outputs.
 """
 
 from __future__ import annotations
@@ -84,6 +87,55 @@ def _servable(model: str, info: TensorInfo, kind: str) -> None:
         )
 
 
+# -- sequence batching ---------------------------------------------------------------------------
+
+_CONTROL_TYPES = {"int32_false_true": "TYPE_INT32", "fp32_false_true": "TYPE_FP32", "bool_false_true": "TYPE_BOOL"}
+
+
+def sequence_inputs(config: ModelConfig) -> dict[str, str]:
+    """Inputs the sequence batcher feeds (control tensors, then state inputs) -> config data type."""
+    if config.WhichOneof("scheduling_choice") != "sequence_batching":
+        return {}
+    fed: dict[str, str] = {}
+    for control_input in config.sequence_batching.control_input:
+        for control in control_input.control:
+            kind = next((t for f, t in _CONTROL_TYPES.items() if len(getattr(control, f))), None)
+            fed[control_input.name] = kind or _type_name(control)
+    for state in config.sequence_batching.state:
+        fed[state.input_name] = _type_name(state)
+    return fed
+
+
+def state_outputs(config: ModelConfig) -> dict[str, str]:
+    """Implicit state outputs the sequence batcher reads back -> config data type."""
+    if config.WhichOneof("scheduling_choice") != "sequence_batching":
+        return {}
+    return {state.output_name: _type_name(state) for state in config.sequence_batching.state}
+
+
+def run_output_names(config: ModelConfig) -> list[str]:
+    """The outputs to compute: the config's, then state outputs the config does not list."""
+    names = [t.name for t in config.output]
+    return names + [n for n in state_outputs(config) if n not in names]
+
+
+def _check_sequence(model: str, kind: str, expected: dict[str, str], infos: dict[str, TensorInfo]) -> None:
+    what = "sequence control or state input" if kind == "input" else "sequence state output"
+    for name, config_type in expected.items():
+        info = infos.get(name)
+        if info is None:
+            raise ConfigError(
+                f"unable to load model '{model}': configuration specified {what} '{name}' "
+                f"(sequence_batching), but the model has no {kind} of that name; model {kind}s: "
+                f"{', '.join(infos) or 'none'}"
+            )
+        if info.config_type != config_type:
+            raise ConfigError(
+                f"unable to load model '{model}': {what} '{name}' is {config_type} in sequence_batching, "
+                f"model provides {info.config_type or info.ort_type}"
+            )
+
+
 # -- auto-complete ------------------------------------------------------------------------------
 
 
@@ -96,6 +148,9 @@ def autocomplete(
     An input or output list the config already has is kept as it is; the checks at load time
     compare it with the model.
     """
+    fed = {**sequence_inputs(config), **state_outputs(config)}
+    inputs = [i for i in inputs if i.name not in fed]
+    outputs = [o for o in outputs if o.name not in fed]
     _autocomplete_max_batch(config, model, inputs, outputs, default_max_batch_size)
     for kind, infos, field in (("input", inputs, config.input), ("output", outputs, config.output)):
         if len(field) > 0:
@@ -148,12 +203,15 @@ def check_config(
 ) -> None:  # fmt: skip
     """Raise ConfigError when the config's inputs or outputs disagree with the model.
 
-    Every model input must be in the config (optional inputs aside); the config may list a subset
-    of the outputs. Data types must be equal; dims are compared as Triton does (a -1 in the model
-    accepts any config dim for inputs; outputs must match exactly).
+    Every model input must be in the config (optional inputs aside) or be fed by the sequence
+    batcher; the config may list a subset of the outputs. Data types must be equal; dims are
+    compared as Triton does (a -1 in the model accepts any config dim for inputs; outputs must
+    match exactly).
     """
     by_name = {i.name: i for i in inputs}
     allowed = {**{i.name: i for i in overridable}, **by_name}
+    fed = sequence_inputs(config)
+    _check_sequence(model, "input", fed, allowed)
     for index, tensor in enumerate(config.input):
         if tensor.optional and config.max_batch_size != 0:
             raise ConfigError(
@@ -161,7 +219,7 @@ def check_config(
                 f"models that support batching"
             )
         _check_tensor(config, model, "input", index, tensor, allowed, exact=False)
-    listed = [t.name for t in config.input]
+    listed = [t.name for t in config.input] + list(fed)
     missing = [n for n in by_name if n not in listed]
     if missing:
         raise ConfigError(
@@ -170,6 +228,7 @@ def check_config(
             f"configuration (it lists: {', '.join(listed) or 'none'})"
         )
     outs = {o.name: o for o in outputs}
+    _check_sequence(model, "output", state_outputs(config), outs)
     for index, tensor in enumerate(config.output):
         _check_tensor(config, model, "output", index, tensor, outs, exact=True)
 

@@ -19,7 +19,7 @@ import torch
 from inferd.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
 from inferd.config.model_config_pb2 import DataType
 from inferd.errors import ConfigError, InvalidArgument
-from inferd_backend_pytorch.binding import InputPlan, OutputPlan, plan_inputs
+from inferd_backend_pytorch.binding import InputPlan, OutputPlan, model_output_names, plan_inputs
 from inferd_backend_pytorch.loading import load_module
 from inferd_backend_pytorch.options import TorchOptions, parse_options
 
@@ -110,7 +110,7 @@ class PyTorchModel(Model):
         self.path = path
         self.options = options
         self.input_names = input_names
-        self.outputs = OutputPlan(self.name, [t.name for t in context.config.output])
+        self.outputs = OutputPlan(self.name, model_output_names(context.config))
         self._plan: InputPlan | None = None
         self._shared: dict[str, Callable[..., Any]] = {}
         self._lock = threading.Lock()

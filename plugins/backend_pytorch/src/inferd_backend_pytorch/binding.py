@@ -12,7 +12,9 @@ A ``forward`` taking a single ``Dict[str, Tensor]`` receives ``{config input nam
 Outputs are found in what ``forward`` returns (a tensor, a tuple/list, a dict, or nested ones) by,
 for each config output: a top-level dict key equal to its name; a Triton PT2 path name
 (``RESULT``, ``RESULT[0]``, ``RESULT[key][1]``); its ``__<index>`` suffix, counting the returned
-tensors in order (``OUTPUT__1`` is the second); else its position in the config.
+tensors in order (``OUTPUT__1`` is the second); else its position in the config. A sequence
+model's implicit state outputs (``sequence_batching.state.output_name``) the config does not list
+come after the config's outputs, found the same way, so the sequence batcher can read them back.
 """
 
 from __future__ import annotations
@@ -21,8 +23,12 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from inferd.errors import ConfigError, InvalidArgument
+
+if TYPE_CHECKING:
+    from inferd.config import ModelConfig
 
 log = logging.getLogger("inferd.pytorch")
 
@@ -155,6 +161,14 @@ def _describe(args: Sequence[Argument]) -> str:
 def result_name(path: tuple[str | int, ...]) -> str:
     """Triton's PT2 name of a returned tensor: ``RESULT``, ``RESULT[0]``, ``RESULT[key][1]``."""
     return "RESULT" + "".join(f"[{k}]" for k in path)
+
+
+def model_output_names(config: ModelConfig) -> list[str]:
+    """What to take from ``forward``'s results: config outputs, then unlisted implicit state outputs."""
+    names = [t.name for t in config.output]
+    if config.WhichOneof("scheduling_choice") == "sequence_batching":
+        names += [s.output_name for s in config.sequence_batching.state if s.output_name not in names]
+    return names
 
 
 class OutputPlan:

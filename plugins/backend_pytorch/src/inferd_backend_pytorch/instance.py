@@ -51,6 +51,8 @@ class PyTorchInstance(ArrayInstance):
         self._setters = _execution_setters(options, model.path.suffix != ".pt2", device)
         self._clean_cache = options.cache_cleaning and device is not None and device.type == "cuda"
         self._expected = {t.name: config_to_wire(_type_name(t)) for t in model.config.output}
+        for state in model.config.sequence_batching.state:  # implicit state outputs the config may not list
+            self._expected.setdefault(state.output_name, config_to_wire(_type_name(state)))
         self._what = f"model '{model.name}' version {model.version}"
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:

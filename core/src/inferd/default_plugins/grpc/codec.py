@@ -282,7 +282,8 @@ def decode_request(wire: WireRequest) -> InferRequest:
         if raw:
             if tensor.HasField("contents"):
                 raise InvalidArgument(
-                    f"input '{name}': 'contents' must not be set when the request uses raw_input_contents"
+                    f"contents field must not be specified when using raw_input_contents for '{name}' for model "
+                    f"'{msg.model_name}'; send every input in raw_input_contents, or none"
                 )
             if used >= len(raw):
                 raise InvalidArgument(
