@@ -9,11 +9,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
-from inferd.errors import InvalidArgument
+from inferd.errors import InvalidArgument, Unsupported
 from inferd.types import InferRequest, config_to_wire, numpy_dtype
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
+
+
+def check_repository_name(name: str) -> None:
+    """Refuse a repository named in a repository request (index, load, unload), as Triton does:
+    the server's repositories are one namespace."""
+    if name:
+        raise Unsupported(
+            f"'repository_name' specification is not supported (repository '{name}': "
+            f"this server's repositories are one namespace; leave the name out)"
+        )
 
 
 @dataclass(frozen=True, slots=True)
