@@ -153,7 +153,7 @@ def _decode_input(raw: Any, binary: memoryview, offset: int) -> tuple[InferTenso
     params = raw.get("parameters") or {}
     size = params.get("binary_data_size")
     if size is not None:
-        if not isinstance(size, int) or size < 0 or offset + size > len(binary):
+        if type(size) is not int or size < 0 or offset + size > len(binary):
             raise InvalidArgument(
                 f"input '{name}': binary_data_size {size} at offset {offset} runs past the "
                 f"{len(binary)} bytes of binary data in the request"
