@@ -395,3 +395,13 @@ def test_a_named_repository_is_refused(server, stub):
     assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
     assert info.value.details().startswith("'repository_name' specification is not supported")
     assert len(stub.RepositoryIndex(pb.RepositoryIndexRequest()).models) == 6
+
+
+def test_binary_data_size_must_be_a_byte_count(server):
+    header = json.dumps({"inputs": [{"name": "IN0", "datatype": "INT32", "shape": [1],
+                                     "parameters": {"binary_data_size": True}}]}).encode()  # fmt: skip
+    body = header + np.array([1], dtype=np.int32).tobytes()
+    status, message = error_of(server, "i32", body, {"Inference-Header-Content-Length": str(len(header))})
+    assert status == 400
+    assert message.startswith("Unable to parse 'binary_data_size': attempt to access JSON non-unsigned-integer as "
+                              "unsigned-integer (got true")  # fmt: skip

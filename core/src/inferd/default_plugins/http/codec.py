@@ -7,7 +7,14 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from inferd.default_plugins.http.fields import check_output_parameters, check_parameters, request_id, show
+from inferd.default_plugins.http.fields import (
+    NON_UINT,
+    check_output_parameters,
+    check_parameters,
+    request_id,
+    show,
+    unparsable,
+)
 from inferd.default_plugins.http.json_tensors import json_array
 from inferd.default_plugins.http.utf8 import utf8_hint
 from inferd.errors import InferdError, InvalidArgument
@@ -153,7 +160,9 @@ def _decode_input(raw: Any, binary: memoryview, offset: int) -> tuple[InferTenso
     params = raw.get("parameters") or {}
     size = params.get("binary_data_size")
     if size is not None:
-        if type(size) is not int or size < 0 or offset + size > len(binary):
+        if type(size) is not int or size < 0:
+            raise unparsable("binary_data_size", NON_UINT, size, f"a byte count, for input '{name}'")
+        if offset + size > len(binary):
             raise InvalidArgument(
                 f"input '{name}': binary_data_size {size} at offset {offset} runs past the "
                 f"{len(binary)} bytes of binary data in the request"

@@ -13,7 +13,7 @@ from typing import Any
 from inferd.errors import InvalidArgument
 
 _UINT64 = 1 << 64
-_NON_UINT = "attempt to access JSON non-unsigned-integer as unsigned-integer"
+NON_UINT = "attempt to access JSON non-unsigned-integer as unsigned-integer"
 _NON_BOOL = "attempt to access JSON non-boolean as boolean"
 _NON_STRING = "attempt to access JSON non-string as string"
 _BOOL_NAMES = ("binary_data_output", "sequence_start", "sequence_end")
@@ -34,7 +34,7 @@ def check_parameters(parameters: dict[str, Any]) -> None:
     for key, value in parameters.items():
         if key == "priority" or key == "timeout":
             if not _is_uint64(value):
-                raise unparsable(key, _NON_UINT, value, "an unsigned 64-bit integer")
+                raise unparsable(key, NON_UINT, value, "an unsigned 64-bit integer")
         elif key in _BOOL_NAMES:
             if type(value) is not bool:
                 raise unparsable(key, _NON_BOOL, value, "true or false")
