@@ -405,3 +405,12 @@ def test_binary_data_size_must_be_a_byte_count(server):
     assert status == 400
     assert message.startswith("Unable to parse 'binary_data_size': attempt to access JSON non-unsigned-integer as "
                               "unsigned-integer (got true")  # fmt: skip
+
+
+def test_a_large_response_is_compressed_too(server):
+    values = np.arange(100_000, dtype=np.int32)  # 400 kB: compressed off the event loop
+    status, headers, data = post(server, "/v2/models/i32/infer", values.tobytes(), {**RAW, "Accept-Encoding": "deflate"})
+    assert status == 200 and headers["content-encoding"] == "deflate" and len(data) < values.nbytes
+    plain = zlib.decompress(data)
+    n = int(headers["inference-header-content-length"])
+    assert np.array_equal(np.frombuffer(plain[n:], dtype=np.int32), values)
