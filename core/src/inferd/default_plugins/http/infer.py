@@ -32,6 +32,8 @@ from inferd.default_plugins.http.raw import decode_raw_request
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane
+    from inferd.model_info import ModelInfo
+    from inferd.types import InferRequest
 
 _JSON = b"application/json"
 _OCTETS = b"application/octet-stream"
@@ -93,20 +95,26 @@ class InferEndpoint:
             elif name == b"accept-encoding":
                 accept = value
         body = decode_body(await _read_body(receive), encoding)
-        size = None if header_length is None else header_size(header_length, len(body))
-        if size == 0:
-            info = self.dp.resolve(model, version)
-            request, binary_output = decode_raw_request(body, info, version), True
-        else:
-            header_bytes, binary = split_body(body, size)
-            if size is None:
-                request, binary_output = decode_request(parse_json(header_bytes, "request"), binary, model, version)
-            else:
-                request, binary_output = self.plans.decode(header_bytes, binary, model, version)
-            info = self.dp.resolve(model, version)
+        request, binary_output, info = self._decode(body, header_length, model, version)
         response = await self.dp.infer(request, info)
         parts, json_length = encode_response(response, request, binary_output)
         return parts, json_length, accept
+
+    def _decode(
+        self, body: bytes, header_length: str | None, model: str, version: str
+    ) -> tuple[InferRequest, bool, ModelInfo]:
+        """The request (JSON, JSON header + binary, or a raw body), its ``binary_data_output`` and
+        the version it runs on."""
+        size = None if header_length is None else header_size(header_length, len(body))
+        if size == 0:
+            info = self.dp.resolve(model, version)
+            return decode_raw_request(body, info, version), True, info
+        header_bytes, binary = split_body(body, size)
+        if size is None:
+            request, binary_output = decode_request(parse_json(header_bytes, "request"), binary, model, version)
+        else:
+            request, binary_output = self.plans.decode(header_bytes, binary, model, version)
+        return request, binary_output, self.dp.resolve(model, version)
 
 
 async def _read_body(receive: Receive) -> bytes:
