@@ -153,16 +153,33 @@ def _is_plain_console(h: logging.Handler) -> bool:
     return type(h) is logging.StreamHandler and getattr(h, "stream", None) in (sys.stderr, sys.stdout)
 
 
+#: The largest ``log_verbose_level`` (Triton keeps it in an int32, and wraps larger values).
+MAX_VERBOSE_LEVEL = (1 << 31) - 1
+
+
 def _parse(name: str, value: Any) -> Any:
     if name in ("log_info", "log_warning", "log_error"):
         if not isinstance(value, bool):
-            raise InvalidArgument(f"log setting '{name}' must be a boolean, got {value!r}")
+            raise InvalidArgument(
+                f"attempt to access JSON non-boolean as boolean (log setting '{name}' must be a boolean, got {value!r})"
+            )
         return value
     if name == "log_verbose_level":
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvalidArgument(f"log setting 'log_verbose_level' must be an integer >= 0, got {value!r}")
+            raise InvalidArgument(
+                "attempt to access JSON non-unsigned-integer as unsigned-integer "
+                f"(log setting 'log_verbose_level' must be an integer >= 0, got {value!r})"
+            )
+        if value > MAX_VERBOSE_LEVEL:
+            raise InvalidArgument(
+                f"log setting 'log_verbose_level' must be at most {MAX_VERBOSE_LEVEL}, got {value}"
+            )
         return value
     if name == "log_format":
+        if not isinstance(value, str):
+            raise InvalidArgument(
+                f"attempt to access JSON non-string as string (log setting 'log_format' must be a string, got {value!r})"
+            )
         if value not in FORMATS:
             raise InvalidArgument(f"invalid argument for log_format, got: {value}; expected one of {list(FORMATS)}")
         return value

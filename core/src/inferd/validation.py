@@ -9,11 +9,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
-from inferd.errors import InvalidArgument
-from inferd.types import InferRequest, config_to_wire
+from inferd.errors import InvalidArgument, Unsupported
+from inferd.types import InferRequest, config_to_wire, numpy_dtype
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
+
+
+def check_repository_name(name: str) -> None:
+    """Refuse a repository named in a repository request (index, load, unload), as Triton does:
+    the server's repositories are one namespace."""
+    if name:
+        raise Unsupported(
+            f"'repository_name' specification is not supported (repository '{name}': "
+            f"this server's repositories are one namespace; leave the name out)"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +110,8 @@ class RequestValidator:
                 rows = shape[0]
                 if batch is None:
                     batch = rows
+                    if rows == 0:
+                        self._empty_batch(spec, shape[1:])
                 elif rows != batch and not spec.allow_ragged:
                     raise InvalidArgument(
                         f"inputs of model '{model}' disagree on the batch size: "
@@ -128,6 +140,25 @@ class RequestValidator:
                     f"unexpected inference output '{out.name}' for model '{model}'; "
                     f"it has outputs: {', '.join(self.outputs) or 'none'}"
                 )
+
+    def _empty_batch(self, spec: TensorSpec, dims: tuple[int, ...]) -> NoReturn:
+        """Triton's refusal of a batch of 0 rows: it reads the input as one row and finds no data."""
+        count = 1
+        for d in dims:
+            count *= d
+        if spec.datatype == "BYTES":
+            first = (
+                f"expected {count} string elements for inference input '{spec.name}' for model '{self.model}', got 0"
+            )
+        else:
+            first = (
+                f"input byte size mismatch for input '{spec.name}' for model '{self.model}'. "
+                f"Expected {count * numpy_dtype(spec.datatype).itemsize}, got 0"
+            )
+        raise InvalidArgument(
+            f"{first} (the batch dimension of input '{spec.name}' is 0: a request to a model that batches "
+            f"carries at least one row, max_batch_size {self.max_batch_size})"
+        )
 
     def _missing(self, request: InferRequest) -> NoReturn:
         missing = [n for n in self.required if n not in request.inputs and n not in self.implicit]

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from inferd.default_plugins.grpc import grpc_service_pb2 as pb
+from inferd.default_plugins.grpc.parameter_checks import check_request_parameters
 from inferd.errors import InferdError, InvalidArgument, Unsupported
 from inferd.types import (
     InferRequest,
@@ -266,6 +267,7 @@ def decode_request(wire: WireRequest) -> InferRequest:
         raise InvalidArgument(wire.error)
     request = InferRequest(msg.model_name, msg.model_version, msg.id)
     if msg.parameters:
+        check_request_parameters(msg.parameters)
         request.parameters = params_to_dict(msg.parameters)
     raw = wire.raw
     used = 0

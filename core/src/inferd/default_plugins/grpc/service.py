@@ -23,6 +23,7 @@ from inferd.default_plugins.grpc.codec import (
     stream_error,
 )
 from inferd.errors import ErrorKind, InferdError, InvalidArgument
+from inferd.validation import check_repository_name
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane
@@ -224,6 +225,7 @@ class InferenceService:
     # -- repository -------------------------------------------------------------------------------
 
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest) -> pb.RepositoryIndexResponse:
+        check_repository_name(request.repository_name)
         index = pb.RepositoryIndexResponse.ModelIndex
         return pb.RepositoryIndexResponse(
             models=[
@@ -238,6 +240,7 @@ class InferenceService:
         )
 
     async def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest) -> pb.RepositoryModelLoadResponse:
+        check_repository_name(request.repository_name)
         parameters: dict[str, Any] = {}
         for key, value in request.parameters.items():
             which = value.WhichOneof("parameter_choice")
@@ -250,6 +253,7 @@ class InferenceService:
         return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request: pb.RepositoryModelUnloadRequest) -> pb.RepositoryModelUnloadResponse:
+        check_repository_name(request.repository_name)
         dependents = request.parameters.get("unload_dependents")
         await self.dp.unload_model(request.model_name, bool(dependents is not None and dependents.bool_param))
         return pb.RepositoryModelUnloadResponse()

@@ -28,6 +28,7 @@ from inferd.default_plugins.http.errors import decode_body, error_body, error_re
 from inferd.default_plugins.http.generate import NOT_ONE_RESPONSE, decode_generate, encode_generate, sse_event
 from inferd.default_plugins.http.infer import InferEndpoint
 from inferd.errors import InferdError, InvalidArgument
+from inferd.validation import check_repository_name
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane
@@ -168,11 +169,17 @@ class Endpoints:
         return StreamingResponse(_events(first, stream), status, media_type="text/event-stream")
 
     async def repository_index(self, request: Request) -> Response:
+        _no_repository_name(request)
         params = await _json_body(request)
-        ready_only = bool(params.get("ready", False)) if isinstance(params, dict) else False
+        ready_only = params.get("ready", False) if isinstance(params, dict) else False
+        if type(ready_only) is not bool:
+            raise InvalidArgument(
+                f"attempt to access JSON non-boolean as boolean ('ready' must be a boolean, got {ready_only!r})"
+            )
         return _json(self.dp.repository_index(ready_only))
 
     async def load(self, request: Request) -> Response:
+        _no_repository_name(request)
         params = await _json_body(request)
         parameters = params.get("parameters", {}) if isinstance(params, dict) else {}
         if not isinstance(parameters, dict):
@@ -181,6 +188,7 @@ class Endpoints:
         return Response(status_code=200)
 
     async def unload(self, request: Request) -> Response:
+        _no_repository_name(request)
         params = await _json_body(request)
         parameters = params.get("parameters", {}) if isinstance(params, dict) else {}
         dependents = bool(parameters.get("unload_dependents", False))
@@ -199,6 +207,10 @@ class Endpoints:
 
     async def logging_post(self, request: Request) -> Response:
         return _json(self.dp.update_log_settings(await _settings_body(request, "log setting request")))
+
+
+def _no_repository_name(request: Request) -> None:
+    check_repository_name(request.path_params.get("repo", ""))
 
 
 def _version(request: Request) -> str:

@@ -7,6 +7,16 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from inferd.default_plugins.http.fields import (
+    NON_UINT,
+    check_output_parameters,
+    check_parameters,
+    request_id,
+    show,
+    unparsable,
+)
+from inferd.default_plugins.http.json_tensors import json_array
+from inferd.default_plugins.http.utf8 import utf8_hint
 from inferd.errors import InferdError, InvalidArgument
 from inferd.types import (
     InferRequest,
@@ -15,7 +25,6 @@ from inferd.types import (
     RequestedOutput,
     array_from_bytes,
     array_to_bytes,
-    element_count,
     numpy_dtype,
 )
 
@@ -28,24 +37,33 @@ compact_json = json.JSONEncoder(separators=(",", ":")).encode
 _json_string = json.encoder.encode_basestring_ascii  # how json.dumps (ensure_ascii) writes a str
 
 
-def split_body(body: bytes, header_length: str | None) -> tuple[bytes | memoryview, memoryview]:
-    """Separate the JSON header from the binary tensor data that follows it."""
-    if header_length is None:
-        return body, memoryview(b"")
+def header_size(header_length: str, body_length: int) -> int:
+    """The value of ``Inference-Header-Content-Length``: 0 (a raw binary body) up to the body's length."""
     try:
         n = int(header_length)
     except ValueError:
         raise InvalidArgument(f"Inference-Header-Content-Length must be an integer, got '{header_length}'") from None
-    if n <= 0 or n > len(body):
-        raise InvalidArgument(f"inference header size should be in range (0, {len(body)}), got: {n}")
+    if n < 0 or n > body_length:
+        raise InvalidArgument(f"inference header size should be in range (0, {body_length}), got: {n}")
+    return n
+
+
+def split_body(body: bytes, header_length: int | None) -> tuple[bytes | memoryview, memoryview]:
+    """Separate the JSON header (``header_length`` bytes, all when None) from the binary tensor
+    data that follows it."""
+    if header_length is None:
+        return body, memoryview(b"")
     view = memoryview(body)
-    return view[:n], view[n:]
+    return view[:header_length], view[header_length:]
 
 
 def parse_json(data: bytes | memoryview, what: str) -> Any:
+    raw = bytes(data) if isinstance(data, memoryview) else data
     try:
-        return json.loads(bytes(data) if isinstance(data, memoryview) else data)
-    except (ValueError, UnicodeDecodeError) as exc:
+        return json.loads(raw)
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument(f"failed to parse the {what} JSON buffer: {exc}{utf8_hint(raw)}") from None
+    except ValueError as exc:
         raise InvalidArgument(f"failed to parse the {what} JSON buffer: {exc}") from None
 
 
@@ -70,34 +88,6 @@ def _bad_shape(raw: Any, name: str) -> NoReturn:
     raise InvalidArgument(f"input '{name}': 'shape' must be a list of non-negative integers, got {raw!r}")
 
 
-def _json_array(data: Any, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
-    count = element_count(shape)
-    if datatype == "BYTES":
-        flat = np.asarray(data, dtype=np.object_).reshape(-1) if isinstance(data, list) else None
-        if flat is None or flat.size != count:
-            got = "not a list" if flat is None else f"{flat.size} elements"
-            raise InvalidArgument(f"input '{name}': shape {list(shape)} needs {count} elements in 'data', got {got}")
-        out = np.empty(count, dtype=np.object_)
-        for i, item in enumerate(flat):
-            if isinstance(item, str):
-                out[i] = item.encode("utf-8")
-            elif isinstance(item, (int, float, bool)):
-                out[i] = str(item).encode("utf-8")
-            else:
-                raise InvalidArgument(f"input '{name}': BYTES 'data' must hold strings, got {type(item).__name__}")
-        return out.reshape(shape)
-    dtype = numpy_dtype(datatype)
-    try:
-        array = np.asarray(data, dtype=dtype)
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise InvalidArgument(f"input '{name}': 'data' cannot be read as {datatype}: {exc}") from None
-    if array.size != count:
-        raise InvalidArgument(
-            f"input '{name}': shape {list(shape)} needs {count} elements in 'data', got {array.size}"
-        )
-    return array.reshape(shape)
-
-
 def decode_request(
     header: Any, binary: memoryview, model_name: str, model_version: str
 ) -> tuple[InferRequest, bool]:
@@ -107,11 +97,15 @@ def decode_request(
     raw_inputs = header.get("inputs")
     if not isinstance(raw_inputs, list):
         raise InvalidArgument(f"inference request for model '{model_name}' has no 'inputs' list")
-    parameters = header.get("parameters") or {}
-    if not isinstance(parameters, dict):
-        raise InvalidArgument("request 'parameters' must be a JSON object")
-    request_id = header.get("id", "")
-    request = InferRequest(model_name, model_version, str(request_id) if request_id is not None else "")
+    parameters = header.get("parameters", {})
+    if type(parameters) is not dict:
+        raise InvalidArgument(
+            "failed to get request params.: attempt to get members for non-object "
+            f"(request 'parameters' must be a JSON object, got {show(parameters)})"
+        )
+    if parameters:
+        check_parameters(parameters)
+    request = InferRequest(model_name, model_version, request_id(header))
     request.parameters = _without(parameters, "binary_data_output")
     inputs = request.inputs
     offset = 0
@@ -128,8 +122,11 @@ def decode_request(
     for raw in raw_outputs:
         if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
             raise InvalidArgument("every entry of 'outputs' needs a 'name'")
-        request.outputs.append(RequestedOutput(raw["name"], dict(raw.get("parameters") or {})))
-    return request, bool(parameters.get("binary_data_output", False))
+        params = raw.get("parameters") or {}
+        if params:
+            check_output_parameters(params)
+        request.outputs.append(RequestedOutput(raw["name"], dict(params)))
+    return request, parameters.get("binary_data_output", False)
 
 
 def trailing_bytes_error(carried: int, declared: int) -> InvalidArgument:
@@ -163,7 +160,9 @@ def _decode_input(raw: Any, binary: memoryview, offset: int) -> tuple[InferTenso
     params = raw.get("parameters") or {}
     size = params.get("binary_data_size")
     if size is not None:
-        if not isinstance(size, int) or size < 0 or offset + size > len(binary):
+        if type(size) is not int or size < 0:
+            raise unparsable("binary_data_size", NON_UINT, size, f"a byte count, for input '{name}'")
+        if offset + size > len(binary):
             raise InvalidArgument(
                 f"input '{name}': binary_data_size {size} at offset {offset} runs past the "
                 f"{len(binary)} bytes of binary data in the request"
@@ -174,7 +173,7 @@ def _decode_input(raw: Any, binary: memoryview, offset: int) -> tuple[InferTenso
             raise InvalidArgument(f"input '{name}': {exc.message}") from None
         offset += size
     elif "data" in raw:
-        array = _json_array(raw["data"], datatype, shape, name)
+        array = json_array(raw["data"], datatype, shape, name)
     else:
         raise InvalidArgument(f"input '{name}' has neither 'data' nor binary_data_size")
     return InferTensor(name, datatype, shape, array, _without(params, "binary_data_size")), offset

@@ -6,7 +6,7 @@ import json
 import logging
 import zlib
 
-from inferd.errors import ErrorKind, InferdError
+from inferd.errors import ErrorKind, InferdError, Unsupported
 
 log = logging.getLogger(__name__)
 _compact = json.JSONEncoder(separators=(",", ":")).encode
@@ -20,14 +20,28 @@ STATUS = {
 }
 
 
+#: The ``Accept-Encoding`` header Triton sends with its 501 for an unsupported request encoding.
+ACCEPTED_ENCODINGS = (b"accept-encoding", b"gzip, deflate")
+
+
+class UnsupportedEncoding(Unsupported):
+    """A request body in a ``Content-Encoding`` other than gzip, deflate or identity (501)."""
+
+
 def decode_body(body: bytes, encoding: str) -> bytes:
-    """The request body as sent before its ``Content-Encoding`` (``gzip``, ``deflate`` or none;
-    ``encoding`` lower-cased). Raises ``zlib.error`` on a corrupt body."""
+    """The request body as sent before its ``Content-Encoding`` (``gzip``, ``deflate``,
+    ``identity`` or none; ``encoding`` lower-cased). Raises ``zlib.error`` on a corrupt body and
+    :class:`UnsupportedEncoding` for any other encoding."""
+    if not encoding or encoding == "identity":
+        return body
     if encoding == "gzip":
         return zlib.decompress(body, 16 + zlib.MAX_WBITS)
     if encoding == "deflate":
         return zlib.decompress(body)
-    return body
+    raise UnsupportedEncoding(
+        f"Unsupported compression type (Content-Encoding '{encoding}'; this server reads gzip, deflate "
+        f"or identity request bodies)"
+    )
 
 
 def error_body(message: str) -> bytes:

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from inferd.default_plugins.http.codec import _json_array, _json_data, parse_json
+from inferd.default_plugins.http.codec import _json_data, parse_json
+from inferd.default_plugins.http.json_tensors import json_array
 from inferd.errors import InvalidArgument
 from inferd.types import InferRequest, InferResponse, InferTensor, element_count
 
@@ -71,7 +72,7 @@ def _tensor(name: str, value: Any, spec: TensorSpec, info: ModelInfo) -> InferTe
                 f"generate: cannot convert input '{name}' of model '{info.name}' to a tensor of shape "
                 f"{_fmt(expected)}: got {_describe(value)}"
             )
-    return InferTensor(name, datatype, shape, _json_array(flat, datatype, shape, name))
+    return InferTensor(name, datatype, shape, json_array(flat, datatype, shape, name))
 
 
 def _natural_shape(data: list[Any]) -> tuple[int, ...] | None:

@@ -11,12 +11,29 @@ from typing import TYPE_CHECKING
 
 from starlette.types import Receive, Scope, Send
 
-from inferd.default_plugins.http.codec import HEADER_LENGTH, decode_request, encode_response, parse_json, split_body
-from inferd.default_plugins.http.errors import decode_body, error_body, error_reply
+from inferd.default_plugins.http.codec import (
+    HEADER_LENGTH,
+    decode_request,
+    encode_response,
+    header_size,
+    parse_json,
+    split_body,
+)
+from inferd.default_plugins.http.compression import compress_body, response_coding
+from inferd.default_plugins.http.errors import (
+    ACCEPTED_ENCODINGS,
+    UnsupportedEncoding,
+    decode_body,
+    error_body,
+    error_reply,
+)
 from inferd.default_plugins.http.plans import HeaderPlans
+from inferd.default_plugins.http.raw import decode_raw_request
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane
+    from inferd.model_info import ModelInfo
+    from inferd.types import InferRequest
 
 _JSON = b"application/json"
 _OCTETS = b"application/octet-stream"
@@ -42,10 +59,15 @@ class InferEndpoint:
             return
         params = scope["path_params"]
         try:
-            parts, json_length = await self._infer(scope, receive, params["model"], params.get("version", ""))
+            parts, json_length, accept = await self._infer(scope, receive, params["model"], params.get("version", ""))
         except Exception as exc:
             status, body = error_reply(exc, scope["path"])
-            await _respond(send, status, body, _JSON)
+            extra = [ACCEPTED_ENCODINGS] if isinstance(exc, UnsupportedEncoding) else None
+            await _respond(send, status, body, _JSON, extra)
+            return
+        coding = None if accept is None else response_coding(accept)
+        if coding is not None:
+            await _respond_compressed(send, parts, json_length, coding)
             return
         if json_length is None:
             await _respond(send, 200, parts[0], _JSON)
@@ -61,23 +83,38 @@ class InferEndpoint:
 
     async def _infer(
         self, scope: Scope, receive: Receive, model: str, version: str
-    ) -> tuple[list[bytes | memoryview], int | None]:
-        """Decode, run on the version resolved once, encode: the body parts and JSON length."""
-        header_length, encoding = None, ""
+    ) -> tuple[list[bytes | memoryview], int | None, bytes | None]:
+        """Decode, run on the version resolved once, encode: the body parts, the JSON length and
+        the request's ``Accept-Encoding``."""
+        header_length, encoding, accept = None, "", None
         for name, value in scope["headers"]:
             if name == _HEADER_LENGTH:
                 header_length = value.decode("latin-1")
             elif name == b"content-encoding":
                 encoding = value.decode("latin-1").lower()
+            elif name == b"accept-encoding":
+                accept = value
         body = decode_body(await _read_body(receive), encoding)
-        header_bytes, binary = split_body(body, header_length)
-        if header_length is None:
+        request, binary_output, info = self._decode(body, header_length, model, version)
+        response = await self.dp.infer(request, info)
+        parts, json_length = encode_response(response, request, binary_output)
+        return parts, json_length, accept
+
+    def _decode(
+        self, body: bytes, header_length: str | None, model: str, version: str
+    ) -> tuple[InferRequest, bool, ModelInfo]:
+        """The request (JSON, JSON header + binary, or a raw body), its ``binary_data_output`` and
+        the version it runs on."""
+        size = None if header_length is None else header_size(header_length, len(body))
+        if size == 0:
+            info = self.dp.resolve(model, version)
+            return decode_raw_request(body, info, version), True, info
+        header_bytes, binary = split_body(body, size)
+        if size is None:
             request, binary_output = decode_request(parse_json(header_bytes, "request"), binary, model, version)
         else:
             request, binary_output = self.plans.decode(header_bytes, binary, model, version)
-        info = self.dp.resolve(model, version)
-        response = await self.dp.infer(request, info)
-        return encode_response(response, request, binary_output)
+        return request, binary_output, self.dp.resolve(model, version)
 
 
 async def _read_body(receive: Receive) -> bytes:
@@ -98,6 +135,23 @@ async def _respond(send: Send, status: int, body: bytes, content_type: bytes, ex
         headers.extend(extra)
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _respond_compressed(
+    send: Send, parts: list[bytes | memoryview], json_length: int | None, coding: str
+) -> None:
+    """A 200 whose body is compressed as ``coding``; ``Inference-Header-Content-Length`` counts
+    the uncompressed JSON header, as in Triton."""
+    length = 0
+    for part in parts:
+        length += len(part)
+    body = await compress_body(parts, length, coding)
+    if json_length is None:
+        extra = [(b"content-encoding", coding.encode())]
+        await _respond(send, 200, body, _JSON, extra)
+    else:
+        extra = [(_HEADER_LENGTH, str(json_length).encode()), (b"content-encoding", coding.encode())]
+        await _respond(send, 200, body, _OCTETS, extra)
 
 
 async def _respond_parts(
