@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import re
 import signal
 import sys
@@ -212,6 +213,12 @@ async def _serve(server: Server) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await server.serve(stop)
+    if not server.drained:  # as Triton: past --exit-timeout-secs, do not wait for executions still running
+        log.error("failed to stop server: Internal - Exit timeout expired. Exiting immediately.")
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
 
 
 def _print_plugins(host: PluginHost) -> int:

@@ -101,6 +101,8 @@ class Server:
         self.poller: RepositoryPoller | None = None
         self._poll_task: asyncio.Task[None] | None = None
         self.started_at = 0.0
+        #: False once a shutdown left work running past ``--exit-timeout-secs``.
+        self.drained = True
 
     def _lifecycle_options(self) -> LifecycleOptions:
         options = self.options
@@ -185,6 +187,7 @@ class Server:
             await asyncio.wait_for(self.manager.shutdown(), timeout=grace)
         except asyncio.TimeoutError:
             log.warning("models still busy after %.0f s; exiting anyway", grace)
+            self.drained = False
         self.health.live = False
         if self.cache is not None:
             await asyncio.to_thread(self.cache.close)

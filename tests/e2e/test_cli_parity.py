@@ -1,0 +1,203 @@
+"""Triton's command line on a real ``inferd serve``: --strict-readiness, --exit-on-error,
+--exit-timeout-secs, --backend-config, Triton's other flags and mistyped ones.
+
+Behaviour checked against tritonserver 2.51 (../shared/triton): a repository with a model whose
+initialize() raises makes it exit 1 with "error: creating server: Internal - failed to load all
+models" (modes none and poll; in explicit mode with --load-model of it, or of a model in no
+repository); with --exit-on-error=false it serves and /v2/health/ready answers 400 (gRPC
+ServerReady false) until the model loads; a failed API load makes the server unready, and
+unloading that model does not make it ready again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from inferd.testing import ServerProcess, write_repository
+from tests.e2e import models
+
+BROKEN_PY = """
+class TritonPythonModel:
+    def initialize(self, args):
+        raise RuntimeError("boom at initialize")
+
+    def execute(self, requests):
+        return []
+"""
+
+
+def _repository(root: Path, broken: bool = True) -> Path:
+    repo = {"good": models.add_sub()}
+    if broken:
+        repo["broken"] = models.simple(models.ADD_SUB_CONFIG, BROKEN_PY)
+    return write_repository(root / "models", repo)
+
+
+def _run(repo: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``inferd serve`` to its exit (it is expected to exit by itself)."""
+    cmd = ServerProcess([repo], args).command()
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ})
+
+
+@contextmanager
+def _started(repositories: list[Path], args: list[str]) -> Iterator[ServerProcess]:
+    """A server that is live, ready or not (``ServerProcess`` as a context manager waits for ready)."""
+    srv = ServerProcess(repositories, args).start(wait_ready=False)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _readiness(srv: ServerProcess) -> tuple[bool, bool]:
+    """(HTTP, gRPC) server readiness, as tritonclient reports it."""
+    http = httpclient.InferenceServerClient(srv.http_url)
+    with grpcclient.InferenceServerClient(srv.grpc_url) as grpc:
+        return http.is_server_ready(), grpc.is_server_ready()
+
+
+def _wait(predicate, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+# -- --exit-on-error --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["none", "poll"])
+def test_a_model_failing_at_start_up_stops_the_server(tmp_path, mode):
+    done = _run(_repository(tmp_path), f"--model-control-mode={mode}")
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: creating server: Internal - failed to load all models: failed to load 'broken': ")
+    assert "boom at initialize" in last and "'good'" not in last
+
+
+def test_explicit_mode_exits_for_the_load_models_named(tmp_path):
+    repo = _repository(tmp_path)
+    done = _run(repo, "--model-control-mode=explicit", "--load-model=good", "--load-model=broken")
+    assert done.returncode == 1
+    assert "failed to load all models: failed to load 'broken': " in done.stderr
+    done = _run(repo, "--model-control-mode=explicit", "--load-model=nosuch")
+    assert done.returncode == 1
+    assert ("failed to load all models: failed to load 'nosuch', failed to poll from model repository"
+            in done.stderr)  # fmt: skip
+
+
+# -- --strict-readiness -----------------------------------------------------------------------------
+
+
+def test_not_ready_while_a_model_that_should_be_loaded_failed(tmp_path):
+    with _started([_repository(tmp_path)], ["--exit-on-error=false"]) as srv:
+        assert _readiness(srv) == (False, False)
+        http = httpclient.InferenceServerClient(srv.http_url)
+        assert http.is_server_live() and http.is_model_ready("good") and not http.is_model_ready("broken")
+        assert "failed to load all models: failed to load 'broken'" in srv.log()
+
+
+def test_strict_readiness_false_is_ready_with_a_broken_model(tmp_path):
+    args = ["--exit-on-error=false", "--strict-readiness", "false"]
+    with ServerProcess([_repository(tmp_path)], args) as srv:
+        assert _readiness(srv) == (True, True)
+
+
+def test_explicit_mode_counts_the_models_loaded_through_the_api(tmp_path):
+    repo = _repository(tmp_path)
+    args = ["--model-control-mode=explicit", "--load-model=good"]
+    with ServerProcess([repo], args) as srv:  # 'broken' is in the repository, never asked for: ready
+        http = httpclient.InferenceServerClient(srv.http_url)
+        assert _readiness(srv) == (True, True)
+        with pytest.raises(InferenceServerException, match="failed to load 'broken'"):
+            http.load_model("broken")
+        assert _readiness(srv) == (False, False)
+        http.unload_model("broken")  # as Triton: the failed load still counts
+        assert _readiness(srv) == (False, False)
+        (repo / "broken" / "1" / "model.py").write_text(models.ADD_SUB_PY.format(offset=0))
+        http.load_model("broken")
+        assert _readiness(srv) == (True, True)
+        http.unload_model("good")  # unloaded on purpose: does not count
+        _wait(lambda: not http.is_model_ready("good"), "good to unload")
+        assert _readiness(srv) == (True, True)
+
+
+def test_workers_are_ready_only_together_and_strictly(tmp_path):
+    with _started([_repository(tmp_path)], ["--workers", "2", "--exit-on-error=false"]) as srv:
+        _wait(lambda: "all 2 workers ready" in srv.log(), "both workers to start")
+        assert _readiness(srv) == (False, False)
+        assert httpclient.InferenceServerClient(srv.http_url).is_model_ready("good")
+
+
+# -- --exit-timeout-secs ----------------------------------------------------------------------------
+
+
+def test_exit_timeout_bounds_the_drain_at_shutdown(tmp_path):
+    repo = write_repository(tmp_path / "models", {"slow": models.simple(models.SLOW_CONFIG, models.SLOW_PY)})
+    srv = ServerProcess([repo], ["--exit-timeout-secs", "1"]).start()
+    client = httpclient.InferenceServerClient(srv.http_url)
+    inp = httpclient.InferInput("MS", [1], "INT32")
+    inp.set_data_from_numpy(np.array([20000], np.int32))
+    client.async_infer("slow", [inp])
+    time.sleep(0.5)  # the request is executing (nothing to poll: statistics count it once it ends)
+    stopped = time.monotonic()
+    os.kill(srv.proc.pid, signal.SIGTERM)
+    assert srv.proc.wait(30) == 1  # Triton's exit code when the timeout expires
+    assert time.monotonic() - stopped < 10  # not the request's 20 s
+    srv.stop()
+    assert "failed to stop server: Internal - Exit timeout expired. Exiting immediately." in srv.log()
+
+
+# -- Triton's other flags ---------------------------------------------------------------------------
+
+TRITON_HELM_ARGS = [
+    "--id=triton-edge", "--grpc-address=127.0.0.1", "--http-thread-count", "8", "--reuse-grpc-port=true",
+    "--grpc-keepalive-time=7200000", "--grpc-keepalive-permit-without-calls", "1", "--rate-limit=execution_count",
+    "--pinned-memory-pool-byte-size=268435456", "--cuda-memory-pool-byte-size", "0:67108864",
+    "--backend-directory=/opt/tritonserver/backends", "--allow-sagemaker=false", "--grpc-use-ssl=false",
+    "--backend-config=tensorflow,version=2", "--backend-config=python,shm-default-byte-size=1048576",
+]  # fmt: skip
+
+
+def test_triton_command_lines_run_with_one_warning_per_flag_that_does_not_apply(tmp_path):
+    with ServerProcess([_repository(tmp_path, broken=False)], TRITON_HELM_ARGS) as srv:
+        assert _readiness(srv) == (True, True)
+        assert httpclient.InferenceServerClient(srv.http_url).get_server_metadata()["name"] == "triton-edge"
+        with grpcclient.InferenceServerClient(srv.grpc_url) as grpc:
+            assert grpc.get_server_metadata().name == "triton-edge"
+        log = srv.log()
+    ignored = [line for line in log.splitlines() if "does not apply to inferd (ignored)" in line]
+    assert [line.split("] ", 1)[1].split(" ", 1)[0] for line in ignored] == [
+        "--http-thread-count=8", "--reuse-grpc-port=true", "--grpc-keepalive-time=7200000",
+        "--grpc-keepalive-permit-without-calls=1", "--allow-sagemaker=false", "--backend-directory=/opt/tritonserver/backends",
+        "--rate-limit=execution_count", "--pinned-memory-pool-byte-size=268435456", "--cuda-memory-pool-byte-size=0:67108864",
+    ]  # fmt: skip  (in the order of `tritonserver --help`)
+    assert "--backend-config=tensorflow,version=2: no installed backend is named 'tensorflow'; ignored" in log
+
+
+def test_a_mistyped_flag_suggests_the_closest_and_exits_2(tmp_path):
+    done = _run(tmp_path, "--strict-readyness=false")
+    assert done.returncode == 2
+    assert "unrecognized arguments: --strict-readyness=false (did you mean --strict-readiness?)" in done.stderr
+    done = _run(tmp_path, "--exit-on-eror", "false")
+    assert done.returncode == 2 and "(did you mean --exit-on-error?)" in done.stderr
+
+
+def test_security_flags_that_cannot_be_honoured_are_refused(tmp_path):
+    done = _run(tmp_path, "--http-restricted-api=model-repository:admin-key=secret")
+    assert done.returncode == 2
+    assert "--http-restricted-api=model-repository:admin-key=secret is not supported" in done.stderr
+    assert _run(tmp_path, "--grpc-use-ssl", "true").returncode == 2
