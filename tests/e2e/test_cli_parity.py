@@ -201,3 +201,78 @@ def test_security_flags_that_cannot_be_honoured_are_refused(tmp_path):
     assert done.returncode == 2
     assert "--http-restricted-api=model-repository:admin-key=secret is not supported" in done.stderr
     assert _run(tmp_path, "--grpc-use-ssl", "true").returncode == 2
+
+
+# -- --backend-config -------------------------------------------------------------------------------
+
+
+def _onnx_repository(root: Path) -> Path:
+    """An ONNX model with a batch dimension and no config.pbtxt: auto-complete decides max_batch_size."""
+    pytest.importorskip("onnxruntime")
+    from tests.plugins.backend_onnx import models as onnx_models
+
+    return write_repository(root / "models", {"auto": {"1/model.onnx": lambda p: onnx_models.save(onnx_models.add_matmul(), p)}})
+
+
+def _configs(srv: ServerProcess, model: str) -> tuple[dict, object]:
+    http = httpclient.InferenceServerClient(srv.http_url)
+    with grpcclient.InferenceServerClient(srv.grpc_url) as grpc:
+        return http.get_model_config(model), grpc.get_model_config(model).config
+
+
+def test_default_max_batch_size_reaches_autocomplete_backend_setting_over_global(tmp_path):
+    args = ["--backend-config=default-max-batch-size=7", "--backend-config", "onnxruntime,default-max-batch-size=5"]
+    with ServerProcess([_onnx_repository(tmp_path)], args) as srv:
+        http_config, grpc_config = _configs(srv, "auto")
+    assert http_config["max_batch_size"] == 5 and "dynamic_batching" in http_config
+    assert grpc_config.max_batch_size == 5 and grpc_config.HasField("dynamic_batching")
+
+
+def test_default_max_batch_size_zero_turns_batching_off(tmp_path):
+    with ServerProcess([_onnx_repository(tmp_path)], ["--backend-config=default-max-batch-size=0"]) as srv:
+        http_config, grpc_config = _configs(srv, "auto")
+    assert http_config["max_batch_size"] == 0 and "dynamic_batching" not in http_config
+    assert grpc_config.max_batch_size == 0 and not grpc_config.HasField("dynamic_batching")
+
+
+def test_a_bad_backend_setting_fails_the_models_of_that_backend(tmp_path):
+    done = _run(_onnx_repository(tmp_path), "--backend-config=onnxruntime,default-max-batch-size=many")
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert "failed to load all models: failed to load 'auto': " in last
+    assert "--backend-config=onnxruntime,default-max-batch-size=many: expected a whole number" in last
+
+
+def test_onnxruntime_global_thread_pool_serves(tmp_path):
+    args = ["--backend-config=onnxruntime,enable-global-threadpool=1", "--backend-config=onnxruntime,intra_op_thread_count=1"]
+    with ServerProcess([_onnx_repository(tmp_path)], args) as srv:
+        client = httpclient.InferenceServerClient(srv.http_url)
+        a = np.arange(8, dtype=np.float32).reshape(2, 4)
+        inputs = [httpclient.InferInput("A", [2, 4], "FP32"), httpclient.InferInput("B", [2, 4], "FP32")]
+        for inp in inputs:
+            inp.set_data_from_numpy(a)
+        np.testing.assert_array_equal(client.infer("auto", inputs).as_numpy("SUM"), a + a)
+        assert "onnxruntime global thread pools: intra_op_thread_count=1, inter_op_thread_count=default" in srv.log()
+
+
+PYTORCH_CONFIG = """
+backend: "pytorch"
+max_batch_size: 8
+input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT__1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT__1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+parameters { key: "INTRA_OP_THREAD_COUNT" value { string_value: "3" } }
+"""
+
+
+def test_pytorch_thread_counts_from_backend_config_win_over_the_models(tmp_path):
+    pytest.importorskip("torch")
+    from tests.plugins.backend_pytorch.models import AddSub, save_script
+
+    repo = write_repository(tmp_path / "models", {"add_sub": {"config.pbtxt": PYTORCH_CONFIG,
+                                                              "1/model.pt": lambda p: save_script(AddSub(), p)}})  # fmt: skip
+    with ServerProcess([repo], ["--backend-config=pytorch,intra_op_thread_count=2"]) as srv:
+        assert httpclient.InferenceServerClient(srv.http_url).is_model_ready("add_sub")
+        log = srv.log()
+    assert "--backend-config=pytorch: INTRA_OP_THREAD_COUNT set to 2 for the whole process" in log
+    assert ("model 'add_sub': INTRA_OP_THREAD_COUNT 3 ignored; it is process-wide and --backend-config=pytorch "
+            "already set it to 2") in log  # fmt: skip

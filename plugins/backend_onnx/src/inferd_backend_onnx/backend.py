@@ -50,11 +50,15 @@ def _ort_message(exc: BaseException) -> str:
     return _ORT_PREFIX.sub("", str(exc)).strip()
 
 
-def _probe_options() -> Any:
-    """Options for a session that only reads the model's inputs and outputs."""
+def _probe_options(shared_threads: bool) -> Any:
+    """Options for a session that only reads the model's inputs and outputs (on the global thread
+    pools when they are on: onnxruntime then refuses sessions with their own)."""
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.intra_op_num_threads = 1
+    if shared_threads:
+        so.use_per_session_threads = False
+    else:
+        so.intra_op_num_threads = 1
     return so
 
 
@@ -95,7 +99,7 @@ class OnnxBackend(Backend):
                 f"model '{model}': cannot auto-complete the configuration: unable to find '{path}' "
                 f"(the config lists no inputs or outputs, so they are read from the model file)"
             )
-        session = open_session(path, model, _probe_options(), [(options.CPU, {})])
+        session = open_session(path, model, _probe_options(self.options.global_threadpool), [(options.CPU, {})])
         signature.autocomplete(
             config, model, tensor_infos(session.get_inputs()), tensor_infos(session.get_outputs()),
             self.default_max_batch_size,
