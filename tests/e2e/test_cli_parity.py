@@ -130,9 +130,19 @@ def test_explicit_mode_counts_the_models_loaded_through_the_api(tmp_path):
         (repo / "broken" / "1" / "model.py").write_text(models.ADD_SUB_PY.format(offset=0))
         http.load_model("broken")
         assert _readiness(srv) == (True, True)
+        (repo / "good" / "1" / "model.py").write_text(BROKEN_PY)
+        with pytest.raises(InferenceServerException, match="failed to load 'good'"):
+            http.load_model("good")  # a failed reload: the old version serves, READY (as Triton)
+        assert _readiness(srv) == (True, True) and http.is_model_ready("good")
         http.unload_model("good")  # unloaded on purpose: does not count
         _wait(lambda: not http.is_model_ready("good"), "good to unload")
         assert _readiness(srv) == (True, True)
+
+
+def test_workers_exit_on_error_too(tmp_path):
+    done = _run(_repository(tmp_path), "--workers", "2")
+    assert done.returncode == 1
+    assert "failed to load all models: failed to load 'broken'" in done.stderr
 
 
 def test_workers_are_ready_only_together_and_strictly(tmp_path):
