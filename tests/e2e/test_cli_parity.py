@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -174,7 +175,7 @@ def test_exit_timeout_bounds_the_drain_at_shutdown(tmp_path):
 # -- Triton's other flags ---------------------------------------------------------------------------
 
 TRITON_HELM_ARGS = [
-    "--id=triton-edge", "--grpc-address=127.0.0.1", "--http-thread-count", "8", "--reuse-grpc-port=true",
+    "--id=triton-edge", "--grpc-address=127.0.0.2", "--http-thread-count", "8", "--reuse-grpc-port=true",
     "--grpc-keepalive-time=7200000", "--grpc-keepalive-permit-without-calls", "1", "--rate-limit=execution_count",
     "--pinned-memory-pool-byte-size=268435456", "--cuda-memory-pool-byte-size", "0:67108864",
     "--backend-directory=/opt/tritonserver/backends", "--allow-sagemaker=false", "--grpc-use-ssl=false",
@@ -184,10 +185,11 @@ TRITON_HELM_ARGS = [
 
 def test_triton_command_lines_run_with_one_warning_per_flag_that_does_not_apply(tmp_path):
     with ServerProcess([_repository(tmp_path, broken=False)], TRITON_HELM_ARGS) as srv:
-        assert _readiness(srv) == (True, True)
         assert httpclient.InferenceServerClient(srv.http_url).get_server_metadata()["name"] == "triton-edge"
-        with grpcclient.InferenceServerClient(srv.grpc_url) as grpc:
-            assert grpc.get_server_metadata().name == "triton-edge"
+        with grpcclient.InferenceServerClient(f"127.0.0.2:{srv.grpc_port}") as grpc:  # --grpc-address
+            assert grpc.is_server_ready() and grpc.get_server_metadata().name == "triton-edge"
+        with pytest.raises(OSError):  # not on the HTTP address
+            socket.create_connection(("127.0.0.1", srv.grpc_port), timeout=2).close()
         log = srv.log()
     ignored = [line for line in log.splitlines() if "does not apply to inferd (ignored)" in line]
     assert [line.split("] ", 1)[1].split(" ", 1)[0] for line in ignored] == [

@@ -87,7 +87,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "Triton flags that do not apply",
         "accepted so Triton command lines run unchanged, each with a warning naming it: "
-        + ", ".join(sorted([*NOT_APPLICABLE, *REFUSED])),
+        + ", ".join(sorted(NOT_APPLICABLE))
+        + ". Refused, because ignoring them would weaken security: "
+        + ", ".join([*REFUSED, *(f"{f}=true" for f in REFUSED_WHEN_TRUE)]),
     )
     for flag in (*NOT_APPLICABLE, *REFUSED):
         group.add_argument(flag, dest=_dest(flag), action="append", metavar="VALUE", help=argparse.SUPPRESS)
