@@ -6,7 +6,10 @@ initialize() raises makes it exit 1 with "error: creating server: Internal - fai
 models" (modes none and poll; in explicit mode with --load-model of it, or of a model in no
 repository); with --exit-on-error=false it serves and /v2/health/ready answers 400 (gRPC
 ServerReady false) until the model loads; a failed API load makes the server unready, and
-unloading that model does not make it ready again.
+unloading that model does not make it ready again; a failed reload leaves it ready (the old
+version serves). Past --exit-timeout-secs with an execution still running it logs "failed to stop
+server: Internal - Exit timeout expired. Exiting immediately." and exits 1. Its --backend-config
+format errors are the ones asserted in tests/core/test_flags.py.
 """
 
 from __future__ import annotations
