@@ -30,6 +30,9 @@ from inferd.workers.repositories import SharedRepositories
 
 log = logging.getLogger(__name__)
 
+#: At shutdown, the least time models get to unload after the frontends drained.
+_UNLOAD_MIN_S = 1.0
+
 
 @dataclass
 class ServerOptions:
@@ -175,16 +178,18 @@ class Server:
         raise SystemExit("error: creating server: Internal - failed to load all models: " + "; ".join(failures))
 
     async def stop(self) -> None:
-        """Stop accepting, let in-flight requests finish, unload every model."""
+        """Stop accepting, let in-flight requests finish, unload every model: all of it within
+        ``--exit-timeout-secs`` (past it, :attr:`drained` is false)."""
         self.health.accepting = False
         if self.poller is not None:
             self.poller.stop()
         if self._poll_task is not None:
             self._poll_task.cancel()
         grace = self.options.exit_timeout_secs
+        deadline = time.monotonic() + grace
         await asyncio.gather(*(f.stop(grace) for f in self.frontends), return_exceptions=True)
-        try:
-            await asyncio.wait_for(self.manager.shutdown(), timeout=grace)
+        try:  # what the frontends' drain left of the timeout (a moment at least, to unload idle models)
+            await asyncio.wait_for(self.manager.shutdown(), timeout=max(_UNLOAD_MIN_S, deadline - time.monotonic()))
         except asyncio.TimeoutError:
             log.warning("models still busy after %.0f s; exiting anyway", grace)
             self.drained = False
