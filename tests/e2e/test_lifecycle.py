@@ -173,10 +173,14 @@ def test_sigterm_lets_in_flight_requests_finish(tmp_path):
     srv.stop()
 
 
+#: A server that starts (and reports ready) with a model that failed to load: not Triton's default.
+STARTS_WITH_A_BROKEN_MODEL = ["--exit-on-error=false", "--strict-readiness=false"]
+
+
 def test_two_repositories_and_duplicate_names(tmp_path):
     one = write_repository(tmp_path / "one", {"a": models.add_sub(offset=1), "dup": models.add_sub()})
     two = write_repository(tmp_path / "two", {"b": models.add_sub(offset=2), "dup": models.add_sub()})
-    with ServerProcess([one, two]) as srv:
+    with ServerProcess([one, two], STARTS_WITH_A_BROKEN_MODEL) as srv:
         client = httpclient.InferenceServerClient(srv.http_url)
         assert add_sub_call(client, "a")[0, 0] == 3
         assert add_sub_call(client, "b")[0, 0] == 4
@@ -186,7 +190,7 @@ def test_two_repositories_and_duplicate_names(tmp_path):
 
 def test_missing_config_with_autocomplete_disabled(tmp_path):
     repo = write_repository(tmp_path / "models", {"ok": models.add_sub(), "noconf": {"1/model.py": models.ADD_SUB_PY.format(offset=0)}})
-    with ServerProcess([repo], ["--disable-auto-complete-config"], ) as srv:
+    with ServerProcess([repo], ["--disable-auto-complete-config", *STARTS_WITH_A_BROKEN_MODEL]) as srv:
         client = httpclient.InferenceServerClient(srv.http_url)
         state, reason = index_of(client)[("noconf", "1")]
         assert state == "UNAVAILABLE" and "auto-complete is disabled" in reason

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from inferd import config as cfg
@@ -28,7 +29,7 @@ from inferd.warmup import warm_up
 
 if TYPE_CHECKING:
     from inferd.cache import ResponseCache
-    from inferd.registry import Registry
+    from inferd.registry import Registration, Registry
     from inferd.scheduler import Scheduler
 
 
@@ -50,6 +51,7 @@ class VersionBuilder:
         models: ServerModels,
         cache: ResponseCache | None = None,
         autocomplete: bool = True,
+        backend_config: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.backends = backends
         self.schedulers = schedulers
@@ -58,6 +60,8 @@ class VersionBuilder:
         #: The server's response cache (``--cache-config``), if it has one.
         self.cache = cache
         self.autocomplete = autocomplete
+        #: ``--backend-config`` by backend name (``""``: every backend).
+        self.backend_config: Mapping[str, Mapping[str, str]] = backend_config or {}
         self._backends: dict[str, Backend] = {}
 
     def prepare_config(self, source: ModelSource, override: cfg.ModelConfig | None) -> tuple[cfg.ModelConfig, Backend | None]:
@@ -145,7 +149,7 @@ class VersionBuilder:
                 f"installed: {', '.join(self.backends.names()) or 'none'}"
             )
         try:
-            backend = reg.factory()
+            backend = self._create(reg)
         except ImportError as exc:
             raise InvalidArgument(
                 f"model '{model}' needs backend '{name}' (plugin '{reg.plugin}'), whose framework "
@@ -153,6 +157,13 @@ class VersionBuilder:
             ) from None
         self._backends[name] = backend
         return backend
+
+    def _create(self, reg: Registration[Backend]) -> Backend:
+        """Call the backend's factory; one that declared ``settings`` gets its ``--backend-config``."""
+        keys = declared_settings(reg)
+        if keys is None:
+            return reg.factory()
+        return reg.factory(backend_settings(self.backend_config, reg.name, keys))
 
     async def load_version(
         self, source: ModelSource, config: cfg.ModelConfig, backend: Backend | None, version: int
@@ -221,6 +232,37 @@ class VersionBuilder:
             close_instances(model, runners)
             raise
         return model, runners
+
+
+def declared_settings(reg: Registration[Backend]) -> frozenset[str] | None:
+    """The ``--backend-config`` keys a backend registered with ``settings=...`` (``None``: none declared)."""
+    keys = reg.options.get("settings")
+    if keys is None:
+        return None
+    return frozenset(str(k) for k in keys) if isinstance(keys, (list, tuple, set, frozenset)) else frozenset()
+
+
+def backend_settings(config: Mapping[str, Mapping[str, str]], backend: str, keys: frozenset[str]) -> dict[str, str]:
+    """The settings ``backend`` reads (``keys``): those for every backend, then its own over them."""
+    merged = {**config.get("", {}), **config.get(backend, {})}
+    return {k: v for k, v in merged.items() if k in keys}
+
+
+def backend_config_warnings(backends: Registry[Backend], config: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """One line per ``--backend-config`` setting no installed backend reads (it is ignored)."""
+    read = {r.name: declared_settings(r) or frozenset() for r in backends}
+    everyone = frozenset().union(*read.values())
+    lines = []
+    for name, settings in sorted(config.items()):
+        for key, value in sorted(settings.items()):
+            flag = f"--backend-config={name + ',' if name else ''}{key}={value}"
+            if name and name not in read:
+                lines.append(f"{flag}: no installed backend is named '{name}'; ignored")
+            elif name and key not in read[name]:
+                lines.append(f"{flag}: the {name} backend does not read '{key}'; ignored")
+            elif not name and key not in everyone:
+                lines.append(f"{flag}: no installed backend reads '{key}'; ignored")
+    return lines
 
 
 def close_instances(model: Model | None, runners: list[InstanceRunner]) -> None:

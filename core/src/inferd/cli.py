@@ -6,15 +6,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import re
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from inferd import __version__, asgi_server
+from inferd import __version__, asgi_server, triton_flags
 from inferd.errors import InferdError
-from inferd.flags import parse_bool
+from inferd.flags import SuggestingParser, backend_config_setting, parse_bool
 from inferd.lifecycle import ControlMode
 from inferd.logging_settings import configure_logging
 from inferd.plugins import PluginHost
@@ -25,9 +26,7 @@ from inferd.workers.peers import WorkerSlot
 from inferd.workers.supervisor import Supervisor
 
 _TOOLS = {"perf": perf_cli, "analyze": analyze_cli}  # client tools; their client libraries load in run()
-
-
-
+log = logging.getLogger("inferd.cli")
 
 _SETTING = re.compile(r"\s*[A-Za-z_][\w.-]*\s*=")
 
@@ -87,12 +86,26 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
                    help="use <model>/configs/NAME.pbtxt where present instead of config.pbtxt")
     g.add_argument("--model-load-thread-count", type=int, default=4, metavar="N",
                    help="models loaded in parallel (default: 4)")
+    g.add_argument("--strict-readiness", type=parse_bool, default=True, metavar="BOOL",
+                   help="ready only while every model that should be loaded is READY: every model of the "
+                        "repositories (modes none, poll) or those loaded by --load-model and the repository "
+                        "API (explicit); false: ready once started (default: true)")
+    g.add_argument("--exit-on-error", type=parse_bool, default=True, metavar="BOOL",
+                   help="exit (code 1) when a model fails to load at start-up: in modes none and poll any "
+                        "model, with --load-model those named (default: true)")
+    g.add_argument("--backend-config", action="append", default=[], type=backend_config_setting,
+                   metavar="[BACKEND,]KEY=VALUE",
+                   help="a backend setting, e.g. onnxruntime,default-max-batch-size=8, "
+                        "onnxruntime,enable-global-threadpool=1, pytorch,intra_op_thread_count=4; without "
+                        "BACKEND it applies to every backend (repeatable; see docs/configuration.md)")
     n = p.add_argument_group("network")
     n.add_argument("--http-port", type=int, default=8000, help="HTTP port (default: 8000)")
     n.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (default: 8001)")
     n.add_argument("--metrics-port", type=int, default=8002, help="metrics port (default: 8002)")
     n.add_argument("--http-address", "--address", dest="host", default="0.0.0.0",
-                   help="address the HTTP and gRPC servers bind (default: 0.0.0.0)")
+                   help="address the HTTP server binds, and gRPC unless --grpc-address (default: 0.0.0.0)")
+    n.add_argument("--grpc-address", default=None, metavar="ADDRESS",
+                   help="address the gRPC server binds (default: the --http-address)")
     n.add_argument("--allow-http", type=parse_bool, default=True, metavar="BOOL", help="serve HTTP (default: true)")
     n.add_argument("--allow-grpc", type=parse_bool, default=True, metavar="BOOL", help="serve gRPC (default: true)")
     n.add_argument("--allow-metrics", type=parse_bool, default=True, metavar="BOOL", help="serve metrics (default: true)")
@@ -106,6 +119,8 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
     c.add_argument("--cache-directory", "--cache-dir", dest="cache_directory", default=None, metavar="PATH",
                    help="accepted for Triton compatibility and ignored: caches are plugins, not shared libraries")
     o = p.add_argument_group("process")
+    o.add_argument("--id", dest="server_id", default="inferd", metavar="NAME",
+                   help="the server's name in server metadata (default: inferd)")
     o.add_argument("--exit-timeout-secs", type=float, default=30.0, metavar="SECS",
                    help="on shutdown, how long in-flight requests may take to finish (default: 30)")
     o.add_argument("--log-verbose", type=int, default=0, metavar="LEVEL", help="verbose logging level (default: 0)")
@@ -115,10 +130,12 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
     o.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)  # set by the supervisor
     o.add_argument("--worker-dir", type=Path, default=None, help=argparse.SUPPRESS)
     host.add_options(p)
+    triton_flags.add_arguments(p)
 
 
 def build_parser(host: PluginHost) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="inferd", description="A Triton-compatible inference server.")
+    """``inferd`` and its commands; a mistyped option is answered with the closest one (exit code 2)."""
+    parser = SuggestingParser(prog="inferd", description="A Triton-compatible inference server.")
     parser.add_argument("--version", action="version", version=f"inferd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_serve(sub, host)
@@ -133,7 +150,7 @@ _OWN_DESTS = {
     "disable_auto_complete_config", "strict_model_config", "model_config_name", "model_load_thread_count",
     "http_port", "grpc_port", "metrics_port", "host", "allow_http", "allow_grpc", "allow_metrics",
     "exit_timeout_secs", "log_verbose", "cache_config", "response_cache_byte_size", "cache_directory",
-    "workers", "worker_index", "worker_dir",
+    "workers", "worker_index", "worker_dir", "strict_readiness", "exit_on_error", "backend_config", "server_id",
 }  # fmt: skip
 
 
@@ -149,6 +166,15 @@ def _cache_config(args: argparse.Namespace) -> dict[str, dict[str, str]]:
         logging.getLogger(__name__).info(
             "--cache-directory %s is ignored: inferd caches are plugins (see 'inferd plugins')", args.cache_directory
         )
+    return configs
+
+
+def _backend_config(args: argparse.Namespace) -> dict[str, dict[str, str]]:
+    """``--backend-config`` settings by backend name, ``""`` for those given without one (later
+    repeats of a setting win)."""
+    configs: dict[str, dict[str, str]] = {}
+    for backend, setting, value in args.backend_config:
+        configs.setdefault(backend, {})[setting] = value
     return configs
 
 
@@ -172,8 +198,12 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         model_load_thread_count=args.model_load_thread_count,
         log_verbose=args.log_verbose,
         cache_config=_cache_config(args),
+        backend_config=_backend_config(args),
+        strict_readiness=args.strict_readiness,
+        exit_on_error=args.exit_on_error,
+        server_id=args.server_id,
         worker=WorkerSlot(args.worker_index, args.workers, args.worker_dir) if args.worker_index is not None else None,
-        extra={k: v for k, v in vars(args).items() if k not in _OWN_DESTS},
+        extra={k: v for k, v in vars(args).items() if k not in _OWN_DESTS and not triton_flags.is_own_dest(k)},
     )
 
 
@@ -183,6 +213,12 @@ async def _serve(server: Server) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await server.serve(stop)
+    if not server.drained:  # as Triton: past --exit-timeout-secs, do not wait for executions still running
+        log.error("failed to stop server: Internal - Exit timeout expired. Exiting immediately.")
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
 
 
 def _print_plugins(host: PluginHost) -> int:
@@ -206,18 +242,20 @@ def _supervise(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return Supervisor(argv, args.workers, args.exit_timeout_secs).run()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    host = PluginHost()
-    args = build_parser(host).parse_args(argv)
-    if args.command == "plugins":
-        return _print_plugins(host)
-    if args.command in _TOOLS:
-        return _TOOLS[args.command].run(args)
+def _run_serve(args: argparse.Namespace, host: PluginHost, argv: Sequence[str] | None) -> int:
+    """``inferd serve``: refuse what cannot be honoured, warn about what does not apply, serve."""
+    refused = triton_flags.refusal(vars(args))
+    if refused is not None:
+        print(f"inferd serve: error: {refused}", file=sys.stderr)
+        return 2
     try:  # Triton's line layout; --log-file / --log-info / ... come from the diagnostics plugin
         configure_logging(vars(args))
     except InferdError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1
+    if args.worker_index is None:  # once per command line, not once per worker
+        for line in triton_flags.warnings(vars(args)):
+            log.warning("%s", line)
     if args.workers > 1 and args.worker_index is None:
         return _supervise(args, sys.argv[1:] if argv is None else argv)
     server = Server(options_from_args(args), host=host)
@@ -227,6 +265,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 1
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    host = PluginHost()
+    args = build_parser(host).parse_args(argv)
+    if args.command == "plugins":
+        return _print_plugins(host)
+    if args.command in _TOOLS:
+        return _TOOLS[args.command].run(args)
+    return _run_serve(args, host, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -89,11 +89,12 @@ class DataPlane:
         return self.health.live
 
     def is_ready(self) -> bool:
-        """Ready once start-up loading finished and the frontends accept requests (on every worker)."""
+        """Ready once start-up loading finished and the frontends accept requests (on every worker);
+        with ``--strict-readiness``, also every model READY (see :mod:`inferd.health`)."""
         return self.local_ready() and (self.peers is None or self.peers.all_ready())
 
     def local_ready(self) -> bool:
-        return self.health.live and self.health.accepting
+        return self.health.ready()
 
     def server_metadata(self) -> dict[str, Any]:
         return {"name": self.server_name, "version": __version__, "extensions": self.extensions}
@@ -239,7 +240,7 @@ class DataPlane:
     def local_state(self) -> dict[str, Any]:
         """What a restarted worker takes from a running one (see :meth:`catch_up`)."""
         return {
-            "ready": self.local_ready(),
+            "ready": self.health.started,
             "loads": self.loaded_with,
             "serving": sorted({mv.name for mv in self.table.serving()}),
             "log": {k: v for k, v in self.log_config.as_json().items() if k != "log_file"},

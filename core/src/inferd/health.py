@@ -1,13 +1,49 @@
-"""The server's own run state: live, accepting requests, and the event loop it runs on.
+"""The server's own run state: live, accepting requests, the event loop it runs on, and readiness.
 
 The :class:`~inferd.server.Server` owns one and is its only writer; the data plane reports it
 (health routes) and the router uses its loop to run requests for instance threads.
+
+Readiness follows Triton's ``--strict-readiness``: with it (the default) the server is ready once
+it started *and* every model it knows of is READY. "Knows of" is every model record the lifecycle
+keeps: in modes ``none`` and ``poll`` every model of the repositories, in mode ``explicit`` those
+loaded by ``--load-model`` or through the repository API. A version that was unloaded (or removed
+from the repository) does not count against readiness; one that failed to load does, until a
+later load succeeds, exactly as Triton's ``InferenceServer::IsReady``.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
+
+from inferd.states import ModelRecord, State, VersionState, Why
+
+#: Reasons of a version that is not READY on purpose: it does not make the server unready.
+_LEFT_ON_PURPOSE = frozenset({Why.UNLOADED, Why.REMOVED, Why.DEPENDENCY})
+
+
+class ModelRecords(Protocol):
+    """Where readiness reads the model states from (the server's :class:`~inferd.model_table.ModelTable`)."""
+
+    @property
+    def records(self) -> Mapping[str, ModelRecord]: ...
+
+
+def _version_counts(state: VersionState) -> bool:
+    return state.state is State.READY or (state.state is State.UNAVAILABLE and state.why in _LEFT_ON_PURPOSE)
+
+
+def model_is_ready(record: ModelRecord) -> bool:
+    """Triton's strict-readiness rule for one model: it has versions, each READY or unloaded."""
+    versions = list(record.versions.values())  # a copy: the loop may write while a thread reads
+    return bool(versions) and all(_version_counts(s) for s in versions)
+
+
+def unready_models(records: Iterable[ModelRecord]) -> list[str]:
+    """The names of the models that keep a strict server from being ready, sorted."""
+    return sorted(r.name for r in list(records) if not model_is_ready(r))
 
 
 @dataclass
@@ -16,7 +52,21 @@ class ServerHealth:
 
     #: The process serves (``/v2/health/live``): set once start-up began, cleared at the end.
     live: bool = False
-    #: Start-up loading finished and every frontend listens (``/v2/health/ready``).
+    #: Start-up loading finished and every frontend listens.
     accepting: bool = False
     #: The loop serving requests, once started (Python models calling models need it).
     loop: asyncio.AbstractEventLoop | None = None
+    #: ``--strict-readiness``: readiness also needs every model of these records READY
+    #: (``None``: ready as soon as the server started, whatever the models' states).
+    models: ModelRecords | None = None
+
+    @property
+    def started(self) -> bool:
+        """Live and accepting requests, whatever the models' states."""
+        return self.live and self.accepting
+
+    def ready(self) -> bool:
+        """``/v2/health/ready``: started, and with ``models`` every model READY (or unloaded)."""
+        if not self.started:
+            return False
+        return self.models is None or not unready_models(self.models.records.values())

@@ -16,7 +16,7 @@ through the ``inferd`` entry-point group::
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, overload
 
 import pluggy
 
@@ -81,6 +81,12 @@ class ServerView(Protocol):
 BackendFactory = Callable[[], "Backend"]
 """``factory()``: called once per server, the first time a model needs the backend."""
 
+ConfiguredBackendFactory = Callable[[dict[str, str]], "Backend"]
+"""``factory(settings)``, for a backend registered with ``settings=(keys...)``: called once per
+server, the first time a model needs the backend, with its ``--backend-config`` settings among
+those keys (``--backend-config=<key>=<value>`` for every backend, then ``<backend>,<key>=<value>``
+over them). Absent keys are absent: the backend owns its defaults."""
+
 SchedulerFactory = Callable[["SchedulerContext"], "Scheduler"]
 """``factory(context)``: called once per model version being loaded."""
 
@@ -94,8 +100,21 @@ FrontendFactory = Callable[[ServerSettings], "Frontend | None"]
 class BackendRegister(Protocol):
     """The ``register`` handed to :func:`inferd_register_backends`."""
 
-    def __call__(self, name: str, factory: BackendFactory, *, model_filenames: Sequence[str] | None = None) -> None:
-        """Register backend ``name``; ``model_filenames`` are the files that identify its models."""
+    @overload
+    def __call__(self, name: str, factory: BackendFactory, *, model_filenames: Sequence[str] | None = None) -> None: ...
+
+    @overload
+    def __call__(
+        self, name: str, factory: ConfiguredBackendFactory, *, model_filenames: Sequence[str] | None = None,
+        settings: Sequence[str],
+    ) -> None: ...  # fmt: skip
+
+    def __call__(
+        self, name: str, factory: BackendFactory | ConfiguredBackendFactory, *,
+        model_filenames: Sequence[str] | None = None, settings: Sequence[str] | None = None,
+    ) -> None:  # fmt: skip
+        """Register backend ``name``; ``model_filenames`` are the files that identify its models;
+        ``settings`` the ``--backend-config`` keys it reads (its factory then takes them)."""
 
 
 class SchedulerRegister(Protocol):
@@ -130,6 +149,9 @@ def inferd_register_backends(register: BackendRegister) -> None:
     :class:`inferd.backend.Backend`. It is called the first time a model needs the backend.
     ``model_filenames=("model.onnx", ...)`` names the files that identify the backend's models, so
     a model whose config names no backend is matched without importing every framework.
+    ``settings=("default-max-batch-size", ...)`` names the ``--backend-config`` keys the backend
+    reads; its factory is then ``factory(settings: dict[str, str])`` (:data:`ConfiguredBackendFactory`),
+    and a key no backend reads gets a warning at start-up.
     Register names you own: a name another plugin registered is an error. Returns nothing.
     """
 

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inferd.builder import VersionBuilder
+from inferd.builder import VersionBuilder, backend_config_warnings
 from inferd.cache import ResponseCache
 from inferd.dataplane import DataPlane
 from inferd.errors import InferdError
 from inferd.frontend import Frontend
-from inferd.health import ServerHealth
+from inferd.health import ServerHealth, model_is_ready
 from inferd.lifecycle import ControlMode, LifecycleOptions, ModelManager
 from inferd.model_table import ModelTable
 from inferd.plugins import PluginHost
@@ -29,6 +29,9 @@ from inferd.workers.peers import Peers, WorkerSlot
 from inferd.workers.repositories import SharedRepositories
 
 log = logging.getLogger(__name__)
+
+#: At shutdown, the least time models get to unload after the frontends drained.
+_UNLOAD_MIN_S = 1.0
 
 
 @dataclass
@@ -53,6 +56,14 @@ class ServerOptions:
     log_verbose: int = 0
     #: ``--cache-config NAME,key=value`` gathered by cache name: ``{"local": {"size": "1048576"}}``.
     cache_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: ``--backend-config [BACKEND,]key=value`` by backend name, ``""`` for every backend.
+    backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: ``--strict-readiness``: ready only while every model that should be loaded is READY.
+    strict_readiness: bool = True
+    #: ``--exit-on-error``: a model that fails to load at start-up stops the server (exit code 1).
+    exit_on_error: bool = True
+    #: ``--id``: the server's name in server metadata.
+    server_id: str = "inferd"
     #: Set in each serving process of a ``--workers N`` (N > 1) server: which worker this is (the
     #: ``inferd serve`` process itself is then a :class:`~inferd.workers.supervisor.Supervisor`).
     worker: WorkerSlot | None = None
@@ -72,22 +83,29 @@ class Server:
         self.options = options
         self.host = host or PluginHost(plugins=plugins)
         registries = self.host.registries()
-        self.health = ServerHealth()
-        self.tracer = Tracer()
         self.table = ModelTable()
+        self.health = ServerHealth(models=self.table if options.strict_readiness else None)
+        self.tracer = Tracer()
         self.router = Router(self.table, self.tracer, self.health)
         self.cache: ResponseCache | None = self._build_cache()
+        for line in backend_config_warnings(registries.backends, options.backend_config):
+            log.warning("%s", line)
         builder = VersionBuilder(
-            registries.backends, registries.schedulers, self.router, self.cache, options.autocomplete
-        )
+            registries.backends, registries.schedulers, self.router, self.cache, options.autocomplete,
+            options.backend_config,
+        )  # fmt: skip
         self.manager = ModelManager(self._lifecycle_options(), self.table, builder)
         self.peers = Peers(options.worker) if options.worker is not None else None
-        self.dataplane = DataPlane(self.manager, self.router, self.health, self.tracer, peers=self.peers)
+        self.dataplane = DataPlane(
+            self.manager, self.router, self.health, self.tracer, server_name=options.server_id, peers=self.peers
+        )
         self.control: ControlServer | None = None
         self.frontends: list[Frontend] = []
         self.poller: RepositoryPoller | None = None
         self._poll_task: asyncio.Task[None] | None = None
         self.started_at = 0.0
+        #: False once a shutdown left work running past ``--exit-timeout-secs``.
+        self.drained = True
 
     def _lifecycle_options(self) -> LifecycleOptions:
         options = self.options
@@ -110,6 +128,7 @@ class Server:
                 raise SystemExit(f"error: model repository '{repo}' is not a directory")
         self._start_control()
         await self.manager.start()
+        await self._exit_on_error()
         restarted = await self.dataplane.catch_up()
         if self.options.model_control_mode is ControlMode.POLL:
             await self._start_poller(restarted)
@@ -124,19 +143,56 @@ class Server:
         self.health.accepting = True
         log.info("inferd ready in %.2f s", time.monotonic() - self.started_at)
 
+    def startup_failures(self) -> list[str]:
+        """``failed to load '<model>': <reason>`` for each model start-up should have loaded and
+        did not: in modes none and poll every model of the repositories, in explicit mode those
+        ``--load-model`` names (one that is in no repository too)."""
+        records = self.table.records
+        if self.options.model_control_mode is ControlMode.EXPLICIT:
+            names = list(self.options.load_models)
+            if "*" in names:
+                names = list(self.table.snapshot.models)
+        else:
+            names = sorted(set(self.table.snapshot.models) | set(records))
+        failures = []
+        for name in names:
+            record = records.get(name)
+            if record is None:
+                failures.append(f"failed to load '{name}', failed to poll from model repository")
+            elif not model_is_ready(record):
+                failures.append(f"failed to load '{name}': {record.load_error() or 'not ready'}")
+        return failures
+
+    async def _exit_on_error(self) -> None:
+        """``--exit-on-error``: unload what loaded and stop with Triton's "failed to load all
+        models", naming each model and its reason (the process exits with code 1)."""
+        failures = self.startup_failures()
+        if not failures:
+            return
+        if not self.options.exit_on_error:
+            log.error("failed to load all models: %s", "; ".join(failures))
+            return
+        await self.manager.shutdown()
+        if self.control is not None:
+            self.control.stop()
+        raise SystemExit("error: creating server: Internal - failed to load all models: " + "; ".join(failures))
+
     async def stop(self) -> None:
-        """Stop accepting, let in-flight requests finish, unload every model."""
+        """Stop accepting, let in-flight requests finish, unload every model: all of it within
+        ``--exit-timeout-secs`` (past it, :attr:`drained` is false)."""
         self.health.accepting = False
         if self.poller is not None:
             self.poller.stop()
         if self._poll_task is not None:
             self._poll_task.cancel()
         grace = self.options.exit_timeout_secs
+        deadline = time.monotonic() + grace
         await asyncio.gather(*(f.stop(grace) for f in self.frontends), return_exceptions=True)
-        try:
-            await asyncio.wait_for(self.manager.shutdown(), timeout=grace)
+        try:  # what the frontends' drain left of the timeout (a moment at least, to unload idle models)
+            await asyncio.wait_for(self.manager.shutdown(), timeout=max(_UNLOAD_MIN_S, deadline - time.monotonic()))
         except asyncio.TimeoutError:
             log.warning("models still busy after %.0f s; exiting anyway", grace)
+            self.drained = False
         self.health.live = False
         if self.cache is not None:
             await asyncio.to_thread(self.cache.close)

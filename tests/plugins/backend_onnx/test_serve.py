@@ -128,7 +128,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path
 
 @pytest.fixture(scope="module")
 def server(repo: tuple[Path, dict[str, Path]]) -> Any:
-    srv = ServerProcess([repo[0]], ["--log-verbose", "1"]).start()
+    srv = ServerProcess([repo[0]], ["--log-verbose", "1", "--exit-on-error=false", "--strict-readiness=false"]).start()
     yield srv
     srv.stop()
 
@@ -372,7 +372,7 @@ def test_missing_onnxruntime_is_a_clear_load_error(tmp_path: Path) -> None:
         "raise ImportError('No module named onnxruntime (blocked by the test)')\n"
     )
     env = {"PYTHONPATH": os.pathsep.join([str(blocker), os.environ.get("PYTHONPATH", "")])}
-    srv = ServerProcess([root], env=env).start()
+    srv = ServerProcess([root], ["--exit-on-error=false", "--strict-readiness=false"], env=env).start()
     try:
         entry = index(srv)["needs_ort"]
     finally:

@@ -53,7 +53,7 @@ def test_plan_without_tensorrt_fails_clearly_through_a_server(tmp_path):
             "trt_auto": {"1/model.plan": b"not really a plan"},  # no config: the backend is found by file name
         },
     )
-    server = ServerProcess([repo], ["--model-control-mode=explicit"]).start()
+    server = ServerProcess([repo], ["--model-control-mode=explicit", "--strict-readiness=false"]).start()
     try:
         client = httpclient.InferenceServerClient(server.http_url)
         for model in ("trt_explicit", "trt_auto"):

@@ -25,6 +25,7 @@ class WorkerOps:
         self.loop = loop
         self._ops: dict[str, Callable[[dict[str, Any]], Any]] = {
             "ready": lambda args: self.dp.local_ready(),
+            "started": lambda args: self.dp.health.started,
             "stats": self._stats,
             "snapshots": lambda args: self.dp.local_snapshots(),
             "trace": self._trace,

@@ -104,8 +104,9 @@ class Supervisor:
         return None
 
     def _is_ready(self, index: int) -> bool:
+        """The worker started serving (its models' states aside: ``--strict-readiness`` is not its concern)."""
         try:
-            return call(WorkerSlot(index, self.count, self.directory).socket(index), "ready", timeout=1.0) is True
+            return call(WorkerSlot(index, self.count, self.directory).socket(index), "started", timeout=1.0) is True
         except OSError:
             return False
 

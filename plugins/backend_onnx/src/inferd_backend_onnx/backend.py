@@ -50,11 +50,15 @@ def _ort_message(exc: BaseException) -> str:
     return _ORT_PREFIX.sub("", str(exc)).strip()
 
 
-def _probe_options() -> Any:
-    """Options for a session that only reads the model's inputs and outputs."""
+def _probe_options(shared_threads: bool) -> Any:
+    """Options for a session that only reads the model's inputs and outputs (on the global thread
+    pools when they are on: onnxruntime then refuses sessions with their own)."""
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.intra_op_num_threads = 1
+    if shared_threads:
+        so.use_per_session_threads = False
+    else:
+        so.intra_op_num_threads = 1
     return so
 
 
@@ -64,8 +68,20 @@ class OnnxBackend(Backend):
     name = "onnxruntime"
     default_model_filename = "model.onnx"
     default_cpu_instance_count = 2
-    #: Triton's ``--backend-config=onnxruntime,default-max-batch-size`` (default 4).
-    default_max_batch_size = 4
+
+    def __init__(self, settings: Mapping[str, str] | None = None) -> None:
+        """``settings``: the ``--backend-config`` ones (:data:`options.BACKEND_SETTINGS`). With
+        ``enable-global-threadpool`` the process's onnxruntime thread pools are sized here, before
+        any session exists."""
+        self.options = options.backend_options(settings or {})
+        #: Triton's ``--backend-config=onnxruntime,default-max-batch-size`` (default 4).
+        self.default_max_batch_size = self.options.default_max_batch_size
+        if self.options.global_threadpool:
+            ort_state.set_global_thread_pool_sizes(self.options.intra_op_threads, self.options.inter_op_threads)
+            log.info(
+                "onnxruntime global thread pools: intra_op_thread_count=%s, inter_op_thread_count=%s",
+                self.options.intra_op_threads or "default", self.options.inter_op_threads or "default",
+            )  # fmt: skip
 
     def autocomplete_config(self, config: ModelConfig, model_dir: Path, version_dir: Path | None) -> None:
         """Fill inputs, outputs, max_batch_size and dynamic_batching from the model's graph."""
@@ -83,14 +99,14 @@ class OnnxBackend(Backend):
                 f"model '{model}': cannot auto-complete the configuration: unable to find '{path}' "
                 f"(the config lists no inputs or outputs, so they are read from the model file)"
             )
-        session = open_session(path, model, _probe_options(), [(options.CPU, {})])
+        session = open_session(path, model, _probe_options(self.options.global_threadpool), [(options.CPU, {})])
         signature.autocomplete(
             config, model, tensor_infos(session.get_inputs()), tensor_infos(session.get_outputs()),
             self.default_max_batch_size,
         )  # fmt: skip
 
     def load_model(self, context: ModelLoadContext) -> Model:
-        return OnnxModel(context)
+        return OnnxModel(context, self.options.global_threadpool)
 
 
 def _instance_count(config: ModelConfig) -> int:
@@ -100,14 +116,14 @@ def _instance_count(config: ModelConfig) -> int:
 class OnnxModel(Model):
     """A loaded ONNX model version: the file, parsed options; sessions are made per instance."""
 
-    def __init__(self, context: ModelLoadContext) -> None:
+    def __init__(self, context: ModelLoadContext, shared_threads: bool = False) -> None:
         self.name = context.name
         self.version = context.version
         self.config = context.config
         self.path = resolve_model_path(context.model_path)
         if not self.path.is_file():
             raise InvalidArgument(f"unable to find '{self.path}' for model '{self.name}' version {self.version}")
-        self.settings = options.session_settings(self.config, self.name, _instance_count(self.config))
+        self.settings = options.session_settings(self.config, self.name, _instance_count(self.config), shared_threads)
         for kind in ("KIND_CPU", "KIND_GPU"):  # unknown accelerators fail the load, not the first request
             options.providers_for(self.config, self.name, kind, 0, self.settings.cuda_options)
         self.run_options = ort.RunOptions()
@@ -123,6 +139,8 @@ class OnnxModel(Model):
         so.execution_mode = ort.ExecutionMode.ORT_PARALLEL if s.parallel else ort.ExecutionMode.ORT_SEQUENTIAL
         so.intra_op_num_threads = s.intra_op_threads
         so.inter_op_num_threads = s.inter_op_threads
+        if s.shared_threads:
+            so.use_per_session_threads = False
         if s.mem_arena is not None:
             so.enable_cpu_mem_arena = s.mem_arena
         if s.mem_pattern is not None:

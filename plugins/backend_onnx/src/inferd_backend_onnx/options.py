@@ -14,16 +14,22 @@ Triton's onnxruntime backend:
 - ``optimization { graph { level } }``: -1 basic, 1 extended, 2 none, anything else all.
 - ``optimization { execution_accelerators { gpu_execution_accelerator [ {name: "tensorrt" | "cuda"
   parameters {...}} ] cpu_execution_accelerator [ {name: "openvino"} ] } }``.
+- ``--backend-config=onnxruntime,<key>=<value>`` (:data:`BACKEND_SETTINGS`, :class:`BackendOptions`):
+  ``default-max-batch-size`` (auto-complete's max_batch_size, default 4), and
+  ``enable-global-threadpool`` with ``intra_op_thread_count`` / ``inter_op_thread_count``: one
+  thread pool shared by every session; the models' own thread counts are then ignored, as in Triton.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from inferd.config import ModelParameters
 from inferd.errors import ConfigError
+from inferd.flags import setting_flag, setting_integer
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
@@ -47,6 +53,33 @@ _CUDNN_SEARCH = {0: "EXHAUSTIVE", 1: "HEURISTIC", 2: "DEFAULT"}
 _ARENA_STRATEGY = {0: "kNextPowerOfTwo", 1: "kSameAsRequested"}
 
 
+#: The ``--backend-config=onnxruntime,<key>=<value>`` keys this backend reads (Triton's names).
+BACKEND_SETTINGS = ("default-max-batch-size", "enable-global-threadpool", "intra_op_thread_count", "inter_op_thread_count")
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """The backend's ``--backend-config`` settings, with Triton's defaults."""
+
+    #: max_batch_size auto-complete gives a model that can batch and sets none (0: no batching).
+    default_max_batch_size: int = 4
+    #: One intra-op and one inter-op thread pool for every session (0 threads: onnxruntime's default).
+    global_threadpool: bool = False
+    intra_op_threads: int = 0
+    inter_op_threads: int = 0
+
+
+def backend_options(settings: Mapping[str, str]) -> BackendOptions:
+    """Read :data:`BACKEND_SETTINGS`; a bad value is a ConfigError naming the flag."""
+    name = "onnxruntime"
+    return BackendOptions(
+        default_max_batch_size=setting_integer(settings, name, "default-max-batch-size", 4),
+        global_threadpool=setting_flag(settings, name, "enable-global-threadpool", False),
+        intra_op_threads=setting_integer(settings, name, "intra_op_thread_count", 0),
+        inter_op_threads=setting_integer(settings, name, "inter_op_thread_count", 0),
+    )
+
+
 @dataclass
 class SessionSettings:
     """What the config says about a session, before it meets onnxruntime."""
@@ -55,6 +88,8 @@ class SessionSettings:
     parallel: bool = False
     intra_op_threads: int = 0  # 0: onnxruntime's default (one per core)
     inter_op_threads: int = 0
+    #: Run on the backend's global thread pools (``enable-global-threadpool``), not the session's own.
+    shared_threads: bool = False
     mem_arena: bool | None = None
     mem_pattern: bool | None = None
     session_entries: dict[str, str] = field(default_factory=dict)
@@ -72,12 +107,15 @@ def default_intra_op_threads(instance_count: int) -> int:
     return max(1, cores // max(1, instance_count))
 
 
-def session_settings(config: ModelConfig, model: str, instance_count: int = 1) -> SessionSettings:
+def session_settings(
+    config: ModelConfig, model: str, instance_count: int = 1, shared_threads: bool = False
+) -> SessionSettings:
     """Parse the session-level options of ``config``; raise ConfigError for bad values.
 
     ``intra_op_thread_count`` unset means the cores divided among ``instance_count`` instances
     (Triton leaves it to onnxruntime, one thread per core per session, which oversubscribes a
-    machine with several instances); "0" asks for onnxruntime's default.
+    machine with several instances); "0" asks for onnxruntime's default. With ``shared_threads``
+    (the global thread pools) the model's thread counts are ignored, as Triton ignores them.
     """
     params = ModelParameters(config, model)
     s = SessionSettings()
@@ -90,11 +128,14 @@ def session_settings(config: ModelConfig, model: str, instance_count: int = 1) -
             f"are 0 (sequential) or 1 (parallel) but got {mode}"
         )
     s.parallel = mode == 1
-    if "intra_op_thread_count" in params:
+    s.shared_threads = shared_threads
+    if shared_threads:
+        s.intra_op_threads = 0
+    elif "intra_op_thread_count" in params:
         s.intra_op_threads = max(0, params.integer("intra_op_thread_count", 0))
     else:
         s.intra_op_threads = default_intra_op_threads(instance_count)
-    s.inter_op_threads = max(0, params.integer("inter_op_thread_count", 0))
+    s.inter_op_threads = 0 if shared_threads else max(0, params.integer("inter_op_thread_count", 0))
     s.mem_arena = params.flag("enable_mem_arena", None)
     s.mem_pattern = params.flag("enable_mem_pattern", None)
     for key, value in params.items():

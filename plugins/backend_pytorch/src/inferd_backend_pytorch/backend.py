@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from inferd.config.model_config_pb2 import DataType
 from inferd.errors import ConfigError, InvalidArgument
 from inferd_backend_pytorch.binding import InputPlan, OutputPlan, model_output_names, plan_inputs
 from inferd_backend_pytorch.loading import load_module
-from inferd_backend_pytorch.options import TorchOptions, parse_options
+from inferd_backend_pytorch.options import TorchOptions, backend_options, parse_options
 
 log = logging.getLogger("inferd.pytorch")
 
@@ -35,6 +35,12 @@ class PyTorchBackend(Backend):
 
     name = "pytorch"
     default_model_filename = TORCHSCRIPT_FILENAME
+
+    def __init__(self, settings: Mapping[str, str] | None = None) -> None:
+        """``settings``: the ``--backend-config`` ones (:data:`BACKEND_SETTINGS`); thread counts
+        given there are applied now, before any model, and win over the models' parameters."""
+        opts = backend_options(settings or {})
+        apply_thread_settings(opts.intra_op_threads, opts.inter_op_threads, "--backend-config=pytorch")
 
     def autocomplete_config(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:
         """Choose ``model.pt2`` when it is the only model file. Inputs and outputs are not filled.
@@ -59,7 +65,7 @@ class PyTorchBackend(Backend):
             )
         _check_string_dims(context.name, config)
         path = model_file(context)
-        apply_thread_settings(options, context.name)
+        apply_thread_settings(options.intra_op_threads, options.inter_op_threads, f"model '{context.name}'")
         return PyTorchModel(context, path, options, names)
 
 
@@ -169,12 +175,13 @@ _thread_lock = threading.Lock()
 _thread_owner: dict[str, tuple[int, str]] = {}
 
 
-def apply_thread_settings(options: TorchOptions, model: str) -> None:
-    """INTRA/INTER_OP_THREAD_COUNT are process-wide in PyTorch: the first model to set one wins."""
+def apply_thread_settings(intra_op_threads: int, inter_op_threads: int, who: str) -> None:
+    """INTRA/INTER_OP_THREAD_COUNT are process-wide in PyTorch: the first to set one wins
+    (``--backend-config=pytorch,...`` at start-up, else the first model; ``who`` says which)."""
     with _thread_lock:
         for key, count, setter in (
-            ("INTRA_OP_THREAD_COUNT", options.intra_op_threads, torch.set_num_threads),
-            ("INTER_OP_THREAD_COUNT", options.inter_op_threads, torch.set_num_interop_threads),
+            ("INTRA_OP_THREAD_COUNT", intra_op_threads, torch.set_num_threads),
+            ("INTER_OP_THREAD_COUNT", inter_op_threads, torch.set_num_interop_threads),
         ):
             if count <= 0:
                 continue
@@ -182,14 +189,14 @@ def apply_thread_settings(options: TorchOptions, model: str) -> None:
             if owner is not None:
                 if owner[0] != count:
                     log.warning(
-                        "model '%s': %s %d ignored; it is process-wide and model '%s' already set it to %d",
-                        model, key, count, owner[1], owner[0],
+                        "%s: %s %d ignored; it is process-wide and %s already set it to %d",
+                        who, key, count, owner[1], owner[0],
                     )  # fmt: skip
                 continue
             try:
                 setter(count)
             except RuntimeError as exc:  # set_num_interop_threads works once, before any parallel work
-                log.warning("model '%s': %s %d could not be applied: %s", model, key, count, exc)
+                log.warning("%s: %s %d could not be applied: %s", who, key, count, exc)
                 continue
-            _thread_owner[key] = (count, model)
-            log.info("model '%s': %s set to %d for the whole process", model, key, count)
+            _thread_owner[key] = (count, who)
+            log.info("%s: %s set to %d for the whole process", who, key, count)

@@ -5,18 +5,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from inferd.hookspecs import BackendRegister, hookimpl
+from inferd_backend_pytorch.options import BACKEND_SETTINGS
 
 if TYPE_CHECKING:
     from inferd.backend import Backend
 
 
-def _make_backend() -> Backend:
+def _make_backend(settings: dict[str, str]) -> Backend:
     from inferd_backend_pytorch.backend import PyTorchBackend
 
-    return PyTorchBackend()
+    return PyTorchBackend(settings)
 
 
 @hookimpl
 def inferd_register_backends(register: BackendRegister) -> None:
     """Register the "pytorch" backend (platform ``pytorch_libtorch``)."""
-    register("pytorch", _make_backend, model_filenames=("model.pt", "model.pt2"))
+    register("pytorch", _make_backend, model_filenames=("model.pt", "model.pt2"), settings=BACKEND_SETTINGS)

@@ -1,12 +1,15 @@
-"""The ``parameters`` of Triton's pytorch backend, read once per model (no torch import here)."""
+"""The ``parameters`` of Triton's pytorch backend, read once per model, and the backend's
+``--backend-config=pytorch,<key>=<value>`` settings (no torch import here)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from inferd.config import ModelParameters
+from inferd.flags import setting_integer
 
 log = logging.getLogger("inferd.pytorch")
 
@@ -35,6 +38,31 @@ class TorchOptions:
     tensor_fuser: bool | None = None  # ENABLE_TENSOR_FUSER
     intra_op_threads: int = 0  # INTRA_OP_THREAD_COUNT / NUM_THREADS (0: PyTorch's default)
     inter_op_threads: int = 0  # INTER_OP_THREAD_COUNT / NUM_INTEROP_THREADS
+
+
+#: ``--backend-config=pytorch,<key>=<value>`` keys: PyTorch's process-wide thread pools, named as the
+#: onnxruntime backend names its own (and as the model parameters, upper case). Triton's pytorch
+#: backend reads these only as model parameters; as server settings they apply before any model
+#: loads, and a model asking for other counts is then logged and ignored.
+BACKEND_SETTINGS = ("intra_op_thread_count", "inter_op_thread_count", "INTRA_OP_THREAD_COUNT", "INTER_OP_THREAD_COUNT")
+
+
+@dataclass(frozen=True, slots=True)
+class BackendOptions:
+    """The backend's ``--backend-config`` settings (0: PyTorch's default, or the first model's)."""
+
+    intra_op_threads: int = 0
+    inter_op_threads: int = 0
+
+
+def backend_options(settings: Mapping[str, str]) -> BackendOptions:
+    """Read :data:`BACKEND_SETTINGS` (lower-case keys win); a bad value is a ConfigError naming the flag."""
+
+    def count(key: str) -> int:
+        upper = setting_integer(settings, "pytorch", key.upper(), 0)
+        return setting_integer(settings, "pytorch", key, upper)
+
+    return BackendOptions(count("intra_op_thread_count"), count("inter_op_thread_count"))
 
 
 def parse_options(config: Any, model: str) -> TorchOptions:

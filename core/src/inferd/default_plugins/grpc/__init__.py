@@ -82,7 +82,7 @@ def _factory(options: ServerSettings) -> GrpcFrontend | None:
         return None
     extra = options.extra
     return GrpcFrontend(
-        options.host,
+        extra.get("grpc_address") or options.host,
         options.grpc_port,
         transport=extra.get("grpc_transport", "h2"),
         max_message_bytes=extra.get("grpc_max_message_bytes", MAX_MESSAGE_BYTES),
