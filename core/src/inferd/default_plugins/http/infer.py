@@ -14,6 +14,7 @@ from starlette.types import Receive, Scope, Send
 from inferd.default_plugins.http.codec import HEADER_LENGTH, decode_request, encode_response, parse_json, split_body
 from inferd.default_plugins.http.errors import decode_body, error_body, error_reply
 from inferd.default_plugins.http.plans import HeaderPlans
+from inferd.shared_memory import bind_outputs
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane
@@ -34,7 +35,9 @@ class InferEndpoint:
 
     def __init__(self, dataplane: DataPlane) -> None:
         self.dp = dataplane
-        self.plans = HeaderPlans()
+        #: Shared-memory regions inputs are read from and outputs written to.
+        self.regions = dataplane.shared_memory.regions
+        self.plans = HeaderPlans(regions=self.regions)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -72,11 +75,15 @@ class InferEndpoint:
         body = decode_body(await _read_body(receive), encoding)
         header_bytes, binary = split_body(body, header_length)
         if header_length is None:
-            request, binary_output = decode_request(parse_json(header_bytes, "request"), binary, model, version)
+            parsed = parse_json(header_bytes, "request")
+            request, binary_output = decode_request(parsed, binary, model, version, self.regions)
         else:
             request, binary_output = self.plans.decode(header_bytes, binary, model, version)
+        sinks = bind_outputs(request, self.regions) if request.outputs else None
         info = self.dp.resolve(model, version)
         response = await self.dp.infer(request, info)
+        if sinks is not None:
+            sinks.write(response)
         return encode_response(response, request, binary_output)
 
 
