@@ -291,8 +291,8 @@ def test_infer_errors_leave_the_server_up(client: Client, protocol: str, region:
         (add_sub_request(protocol, in_name, "nope"), expect(protocol, "404", "NOT_FOUND"),
          "Unable to find shared memory region: 'nope'"),
     ]  # fmt: skip
-    for (inputs, outputs), status, sentence in cases:
-        got_status, message = error_of(lambda: client.infer("add_sub", inputs, outputs=outputs))
+    for request, status, sentence in cases:
+        got_status, message = error_of(lambda r=request: run(client, r))  # type: ignore[misc]
         assert (got_status, message.split("; ")[0]) == (status, sentence)
     result = run(client, add_sub_request(protocol, in_name, None))
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), A - B)
@@ -326,7 +326,7 @@ def test_http_parameter_errors(server: ServerProcess, region: Any) -> None:
 # -- CUDA shared memory without a GPU ---------------------------------------------------------------
 
 
-@pytest.mark.skipif(unusable_reason() is None, reason="CUDA shared memory works here: see test_cuda_shared_memory.py")
+@pytest.mark.skipif(unusable_reason() is None, reason="CUDA shared memory works here: test_cuda_inputs_and_outputs_on_the_gpu covers it")
 def test_cuda_without_a_gpu(client: Client, protocol: str, server: ServerProcess) -> None:
     assert "cuda_shared_memory" not in client.get_server_metadata(**({"as_json": True} if protocol == "grpc" else {}))[
         "extensions"]
@@ -366,3 +366,32 @@ def test_repository_path_is_not_a_key(server: ServerProcess, tmp_path: Path) -> 
     status, body = _http(server, "POST", "/v2/systemsharedmemory/region/s/register",
                          {"key": f"/..{secret}", "byte_size": 16})  # fmt: skip
     assert status == 500 and json.loads(body)["error"].startswith("Unable to open shared memory region")
+
+
+# -- CUDA shared memory on a GPU ------------------------------------------------------------------
+
+
+@pytest.mark.skipif(unusable_reason() is not None, reason=f"needs a GPU and cuda-python: {unusable_reason()}")
+def test_cuda_inputs_and_outputs_on_the_gpu(client: Client, protocol: str) -> None:
+    import tritonclient.utils.cuda_shared_memory as cudashm
+
+    as_json = {"as_json": True} if protocol == "grpc" else {}
+    assert "cuda_shared_memory" in client.get_server_metadata(**as_json)["extensions"]
+    inp = cudashm.create_shared_memory_region("gpu_in", 32, 0)
+    out = cudashm.create_shared_memory_region("gpu_out", 32, 0)
+    try:
+        cudashm.set_shared_memory_region(inp, [A, B])
+        client.register_cuda_shared_memory("gpu_in", cudashm.get_raw_handle(inp), 0, 32)
+        client.register_cuda_shared_memory("gpu_out", cudashm.get_raw_handle(out), 0, 32)
+        status = client.get_cuda_shared_memory_status("gpu_in", **as_json)
+        entry = status[0] if protocol == "http" else status["regions"]["gpu_in"]
+        assert (entry["name"], int(entry["byte_size"])) == ("gpu_in", 32)
+        run(client, add_sub_request(protocol, "gpu_in", "gpu_out"))
+        got = cudashm.get_contents_as_numpy(out, np.float32, [2, 4])
+        np.testing.assert_array_equal(got, np.concatenate([A + B, A - B]))
+        small = add_sub_request(protocol, "gpu_in", "gpu_out", out_size=8, both=False)
+        assert error_of(lambda: run(client, small))[0] == expect(protocol, "500", "INTERNAL")
+    finally:
+        client.unregister_cuda_shared_memory()
+        cudashm.destroy_shared_memory_region(inp)
+        cudashm.destroy_shared_memory_region(out)
