@@ -53,8 +53,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = write_repository(tmp_path_factory.mktemp("shm") / "models", {
         "add_sub": models.add_sub(),
         "identity": models.simple(IDENTITY_CONFIG, IDENTITY_PY),
+        "cached": models.add_sub(config=models.ADD_SUB_CONFIG + "response_cache { enable: true }\n"),
     })  # fmt: skip
-    with ServerProcess([root]).start() as srv:
+    with ServerProcess([root], ["--cache-config", "local,size=1048576"]).start() as srv:
         yield srv
 
 
@@ -269,6 +270,25 @@ def test_bytes_tensors_in_regions(client: Client, protocol: str, region: Any) ->
     out.set_shared_memory(out_name, size)
     client.infer("identity", [tensor], outputs=[out])
     assert list(shm.get_contents_as_numpy(out_handle, np.object_, [3])) == list(words)
+
+
+def test_a_cache_hit_is_written_into_the_region_asked_for(client: Client, protocol: str, region: Any) -> None:
+    in_name, in_key, in_handle = region(32)
+    shm.set_shared_memory_region(in_handle, [A, B])
+    client.register_system_shared_memory(in_name, in_key, 32)
+    handles = []
+    for _ in range(2):  # the same inputs, another output region: a hit, written where asked
+        out_name, out_key, out_handle = region(32)
+        client.register_system_shared_memory(out_name, out_key, 32)
+        inputs, outputs = add_sub_request(protocol, in_name, out_name)
+        client.infer("cached", inputs, outputs=outputs)
+        handles.append(out_handle)
+    for handle in handles:
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(handle, np.float32, [1, 4]), A + B)
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(handle, np.float32, [1, 4], offset=16), A - B)
+    kw = {"as_json": True} if protocol == "grpc" else {}
+    stats = client.get_inference_statistics("cached", **kw)["model_stats"][0]["inference_stats"]
+    assert int(stats["cache_hit"]["count"]) >= 1
 
 
 def test_infer_errors_leave_the_server_up(client: Client, protocol: str, region: Any) -> None:
