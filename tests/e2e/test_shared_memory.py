@@ -11,6 +11,7 @@ import base64
 import itertools
 import json
 import os
+import queue
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -252,6 +253,28 @@ def test_mixed_shared_memory_and_wire_tensors(client: Client, protocol: str, reg
     result = client.infer("add_sub", [first, second], outputs=[out0, m.InferRequestedOutput("OUTPUT1")])
     np.testing.assert_array_equal(shm.get_contents_as_numpy(out_handle, np.float32, [1, 4], offset=32), A + A)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), A - A)
+
+
+def test_grpc_stream_with_regions(server: ServerProcess, region: Any) -> None:
+    results: queue.Queue[Any] = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        in_name, out_name, out_handle = registered_pair(client, region)
+        client.start_stream(lambda result, error: results.put(error or result))
+        inputs, outputs = add_sub_request("grpc", in_name, out_name)
+        client.async_stream_infer("add_sub", inputs, outputs=outputs, request_id="s1")
+        inputs, outputs = add_sub_request("grpc", "nope", out_name)
+        client.async_stream_infer("add_sub", inputs, outputs=outputs, request_id="s2")
+        got = [results.get(timeout=30), results.get(timeout=30)]  # a stream's requests run at once: any order
+        client.stop_stream()
+        second, first = sorted(got, key=lambda r: not isinstance(r, InferenceServerException))
+        assert first.get_response().id == "s1"
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(out_handle, np.float32, [1, 4], offset=16), A - B)
+        assert isinstance(second, InferenceServerException)
+        assert "Unable to find shared memory region: 'nope'" in second.message()
+    finally:
+        client.unregister_system_shared_memory()
+        client.close()
 
 
 def test_bytes_tensors_in_regions(client: Client, protocol: str, region: Any) -> None:
