@@ -50,6 +50,10 @@ class SystemRegion:
                     f"byte_size {byte_size} must lie within the {size} bytes of '{key}' (and byte_size be positive)"
                 )
             self._map = mmap.mmap(fd, offset + byte_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError as exc:
+            raise InvalidArgument(
+                f"failed to register shared memory region '{name}': unable to process address space {exc.strerror}"
+            ) from None
         finally:
             os.close(fd)
         self.name = name
