@@ -11,8 +11,6 @@ from inferd.errors import ErrorKind, InferdError, InvalidArgument, NotFound
 from inferd.shared_memory.cuda import CudaRegion
 from inferd.shared_memory.system import SystemRegion
 
-KINDS = ("system", "cuda")
-
 
 class Sink(Protocol):
     """Where one output's bytes go."""
