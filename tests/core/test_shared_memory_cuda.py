@@ -102,10 +102,24 @@ def test_inputs_come_from_the_device_and_outputs_go_to_it(rt: FakeRuntime) -> No
     sinks.write(InferResponse("m", "1", "", [InferTensor.from_array("Y", x * 2)]))
     np.testing.assert_array_equal(np.frombuffer(device.raw[32:48], np.float32), x * 2)
 
+    # Unregistered while a request holds a sink: the request still writes; the handle closes after.
     regions.unregister("cuda", "g")
+    assert regions.status("cuda") == [] and rt.opened
+    sinks.write(InferResponse("m", "1", "", [InferTensor.from_array("Y", x * 3)]))
+    np.testing.assert_array_equal(np.frombuffer(device.raw[32:48], np.float32), x * 3)
+    del sinks
+    assert rt.opened == set()
+
+
+def test_an_unregistered_region_without_requests_closes_at_once(rt: FakeRuntime) -> None:
+    handle, _ = rt.export(16)
+    regions = Regions()
+    regions.register_cuda("g", handle, 0, 16)
+    region = regions.checked("g", 0, 16)
+    regions.unregister("cuda")
     assert rt.opened == set()
     with pytest.raises(InferdError, match="was unregistered") as info:
-        sinks.write(InferResponse("m", "1", "", [InferTensor.from_array("Y", x)]))
+        region.input(0, 16)
     assert info.value.kind is ErrorKind.UNAVAILABLE
 
 

@@ -12,6 +12,7 @@ import ctypes
 import functools
 import importlib
 import importlib.util
+import logging
 import threading
 from types import ModuleType
 from typing import Any
@@ -19,6 +20,8 @@ from typing import Any
 import numpy as np
 
 from inferd.errors import ErrorKind, InferdError, InvalidArgument
+
+log = logging.getLogger(__name__)
 
 #: Bytes of a ``cudaIpcMemHandle_t``.
 IPC_HANDLE_SIZE = 64
@@ -95,8 +98,11 @@ class CudaRegion:
         self.name = name
         self.device_id = device_id
         self.byte_size = byte_size
-        #: Held while copying, so that closing never races a copy.
+        #: Held while copying or counting, so that closing never races a copy.
         self.lock = threading.Lock()
+        #: Output sinks alive (requests in flight): the handle is closed once none is left.
+        self.sinks = 0
+        self.unregistered = False
         self.closed = False
 
     def status(self) -> dict[str, Any]:
@@ -110,7 +116,10 @@ class CudaRegion:
         return memoryview(host)
 
     def output(self, offset: int, byte_size: int) -> DeviceSink:
-        """Where an output of up to ``byte_size`` bytes at ``offset`` is written."""
+        """Where an output of up to ``byte_size`` bytes at ``offset`` is written; the handle
+        stays open while the sink lives."""
+        with self.lock:
+            self.sinks += 1
         return DeviceSink(self, offset)
 
     def copy(self, dst: int, src: int, size: int) -> None:
@@ -124,11 +133,23 @@ class CudaRegion:
             _check(rt, rt.cudaMemcpy(dst, src, size, kind), f"CUDA copy for region '{self.name}' failed")
 
     def close(self) -> None:
-        """Close the IPC mapping (the exporting process still owns the memory)."""
+        """Unregistered: close the IPC mapping now, or when the last request in flight is done
+        with it (the exporting process still owns the memory)."""
         with self.lock:
-            if not self.closed:
-                self.closed = True
-                _check(self.rt, self.rt.cudaIpcCloseMemHandle(self.pointer), "failed to close CUDA IPC handle")
+            self.unregistered = True
+            if self.sinks == 0:
+                self._close_handle()
+
+    def sink_done(self) -> None:
+        with self.lock:
+            self.sinks -= 1
+            if self.unregistered and self.sinks == 0:
+                self._close_handle()
+
+    def _close_handle(self) -> None:
+        if not self.closed:
+            self.closed = True
+            _check(self.rt, self.rt.cudaIpcCloseMemHandle(self.pointer), "failed to close CUDA IPC handle")
 
 
 class DeviceSink:
@@ -145,3 +166,9 @@ class DeviceSink:
         if size:
             host = np.frombuffer(data, np.uint8)
             self.region.copy(self.region.pointer + self.offset, host.ctypes.data, size)
+
+    def __del__(self) -> None:
+        try:
+            self.region.sink_done()
+        except InferdError as exc:  # nothing to answer any more: log it
+            log.error("%s", exc.message)
