@@ -12,6 +12,7 @@ import itertools
 import json
 import os
 import queue
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -44,16 +45,42 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT",
                 pb_utils.get_input_tensor_by_name(r, "INPUT").as_numpy())]) for r in requests]
 """
+SLOW_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+# Touches MARKER when it starts executing, then takes a second.
+SLOW_PY = """
+import pathlib
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        pathlib.Path({marker!r}).touch()
+        time.sleep(1.0)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y",
+                pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 2)]) for r in requests]
+"""
 A = np.array([[1.5, 2.0, -3.0, 4.25]], np.float32)
 B = np.array([[0.5, 1.0, 1.0, -0.25]], np.float32)
 _names = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def marker(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("marker") / "slow-started"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, marker: Path) -> Iterator[ServerProcess]:
     root = write_repository(tmp_path_factory.mktemp("shm") / "models", {
         "add_sub": models.add_sub(),
         "identity": models.simple(IDENTITY_CONFIG, IDENTITY_PY),
+        "slow": models.simple(SLOW_CONFIG, SLOW_PY.format(marker=str(marker))),
         "cached": models.add_sub(config=models.ADD_SUB_CONFIG + "response_cache { enable: true }\n"),
     })  # fmt: skip
     with ServerProcess([root], ["--cache-config", "local,size=1048576"]).start() as srv:
@@ -339,6 +366,32 @@ def test_infer_errors_leave_the_server_up(client: Client, protocol: str, region:
         assert (got_status, message.split("; ")[0]) == (status, sentence)
     result = run(client, add_sub_request(protocol, in_name, None))
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), A - B)
+
+
+def test_unregister_under_a_request_in_flight(server: ServerProcess, region: Any, marker: Path) -> None:
+    """The request completes with its regions (Triton 2.51 refuses the unregistration instead)."""
+    client = httpclient.InferenceServerClient(server.http_url, concurrency=2)
+    in_name, in_key, in_handle = region(16)
+    out_name, out_key, out_handle = region(16)
+    shm.set_shared_memory_region(in_handle, [A.reshape(4)])
+    client.register_system_shared_memory(in_name, in_key, 16)
+    client.register_system_shared_memory(out_name, out_key, 16)
+    x = httpclient.InferInput("X", [4], "FP32")
+    x.set_shared_memory(in_name, 16)
+    y = httpclient.InferRequestedOutput("Y")
+    y.set_shared_memory(out_name, 16)
+    marker.unlink(missing_ok=True)
+    pending = client.async_infer("slow", [x], outputs=[y])
+    deadline = time.monotonic() + 30
+    while not marker.exists() and time.monotonic() < deadline:  # the model runs with the input read
+        time.sleep(0.01)
+    other = httpclient.InferenceServerClient(server.http_url)
+    other.unregister_system_shared_memory()
+    assert other.get_system_shared_memory_status() == []
+    pending.get_result()
+    np.testing.assert_array_equal(shm.get_contents_as_numpy(out_handle, np.float32, [4]), A.reshape(4) * 2)
+    client.close()
+    other.close()
 
 
 def test_http_parameter_errors(server: ServerProcess, region: Any) -> None:
