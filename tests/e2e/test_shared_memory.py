@@ -51,6 +51,33 @@ max_batch_size: 0
 input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
 """
+# ORIGIN = the type of the object whose memory the model's input array is (no copy: "mmap").
+ORIGIN_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "ORIGIN" data_type: TYPE_STRING dims: [ 1 ] } ]
+"""
+ORIGIN_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def origin(array):
+    base = array
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj
+    return type(base).__name__
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("ORIGIN", np.array(
+            [origin(pb_utils.get_input_tensor_by_name(r, "X").as_numpy()).encode()], dtype=np.object_))])
+            for r in requests]
+"""
 # Touches MARKER when it starts executing, then takes a second.
 SLOW_PY = """
 import pathlib
@@ -80,6 +107,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, marker: Path) -> Iterator[S
     root = write_repository(tmp_path_factory.mktemp("shm") / "models", {
         "add_sub": models.add_sub(),
         "identity": models.simple(IDENTITY_CONFIG, IDENTITY_PY),
+        "origin": models.simple(ORIGIN_CONFIG, ORIGIN_PY),
         "slow": models.simple(SLOW_CONFIG, SLOW_PY.format(marker=str(marker))),
         "cached": models.add_sub(config=models.ADD_SUB_CONFIG + "response_cache { enable: true }\n"),
     })  # fmt: skip
@@ -257,6 +285,19 @@ def test_infer_inputs_and_outputs_in_regions(client: Client, protocol: str, regi
     assert [(o["name"], o["datatype"], [int(d) for d in o["shape"]]) for o in response["outputs"]] == [
         ("OUTPUT0", "FP32", [1, 4]), ("OUTPUT1", "FP32", [1, 4])]
     assert all("data" not in o and "parameters" not in o for o in response["outputs"])
+
+
+def test_an_input_reaches_the_model_uncopied(client: Client, protocol: str, region: Any) -> None:
+    name, key, handle = region(16)
+    shm.set_shared_memory_region(handle, [A.reshape(4)])
+    client.register_system_shared_memory(name, key, 16)
+    m = mod(protocol)
+    x = m.InferInput("X", [4], "FP32")
+    x.set_shared_memory(name, 16)
+    assert client.infer("origin", [x]).as_numpy("ORIGIN")[0] == b"mmap"  # a view of the server's mapping
+    wire = m.InferInput("X", [4], "FP32")
+    wire.set_data_from_numpy(A.reshape(4))
+    assert client.infer("origin", [wire]).as_numpy("ORIGIN")[0] != b"mmap"
 
 
 def test_inputs_follow_the_region_contents(client: Client, protocol: str, region: Any) -> None:
