@@ -8,8 +8,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from inferd.errors import InferdError, InvalidArgument
-from inferd.shared_memory import REGION, Regions, read_input, without_region
-from inferd.shared_memory.tensors import only_one_source
+from inferd.shared_memory import REGION, Regions, only_one_source, read_input, without_region
 from inferd.types import (
     InferRequest,
     InferResponse,
