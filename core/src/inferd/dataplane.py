@@ -19,6 +19,7 @@ from inferd.errors import InferdError, InvalidArgument, Unavailable
 from inferd.lifecycle import ControlMode
 from inferd.logging_settings import SETTINGS as LOG_SETTINGS
 from inferd.repository import poll_failure
+from inferd.shared_memory import SharedMemory
 from inferd.workers import merge
 
 if TYPE_CHECKING:
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
     from inferd.trace import Tracer
     from inferd.workers.peers import Peers
 
-#: Extensions listed in server metadata: only those inferd implements.
+#: Extensions listed in server metadata: only those inferd implements (CUDA shared memory only
+#: where it can work).
 EXTENSIONS: list[str] = [
     "classification",
     "sequence",
@@ -36,6 +38,8 @@ EXTENSIONS: list[str] = [
     "model_repository(unload_dependents)",
     "schedule_policy",
     "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",
@@ -71,7 +75,10 @@ class DataPlane:
         #: The process's log settings (the logging extension).
         self.log_config = LOG_SETTINGS
         self.server_name = server_name
-        self.extensions = list(EXTENSIONS)
+        #: Shared-memory regions clients registered (the shared-memory extensions), on every worker.
+        self.shared_memory = SharedMemory(peers)
+        usable = self.shared_memory.extensions()
+        self.extensions = [e for e in EXTENSIONS if e in usable or not e.endswith("_shared_memory")]
         #: The other workers of this server, if any.
         self.peers = peers
         #: Frontends bind their ports with SO_REUSEPORT: other workers serve the same ports.
@@ -245,6 +252,7 @@ class DataPlane:
             "serving": sorted({mv.name for mv in self.table.serving()}),
             "log": {k: v for k, v in self.log_config.as_json().items() if k != "log_file"},
             "trace": {k: v for k, v in self.tracer.settings().items() if k != "trace_file"},
+            "shared_memory": self.shared_memory.local_state(),
         }
 
     async def catch_up(self) -> bool:
@@ -261,6 +269,7 @@ class DataPlane:
             self.tracer.update(state["trace"])
         except InferdError as exc:
             log.warning("could not take the running workers' log or trace settings: %s", exc.message)
+        self.shared_memory.catch_up(state.get("shared_memory", []))
         for name, parameters in state["loads"].items():
             if name in state["serving"]:
                 try:

@@ -47,7 +47,9 @@ IGNORED_PARAMETERS = frozenset(
     }
 )
 #: Per-output parameters that only steer encoding.
-IGNORED_OUTPUT_PARAMETERS = frozenset({"binary_data"})
+IGNORED_OUTPUT_PARAMETERS = frozenset(
+    {"binary_data", "shared_memory_region", "shared_memory_offset", "shared_memory_byte_size"}
+)
 
 _KEY_VERSION = b"inferd-response-cache-1"
 _LEN = struct.Struct("<Q").pack

@@ -34,6 +34,7 @@ class WorkerOps:
             "load": lambda args: self._on_loop(self.dp.load_locally(args["name"], args["parameters"])),
             "unload": lambda args: self._on_loop(self.dp.unload_locally(args["name"], args["unload_dependents"])),
             "rescan": lambda args: self._on_loop(rescan_and_apply(self.dp.manager)),
+            self.dp.shared_memory.OP: self.dp.shared_memory.apply_locally,
         }
 
     def __call__(self, op: str, args: dict[str, Any]) -> Any:

@@ -9,14 +9,15 @@ so each output tensor is copied once, into the outgoing message.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from inferd.default_plugins.grpc import grpc_service_pb2 as pb
 from inferd.default_plugins.grpc.parameter_checks import check_request_parameters
-from inferd.errors import InferdError, InvalidArgument, Unsupported
+from inferd.errors import InferdError, InvalidArgument
+from inferd.shared_memory import REGION, Regions, read_input, without_region
 from inferd.types import (
     InferRequest,
     InferResponse,
@@ -255,13 +256,21 @@ def _typed_array(contents: pb.InferTensorContents, datatype: str, shape: tuple[i
         raise InvalidArgument(f"input '{name}': '{field}' values do not fit {datatype}: {exc}") from None
 
 
-def _check_no_shared_memory(params: dict[str, Any], what: str) -> None:
-    if "shared_memory_region" in params:
-        raise Unsupported(f"{what}: shared memory tensors are not supported by this server yet")
+def _shm_input(
+    tensor: pb.ModelInferRequest.InferInputTensor, params: dict[str, Any], regions: Regions | None, model: str
+) -> InferTensor:
+    """An input whose bytes are in a shared-memory region (it takes no raw_input_contents)."""
+    name = tensor.name
+    if tensor.HasField("contents"):
+        raise InvalidArgument(f"input '{name}': 'contents' must not be set when the input is in shared memory")
+    shape = decode_shape(tensor.shape, name)
+    array = read_input(regions, model, name, tensor.datatype, shape, params)
+    return InferTensor(name, tensor.datatype, shape, array, without_region(params))
 
 
-def decode_request(wire: WireRequest) -> InferRequest:
-    """Build an InferRequest from a split ModelInferRequest."""
+def decode_request(wire: WireRequest, regions: Regions | None = None) -> InferRequest:
+    """Build an InferRequest from a split ModelInferRequest; inputs in shared memory are read
+    from ``regions``."""
     msg = wire.message
     if msg is None:
         raise InvalidArgument(wire.error)
@@ -278,9 +287,13 @@ def decode_request(wire: WireRequest) -> InferRequest:
             numpy_dtype(datatype)
         except InferdError:
             raise InvalidArgument(f"invalid datatype for input '{name}': '{datatype}'") from None
-        shape = decode_shape(tensor.shape, name)
         params = params_to_dict(tensor.parameters) if tensor.parameters else {}
-        _check_no_shared_memory(params, f"input '{name}'")
+        if REGION in params:
+            if name in request.inputs:
+                raise InvalidArgument(f"input '{name}' appears twice in the request")
+            request.inputs[name] = _shm_input(tensor, params, regions, msg.model_name)
+            continue
+        shape = decode_shape(tensor.shape, name)
         if raw:
             if tensor.HasField("contents"):
                 raise InvalidArgument(
@@ -311,7 +324,6 @@ def decode_request(wire: WireRequest) -> InferRequest:
         )
     for out in msg.outputs:
         params = params_to_dict(out.parameters) if out.parameters else {}
-        _check_no_shared_memory(params, f"output '{out.name}'")
         request.outputs.append(RequestedOutput(out.name, params))
     return request
 
@@ -319,8 +331,11 @@ def decode_request(wire: WireRequest) -> InferRequest:
 # -- InferResponse -> ModelInferResponse ----------------------------------------------------------
 
 
-def encode_response(response: InferResponse, final: bool | None = None) -> WireResponse:
-    """Header and raw output bytes; ``final`` sets ``triton_final_response`` (streams only)."""
+def encode_response(
+    response: InferResponse, final: bool | None = None, in_regions: Container[str] = ()
+) -> WireResponse:
+    """Header and raw output bytes; ``final`` sets ``triton_final_response`` (streams only).
+    Outputs named in ``in_regions`` were written to shared memory: their raw contents are empty."""
     header = pb.ModelInferResponse(model_name=response.model_name, model_version=response.model_version, id=response.id)
     if response.parameters:
         fill_params(header.parameters, response.parameters)
@@ -331,7 +346,7 @@ def encode_response(response: InferResponse, final: bool | None = None) -> WireR
         out = header.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
         if tensor.parameters:
             fill_params(out.parameters, tensor.parameters)
-        raw.append(array_to_bytes(tensor.data, tensor.datatype))
+        raw.append(b"" if in_regions and tensor.name in in_regions else array_to_bytes(tensor.data, tensor.datatype))
     return WireResponse(header, raw)
 
 

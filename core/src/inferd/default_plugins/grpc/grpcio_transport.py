@@ -18,7 +18,6 @@ from inferd.default_plugins.grpc.codec import (
 )
 from inferd.default_plugins.grpc.service import (
     HEALTH_SERVICE,
-    NOT_YET,
     SERVICE,
     UNARY,
     InferenceService,
@@ -116,13 +115,6 @@ def _stream(svc: InferenceService) -> Callable[[AsyncIterator[WireRequest], grpc
     return handler
 
 
-def _not_yet(name: str) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
-    async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{name} is not implemented by this server yet")
-
-    return handler
-
-
 def build_handlers(svc: InferenceService) -> list[grpc.GenericRpcHandler]:
     """Generic handlers for the inference and health services of ``svc``."""
     unary = grpc.unary_unary_rpc_method_handler
@@ -138,10 +130,6 @@ def build_handlers(svc: InferenceService) -> list[grpc.GenericRpcHandler]:
     methods["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
         _stream(svc), request_deserializer=split_infer_request, response_serializer=serialize_stream
     )
-    for name, req, resp in NOT_YET:
-        methods[name] = unary(
-            _not_yet(name), request_deserializer=req.FromString, response_serializer=resp.SerializeToString
-        )
     health = {
         "Check": unary(
             _unary(svc.Check),

@@ -21,7 +21,6 @@ from inferd.default_plugins.grpc.framing import GrpcFailure, MessageReader, chec
 from inferd.default_plugins.grpc.h2_reply import Reply
 from inferd.default_plugins.grpc.service import (
     HEALTH_SERVICE,
-    NOT_YET,
     SERVICE,
     UNARY,
     InferenceService,
@@ -57,17 +56,9 @@ def _protobuf_method(method: Callable[[Any], Awaitable[Any]], request_type: Any)
     return call
 
 
-def _not_yet(name: str) -> Unary:
-    async def call(data: memoryview) -> tuple[list[bytes | memoryview], int]:
-        raise GrpcFailure(grpc.StatusCode.UNIMPLEMENTED, f"{name} is not implemented by this server yet")
-
-    return call
-
-
 def unary_methods(svc: InferenceService) -> dict[str, Unary]:
     """Every unary RPC of the inference and health services, by request path."""
     methods = {f"/{SERVICE}/{name}": _protobuf_method(getattr(svc, name), req) for name, req, _ in UNARY}
-    methods.update({f"/{SERVICE}/{name}": _not_yet(name) for name, _, _ in NOT_YET})
     methods[f"/{HEALTH_SERVICE}/Check"] = _protobuf_method(svc.Check, health_pb2.HealthCheckRequest)
 
     async def model_infer(data: memoryview) -> tuple[list[bytes | memoryview], int]:

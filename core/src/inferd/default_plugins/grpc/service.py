@@ -23,6 +23,7 @@ from inferd.default_plugins.grpc.codec import (
     stream_error,
 )
 from inferd.errors import ErrorKind, InferdError, InvalidArgument
+from inferd.shared_memory import bind_outputs
 from inferd.validation import check_repository_name
 
 if TYPE_CHECKING:
@@ -46,16 +47,6 @@ STATUS: dict[ErrorKind, grpc.StatusCode] = {
     ErrorKind.CANCELLED: grpc.StatusCode.CANCELLED,
 }
 
-#: RPCs answered UNIMPLEMENTED until their feature exists: (name, request class, response class).
-NOT_YET: tuple[tuple[str, Any, Any], ...] = (
-    ("SystemSharedMemoryStatus", pb.SystemSharedMemoryStatusRequest, pb.SystemSharedMemoryStatusResponse),
-    ("SystemSharedMemoryRegister", pb.SystemSharedMemoryRegisterRequest, pb.SystemSharedMemoryRegisterResponse),
-    ("SystemSharedMemoryUnregister", pb.SystemSharedMemoryUnregisterRequest, pb.SystemSharedMemoryUnregisterResponse),
-    ("CudaSharedMemoryStatus", pb.CudaSharedMemoryStatusRequest, pb.CudaSharedMemoryStatusResponse),
-    ("CudaSharedMemoryRegister", pb.CudaSharedMemoryRegisterRequest, pb.CudaSharedMemoryRegisterResponse),
-    ("CudaSharedMemoryUnregister", pb.CudaSharedMemoryUnregisterRequest, pb.CudaSharedMemoryUnregisterResponse),
-)
-
 #: The unary RPCs InferenceService answers: (name, request class, response class). ModelInfer and
 #: ModelStreamInfer are apart: their (de)serializers are the codec's, which keep tensor bytes raw.
 UNARY: tuple[tuple[str, Any, Any], ...] = (
@@ -71,6 +62,12 @@ UNARY: tuple[tuple[str, Any, Any], ...] = (
     ("RepositoryModelUnload", pb.RepositoryModelUnloadRequest, pb.RepositoryModelUnloadResponse),
     ("TraceSetting", pb.TraceSettingRequest, pb.TraceSettingResponse),
     ("LogSettings", pb.LogSettingsRequest, pb.LogSettingsResponse),
+    ("SystemSharedMemoryStatus", pb.SystemSharedMemoryStatusRequest, pb.SystemSharedMemoryStatusResponse),
+    ("SystemSharedMemoryRegister", pb.SystemSharedMemoryRegisterRequest, pb.SystemSharedMemoryRegisterResponse),
+    ("SystemSharedMemoryUnregister", pb.SystemSharedMemoryUnregisterRequest, pb.SystemSharedMemoryUnregisterResponse),
+    ("CudaSharedMemoryStatus", pb.CudaSharedMemoryStatusRequest, pb.CudaSharedMemoryStatusResponse),
+    ("CudaSharedMemoryRegister", pb.CudaSharedMemoryRegisterRequest, pb.CudaSharedMemoryRegisterResponse),
+    ("CudaSharedMemoryUnregister", pb.CudaSharedMemoryUnregisterRequest, pb.CudaSharedMemoryUnregisterResponse),
 )
 
 _DONE = object()
@@ -95,6 +92,9 @@ class InferenceService:
     def __init__(self, dataplane: DataPlane) -> None:
         """``dataplane`` answers every RPC; nothing here knows the transport."""
         self.dp = dataplane
+        #: The server's shared-memory regions (the shared-memory extensions).
+        self.shm = dataplane.shared_memory
+        self.regions = dataplane.shared_memory.regions
         #: Response queues of the open streams, told to wind down when the server stops.
         self._streams: set[asyncio.Queue[Any]] = set()
 
@@ -139,15 +139,21 @@ class InferenceService:
     # -- inference --------------------------------------------------------------------------------
 
     async def ModelInfer(self, request: WireRequest) -> WireResponse:
-        infer_request = decode_request(request)
+        infer_request = decode_request(request, self.regions)
+        sinks = bind_outputs(infer_request, self.regions) if infer_request.outputs else None
         info = self.dp.resolve(infer_request.model_name, infer_request.model_version)
-        return encode_response(await self.dp.infer(infer_request, info))
+        response = await self.dp.infer(infer_request, info)
+        if sinks is None:
+            return encode_response(response)
+        sinks.write(response)
+        return encode_response(response, in_regions=sinks)
 
     async def stream_one(self, wire: WireRequest, put: Callable[[Any], None]) -> None:
         """Every response of one stream request, in order, through ``put``; errors included."""
         infer_request: InferRequest | None = None
         try:
-            infer_request = decode_request(wire)
+            infer_request = decode_request(wire, self.regions)
+            sinks = bind_outputs(infer_request, self.regions) if infer_request.outputs else None
             info = self.dp.resolve(infer_request.model_name, infer_request.model_version)
             decoupled = info.decoupled
             version = infer_request.model_version
@@ -158,7 +164,9 @@ class InferenceService:
                     continue
                 version = item.model_version
                 ended = item.final or not decoupled
-                put(encode_response(item, final=ended))
+                if sinks is not None:
+                    sinks.write(item)
+                put(encode_response(item, final=ended, in_regions=sinks or ()))
             if decoupled and not ended and infer_request.parameters.get(ENABLE_EMPTY_FINAL) is True:
                 put(final_empty_response(infer_request, version))
         except InferdError as exc:
@@ -291,6 +299,44 @@ class InferenceService:
             else:
                 out[k] = value_type(string_param=str(v))
         return pb.LogSettingsResponse(settings=out)
+
+    # -- shared-memory extensions -------------------------------------------------------------------
+
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest
+    ) -> pb.SystemSharedMemoryStatusResponse:
+        status = pb.SystemSharedMemoryStatusResponse.RegionStatus
+        regions = {r["name"]: status(**r) for r in self.shm.status("system", request.name)}
+        return pb.SystemSharedMemoryStatusResponse(regions=regions)
+
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest
+    ) -> pb.SystemSharedMemoryRegisterResponse:
+        self.shm.register_system(request.name, request.key, request.offset, request.byte_size)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
+        self.shm.unregister("system", request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    async def CudaSharedMemoryStatus(self, request: pb.CudaSharedMemoryStatusRequest) -> pb.CudaSharedMemoryStatusResponse:
+        status = pb.CudaSharedMemoryStatusResponse.RegionStatus
+        regions = {r["name"]: status(**r) for r in self.shm.status("cuda", request.name)}
+        return pb.CudaSharedMemoryStatusResponse(regions=regions)
+
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest
+    ) -> pb.CudaSharedMemoryRegisterResponse:
+        self.shm.register_cuda(request.name, request.raw_handle, request.device_id, request.byte_size)
+        return pb.CudaSharedMemoryRegisterResponse()
+
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
+        self.shm.unregister("cuda", request.name)
+        return pb.CudaSharedMemoryUnregisterResponse()
 
     # -- grpc.health.v1 ---------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from inferd.default_plugins.http.errors import decode_body, error_body, error_re
 from inferd.default_plugins.http.generate import NOT_ONE_RESPONSE, decode_generate, encode_generate, sse_event
 from inferd.default_plugins.http.infer import InferEndpoint
 from inferd.errors import InferdError, InvalidArgument
+from inferd.shared_memory.service import register_request
 from inferd.validation import check_repository_name
 
 if TYPE_CHECKING:
@@ -70,6 +71,17 @@ ROUTES: tuple[tuple[str, str, str], ...] = (
     ("/v2/models/{model}/trace/setting", "POST", "trace_post"),
     ("/v2/logging", "GET", "logging_get"),
     ("/v2/logging", "POST", "logging_post"),
+    *(  # the shared-memory extensions; the endpoint tells system from CUDA by the path
+        (f"/v2/{kind}sharedmemory{suffix}", method, name)
+        for kind in ("system", "cuda")
+        for suffix, method, name in (
+            ("/status", "GET", "shm_status"),
+            ("/region/{region}/status", "GET", "shm_status"),
+            ("/region/{region}/register", "POST", "shm_register"),
+            ("/unregister", "POST", "shm_unregister"),
+            ("/region/{region}/unregister", "POST", "shm_unregister"),
+        )
+    ),
 )
 #: The infer routes, matched first (any method: the endpoint answers 405 itself). ``digits``
 #: keeps the version as written, where ``int`` would turn ``01`` into ``1``.
@@ -207,6 +219,26 @@ class Endpoints:
 
     async def logging_post(self, request: Request) -> Response:
         return _json(self.dp.update_log_settings(await _settings_body(request, "log setting request")))
+
+    async def shm_status(self, request: Request) -> Response:
+        return _json(self.dp.shared_memory.status(_shm_kind(request), request.path_params.get("region", "")))
+
+    async def shm_register(self, request: Request) -> Response:
+        kind, name = _shm_kind(request), request.path_params["region"]
+        fields = register_request(await _json_body(request), kind)
+        if kind == "system":
+            self.dp.shared_memory.register_system(name, fields["key"], fields["offset"], fields["byte_size"])
+        else:
+            self.dp.shared_memory.register_cuda(name, fields["raw_handle"], fields["device_id"], fields["byte_size"])
+        return Response(status_code=200)
+
+    async def shm_unregister(self, request: Request) -> Response:
+        self.dp.shared_memory.unregister(_shm_kind(request), request.path_params.get("region", ""))
+        return Response(status_code=200)
+
+
+def _shm_kind(request: Request) -> str:
+    return "system" if "/v2/systemsharedmemory" in request.scope["path"] else "cuda"
 
 
 def _no_repository_name(request: Request) -> None:

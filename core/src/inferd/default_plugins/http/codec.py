@@ -18,6 +18,7 @@ from inferd.default_plugins.http.fields import (
 from inferd.default_plugins.http.json_tensors import json_array
 from inferd.default_plugins.http.utf8 import utf8_hint
 from inferd.errors import InferdError, InvalidArgument
+from inferd.shared_memory import REGION, Regions, only_one_source, read_input, without_region
 from inferd.types import (
     InferRequest,
     InferResponse,
@@ -89,9 +90,10 @@ def _bad_shape(raw: Any, name: str) -> NoReturn:
 
 
 def decode_request(
-    header: Any, binary: memoryview, model_name: str, model_version: str
+    header: Any, binary: memoryview, model_name: str, model_version: str, regions: Regions | None = None
 ) -> tuple[InferRequest, bool]:
-    """Build an InferRequest; also return the request-level ``binary_data_output`` flag."""
+    """Build an InferRequest; also return the request-level ``binary_data_output`` flag.
+    Inputs in shared memory are read from ``regions``."""
     if not isinstance(header, dict):
         raise InvalidArgument("inference request must be a JSON object")
     raw_inputs = header.get("inputs")
@@ -110,7 +112,7 @@ def decode_request(
     inputs = request.inputs
     offset = 0
     for raw in raw_inputs:
-        tensor, offset = _decode_input(raw, binary, offset)
+        tensor, offset = _decode_input(raw, binary, offset, regions, model_name)
         if tensor.name in inputs:
             raise InvalidArgument(f"input '{tensor.name}' appears twice in the request")
         inputs[tensor.name] = tensor
@@ -143,9 +145,11 @@ def _without(mapping: dict[str, Any], key: str) -> dict[str, Any]:
     return out
 
 
-def _decode_input(raw: Any, binary: memoryview, offset: int) -> tuple[InferTensor, int]:
-    """One entry of ``inputs``, its data read from ``binary`` at ``offset`` or from its JSON
-    ``data``; returns the tensor and the offset after its binary data."""
+def _decode_input(
+    raw: Any, binary: memoryview, offset: int, regions: Regions | None, model: str
+) -> tuple[InferTensor, int]:
+    """One entry of ``inputs``, its data read from ``binary`` at ``offset``, from its JSON
+    ``data`` or from a shared-memory region; returns the tensor and the offset after its binary data."""
     if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
         raise InvalidArgument("every entry of 'inputs' needs a 'name'")
     name = raw["name"]
@@ -158,6 +162,10 @@ def _decode_input(raw: Any, binary: memoryview, offset: int) -> tuple[InferTenso
         raise InvalidArgument(f"invalid datatype for input {name}: '{datatype}'") from None
     shape = _shape(raw.get("shape"), name)
     params = raw.get("parameters") or {}
+    if REGION in params:
+        only_one_source("data" in raw, "binary_data_size" in params)
+        array = read_input(regions, model, name, datatype, shape, params)
+        return InferTensor(name, datatype, shape, array, without_region(params)), offset
     size = params.get("binary_data_size")
     if size is not None:
         if type(size) is not int or size < 0:
@@ -202,7 +210,9 @@ def encode_response(
         binary = params.get("binary_data", binary_output) if params else binary_output
         entry = f'{{"name":{_js(tensor.name)},"datatype":{_js(tensor.datatype)},"shape":{_int_list(tensor.shape)}'
         extra = dict(tensor.parameters) if tensor.parameters else {}
-        if binary:
+        if params and REGION in params:
+            pass  # written into its shared-memory region (``OutputSinks``): no data here
+        elif binary:
             raw = array_to_bytes(tensor.data, tensor.datatype)
             extra["binary_data_size"] = len(raw)
             chunks.append(raw)

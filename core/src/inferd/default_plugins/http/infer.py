@@ -29,6 +29,7 @@ from inferd.default_plugins.http.errors import (
 )
 from inferd.default_plugins.http.plans import HeaderPlans
 from inferd.default_plugins.http.raw import decode_raw_request
+from inferd.shared_memory import bind_outputs
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane
@@ -51,7 +52,9 @@ class InferEndpoint:
 
     def __init__(self, dataplane: DataPlane) -> None:
         self.dp = dataplane
-        self.plans = HeaderPlans()
+        #: Shared-memory regions inputs are read from and outputs written to.
+        self.regions = dataplane.shared_memory.regions
+        self.plans = HeaderPlans(regions=self.regions)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -96,7 +99,10 @@ class InferEndpoint:
                 accept = value
         body = decode_body(await _read_body(receive), encoding)
         request, binary_output, info = self._decode(body, header_length, model, version)
+        sinks = bind_outputs(request, self.regions) if request.outputs else None
         response = await self.dp.infer(request, info)
+        if sinks is not None:
+            sinks.write(response)
         parts, json_length = encode_response(response, request, binary_output)
         return parts, json_length, accept
 
@@ -111,7 +117,8 @@ class InferEndpoint:
             return decode_raw_request(body, info, version), True, info
         header_bytes, binary = split_body(body, size)
         if size is None:
-            request, binary_output = decode_request(parse_json(header_bytes, "request"), binary, model, version)
+            parsed = parse_json(header_bytes, "request")
+            request, binary_output = decode_request(parsed, binary, model, version, self.regions)
         else:
             request, binary_output = self.plans.decode(header_bytes, binary, model, version)
         return request, binary_output, self.dp.resolve(model, version)

@@ -15,6 +15,7 @@ from typing import Any
 
 from inferd.default_plugins.http.codec import decode_request, parse_json, trailing_bytes_error
 from inferd.errors import InvalidArgument
+from inferd.shared_memory import Regions
 from inferd.types import InferRequest, InferTensor, RequestedOutput, array_from_bytes
 
 _PLAIN = (str, int, float, bool, type(None))
@@ -41,8 +42,11 @@ class _Plan:
 class HeaderPlans:
     """Decodes binary requests, reading each distinct JSON header once (at most ``limit`` kept)."""
 
-    def __init__(self, limit: int = 256, longest: int = 4096) -> None:
+    def __init__(self, limit: int = 256, longest: int = 4096, regions: Regions | None = None) -> None:
         self._plans: dict[bytes, _Plan] = {}
+        #: Where inputs in shared memory are read (such headers are never kept: they carry no
+        #: ``binary_data_size``).
+        self._regions = regions
         self._limit = limit
         self._longest = longest
 
@@ -59,7 +63,7 @@ class HeaderPlans:
         if plan is not None:
             return _build(plan, binary, model_name, model_version), plan.binary_output
         parsed = parse_json(key, "request")
-        request, binary_output = decode_request(parsed, binary, model_name, model_version)
+        request, binary_output = decode_request(parsed, binary, model_name, model_version, self._regions)
         if len(key) <= self._longest:
             plan = _plan_of(parsed, request, binary_output)
             if plan is not None:

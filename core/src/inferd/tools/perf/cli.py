@@ -160,6 +160,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="binary",
         help="HTTP response tensors (default: binary)",
     )
+    d.add_argument(
+        "--shared-memory",
+        choices=["none", "system", "cuda"],
+        default="none",
+        help="send tensors in system shared-memory regions registered with the server (default: none; "
+        "cuda is not supported yet)",
+    )
+    d.add_argument(
+        "--output-shared-memory-size",
+        type=int,
+        default=102400,
+        metavar="BYTES",
+        help="bytes of the shared-memory region of each output (default: 102400)",
+    )
     s = p.add_argument_group("sequence models")
     s.add_argument(
         "--sequence-length",
@@ -216,7 +230,8 @@ def options_from_args(args: argparse.Namespace) -> Any:
         sequence_length_variation=args.sequence_length_variation, sequence_id_start=seq_start,
         num_of_sequences=args.num_of_sequences, request_distribution=args.request_distribution,
         input_tensor_format=args.input_tensor_format, output_tensor_format=args.output_tensor_format,
-        http_headers=headers, verbose=args.verbose,
+        http_headers=headers, verbose=args.verbose, shared_memory=args.shared_memory,
+        output_shared_memory_size=args.output_shared_memory_size,
     )  # fmt: skip
 
 

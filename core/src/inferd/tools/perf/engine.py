@@ -17,6 +17,7 @@ from inferd.tools.perf.load import ConcurrencyLoad, Feed, RateLoad, Recorder
 from inferd.tools.perf.model import ModelInfo
 from inferd.tools.perf.options import PerfOptions
 from inferd.tools.perf.profiler import LevelResult, measure
+from inferd.tools.perf.shm import PerfRegions
 from inferd.tools.perf.transport import Transport
 
 
@@ -29,18 +30,21 @@ class PerfSession:
         self.transport: Transport | None = None
         self.info: ModelInfo | None = None
         self._feed: Feed | None = None
+        self._regions: PerfRegions | None = None
 
     async def __aenter__(self) -> PerfSession:
         self.transport = open_transport(self.opts)
         try:
             await self.setup()
         except BaseException:
-            await self.transport.close()
+            await self.__aexit__()  # shared-memory regions made so far are removed too
             raise
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
         if self.transport is not None:
+            if self._regions is not None:
+                await self._regions.release(self.transport)
             await self.transport.close()
 
     async def setup(self) -> None:
@@ -52,7 +56,16 @@ class PerfSession:
         self.transport.decoupled = info.is_decoupled
         datatypes = {s.name: s.datatype for s in info.inputs}
         streams = build_data(info, self.opts)
-        encoded = [[self.transport.prepare(entry, datatypes) for entry in stream] for stream in streams]
+        if self.opts.shared_memory == "system":
+            self._regions = PerfRegions(self.opts.output_shared_memory_size)
+            placed = self._regions.place(streams, info)
+            await self._regions.register(self.transport)
+            encoded = [
+                [self.transport.prepare(e, datatypes, p) for e, p in zip(stream, where, strict=True)]
+                for stream, where in zip(streams, placed, strict=True)
+            ]
+        else:
+            encoded = [[self.transport.prepare(entry, datatypes) for entry in stream] for stream in streams]
         self._feed = Feed(encoded, self.opts, info.is_sequence)
 
     @property

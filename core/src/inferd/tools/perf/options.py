@@ -39,6 +39,8 @@ class PerfOptions:
     output_tensor_format: str = "binary"
     http_headers: dict[str, str] = field(default_factory=dict)
     verbose: bool = False
+    shared_memory: str = "none"
+    output_shared_memory_size: int = 102400
 
     def __post_init__(self) -> None:
         if not self.url:
@@ -51,6 +53,10 @@ class PerfOptions:
             raise ToolError(f"-b must be at least 1, got {self.batch_size}")
         if self.measurement_interval_ms <= 0 or self.max_trials < 1:
             raise ToolError("--measurement-interval and --max-trials must be positive")
+        if self.shared_memory not in ("none", "system"):
+            raise ToolError(f"--shared-memory {self.shared_memory} is not supported by inferd perf; use none or system")
+        if self.output_shared_memory_size <= 0:
+            raise ToolError("--output-shared-memory-size must be positive")
         if self.percentile is not None and not 0 < self.percentile < 100:
             raise ToolError(f"--percentile must be between 1 and 99, got {self.percentile}")
 

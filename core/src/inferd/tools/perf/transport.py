@@ -25,6 +25,7 @@ from inferd.tools.perf.inputs import Entry
 from inferd.tools.perf.model import ModelInfo, model_info
 from inferd.tools.perf.options import PerfOptions
 from inferd.tools.perf.server_stats import ServerStats, parse_stats
+from inferd.tools.perf.shm import Placed
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,13 @@ class Transport(Protocol):
 
     async def unload(self) -> None: ...
 
-    def prepare(self, entry: Entry, datatypes: dict[str, str]) -> Any: ...
+    async def register_region(self, name: str, key: str, byte_size: int) -> None: ...
+
+    async def unregister_region(self, name: str) -> None: ...
+
+    def prepare(self, entry: Entry, datatypes: dict[str, str], placed: Placed | None = None) -> Any:
+        """Encode one request; with ``placed``, its tensors are in those shared-memory regions."""
+        ...
 
     def send(self, prepared: Any, seq: SequenceFlags, done: Done) -> None: ...
 
@@ -117,3 +124,12 @@ class ControlMixin:
 
     async def unload(self) -> None:
         await self._call(f"unloading model '{self.opts.model}'", self._client.unload_model(self.opts.model))
+
+    async def register_region(self, name: str, key: str, byte_size: int) -> None:
+        """Register a system shared-memory region with the server."""
+        what = f"registering system shared memory region '{name}'"
+        await self._call(what, self._client.register_system_shared_memory(name, key, byte_size))
+
+    async def unregister_region(self, name: str) -> None:
+        what = f"unregistering system shared memory region '{name}'"
+        await self._call(what, self._client.unregister_system_shared_memory(name))

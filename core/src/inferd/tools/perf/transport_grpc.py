@@ -22,6 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.tools.perf.inputs import Entry, raw_bytes
 from inferd.tools.perf.options import PerfOptions
+from inferd.tools.perf.shm import Placed
 from inferd.tools.perf.transport import ControlMixin, Done, RequestError, SequenceFlags, strip_scheme
 
 _SERVICE = "/inference.GRPCInferenceService/"
@@ -37,6 +38,11 @@ def _suffix(request_id: str, seq: SequenceFlags) -> bytes:
         msg.parameters["sequence_start"].bool_param = seq[1]
         msg.parameters["sequence_end"].bool_param = seq[2]
     return msg.SerializeToString()
+
+
+def _in_region(params: Any, region: str, size: int) -> None:
+    params["shared_memory_region"].string_param = region
+    params["shared_memory_byte_size"].int64_param = size
 
 
 def _rpc_error(exc: BaseException) -> RequestError:
@@ -64,11 +70,16 @@ class GrpcTransport(ControlMixin):
         response = await self._client.get_model_config(self.opts.model, self.opts.version)
         return response.config
 
-    def prepare(self, entry: Entry, datatypes: dict[str, str]) -> bytes:
+    def prepare(self, entry: Entry, datatypes: dict[str, str], placed: Placed | None = None) -> bytes:
         msg = service_pb2.ModelInferRequest(model_name=self.opts.model, model_version=self.opts.version)
         for name, array in entry.items():
-            msg.inputs.add(name=name, datatype=datatypes[name], shape=list(array.shape))
-            msg.raw_input_contents.append(raw_bytes(array, datatypes[name]))
+            tensor = msg.inputs.add(name=name, datatype=datatypes[name], shape=list(array.shape))
+            if placed is None:
+                msg.raw_input_contents.append(raw_bytes(array, datatypes[name]))
+            else:
+                _in_region(tensor.parameters, *placed.inputs[name])
+        for name, (region, size) in placed.outputs.items() if placed is not None else ():
+            _in_region(msg.outputs.add(name=name).parameters, region, size)
         if self.opts.streaming and self.decoupled:
             msg.parameters["triton_enable_empty_final_response"].bool_param = True
         return msg.SerializeToString()

@@ -16,6 +16,7 @@ from tritonclient.utils import InferenceServerException
 from inferd.tools.perf.http11 import Connection, Response
 from inferd.tools.perf.inputs import Entry, raw_bytes
 from inferd.tools.perf.options import PerfOptions
+from inferd.tools.perf.shm import Placed
 from inferd.tools.perf.transport import ControlMixin, Done, RequestError, SequenceFlags, strip_scheme
 
 _HEADER_LENGTH = b"inference-header-content-length"
@@ -47,17 +48,20 @@ class HttpTransport(ControlMixin):
         self._path = f"/v2/models/{quote(opts.model)}{version}/infer"
         self._idle: list[Connection] = []
         self._all: set[Connection] = set()
-        self._binary_in = opts.input_tensor_format == "binary"
+        self._binary_in = opts.input_tensor_format == "binary" and opts.shared_memory == "none"
 
     async def _get_config(self) -> Any:
         return await self._client.get_model_config(self.opts.model, self.opts.version)
 
-    def prepare(self, entry: Entry, datatypes: dict[str, str]) -> HttpRequest:
+    def prepare(self, entry: Entry, datatypes: dict[str, str], placed: Placed | None = None) -> HttpRequest:
         inputs, blobs = [], []
         for name, array in entry.items():
             datatype = datatypes[name]
             spec: dict[str, Any] = {"name": name, "shape": list(array.shape), "datatype": datatype}
-            if self._binary_in:
+            if placed is not None:
+                region, size = placed.inputs[name]
+                spec["parameters"] = {"shared_memory_region": region, "shared_memory_byte_size": size}
+            elif self._binary_in:
                 data = raw_bytes(array, datatype)
                 spec["parameters"] = {"binary_data_size": len(data)}
                 blobs.append(data)
@@ -65,7 +69,15 @@ class HttpTransport(ControlMixin):
                 flat = array.reshape(-1).tolist()
                 spec["data"] = [v.decode(errors="replace") if isinstance(v, bytes) else v for v in flat]
             inputs.append(spec)
-        header = {"inputs": inputs, "parameters": {"binary_data_output": self.opts.output_tensor_format == "binary"}}
+        header: dict[str, Any] = {
+            "inputs": inputs,
+            "parameters": {"binary_data_output": self.opts.output_tensor_format == "binary"},
+        }
+        if placed is not None:
+            header["outputs"] = [
+                {"name": name, "parameters": {"shared_memory_region": region, "shared_memory_byte_size": size}}
+                for name, (region, size) in placed.outputs.items()
+            ]
         blob = b"".join(blobs)
         return HttpRequest(header, blob, self._encode(header, blob))
 
