@@ -10,7 +10,7 @@ concurrently with itself, so an instance may keep per-instance state (a session,
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -29,6 +29,11 @@ class ModelClient(Protocol):
 
     def infer_from_thread(self, request: InferRequest) -> InferResponse:
         """Block until ``request`` is answered; raises :class:`~inferd.errors.InferdError`."""
+        ...
+
+    def stream_from_thread(self, request: InferRequest) -> Iterator[InferResponse | InferdError]:
+        """Start ``request`` now; iterating blocks for each response, in order, up to the final
+        one (one for an ordinary model, 0..N for a decoupled one). Errors are items, not raised."""
         ...
 
 
