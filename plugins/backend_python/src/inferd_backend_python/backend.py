@@ -20,9 +20,11 @@ from typing import Any
 
 from inferd.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
 from inferd.errors import ErrorKind, InferdError, InternalError, InvalidArgument, Unsupported
+from inferd.metric_sources import SOURCES
 from inferd.types import InferRequest, InferResponse
 from inferd_backend_python.loader import check_model_class, forget_package, import_model_file
 from inferd_backend_python.pb_config import ModelConfig as PbModelConfig
+from inferd_backend_python.pb_metrics import FAMILIES
 from inferd_backend_python.pb_request import (
     TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
     InferenceRequest,
@@ -44,6 +46,9 @@ class PythonBackend(Backend):
 
     name = "python"
     default_model_filename = _DEFAULT_FILENAME
+
+    def __init__(self) -> None:
+        SOURCES.add(FAMILIES)  # the models' pb_utils.MetricFamily objects, on /metrics
 
     def autocomplete_config(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:
         """Run the model's ``TritonPythonModel.auto_complete_config`` (if any) on ``config``."""
@@ -142,6 +147,7 @@ class PythonModel(Model):
         return PythonInstance(self, model, spec.name)
 
     def unload(self) -> None:
+        FAMILIES.remove_owned_by(self.binding)
         forget_package(self._module.__name__.rpartition(".")[0])
 
 
