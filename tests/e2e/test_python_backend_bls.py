@@ -211,13 +211,16 @@ def test_error_response_of_the_decoupled_model_is_surfaced(server, protocol):
 def test_plain_exec_of_a_decoupled_model_is_refused_with_tritons_sentence(server):
     values, [info] = _call(server, "http", 2, "plain_exec")
     assert values == []
-    assert info.startswith("error:Model repeat is using the decoupled. The current BLS request call doesn't support")
+    assert info.startswith(
+        "error:Model repeat - Error when running inference: Model repeat is using the decoupled. The current BLS "
+        "request call doesn't support models using the decoupled transaction policy."
+    )
     assert "Please use 'decoupled=True' argument to the 'exec' or 'async_exec' calls" in info
 
 
 def test_decoupled_exec_of_an_unknown_model_is_an_error_response(server):
     values, [info] = _call(server, "grpc", 1, "missing")
-    assert values == [] and info.startswith("error:") and "'nope'" in info
+    assert values == [] and info.startswith("error:Model nope - Error when running inference: ") and "'nope'" in info
     assert httpclient.InferenceServerClient(server.http_url).is_server_live()
 
 

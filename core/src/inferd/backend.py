@@ -24,6 +24,13 @@ if TYPE_CHECKING:
     from inferd.config import ModelConfig
 
 
+#: ``request.context[RESCHEDULE] = True``, set by ``Instance.execute``: run this request again in a
+#: later batch instead of answering it (Triton's ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``). Only
+#: the sequence batcher of an ``iterative_sequence`` model honours it; the request's result from
+#: that execution is dropped (a decoupled request keeps its response sender).
+RESCHEDULE = "inferd.reschedule"
+
+
 class ModelClient(Protocol):
     """Runs a request on another model of the server, from a backend's instance thread."""
 
@@ -33,7 +40,8 @@ class ModelClient(Protocol):
 
     def stream_from_thread(self, request: InferRequest) -> Iterator[InferResponse | InferdError]:
         """Start ``request`` now; iterating blocks for each response, in order, up to the final
-        one (one for an ordinary model, 0..N for a decoupled one). Errors are items, not raised."""
+        one (one for an ordinary model, 0..N for a decoupled one). An unknown model raises
+        :class:`~inferd.errors.InferdError`; later errors are items."""
         ...
 
 

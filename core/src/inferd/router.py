@@ -151,8 +151,12 @@ class Router:
         return asyncio.run_coroutine_threadsafe(self.infer(request, info), loop).result()
 
     def stream_from_thread(self, request: InferRequest) -> Iterator[InferResponse | InferdError]:
-        """:meth:`stream` for code on a worker thread: started now, each response as it comes."""
-        return _ThreadStream(self.stream(request), self._loop())
+        """:meth:`stream` for code on a worker thread: started now, each response as it comes.
+
+        Raises :class:`~inferd.errors.InferdError` when the model cannot be resolved."""
+        loop = self._loop()
+        info = self.resolve(request.model_name, request.model_version)  # an unknown model raises here
+        return _ThreadStream(self.stream(request, info), loop)
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         loop = self.health.loop

@@ -26,6 +26,14 @@ def _no_server(model: str) -> InferenceResponse:
     )
 
 
+def _failed(model: str, error: InferdError) -> InferenceResponse:
+    """A request that could not run, as Triton words it: ``Model <name> - Error when running inference: ...``."""
+    failed = error_from_inferd(error)
+    return InferenceResponse(
+        error=TritonError(f"Model {model} - Error when running inference: {failed.message()}", failed.code())
+    )
+
+
 def _as_response(item: InferResponse | InferdError) -> InferenceResponse:
     if isinstance(item, InferdError):
         return InferenceResponse(error=error_from_inferd(item))
@@ -39,7 +47,7 @@ def run(models: ModelClient | None, request: InferRequest) -> InferenceResponse:
     try:
         return InferenceResponse._from_inferd(models.infer_from_thread(request))
     except InferdError as exc:
-        return InferenceResponse(error=error_from_inferd(exc))
+        return _failed(request.model_name, exc)
     except TritonModelException:
         raise
     except Exception as exc:
@@ -86,4 +94,4 @@ def stream(models: ModelClient | None, request: InferRequest) -> ResponseIterato
     try:
         return ResponseIterator(models.stream_from_thread(request))
     except InferdError as exc:
-        return ResponseIterator(None, InferenceResponse(error=error_from_inferd(exc)))
+        return ResponseIterator(None, _failed(request.model_name, exc))
