@@ -163,9 +163,10 @@ class Families:
         with self._lock:
             for other in self._families:
                 if other.name == family.name and (other.kind, other.description) != (family.kind, family.description):
+                    what = "type" if other.kind != family.kind else "description"
                     raise TritonModelException(
-                        f"Failed to create metric family '{family.name}': a family of that name exists with kind "
-                        f"{_KINDS[other.kind]} and description '{other.description}'"
+                        f"Error when creating MetricFamily: Family name already exists with different {what} "
+                        f"('{family.name}' is a {_KINDS[other.kind]} described '{other.description}')"
                     )
             self._families.append(family)
 
