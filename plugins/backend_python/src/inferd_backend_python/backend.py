@@ -118,6 +118,7 @@ class PythonModel(Model):
         self._class = check_model_class(module, f"model '{self.name}'", path)
         decoupled = bool(context.config.model_transaction_policy.decoupled)
         self.binding = ModelBinding(self.name, self.version, context.model_dir, decoupled, context.models)
+        FAMILIES.model_loaded(self.binding)
         #: ``sequence_batching { iterative_sequence: true }``: requests may be rescheduled.
         self.iterative = bool(context.config.sequence_batching.iterative_sequence)
         self._args = {
@@ -149,7 +150,7 @@ class PythonModel(Model):
         return PythonInstance(self, model, spec.name)
 
     def unload(self) -> None:
-        FAMILIES.remove_owned_by(self.binding)
+        FAMILIES.model_unloaded(self.binding)
         forget_package(self._module.__name__.rpartition(".")[0])
 
 

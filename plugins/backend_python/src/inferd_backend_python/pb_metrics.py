@@ -5,7 +5,8 @@ that model version unloads. Families of one name created by several models (or t
 family on ``/metrics``, as in Triton; creating a name again with another kind or description is an
 error. Values are written as Triton (prometheus-cpp) writes them: a counter keeps its own name (no
 ``_total``), a histogram writes ``_count``, ``_sum``, then its ``_bucket`` lines. Families made
-outside a loaded model (a ``model.py`` unit-tested with plain Python) stay in memory only.
+outside a loaded model (a ``model.py`` unit-tested with plain Python, a thread left running after
+its model unloaded) stay in memory only.
 """
 
 from __future__ import annotations
@@ -157,7 +158,13 @@ class Families:
 
     def __init__(self) -> None:
         self._families: list[MetricFamily] = []
+        self._live: list[ModelBinding] = []  # the loaded models: only their families are exported
         self._lock = threading.Lock()
+
+    def model_loaded(self, binding: ModelBinding) -> None:
+        """``binding``'s model is loading: the families it creates are exported."""
+        with self._lock:
+            self._live.append(binding)
 
     def add(self, family: MetricFamily) -> None:
         with self._lock:
@@ -176,16 +183,17 @@ class Families:
             same = [f for f in self._families if f.name == family.name]
         return next((m for f in same for m in f.metrics if m.labels == labels), None)
 
-    def remove_owned_by(self, binding: ModelBinding) -> None:
-        """Forget the families ``binding``'s model created (it is unloading)."""
+    def model_unloaded(self, binding: ModelBinding | None) -> None:
+        """Forget the families ``binding``'s model created (None: those made outside any model)."""
         with self._lock:
             self._families = [f for f in self._families if f._owner is not binding]
+            self._live = [b for b in self._live if b is not binding]
 
     def collect(self) -> Iterator[PromFamily]:
         from prometheus_client.metrics_core import Metric as PromMetric
 
         with self._lock:
-            families = [f for f in self._families if f._owner is not None]
+            families = [f for f in self._families if any(f._owner is b for b in self._live)]
         by_name: dict[str, list[MetricFamily]] = {}
         for family in families:
             by_name.setdefault(family.name, []).append(family)
