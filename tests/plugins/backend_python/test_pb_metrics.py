@@ -87,3 +87,34 @@ def test_families_made_outside_a_server_are_not_exported(no_model):
 def test_invalid_families_and_metrics_raise(no_model, make, message):
     with pytest.raises(TritonModelException, match=message):
         make()
+
+
+SHARED_CODE = """
+import triton_python_backend_utils as pb_utils
+
+MF = pb_utils.MetricFamily
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.first = MF("unit_shared", "First words", MF.COUNTER)
+        self.again = MF("unit_shared", "Other words", MF.COUNTER)  # accepted, as Triton does
+        self.first.Metric(labels={"k": "1"}).increment(2)
+        self.again.Metric(labels={"k": "1"}).increment(1)  # the same series
+        self.empty = MF("unit_no_buckets", "h", MF.HISTOGRAM)
+        self.empty.Metric(labels={}, buckets=[]).observe(3)
+
+    def execute(self, requests):
+        return []
+"""
+
+
+def test_one_name_is_one_family_and_one_label_set_one_series(load_model):
+    load_model("shared", SHARED_CODE)
+    [family] = [f for f in SOURCES.collect() if f.name == "unit_shared"]
+    assert family.documentation == "First words"
+    assert [(s.labels, s.value) for s in family.samples] == [({"k": "1"}, 3)]
+    assert _samples("unit_no_buckets") == [
+        ("unit_no_buckets_count", {}, 1),
+        ("unit_no_buckets_sum", {}, 3),
+        ("unit_no_buckets_bucket", {"le": "+Inf"}, 1),
+    ]

@@ -2,8 +2,8 @@
 
 A family belongs to the model that created it (the model being loaded or run) and is removed when
 that model version unloads. Families of one name created by several models (or twice) are one
-family on ``/metrics``, as in Triton; creating a name again with another kind or description is an
-error. Values are written as Triton (prometheus-cpp) writes them: a counter keeps its own name (no
+family on ``/metrics`` (the first description is kept), and one label set is one series, as in
+Triton; creating a name again with another kind is an error. Values are written as Triton (prometheus-cpp) writes them: a counter keeps its own name (no
 ``_total``), a histogram writes ``_count``, ``_sum``, then its ``_bucket`` lines. Families made
 outside a loaded model (a ``model.py`` unit-tested with plain Python, a thread left running after
 its model unloaded) stay in memory only.
@@ -169,11 +169,10 @@ class Families:
     def add(self, family: MetricFamily) -> None:
         with self._lock:
             for other in self._families:
-                if other.name == family.name and (other.kind, other.description) != (family.kind, family.description):
-                    what = "type" if other.kind != family.kind else "description"
+                if other.name == family.name and other.kind != family.kind:
                     raise TritonModelException(
-                        f"Error when creating MetricFamily: Family name already exists with different {what} "
-                        f"('{family.name}' is a {_KINDS[other.kind]} described '{other.description}')"
+                        "Error when creating MetricFamily: Family name already exists with different type "
+                        f"('{family.name}' is a {_KINDS[other.kind]})"
                     )
             self._families.append(family)
 
