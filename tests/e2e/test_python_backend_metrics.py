@@ -106,10 +106,10 @@ def _scrape(server, accept: str = "") -> str:
 def _family(text: str, name: str) -> list[str]:
     """The lines of one family: its HELP and TYPE lines, then its samples (label sets sorted, as the
     order of a family's series is not Triton's contract; a histogram's own order is kept)."""
-    lines = [line for line in text.splitlines() if line.startswith((
-        f"# HELP {name} ", f"# TYPE {name} ", f"{name}{{", f"{name}_count{{", f"{name}_sum{{", f"{name}_bucket{{"))]  # fmt: skip
-    head, samples = lines[:2], lines[2:]
-    return head + (samples if any("_bucket{" in line for line in samples) else sorted(samples))
+    samples = tuple(f"{name}{suffix}{end}" for suffix in ("", "_count", "_sum", "_bucket") for end in ("{", " "))
+    lines = [line for line in text.splitlines() if line.startswith((f"# HELP {name} ", f"# TYPE {name} ", *samples))]
+    head, rest = lines[:2], lines[2:]
+    return head + (rest if any("_bucket" in line for line in rest) else sorted(rest))
 
 
 def _infer(server, value: float, protocol: str) -> list[str]:
@@ -199,3 +199,58 @@ def test_a_model_redefining_a_family_fails_to_load_and_the_server_stays_up(serve
     assert "Error when creating MetricFamily: " in message
     assert "Family name already exists with different type" in message
     assert client.is_server_live() and client.is_model_ready("metrics_model")
+
+
+# Counts its requests in a counter and a histogram; PID: the worker that ran the request.
+WORKER_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "PID" data_type: TYPE_INT64 dims: [ 1 ] } ]
+"""
+WORKER_PY = """
+import os
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        MF = pb_utils.MetricFamily
+        self.counted = MF("pyback_worker_requests", "Requests", MF.COUNTER)
+        self.sizes = MF("pyback_worker_sizes", "Sizes", MF.HISTOGRAM)
+        self.last = MF("pyback_worker_last", "Last", MF.GAUGE)
+        self.counter = self.counted.Metric(labels={})
+        self.hist = self.sizes.Metric(labels={}, buckets=[1.0])
+        self.gauge = self.last.Metric(labels={})
+
+    def execute(self, requests):
+        for r in requests:
+            self.counter.increment(1)
+            self.hist.observe(float(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0]))
+            self.gauge.set(os.getpid())
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("PID", np.array([os.getpid()], np.int64))])
+                for r in requests]
+"""
+
+
+def test_with_workers_counters_and_histograms_are_summed_over_the_workers(tmp_path):
+    repo = write_repository(tmp_path / "models", {"counted": {"config.pbtxt": WORKER_CONFIG, "1/model.py": WORKER_PY}})
+    with ServerProcess([repo], ["--workers", "2"]) as srv:
+        pids = []
+        for i in range(16):  # a new connection each time: the kernel spreads them over the workers
+            client = httpclient.InferenceServerClient(srv.http_url)
+            x = httpclient.InferInput("IN", [1], "FP32")
+            x.set_data_from_numpy(np.array([i % 2 * 5.0], np.float32))
+            pids.append(int(client.infer("counted", [x]).as_numpy("PID")[0]))
+            client.close()
+        assert len(set(pids)) == 2, pids
+        text = _scrape(srv)
+    assert _family(text, "pyback_worker_requests")[2:] == ["pyback_worker_requests 16"]
+    assert _family(text, "pyback_worker_sizes")[2:] == [
+        "pyback_worker_sizes_count 16",
+        "pyback_worker_sizes_sum 40",
+        'pyback_worker_sizes_bucket{le="1"} 8',
+        'pyback_worker_sizes_bucket{le="+Inf"} 16',
+    ]
+    [gauge] = _family(text, "pyback_worker_last")[2:]
+    assert int(gauge.split()[1]) in set(pids)  # a gauge is the answering worker's
