@@ -114,6 +114,32 @@ class TritonPythonModel:
                 pb_utils.Tensor("INFO", np.array([s.encode() for s in info] or [b""], np.object_))]))
         return out
 """
+# async def execute: two decoupled BLS calls at once; OUT: both streams' values, in order.
+ASYNC_CALLER_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
+"""
+ASYNC_CALLER_PY = """
+import asyncio
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        out = []
+        for r in requests:
+            calls = [pb_utils.InferenceRequest(model_name="repeat", inputs=r.inputs(), requested_output_names=["OUT"])
+                     .async_exec(decoupled=True) for _ in range(2)]
+            values = []
+            for stream in await asyncio.gather(*calls):
+                for response in stream:
+                    t = pb_utils.get_output_tensor_by_name(response, "OUT")
+                    values.extend([] if t is None else t.as_numpy().tolist())
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array(values, np.int32))]))
+        return out
+"""
 # Decoupled: relays each response of "repeat" as it comes, then its own final flag.
 RELAY_CONFIG = """
 backend: "python"
@@ -155,6 +181,7 @@ def server(tmp_path_factory):
             "times10": _model(TIMES10_CONFIG, TIMES10_PY),
             "caller": _model(CALLER_CONFIG, CALLER_PY),
             "relay": _model(RELAY_CONFIG, RELAY_PY),
+            "async_caller": _model(ASYNC_CALLER_CONFIG, ASYNC_CALLER_PY),
         },
     )
     srv = ServerProcess([repo]).start()
@@ -197,6 +224,15 @@ def test_decoupled_exec_of_a_model_sending_only_the_final_flag(server, protocol)
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_decoupled_exec_of_an_ordinary_model_yields_its_one_response(server, protocol):
     assert _call(server, protocol, 2, "ordinary") == ([20], ["out"])
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_async_execute_awaits_two_decoupled_calls(server, protocol):
+    module = httpclient if protocol == "http" else grpcclient
+    client = module.InferenceServerClient(server.http_url if protocol == "http" else server.grpc_url)
+    x = module.InferInput("IN", [1], "INT32")
+    x.set_data_from_numpy(np.array([3], np.int32))
+    assert client.infer("async_caller", [x]).as_numpy("OUT").tolist() == [0, 1, 2, 0, 1, 2]
 
 
 def test_bytes_model_name_with_plain_exec(server):
