@@ -9,6 +9,7 @@ traces.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import queue
 import time
@@ -140,7 +141,9 @@ class Router:
 
     def infer_from_thread(self, request: InferRequest) -> InferResponse:
         """Blocking :meth:`infer` for code on a worker thread (Python models calling models)."""
-        loop = self._loop()
+        return asyncio.run_coroutine_threadsafe(self._infer_for_thread(request), self._loop()).result()
+
+    async def _infer_for_thread(self, request: InferRequest) -> InferResponse:
         info = self.resolve(request.model_name, request.model_version)
         if info.decoupled:
             raise Unsupported(
@@ -148,15 +151,17 @@ class Router:
                 "using the decoupled transaction policy. Please use 'decoupled=True' argument to the 'exec' or "
                 "'async_exec' calls for decoupled models."
             )
-        return asyncio.run_coroutine_threadsafe(self.infer(request, info), loop).result()
+        return await self._run(info, request)
 
     def stream_from_thread(self, request: InferRequest) -> Iterator[InferResponse | InferdError]:
         """:meth:`stream` for code on a worker thread: started now, each response as it comes.
 
         Raises :class:`~inferd.errors.InferdError` when the model cannot be resolved."""
-        loop = self._loop()
-        info = self.resolve(request.model_name, request.model_version)  # an unknown model raises here
-        return _ThreadStream(self.stream(request, info), loop)
+
+        def open_stream() -> AsyncIterator[InferResponse | InferdError]:
+            return self.stream(request, self.resolve(request.model_name, request.model_version))
+
+        return _ThreadStream(open_stream, self._loop())
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         loop = self.health.loop
@@ -166,14 +171,28 @@ class Router:
 
 
 class _ThreadStream:
-    """The items of an async stream running on the event loop, handed to a blocking thread."""
+    """The items of an async stream opened on the event loop, handed to a blocking thread."""
 
-    def __init__(self, stream: AsyncIterator[InferResponse | InferdError], loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, open_stream: Callable[[], AsyncIterator[InferResponse | InferdError]], loop: asyncio.AbstractEventLoop
+    ) -> None:
         self._items: queue.SimpleQueue[InferResponse | InferdError | None] = queue.SimpleQueue()  # None: the end
         self._done = False
-        asyncio.run_coroutine_threadsafe(self._pump(stream), loop)
+        opened: concurrent.futures.Future[None] = concurrent.futures.Future()
+        asyncio.run_coroutine_threadsafe(self._pump(open_stream, opened), loop)
+        opened.result()  # raises what opening the stream raised (an unknown model)
 
-    async def _pump(self, stream: AsyncIterator[InferResponse | InferdError]) -> None:
+    async def _pump(
+        self,
+        open_stream: Callable[[], AsyncIterator[InferResponse | InferdError]],
+        opened: concurrent.futures.Future[None],
+    ) -> None:
+        try:
+            stream = open_stream()
+        except BaseException as exc:
+            opened.set_exception(exc)
+            return
+        opened.set_result(None)
         try:
             async for item in stream:
                 self._items.put(item)
