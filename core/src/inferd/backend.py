@@ -10,7 +10,7 @@ concurrently with itself, so an instance may keep per-instance state (a session,
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -24,11 +24,24 @@ if TYPE_CHECKING:
     from inferd.config import ModelConfig
 
 
+#: ``request.context[RESCHEDULE] = True``, set by ``Instance.execute``: run this request again in a
+#: later batch instead of answering it (Triton's ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``). Only
+#: the sequence batcher of an ``iterative_sequence`` model honours it; the request's result from
+#: that execution is dropped (a decoupled request keeps its response sender).
+RESCHEDULE = "inferd.reschedule"
+
+
 class ModelClient(Protocol):
     """Runs a request on another model of the server, from a backend's instance thread."""
 
     def infer_from_thread(self, request: InferRequest) -> InferResponse:
         """Block until ``request`` is answered; raises :class:`~inferd.errors.InferdError`."""
+        ...
+
+    def stream_from_thread(self, request: InferRequest) -> Iterator[InferResponse | InferdError]:
+        """Start ``request`` now; iterating blocks for each response, in order, up to the final
+        one (one for an ordinary model, 0..N for a decoupled one). An unknown model raises
+        :class:`~inferd.errors.InferdError`; later errors are items."""
         ...
 
 

@@ -9,12 +9,14 @@ traces.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
+import queue
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING
 
-from inferd.errors import InferdError, Unavailable, Unsupported
+from inferd.errors import InferdError, InternalError, Unavailable, Unsupported
 from inferd.logging_settings import REQUEST_ID
 from inferd.recorder import FAILED_KEY
 from inferd.trace import TRACE_KEY, RequestTrace, Tracer
@@ -140,10 +142,79 @@ class Router:
 
     def infer_from_thread(self, request: InferRequest) -> InferResponse:
         """Blocking :meth:`infer` for code on a worker thread (Python models calling models)."""
+        return asyncio.run_coroutine_threadsafe(self._infer_for_thread(request), self._loop()).result()
+
+    async def _infer_for_thread(self, request: InferRequest) -> InferResponse:
+        info = self.resolve(request.model_name, request.model_version)
+        if info.decoupled:
+            raise Unsupported(
+                f"Model {info.name} is using the decoupled. The current BLS request call doesn't support models "
+                "using the decoupled transaction policy. Please use 'decoupled=True' argument to the 'exec' or "
+                "'async_exec' calls for decoupled models."
+            )
+        return await self._run(info, request)
+
+    def stream_from_thread(self, request: InferRequest) -> Iterator[InferResponse | InferdError]:
+        """:meth:`stream` for code on a worker thread: started now, each response as it comes.
+
+        Raises :class:`~inferd.errors.InferdError` when the model cannot be resolved."""
+
+        def open_stream() -> AsyncIterator[InferResponse | InferdError]:
+            return self.stream(request, self.resolve(request.model_name, request.model_version))
+
+        return _ThreadStream(open_stream, self._loop())
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
         loop = self.health.loop
         if loop is None:
             raise Unavailable("the server is not running")
-        return asyncio.run_coroutine_threadsafe(self.infer(request), loop).result()
+        return loop
+
+
+class _ThreadStream:
+    """The items of an async stream opened on the event loop, handed to a blocking thread."""
+
+    def __init__(
+        self, open_stream: Callable[[], AsyncIterator[InferResponse | InferdError]], loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._items: queue.SimpleQueue[InferResponse | InferdError | None] = queue.SimpleQueue()  # None: the end
+        self._done = False
+        opened: concurrent.futures.Future[None] = concurrent.futures.Future()
+        asyncio.run_coroutine_threadsafe(self._pump(open_stream, opened), loop)
+        opened.result()  # raises what opening the stream raised (an unknown model)
+
+    async def _pump(
+        self,
+        open_stream: Callable[[], AsyncIterator[InferResponse | InferdError]],
+        opened: concurrent.futures.Future[None],
+    ) -> None:
+        try:
+            stream = open_stream()
+        except BaseException as exc:
+            opened.set_exception(exc)
+            return
+        opened.set_result(None)
+        try:
+            async for item in stream:
+                self._items.put(item)
+        except InferdError as exc:
+            self._items.put(exc)
+        except Exception as exc:
+            self._items.put(InternalError(f"{type(exc).__name__}: {exc}"))
+        finally:
+            self._items.put(None)
+
+    def __iter__(self) -> _ThreadStream:
+        return self
+
+    def __next__(self) -> InferResponse | InferdError:
+        if self._done:
+            raise StopIteration
+        item = self._items.get()
+        if item is None:
+            self._done = True
+            raise StopIteration
+        return item
 
 
 def _response_sender(
@@ -174,5 +245,3 @@ def _response_sender(
         loop.call_soon_threadsafe(put, (response, final))
 
     return sender
-
-

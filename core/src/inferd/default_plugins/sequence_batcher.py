@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from inferd.backend import RESCHEDULE
 from inferd.default_plugins.batching import Wakeup, answer, plan_batch, ragged_inputs, shape_key
-from inferd.default_plugins.sequence_controls import ImplicitState, SequenceControls
+from inferd.default_plugins.sequence_controls import ImplicitState, SequenceControls, sequence_parameters
 from inferd.errors import InternalError, InvalidArgument, Unavailable
 from inferd.hookspecs import SchedulerRegister, hookimpl
 from inferd.runner import InstanceRunner
@@ -78,28 +79,6 @@ class _Lane:
     task: asyncio.Task[None] | None = None
 
 
-def sequence_parameters(request: InferRequest, model: str) -> tuple[int | str, bool, bool]:
-    """``(correlation id, start, end)`` from the request parameters, checked as Triton does."""
-    params = request.parameters
-    cid = params.get("sequence_id", 0)
-    if isinstance(cid, bool) or not isinstance(cid, (int, str)) or (isinstance(cid, int) and not 0 <= cid < 1 << 64):
-        raise InvalidArgument(
-            f"request parameter 'sequence_id' for model '{model}' must be an unsigned 64-bit integer or a "
-            f"string, got {cid!r}"
-        )
-    if cid == 0 or cid == "":
-        raise InvalidArgument(
-            f"inference request to model '{model}' must specify a non-zero or non-empty correlation ID"
-        )
-    flags = []
-    for key in ("sequence_start", "sequence_end"):
-        value = params.get(key, False)
-        if not isinstance(value, bool):
-            raise InvalidArgument(f"request parameter '{key}' for model '{model}' must be a boolean, got {value!r}")
-        flags.append(value)
-    return cid, flags[0], flags[1]
-
-
 class SequenceBatchScheduler(Scheduler):
     """Routes each sequence to one instance slot and batches ready sequences per instance."""
 
@@ -131,6 +110,9 @@ class SequenceBatchScheduler(Scheduler):
         self._active: dict[int | str, _Sequence] = {}
         self._backlog: deque[_Sequence] = deque()
         self._closed = False
+        #: ``iterative_sequence``: one request is a whole sequence, run again while the model reschedules it.
+        self._iterative = bool(sequencing.iterative_sequence)
+        self._next_cid = 1
 
     # -- the caller's side ----------------------------------------------------------------------
 
@@ -140,7 +122,11 @@ class SequenceBatchScheduler(Scheduler):
                 f"inference request to model '{self._name}' must specify batch-size 1 due to "
                 "requirements of sequence batcher"
             )
-        cid, start, end = sequence_parameters(request, self._name)
+        cid, start, end = sequence_parameters(request, self._name, self._iterative)
+        if cid is None:  # iterative: a request without a correlation id starts a sequence of its own
+            cid = self._new_cid()
+            request.parameters.update(sequence_id=cid, sequence_start=True)
+            start = True
         if not self._lanes:
             raise Unavailable(f"model '{self._name}' version {self.context.version} has no instances")
         seq = self._active.get(cid)
@@ -172,6 +158,13 @@ class SequenceBatchScheduler(Scheduler):
         except asyncio.CancelledError:
             self._withdraw(seq, item)
             raise
+
+    def _new_cid(self) -> int:
+        """A correlation id no live sequence has (Triton numbers them from 1)."""
+        while self._next_cid in self._active:
+            self._next_cid += 1
+        cid, self._next_cid = self._next_cid, self._next_cid + 1
+        return cid
 
     def _open(self, cid: int | str) -> _Sequence:
         if not any(lane.task for lane in self._lanes):
@@ -359,10 +352,22 @@ class SequenceBatchScheduler(Scheduler):
             decoupled = item.request.response_sender is not None  # its state stays as it was
             if self._state and seq.state is not None and not decoupled and isinstance(outcome, InferResponse):
                 self._state.capture(outcome, seq.state, item.strip)
+            if self._iterative and item.request.context.pop(RESCHEDULE, False):
+                self._reschedule(seq, item)
+                continue
             answer(item.future, outcome)
-            if item.end:
-                seq.closing = True
+            if item.end or self._iterative:  # an iterative sequence ends with its request
+                self._forget(seq)
             self._maybe_release(seq)
+
+    def _reschedule(self, seq: _Sequence, item: _Item) -> None:
+        """Queue ``item`` again at the front of its sequence, neither START nor END (as Triton does)."""
+        item.start = item.end = False
+        item.request.parameters.pop("sequence_start", None)
+        item.request.parameters.pop("sequence_end", None)
+        seq.queue.appendleft(item)
+        assert seq.lane is not None
+        seq.lane.wakeup.notify()
 
     async def stop(self) -> None:
         """Drain accepted requests, then end the worker tasks and timers."""

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from inferd.errors import ConfigError
-from inferd.types import InferResponse, InferTensor, config_to_wire, deserialize_bytes_tensor, numpy_dtype
+from inferd.errors import ConfigError, InvalidArgument
+from inferd.types import InferRequest, InferResponse, InferTensor, config_to_wire, deserialize_bytes_tensor, numpy_dtype
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
@@ -221,3 +221,33 @@ def _read_initial(
     if len(raw) < need:
         raise ConfigError(f"{where}: initial_state expects {need} bytes, but '{path}' only has {len(raw)} bytes")
     return np.frombuffer(raw[:need], dtype=dtype).reshape(shape).copy()
+
+
+def sequence_parameters(
+    request: InferRequest, model: str, iterative: bool = False
+) -> tuple[int | str | None, bool, bool]:
+    """``(correlation id, start, end)`` from the request parameters, checked as Triton does.
+
+    ``iterative``: a request without a correlation id is accepted (the id is None).
+    """
+    params = request.parameters
+    cid = params.get("sequence_id", 0)
+    if isinstance(cid, bool) or not isinstance(cid, (int, str)) or (isinstance(cid, int) and not 0 <= cid < 1 << 64):
+        raise InvalidArgument(
+            f"request parameter 'sequence_id' for model '{model}' must be an unsigned 64-bit integer or a "
+            f"string, got {cid!r}"
+        )
+    if cid == 0 or cid == "":
+        if iterative:
+            cid = None
+        else:
+            raise InvalidArgument(
+                f"inference request to model '{model}' must specify a non-zero or non-empty correlation ID"
+            )
+    flags = []
+    for key in ("sequence_start", "sequence_end"):
+        value = params.get(key, False)
+        if not isinstance(value, bool):
+            raise InvalidArgument(f"request parameter '{key}' for model '{model}' must be a boolean, got {value!r}")
+        flags.append(value)
+    return cid, flags[0], flags[1]

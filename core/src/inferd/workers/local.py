@@ -8,6 +8,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from inferd.errors import InferdError
+from inferd.metric_sources import SOURCES
 from inferd.workers.repositories import rescan_and_apply
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ class WorkerOps:
             "started": lambda args: self.dp.health.started,
             "stats": self._stats,
             "snapshots": lambda args: self.dp.local_snapshots(),
+            "sources": lambda args: SOURCES.snapshot(),  # plugins' families (metric_sources)
             "trace": self._trace,
             "log": self._log,
             "state": lambda args: self.dp.local_state(),

@@ -18,11 +18,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from inferd.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
+from inferd.backend import RESCHEDULE, Backend, Instance, InstanceSpec, Model, ModelLoadContext
 from inferd.errors import ErrorKind, InferdError, InternalError, InvalidArgument, Unsupported
+from inferd.metric_sources import SOURCES
 from inferd.types import InferRequest, InferResponse
 from inferd_backend_python.loader import check_model_class, forget_package, import_model_file
 from inferd_backend_python.pb_config import ModelConfig as PbModelConfig
+from inferd_backend_python.pb_metrics import FAMILIES
 from inferd_backend_python.pb_request import (
     TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
     InferenceRequest,
@@ -44,6 +46,9 @@ class PythonBackend(Backend):
 
     name = "python"
     default_model_filename = _DEFAULT_FILENAME
+
+    def __init__(self) -> None:
+        SOURCES.add(FAMILIES)  # the models' pb_utils.MetricFamily objects, on /metrics
 
     def autocomplete_config(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:
         """Run the model's ``TritonPythonModel.auto_complete_config`` (if any) on ``config``."""
@@ -113,6 +118,9 @@ class PythonModel(Model):
         self._class = check_model_class(module, f"model '{self.name}'", path)
         decoupled = bool(context.config.model_transaction_policy.decoupled)
         self.binding = ModelBinding(self.name, self.version, context.model_dir, decoupled, context.models)
+        FAMILIES.model_loaded(self.binding)
+        #: ``sequence_batching { iterative_sequence: true }``: requests may be rescheduled.
+        self.iterative = bool(context.config.sequence_batching.iterative_sequence)
         self._args = {
             "model_config": json.dumps(config_to_json(context.config)),
             "model_repository": str(context.model_dir),
@@ -142,6 +150,7 @@ class PythonModel(Model):
         return PythonInstance(self, model, spec.name)
 
     def unload(self) -> None:
+        FAMILIES.model_unloaded(self.binding)
         forget_package(self._module.__name__.rpartition(".")[0])
 
 
@@ -154,6 +163,7 @@ class PythonInstance(Instance):
         self._execute = obj.execute
         self._binding = model.binding
         self._decoupled = model.binding.decoupled
+        self._iterative = model.iterative
         self.name = name
         self._loop: _LoopThread | None = None
 
@@ -178,6 +188,8 @@ class PythonInstance(Instance):
                     f"Python model '{binding.model_name}' is using the decoupled mode and the "
                     "execute function must return None."
                 ))  # fmt: skip
+            else:
+                self._reschedule_decoupled(requests, wrapped)
             return []
         try:
             return self._collect(requests, wrapped, result)
@@ -205,10 +217,7 @@ class PythonInstance(Instance):
                 if sender is not None and sender.response is not None:
                     response = sender.response
                 elif view._release_flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-                    out.append(Unsupported(
-                        f"model '{name}' asked to reschedule request '{request.id}'; "
-                        "inferd does not support request rescheduling yet"
-                    ))  # fmt: skip
+                    out.append(self._reschedule(request))
                     continue
                 else:
                     raise _ExecuteError(
@@ -217,6 +226,24 @@ class PythonInstance(Instance):
                     )
             out.append(response_to_inferd(response, request, name, version))
         return out
+
+    def _reschedule(self, request: InferRequest) -> InferResponse | InferdError:
+        """Hand ``request`` back to the scheduler to run again, when the model is iterative."""
+        if not self._iterative:
+            return Unsupported(
+                f"model '{self._binding.model_name}' released request '{request.id}' with "
+                "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, but request rescheduling needs "
+                "'sequence_batching { iterative_sequence: true }' in its config"
+            )
+        request.context[RESCHEDULE] = True
+        return InferResponse(self._binding.model_name, self._binding.model_version, request.id)
+
+    def _reschedule_decoupled(self, requests: Sequence[InferRequest], wrapped: list[InferenceRequest]) -> None:
+        for request, view in zip(requests, wrapped, strict=True):
+            if view._release_flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+                outcome = self._reschedule(request)
+                if isinstance(outcome, InferdError) and request.response_sender is not None:
+                    request.response_sender(outcome, True)
 
     def _fail(
         self, requests: Sequence[InferRequest], wrapped: list[InferenceRequest], exc: BaseException

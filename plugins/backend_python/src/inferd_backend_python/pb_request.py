@@ -19,13 +19,13 @@ from typing import Any
 from inferd.backend import ModelClient
 from inferd.errors import ErrorKind, InferdError
 from inferd.types import InferRequest, InferTensor, RequestedOutput, wire_datatype
+from inferd_backend_python import pb_bls
+from inferd_backend_python.pb_bls import ResponseIterator
 from inferd_backend_python.pb_tensor import (
     InferenceResponse,
     Tensor,
-    TritonError,
     TritonModelException,
     check_parameters,
-    error_from_inferd,
     response_to_inferd,
 )
 
@@ -164,7 +164,7 @@ class InferenceRequest:
         correlation_id: int | str = 0,
         inputs: list[Tensor] | None = None,
         requested_output_names: list[str] | None = None,
-        model_name: str | None = None,
+        model_name: str | bytes | None = None,
         model_version: int = -1,
         flags: int = 0,
         timeout: int = 0,
@@ -182,7 +182,7 @@ class InferenceRequest:
         self._request_id = request_id
         self._correlation_id = correlation_id
         self._requested = list(dict.fromkeys(requested_output_names))
-        self._model_name = model_name
+        self._model_name = model_name.decode() if isinstance(model_name, bytes) else model_name
         self._model_version = int(model_version)
         self._flags = int(flags)
         self._timeout = int(timeout)
@@ -265,31 +265,18 @@ class InferenceRequest:
 
     # -- BLS --
 
-    def exec(self, decoupled: bool = False) -> InferenceResponse:
-        """Run this request on another model and wait for its response (errors come back in it)."""
-        if decoupled:
-            raise TritonModelException("InferenceRequest.exec(decoupled=True) is not supported by inferd yet")
+    def exec(self, decoupled: bool = False) -> InferenceResponse | ResponseIterator:
+        """Run this request on another model and wait for its response (errors come back in it).
+
+        ``decoupled=True``: a :class:`ResponseIterator` over every response, each as it comes.
+        """
         binding = current_binding()
         models = binding.models if binding is not None else None
-        if models is None:
-            return InferenceResponse(
-                error=TritonError(
-                    f"cannot run a BLS request on model '{self._model_name}': this model is not "
-                    "running inside an inferd server",
-                    TritonError.UNAVAILABLE,
-                )
-            )
-        try:
-            result = models.infer_from_thread(self._to_inferd())
-        except InferdError as exc:
-            return InferenceResponse(error=error_from_inferd(exc))
-        except TritonModelException:
-            raise
-        except Exception as exc:
-            return InferenceResponse(error=TritonError(f"{type(exc).__name__}: {exc}"))
-        return InferenceResponse._from_inferd(result)
+        if decoupled:
+            return pb_bls.stream(models, self._to_inferd())
+        return pb_bls.run(models, self._to_inferd())
 
-    async def async_exec(self, decoupled: bool = False) -> InferenceResponse:
+    async def async_exec(self, decoupled: bool = False) -> InferenceResponse | ResponseIterator:
         """``exec`` in a worker thread, for ``async def execute`` models."""
         return await asyncio.to_thread(self.exec, decoupled)
 

@@ -126,6 +126,7 @@ class MetricsFrontend(Frontend):
 
         from inferd.default_plugins.metrics.collectors import ModelCollector, SystemCollector
         from inferd.default_plugins.metrics.system import CpuMetrics, GpuMetrics
+        from inferd.metric_sources import SOURCES, SummedSources
 
         self.models = dataplane.table
         self.peer_snapshots = dataplane.peer_snapshots if dataplane.peers is not None else None
@@ -134,6 +135,9 @@ class MetricsFrontend(Frontend):
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(ModelCollector(self.served, self.config))
         self.registry.register(SystemCollector(self.cpu, self.gpu))
+        # Families other plugins contribute (Triton's custom metrics), summed over the workers.
+        peers = dataplane.peers
+        self.registry.register(SOURCES if peers is None else SummedSources(SOURCES, lambda: peers.ask("sources")))
         await self._sample()
         self._attach(self.versions())
         self.server = AsgiServer(self._app, self.host, self.port, "metrics frontend", dataplane.shares_ports)
