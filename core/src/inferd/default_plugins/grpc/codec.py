@@ -85,14 +85,26 @@ def _varint(value: int) -> bytes:
 
 
 class WireRequest:
-    """A ModelInferRequest without its tensor bytes, plus those bytes as views (``raw``)."""
+    """A ModelInferRequest without its tensor bytes (``header``, parsed on first use of
+    ``message``), plus those bytes as views (``raw``)."""
 
-    __slots__ = ("message", "raw", "error")
+    __slots__ = ("header", "raw", "error", "_message")
 
-    def __init__(self, message: pb.ModelInferRequest | None, raw: list[memoryview], error: str = "") -> None:
-        self.message = message
+    def __init__(self, header: bytes | memoryview, raw: list[memoryview], error: str = "") -> None:
+        self.header = header
         self.raw = raw
         self.error = error
+        self._message: pb.ModelInferRequest | None = None
+
+    @property
+    def message(self) -> pb.ModelInferRequest | None:
+        """The parsed header; None (and ``error`` set) when it is not a ModelInferRequest."""
+        if self._message is None and not self.error:
+            try:
+                self._message = pb.ModelInferRequest.FromString(self.header)
+            except Exception as exc:
+                self.error = f"failed to parse the ModelInferRequest message: {exc}"
+        return self._message
 
 
 def split_infer_request(data: bytes) -> WireRequest:
@@ -134,10 +146,10 @@ def split_infer_request(data: bytes) -> WireRequest:
             kept.append(view[keep_from:])
             header = b"".join(kept)
         else:
-            header = data
-        return WireRequest(pb.ModelInferRequest.FromString(header), raw)
+            header = data  # no tensor bytes to cut out: the message as received, uncopied
+        return WireRequest(header, raw)
     except Exception as exc:
-        return WireRequest(None, [], f"failed to parse the ModelInferRequest message: {exc}")
+        return WireRequest(b"", [], f"failed to parse the ModelInferRequest message: {exc}")
 
 
 class WireResponse:

@@ -16,12 +16,12 @@ from inferd.default_plugins.grpc.codec import (
     ENABLE_EMPTY_FINAL,
     WireRequest,
     WireResponse,
-    decode_request,
     encode_response,
     final_empty_response,
     param_value,
     stream_error,
 )
+from inferd.default_plugins.grpc.plans import RequestPlans
 from inferd.errors import ErrorKind, InferdError, InvalidArgument
 from inferd.shared_memory import bind_outputs
 from inferd.validation import check_repository_name
@@ -95,6 +95,8 @@ class InferenceService:
         #: The server's shared-memory regions (the shared-memory extensions).
         self.shm = dataplane.shared_memory
         self.regions = dataplane.shared_memory.regions
+        #: Repeated ModelInfer headers, decoded once.
+        self.plans = RequestPlans()
         #: Response queues of the open streams, told to wind down when the server stops.
         self._streams: set[asyncio.Queue[Any]] = set()
 
@@ -139,7 +141,7 @@ class InferenceService:
     # -- inference --------------------------------------------------------------------------------
 
     async def ModelInfer(self, request: WireRequest) -> WireResponse:
-        infer_request = decode_request(request, self.regions)
+        infer_request = self.plans.decode(request, self.regions)
         sinks = bind_outputs(infer_request, self.regions) if infer_request.outputs else None
         info = self.dp.resolve(infer_request.model_name, infer_request.model_version)
         response = await self.dp.infer(infer_request, info)
@@ -152,7 +154,7 @@ class InferenceService:
         """Every response of one stream request, in order, through ``put``; errors included."""
         infer_request: InferRequest | None = None
         try:
-            infer_request = decode_request(wire, self.regions)
+            infer_request = self.plans.decode(wire, self.regions)
             sinks = bind_outputs(infer_request, self.regions) if infer_request.outputs else None
             info = self.dp.resolve(infer_request.model_name, infer_request.model_version)
             decoupled = info.decoupled
