@@ -88,8 +88,8 @@ class GrpcH2Protocol(ZttpH2Protocol):
     def _start_unary(self, event: zttp.Request) -> bool:
         """Answer a plain unary call without ASGI (see :mod:`h2_unary`); False: not one."""
         app = self.config.app
-        if self.shutdown_requested or not isinstance(app, GrpcApp):
-            return False
+        if self.shutdown_requested or not isinstance(app, GrpcApp) or app.service.policy is not None:
+            return False  # with access rules, calls go through the app, which reads every header
         method = app.unary_by_raw_path.get(event.path)
         if method is None:
             return False

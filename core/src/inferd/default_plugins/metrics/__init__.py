@@ -134,6 +134,8 @@ class MetricsFrontend(Frontend):
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(ModelCollector(self.served, self.config))
         self.registry.register(SystemCollector(self.cpu, self.gpu))
+        if dataplane.access is not None:  # per-tenant request counters (inferd.auth)
+            self.registry.register(dataplane.access)
         await self._sample()
         self._attach(self.versions())
         self.server = AsgiServer(self._app, self.host, self.port, "metrics frontend", dataplane.shares_ports)
