@@ -253,7 +253,8 @@ def test_grpc_unseen_models_answer_as_unknown_ones(server):
                  lambda m: client.get_model_metadata(m, headers=alice),
                  lambda m: client.get_model_config(m, headers=alice),
                  lambda m: client.get_inference_statistics(m, headers=alice)):  # fmt: skip
-        seen, unknown = _grpc_error(lambda: call("secret")), _grpc_error(lambda: call("nonexistent"))
+        seen = _grpc_error(lambda c=call: c("secret"))
+        unknown = _grpc_error(lambda c=call: c("nonexistent"))
         assert seen.status() == unknown.status()
         assert seen.message() == unknown.message().replace("nonexistent", "secret")
     assert client.is_model_ready("secret", headers=alice) is False
