@@ -38,7 +38,7 @@ tenants:
   ops:
     keys: [{sha("ops-key")}]
     models: ["add_*"]
-    apis: [model-repository, statistics]
+    apis: [model-repository, statistics, trace]
   admin:
     keys: [{sha("admin-key")}]
     apis: [health, metadata, inference, model-config, model-repository, statistics, logging, trace]
@@ -160,6 +160,14 @@ def test_http_a_model_the_tenant_may_not_see_answers_as_an_unknown_one(server, m
     assert _http(server, method, path.format("secret"), bearer("admin-key"), body)[0] != seen[0]  # it exists
 
 
+def test_http_trace_settings_of_an_unseen_model_answer_as_an_unknown_one(server):
+    seen = _http(server, "GET", "/v2/models/secret/trace/setting", bearer("ops-key"))
+    unknown = _http(server, "GET", "/v2/models/nonexistent/trace/setting", bearer("ops-key"))
+    assert seen[0] == unknown[0] == 400
+    assert seen[2] == unknown[2].replace(b"nonexistent", b"secret")
+    assert _http(server, "GET", "/v2/models/add_sub/trace/setting", bearer("ops-key"))[0] == 200
+
+
 def test_http_index_and_statistics_are_filtered(server):
     status, _, body = _http(server, "POST", "/v2/repository/index", bearer("ops-key"))
     assert status == 200 and [m["name"] for m in json.loads(body)] == ["add_sub"]
@@ -263,6 +271,9 @@ def test_grpc_unseen_models_answer_as_unknown_ones(server):
     assert [m.name for m in stats.model_stats] == ["add_sub"]
     ops = {"authorization": "Bearer ops-key"}
     assert [m.name for m in client.get_model_repository_index(headers=ops).models] == ["add_sub"]
+    seen = _grpc_error(lambda: client.get_trace_settings(model_name="secret", headers=ops))
+    unknown = _grpc_error(lambda: client.get_trace_settings(model_name="nonexistent", headers=ops))
+    assert (seen.status(), seen.message()) == (unknown.status(), unknown.message().replace("nonexistent", "secret"))
     seen = _grpc_error(lambda: client.load_model("secret", headers=ops))
     unknown = _grpc_error(lambda: client.load_model("nonexistent", headers=ops))
     assert (seen.status(), seen.message()) == (unknown.status(), unknown.message().replace("nonexistent", "secret"))

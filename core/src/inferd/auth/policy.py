@@ -17,7 +17,7 @@ import grpc
 from inferd.auth.groups import ApiGroup, Restriction
 from inferd.auth.keys import KeyFile, Tenant, digest
 from inferd.auth.limits import TenantLimits
-from inferd.errors import NotFound
+from inferd.errors import InferdError, InvalidArgument, NotFound
 
 #: Longest ``Authorization`` value looked at (a bearer key is far shorter).
 MAX_AUTHORIZATION = 4096
@@ -40,8 +40,11 @@ class AccessDenied(Exception):
         self.content_type = content_type
 
 
-def unknown_model(model: str) -> NotFound:
-    """What an unknown model answers (the model table's sentence): an unseen model answers it too."""
+def unknown_model(model: str, group: ApiGroup = ApiGroup.INFERENCE) -> InferdError:
+    """What an unknown model answers to a request of ``group`` (the data plane's sentences): a
+    model the tenant may not see answers it too."""
+    if group is ApiGroup.TRACE:
+        return InvalidArgument(f"Request for unknown model : '{model}' is not in the model repository")
     return NotFound(f"Request for unknown model: '{model}' is not found")
 
 
@@ -100,7 +103,7 @@ class AccessPolicy:
         visible = not model or tenant.sees(model)
         if not visible and group not in (ApiGroup.HEALTH, ApiGroup.MODEL_REPOSITORY):
             self.limits.count(tenant.name, "forbidden")
-            raise unknown_model(model)
+            raise unknown_model(model, group)
         if group is ApiGroup.HEALTH:
             return Grant(tenant, visible)
         limited = self.limits.acquire(tenant)
