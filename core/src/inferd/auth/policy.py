@@ -9,6 +9,7 @@ and the tenant's limits. A model the tenant may not see answers as an unknown mo
 from __future__ import annotations
 
 import contextvars
+import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -114,7 +115,8 @@ class AccessPolicy:
 
     def _check_restricted(self, restriction: Restriction, headers: Mapping[str, str]) -> None:
         header = self.header_prefix + restriction.key
-        if headers.get(header) != restriction.value:  # Triton's statuses and sentences
+        given = headers.get(header)
+        if given is None or not hmac.compare_digest(given.encode(), restriction.value.encode()):  # Triton's answer
             word = self.restricted_word
             raise AccessDenied(403, grpc.StatusCode.UNAVAILABLE,
                                f"This {word} is restricted, expecting header '{header}'", content_type="text/plain")  # fmt: skip
