@@ -212,9 +212,6 @@ def test_a_mistyped_flag_suggests_the_closest_and_exits_2(tmp_path):
 
 
 def test_security_flags_that_cannot_be_honoured_are_refused(tmp_path):
-    done = _run(tmp_path, "--http-restricted-api=model-repository:admin-key=secret")
-    assert done.returncode == 2
-    assert "--http-restricted-api=model-repository:admin-key=secret is not supported" in done.stderr
     assert _run(tmp_path, "--grpc-use-ssl", "true").returncode == 2
 
 

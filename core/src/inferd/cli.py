@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from inferd import __version__, asgi_server, triton_flags
+from inferd.auth import AuthConfigError, RestrictionError, access_from_flags
 from inferd.errors import InferdError
 from inferd.flags import SuggestingParser, backend_config_setting, parse_bool
 from inferd.lifecycle import ControlMode
@@ -129,8 +130,24 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
                         "model instances (default: 1, one process)")
     o.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)  # set by the supervisor
     o.add_argument("--worker-dir", type=Path, default=None, help=argparse.SUPPRESS)
+    _add_access(p)
     host.add_options(p)
     triton_flags.add_arguments(p)
+
+
+def _add_access(p: argparse.ArgumentParser) -> None:
+    """Triton's restricted API groups and inferd's API keys (``inferd.auth``)."""
+    a = p.add_argument_group("access", "restricted API groups (Triton's) and API keys with tenants (docs/security.md)")
+    a.add_argument("--http-restricted-api", action="append", default=[], metavar="<API>[,<API>...]:<KEY>=<VALUE>",
+                   help="HTTP requests to these API groups must carry header KEY: VALUE (repeatable; groups: "
+                        "health, metadata, inference, shared-memory, model-config, model-repository, "
+                        "statistics, trace, logging)")
+    a.add_argument("--grpc-restricted-protocol", action="append", default=[],
+                   metavar="<API>[,<API>...]:<KEY>=<VALUE>",
+                   help="gRPC calls to these API groups must carry metadata triton-grpc-protocol-KEY: VALUE")
+    a.add_argument("--auth-config", default=None, metavar="FILE",
+                   help="API keys (sha256) -> tenants, each with its models, API groups and limits (YAML or "
+                        "JSON; re-read when it changes); requests then need 'Authorization: Bearer <key>'")
 
 
 def build_parser(host: PluginHost) -> argparse.ArgumentParser:
@@ -151,6 +168,7 @@ _OWN_DESTS = {
     "http_port", "grpc_port", "metrics_port", "host", "allow_http", "allow_grpc", "allow_metrics",
     "exit_timeout_secs", "log_verbose", "cache_config", "response_cache_byte_size", "cache_directory",
     "workers", "worker_index", "worker_dir", "strict_readiness", "exit_on_error", "backend_config", "server_id",
+    "http_restricted_api", "grpc_restricted_protocol", "auth_config",
 }  # fmt: skip
 
 
@@ -256,9 +274,15 @@ def _run_serve(args: argparse.Namespace, host: PluginHost, argv: Sequence[str] |
     if args.worker_index is None:  # once per command line, not once per worker
         for line in triton_flags.warnings(vars(args)):
             log.warning("%s", line)
+    try:  # a bad value or key file stops the start, naming the flag or the file and line
+        access = access_from_flags(args.http_restricted_api, args.grpc_restricted_protocol, args.auth_config)
+    except (RestrictionError, AuthConfigError) as exc:
+        print(f"inferd serve: error: {exc}", file=sys.stderr)
+        return 2
     if args.workers > 1 and args.worker_index is None:
         return _supervise(args, sys.argv[1:] if argv is None else argv)
     server = Server(options_from_args(args), host=host)
+    server.dataplane.access = access
     try:
         asgi_server.run(_serve(server))
     except SystemExit as exc:

@@ -23,6 +23,7 @@ from inferd.shared_memory import SharedMemory
 from inferd.workers import merge
 
 if TYPE_CHECKING:
+    from inferd.auth import AccessControl
     from inferd.health import ServerHealth
     from inferd.lifecycle import ModelManager
     from inferd.router import Router
@@ -85,6 +86,8 @@ class DataPlane:
         self.shares_ports = peers is not None
         #: Workers only: load parameters of the models loaded through the API, for a restarted worker.
         self.loaded_with: dict[str, dict[str, Any]] = {}
+        #: Restricted APIs, API keys and tenant limits (``inferd.auth``); None: every request is open.
+        self.access: AccessControl | None = None
         # The request path: the router's own methods, with no call in between.
         self.resolve = router.resolve
         self.infer = router.infer

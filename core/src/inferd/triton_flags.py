@@ -3,7 +3,7 @@
 Triton command lines and Helm values run unchanged: each of these flags takes one value (``--flag
 value`` or ``--flag=value``, as Triton's getopt does; booleans too) and is answered with one
 warning line naming it and why it does not apply. Flags that would *weaken security* if ignored
-(restricted APIs, TLS) are refused instead: serving unrestricted or in clear text when the
+(TLS) are refused instead: serving unrestricted or in clear text when the
 command line asks otherwise is not a compatible default.
 """
 
@@ -63,11 +63,9 @@ NOT_APPLICABLE: dict[str, str] = {
     "--model-load-gpu-limit": _DEVICES,
 }
 
-#: Flags refused at start-up (exit code 2), with what to do instead.
-REFUSED: dict[str, str] = {
-    "--http-restricted-api": "inferd would serve the APIs it restricts to every client; restrict them in a proxy",
-    "--grpc-restricted-protocol": "inferd would serve the protocols it restricts to every client; restrict them in a proxy",
-}
+#: Flags refused at start-up (exit code 2), with what to do instead (the restricted-API flags are
+#: real ``inferd serve`` options now: see ``inferd.auth``).
+REFUSED: dict[str, str] = {}
 
 #: Boolean flags refused only when true (false asks for what inferd does).
 REFUSED_WHEN_TRUE: dict[str, str] = {

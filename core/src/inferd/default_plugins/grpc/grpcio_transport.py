@@ -9,6 +9,7 @@ from typing import Any
 
 import grpc
 
+from inferd.auth import AccessDenied
 from inferd.default_plugins.grpc import health_pb2
 from inferd.default_plugins.grpc.codec import (
     WireRequest,
@@ -21,6 +22,7 @@ from inferd.default_plugins.grpc.service import (
     SERVICE,
     UNARY,
     InferenceService,
+    metadata_dict,
     status_of,
     wants_grpc_error,
 )
@@ -86,12 +88,19 @@ def _bind_error(host: str, port: int) -> str:
     return ""
 
 
-def _unary(method: Callable[[Any], Awaitable[Any]]) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
-    """Turn InferdError into the mapped status; anything else is INTERNAL (and logged)."""
+def _unary(
+    method: Callable[[Any], Awaitable[Any]], svc: InferenceService | None = None, rpc: str = ""
+) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
+    """Turn InferdError into the mapped status; anything else is INTERNAL (and logged). With
+    ``svc`` (a server with access rules), the call is admitted by its policy first."""
 
     async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
-            return await method(request)
+            if svc is None:
+                return await method(request)
+            return await svc.admitted(rpc, method, request, metadata_dict(context.invocation_metadata() or ()))
+        except AccessDenied as exc:
+            await context.abort(exc.grpc_status, exc.message)
         except InferdError as exc:
             await context.abort(status_of(exc), exc.message)
         except Exception as exc:
@@ -105,12 +114,20 @@ def _stream(svc: InferenceService) -> Callable[[AsyncIterator[WireRequest], grpc
     """ModelStreamInfer: with ``triton_grpc_error`` an error ends the stream with its status."""
 
     async def handler(requests: AsyncIterator[WireRequest], context: grpc.aio.ServicerContext) -> Any:
-        grpc_error = wants_grpc_error(context.invocation_metadata() or ())
+        metadata = context.invocation_metadata() or ()
+        grpc_error = wants_grpc_error(metadata)
+        try:
+            grant = svc.open_stream(metadata_dict(metadata))
+        except AccessDenied as exc:
+            await context.abort(exc.grpc_status, exc.message)
         try:
             async for item in svc.ModelStreamInfer(requests, grpc_error):
                 yield item
         except InferdError as exc:
             await context.abort(status_of(exc), exc.message)
+        finally:
+            if grant is not None:
+                grant.release()
 
     return handler
 
@@ -118,21 +135,26 @@ def _stream(svc: InferenceService) -> Callable[[AsyncIterator[WireRequest], grpc
 def build_handlers(svc: InferenceService) -> list[grpc.GenericRpcHandler]:
     """Generic handlers for the inference and health services of ``svc``."""
     unary = grpc.unary_unary_rpc_method_handler
+    guard = svc if svc.policy is not None else None
     methods: dict[str, grpc.RpcMethodHandler] = {
         name: unary(
-            _unary(getattr(svc, name)), request_deserializer=req.FromString, response_serializer=resp.SerializeToString
+            _unary(getattr(svc, name), guard, name),
+            request_deserializer=req.FromString,
+            response_serializer=resp.SerializeToString,
         )
         for name, req, resp in UNARY
     }
     methods["ModelInfer"] = unary(
-        _unary(svc.ModelInfer), request_deserializer=split_infer_request, response_serializer=serialize_infer
+        _unary(svc.ModelInfer, guard, "ModelInfer"),
+        request_deserializer=split_infer_request,
+        response_serializer=serialize_infer,
     )
     methods["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
         _stream(svc), request_deserializer=split_infer_request, response_serializer=serialize_stream
     )
     health = {
         "Check": unary(
-            _unary(svc.Check),
+            _unary(svc.Check, guard, "Check"),
             request_deserializer=health_pb2.HealthCheckRequest.FromString,
             response_serializer=health_pb2.HealthCheckResponse.SerializeToString,
         )

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from typing import Any, Protocol
 
 import grpc
 
+from inferd.auth import AccessDenied
 from inferd.default_plugins.grpc import health_pb2
 from inferd.default_plugins.grpc.codec import WireRequest, response_parts, serialize_stream, split_infer_request
 from inferd.default_plugins.grpc.framing import GrpcFailure, MessageReader, check_encoding, parse_timeout
@@ -34,8 +35,14 @@ log = logging.getLogger(__name__)
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-#: A unary RPC: the request message (bytes) -> the response as pieces to join, and their size.
-Unary = Callable[[memoryview], Awaitable[tuple[list[bytes | memoryview], int]]]
+Parts = tuple[list[bytes | memoryview], int]
+
+
+class Unary(Protocol):
+    """A unary RPC: the request message (bytes) and, on a server with access rules, the call's
+    headers -> the response as pieces to join, and their size."""
+
+    def __call__(self, data: memoryview, headers: Mapping[str, str] | None = None) -> Awaitable[Parts]: ...
 
 STREAM_PATH = f"/{SERVICE}/ModelStreamInfer"
 
@@ -44,13 +51,24 @@ class Disconnected(Exception):
     """The client reset the stream or the connection went away."""
 
 
-def _protobuf_method(method: Callable[[Any], Awaitable[Any]], request_type: Any) -> Unary:
-    async def call(data: memoryview) -> tuple[list[bytes | memoryview], int]:
+async def _run(svc: InferenceService, rpc: str, method: Callable[[Any], Awaitable[Any]], request: Any,
+               headers: Mapping[str, str] | None) -> Any:  # fmt: skip
+    """``method(request)``, admitted by the policy first when the server has one."""
+    if svc.policy is None:
+        return await method(request)
+    try:
+        return await svc.admitted(rpc, method, request, headers or {})
+    except AccessDenied as exc:
+        raise GrpcFailure(exc.grpc_status, exc.message) from None
+
+
+def _protobuf_method(svc: InferenceService, rpc: str, method: Callable[[Any], Awaitable[Any]], request_type: Any) -> Unary:
+    async def call(data: memoryview, headers: Mapping[str, str] | None = None) -> Parts:
         try:
             request = request_type.FromString(data)
         except Exception:
             raise GrpcFailure(grpc.StatusCode.INTERNAL, "Exception deserializing request!") from None
-        out = (await method(request)).SerializeToString()
+        out = (await _run(svc, rpc, method, request, headers)).SerializeToString()
         return [out], len(out)
 
     return call
@@ -58,11 +76,13 @@ def _protobuf_method(method: Callable[[Any], Awaitable[Any]], request_type: Any)
 
 def unary_methods(svc: InferenceService) -> dict[str, Unary]:
     """Every unary RPC of the inference and health services, by request path."""
-    methods = {f"/{SERVICE}/{name}": _protobuf_method(getattr(svc, name), req) for name, req, _ in UNARY}
-    methods[f"/{HEALTH_SERVICE}/Check"] = _protobuf_method(svc.Check, health_pb2.HealthCheckRequest)
+    methods = {f"/{SERVICE}/{name}": _protobuf_method(svc, name, getattr(svc, name), req) for name, req, _ in UNARY}
+    methods[f"/{HEALTH_SERVICE}/Check"] = _protobuf_method(svc, "Check", svc.Check, health_pb2.HealthCheckRequest)
 
-    async def model_infer(data: memoryview) -> tuple[list[bytes | memoryview], int]:
-        return response_parts(await svc.ModelInfer(split_infer_request(data)))
+    async def model_infer(data: memoryview, headers: Mapping[str, str] | None = None) -> Parts:
+        if svc.policy is None:
+            return response_parts(await svc.ModelInfer(split_infer_request(data)))
+        return response_parts(await _run(svc, "ModelInfer", svc.ModelInfer, split_infer_request(data), headers))
 
     methods[f"/{SERVICE}/ModelInfer"] = model_infer
     return methods
@@ -113,14 +133,14 @@ class GrpcApp:
         self, path: str, headers: dict[str, str], receive: Receive, reader: MessageReader, reply: Reply
     ) -> None:
         if path == STREAM_PATH:
-            await self._stream(wants_grpc_error(headers.items()), receive, reader, reply)
+            await self._stream(wants_grpc_error(headers.items()), receive, reader, reply, headers)
             return
         method = self.unary.get(path)
         if method is None:
             raise GrpcFailure(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
         request = await self._one_message(receive, reader)
         try:
-            parts, size = await method(request)
+            parts, size = await method(request, headers)
         except InferdError as exc:
             raise GrpcFailure(status_of(exc), exc.message) from None
         except GrpcFailure:
@@ -147,8 +167,21 @@ class GrpcApp:
             )
         return messages[0]
 
-    async def _stream(self, grpc_error: bool, receive: Receive, reader: MessageReader, reply: Reply) -> None:
+    async def _stream(
+        self, grpc_error: bool, receive: Receive, reader: MessageReader, reply: Reply, headers: Mapping[str, str]
+    ) -> None:
         """ModelStreamInfer: requests are read as they arrive, responses written as they come."""
+        try:
+            grant = self.service.open_stream(headers)
+        except AccessDenied as exc:
+            raise GrpcFailure(exc.grpc_status, exc.message) from None
+        try:
+            await self._stream_calls(grpc_error, receive, reader, reply)
+        finally:
+            if grant is not None:
+                grant.release()
+
+    async def _stream_calls(self, grpc_error: bool, receive: Receive, reader: MessageReader, reply: Reply) -> None:
         requests = StreamRequests(receive, reader)
         try:
             async for item in self.service.ModelStreamInfer(requests.read(), grpc_error):

@@ -21,7 +21,7 @@ import zttp
 from uvicorn.protocols.http.zttp_h2_impl import ZttpH2Protocol
 
 from inferd.default_plugins.grpc.h2_app import GrpcApp
-from inferd.default_plugins.grpc.h2_unary import UnaryCall, call_headers, is_plain_unary
+from inferd.default_plugins.grpc.h2_unary import UnaryCall, access_headers, call_headers, is_plain_unary
 
 #: Streams a connection takes before it is rotated (zttp's cap is 4096; leave room for races).
 STREAMS_PER_CONNECTION = 4000
@@ -105,6 +105,7 @@ class GrpcH2Protocol(ZttpH2Protocol):
             self.transport,
             self.flow,
             self.resume_reading_if_idle,
+            access_headers(event.headers) if app.service.policy is not None else None,
         )
         self.cycles[event.stream_id] = call  # type: ignore[assignment]
         task = self.loop.create_task(call.run(self.on_response_complete))

@@ -72,6 +72,12 @@ def call_headers(headers: zttp.HeaderBlock | list[tuple[bytes, bytes]]) -> dict[
     return found
 
 
+def access_headers(headers: zttp.HeaderBlock | list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Every header of the call by lowercase name, for the access policy (servers with one only)."""
+    pairs = headers.to_list(lowercase_names=True) if isinstance(headers, zttp.HeaderBlock) else headers
+    return {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in pairs}
+
+
 def is_plain_unary(method: bytes, headers: dict[bytes, bytes]) -> bool:
     """Whether the call can skip ASGI: POST, gRPC content type, uncompressed, no deadline."""
     if method != b"POST":
@@ -98,8 +104,11 @@ class UnaryCall:
         transport: _Writer,
         flow: _Flow,
         resume_reading: Callable[[], None],
+        headers_for_access: dict[str, str] | None = None,
     ) -> None:
         self.method = method
+        #: Every header, when the server has access rules (``inferd.auth``); None otherwise.
+        self.headers_for_access = headers_for_access
         self.max_message_bytes = max_message_bytes
         self.conn = conn
         self.stream = conn.stream(event.stream_id)
@@ -122,7 +131,7 @@ class UnaryCall:
             if body is None:
                 return
             try:
-                parts, size = await self.method(self._message(body))
+                parts, size = await self.method(self._message(body), self.headers_for_access)
                 if size > self.max_message_bytes:
                     raise GrpcFailure(
                         grpc.StatusCode.RESOURCE_EXHAUSTED,

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import json_format
 
+from inferd.auth import CURRENT, RPC_GROUPS, ApiGroup, Grant, unknown_model, visible_entries
 from inferd.default_plugins.grpc import grpc_service_pb2 as pb
 from inferd.default_plugins.grpc import health_pb2
 from inferd.default_plugins.grpc.codec import (
@@ -22,7 +23,8 @@ from inferd.default_plugins.grpc.codec import (
     stream_error,
 )
 from inferd.default_plugins.grpc.plans import RequestPlans
-from inferd.errors import ErrorKind, InferdError, InvalidArgument
+from inferd.errors import ErrorKind, InferdError, InvalidArgument, NotFound
+from inferd.repository import poll_failure
 from inferd.shared_memory import bind_outputs
 from inferd.validation import check_repository_name
 
@@ -72,6 +74,23 @@ UNARY: tuple[tuple[str, Any, Any], ...] = (
 
 _DONE = object()
 _CLOSING = object()
+#: The field of each RPC's request that names a model (ModelInfer's is in ``WireRequest.message``).
+MODEL_FIELD = {"ModelReady": "name", "ModelMetadata": "name", "ModelConfig": "name", "ModelStatistics": "name",
+               "RepositoryModelLoad": "model_name", "RepositoryModelUnload": "model_name",
+               "TraceSetting": "model_name"}  # fmt: skip
+
+
+def model_of(rpc: str, request: Any) -> str:
+    """The model an RPC's request names ("" for none)."""
+    if rpc == "ModelInfer":
+        return request.message.model_name if request.message is not None else ""
+    field = MODEL_FIELD.get(rpc)
+    return "" if field is None else getattr(request, field)
+
+
+def metadata_dict(metadata: Iterable[tuple[str, Any]]) -> dict[str, str]:
+    """Text metadata by (lowercase) key; binary ``-bin`` values are left out."""
+    return {key: value for key, value in metadata if isinstance(value, str)}
 
 
 def status_of(exc: InferdError) -> grpc.StatusCode:
@@ -84,6 +103,13 @@ def wants_grpc_error(metadata: Iterable[tuple[str, Any]]) -> bool:
         if key == "triton_grpc_error":
             return str(value).lower() == "true"
     return False
+
+
+def _check_seen(model: str) -> None:
+    """A stream request for a model the stream's tenant may not see fails as an unknown model's."""
+    grant = CURRENT.get()
+    if grant is None or not grant.sees(model):
+        raise unknown_model(model)
 
 
 class InferenceService:
@@ -99,6 +125,40 @@ class InferenceService:
         self.plans = RequestPlans()
         #: Response queues of the open streams, told to wind down when the server stops.
         self._streams: set[asyncio.Queue[Any]] = set()
+        #: The gRPC access rules (``inferd.auth``); None: every call is open.
+        self.policy = dataplane.access.grpc if dataplane.access is not None else None
+
+    async def admitted(self, rpc: str, method: Callable[[Any], Awaitable[Any]], request: Any,
+                       metadata: Mapping[str, str]) -> Any:  # fmt: skip
+        """``method(request)`` once the policy admits it (raises ``AccessDenied`` or an unknown
+        model's error); a model the caller may not see answers as an unknown one."""
+        assert self.policy is not None
+        grant = self.policy.admit(RPC_GROUPS[rpc], model_of(rpc, request), metadata)
+        if not grant.visible:
+            return self._hidden(rpc, model_of(rpc, request))
+        token = CURRENT.set(grant)
+        try:
+            return await method(request)
+        finally:
+            CURRENT.reset(token)
+            grant.release()
+
+    def _hidden(self, rpc: str, model: str) -> Any:
+        if rpc == "ModelReady":
+            return pb.ModelReadyResponse(ready=False)
+        self.dp._check_control()  # the control mode answers first, for any model
+        if rpc == "RepositoryModelLoad":
+            raise NotFound(poll_failure(model))
+        return pb.RepositoryModelUnloadResponse()  # unloading an unknown model succeeds
+
+    def open_stream(self, metadata: Mapping[str, str]) -> Grant | None:
+        """Admit a ModelStreamInfer call (one request of its tenant, held while it is open); its
+        requests are checked model by model. None without a policy."""
+        if self.policy is None:
+            return None
+        grant = self.policy.admit(ApiGroup.INFERENCE, "", metadata)
+        CURRENT.set(grant)
+        return grant
 
     def close(self) -> None:
         """Open streams stop taking requests and end once their in-flight requests are answered."""
@@ -135,7 +195,7 @@ class InferenceService:
         return pb.ModelConfigResponse(config=self.dp.model_config(request.name, request.version))
 
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest) -> pb.ModelStatisticsResponse:
-        stats = self.dp.model_statistics(request.name, request.version)
+        stats = visible_entries(self.dp.model_statistics(request.name, request.version))
         return json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse(), ignore_unknown_fields=True)
 
     # -- inference --------------------------------------------------------------------------------
@@ -155,6 +215,8 @@ class InferenceService:
         infer_request: InferRequest | None = None
         try:
             infer_request = self.plans.decode(wire, self.regions)
+            if self.policy is not None:
+                _check_seen(infer_request.model_name)
             sinks = bind_outputs(infer_request, self.regions) if infer_request.outputs else None
             info = self.dp.resolve(infer_request.model_name, infer_request.model_version)
             decoupled = info.decoupled
@@ -245,7 +307,7 @@ class InferenceService:
                     state=e.get("state", ""),
                     reason=e.get("reason", ""),
                 )
-                for e in self.dp.repository_index(request.ready)
+                for e in visible_entries(self.dp.repository_index(request.ready))
             ]
         )
 

@@ -20,9 +20,11 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from inferd.auth import AccessPolicy, visible_entries
 from inferd.config import config_to_json
+from inferd.default_plugins.http.access import AdmittedInfer, admitted
 from inferd.default_plugins.http.codec import parse_json
 from inferd.default_plugins.http.errors import decode_body, error_body, error_reply
 from inferd.default_plugins.http.generate import NOT_ONE_RESPONSE, decode_generate, encode_generate, sse_event
@@ -106,9 +108,12 @@ class HttpApp:
 
     def __init__(self, dp: DataPlane) -> None:
         endpoints = Endpoints(dp)
-        self.infer = InferEndpoint(dp)
+        policy = dp.access.http if dp.access is not None else None
+        self.infer: ASGIApp = InferEndpoint(dp) if policy is None else AdmittedInfer(InferEndpoint(dp), policy)
         infer_routes = [Route(path, self.infer) for path in INFER_PATHS]
-        routes = [Route(path, _guarded(getattr(endpoints, name)), methods=[method]) for path, method, name in ROUTES]
+        routes = [
+            Route(path, _guarded(_endpoint(endpoints, name, policy)), methods=[method]) for path, method, name in ROUTES
+        ]
         self.app = Starlette(routes=[*infer_routes, *routes], exception_handlers={HTTPException: _on_http_error})
         #: The infer routes' own patterns, for the dispatch ahead of the router.
         self.infer_patterns = [route.path_regex for route in infer_routes]
@@ -123,6 +128,12 @@ class HttpApp:
                     await self.infer(scope, receive, send)
                     return
         await self.app(scope, receive, send)
+
+
+def _endpoint(endpoints: Endpoints, name: str, policy: AccessPolicy | None) -> Endpoint:
+    """The endpoint of route ``name``, behind the access policy when the server has one."""
+    endpoint: Endpoint = getattr(endpoints, name)
+    return endpoint if policy is None else admitted(endpoint, name, policy, endpoints.dp)
 
 
 class Endpoints:
@@ -153,7 +164,7 @@ class Endpoints:
 
     async def model_stats(self, request: Request) -> Response:
         name = request.path_params.get("model", "")
-        return _json({"model_stats": self.dp.model_statistics(name, _version(request))})
+        return _json({"model_stats": visible_entries(self.dp.model_statistics(name, _version(request)))})
 
     async def generate(self, request: Request) -> Response:
         """One JSON object out (the generate extension); errors from the model answer 400, as in Triton."""
@@ -188,7 +199,7 @@ class Endpoints:
             raise InvalidArgument(
                 f"attempt to access JSON non-boolean as boolean ('ready' must be a boolean, got {ready_only!r})"
             )
-        return _json(self.dp.repository_index(ready_only))
+        return _json(visible_entries(self.dp.repository_index(ready_only)))
 
     async def load(self, request: Request) -> Response:
         _no_repository_name(request)

@@ -138,6 +138,8 @@ class MetricsFrontend(Frontend):
         # Families other plugins contribute (Triton's custom metrics), summed over the workers.
         peers = dataplane.peers
         self.registry.register(SOURCES if peers is None else SummedSources(SOURCES, lambda: peers.ask("sources")))
+        if dataplane.access is not None:  # per-tenant request counters (inferd.auth)
+            self.registry.register(dataplane.access)
         await self._sample()
         self._attach(self.versions())
         self.server = AsgiServer(self._app, self.host, self.port, "metrics frontend", dataplane.shares_ports)

@@ -1,0 +1,87 @@
+"""Access control: Triton's restricted API groups, API keys and tenants, per-tenant limits.
+
+Frontends hold ``dataplane.access`` (an :class:`AccessControl`, or ``None`` when no flag asks
+for any of this: then the one check on the request path is that attribute). A frontend takes its
+protocol's :class:`AccessPolicy` (``access.http``, ``access.grpc``, or ``access.policy(name)`` for a
+plugin's own protocol, e.g. the OpenAI frontend) and calls ``policy.admit(group, model, headers)``
+once per request; it sets :data:`CURRENT` to the grant while serving and calls
+``grant.release()`` when done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from inferd.auth.groups import ROUTE_GROUPS, RPC_GROUPS, ApiGroup, Restriction, RestrictionError, parse_restrictions
+from inferd.auth.keys import AuthConfigError, KeyFile, Tenant, digest
+from inferd.auth.limits import TenantLimits
+from inferd.auth.policy import (
+    CURRENT,
+    GRPC_HEADER_PREFIX,
+    HTTP_HEADER_PREFIX,
+    OPEN,
+    AccessDenied,
+    AccessPolicy,
+    Grant,
+    unknown_model,
+)
+
+__all__ = [
+    "CURRENT", "OPEN", "ROUTE_GROUPS", "RPC_GROUPS", "AccessControl", "AccessDenied", "AccessPolicy",
+    "ApiGroup", "AuthConfigError", "Grant", "Restriction", "RestrictionError", "Tenant", "access_from_flags",
+    "digest", "unknown_model", "visible_entries",
+]  # fmt: skip
+
+
+class AccessControl:
+    """The server's access rules: one :class:`AccessPolicy` per protocol, sharing the key file and
+    the tenants' limits (a tenant's rate is one budget across HTTP, gRPC and plugins)."""
+
+    def __init__(self, http: Mapping[ApiGroup, Restriction], grpc: Mapping[ApiGroup, Restriction],
+                 keys: KeyFile | None) -> None:  # fmt: skip
+        self.keys = keys
+        self.limits = TenantLimits()
+        self.http = AccessPolicy(http, keys, self.limits, HTTP_HEADER_PREFIX, "API")
+        self.grpc = AccessPolicy(grpc, keys, self.limits, GRPC_HEADER_PREFIX, "protocol")
+
+    def policy(self, restricted: Mapping[ApiGroup, Restriction] | None = None, header_prefix: str = "") -> AccessPolicy:
+        """A policy for a plugin's protocol: the same tenants and limits, its own restrictions."""
+        return AccessPolicy(restricted or {}, self.keys, self.limits, header_prefix, "API")
+
+    def collect(self) -> Iterator[Metric]:
+        """``inferd_tenant_requests_total{tenant,outcome}`` and ``inferd_tenant_requests_in_flight``."""
+        name = "inferd_tenant_requests_total"  # a family of that very name, as Triton names none
+        total = Metric(name, "Requests by tenant and access outcome", "counter")
+        for (tenant, outcome), count in sorted(self.limits.counts.items()):
+            total.add_sample(name, {"tenant": tenant or "(none)", "outcome": outcome}, count)
+        in_flight = GaugeMetricFamily("inferd_tenant_requests_in_flight", "Requests in flight by tenant",
+                                      labels=["tenant"])  # fmt: skip
+        for name, state in sorted(self.limits.states.items()):
+            in_flight.add_metric([name], state.in_flight)
+        yield total
+        yield in_flight
+
+
+def visible_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The entries (index, statistics: each with a ``name``) the current request's tenant may see."""
+    grant = CURRENT.get()
+    if grant is None or grant.tenant is None:
+        return entries
+    return [e for e in entries if grant.sees(e.get("name", ""))]
+
+
+def access_from_flags(http_restricted: Sequence[str], grpc_restricted: Sequence[str],
+                      auth_config: str | None) -> AccessControl | None:  # fmt: skip
+    """The rules the flags ask for, or ``None`` when none does. Raises :class:`RestrictionError` or
+    :class:`AuthConfigError` (naming the flag, or the file and line) for a bad value."""
+    http = parse_restrictions(list(http_restricted), "--http-restricted-api")
+    grpc = parse_restrictions(list(grpc_restricted), "--grpc-restricted-protocol")
+    keys = KeyFile(Path(auth_config)) if auth_config else None
+    if not http and not grpc and keys is None:
+        return None
+    return AccessControl(http, grpc, keys)

@@ -1,0 +1,145 @@
+"""The one access decision every frontend asks for, once per request:
+:meth:`AccessPolicy.admit` ``(group, model, headers)`` -> a :class:`Grant`, or :class:`AccessDenied`.
+
+Three checks, in order: Triton's restricted API groups (a header secret per group), the tenant of
+the ``Authorization: Bearer <key>`` (``--auth-config``: its API groups and the models it may see),
+and the tenant's limits. A model the tenant may not see answers as an unknown model does.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hmac
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import grpc
+
+from inferd.auth.groups import ApiGroup, Restriction
+from inferd.auth.keys import KeyFile, Tenant, digest
+from inferd.auth.limits import TenantLimits
+from inferd.errors import InferdError, InvalidArgument, NotFound
+
+#: Longest ``Authorization`` value looked at (a bearer key is far shorter).
+MAX_AUTHORIZATION = 4096
+_BEARER = "bearer "
+#: How a frontend's transport names a restricted group's header: ``<prefix><key>``.
+HTTP_HEADER_PREFIX = ""
+GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
+
+
+class AccessDenied(Exception):
+    """A refused request: HTTP status, gRPC status, message, and extra HTTP headers."""
+
+    def __init__(self, http_status: int, grpc_status: grpc.StatusCode, message: str,
+                 headers: tuple[tuple[str, str], ...] = (), content_type: str = "application/json") -> None:  # fmt: skip
+        super().__init__(message)
+        self.http_status = http_status
+        self.grpc_status = grpc_status
+        self.message = message
+        self.headers = headers
+        self.content_type = content_type
+
+
+def unknown_model(model: str, group: ApiGroup = ApiGroup.INFERENCE) -> InferdError:
+    """What an unknown model answers to a request of ``group`` (the data plane's sentences): a
+    model the tenant may not see answers it too."""
+    if group is ApiGroup.TRACE:
+        return InvalidArgument(f"Request for unknown model : '{model}' is not in the model repository")
+    return NotFound(f"Request for unknown model: '{model}' is not found")
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """An admitted request: its tenant (None without ``--auth-config``, or an open health probe),
+    whether the model it names is visible to it, and the limit slot to give back."""
+
+    tenant: Tenant | None = None
+    visible: bool = True
+    limits: TenantLimits | None = None
+
+    def sees(self, model: str) -> bool:
+        """Whether the tenant may see ``model`` (filters indexes and statistics)."""
+        return self.tenant is None or self.tenant.sees(model)
+
+    def release(self) -> None:
+        """The request is answered: give back its in-flight slot (call once, in a ``finally``)."""
+        if self.limits is not None and self.tenant is not None:
+            self.limits.release(self.tenant)
+
+
+OPEN = Grant()
+#: The grant of the request being served (set by the frontend around the call; None: no policy).
+CURRENT: contextvars.ContextVar[Grant | None] = contextvars.ContextVar("inferd_grant", default=None)
+
+
+class AccessPolicy:
+    """The access rules of one frontend protocol (``http``, ``grpc``, or a plugin's own)."""
+
+    def __init__(self, restricted: Mapping[ApiGroup, Restriction], keys: KeyFile | None, limits: TenantLimits,
+                 header_prefix: str, restricted_word: str = "API") -> None:  # fmt: skip
+        self.restricted = dict(restricted)
+        self.keys = keys
+        self.limits = limits
+        self.header_prefix = header_prefix
+        self.restricted_word = restricted_word
+
+    def admit(self, group: ApiGroup, model: str, headers: Mapping[str, str]) -> Grant:
+        """Admit one request to ``group`` naming ``model`` ("" for none); ``headers`` by lowercase
+        name. Raises :class:`AccessDenied`, or the unknown-model error for a model the tenant may not
+        see (but for health and model-repository requests: their grant says ``visible=False``)."""
+        restriction = self.restricted.get(group)
+        if restriction is not None:
+            self._check_restricted(restriction, headers)
+        if self.keys is None:
+            return OPEN
+        config = self.keys.current()
+        if group is ApiGroup.HEALTH and not model and config.open_health:
+            return OPEN
+        tenant = self._tenant(headers, config.by_digest)
+        if group not in tenant.apis:
+            self.limits.count(tenant.name, "forbidden")
+            raise AccessDenied(403, grpc.StatusCode.PERMISSION_DENIED,
+                               f"tenant '{tenant.name}' may not use the {group.value} API")  # fmt: skip
+        visible = not model or tenant.sees(model)
+        if not visible and group not in (ApiGroup.HEALTH, ApiGroup.MODEL_REPOSITORY):
+            self.limits.count(tenant.name, "forbidden")
+            raise unknown_model(model, group)
+        if group is ApiGroup.HEALTH:
+            return Grant(tenant, visible)
+        limited = self.limits.acquire(tenant)
+        if limited is not None:
+            raise AccessDenied(429, grpc.StatusCode.RESOURCE_EXHAUSTED, limited.message,
+                               (("retry-after", str(max(limited.retry_after, 1))),))  # fmt: skip
+        return Grant(tenant, visible, self.limits)
+
+    def _check_restricted(self, restriction: Restriction, headers: Mapping[str, str]) -> None:
+        header = self.header_prefix + restriction.key
+        given = headers.get(header)
+        if given is None or not hmac.compare_digest(given.encode(), restriction.value.encode()):  # Triton's answer
+            word = self.restricted_word
+            raise AccessDenied(403, grpc.StatusCode.UNAVAILABLE,
+                               f"This {word} is restricted, expecting header '{header}'", content_type="text/plain")  # fmt: skip
+
+    def _tenant(self, headers: Mapping[str, str], by_digest: Mapping[str, Tenant]) -> Tenant:
+        value = headers.get("authorization")
+        if value is None:
+            self.limits.count("", "unauthenticated")
+            raise _unauthenticated("missing API key: send it as 'Authorization: Bearer <key>' (an HTTP header, "
+                                   "or 'authorization' gRPC metadata)")  # fmt: skip
+        if len(value) > MAX_AUTHORIZATION:
+            self.limits.count("", "unauthenticated")
+            raise _unauthenticated(f"the Authorization header is {len(value)} bytes long, at most "
+                                   f"{MAX_AUTHORIZATION}: send 'Authorization: Bearer <key>'")  # fmt: skip
+        if value[: len(_BEARER)].lower() != _BEARER or not value[len(_BEARER) :].strip():
+            self.limits.count("", "unauthenticated")
+            raise _unauthenticated("the Authorization header must be 'Bearer <key>'")
+        tenant = by_digest.get(digest(value[len(_BEARER) :].strip()))
+        if tenant is None:
+            self.limits.count("", "unauthenticated")
+            raise _unauthenticated("unknown API key")
+        return tenant
+
+
+def _unauthenticated(message: str) -> AccessDenied:
+    return AccessDenied(401, grpc.StatusCode.UNAUTHENTICATED, message, (("www-authenticate", "Bearer"),))
