@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from inferd import __version__, asgi_server, triton_flags
+from inferd import __version__, asgi_server, tls, triton_flags
 from inferd.errors import InferdError
 from inferd.flags import SuggestingParser, backend_config_setting, parse_bool
 from inferd.lifecycle import ControlMode
@@ -129,6 +129,7 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
                         "model instances (default: 1, one process)")
     o.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)  # set by the supervisor
     o.add_argument("--worker-dir", type=Path, default=None, help=argparse.SUPPRESS)
+    tls.add_arguments(p)
     host.add_options(p)
     triton_flags.add_arguments(p)
 
@@ -244,7 +245,7 @@ def _supervise(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def _run_serve(args: argparse.Namespace, host: PluginHost, argv: Sequence[str] | None) -> int:
     """``inferd serve``: refuse what cannot be honoured, warn about what does not apply, serve."""
-    refused = triton_flags.refusal(vars(args))
+    refused = triton_flags.refusal(vars(args)) or tls.refusal(vars(args))
     if refused is not None:
         print(f"inferd serve: error: {refused}", file=sys.stderr)
         return 2
@@ -254,7 +255,7 @@ def _run_serve(args: argparse.Namespace, host: PluginHost, argv: Sequence[str] |
         print(f"error: {exc.message}", file=sys.stderr)
         return 1
     if args.worker_index is None:  # once per command line, not once per worker
-        for line in triton_flags.warnings(vars(args)):
+        for line in [*triton_flags.warnings(vars(args)), *tls.warnings(vars(args))]:
             log.warning("%s", line)
     if args.workers > 1 and args.worker_index is None:
         return _supervise(args, sys.argv[1:] if argv is None else argv)
