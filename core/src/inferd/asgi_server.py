@@ -61,6 +61,31 @@ def tls_factory(context: ssl.SSLContext | None) -> Callable[[Any, Any], ssl.SSLC
     return lambda _config, _default: context
 
 
+async def shutdown(server: Any, sockets: list[socket.socket], tls: bool) -> None:
+    """uvicorn's graceful ``server.shutdown``; over TLS, without waiting on idle clients.
+
+    asyncio keeps a TLS connection it closed open until the client answers with its own
+    close_notify, for up to 30 s, and uvicorn waits for every connection: an idle keep-alive client
+    that never answers would hold the shutdown that long. A closed connection whose data is sent
+    is dropped instead (close_notify was sent; TLS does not require waiting for the answer).
+    """
+    sweeper = asyncio.get_running_loop().create_task(_drop_closed(server)) if tls else None
+    try:
+        await server.shutdown(sockets=sockets)
+    finally:
+        if sweeper is not None:
+            sweeper.cancel()
+
+
+async def _drop_closed(server: Any) -> None:
+    while True:
+        await asyncio.sleep(0.1)
+        for connection in list(server.server_state.connections):
+            transport = getattr(connection, "transport", None)
+            if transport is not None and transport.is_closing() and not transport.get_write_buffer_size():
+                transport.abort()
+
+
 class HeldWrites:
     """A connection's transport whose writes are held and sent together, in one ``writelines``.
 
@@ -176,6 +201,6 @@ class AsgiServer:
         if self._tick is not None:
             await self._tick
         try:
-            await server.shutdown(sockets=[self._sock] if self._sock else None)
+            await shutdown(server, [self._sock] if self._sock else [], self.tls is not None)
         except Exception:  # a failed close must not stop the rest of the shutdown
             log.exception("%s did not shut down cleanly", self.what)

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import ssl
 
-from inferd.asgi_server import bind, tls_factory
+from inferd.asgi_server import bind, shutdown, tls_factory
 from inferd.default_plugins.grpc.h2_app import GrpcApp
 from inferd.default_plugins.grpc.service import InferenceService
 from inferd.tls import CertificateWatch, TlsConfig, forget, listening_context
@@ -76,6 +76,6 @@ class H2Transport:
         if self._tick is not None:
             await self._tick
         try:
-            await server.shutdown(sockets=[self._sock])
+            await shutdown(server, [self._sock], self.tls is not None)
         except Exception:  # a failed close must not stop the rest of the shutdown
             log.exception("the gRPC frontend did not shut down cleanly")
