@@ -159,8 +159,6 @@ def test_not_applicable_flags_warn_once_per_use_in_both_forms():
     [
         (["--http-restricted-api=health:key=secret"], "--http-restricted-api"),
         (["--grpc-restricted-protocol", "inference:key=secret"], "--grpc-restricted-protocol"),
-        (["--grpc-use-ssl=true"], "--grpc-use-ssl"),
-        (["--grpc-use-ssl-mutual", "1"], "--grpc-use-ssl-mutual"),
     ],
 )
 def test_flags_that_would_weaken_security_are_refused(argv, flag):

@@ -12,6 +12,7 @@ import shutil
 import signal
 import socket
 import ssl
+import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -24,6 +25,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from inferd import cli, tls
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 
@@ -316,3 +318,106 @@ def test_a_rotation_that_does_not_load_keeps_the_old_certificate(server: TlsServ
         shutil.copy(pki.dir / "server.key", root / "server.key")
         server.proc.send_signal(signal.SIGHUP)
     assert_healthy(server)
+
+
+# -- files that cannot start a server ---------------------------------------------------------------
+
+
+def encrypted_key(pki: Pki) -> str:
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key((pki.dir / "server.key").read_bytes(), password=None)
+    path = pki.dir / "encrypted.key"
+    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.BestAvailableEncryption(b"secret")))  # fmt: skip
+    return str(path)
+
+
+def refusals(pki: Pki) -> list[tuple[list[str], str]]:
+    """Command lines and the start of the error each must stop with."""
+    p = pki.path
+    grpc = ["--grpc-use-ssl=true", "--grpc-server-cert", p("server.pem")]
+    http = ["--http-ssl-certfile", p("server.pem")]
+    return [
+        (["--grpc-use-ssl=true"], "--grpc-use-ssl=true needs --grpc-server-cert"),
+        (grpc, "--grpc-use-ssl=true needs --grpc-server-key"),
+        (["--grpc-use-ssl-mutual=true", *grpc[1:], "--grpc-server-key", p("server.key")],
+         "--grpc-use-ssl-mutual=true needs --grpc-root-cert"),
+        ([*grpc, "--grpc-server-key", p("missing.key")], f"--grpc-server-key {p('missing.key')}: cannot read the file: No such file"),
+        ([*grpc, "--grpc-server-key", str(pki.dir)], f"--grpc-server-key {pki.dir}: cannot read the file: Is a directory"),
+        ([*grpc, "--grpc-server-key", p("other-server.key")],
+         f"--grpc-server-key {p('other-server.key')}: the private key does not match the certificate in "
+         f"--grpc-server-cert {p('server.pem')}"),
+        ([*grpc, "--grpc-server-key", p("server.pem")], f"--grpc-server-key {p('server.pem')}: no PEM private key found"),
+        ([*grpc, "--grpc-server-key", p("server.key"), "--grpc-root-cert", p("garbage.pem")],
+         f"--grpc-root-cert {p('garbage.pem')}: no PEM certificate found in the file"),
+        (["--http-ssl-certfile", p("garbage.pem"), "--http-ssl-keyfile", p("server.key")],
+         f"--http-ssl-certfile {p('garbage.pem')}: no PEM certificate found in the file"),
+        ([*http, "--http-ssl-keyfile", encrypted_key(pki)], f"--http-ssl-keyfile {p('encrypted.key')}: the private key is encrypted"),
+        (http, f"--http-ssl-certfile {p('server.pem')}: no PEM private key found"),  # no key, none in the file
+        ([*http, "--http-ssl-keyfile", p("server.key"), "--http-ssl-verify-client=true"],
+         "--http-ssl-verify-client=true needs --http-ssl-ca-certs"),
+        (["--http-ssl-keyfile", p("server.key")], "--http-ssl-keyfile needs --http-ssl-certfile"),
+    ]  # fmt: skip
+
+
+def test_certificate_files_that_cannot_serve_stop_the_start_naming_flag_and_file(
+    pki: Pki, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = write_repository(tmp_path / "models", {"add_sub": models.add_sub()})
+    for argv, message in refusals(pki):
+        assert cli.main(["serve", "--model-repository", str(repo), "--http-port", "0", *argv]) == 2, argv
+        assert capsys.readouterr().err.startswith(f"inferd serve: error: {message}"), argv
+
+
+def test_inferd_serve_exits_2_on_a_key_that_does_not_match(pki: Pki, tmp_path: Path) -> None:
+    repo = write_repository(tmp_path / "models", {"add_sub": models.add_sub()})
+    args = ["--grpc-use-ssl=true", "--grpc-server-cert", pki.path("server.pem"), "--grpc-server-key", pki.path("other-server.key")]
+    done = subprocess.run(ServerProcess([repo], args).command(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "the private key does not match the certificate in --grpc-server-cert" in done.stderr
+
+
+def test_grpc_certificate_flags_without_tls_warn_as_triton_ignores_them(pki: Pki) -> None:
+    values = {"grpc_use_ssl": False, "grpc_server_cert": pki.path("server.pem"), "grpc_server_key": pki.path("server.key")}
+    assert tls.warnings(values) == [
+        "--grpc-server-cert is ignored: gRPC serves clear text unless --grpc-use-ssl=true",
+        "--grpc-server-key is ignored: gRPC serves clear text unless --grpc-use-ssl=true",
+    ]
+    assert tls.warnings({**values, "grpc_use_ssl": True}) == []
+
+
+# -- --workers N --------------------------------------------------------------------------------------
+
+
+def served_by(client: httpclient.InferenceServerClient | grpcclient.InferenceServerClient) -> int:
+    """The pid of the worker that answered (the ``whoami`` model of tests/e2e/test_workers.py)."""
+    mod = httpclient if isinstance(client, httpclient.InferenceServerClient) else grpcclient
+    ms = mod.InferInput("MS", [1], "INT32")
+    ms.set_data_from_numpy(np.array([0], np.int32))
+    return int(client.infer("whoami", [ms]).as_numpy("PID")[0])
+
+
+def test_workers_serve_tls_on_shared_ports_and_stop_promptly_with_idle_tls_clients(pki: Pki, tmp_path: Path) -> None:
+    from tests.e2e.test_workers import WHOAMI
+
+    repo = write_repository(tmp_path / "models", {"whoami": WHOAMI})
+    cert, key = pki.path("server.pem"), pki.path("server.key")
+    srv = TlsServer([repo], ["--workers", "2", "--grpc-use-ssl=true", "--grpc-server-cert", cert, "--grpc-server-key", key,
+                             "--http-ssl-certfile", cert, "--http-ssl-keyfile", key])  # fmt: skip
+    srv.ca = pki.path("ca.pem")
+    with srv:
+        http_pids, grpc_pids = set(), set()
+        for _ in range(60):  # each a new connection: the kernel picks the worker
+            if len(http_pids) < 2:
+                http_pids.add(served_by(http_client(srv)))
+            if len(grpc_pids) < 2:
+                with grpc_client(srv) as client:
+                    grpc_pids.add(served_by(client))
+        assert len(http_pids) == 2 and http_pids == grpc_pids
+        idle_http, idle_grpc = http_client(srv), grpc_client(srv)  # keep-alive connections left idle
+        assert idle_http.is_server_live() and idle_grpc.is_server_live()
+        started = time.monotonic()
+        assert srv.stop() == 0
+        assert time.monotonic() - started < 10  # not the 30 s asyncio waits for a TLS client's goodbye
+        idle_grpc.close()
