@@ -114,7 +114,7 @@ class TlsServer(ServerProcess):
 REFUSED = (ssl.SSLError, ConnectionError, http.client.HTTPException)
 
 #: name -> (gRPC transport, mutual TLS on gRPC and HTTP)
-SERVERS = {"h2": ("h2", False), "h2-mutual": ("h2", True), "grpcio-mutual": ("grpcio", True)}
+SERVERS = {"h2": ("h2", False), "h2-mutual": ("h2", True), "grpcio": ("grpcio", False), "grpcio-mutual": ("grpcio", True)}
 
 
 @pytest.fixture(scope="module", params=list(SERVERS))
