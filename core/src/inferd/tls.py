@@ -48,11 +48,10 @@ class TlsFlags:
     cert: str
     key: str
     ca: str
-    verify: str
 
 
-GRPC_FLAGS = TlsFlags("--grpc-server-cert", "--grpc-server-key", "--grpc-root-cert", "--grpc-use-ssl-mutual=true")
-HTTP_FLAGS = TlsFlags("--http-ssl-certfile", "--http-ssl-keyfile", "--http-ssl-ca-certs", "--http-ssl-verify-client=true")
+GRPC_FLAGS = TlsFlags("--grpc-server-cert", "--grpc-server-key", "--grpc-root-cert")
+HTTP_FLAGS = TlsFlags("--http-ssl-certfile", "--http-ssl-keyfile", "--http-ssl-ca-certs")
 
 
 @dataclass(frozen=True)
