@@ -151,19 +151,6 @@ def test_not_applicable_flags_warn_once_per_use_in_both_forms():
         "--http-thread-count=8", "--rate-limit=execution_count", "--host-policy=a,numa-node=0", "--host-policy=b,cpu-cores=0-3",
     ]  # fmt: skip
     assert all("does not apply to inferd (ignored): " in line for line in lines)
-    assert triton_flags.refusal(args) is None
-
-
-@pytest.mark.parametrize(
-    ("argv", "flag"),
-    [
-        (["--grpc-use-ssl=true"], "--grpc-use-ssl"),
-        (["--grpc-use-ssl-mutual", "1"], "--grpc-use-ssl-mutual"),
-    ],
-)
-def test_flags_that_would_weaken_security_are_refused(argv, flag):
-    refusal = triton_flags.refusal(vars(_serve_args(*argv)))
-    assert refusal is not None and refusal.startswith(f"{flag}=") and "is not supported" in refusal
 
 
 def test_a_mistyped_flag_names_the_closest_one_and_exits_2(capsys):

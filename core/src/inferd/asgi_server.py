@@ -11,8 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Coroutine
+import ssl
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
+
+from inferd.tls import CertificateWatch, TlsConfig, forget, listening_context
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,38 @@ def bind(host: str, port: int, what: str, backlog: int = 2048, reuse_port: bool 
         raise SystemExit(f"error: {what} cannot bind {host}:{port}: {exc.strerror}") from None
     sock.listen(backlog)
     return sock
+
+
+def tls_factory(context: ssl.SSLContext | None) -> Callable[[Any, Any], ssl.SSLContext] | None:
+    """uvicorn's ``ssl_context_factory`` serving ``context`` as it is (``None``: clear text)."""
+    if context is None:
+        return None
+    return lambda _config, _default: context
+
+
+async def shutdown(server: Any, sockets: list[socket.socket], tls: bool) -> None:
+    """uvicorn's graceful ``server.shutdown``; over TLS, without waiting on idle clients.
+
+    asyncio keeps a TLS connection it closed open until the client answers with its own
+    close_notify, for up to 30 s, and uvicorn waits for every connection: an idle keep-alive client
+    that never answers would hold the shutdown that long. A closed connection whose data is sent
+    is dropped instead (close_notify was sent; TLS does not require waiting for the answer).
+    """
+    sweeper = asyncio.get_running_loop().create_task(_drop_closed(server)) if tls else None
+    try:
+        await server.shutdown(sockets=sockets)
+    finally:
+        if sweeper is not None:
+            sweeper.cancel()
+
+
+async def _drop_closed(server: Any) -> None:
+    while True:
+        await asyncio.sleep(0.1)
+        for connection in list(server.server_state.connections):
+            transport = getattr(connection, "transport", None)
+            if transport is not None and transport.is_closing() and not transport.get_write_buffer_size():
+                transport.abort()
 
 
 class HeldWrites:
@@ -117,28 +152,34 @@ def _protocol_class() -> type[asyncio.Protocol] | str:
 
 
 class AsgiServer:
-    """Serves ``app`` on ``host:port`` until :meth:`stop`."""
+    """Serves ``app`` on ``host:port`` until :meth:`stop`; over TLS with ``tls`` (see :mod:`inferd.tls`)."""
 
-    def __init__(self, app: Any, host: str, port: int, what: str, reuse_port: bool = False) -> None:
+    def __init__(self, app: Any, host: str, port: int, what: str, reuse_port: bool = False,
+                 tls: TlsConfig | None = None) -> None:  # fmt: skip
         self.app = app
         self.reuse_port = reuse_port
+        self.tls = tls
         self.host = host
         self.port = port
         self.what = what
         self._server: Any = None
         self._tick: asyncio.Task[None] | None = None
         self._sock: socket.socket | None = None
+        self._watch: CertificateWatch[ssl.SSLContext] | None = None
 
     async def start(self) -> None:
         """Bind and accept connections; returns once the socket is listening."""
         import uvicorn
 
         http = _protocol_class()
+        context = None
+        if self.tls is not None:
+            context, self._watch = listening_context(self.tls, ["http/1.1"], self.what)
         self._sock = bind(self.host, self.port, self.what, reuse_port=self.reuse_port)
         self.port = self._sock.getsockname()[1]
         config = uvicorn.Config(
             self.app, http=http, interface="asgi3", lifespan="off", log_config=None, access_log=False, proxy_headers=False,
-            timeout_keep_alive=75, server_header=False, date_header=False,
+            timeout_keep_alive=75, server_header=False, date_header=False, ssl_context_factory=tls_factory(context),
         )  # fmt: skip
         server = uvicorn.Server(config)
         config.load()
@@ -150,6 +191,8 @@ class AsgiServer:
 
     async def stop(self, grace: float) -> None:
         """Stop accepting; let requests in flight finish for up to ``grace`` seconds."""
+        if self._watch is not None:
+            forget(self._watch)
         server = self._server
         if server is None:
             return
@@ -158,6 +201,6 @@ class AsgiServer:
         if self._tick is not None:
             await self._tick
         try:
-            await server.shutdown(sockets=[self._sock] if self._sock else None)
+            await shutdown(server, [self._sock] if self._sock else [], self.tls is not None)
         except Exception:  # a failed close must not stop the rest of the shutdown
             log.exception("%s did not shut down cleanly", self.what)

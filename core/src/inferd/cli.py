@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from inferd import __version__, asgi_server, triton_flags
+from inferd import __version__, asgi_server, tls, triton_flags
 from inferd.auth import AuthConfigError, RestrictionError, access_from_flags
 from inferd.errors import InferdError
 from inferd.flags import SuggestingParser, backend_config_setting, parse_bool
@@ -131,6 +131,7 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
     o.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)  # set by the supervisor
     o.add_argument("--worker-dir", type=Path, default=None, help=argparse.SUPPRESS)
     _add_access(p)
+    tls.add_arguments(p)
     host.add_options(p)
     triton_flags.add_arguments(p)
 
@@ -262,7 +263,7 @@ def _supervise(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def _run_serve(args: argparse.Namespace, host: PluginHost, argv: Sequence[str] | None) -> int:
     """``inferd serve``: refuse what cannot be honoured, warn about what does not apply, serve."""
-    refused = triton_flags.refusal(vars(args))
+    refused = tls.refusal(vars(args))
     if refused is not None:
         print(f"inferd serve: error: {refused}", file=sys.stderr)
         return 2
@@ -272,7 +273,7 @@ def _run_serve(args: argparse.Namespace, host: PluginHost, argv: Sequence[str] |
         print(f"error: {exc.message}", file=sys.stderr)
         return 1
     if args.worker_index is None:  # once per command line, not once per worker
-        for line in triton_flags.warnings(vars(args)):
+        for line in [*triton_flags.warnings(vars(args)), *tls.warnings(vars(args))]:
             log.warning("%s", line)
     try:  # a bad value or key file stops the start, naming the flag or the file and line
         access = access_from_flags(args.http_restricted_api, args.grpc_restricted_protocol, args.auth_config)

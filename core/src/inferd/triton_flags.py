@@ -2,9 +2,8 @@
 
 Triton command lines and Helm values run unchanged: each of these flags takes one value (``--flag
 value`` or ``--flag=value``, as Triton's getopt does; booleans too) and is answered with one
-warning line naming it and why it does not apply. Flags that would *weaken security* if ignored
-(TLS) are refused instead: serving unrestricted or in clear text when the
-command line asks otherwise is not a compatible default.
+warning line naming it and why it does not apply. (Triton's security flags — TLS, restricted
+APIs — are not here: inferd implements them.)
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from typing import Any
 
 _DEVICES = "memory and devices are managed by each backend's framework"
 _KEEPALIVE = "inferd's gRPC server keeps its own HTTP/2 keepalive and connection settings"
-_TLS = "inferd's gRPC has no TLS: terminate TLS in a proxy in front of it"
 
 #: flag -> why inferd does not act on it (the warning's reason).
 NOT_APPLICABLE: dict[str, str] = {
@@ -28,11 +26,6 @@ NOT_APPLICABLE: dict[str, str] = {
     "--reuse-grpc-port": "ports are shared only between inferd's own --workers",
     "--grpc-header-forward-pattern": "gRPC metadata is not forwarded as request parameters",
     "--grpc-infer-allocation-pool-size": "inferd keeps no pool of gRPC request objects",
-    "--grpc-use-ssl": _TLS,
-    "--grpc-use-ssl-mutual": _TLS,
-    "--grpc-server-cert": _TLS,
-    "--grpc-server-key": _TLS,
-    "--grpc-root-cert": _TLS,
     "--grpc-infer-response-compression-level": "gRPC responses are sent uncompressed",
     "--grpc-keepalive-time": _KEEPALIVE,
     "--grpc-keepalive-timeout": _KEEPALIVE,
@@ -65,14 +58,6 @@ NOT_APPLICABLE: dict[str, str] = {
 
 #: Flags refused at start-up (exit code 2), with what to do instead (the restricted-API flags are
 #: real ``inferd serve`` options now: see ``inferd.auth``).
-REFUSED: dict[str, str] = {}
-
-#: Boolean flags refused only when true (false asks for what inferd does).
-REFUSED_WHEN_TRUE: dict[str, str] = {
-    "--grpc-use-ssl": "inferd's gRPC has no TLS and would serve in clear text; terminate TLS in a proxy",
-    "--grpc-use-ssl-mutual": "inferd's gRPC has no TLS and would serve in clear text; terminate TLS in a proxy",
-}
-
 _PREFIX = "triton_na_"
 
 
@@ -81,15 +66,13 @@ def _dest(flag: str) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Accept every flag of :data:`NOT_APPLICABLE` and :data:`REFUSED`, each with one value."""
+    """Accept every flag of :data:`NOT_APPLICABLE`, each with one value."""
     group = parser.add_argument_group(
         "Triton flags that do not apply",
         "accepted so Triton command lines run unchanged, each with a warning naming it: "
-        + ", ".join(sorted(NOT_APPLICABLE))
-        + ". Refused, because ignoring them would weaken security: "
-        + ", ".join([*REFUSED, *(f"{f}=true" for f in REFUSED_WHEN_TRUE)]),
+        + ", ".join(sorted(NOT_APPLICABLE)),
     )
-    for flag in (*NOT_APPLICABLE, *REFUSED):
+    for flag in NOT_APPLICABLE:
         group.add_argument(flag, dest=_dest(flag), action="append", metavar="VALUE", help=argparse.SUPPRESS)
 
 
@@ -100,24 +83,13 @@ def is_own_dest(dest: str) -> bool:
 
 def given(values: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     """``(flag, value)`` for each of these flags on the command line, in flag order."""
-    for flag in (*NOT_APPLICABLE, *REFUSED):
+    for flag in NOT_APPLICABLE:
         for value in values.get(_dest(flag)) or ():
             yield flag, value
 
 
-def refusal(values: Mapping[str, Any]) -> str | None:
-    """Why the command line cannot run (a security flag inferd cannot honour), or ``None``."""
-    for flag, value in given(values):
-        if flag in REFUSED:
-            return f"{flag}={value} is not supported: {REFUSED[flag]}"
-        if flag in REFUSED_WHEN_TRUE and value.strip().lower() in ("1", "true", "yes", "on"):
-            return f"{flag}={value} is not supported: {REFUSED_WHEN_TRUE[flag]}"
-    return None
-
-
 def warnings(values: Mapping[str, Any]) -> list[str]:
     """One line per not-applicable flag given: ``--http-thread-count=8 does not apply to inferd
-    (ignored): <why>`` (none for ``--grpc-use-ssl=false``: that is what inferd does)."""
+    (ignored): <why>``."""
     return [f"{flag}={value} does not apply to inferd (ignored): {NOT_APPLICABLE[flag]}"
-            for flag, value in given(values)
-            if flag in NOT_APPLICABLE and flag not in REFUSED_WHEN_TRUE]  # fmt: skip
+            for flag, value in given(values) if flag in NOT_APPLICABLE]  # fmt: skip

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from inferd.frontend import Frontend
 from inferd.hookspecs import FrontendRegister, hookimpl
+from inferd.tls import TlsConfig, grpc_config, settings
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane
@@ -40,9 +41,11 @@ class GrpcFrontend(Frontend):
     name = "gRPC"
 
     def __init__(
-        self, host: str, port: int, transport: str = "h2", max_message_bytes: int = MAX_MESSAGE_BYTES
-    ) -> None:
+        self, host: str, port: int, transport: str = "h2", max_message_bytes: int = MAX_MESSAGE_BYTES,
+        tls: TlsConfig | None = None,
+    ) -> None:  # fmt: skip
         self.host = host
+        self.tls = tls
         self.port = port
         self.transport_name = transport
         self.max_message_bytes = max_message_bytes
@@ -53,10 +56,10 @@ class GrpcFrontend(Frontend):
         if self.transport_name == "h2":
             from inferd.default_plugins.grpc.h2_server import H2Transport
 
-            return H2Transport(self.max_message_bytes, reuse_port)
+            return H2Transport(self.max_message_bytes, reuse_port, self.tls)
         from inferd.default_plugins.grpc.grpcio_transport import GrpcioTransport
 
-        return GrpcioTransport(self.max_message_bytes, reuse_port)
+        return GrpcioTransport(self.max_message_bytes, reuse_port, self.tls)
 
     async def start(self, dataplane: DataPlane) -> None:
         from inferd.default_plugins.grpc.service import InferenceService
@@ -86,6 +89,7 @@ def _factory(options: ServerSettings) -> GrpcFrontend | None:
         options.grpc_port,
         transport=extra.get("grpc_transport", "h2"),
         max_message_bytes=extra.get("grpc_max_message_bytes", MAX_MESSAGE_BYTES),
+        tls=settings(grpc_config, extra),
     )
 
 

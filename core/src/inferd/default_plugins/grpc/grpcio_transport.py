@@ -27,6 +27,7 @@ from inferd.default_plugins.grpc.service import (
     wants_grpc_error,
 )
 from inferd.errors import InferdError
+from inferd.tls import CertificateWatch, TlsConfig, TlsError, forget, reload_on_sighup, server_context
 
 log = logging.getLogger(__name__)
 
@@ -49,19 +50,27 @@ def server_options(max_message_bytes: int, reuse_port: bool = False) -> list[tup
 
 
 class GrpcioTransport:
-    """grpc.aio on the server's loop, with the codec's own (de)serializers."""
+    """grpc.aio on the server's loop, with the codec's own (de)serializers (over TLS with ``tls``)."""
 
-    def __init__(self, max_message_bytes: int, reuse_port: bool = False) -> None:
+    def __init__(self, max_message_bytes: int, reuse_port: bool = False, tls: TlsConfig | None = None) -> None:
         self.max_message_bytes = max_message_bytes
         self.reuse_port = reuse_port
+        self.tls = tls
         self._server: grpc.aio.Server | None = None
+        self._watch: CertificateWatch[grpc.ServerCertificateConfiguration] | None = None
 
     async def start(self, service: InferenceService, host: str, port: int) -> int:
+        credentials = None
+        if self.tls is not None:
+            credentials, self._watch = reloading_credentials(self.tls)
         server = grpc.aio.server(options=server_options(self.max_message_bytes, self.reuse_port))
         server.add_generic_rpc_handlers(build_handlers(service))
         address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
         try:
-            bound = server.add_insecure_port(address)
+            if credentials is None:
+                bound = server.add_insecure_port(address)
+            else:
+                bound = server.add_secure_port(address, credentials)
         except RuntimeError as exc:
             bound, reason = 0, str(exc)
         else:
@@ -73,9 +82,48 @@ class GrpcioTransport:
         return bound
 
     async def stop(self, grace: float) -> None:
+        if self._watch is not None:
+            forget(self._watch)
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
+
+
+def certificate_configuration(config: TlsConfig) -> grpc.ServerCertificateConfiguration:
+    """``config``'s files for grpc, checked first as :func:`inferd.tls.server_context` checks them."""
+    server_context(config)
+    assert config.key is not None  # the gRPC flags always name a key
+
+    def read(path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    root = read(config.ca) if config.ca else None
+    return grpc.ssl_server_certificate_configuration([(read(config.key), read(config.cert))], root_certificates=root)
+
+
+def reloading_credentials(config: TlsConfig) -> tuple[grpc.ServerCredentials, CertificateWatch[Any]]:
+    """Server credentials that take changed certificate files for new connections (grpc asks before
+    each handshake), and the watch behind them (reloaded on SIGHUP until :func:`inferd.tls.forget`)."""
+    try:
+        watch = CertificateWatch(config, certificate_configuration, "gRPC frontend")
+    except TlsError as exc:
+        raise SystemExit(f"error: gRPC frontend: {exc}") from None
+    handed = [watch.generation]
+
+    def fetch() -> grpc.ServerCertificateConfiguration | None:
+        try:
+            watch.poll()
+        except Exception:  # a failed reload must not fail the handshake
+            log.exception("gRPC frontend: TLS certificate check failed")
+        if watch.generation == handed[0]:
+            return None
+        handed[0] = watch.generation
+        return watch.value
+
+    reload_on_sighup(watch)
+    credentials = grpc.dynamic_ssl_server_credentials(watch.value, fetch, config.verify_client)
+    return credentials, watch
 
 
 def _bind_error(host: str, port: int) -> str:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 
-from inferd.asgi_server import bind
+from inferd.asgi_server import bind, shutdown, tls_factory
 from inferd.default_plugins.grpc.h2_app import GrpcApp
 from inferd.default_plugins.grpc.service import InferenceService
+from inferd.tls import CertificateWatch, TlsConfig, forget, listening_context
 
 log = logging.getLogger(__name__)
 
@@ -21,11 +23,14 @@ IDLE_SECONDS = 7200
 
 
 class H2Transport:
-    """Serves an :class:`InferenceService` over HTTP/2 until :meth:`stop`."""
+    """Serves an :class:`InferenceService` over HTTP/2 until :meth:`stop` (over TLS with ``tls``,
+    offering ALPN ``h2`` as gRPC clients require)."""
 
-    def __init__(self, max_message_bytes: int, reuse_port: bool = False) -> None:
+    def __init__(self, max_message_bytes: int, reuse_port: bool = False, tls: TlsConfig | None = None) -> None:
         self.max_message_bytes = max_message_bytes
         self.reuse_port = reuse_port
+        self.tls = tls
+        self._watch: CertificateWatch[ssl.SSLContext] | None = None
         self._server: object | None = None
         self._tick: asyncio.Task[None] | None = None
 
@@ -38,11 +43,14 @@ class H2Transport:
             raise SystemExit("error: --grpc-transport h2 needs the zttp package (pip install zttp)") from None
         from inferd.default_plugins.grpc.h2_protocol import GrpcH2Protocol
 
+        context = None
+        if self.tls is not None:
+            context, self._watch = listening_context(self.tls, GrpcH2Protocol.alpn_protocols, "gRPC frontend")
         sock = bind(host, port, "gRPC frontend", reuse_port=self.reuse_port)
         config = uvicorn.Config(
             GrpcApp(service, self.max_message_bytes), http=GrpcH2Protocol, interface="asgi3", lifespan="off",
             log_config=None, access_log=False, proxy_headers=False, timeout_keep_alive=IDLE_SECONDS,
-            server_header=False, date_header=False,
+            server_header=False, date_header=False, ssl_context_factory=tls_factory(context),
         )  # fmt: skip
         server = uvicorn.Server(config)
         config.load()
@@ -57,6 +65,8 @@ class H2Transport:
         """Stop accepting; let calls in flight finish for up to ``grace`` seconds."""
         import uvicorn
 
+        if self._watch is not None:
+            forget(self._watch)
         server = self._server
         if not isinstance(server, uvicorn.Server):
             return
@@ -66,6 +76,6 @@ class H2Transport:
         if self._tick is not None:
             await self._tick
         try:
-            await server.shutdown(sockets=[self._sock])
+            await shutdown(server, [self._sock], self.tls is not None)
         except Exception:  # a failed close must not stop the rest of the shutdown
             log.exception("the gRPC frontend did not shut down cleanly")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from inferd.asgi_server import AsgiServer
 from inferd.frontend import Frontend
 from inferd.hookspecs import FrontendRegister, hookimpl
+from inferd.tls import TlsConfig, http_config, settings
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane
@@ -21,15 +22,18 @@ class HttpFrontend(Frontend):
 
     name = "HTTP"
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, tls: TlsConfig | None = None) -> None:
         self.server: AsgiServer | None = None
         self.host = host
         self.port = port
+        self.tls = tls
 
     async def start(self, dataplane: DataPlane) -> None:
         from inferd.default_plugins.http.app import HttpApp
 
-        self.server = AsgiServer(HttpApp(dataplane), self.host, self.port, "HTTP frontend", dataplane.shares_ports)
+        self.server = AsgiServer(
+            HttpApp(dataplane), self.host, self.port, "HTTP frontend", dataplane.shares_ports, tls=self.tls
+        )
         await self.server.start()
         self.port = self.server.port
 
@@ -44,7 +48,7 @@ class HttpFrontend(Frontend):
 def _factory(options: ServerSettings) -> HttpFrontend | None:
     if not options.allow_http:
         return None
-    return HttpFrontend(options.host, options.http_port)
+    return HttpFrontend(options.host, options.http_port, settings(http_config, options.extra))
 
 
 @hookimpl

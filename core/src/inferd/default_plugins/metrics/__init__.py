@@ -19,6 +19,7 @@ from inferd.asgi_server import AsgiServer
 from inferd.flags import parse_bool
 from inferd.frontend import Frontend
 from inferd.hookspecs import FrontendRegister, hookimpl
+from inferd.tls import TlsConfig, http_config, settings
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -73,8 +74,9 @@ class MetricsFrontend(Frontend):
     name = "metrics"
 
     def __init__(self, host: str, port: int, interval_s: float, config: LatencyConfig,
-                 cpu: bool = True, gpu: bool = True) -> None:  # fmt: skip
+                 cpu: bool = True, gpu: bool = True, tls: TlsConfig | None = None) -> None:  # fmt: skip
         self.host = host
+        self.tls = tls
         self.port = port
         self.interval_s = interval_s
         self.config = config
@@ -142,7 +144,7 @@ class MetricsFrontend(Frontend):
             self.registry.register(dataplane.access)
         await self._sample()
         self._attach(self.versions())
-        self.server = AsgiServer(self._app, self.host, self.port, "metrics frontend", dataplane.shares_ports)
+        self.server = AsgiServer(self._app, self.host, self.port, "metrics frontend", dataplane.shares_ports, self.tls)
         await self.server.start()
         self.port = self.server.port
         self._tasks = [asyncio.get_running_loop().create_task(self._every_interval(), name="inferd-metrics-interval")]
@@ -235,6 +237,7 @@ def _factory(options: ServerSettings) -> MetricsFrontend | None:
         latency_config(list(extra.get("metrics_config") or [])),
         cpu=bool(extra.get("allow_cpu_metrics", True)),
         gpu=bool(extra.get("allow_gpu_metrics", True)),
+        tls=settings(http_config, extra),
     )
 
 
