@@ -192,6 +192,7 @@ class Server:
         await self.manager.shutdown()
         if self.control is not None:
             self.control.stop()
+        self.close_repositories()
         raise SystemExit("error: creating server: Internal - failed to load all models: " + "; ".join(failures))
 
     async def stop(self) -> None:
