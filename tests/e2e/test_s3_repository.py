@@ -182,6 +182,10 @@ def test_a_bucket_that_disappears_keeps_the_models_serving(s3, tmp_path):
         assert state == "READY" and reason.startswith(f"failed to poll model repository '{url}': NoSuchBucket"), reason
         np.testing.assert_array_equal(add_sub_call(client, "add_sub"), [[2, 4, 6, 8]])
         assert client.is_server_ready()
+        grpc = grpcclient.InferenceServerClient(srv.grpc_url)
+        (row,) = grpc.get_model_repository_index(as_json=True)["models"]
+        assert (row["state"], row["reason"]) == ("READY", reason)
+        grpc.close()
 
         s3.client.create_bucket(Bucket="models")  # back, with a new version
         s3.upload("models", "", {"add_sub": models.add_sub(offset=5, versions=(1,))})

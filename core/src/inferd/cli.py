@@ -71,7 +71,7 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
     )
     g = p.add_argument_group("models")
     g.add_argument("--model-repository", "--model-store", dest="model_repository", action="append", required=True,
-                   metavar="PATH", help="model repository directory (repeat for several)")
+                   metavar="PATH", help="model repository: a directory or s3://[host:port/]bucket/path (repeat for several)")
     g.add_argument("--model-control-mode", choices=[m.value for m in ControlMode], default="none",
                    help="none: load everything at start; explicit: load with --load-model and the "
                         "repository API; poll: also watch the repository and apply changes (default: none)")
