@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -119,6 +120,7 @@ class ObjectStoreRepository:
         self.error = ""
         self._models: dict[str, tuple[Path, str]] = {}
         self._generations: dict[str, collections.deque[Path]] = {}
+        self._lock = threading.Lock()  # one sync at a time (two load requests may both rescan)
 
     def __repr__(self) -> str:
         return self.url
@@ -129,19 +131,23 @@ class ObjectStoreRepository:
         When the store cannot be read, the last listing that could stands and :attr:`error`
         says why (logged once per new reason); the next sync tries again.
         """
-        try:
-            models = self._sync()
-        except Exception as exc:
-            error = f"failed to poll model repository '{self.url}': {describe(exc)}"
-            if error != self.error:
-                log.error("%s; the models it held keep serving", error)
-            self.error = error
-            return dict(self._models)
-        if self.error:
-            log.info("model repository '%s' can be read again", self.url)
-        self.error = ""
-        self._models = models
-        return dict(models)
+        with self._lock:
+            try:
+                models = self._sync()
+            except Exception as exc:
+                self._failed(exc)
+                return dict(self._models)
+            if self.error:
+                log.info("model repository '%s' can be read again", self.url)
+            self.error = ""
+            self._models = models
+            return dict(models)
+
+    def _failed(self, exc: Exception) -> None:
+        error = f"failed to poll model repository '{self.url}': {describe(exc)}"
+        if error != self.error:
+            log.error("%s; the models it held keep serving", error)
+        self.error = error
 
     def check(self) -> None:
         """Read the store once (blocking); raise ``RuntimeError`` naming the URL if it cannot."""
