@@ -16,7 +16,7 @@ install: $(STAMP)
 $(STAMP): constraints.txt requirements-dev.txt core/pyproject.toml $(wildcard plugins/*/pyproject.toml)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -c constraints.txt -r requirements-dev.txt
-	$(PIP) install -c constraints.txt -e core $(foreach p,$(PLUGINS),-e $(p))
+	$(PIP) install -c constraints.txt -e 'core[s3]' $(foreach p,$(PLUGINS),-e $(p))
 	# The FIL plugin requires xgboost, whose Linux wheel pulls ~470 MB of NCCL for GPUs; here the
 	# CPU-only build (same import package) stands in for it.
 	$(PIP) install -c constraints.txt xgboost-cpu && $(PIP) install --no-deps -e plugins/backend_fil

@@ -19,6 +19,7 @@ from inferd.errors import InferdError
 from inferd.flags import SuggestingParser, backend_config_setting, parse_bool
 from inferd.lifecycle import ControlMode
 from inferd.logging_settings import configure_logging
+from inferd.object_store import is_url
 from inferd.plugins import PluginHost
 from inferd.server import Server, ServerOptions
 from inferd.tools.analyze import cli as analyze_cli
@@ -71,7 +72,7 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
     )
     g = p.add_argument_group("models")
     g.add_argument("--model-repository", "--model-store", dest="model_repository", action="append", required=True,
-                   metavar="PATH", help="model repository directory (repeat for several)")
+                   metavar="PATH", help="model repository: a directory or s3://[host:port/]bucket/path (repeat for several)")
     g.add_argument("--model-control-mode", choices=[m.value for m in ControlMode], default="none",
                    help="none: load everything at start; explicit: load with --load-model and the "
                         "repository API; poll: also watch the repository and apply changes (default: none)")
@@ -200,7 +201,7 @@ def _backend_config(args: argparse.Namespace) -> dict[str, dict[str, str]]:
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
     autocomplete = not args.disable_auto_complete_config and not args.strict_model_config
     return ServerOptions(
-        model_repositories=[Path(p) for p in args.model_repository],
+        model_repositories=[p if is_url(p) else Path(p) for p in args.model_repository],
         model_control_mode=ControlMode(args.model_control_mode),
         repository_poll_secs=args.repository_poll_secs,
         load_models=args.load_model,

@@ -15,7 +15,6 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inferd import config as cfg
@@ -24,7 +23,7 @@ from inferd.dependencies import composing, load_waves, unload_order
 from inferd.errors import InferdError, InvalidArgument, NotFound
 from inferd.model import ModelVersion
 from inferd.model_table import ModelTable
-from inferd.repository import ModelSource, OverrideDirs, RepositoryDiff, Snapshot, poll_failure, scan
+from inferd.repository import ModelSource, OverrideDirs, Repository, RepositoryDiff, Snapshot, poll_failure, scan
 from inferd.states import LOADING, READY, UNLOADED, UNLOADING, ModelRecord, State, VersionState, Why
 
 if TYPE_CHECKING:
@@ -41,7 +40,7 @@ class ControlMode(str, enum.Enum):
 
 @dataclass(frozen=True)
 class LifecycleOptions:
-    repositories: list[Path]
+    repositories: list[Repository]
     mode: ControlMode = ControlMode.NONE
     startup_models: list[str] = field(default_factory=list)
     autocomplete: bool = True
@@ -118,6 +117,8 @@ class ModelManager:
             if dup:
                 raise InvalidArgument(f"model '{name}' exists in more than one repository: {', '.join(map(str, dup))}")
             raise NotFound(poll_failure(name))
+        if name in self.table.snapshot.stale:  # only the cached copy of an unreadable store
+            raise InvalidArgument(f"{poll_failure(name)}: {self.table.snapshot.stale[name]}")
         if override is None and self._keeps_override(name, source):
             log.info("model '%s': loaded with a config override and its files are unchanged; nothing to reload", name)
             return self._check_loaded(name)

@@ -70,5 +70,8 @@ class ModelTable:
         rows: list[dict[str, str]] = []
         for name in sorted(set(self.snapshot.models) | set(self.records)):
             record = self.records.get(name)
-            rows.extend(record.index_rows() if record is not None else [{"name": name}])
+            found = record.index_rows() if record is not None else [{"name": name}]
+            if name in self.snapshot.stale:  # serving from the cached copy of an unreadable store
+                found = [{**row, "reason": row.get("reason") or self.snapshot.stale[name]} for row in found]
+            rows.extend(found)
         return [r for r in rows if r.get("state") == State.READY.value] if ready_only else rows

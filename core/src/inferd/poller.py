@@ -16,7 +16,7 @@ from typing import Protocol
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from inferd.repository import RepositoryDiff, Snapshot, diff
+from inferd.repository import Repository, RepositoryDiff, Snapshot, diff
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class RepositoryPoller:
     """Runs as a task on the server's loop while the server is up."""
 
     def __init__(
-        self, manager: Repositories, repositories: list[Path], poll_secs: float, settle_secs: float = 0.3
+        self, manager: Repositories, repositories: list[Repository], poll_secs: float, settle_secs: float = 0.3
     ) -> None:
         self.manager = manager
         self.repositories = repositories
@@ -72,7 +72,8 @@ class RepositoryPoller:
         observer = Observer()
         handler = _Notify(asyncio.get_running_loop(), self._changed)
         for repo in self.repositories:
-            observer.schedule(handler, str(repo), recursive=True)
+            if isinstance(repo, Path):  # a remote repository is only polled
+                observer.schedule(handler, str(repo), recursive=True)
         observer.daemon = True
         observer.start()
         self._observer = observer
@@ -114,4 +115,5 @@ class RepositoryPoller:
         changes = diff(self.manager.snapshot, snapshot)
         if changes:
             log.info("repository changed: added %s, removed %s, modified %s", changes.added, changes.removed, changes.modified)
+        if changes or snapshot.stale != self.manager.snapshot.stale:  # a store became (un)readable
             await self.manager.apply(snapshot, changes)

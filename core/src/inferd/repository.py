@@ -10,8 +10,10 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from inferd.config import ModelConfig, load_config
 from inferd.errors import InferdError, InvalidArgument
@@ -64,6 +66,26 @@ class Snapshot:
 
     models: dict[str, ModelSource] = field(default_factory=dict)
     duplicates: dict[str, list[Path]] = field(default_factory=dict)
+    #: Models listed from a remote repository that cannot be read now, with the reason: they
+    #: come from its last listing that could, and keep serving.
+    stale: dict[str, str] = field(default_factory=dict)
+
+
+class RemoteRepository(Protocol):
+    """A repository outside the local file system, mirrored into local directories
+    (``inferd.object_store.ObjectStoreRepository``)."""
+
+    url: str
+    #: Why the last :meth:`sync` could not read the repository ("" when it could).
+    error: str
+
+    def sync(self) -> dict[str, tuple[Path, str]]:
+        """Each model's local directory and fingerprint, fetching what changed (blocking)."""
+        ...
+
+
+#: A ``--model-repository``: a local directory or a remote repository.
+Repository = Path | RemoteRepository
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,37 +131,48 @@ def read_config(path: Path, config_name: str | None = None) -> tuple[ModelConfig
         return None, exc.message if isinstance(exc, InferdError) else f"{type(exc).__name__}: {exc}"
 
 
-def _source(previous: Snapshot | None, name: str, path: Path, repository: Path, config_name: str | None) -> ModelSource:
-    stamp = fingerprint(path)  # before the config: a config changed meanwhile shows next scan
+def _source(
+    previous: Snapshot | None, name: str, path: Path, repository: Path, config_name: str | None, stamp: str = ""
+) -> ModelSource:
+    stamp = stamp or fingerprint(path)  # before the config: a config changed meanwhile shows next scan
     old = previous.models.get(name) if previous is not None else None
     if old is not None and old.path == path and old.fingerprint == stamp:
         return old
     return ModelSource(name, path, repository, stamp, *read_config(path, config_name))
 
 
-def scan(repositories: list[Path], config_name: str | None = None, previous: Snapshot | None = None) -> Snapshot:
+def scan(repositories: Sequence[Repository], config_name: str | None = None, previous: Snapshot | None = None) -> Snapshot:
     """Read every repository; a name found in two repositories is reported, not loaded.
 
     Models whose fingerprint is unchanged since ``previous`` (a scan with the same
-    ``config_name``) keep its parsed config instead of being parsed again.
+    ``config_name``) keep its parsed config instead of being parsed again. A remote repository
+    is synced first (its changed models fetched into fresh local directories).
     """
     models: dict[str, ModelSource] = {}
     seen: dict[str, list[Path]] = {}
+    stale: dict[str, str] = {}
     for repo in repositories:
-        try:
-            entries = sorted(os.scandir(repo), key=lambda e: e.name)
-        except OSError:
-            continue
-        for entry in entries:
-            if not _is_model_dir(entry):
-                continue
-            path = Path(entry.path)
-            seen.setdefault(entry.name, []).append(path)
-            models[entry.name] = _source(previous, entry.name, path, repo, config_name)
+        for name, path, stamp in _model_dirs(repo):
+            seen.setdefault(name, []).append(path)
+            models[name] = _source(previous, name, path, path.parent, config_name, stamp)
+            if not isinstance(repo, Path) and repo.error:
+                stale[name] = repo.error
     duplicates = {name: paths for name, paths in seen.items() if len(paths) > 1}
     for name in duplicates:
         models.pop(name, None)
-    return Snapshot(models, duplicates)
+    return Snapshot(models, duplicates, stale)
+
+
+def _model_dirs(repo: Repository) -> list[tuple[str, Path, str]]:
+    """Each model directory of ``repo`` by name, with its fingerprint when the repository
+    knows it ("" for a local directory: the scan computes it)."""
+    if not isinstance(repo, Path):
+        return [(name, path, stamp) for name, (path, stamp) in sorted(repo.sync().items())]
+    try:
+        entries = sorted(os.scandir(repo), key=lambda e: e.name)
+    except OSError:
+        return []
+    return [(e.name, Path(e.path), "") for e in entries if _is_model_dir(e)]
 
 
 def diff(old: Snapshot, new: Snapshot) -> RepositoryDiff:

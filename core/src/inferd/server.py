@@ -19,8 +19,10 @@ from inferd.frontend import Frontend
 from inferd.health import ServerHealth, model_is_ready
 from inferd.lifecycle import ControlMode, LifecycleOptions, ModelManager
 from inferd.model_table import ModelTable
+from inferd.object_store import ObjectStoreRepository, is_url
 from inferd.plugins import PluginHost
 from inferd.poller import RepositoryPoller
+from inferd.repository import Repository
 from inferd.router import Router
 from inferd.trace import Tracer
 from inferd.workers.control import ControlServer
@@ -38,7 +40,8 @@ _UNLOAD_MIN_S = 1.0
 class ServerOptions:
     """Everything ``inferd serve`` accepts; flag names follow Triton's."""
 
-    model_repositories: list[Path]
+    #: Directories, or ``s3://`` URLs (kept as strings: a Path would fold their "//").
+    model_repositories: list[Path | str]
     model_control_mode: ControlMode = ControlMode.NONE
     repository_poll_secs: float = 15.0
     load_models: list[str] = field(default_factory=list)
@@ -110,7 +113,7 @@ class Server:
     def _lifecycle_options(self) -> LifecycleOptions:
         options = self.options
         return LifecycleOptions(
-            repositories=[Path(p).resolve() for p in options.model_repositories],
+            repositories=[_repository(p) for p in options.model_repositories],
             mode=options.model_control_mode,
             startup_models=list(options.load_models),
             autocomplete=options.autocomplete,
@@ -123,9 +126,7 @@ class Server:
         self.started_at = time.monotonic()
         self.health.loop = asyncio.get_running_loop()
         self.health.live = True
-        for repo in self.manager.options.repositories:
-            if not repo.is_dir():
-                raise SystemExit(f"error: model repository '{repo}' is not a directory")
+        await self._check_repositories()
         self._start_control()
         await self.manager.start()
         await self._exit_on_error()
@@ -142,6 +143,22 @@ class Server:
         self.host.startup(self)
         self.health.accepting = True
         log.info("inferd ready in %.2f s", time.monotonic() - self.started_at)
+
+    async def _check_repositories(self) -> None:
+        """A directory that is none stops the server; so does an object store that cannot be
+        read, unless ``--exit-on-error=false`` (then its models load once the poller can)."""
+        for repo in self.manager.options.repositories:
+            if isinstance(repo, Path):
+                if not repo.is_dir():
+                    raise SystemExit(f"error: model repository '{repo}' is not a directory")
+                continue
+            try:
+                await asyncio.to_thread(repo.check)
+            except RuntimeError as exc:
+                if self.options.exit_on_error:
+                    self.close_repositories()
+                    raise SystemExit(f"error: creating server: Internal - {exc}") from None
+                log.error("%s", exc)
 
     def startup_failures(self) -> list[str]:
         """``failed to load '<model>': <reason>`` for each model start-up should have loaded and
@@ -175,6 +192,7 @@ class Server:
         await self.manager.shutdown()
         if self.control is not None:
             self.control.stop()
+        self.close_repositories()
         raise SystemExit("error: creating server: Internal - failed to load all models: " + "; ".join(failures))
 
     async def stop(self) -> None:
@@ -199,6 +217,13 @@ class Server:
         self.host.shutdown(self)
         if self.control is not None:
             self.control.stop()
+        self.close_repositories()
+
+    def close_repositories(self) -> None:
+        """Delete the local mirrors of remote repositories (blocking)."""
+        for repo in self.manager.options.repositories:
+            if isinstance(repo, ObjectStoreRepository):
+                repo.close()
 
     async def _start_poller(self, restarted: bool) -> None:
         """Poll mode: this process polls; of several workers, worker 0 polls for all of them."""
@@ -252,3 +277,13 @@ class Server:
             await stop.wait()
         finally:
             await self.stop()
+
+
+def _repository(value: Path | str) -> Repository:
+    """A ``--model-repository`` value as the lifecycle reads it; a bad URL stops the server."""
+    if not is_url(value):
+        return Path(value).resolve()
+    try:
+        return ObjectStoreRepository(str(value))
+    except (ValueError, RuntimeError) as exc:
+        raise SystemExit(f"error: {exc}") from None

@@ -22,7 +22,7 @@ async def rescan_and_apply(manager: ModelManager) -> None:
     """What a worker does when worker 0 saw a change: scan, diff against its own state, apply."""
     snapshot = await asyncio.to_thread(manager.rescan)
     changes = diff(manager.snapshot, snapshot)
-    if changes:
+    if changes or snapshot.stale != manager.snapshot.stale:
         await manager.apply(snapshot, changes)
 
 
