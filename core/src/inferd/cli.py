@@ -14,11 +14,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from inferd import __version__, asgi_server, triton_flags
+from inferd.asgi_server import HTTP_MAX_INPUT_SIZE
 from inferd.errors import InferdError
 from inferd.flags import SuggestingParser, backend_config_setting, parse_bool
 from inferd.lifecycle import ControlMode
 from inferd.logging_settings import configure_logging
 from inferd.plugins import PluginHost
+from inferd.rate_limiter import parse_resource
 from inferd.server import Server, ServerOptions
 from inferd.tools.analyze import cli as analyze_cli
 from inferd.tools.perf import cli as perf_cli
@@ -129,8 +131,32 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
                         "model instances (default: 1, one process)")
     o.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)  # set by the supervisor
     o.add_argument("--worker-dir", type=Path, default=None, help=argparse.SUPPRESS)
+    _add_limits(p)
     host.add_options(p)
     triton_flags.add_arguments(p)
+
+
+def _rate_limit_resource(value: str) -> tuple[str, int, int]:
+    try:
+        return parse_resource(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_limits(p: argparse.ArgumentParser) -> None:
+    """Triton's rate limiter and the HTTP request size limit."""
+    r = p.add_argument_group("limits")
+    r.add_argument("--rate-limit", choices=["off", "execution_count"], default="off",
+                   help="execution_count: an instance runs only when the resources its instance_group.rate_limiter "
+                        "names are free (shared by every model), in priority order; off: run as soon as an "
+                        "instance is free (default: off)")
+    r.add_argument("--rate-limit-resource", action="append", default=[], type=_rate_limit_resource,
+                   metavar="NAME:COUNT[:DEVICE]",
+                   help="units of a rate-limiter resource (on DEVICE, else on every device; a resource a model "
+                        "marks global has one pool); default: the most any loaded instance asks for (repeatable)")
+    r.add_argument("--http-max-input-size", type=_positive, default=HTTP_MAX_INPUT_SIZE, metavar="BYTES",
+                   help="largest HTTP request body; a larger one is refused with 400 before it is read "
+                        f"(default: {HTTP_MAX_INPUT_SIZE}, 64 MiB, as Triton)")
 
 
 def build_parser(host: PluginHost) -> argparse.ArgumentParser:
@@ -151,6 +177,7 @@ _OWN_DESTS = {
     "http_port", "grpc_port", "metrics_port", "host", "allow_http", "allow_grpc", "allow_metrics",
     "exit_timeout_secs", "log_verbose", "cache_config", "response_cache_byte_size", "cache_directory",
     "workers", "worker_index", "worker_dir", "strict_readiness", "exit_on_error", "backend_config", "server_id",
+    "rate_limit", "rate_limit_resource",
 }  # fmt: skip
 
 
@@ -202,6 +229,8 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         strict_readiness=args.strict_readiness,
         exit_on_error=args.exit_on_error,
         server_id=args.server_id,
+        rate_limit=args.rate_limit,
+        rate_limit_resources=list(args.rate_limit_resource),
         worker=WorkerSlot(args.worker_index, args.workers, args.worker_dir) if args.worker_index is not None else None,
         extra={k: v for k, v in vars(args).items() if k not in _OWN_DESTS and not triton_flags.is_own_dest(k)},
     )

@@ -25,6 +25,7 @@ from inferd.types import InferRequest
 
 if TYPE_CHECKING:
     from inferd.backend import Instance, InstanceSpec
+    from inferd.rate_limiter import Gate
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +49,13 @@ class InstanceRunner:
     futures on this hot path.
     """
 
-    def __init__(self, instance: Instance, spec: InstanceSpec, recorder: Recorder) -> None:
+    def __init__(self, instance: Instance, spec: InstanceSpec, recorder: Recorder, gate: Gate | None = None) -> None:
         self.instance = instance
         self.spec = spec
         self.recorder = recorder
+        #: The rate limiter's hold on this instance (``--rate-limit=execution_count`` and resources
+        #: in its ``instance_group.rate_limiter``); ``None``: it runs as soon as it is free.
+        self.gate = gate
         #: Requests handed to this instance and not yet answered (``pending()`` leaves them out).
         self.executing = 0
         self._turn = asyncio.Lock()
@@ -70,7 +74,10 @@ class InstanceRunner:
         Never raises for a backend's failure: a failed execution gives every request its error.
         Batches handed over while one executes wait their turn, in order.
         """
+        gate = self.gate
         async with self._turn:  # a second batch waits here, still pending, its queue time running
+            if gate is not None:  # the rate limiter's wait is queue time too (as Triton counts it)
+                await gate.acquire()
             dequeued = time.monotonic_ns()
             for request in requests:
                 if request.response_sender is not None:  # decoupled: the data plane times the first response
@@ -80,6 +87,8 @@ class InstanceRunner:
                 execution = await self.execute(requests)
             finally:
                 self.executing -= len(requests)
+                if gate is not None:
+                    gate.release()
         results: Sequence[Outcome | None] = execution.results or [None] * len(requests)
         return self.recorder.executed(
             requests, results, dequeued, execution.start_ns, execution.end_ns, time.monotonic_ns()
@@ -147,6 +156,8 @@ class InstanceRunner:
             else:
                 finished.set_exception(exc)
 
+        if self.gate is not None:
+            self.gate.close()
         self._jobs.put((self.instance.close, done))
         try:
             finished.result()
