@@ -9,6 +9,7 @@ That loop is uvloop's when uvloop is installed (a core dependency on Linux): :fu
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 from collections.abc import Coroutine
@@ -17,6 +18,77 @@ from typing import Any, TypeVar
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: ``--http-max-input-size``'s default: 64 MiB, as Triton's (``HTTP_DEFAULT_MAX_INPUT_SIZE``).
+HTTP_MAX_INPUT_SIZE = 1 << 26
+_TOO_LARGE = (
+    "Request body size{size} exceeds the maximum allowed value of {limit} bytes. "
+    "Use --http-max-input-size to increase the limit."
+)
+
+
+class BodyTooLarge(Exception):
+    """A chunked request body grew past the limit while it was read."""
+
+
+class BodyLimit:
+    """Refuses an HTTP request whose body is larger than ``limit`` bytes, before reading it.
+
+    A ``Content-Length`` over the limit is answered at once (400, Triton's answer, and the
+    connection closes), with nothing of the body read; a body without one (chunked) is counted
+    as it streams and refused when it passes the limit. uvicorn stops reading a connection while
+    a request holds more than 64 KiB the application has not taken, so a refused body is never
+    held in memory.
+    """
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                if int(value) > self.limit:
+                    return await self._refuse(send, f" of {int(value)} bytes")
+                return await self.app(scope, receive, send)
+        if scope["method"] in ("GET", "HEAD"):
+            return await self.app(scope, receive, send)
+        await self._counted(scope, receive, send)
+
+    async def _counted(self, scope: Any, receive: Any, send: Any) -> None:
+        """Run the app on a body without Content-Length, counting what it reads."""
+        received = 0
+        over = False
+
+        async def counting() -> Any:
+            nonlocal received, over
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.limit:
+                over = True
+                raise BodyTooLarge
+            return message
+
+        async def guarded(message: Any) -> None:
+            if not over:  # whatever the app answers to the error, the refusal goes out instead
+                await send(message)
+
+        try:
+            await self.app(scope, counting, guarded)
+        except Exception:
+            if not over:
+                raise
+        if over:
+            await self._refuse(send, f" (more than {self.limit} bytes, chunked)")
+
+    async def _refuse(self, send: Any, size: str) -> None:
+        body = json.dumps({"error": _TOO_LARGE.format(size=size, limit=self.limit)}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   (b"connection", b"close")]  # fmt: skip
+        await send({"type": "http.response.start", "status": 400, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
