@@ -172,8 +172,12 @@ class VersionBuilder:
     async def load_version(
         self, source: ModelSource, config: cfg.ModelConfig, backend: Backend | None, version: int
     ) -> ModelVersion:
-        """Build, warm up and return one version; its scheduler gets a :class:`SchedulerContext`."""
+        """Build, warm up and return one version; its scheduler gets a :class:`SchedulerContext`.
+
+        Logs Triton's ``loading: <model>:<version>`` as it starts, so a slow load shows while it
+        happens, and ``successfully loaded '<model>' version <n>`` with the time it took."""
         started = time.monotonic_ns()
+        log.info("loading: %s:%d", source.name, version)
         version_config = cfg.ModelConfig()
         version_config.CopyFrom(config)
         recorder = Recorder(ModelStats(source.name, str(version)), version_config.max_batch_size)
@@ -196,6 +200,7 @@ class VersionBuilder:
             raise
         mv.cache = self._model_cache(mv)
         mv.stats.load_duration_ns = time.monotonic_ns() - started
+        log.info("successfully loaded '%s' version %d in %.2f s", source.name, version, mv.stats.load_duration_ns / 1e9)
         return mv
 
     def _model_cache(self, mv: ModelVersion) -> ModelCache | None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from inferd.errors import InferdError, InternalError
-from inferd.logging_settings import REQUEST_ID
+from inferd.logging_settings import REQUEST_ID, REQUEST_MODEL
 from inferd.recorder import Outcome, Recorder
 from inferd.types import InferRequest
 
@@ -114,6 +114,7 @@ class InstanceRunner:
     def _call(self, requests: Sequence[InferRequest]) -> Execution:
         # Lines the model logs while it runs one request carry that request's id.
         token = REQUEST_ID.set(requests[0].id if len(requests) == 1 else "")
+        model = REQUEST_MODEL.set(self.recorder.stats.name)
         start = time.monotonic_ns()
         try:
             results = list(self.instance.execute(requests))
@@ -126,6 +127,7 @@ class InstanceRunner:
             results = [error] * len(requests)
         finally:
             REQUEST_ID.reset(token)
+            REQUEST_MODEL.reset(model)
         return Execution(results, start, time.monotonic_ns())
 
     def _broken(self, requests: Sequence[InferRequest], what: str) -> list[Outcome]:
