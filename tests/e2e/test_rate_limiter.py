@@ -146,8 +146,11 @@ def test_an_explicit_resource_count_lets_that_many_run_and_refuses_a_bigger_need
     client = httpclient.InferenceServerClient(limited.http_url)
     index = {m["name"]: m for m in client.get_model_repository_index()}
     assert index["greedy"]["state"] == "UNAVAILABLE"
-    assert "resource count for 'Q' (global) is limited to 2 by --rate-limit-resource" in index["greedy"]["reason"]
-    assert "instance 'greedy_0_0': " in index["greedy"]["reason"] and "it needs 5" in index["greedy"]["reason"]
+    assert index["greedy"]["reason"] == (  # Triton 2.51's sentence, then ours
+        'Resource count for "Q" is limited to 2 which will prevent scheduling of one or more model instances, '
+        "the minimum required count is 5 (model 'greedy' version 1 instance 'greedy_0_0' needs 5 of global "
+        "resource 'Q'; raise --rate-limit-resource=Q:<count>)"
+    )
     assert client.is_server_live() and client.is_model_ready("a")
 
 

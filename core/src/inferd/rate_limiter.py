@@ -24,7 +24,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from inferd import config as cfg
+from inferd.config.model_config_pb2 import ModelRateLimiter
 from inferd.errors import InvalidArgument
 
 #: A pool of one resource: ``(name, device)``, device ``None`` for a global resource.
@@ -84,7 +84,7 @@ class RateLimiter:
         self._order = itertools.count()
         self._lock = threading.Lock()  # gates register from load threads
 
-    def gate(self, owner: str, device: int, config: cfg.ModelRateLimiter) -> Gate | None:
+    def gate(self, owner: str, device: int, config: ModelRateLimiter) -> Gate | None:
         """Register an instance (``owner`` names it in errors); ``None`` when it needs nothing."""
         needs: list[tuple[Key, int]] = []
         kinds: dict[str, bool] = {}
@@ -109,16 +109,17 @@ class RateLimiter:
             for name, is_global in gate.kinds.items():
                 if other.kinds.get(name, is_global) != is_global:
                     raise InvalidArgument(
-                        f"{gate.owner}: resource '{name}' is present as both global and device-specific "
-                        f"resource in the model configuration ({other.owner} uses it the other way)"
+                        f'Resource "{name}" is present as both global and device-specific resource in the model '
+                        f"configuration ({gate.owner} and {other.owner} use it differently)"
                     )
         for key, count in gate.needs:
             limit = self._explicit_size(key)
             if limit is not None and count > limit:
-                where = "global" if key[1] is None else f"device {key[1]}"
-                raise InvalidArgument(
-                    f"{gate.owner}: resource count for '{key[0]}' ({where}) is limited to {limit} by "
-                    f"--rate-limit-resource, which will prevent scheduling of this instance: it needs {count}"
+                where = "global resource" if key[1] is None else f"resource on device {key[1]}"
+                raise InvalidArgument(  # Triton's sentence, then which instance and what to change
+                    f'Resource count for "{key[0]}" is limited to {limit} which will prevent scheduling of one or '
+                    f"more model instances, the minimum required count is {count} ({gate.owner} needs {count} of "
+                    f"{where} '{key[0]}'; raise --rate-limit-resource={key[0]}:<count>)"
                 )
 
     def _explicit_size(self, key: Key) -> int | None:
