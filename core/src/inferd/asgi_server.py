@@ -12,8 +12,10 @@ import asyncio
 import json
 import logging
 import socket
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
 
@@ -41,28 +43,31 @@ class BodyLimit:
     held in memory.
     """
 
-    def __init__(self, app: Any, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
         self.limit = limit
+        self._digits = len(str(limit))
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                if int(value) > self.limit:
-                    return await self._refuse(send, f" of {int(value)} bytes")
-                return await self.app(scope, receive, send)
-        if scope["method"] in ("GET", "HEAD"):
-            return await self.app(scope, receive, send)
-        await self._counted(scope, receive, send)
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """The app's own coroutine when the body is within the limit (no frame is added to the
+        request's path), else the refusal, or the app reading a counted body."""
+        if scope["type"] == "http":
+            for name, value in scope["headers"]:
+                if name == b"content-length":
+                    if len(value) >= self._digits and int(value) > self.limit:  # fewer digits: within
+                        return self._refuse(send, f" of {int(value)} bytes")
+                    break
+            else:
+                if scope["method"] not in ("GET", "HEAD"):
+                    return self._counted(scope, receive, send)
+        return self.app(scope, receive, send)
 
-    async def _counted(self, scope: Any, receive: Any, send: Any) -> None:
+    async def _counted(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the app on a body without Content-Length, counting what it reads."""
         received = 0
         over = False
 
-        async def counting() -> Any:
+        async def counting() -> Message:
             nonlocal received, over
             message = await receive()
             received += len(message.get("body", b""))
@@ -71,7 +76,7 @@ class BodyLimit:
                 raise BodyTooLarge
             return message
 
-        async def guarded(message: Any) -> None:
+        async def guarded(message: Message) -> None:
             if not over:  # whatever the app answers to the error, the refusal goes out instead
                 await send(message)
 
@@ -83,7 +88,7 @@ class BodyLimit:
         if over:
             await self._refuse(send, f" (more than {self.limit} bytes, chunked)")
 
-    async def _refuse(self, send: Any, size: str) -> None:
+    async def _refuse(self, send: Send, size: str) -> None:
         body = json.dumps({"error": _TOO_LARGE.format(size=size, limit=self.limit)}).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                    (b"connection", b"close")]  # fmt: skip
