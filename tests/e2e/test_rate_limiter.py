@@ -35,6 +35,8 @@ class TritonPythonModel:
         for r in requests:
             a = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
             start = time.time()
+            with open("{log}", "a") as f:
+                f.write(json.dumps({{"instance": self.name, "started": start}}) + "\\n")
             time.sleep(float(a[0]))
             with open("{log}", "a") as f:
                 f.write(json.dumps({{"instance": self.name, "start": start, "end": time.time()}}) + "\\n")
@@ -106,7 +108,17 @@ def _concurrently(srv: ServerProcess, calls: list[tuple[str, float]], gap: float
 
 def _calls(log: Path, prefix: tuple[str, ...]) -> list[dict[str, float | str]]:
     calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    return sorted((c for c in calls if str(c["instance"]).startswith(prefix)), key=lambda c: c["start"])
+    return sorted((c for c in calls if "end" in c and str(c["instance"]).startswith(prefix)), key=lambda c: c["start"])
+
+
+def _wait_started(log: Path, instance: str) -> None:
+    """Poll the models' log until ``instance`` has started an execution."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if log.exists() and f'"instance": "{instance}", "started"' in log.read_text():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{instance} never started")
 
 
 def _most_at_once(calls: list[dict[str, float | str]]) -> int:
@@ -132,7 +144,11 @@ def test_instances_sharing_a_resource_never_overlap_across_models(limited, repo)
 def test_priority_decides_who_goes_first_when_the_resource_frees(limited, repo):
     log = repo[1]
     # blocker holds P; lo asks first, then hi; when P frees, hi (priority 1) runs before lo (2).
-    _concurrently(limited, [("blocker", 1.0), ("lo", 0.05), ("hi", 0.05)], gap=0.25)
+    blocker = threading.Thread(target=_infer, args=(limited.http_url, "blocker", 1.5))
+    blocker.start()
+    _wait_started(log, "blocker_0_0")
+    _concurrently(limited, [("lo", 0.05), ("hi", 0.05)], gap=0.25)
+    blocker.join(60)
     calls = {str(c["instance"]).split("_")[0]: c for c in _calls(log, ("blocker_", "hi_", "lo_"))}
     assert float(calls["blocker"]["end"]) <= float(calls["hi"]["start"]) <= float(calls["lo"]["start"])
     assert float(calls["hi"]["end"]) <= float(calls["lo"]["start"])
@@ -156,7 +172,7 @@ def test_an_explicit_resource_count_lets_that_many_run_and_refuses_a_bigger_need
 
 def test_instances_without_resources_do_not_wait(limited, repo):
     log = repo[1]
-    _concurrently(limited, [("free", 0.4), ("free", 0.4)])
+    _concurrently(limited, [("free", 0.8), ("free", 0.8)])
     assert _most_at_once(_calls(log, ("free_",))) == 2
 
 
@@ -164,7 +180,7 @@ def test_with_the_limiter_off_the_same_instances_overlap(repo, tmp_path):
     root, log = repo
     with ServerProcess([root], ["--exit-on-error=false", "--strict-readiness=false"]) as srv:
         started = len(_calls(log, ("a_", "b_")))
-        _concurrently(srv, [("a", 0.4), ("b", 0.4), ("a", 0.4), ("b", 0.4)])
+        _concurrently(srv, [("a", 0.8), ("b", 0.8), ("a", 0.8), ("b", 0.8)])
         calls = _calls(log, ("a_", "b_"))[started:]
         assert _most_at_once(calls) == 4
         index = {m["name"]: m for m in httpclient.InferenceServerClient(srv.http_url).get_model_repository_index()}
