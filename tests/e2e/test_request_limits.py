@@ -4,6 +4,7 @@ refused before the body is read, the server up after."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import select
 import socket
@@ -154,3 +155,23 @@ def test_a_grpc_message_declaring_more_than_the_limit_is_refused_before_its_byte
     assert unquote(answer.trailers[b"grpc-message"].decode()) == f"Received message larger than max ({2**30} vs. {LIMIT})"
     with grpcclient.InferenceServerClient(small.grpc_url) as client:
         assert client.is_server_ready()
+
+
+def test_a_compressed_body_is_refused_as_it_inflates_past_the_limit(small):
+    import gzip
+
+    bomb = gzip.compress(b" " * (64 * LIMIT))  # 64 MiB of spaces in about 64 KiB
+    assert len(bomb) < LIMIT
+    conn = http.client.HTTPConnection("127.0.0.1", small.http_port, timeout=30)
+    conn.request("POST", "/v2/models/echo/infer", bomb, {"Content-Type": "application/json", "Content-Encoding": "gzip"})
+    reply = conn.getresponse()
+    assert (reply.status, json.loads(reply.read())["error"]) == (400, (
+        f"Request body size (more than {LIMIT} bytes once inflated) exceeds the maximum allowed value of {LIMIT} "
+        "bytes. Use --http-max-input-size to increase the limit."))  # fmt: skip
+    conn.close()
+    client = httpclient.InferenceServerClient(small.http_url)  # a body inflating within the limit is served
+    data = np.arange(100, dtype=np.int32)
+    tensor = httpclient.InferInput("INPUT0", [100], "INT32")
+    tensor.set_data_from_numpy(data, binary_data=False)
+    result = client.infer("echo", [tensor], request_compression_algorithm="gzip")
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)

@@ -23,7 +23,8 @@ T = TypeVar("T")
 
 #: ``--http-max-input-size``'s default: 64 MiB, as Triton's (``HTTP_DEFAULT_MAX_INPUT_SIZE``).
 HTTP_MAX_INPUT_SIZE = 1 << 26
-_TOO_LARGE = (
+#: The refusal's sentence (Triton's, which says "Request JSON size"); ``size`` says how it was measured.
+TOO_LARGE = (
     "Request body size{size} exceeds the maximum allowed value of {limit} bytes. "
     "Use --http-max-input-size to increase the limit."
 )
@@ -52,6 +53,7 @@ class BodyLimit:
         """The app's own coroutine when the body is within the limit (no frame is added to the
         request's path), else the refusal, or the app reading a counted body."""
         if scope["type"] == "http":
+            scope["inferd.max_input_size"] = self.limit  # what a compressed body may inflate to
             for name, value in scope["headers"]:
                 if name == b"content-length":
                     if len(value) >= self._digits and int(value) > self.limit:  # fewer digits: within
@@ -89,7 +91,7 @@ class BodyLimit:
             await self._refuse(send, f" (more than {self.limit} bytes, chunked)")
 
     async def _refuse(self, send: Send, size: str) -> None:
-        body = json.dumps({"error": _TOO_LARGE.format(size=size, limit=self.limit)}).encode()
+        body = json.dumps({"error": TOO_LARGE.format(size=size, limit=self.limit)}).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                    (b"connection", b"close")]  # fmt: skip
         await send({"type": "http.response.start", "status": 400, "headers": headers})
