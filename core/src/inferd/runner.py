@@ -83,24 +83,25 @@ class InstanceRunner:
                 if request.response_sender is not None:  # decoupled: the data plane times the first response
                     request.context["compute_start_ns"] = dequeued
             self.executing += len(requests)
-            try:
-                execution = await self.execute(requests)
+            try:  # the resources go back when the thread is done, even if this call is cancelled
+                execution = await self.execute(requests, None if gate is None else gate.release)
             finally:
                 self.executing -= len(requests)
-                if gate is not None:
-                    gate.release()
         results: Sequence[Outcome | None] = execution.results or [None] * len(requests)
         return self.recorder.executed(
             requests, results, dequeued, execution.start_ns, execution.end_ns, time.monotonic_ns()
         )
 
-    async def execute(self, requests: Sequence[InferRequest]) -> Execution:
-        """Run ``requests`` on this instance's thread, unrecorded (model warmup uses it)."""
+    async def execute(self, requests: Sequence[InferRequest], then: Callable[[], None] | None = None) -> Execution:
+        """Run ``requests`` on this instance's thread, unrecorded (model warmup uses it); ``then``
+        is called on the event loop once the thread has finished them."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Execution] = loop.create_future()
 
         def done(result: Any, exc: BaseException | None) -> None:
             loop.call_soon_threadsafe(_resolve, future, result, exc)
+            if then is not None:
+                loop.call_soon_threadsafe(then)
 
         self._jobs.put((lambda: self._call(requests), done))
         execution = await future
