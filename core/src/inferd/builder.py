@@ -249,7 +249,6 @@ class VersionBuilder:
             raise
         return model, runners
 
-
     def _gate(self, name: str, version: int, config: cfg.ModelConfig, spec: InstanceSpec) -> Gate | None:
         """The rate limiter's hold on one instance, from its group's ``rate_limiter`` (if any)."""
         if self.rate_limiter is None:
