@@ -175,3 +175,12 @@ def test_a_compressed_body_is_refused_as_it_inflates_past_the_limit(small):
     tensor.set_data_from_numpy(data, binary_data=False)
     result = client.infer("echo", [tensor], request_compression_algorithm="gzip")
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
+
+
+def test_a_chunked_body_over_the_limit_on_another_route_is_refused_without_a_traceback(small):
+    chunk = b"%x\r\n%s\r\n" % (65536, b" " * 65536)
+    head = b"POST /v2/repository/models/echo/load HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    answer, _ = _send_until_answered(small.http_port, head, chunk, 64 * LIMIT)
+    assert _error(answer)[0] == 400 and "exceeds the maximum allowed value" in _error(answer)[1]
+    assert "Traceback" not in small.log()
+    assert httpclient.InferenceServerClient(small.http_url).is_model_ready("echo")

@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from inferd.errors import InvalidArgument
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -30,8 +32,9 @@ TOO_LARGE = (
 )
 
 
-class BodyTooLarge(Exception):
-    """A chunked request body grew past the limit while it was read."""
+class BodyTooLarge(InvalidArgument):
+    """A chunked request body grew past the limit while it was read (an InferdError, so a route
+    that catches it answers a client error without logging a traceback; the refusal replaces it)."""
 
 
 class BodyLimit:
@@ -75,7 +78,7 @@ class BodyLimit:
             received += len(message.get("body", b""))
             if received > self.limit:
                 over = True
-                raise BodyTooLarge
+                raise BodyTooLarge(TOO_LARGE.format(size=" (chunked)", limit=self.limit))
             return message
 
         async def guarded(message: Message) -> None:
