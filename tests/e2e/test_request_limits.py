@@ -132,8 +132,16 @@ def test_requests_under_the_limit_are_served_and_over_it_refused_by_tritonclient
         np.testing.assert_array_equal(client.infer("echo", [tensor]).as_numpy("OUTPUT0"), data)
 
 
-def test_a_grpc_message_over_the_limit_is_refused_and_the_server_stays_up(small):
-    with grpcclient.InferenceServerClient(small.grpc_url) as client:
+@pytest.fixture(scope="module")
+def small_grpcio(repo: Path) -> Iterator[ServerProcess]:
+    with ServerProcess([repo], [f"--grpc-max-message-bytes={LIMIT}", "--grpc-transport=grpcio"]) as srv:
+        yield srv
+
+
+@pytest.mark.parametrize("transport", ["h2", "grpcio"])
+def test_a_grpc_message_over_the_limit_is_refused_and_the_server_stays_up(request, transport):
+    server = request.getfixturevalue("small" if transport == "h2" else "small_grpcio")
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
         big = np.zeros(LIMIT // 4 + 1000, np.int32)
         tensor = grpcclient.InferInput("INPUT0", list(big.shape), "INT32")
         tensor.set_data_from_numpy(big)
