@@ -144,11 +144,11 @@ def test_defaults_follow_triton_and_options_reach_the_server():
 
 
 def test_not_applicable_flags_warn_once_per_use_in_both_forms():
-    args = vars(_serve_args("--http-thread-count", "8", "--rate-limit=execution_count", "--host-policy=a,numa-node=0",
+    args = vars(_serve_args("--http-thread-count", "8", "--buffer-manager-thread-count=2", "--host-policy=a,numa-node=0",
                             "--host-policy", "b,cpu-cores=0-3", "--grpc-use-ssl=false"))  # fmt: skip
     lines = triton_flags.warnings(args)
     assert [line.split(" ", 1)[0] for line in lines] == [
-        "--http-thread-count=8", "--rate-limit=execution_count", "--host-policy=a,numa-node=0", "--host-policy=b,cpu-cores=0-3",
+        "--http-thread-count=8", "--buffer-manager-thread-count=2", "--host-policy=a,numa-node=0", "--host-policy=b,cpu-cores=0-3",
     ]  # fmt: skip
     assert all("does not apply to inferd (ignored): " in line for line in lines)
 

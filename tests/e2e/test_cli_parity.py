@@ -198,8 +198,8 @@ def test_triton_command_lines_run_with_one_warning_per_flag_that_does_not_apply(
     assert [line.split("] ", 1)[1].split(" ", 1)[0] for line in ignored] == [
         "--http-thread-count=8", "--reuse-grpc-port=true", "--grpc-keepalive-time=7200000",
         "--grpc-keepalive-permit-without-calls=1", "--allow-sagemaker=false", "--backend-directory=/opt/tritonserver/backends",
-        "--rate-limit=execution_count", "--pinned-memory-pool-byte-size=268435456", "--cuda-memory-pool-byte-size=0:67108864",
-    ]  # fmt: skip  (in the order of `tritonserver --help`)
+        "--pinned-memory-pool-byte-size=268435456", "--cuda-memory-pool-byte-size=0:67108864",
+    ]  # fmt: skip  (--rate-limit is a real flag)  (in the order of `tritonserver --help`)
     assert "--backend-config=tensorflow,version=2: no installed backend is named 'tensorflow'; ignored" in log
 
 

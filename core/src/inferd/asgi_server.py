@@ -9,17 +9,98 @@ That loop is uvloop's when uvloop is installed (a core dependency on Linux): :fu
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 import ssl
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from inferd.errors import InvalidArgument
 from inferd.tls import CertificateWatch, TlsConfig, forget, listening_context
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: ``--http-max-input-size``'s default: 64 MiB, as Triton's (``HTTP_DEFAULT_MAX_INPUT_SIZE``).
+HTTP_MAX_INPUT_SIZE = 1 << 26
+#: The refusal's sentence (Triton's, which says "Request JSON size"); ``size`` says how it was measured.
+TOO_LARGE = (
+    "Request body size{size} exceeds the maximum allowed value of {limit} bytes. "
+    "Use --http-max-input-size to increase the limit."
+)
+
+
+class BodyTooLarge(InvalidArgument):
+    """A chunked request body grew past the limit while it was read (an InferdError, so a route
+    that catches it answers a client error without logging a traceback; the refusal replaces it)."""
+
+
+class BodyLimit:
+    """Refuses an HTTP request whose body is larger than ``limit`` bytes, before reading it.
+
+    A ``Content-Length`` over the limit is answered at once (400, Triton's answer, and the
+    connection closes), with nothing of the body read; a body without one (chunked) is counted
+    as it streams and refused when it passes the limit. uvicorn stops reading a connection while
+    a request holds more than 64 KiB the application has not taken, so a refused body is never
+    held in memory.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+        self._digits = len(str(limit))
+
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """The app's own coroutine when the body is within the limit (no frame is added to the
+        request's path), else the refusal, or the app reading a counted body."""
+        if scope["type"] == "http":
+            scope["inferd.max_input_size"] = self.limit  # what a compressed body may inflate to
+            for name, value in scope["headers"]:
+                if name == b"content-length":
+                    if len(value) >= self._digits and int(value) > self.limit:  # fewer digits: within
+                        return self._refuse(send, f" of {int(value)} bytes")
+                    break
+            else:
+                if scope["method"] not in ("GET", "HEAD"):
+                    return self._counted(scope, receive, send)
+        return self.app(scope, receive, send)
+
+    async def _counted(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the app on a body without Content-Length, counting what it reads."""
+        received = 0
+        over = False
+
+        async def counting() -> Message:
+            nonlocal received, over
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.limit:
+                over = True
+                raise BodyTooLarge(TOO_LARGE.format(size=" (chunked)", limit=self.limit))
+            return message
+
+        async def guarded(message: Message) -> None:
+            if not over:  # whatever the app answers to the error, the refusal goes out instead
+                await send(message)
+
+        try:
+            await self.app(scope, counting, guarded)
+        except Exception:
+            if not over:
+                raise
+        if over:
+            await self._refuse(send, f" (more than {self.limit} bytes, chunked)")
+
+    async def _refuse(self, send: Send, size: str) -> None:
+        body = json.dumps({"error": TOO_LARGE.format(size=size, limit=self.limit)}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   (b"connection", b"close")]  # fmt: skip
+        await send({"type": "http.response.start", "status": 400, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:

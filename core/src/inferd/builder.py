@@ -19,6 +19,7 @@ from inferd.backend import Backend, InstanceSpec, Model, ModelClient, ModelLoadC
 from inferd.classification import load_labels
 from inferd.errors import ConfigError, InferdError, InvalidArgument
 from inferd.model import ModelVersion
+from inferd.rate_limiter import Gate, RateLimiter
 from inferd.recorder import Recorder
 from inferd.repository import ModelSource
 from inferd.response_cache import ModelCache
@@ -52,6 +53,7 @@ class VersionBuilder:
         cache: ResponseCache | None = None,
         autocomplete: bool = True,
         backend_config: Mapping[str, Mapping[str, str]] | None = None,
+        rate_limiter: RateLimiter | None = None,
     ) -> None:
         self.backends = backends
         self.schedulers = schedulers
@@ -63,6 +65,8 @@ class VersionBuilder:
         #: ``--backend-config`` by backend name (``""``: every backend).
         self.backend_config: Mapping[str, Mapping[str, str]] = backend_config or {}
         self._backends: dict[str, Backend] = {}
+        #: ``--rate-limit=execution_count``: the server's limiter (``None``: off, Triton's default).
+        self.rate_limiter = rate_limiter
 
     def prepare_config(self, source: ModelSource, override: cfg.ModelConfig | None) -> tuple[cfg.ModelConfig, Backend | None]:
         """Auto-complete, normalize and validate a copy of the model's config: ``override``, or
@@ -168,8 +172,12 @@ class VersionBuilder:
     async def load_version(
         self, source: ModelSource, config: cfg.ModelConfig, backend: Backend | None, version: int
     ) -> ModelVersion:
-        """Build, warm up and return one version; its scheduler gets a :class:`SchedulerContext`."""
+        """Build, warm up and return one version; its scheduler gets a :class:`SchedulerContext`.
+
+        Logs Triton's ``loading: <model>:<version>`` as it starts, so a slow load shows while it
+        happens, and ``successfully loaded '<model>' version <n>`` with the time it took."""
         started = time.monotonic_ns()
+        log.info("loading: %s:%d", source.name, version)
         version_config = cfg.ModelConfig()
         version_config.CopyFrom(config)
         recorder = Recorder(ModelStats(source.name, str(version)), version_config.max_batch_size)
@@ -192,6 +200,7 @@ class VersionBuilder:
             raise
         mv.cache = self._model_cache(mv)
         mv.stats.load_duration_ns = time.monotonic_ns() - started
+        log.info("successfully loaded '%s' version %d in %.2f s", source.name, version, mv.stats.load_duration_ns / 1e9)
         return mv
 
     def _model_cache(self, mv: ModelVersion) -> ModelCache | None:
@@ -227,11 +236,28 @@ class VersionBuilder:
         runners: list[InstanceRunner] = []
         try:
             for spec in instance_specs(config):
-                runners.append(InstanceRunner(model.create_instance(spec), spec, recorder))
+                gate = self._gate(source.name, version, config, spec)
+                try:
+                    instance = model.create_instance(spec)
+                except BaseException:
+                    if gate is not None:
+                        gate.close()
+                    raise
+                runners.append(InstanceRunner(instance, spec, recorder, gate))
         except BaseException:
             close_instances(model, runners)
             raise
         return model, runners
+
+    def _gate(self, name: str, version: int, config: cfg.ModelConfig, spec: InstanceSpec) -> Gate | None:
+        """The rate limiter's hold on one instance, from its group's ``rate_limiter`` (if any)."""
+        if self.rate_limiter is None:
+            return None
+        group = next((g for g in config.instance_group if g.name == spec.group_name), None)
+        if group is None or not group.HasField("rate_limiter"):
+            return None
+        owner = f"model '{name}' version {version} instance '{spec.name}'"
+        return self.rate_limiter.gate(owner, spec.device_id, group.rate_limiter)
 
 
 def declared_settings(reg: Registration[Backend]) -> frozenset[str] | None:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from inferd import __version__, asgi_server, tls, triton_flags
+from inferd.asgi_server import HTTP_MAX_INPUT_SIZE
 from inferd.auth import AuthConfigError, RestrictionError, access_from_flags
 from inferd.errors import InferdError
 from inferd.flags import SuggestingParser, backend_config_setting, parse_bool
@@ -21,6 +22,7 @@ from inferd.lifecycle import ControlMode
 from inferd.logging_settings import configure_logging
 from inferd.object_store import is_url
 from inferd.plugins import PluginHost
+from inferd.rate_limiter import parse_resource
 from inferd.server import Server, ServerOptions
 from inferd.tools.analyze import cli as analyze_cli
 from inferd.tools.perf import cli as perf_cli
@@ -133,6 +135,7 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
     o.add_argument("--worker-dir", type=Path, default=None, help=argparse.SUPPRESS)
     _add_access(p)
     tls.add_arguments(p)
+    _add_limits(p)
     host.add_options(p)
     triton_flags.add_arguments(p)
 
@@ -150,6 +153,29 @@ def _add_access(p: argparse.ArgumentParser) -> None:
     a.add_argument("--auth-config", default=None, metavar="FILE",
                    help="API keys (sha256) -> tenants, each with its models, API groups and limits (YAML or "
                         "JSON; re-read when it changes); requests then need 'Authorization: Bearer <key>'")
+
+
+def _rate_limit_resource(value: str) -> tuple[str, int, int]:
+    try:
+        return parse_resource(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_limits(p: argparse.ArgumentParser) -> None:
+    """Triton's rate limiter and the HTTP request size limit."""
+    r = p.add_argument_group("limits")
+    r.add_argument("--rate-limit", choices=["off", "execution_count"], default="off",
+                   help="execution_count: an instance runs only when the resources its instance_group.rate_limiter "
+                        "names are free (shared by every model), in priority order; off: run as soon as an "
+                        "instance is free (default: off)")
+    r.add_argument("--rate-limit-resource", action="append", default=[], type=_rate_limit_resource,
+                   metavar="NAME:COUNT[:DEVICE]",
+                   help="units of a rate-limiter resource (on DEVICE, else on every device; a resource a model "
+                        "marks global has one pool); default: the most any loaded instance asks for (repeatable)")
+    r.add_argument("--http-max-input-size", type=_positive, default=HTTP_MAX_INPUT_SIZE, metavar="BYTES",
+                   help="largest HTTP request body; a larger one is refused with 400 before it is read "
+                        f"(default: {HTTP_MAX_INPUT_SIZE}, 64 MiB, as Triton)")
 
 
 def build_parser(host: PluginHost) -> argparse.ArgumentParser:
@@ -171,6 +197,7 @@ _OWN_DESTS = {
     "exit_timeout_secs", "log_verbose", "cache_config", "response_cache_byte_size", "cache_directory",
     "workers", "worker_index", "worker_dir", "strict_readiness", "exit_on_error", "backend_config", "server_id",
     "http_restricted_api", "grpc_restricted_protocol", "auth_config",
+    "rate_limit", "rate_limit_resource",
 }  # fmt: skip
 
 
@@ -222,6 +249,8 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         strict_readiness=args.strict_readiness,
         exit_on_error=args.exit_on_error,
         server_id=args.server_id,
+        rate_limit=args.rate_limit,
+        rate_limit_resources=list(args.rate_limit_resource),
         worker=WorkerSlot(args.worker_index, args.workers, args.worker_dir) if args.worker_index is not None else None,
         extra={k: v for k, v in vars(args).items() if k not in _OWN_DESTS and not triton_flags.is_own_dest(k)},
     )

@@ -9,12 +9,19 @@ layouts::
     ISO8601:  2025-11-29T10:30:57Z I 18421 dataplane.py:120] [request id: r7] message
 
 ``[request id: ...]`` appears on lines logged while a request is handled (:data:`REQUEST_ID`).
+``--log-format json`` (inferd's own) writes one JSON object per line instead, for log pipelines::
+
+    {"time": "2025-11-29T10:30:57.801325Z", "level": "INFO", "logger": "inferd.router", "message": "...",
+     "request_id": "r7", "model": "add_sub", "pid": 18421, "file": "router.py:120"}
+
+``request_id`` and ``model`` are null outside requests; a traceback is in ``exception``.
 Verbose level *n* is Python level ``DEBUG - (n - 1)``: level 1 shows ``log.debug``.
 """
 
 from __future__ import annotations
 
 import contextvars
+import json
 import logging
 import os
 import sys
@@ -26,7 +33,9 @@ from inferd.errors import InvalidArgument, Unsupported
 
 #: The id of the request being handled (set by the data plane); "" outside requests.
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("inferd_request_id", default="")
-FORMATS = ("default", "ISO8601")
+#: The model of the request (or execution) being handled; "" outside requests.
+REQUEST_MODEL: contextvars.ContextVar[str] = contextvars.ContextVar("inferd_request_model", default="")
+FORMATS = ("default", "ISO8601", "json")
 _OWNED = "_inferd_log_handler"
 
 
@@ -51,6 +60,30 @@ class TritonFormatter(logging.Formatter):
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time (UTC, ISO 8601), level, logger, message, request id, model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pid = os.getpid()
+
+    def format(self, record: logging.LogRecord) -> str:
+        t = time.gmtime(record.created)
+        line: dict[str, Any] = {
+            "time": f"{time.strftime('%Y-%m-%dT%H:%M:%S', t)}.{int(record.created % 1 * 1e6):06d}Z",
+            "level": record.levelname if record.levelno >= logging.INFO else f"VERBOSE{logging.DEBUG - record.levelno + 1}",
+            "logger": record.name,
+            "message": record.getMessage(),
+            "request_id": REQUEST_ID.get() or None,
+            "model": REQUEST_MODEL.get() or None,
+            "pid": self.pid,
+            "file": f"{record.filename}:{record.lineno}",
+        }
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)
 
 
 class LevelFilter(logging.Filter):
@@ -135,7 +168,7 @@ class LogSettings:
                         h.close()
             root.addHandler(new)
             self._handler = handler = new
-        handler.setFormatter(TritonFormatter(self.log_format))
+        handler.setFormatter(JsonFormatter() if self.log_format == "json" else TritonFormatter(self.log_format))
         v = self.log_verbose_level
         root.setLevel(logging.DEBUG - (v - 1) if v > 0 else logging.INFO)
 

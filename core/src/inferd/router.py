@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING
 
 from inferd.errors import InferdError, InternalError, Unavailable, Unsupported
-from inferd.logging_settings import REQUEST_ID
+from inferd.logging_settings import REQUEST_ID, REQUEST_MODEL
 from inferd.recorder import FAILED_KEY
 from inferd.trace import TRACE_KEY, RequestTrace, Tracer
 from inferd.types import InferRequest, InferResponse
@@ -75,7 +75,7 @@ class Router:
             trace = self.tracer.sample(request, info.name, info.version)
             if trace is not None:
                 return await self._run_traced(info, request, trace)
-        token = REQUEST_ID.set(request.id)
+        token, model = REQUEST_ID.set(request.id), REQUEST_MODEL.set(info.name)
         try:
             return await self._servable(info).infer(request)
         except InferdError as exc:
@@ -83,9 +83,10 @@ class Router:
             raise
         finally:
             REQUEST_ID.reset(token)
+            REQUEST_MODEL.reset(model)
 
     async def _run_traced(self, info: ModelInfo, request: InferRequest, trace: RequestTrace) -> InferResponse:
-        token = REQUEST_ID.set(request.id)
+        token, model = REQUEST_ID.set(request.id), REQUEST_MODEL.set(info.name)
         trace.mark("REQUEST_START")
         trace.record_tensors("TENSOR_QUEUE_INPUT", request.inputs.values())
         try:
@@ -101,6 +102,7 @@ class Router:
             trace.mark("REQUEST_END")
             self.tracer.finish(trace)
             REQUEST_ID.reset(token)
+            REQUEST_MODEL.reset(model)
 
     async def stream(
         self, request: InferRequest, model: ModelInfo | None = None

@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from inferd.errors import InferdError, InternalError
-from inferd.logging_settings import REQUEST_ID
+from inferd.logging_settings import REQUEST_ID, REQUEST_MODEL
 from inferd.recorder import Outcome, Recorder
 from inferd.types import InferRequest
 
 if TYPE_CHECKING:
     from inferd.backend import Instance, InstanceSpec
+    from inferd.rate_limiter import Gate
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +49,13 @@ class InstanceRunner:
     futures on this hot path.
     """
 
-    def __init__(self, instance: Instance, spec: InstanceSpec, recorder: Recorder) -> None:
+    def __init__(self, instance: Instance, spec: InstanceSpec, recorder: Recorder, gate: Gate | None = None) -> None:
         self.instance = instance
         self.spec = spec
         self.recorder = recorder
+        #: The rate limiter's hold on this instance (``--rate-limit=execution_count`` and resources
+        #: in its ``instance_group.rate_limiter``); ``None``: it runs as soon as it is free.
+        self.gate = gate
         #: Requests handed to this instance and not yet answered (``pending()`` leaves them out).
         self.executing = 0
         self._turn = asyncio.Lock()
@@ -70,14 +74,17 @@ class InstanceRunner:
         Never raises for a backend's failure: a failed execution gives every request its error.
         Batches handed over while one executes wait their turn, in order.
         """
+        gate = self.gate
         async with self._turn:  # a second batch waits here, still pending, its queue time running
+            if gate is not None:  # the rate limiter's wait is queue time too (as Triton counts it)
+                await gate.acquire()
             dequeued = time.monotonic_ns()
             for request in requests:
                 if request.response_sender is not None:  # decoupled: the data plane times the first response
                     request.context["compute_start_ns"] = dequeued
             self.executing += len(requests)
-            try:
-                execution = await self.execute(requests)
+            try:  # the resources go back when the thread is done, even if this call is cancelled
+                execution = await self.execute(requests, None if gate is None else gate.release)
             finally:
                 self.executing -= len(requests)
         results: Sequence[Outcome | None] = execution.results or [None] * len(requests)
@@ -85,13 +92,16 @@ class InstanceRunner:
             requests, results, dequeued, execution.start_ns, execution.end_ns, time.monotonic_ns()
         )
 
-    async def execute(self, requests: Sequence[InferRequest]) -> Execution:
-        """Run ``requests`` on this instance's thread, unrecorded (model warmup uses it)."""
+    async def execute(self, requests: Sequence[InferRequest], then: Callable[[], None] | None = None) -> Execution:
+        """Run ``requests`` on this instance's thread, unrecorded (model warmup uses it); ``then``
+        is called on the event loop once the thread has finished them."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Execution] = loop.create_future()
 
         def done(result: Any, exc: BaseException | None) -> None:
             loop.call_soon_threadsafe(_resolve, future, result, exc)
+            if then is not None:
+                loop.call_soon_threadsafe(then)
 
         self._jobs.put((lambda: self._call(requests), done))
         execution = await future
@@ -105,6 +115,7 @@ class InstanceRunner:
     def _call(self, requests: Sequence[InferRequest]) -> Execution:
         # Lines the model logs while it runs one request carry that request's id.
         token = REQUEST_ID.set(requests[0].id if len(requests) == 1 else "")
+        model = REQUEST_MODEL.set(self.recorder.stats.name)
         start = time.monotonic_ns()
         try:
             results = list(self.instance.execute(requests))
@@ -117,6 +128,7 @@ class InstanceRunner:
             results = [error] * len(requests)
         finally:
             REQUEST_ID.reset(token)
+            REQUEST_MODEL.reset(model)
         return Execution(results, start, time.monotonic_ns())
 
     def _broken(self, requests: Sequence[InferRequest], what: str) -> list[Outcome]:
@@ -147,6 +159,8 @@ class InstanceRunner:
             else:
                 finished.set_exception(exc)
 
+        if self.gate is not None:
+            self.gate.close()
         self._jobs.put((self.instance.close, done))
         try:
             finished.result()

@@ -22,6 +22,7 @@ from inferd.model_table import ModelTable
 from inferd.object_store import ObjectStoreRepository, is_url
 from inferd.plugins import PluginHost
 from inferd.poller import RepositoryPoller
+from inferd.rate_limiter import RateLimiter
 from inferd.repository import Repository
 from inferd.router import Router
 from inferd.trace import Tracer
@@ -67,6 +68,10 @@ class ServerOptions:
     exit_on_error: bool = True
     #: ``--id``: the server's name in server metadata.
     server_id: str = "inferd"
+    #: ``--rate-limit``: ``off`` (Triton's default) or ``execution_count``.
+    rate_limit: str = "off"
+    #: ``--rate-limit-resource <name>:<count>[:<device>]`` as ``(name, count, device)``, device -1: all.
+    rate_limit_resources: list[tuple[str, int, int]] = field(default_factory=list)
     #: Set in each serving process of a ``--workers N`` (N > 1) server: which worker this is (the
     #: ``inferd serve`` process itself is then a :class:`~inferd.workers.supervisor.Supervisor`).
     worker: WorkerSlot | None = None
@@ -95,7 +100,7 @@ class Server:
             log.warning("%s", line)
         builder = VersionBuilder(
             registries.backends, registries.schedulers, self.router, self.cache, options.autocomplete,
-            options.backend_config,
+            options.backend_config, self._rate_limiter(),
         )  # fmt: skip
         self.manager = ModelManager(self._lifecycle_options(), self.table, builder)
         self.peers = Peers(options.worker) if options.worker is not None else None
@@ -109,6 +114,17 @@ class Server:
         self.started_at = 0.0
         #: False once a shutdown left work running past ``--exit-timeout-secs``.
         self.drained = True
+
+    def _rate_limiter(self) -> RateLimiter | None:
+        """``--rate-limit=execution_count``: the limiter every model's instances share."""
+        options = self.options
+        if options.rate_limit != "execution_count":
+            if options.rate_limit_resources:
+                log.warning("--rate-limit-resource is ignored: the rate limiter is off (--rate-limit=execution_count)")
+            return None
+        log.info("rate limiter on (execution_count): resources %s", ", ".join(
+            f"{n}:{c}" + ("" if d < 0 else f":{d}") for n, c, d in options.rate_limit_resources) or "sized by the models")
+        return RateLimiter(options.rate_limit_resources)
 
     def _lifecycle_options(self) -> LifecycleOptions:
         options = self.options

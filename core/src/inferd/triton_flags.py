@@ -45,8 +45,6 @@ NOT_APPLICABLE: dict[str, str] = {
     "--vertex-ai-default-model": "inferd has no Vertex AI endpoint",
     "--backend-directory": "backends are Python plugins (see 'inferd plugins'), not shared libraries",
     "--repoagent-directory": "repository agents are not supported",
-    "--rate-limit": "inferd has no rate limiter: instances take requests as they become free",
-    "--rate-limit-resource": "inferd has no rate limiter: instances take requests as they become free",
     "--pinned-memory-pool-byte-size": _DEVICES,
     "--cuda-memory-pool-byte-size": _DEVICES,
     "--cuda-virtual-address-size": _DEVICES,

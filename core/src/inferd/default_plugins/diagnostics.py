@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferd.flags import parse_bool
 from inferd.hookspecs import hookimpl
+from inferd.logging_settings import FORMATS
 
 if TYPE_CHECKING:
     from inferd.server import Server
@@ -23,8 +24,8 @@ if TYPE_CHECKING:
 
 
 def _log_format(value: str) -> str:
-    if value not in ("default", "ISO8601"):
-        raise argparse.ArgumentTypeError(f"expected default or ISO8601, got '{value}'")
+    if value not in FORMATS:
+        raise argparse.ArgumentTypeError(f"expected default, ISO8601 or json, got '{value}'")
     return value
 
 
@@ -58,7 +59,8 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--log-warning", type=parse_bool, default=True, metavar="BOOL", help="log WARNING lines (default: true)")
     g.add_argument("--log-error", type=parse_bool, default=True, metavar="BOOL", help="log ERROR lines (default: true)")
     g.add_argument("--log-format", type=_log_format, default="default", metavar="FORMAT",
-                   help="default (Triton's layout) or ISO8601 (default: default)")  # fmt: skip
+                   help="default (Triton's layout), ISO8601, or json: one JSON object per line with time, level, "
+                        "logger, message, request_id and model (default: default)")  # fmt: skip
 
 
 @hookimpl

@@ -26,6 +26,7 @@ import zttp
 
 from inferd.default_plugins.grpc.framing import (
     ACCEPT_ENCODING,
+    PREFIX_BYTES,
     GrpcFailure,
     MessageReader,
     frame,
@@ -127,7 +128,12 @@ class UnaryCall:
     async def run(self, on_done: Callable[[int], None]) -> None:
         """Read the message, run the RPC, answer; ``on_done(stream_id)`` at the end, always."""
         try:
-            body = await self._body()
+            try:
+                body = await self._body()
+            except GrpcFailure as exc:  # a message over --grpc-max-message-bytes: refused unread
+                await self._answer(None, exc.status, exc.message)
+                self._reset_unread()
+                return
             if body is None:
                 return
             try:
@@ -157,10 +163,12 @@ class UnaryCall:
         every call is under it (as uvicorn's own cycle does on each ``receive``).
         """
         chunks: list[bytearray] = []
+        size = 0
         while self.more_body and not self.disconnected:
             if self.body:
                 chunks.append(self.body)
                 self.body = bytearray()
+                size = self._check_size(chunks, size)
             self.resume_reading()
             await self.message_event.wait()
             self.message_event.clear()
@@ -172,6 +180,27 @@ class UnaryCall:
         if len(chunks) == 1:
             return chunks[0]
         return b"".join(chunks)
+
+    def _check_size(self, chunks: list[bytearray], before: int) -> int:
+        """Refuse a message whose prefix (or whose bytes so far) say it is over the limit, before
+        more of it is read; returns the bytes received."""
+        size = before + len(chunks[-1])
+        if before < PREFIX_BYTES <= size:
+            head = chunks[0] if len(chunks[0]) >= PREFIX_BYTES else b"".join(chunks)
+            declared = int.from_bytes(head[1:PREFIX_BYTES], "big")
+            if declared > self.max_message_bytes:
+                raise GrpcFailure(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"Received message larger than max ({declared} vs. {self.max_message_bytes})",
+                )
+        return size
+
+    def _reset_unread(self) -> None:
+        """After an early answer, reset the stream (NO_ERROR: the trailers' status stands, as the
+        gRPC protocol says) so the client stops sending the rest."""
+        if self.more_body and not self.disconnected and not self.transport.is_closing():
+            self.stream.reset(0)
+            self.transport.write(self.conn.data_to_send())
 
     def _message(self, body: bytes | bytearray) -> memoryview:
         """The single request message of the call (the checks and messages of the ASGI path)."""

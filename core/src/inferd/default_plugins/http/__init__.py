@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from inferd.asgi_server import AsgiServer
+from inferd.asgi_server import HTTP_MAX_INPUT_SIZE, AsgiServer, BodyLimit
 from inferd.frontend import Frontend
 from inferd.hookspecs import FrontendRegister, hookimpl
 from inferd.tls import TlsConfig, http_config, settings
@@ -22,18 +22,20 @@ class HttpFrontend(Frontend):
 
     name = "HTTP"
 
-    def __init__(self, host: str, port: int, tls: TlsConfig | None = None) -> None:
+    def __init__(
+        self, host: str, port: int, tls: TlsConfig | None = None, max_input_size: int = HTTP_MAX_INPUT_SIZE
+    ) -> None:
         self.server: AsgiServer | None = None
         self.host = host
         self.port = port
         self.tls = tls
+        self.max_input_size = max_input_size
 
     async def start(self, dataplane: DataPlane) -> None:
         from inferd.default_plugins.http.app import HttpApp
 
-        self.server = AsgiServer(
-            HttpApp(dataplane), self.host, self.port, "HTTP frontend", dataplane.shares_ports, tls=self.tls
-        )
+        app = BodyLimit(HttpApp(dataplane), self.max_input_size)  # --http-max-input-size
+        self.server = AsgiServer(app, self.host, self.port, "HTTP frontend", dataplane.shares_ports, tls=self.tls)
         await self.server.start()
         self.port = self.server.port
 
@@ -48,7 +50,12 @@ class HttpFrontend(Frontend):
 def _factory(options: ServerSettings) -> HttpFrontend | None:
     if not options.allow_http:
         return None
-    return HttpFrontend(options.host, options.http_port, settings(http_config, options.extra))
+    return HttpFrontend(
+        options.host,
+        options.http_port,
+        settings(http_config, options.extra),
+        options.extra.get("http_max_input_size", HTTP_MAX_INPUT_SIZE),
+    )
 
 
 @hookimpl

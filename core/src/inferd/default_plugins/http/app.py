@@ -262,7 +262,8 @@ def _version(request: Request) -> str:
 
 
 async def _body(request: Request) -> bytes:
-    return decode_body(await request.body(), request.headers.get("content-encoding", "").lower())
+    encoding = request.headers.get("content-encoding", "").lower()
+    return decode_body(await request.body(), encoding, request.scope.get("inferd.max_input_size"))
 
 
 async def _json_body(request: Request) -> Any:

@@ -6,7 +6,8 @@ import json
 import logging
 import zlib
 
-from inferd.errors import ErrorKind, InferdError, Unsupported
+from inferd.asgi_server import TOO_LARGE
+from inferd.errors import ErrorKind, InferdError, InvalidArgument, Unsupported
 
 log = logging.getLogger(__name__)
 _compact = json.JSONEncoder(separators=(",", ":")).encode
@@ -28,20 +29,34 @@ class UnsupportedEncoding(Unsupported):
     """A request body in a ``Content-Encoding`` other than gzip, deflate or identity (501)."""
 
 
-def decode_body(body: bytes, encoding: str) -> bytes:
+def decode_body(body: bytes, encoding: str, limit: int | None = None) -> bytes:
     """The request body as sent before its ``Content-Encoding`` (``gzip``, ``deflate``,
     ``identity`` or none; ``encoding`` lower-cased). Raises ``zlib.error`` on a corrupt body and
-    :class:`UnsupportedEncoding` for any other encoding."""
+    :class:`UnsupportedEncoding` for any other encoding. ``limit`` (``--http-max-input-size``)
+    bounds the inflated body: inflating stops past it (a small body inflating to gigabytes is
+    refused, never held)."""
     if not encoding or encoding == "identity":
         return body
     if encoding == "gzip":
-        return zlib.decompress(body, 16 + zlib.MAX_WBITS)
+        return _inflate(body, 16 + zlib.MAX_WBITS, limit)
     if encoding == "deflate":
-        return zlib.decompress(body)
+        return _inflate(body, zlib.MAX_WBITS, limit)
     raise UnsupportedEncoding(
         f"Unsupported compression type (Content-Encoding '{encoding}'; this server reads gzip, deflate "
         f"or identity request bodies)"
     )
+
+
+def _inflate(body: bytes, wbits: int, limit: int | None) -> bytes:
+    if limit is None:
+        return zlib.decompress(body, wbits)
+    inflater = zlib.decompressobj(wbits)
+    out = inflater.decompress(body, limit + 1)
+    if len(out) > limit:
+        raise InvalidArgument(TOO_LARGE.format(size=f" (more than {limit} bytes once inflated)", limit=limit))
+    if not inflater.eof:
+        raise zlib.error("Error -5 while decompressing data: incomplete or truncated stream")
+    return out
 
 
 def error_body(message: str) -> bytes:

@@ -97,7 +97,7 @@ class InferEndpoint:
                 encoding = value.decode("latin-1").lower()
             elif name == b"accept-encoding":
                 accept = value
-        body = decode_body(await _read_body(receive), encoding)
+        body = decode_body(await _read_body(receive), encoding, scope.get("inferd.max_input_size"))
         request, binary_output, info = self._decode(body, header_length, model, version)
         sinks = bind_outputs(request, self.regions) if request.outputs else None
         response = await self.dp.infer(request, info)
