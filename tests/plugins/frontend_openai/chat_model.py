@@ -36,7 +36,7 @@ WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
 
 class TritonPythonModel:
     def initialize(self, args):
-        folder = os.path.join(args["model_repository"], str(args["model_version"]))
+        folder = json.loads(args["model_config"])["parameters"]["tokenizer"]["string_value"]
         self.tokenizer = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
 
     def execute(self, requests):
@@ -86,6 +86,7 @@ input [
   {{ name: "exclude_input_in_output" data_type: TYPE_BOOL dims: [ 1 ] optional: true }}
 ]
 output [ {{ name: "text_output" data_type: TYPE_STRING dims: [ -1 ] }} ]
+parameters {{ key: "tokenizer" value {{ string_value: "{tokenizer}" }} }}
 '''
 
 
@@ -109,14 +110,14 @@ def write_tokenizer(folder: Path, template: str | None = CHAT_TEMPLATE) -> Path:
     return folder
 
 
-def write_chat_model(repo: Path, name: str, tokenizer_at: str = "1") -> Path:
-    """The chat model ``name`` in ``repo``; its tokenizer in ``<name>/<tokenizer_at>``
-    (the model itself always reads the copy in its version folder)."""
+def write_chat_model(repo: Path, name: str, tokenizer: Path | None = None, template: str | None = CHAT_TEMPLATE) -> Path:
+    """The chat model ``name`` in ``repo`` with its tokenizer in ``tokenizer`` (default: its
+    version folder); the model reads it from the path its config's ``tokenizer`` parameter names."""
     model_dir = repo / name
     (model_dir / "1").mkdir(parents=True)
-    (model_dir / "config.pbtxt").write_text(textwrap.dedent(CONFIG.format(name=name)))
+    folder = tokenizer or model_dir / "1"
+    if not (folder / "tokenizer.json").is_file():
+        write_tokenizer(folder, template)
+    (model_dir / "config.pbtxt").write_text(textwrap.dedent(CONFIG.format(name=name, tokenizer=folder)))
     (model_dir / "1" / "model.py").write_text(MODEL_PY)
-    write_tokenizer(model_dir / "1")
-    if tokenizer_at != "1":
-        write_tokenizer(model_dir / tokenizer_at)
     return model_dir

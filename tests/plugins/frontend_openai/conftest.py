@@ -15,7 +15,7 @@ import pytest
 
 from inferd.testing import ServerProcess, free_port
 
-from .chat_model import write_chat_model, write_tokenizer
+from .chat_model import write_chat_model
 
 ADD_ONE = '''
 import triton_python_backend_utils as pb_utils
@@ -42,11 +42,14 @@ class OpenAIServer:
             return json.loads(response.read())["model_stats"][0]
 
 
-def write_repo(repo: Path) -> None:
+def write_repo(repo: Path, elsewhere: Path) -> None:
+    """``chat`` (tokenizer in its version folder), ``chat_folder`` (in a ``tokenizer`` folder),
+    ``plain`` (no chat template), ``bare`` (tokenizer outside the model: only the model knows it)
+    and ``add_one`` (no text model)."""
     write_chat_model(repo, "chat")
-    write_chat_model(repo, "chat_folder", tokenizer_at="tokenizer")
-    plain = write_chat_model(repo, "plain")
-    write_tokenizer(plain / "1", template=None)
+    write_chat_model(repo, "chat_folder", tokenizer=repo / "chat_folder" / "tokenizer")
+    write_chat_model(repo, "plain", template=None)
+    write_chat_model(repo, "bare", tokenizer=elsewhere)
     add_one = repo / "add_one"
     (add_one / "1").mkdir(parents=True)
     (add_one / "1" / "model.py").write_text(textwrap.dedent(ADD_ONE))
@@ -61,8 +64,9 @@ def write_repo(repo: Path) -> None:
 
 @pytest.fixture(scope="package")
 def openai_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAIServer]:
-    repo = tmp_path_factory.mktemp("openai") / "models"
-    write_repo(repo)
+    root = tmp_path_factory.mktemp("openai")
+    repo = root / "models"
+    write_repo(repo, root / "tokenizer")
     port = free_port()
     process = ServerProcess([repo], ["--openai-port", str(port), "--openai-address", "127.0.0.1"])
     with process:

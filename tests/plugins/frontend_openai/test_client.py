@@ -43,7 +43,7 @@ def expected_text(prompt_tokens: int, max_tokens: int, seed: int = 0) -> str:
 
 def test_models_lists_the_text_models_only(client: openai.OpenAI) -> None:
     models = client.models.list()
-    assert [m.id for m in models.data] == ["chat", "chat_folder", "plain"]
+    assert [m.id for m in models.data] == ["bare", "chat", "chat_folder", "plain"]
     assert all(m.object == "model" and m.owned_by == "inferd" for m in models.data)
     assert client.models.retrieve("chat").id == "chat"
 
