@@ -16,6 +16,7 @@ from inferd_frontend_openai.catalog import Catalog
 from inferd_frontend_openai.choices import ChoiceRunner, Event
 from inferd_frontend_openai.engine import StreamingDataPlane
 from inferd_frontend_openai.errors import OpenAIError, bad_request, from_inferd
+from inferd_frontend_openai.metrics import LlmMetrics
 from inferd_frontend_openai.responses import DONE, Reply, sse
 from inferd_frontend_openai.tokenizer import TemplateError
 
@@ -25,9 +26,10 @@ log = logging.getLogger(__name__)
 class OpenAIApp:
     """The ASGI application over one data plane."""
 
-    def __init__(self, dataplane: StreamingDataPlane, catalog: Catalog) -> None:
+    def __init__(self, dataplane: StreamingDataPlane, catalog: Catalog, metrics: LlmMetrics | None = None) -> None:
         self.dataplane = dataplane
         self.catalog = catalog
+        self.metrics = metrics
         routes = [
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/v1/models/{model:path}", self.model, methods=["GET"]),
@@ -66,7 +68,7 @@ class OpenAIApp:
     async def _generate(self, body: dict, gen: params.Generation, chat: bool) -> Response:  # type: ignore[type-arg]
         mv = self.catalog.version(gen.model)
         params.check_logprobs(body, gen.model)
-        runner = ChoiceRunner(self.dataplane, mv.info, gen, await self.catalog.tokenizer(mv))
+        runner = ChoiceRunner(self.dataplane, mv.info, gen, await self.catalog.tokenizer(mv), self.metrics)
         reply = Reply(gen.model, chat)
         events = runner.events()
         if not gen.stream:

@@ -8,6 +8,7 @@ start of a stop string is held back until it is known not to be.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -18,6 +19,7 @@ from inferd_frontend_openai import engine
 if TYPE_CHECKING:
     from inferd.model_info import ModelInfo
     from inferd_frontend_openai.engine import StreamingDataPlane
+    from inferd_frontend_openai.metrics import LlmMetrics
     from inferd_frontend_openai.params import Generation
     from inferd_frontend_openai.tokenizer import Tokenizer
 
@@ -62,6 +64,9 @@ class Choice:
     backend_tokens: int | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    #: When its first and its latest text came (``time.monotonic()``).
+    first_at: float | None = None
+    last_at: float = 0.0
 
 
 @dataclass
@@ -77,7 +82,10 @@ class Event:
 class ChoiceRunner:
     """Runs every choice of a :class:`Generation` and yields their events as they come."""
 
-    def __init__(self, dataplane: StreamingDataPlane, info: ModelInfo, gen: Generation, tokenizer: Tokenizer) -> None:
+    def __init__(self, dataplane: StreamingDataPlane, info: ModelInfo, gen: Generation, tokenizer: Tokenizer,
+                 metrics: LlmMetrics | None = None) -> None:  # fmt: skip
+        self.arrival = time.monotonic()
+        self.metrics = metrics
         self.dataplane = dataplane
         self.info = info
         self.gen = gen
@@ -104,6 +112,8 @@ class ChoiceRunner:
                     choice.backend_tokens = (choice.backend_tokens or 0) + piece.output_tokens
                 choice.finish_reason = piece.finish_reason or choice.finish_reason
                 if text:
+                    choice.last_at = time.monotonic()
+                    choice.first_at = choice.first_at or choice.last_at
                     queue.put_nowait(Event(choice, text))
                 if scanner.stopped:
                     choice.finish_reason = "stop"
@@ -126,6 +136,10 @@ class ChoiceRunner:
         if choice.finish_reason not in ("stop", "length"):
             limit = self.gen.max_tokens
             choice.finish_reason = "length" if limit is not None and choice.completion_tokens >= limit else "stop"
+        if self.metrics is not None:
+            first = None if choice.first_at is None else choice.first_at - self.arrival
+            self.metrics.choice_done(self.info.name, choice.prompt_tokens, choice.completion_tokens, first,
+                                     choice.last_at - self.arrival)  # fmt: skip
 
     async def events(self) -> AsyncIterator[Event]:
         """Every choice's events; closing this iterator cancels the choices still running."""

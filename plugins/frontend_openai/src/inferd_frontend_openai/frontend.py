@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from inferd.asgi_server import AsgiServer
 from inferd.frontend import Frontend
+from inferd_frontend_openai.metrics import LlmMetrics
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane
@@ -30,12 +31,14 @@ class OpenAIFrontend(Frontend):
         self.tokenizer = tokenizer
         self.fallback = fallback
         self.server: AsgiServer | None = None
+        #: What ``/metrics`` shows of the requests served here (see :mod:`inferd_frontend_openai.metrics`).
+        self.metrics = LlmMetrics()
 
     async def start(self, dataplane: DataPlane) -> None:
         from inferd_frontend_openai.app import OpenAIApp
         from inferd_frontend_openai.catalog import Catalog
 
-        app = OpenAIApp(dataplane, Catalog(dataplane.table, self.tokenizer))
+        app = OpenAIApp(dataplane, Catalog(dataplane.table, self.tokenizer), self.metrics)
         server = AsgiServer(app, self.host, self.port, "OpenAI frontend", dataplane.shares_ports)
         try:
             await server.start()

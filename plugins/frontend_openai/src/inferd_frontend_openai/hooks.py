@@ -4,13 +4,17 @@ and the ``openai`` frontend. Imports nothing of the API until the server starts 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from inferd.flags import parse_bool
 from inferd.hookspecs import FrontendRegister, hookimpl
 
 if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
+
+    from inferd.frontend import Frontend
     from inferd.hookspecs import ServerSettings
     from inferd_frontend_openai.frontend import OpenAIFrontend
 
@@ -50,3 +54,26 @@ def _factory(options: ServerSettings) -> OpenAIFrontend | None:
 @hookimpl
 def inferd_register_frontends(register: FrontendRegister) -> None:
     register("openai", _factory)
+
+
+class _Registry(Protocol):
+    def register(self, collector: Collector) -> None: ...
+
+
+class _Frontends(Protocol):
+    """The running server, as :func:`inferd_startup` reads it here: its started frontends."""
+
+    @property
+    def frontends(self) -> Sequence[Frontend]: ...
+
+
+@hookimpl
+def inferd_startup(server: _Frontends) -> None:
+    """Show the OpenAI API's LLM metrics on ``/metrics``: its collector joins the metrics
+    frontend's registry (both started by now)."""
+    from inferd_frontend_openai.frontend import OpenAIFrontend
+
+    openai = next((f for f in server.frontends if isinstance(f, OpenAIFrontend)), None)
+    registry: _Registry | None = next((getattr(f, "registry", None) for f in server.frontends if f.name == "metrics"), None)
+    if openai is not None and registry is not None:
+        registry.register(openai.metrics)
