@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from inferd_frontend_openai import params
-from inferd_frontend_openai.catalog import Catalog
+from inferd_frontend_openai.catalog import Catalog, ServingVersion
 from inferd_frontend_openai.choices import ChoiceRunner, Event
 from inferd_frontend_openai.engine import StreamingDataPlane
 from inferd_frontend_openai.errors import OpenAIError, bad_request, from_inferd
@@ -38,8 +40,8 @@ class OpenAIApp:
         ]
         self.app = Starlette(routes=routes, exception_handlers={OpenAIError: _error, 404: _not_found, 405: _not_allowed})
 
-    async def __call__(self, scope: dict, receive: object, send: object) -> None:  # type: ignore[type-arg]
-        await self.app(scope, receive, send)  # type: ignore[arg-type]
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
 
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": self.catalog.listed()})
@@ -51,7 +53,7 @@ class OpenAIApp:
     async def completions(self, request: Request) -> Response:
         body = await _body(request)
         gen = params.decode(body, params.completion_prompts(body))
-        return await self._generate(body, gen, chat=False)
+        return await self._generate(body, gen, self.catalog.version(gen.model), chat=False)
 
     async def chat_completions(self, request: Request) -> Response:
         body = await _body(request)
@@ -63,13 +65,12 @@ class OpenAIApp:
             gen.prompts = [tokenizer.apply_chat_template(messages)]
         except TemplateError as exc:
             raise bad_request(f"model '{gen.model}': {exc}", "messages") from None
-        return await self._generate(body, gen, chat=True)
+        return await self._generate(body, gen, mv, chat=True)
 
-    async def _generate(self, body: dict, gen: params.Generation, chat: bool) -> Response:  # type: ignore[type-arg]
-        mv = self.catalog.version(gen.model)
+    async def _generate(self, body: dict[str, Any], gen: params.Generation, mv: ServingVersion, chat: bool) -> Response:
         params.check_logprobs(body, gen.model)
-        runner = ChoiceRunner(self.dataplane, mv.info, gen, await self.catalog.tokenizer(mv), self.metrics)
         reply = Reply(gen.model, chat)
+        runner = ChoiceRunner(self.dataplane, mv.info, gen, await self.catalog.tokenizer(mv), self.metrics, reply.id)
         events = runner.events()
         if not gen.stream:
             try:
@@ -114,7 +115,7 @@ async def _sse(reply: Reply, runner: ChoiceRunner, first: Event, events: AsyncIt
     yield DONE
 
 
-async def _body(request: Request) -> dict:  # type: ignore[type-arg]
+async def _body(request: Request) -> dict[str, Any]:
     try:
         body = json.loads(await request.body())
     except ValueError as exc:

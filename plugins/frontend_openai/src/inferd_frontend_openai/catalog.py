@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -41,6 +42,8 @@ class Catalog:
         self.tokenizer_dir = tokenizer_dir
         self.created = int(time.time())
         self._tokenizers: dict[Path, Tokenizer] = {}
+        #: Each loaded version's tokenizer, looked up once (a reload makes a new version object).
+        self._by_version: weakref.WeakKeyDictionary[ServingVersion, Tokenizer] = weakref.WeakKeyDictionary()
 
     def listed(self) -> list[dict[str, object]]:
         """``GET /v1/models``'s ``data``: one entry per text model name."""
@@ -62,7 +65,13 @@ class Catalog:
 
     async def tokenizer(self, mv: ServingVersion) -> Tokenizer:
         """``--openai-tokenizer``, else the tokenizer found in the model's directory."""
-        directory = self.tokenizer_dir or find_tokenizer_dir(mv.model_dir, mv.version)
+        tokenizer = self._by_version.get(mv)
+        if tokenizer is None:
+            tokenizer = self._by_version[mv] = await self._load(mv)
+        return tokenizer
+
+    async def _load(self, mv: ServingVersion) -> Tokenizer:
+        directory = self.tokenizer_dir or await asyncio.to_thread(find_tokenizer_dir, mv.model_dir, mv.version)
         if directory is None:
             raise bad_request(
                 f"model '{mv.name}' has no tokenizer: put tokenizer.json and tokenizer_config.json in "

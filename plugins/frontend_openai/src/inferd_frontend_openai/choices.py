@@ -83,8 +83,9 @@ class ChoiceRunner:
     """Runs every choice of a :class:`Generation` and yields their events as they come."""
 
     def __init__(self, dataplane: StreamingDataPlane, info: ModelInfo, gen: Generation, tokenizer: Tokenizer,
-                 metrics: LlmMetrics | None = None) -> None:  # fmt: skip
+                 metrics: LlmMetrics | None = None, request_id: str = "") -> None:  # fmt: skip
         self.arrival = time.monotonic()
+        self.request_id = request_id
         self.metrics = metrics
         self.dataplane = dataplane
         self.info = info
@@ -101,7 +102,7 @@ class ChoiceRunner:
         return sampling
 
     async def _one(self, choice: Choice, queue: asyncio.Queue[Event]) -> None:
-        request = engine.build_request(self.info, choice.prompt, self._sampling(choice), self.gen.stream)
+        request = engine.build_request(self.info, choice.prompt, self._sampling(choice), self.gen.stream, self.request_id)
         scanner = StopScanner(self.gen.stop)
         pieces = engine.run(self.dataplane, self.info, request)
         try:
@@ -130,7 +131,8 @@ class ChoiceRunner:
 
     def _finish(self, choice: Choice) -> None:
         """Token counts from the tokenizer (the backend's output count when it gives one)."""
-        choice.prompt_tokens = self.tokenizer.count(choice.prompt)
+        first = self.choices[choice.index - choice.index % self.gen.n]  # the first choice of its prompt
+        choice.prompt_tokens = first.prompt_tokens or self.tokenizer.count(choice.prompt)
         counted = self.tokenizer.count(choice.text)
         choice.completion_tokens = choice.backend_tokens if choice.backend_tokens is not None else counted
         if choice.finish_reason not in ("stop", "length"):

@@ -57,9 +57,9 @@ def _tensor(info: ModelInfo, name: str, value: object, datatype: str) -> InferTe
     return InferTensor(name, datatype, shape, np.array([value], dtype=dtype).reshape(shape))
 
 
-def build_request(info: ModelInfo, prompt: str, sampling: dict[str, object], stream: bool) -> InferRequest:
-    """The inferd request for one choice."""
-    request = InferRequest(info.name, str(info.version))
+def build_request(info: ModelInfo, prompt: str, sampling: dict[str, object], stream: bool, id: str = "") -> InferRequest:
+    """The inferd request for one choice (``id``: the OpenAI response's, for logs and traces)."""
+    request = InferRequest(info.name, str(info.version), id)
     values: tuple[tuple[str, object, str], ...] = (
         ("text_input", prompt.encode(), "BYTES"),
         ("stream", stream, "BOOL"),
