@@ -60,15 +60,23 @@ class TritonPythonModel:
         n = int(params.get("max_tokens", 8))
         words = [str(count)] + [WORDS[(start + i) % len(WORDS)] for i in range(n - 1)]
         pieces = [words[0]] + [" " + w for w in words[1:]]
+        flag = pb_utils.get_input_tensor_by_name(request, "return_logprobs")
+        with_logprobs = flag is not None and bool(flag.as_numpy().reshape(-1)[0])
+        steps = [{"7": {"logprob": -0.25, "rank": 1, "decoded_token": p},
+                  "8": {"logprob": -1.5, "rank": 2, "decoded_token": "<alt>"}} for p in pieces]
         if not stream:
-            pieces = ["".join(pieces)]
-        for piece in pieces:
+            pieces, steps = ["".join(pieces)], [steps]
+        else:
+            steps = [[step] for step in steps]
+        for piece, step in zip(pieces, steps):
             if request.is_cancelled():
                 error = pb_utils.TritonError("cancelled by the client", pb_utils.TritonError.CANCELLED)
                 sender.send(pb_utils.InferenceResponse(error=error), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 return
-            out = pb_utils.Tensor("text_output", np.array([piece.encode()], dtype=np.object_))
-            sender.send(pb_utils.InferenceResponse([out]))
+            outs = [pb_utils.Tensor("text_output", np.array([piece.encode()], dtype=np.object_))]
+            if with_logprobs:
+                outs.append(pb_utils.Tensor("logprobs", np.array([json.dumps(step).encode()], dtype=np.object_)))
+            sender.send(pb_utils.InferenceResponse(outs))
             if "slowly" in prompt:
                 time.sleep(0.01)
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -83,9 +91,9 @@ input [
   {{ name: "text_input" data_type: TYPE_STRING dims: [ 1 ] }},
   {{ name: "stream" data_type: TYPE_BOOL dims: [ 1 ] optional: true }},
   {{ name: "sampling_parameters" data_type: TYPE_STRING dims: [ 1 ] optional: true }},
-  {{ name: "exclude_input_in_output" data_type: TYPE_BOOL dims: [ 1 ] optional: true }}
+  {{ name: "exclude_input_in_output" data_type: TYPE_BOOL dims: [ 1 ] optional: true }}{extra_input}
 ]
-output [ {{ name: "text_output" data_type: TYPE_STRING dims: [ -1 ] }} ]
+output [ {{ name: "text_output" data_type: TYPE_STRING dims: [ -1 ] }}{extra_output} ]
 parameters {{ key: "tokenizer" value {{ string_value: "{tokenizer}" }} }}
 '''
 
@@ -110,14 +118,23 @@ def write_tokenizer(folder: Path, template: str | None = CHAT_TEMPLATE) -> Path:
     return folder
 
 
-def write_chat_model(repo: Path, name: str, tokenizer: Path | None = None, template: str | None = CHAT_TEMPLATE) -> Path:
+#: The input and output that let the model send token log-probabilities (Triton's vLLM backend's).
+LOGPROBS_INPUT = ',\n  { name: "return_logprobs" data_type: TYPE_BOOL dims: [ 1 ] optional: true }'
+LOGPROBS_OUTPUT = ',\n  { name: "logprobs" data_type: TYPE_STRING dims: [ -1 ] }'
+
+
+def write_chat_model(repo: Path, name: str, tokenizer: Path | None = None, template: str | None = CHAT_TEMPLATE,
+                     logprobs: bool = False) -> Path:  # fmt: skip
     """The chat model ``name`` in ``repo`` with its tokenizer in ``tokenizer`` (default: its
-    version folder); the model reads it from the path its config's ``tokenizer`` parameter names."""
+    version folder); the model reads it from the path its config's ``tokenizer`` parameter names.
+    With ``logprobs`` it declares ``return_logprobs`` and ``logprobs``: each piece of text gets
+    log-probability -0.25 (rank 1), and a candidate ``<alt>`` -1.5 (rank 2)."""
     model_dir = repo / name
     (model_dir / "1").mkdir(parents=True)
     folder = tokenizer or model_dir / "1"
     if not (folder / "tokenizer.json").is_file():
         write_tokenizer(folder, template)
-    (model_dir / "config.pbtxt").write_text(textwrap.dedent(CONFIG.format(name=name, tokenizer=folder)))
+    extra = {"extra_input": LOGPROBS_INPUT if logprobs else "", "extra_output": LOGPROBS_OUTPUT if logprobs else ""}
+    (model_dir / "config.pbtxt").write_text(textwrap.dedent(CONFIG.format(name=name, tokenizer=folder, **extra)))
     (model_dir / "1" / "model.py").write_text(MODEL_PY)
     return model_dir

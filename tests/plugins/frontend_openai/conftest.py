@@ -44,12 +44,13 @@ class OpenAIServer:
 
 def write_repo(repo: Path, elsewhere: Path) -> None:
     """``chat`` (tokenizer in its version folder), ``chat_folder`` (in a ``tokenizer`` folder),
-    ``plain`` (no chat template), ``bare`` (tokenizer outside the model: only the model knows it)
-    and ``add_one`` (no text model)."""
+    ``plain`` (no chat template), ``bare`` (tokenizer outside the model: only the model knows it),
+    ``chat_logprobs`` (sends token log-probabilities) and ``add_one`` (no text model)."""
     write_chat_model(repo, "chat")
     write_chat_model(repo, "chat_folder", tokenizer=repo / "chat_folder" / "tokenizer")
     write_chat_model(repo, "plain", template=None)
     write_chat_model(repo, "bare", tokenizer=elsewhere)
+    write_chat_model(repo, "chat_logprobs", logprobs=True)
     add_one = repo / "add_one"
     (add_one / "1").mkdir(parents=True)
     (add_one / "1" / "model.py").write_text(textwrap.dedent(ADD_ONE))

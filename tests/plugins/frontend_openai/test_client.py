@@ -43,7 +43,7 @@ def expected_text(prompt_tokens: int, max_tokens: int, seed: int = 0) -> str:
 
 def test_models_lists_the_text_models_only(client: openai.OpenAI) -> None:
     models = client.models.list()
-    assert [m.id for m in models.data] == ["bare", "chat", "chat_folder", "plain"]
+    assert [m.id for m in models.data] == ["bare", "chat", "chat_folder", "chat_logprobs", "plain"]
     assert all(m.object == "model" and m.owned_by == "inferd" for m in models.data)
     assert client.models.retrieve("chat").id == "chat"
 
@@ -164,3 +164,41 @@ def test_model_error_is_500_server_error(client: openai.OpenAI) -> None:
         client.completions.create(model="chat", prompt="please fail")
     assert info.value.status_code == 500 and info.value.body["message"] == "the model refuses to fail"  # type: ignore[index]
     assert info.value.type == "server_error"
+
+
+def _probs(token: str) -> dict[str, object]:
+    return {"token": token, "logprob": -0.25, "bytes": list(token.encode())}
+
+
+def test_chat_logprobs_from_the_model(client: openai.OpenAI) -> None:
+    reply = client.chat.completions.create(model="chat_logprobs", messages=MESSAGES, max_tokens=3, logprobs=True,
+                                           top_logprobs=1)  # fmt: skip
+    pieces = reply.choices[0].message.content.split(" ")
+    pieces = [pieces[0]] + [" " + p for p in pieces[1:]]
+    assert reply.choices[0].logprobs is not None
+    assert reply.choices[0].logprobs.model_dump()["content"] == [{**_probs(p), "top_logprobs": [_probs(p)]} for p in pieces]
+    stream = client.chat.completions.create(model="chat_logprobs", messages=MESSAGES, max_tokens=3, logprobs=True,
+                                            stream=True)  # fmt: skip
+    streamed = [c.choices[0].logprobs.model_dump()["content"] for c in stream if c.choices[0].delta.content]
+    assert streamed == [[{**_probs(p), "top_logprobs": []}] for p in pieces]
+
+
+def test_completion_logprobs_from_the_model(client: openai.OpenAI) -> None:
+    reply = client.completions.create(model="chat_logprobs", prompt="hi", max_tokens=3, logprobs=2, echo=True)
+    text = reply.choices[0].text[len("hi"):]
+    pieces = text.split(" ")
+    pieces = [pieces[0]] + [" " + p for p in pieces[1:]]
+    assert reply.choices[0].logprobs is not None
+    assert reply.choices[0].logprobs.model_dump() == {
+        "tokens": pieces, "token_logprobs": [-0.25] * 3, "top_logprobs": [{p: -0.25, "<alt>": -1.5} for p in pieces],
+        "text_offset": [2, 2 + len(pieces[0]), 2 + len(pieces[0]) + len(pieces[1])],
+    }  # fmt: skip
+
+
+def test_logprobs_bounds(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model="chat_logprobs", prompt="hi", logprobs=6)
+    assert info.value.param == "logprobs"
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="chat_logprobs", messages=MESSAGES, top_logprobs=2)
+    assert info.value.param == "top_logprobs"

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from inferd_frontend_openai import params
+from inferd_frontend_openai import engine, params
 from inferd_frontend_openai.catalog import Catalog, ServingVersion
 from inferd_frontend_openai.choices import ChoiceRunner, Event
 from inferd_frontend_openai.engine import StreamingDataPlane
@@ -52,24 +52,26 @@ class OpenAIApp:
 
     async def completions(self, request: Request) -> Response:
         body = await _body(request)
-        gen = params.decode(body, params.completion_prompts(body))
-        return await self._generate(body, gen, self.catalog.version(gen.model), chat=False)
+        gen = params.decode(body, params.completion_prompts(body), chat=False)
+        return await self._generate(gen, self.catalog.version(gen.model), chat=False)
 
     async def chat_completions(self, request: Request) -> Response:
         body = await _body(request)
         messages = params.chat_messages(body)
-        gen = params.decode(body, [])
+        gen = params.decode(body, [], chat=True)
         mv = self.catalog.version(gen.model)
         tokenizer = await self.catalog.tokenizer(mv)
         try:
             gen.prompts = [tokenizer.apply_chat_template(messages)]
         except TemplateError as exc:
             raise bad_request(f"model '{gen.model}': {exc}", "messages") from None
-        return await self._generate(body, gen, mv, chat=True)
+        return await self._generate(gen, mv, chat=True)
 
-    async def _generate(self, body: dict[str, Any], gen: params.Generation, mv: ServingVersion, chat: bool) -> Response:
-        params.check_logprobs(body, gen.model)
-        reply = Reply(gen.model, chat)
+    async def _generate(self, gen: params.Generation, mv: ServingVersion, chat: bool) -> Response:
+        if gen.logprobs is not None and not engine.gives_logprobs(mv.info):
+            raise bad_request(f"model '{gen.model}' does not give logprobs: it has no 'return_logprobs' input and "
+                              f"'logprobs' output (Triton's vLLM backend's)", "logprobs")  # fmt: skip
+        reply = Reply(gen.model, chat, gen.logprobs is not None)
         runner = ChoiceRunner(self.dataplane, mv.info, gen, await self.catalog.tokenizer(mv), self.metrics, reply.id)
         events = runner.events()
         if not gen.stream:
@@ -104,7 +106,8 @@ async def _sse(reply: Reply, runner: ChoiceRunner, first: Event, events: AsyncIt
                 yield sse(from_inferd(event.error).body())
             else:
                 if event.text:
-                    yield sse(reply.chunk(event.choice.index, event.text, usage=usage))
+                    yield sse(reply.chunk(event.choice.index, event.text, usage=usage, tokens=event.tokens,
+                                          offset=event.offset))  # fmt: skip
                 if event.finished:
                     yield sse(reply.chunk(event.choice.index, None, event.choice.finish_reason, usage=usage))
             event = await anext(events, None)

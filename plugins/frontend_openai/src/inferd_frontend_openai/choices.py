@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from inferd.errors import InferdError
 from inferd_frontend_openai import engine
+from inferd_frontend_openai import logprobs as lp
 
 if TYPE_CHECKING:
     from inferd.model_info import ModelInfo
@@ -67,6 +68,8 @@ class Choice:
     #: When its first and its latest text came (``time.monotonic()``).
     first_at: float | None = None
     last_at: float = 0.0
+    #: Its tokens' log-probabilities, when asked for.
+    tokens: list[lp.TokenLogprob] = field(default_factory=list)
 
 
 @dataclass
@@ -77,6 +80,9 @@ class Event:
     text: str
     finished: bool = False
     error: InferdError | None = field(default=None)
+    #: The log-probabilities of the tokens of ``text`` (when asked for), and where ``text`` starts.
+    tokens: list[lp.TokenLogprob] = field(default_factory=list)
+    offset: int = 0
 
 
 class ChoiceRunner:
@@ -102,20 +108,25 @@ class ChoiceRunner:
         return sampling
 
     async def _one(self, choice: Choice, queue: asyncio.Queue[Event]) -> None:
-        request = engine.build_request(self.info, choice.prompt, self._sampling(choice), self.gen.stream, self.request_id)
+        gen = self.gen
+        request = engine.build_request(self.info, choice.prompt, self._sampling(choice), gen.stream, self.request_id,
+                                       gen.logprobs is not None)  # fmt: skip
         scanner = StopScanner(self.gen.stop)
         pieces = engine.run(self.dataplane, self.info, request)
         try:
             async for piece in pieces:
                 text = scanner.feed(piece.text)
+                offset = len(choice.text)
                 choice.text += text
+                tokens = lp.parse(piece.logprobs, gen.logprobs or 0) if piece.logprobs and gen.logprobs is not None else []
+                choice.tokens += tokens
                 if piece.output_tokens is not None:
                     choice.backend_tokens = (choice.backend_tokens or 0) + piece.output_tokens
                 choice.finish_reason = piece.finish_reason or choice.finish_reason
                 if text:
                     choice.last_at = time.monotonic()
                     choice.first_at = choice.first_at or choice.last_at
-                    queue.put_nowait(Event(choice, text))
+                    queue.put_nowait(Event(choice, text, tokens=tokens, offset=offset))
                 if scanner.stopped:
                     choice.finish_reason = "stop"
                     break

@@ -38,13 +38,20 @@ def is_text_model(info: ModelInfo) -> bool:
     return info.decoupled and spec is not None and spec.datatype == "BYTES" and outputs.get("text_output") == "BYTES"
 
 
+def gives_logprobs(info: ModelInfo) -> bool:
+    """Whether the model can send token log-probabilities (``return_logprobs`` -> ``logprobs``)."""
+    return info.input_spec("return_logprobs") is not None and any(t.name == "logprobs" for t in info.outputs)
+
+
 @dataclass
 class Piece:
-    """What one response of the model adds: new text, and what the backend said of it."""
+    """What one response of the model adds: new text, and what the backend said of it
+    (``logprobs``: the JSON of its ``logprobs`` output)."""
 
     text: str
     finish_reason: str | None = None
     output_tokens: int | None = None
+    logprobs: str | None = None
 
 
 def _tensor(info: ModelInfo, name: str, value: object, datatype: str) -> InferTensor | None:
@@ -57,7 +64,8 @@ def _tensor(info: ModelInfo, name: str, value: object, datatype: str) -> InferTe
     return InferTensor(name, datatype, shape, np.array([value], dtype=dtype).reshape(shape))
 
 
-def build_request(info: ModelInfo, prompt: str, sampling: dict[str, object], stream: bool, id: str = "") -> InferRequest:
+def build_request(info: ModelInfo, prompt: str, sampling: dict[str, object], stream: bool, id: str = "",
+                  logprobs: bool = False) -> InferRequest:  # fmt: skip
     """The inferd request for one choice (``id``: the OpenAI response's, for logs and traces)."""
     request = InferRequest(info.name, str(info.version), id)
     values: tuple[tuple[str, object, str], ...] = (
@@ -67,6 +75,7 @@ def build_request(info: ModelInfo, prompt: str, sampling: dict[str, object], str
         ("exclude_input_in_output", True, "BOOL"),
         ("return_finish_reason", True, "BOOL"),
         ("return_num_output_tokens", True, "BOOL"),
+        ("return_logprobs", logprobs, "BOOL"),
     )
     for name, value, datatype in values:
         tensor = _tensor(info, name, value, datatype)
@@ -88,7 +97,8 @@ def piece(response: InferResponse) -> Piece:
     count = response.output("num_output_tokens")
     tokens = int(count.data.reshape(-1)[0]) if count is not None and count.data.size else None
     reason = _text(response, "finish_reason")
-    return Piece(_text(response, "text_output") or "", reason if reason not in ("", "None") else None, tokens)
+    reason = reason if reason not in ("", "None") else None
+    return Piece(_text(response, "text_output") or "", reason, tokens, _text(response, "logprobs"))
 
 
 async def run(dataplane: StreamingDataPlane, info: ModelInfo, request: InferRequest) -> AsyncIterator[Piece]:

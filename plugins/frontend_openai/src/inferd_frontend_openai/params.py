@@ -36,6 +36,8 @@ class Generation:
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     echo: bool = False
+    #: Top candidates per token with ``logprobs`` (None: no logprobs asked for).
+    logprobs: int | None = None
     #: The ``sampling_parameters`` for the backend (seed per choice is added when it runs).
     sampling: dict[str, Any] = field(default_factory=dict)
 
@@ -79,7 +81,7 @@ def _stop(body: dict[str, Any]) -> list[str]:
     return stops
 
 
-def decode(body: object, prompts: list[str]) -> Generation:
+def decode(body: object, prompts: list[str], chat: bool) -> Generation:
     """The :class:`Generation` a request body asks for, its ``prompts`` already worked out."""
     assert isinstance(body, dict)
     model = body.get("model")
@@ -101,6 +103,7 @@ def decode(body: object, prompts: list[str]) -> Generation:
         max_tokens = _int(body, "max_tokens", 1)
     gen = Generation(model, prompts, n, stream, include_usage, max_tokens, _stop(body), _int(body, "seed", -(2**63)))
     gen.echo = _bool(body, "echo")
+    gen.logprobs = logprobs(body, chat)
     gen.sampling = _sampling(body, gen)
     return gen
 
@@ -120,6 +123,8 @@ def _sampling(body: dict[str, Any], gen: Generation) -> dict[str, Any]:
         sampling["max_tokens"] = gen.max_tokens
     if gen.stop:
         sampling["stop"] = gen.stop
+    if gen.logprobs is not None:
+        sampling["logprobs"] = gen.logprobs
     return sampling
 
 
@@ -166,11 +171,21 @@ def _content(content: object, where: str) -> str:
     raise bad_request(f"'{where}' must be a string or an array of content parts", where)
 
 
-def check_logprobs(body: dict[str, Any], model: str) -> None:
-    """``logprobs``: the text_input/text_output convention carries no token log-probabilities."""
-    value = body.get("logprobs")
-    if value not in (None, False) or body.get("top_logprobs") is not None:
-        raise bad_request(
-            f"logprobs are not available from model '{model}': its text_output carries no token log-probabilities",
-            "logprobs",
-        )
+def logprobs(body: dict[str, Any], chat: bool) -> int | None:
+    """How many top candidates to return with each token's log-probability; None: no logprobs.
+
+    Chat: ``logprobs`` (boolean) and ``top_logprobs`` (0-20); completions: ``logprobs`` (0-5)."""
+    if not chat:
+        return _int_in(body, "logprobs", 0, 5)
+    wanted = _bool(body, "logprobs")
+    top = _int_in(body, "top_logprobs", 0, 20)
+    if top is not None and not wanted:
+        raise bad_request("'logprobs' must be true when 'top_logprobs' is set", "top_logprobs")
+    return (top or 0) if wanted else None
+
+
+def _int_in(body: dict[str, Any], name: str, low: int, high: int) -> int | None:
+    value = _int(body, name, low)
+    if value is not None and value > high:
+        raise bad_request(f"{value} is greater than the maximum of {high} - '{name}'", name)
+    return value

@@ -8,7 +8,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from inferd_frontend_openai import logprobs as lp
 from inferd_frontend_openai.choices import Choice
+from inferd_frontend_openai.logprobs import TokenLogprob
 
 
 def sse(payload: dict[str, Any]) -> bytes:
@@ -26,6 +28,8 @@ class Reply:
 
     model: str
     chat: bool
+    #: Whether choices carry ``logprobs`` objects (else ``null``).
+    logprobs: bool = False
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -44,24 +48,32 @@ class Reply:
         return body
 
     def _whole_choice(self, choice: Choice, prefix: str) -> dict[str, Any]:
+        probs = self._logprobs(choice.tokens, len(prefix))
         if self.chat:
             message = {"role": "assistant", "content": choice.text}
-            return {"index": choice.index, "message": message, "logprobs": None, "finish_reason": choice.finish_reason}
+            return {"index": choice.index, "message": message, "logprobs": probs, "finish_reason": choice.finish_reason}
         text = prefix + choice.text
-        return {"index": choice.index, "text": text, "logprobs": None, "finish_reason": choice.finish_reason}
+        return {"index": choice.index, "text": text, "logprobs": probs, "finish_reason": choice.finish_reason}
+
+    def _logprobs(self, tokens: list[TokenLogprob], offset: int) -> dict[str, Any] | None:
+        if not self.logprobs:
+            return None
+        return lp.chat(tokens) if self.chat else lp.completion(tokens, offset)
 
     def chunk(self, index: int, text: str | None, finish_reason: str | None = None, *, role: bool = False,
-              usage: bool = False) -> dict[str, Any]:  # fmt: skip
-        """One stream chunk for choice ``index``: new ``text`` (None: none), or its finish;
-        ``role``: the chat's first chunk; ``usage``: carry ``"usage": null`` (include_usage)."""
+              usage: bool = False, tokens: list[TokenLogprob] | None = None, offset: int = 0) -> dict[str, Any]:  # fmt: skip
+        """One stream chunk for choice ``index``: new ``text`` (None: none) with its ``tokens``'
+        log-probabilities (``offset``: where it starts), or its finish; ``role``: the chat's first
+        chunk; ``usage``: carry ``"usage": null`` (include_usage)."""
         body = self._head(chunk=True)
+        probs = self._logprobs(tokens, offset) if tokens is not None else None
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
             if text is not None:
                 delta["content"] = text
-            choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            choice = {"index": index, "delta": delta, "logprobs": probs, "finish_reason": finish_reason}
         else:
-            choice = {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+            choice = {"index": index, "text": text or "", "logprobs": probs, "finish_reason": finish_reason}
         body["choices"] = [choice]
         if usage:
             body["usage"] = None
