@@ -157,3 +157,18 @@ def test_openai_port_in_use_is_a_start_up_error(tmp_path: Path) -> None:
         done = subprocess.run(command.command(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert f"error: OpenAI frontend cannot bind 127.0.0.1:{port}: Address already in use" in done.stderr
+
+
+def test_default_port_in_use_starts_without_the_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    from inferd.testing import InProcessServer
+    from inferd_frontend_openai import hooks
+
+    (tmp_path / "models").mkdir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        monkeypatch.setattr(hooks, "DEFAULT_PORT", taken.getsockname()[1])  # stands in for 9000 taken
+        with InProcessServer([tmp_path / "models"], plugins=[hooks]) as server:
+            assert httpx.get(f"http://{server.http_url}/v2/health/ready", timeout=10).status_code == 200
+    assert any("serving without the OpenAI API (set --openai-port to serve it)" in r.getMessage() for r in caplog.records)
