@@ -161,8 +161,9 @@ def test_openai_port_in_use_is_a_start_up_error(tmp_path: Path) -> None:
 
 def test_default_port_in_use_starts_without_the_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                     caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
-    from inferd.testing import InProcessServer
     from inferd_frontend_openai import hooks
+
+    from inferd.testing import InProcessServer
 
     (tmp_path / "models").mkdir()
     with socket.socket() as taken:
