@@ -70,6 +70,9 @@ class LlmMetrics:
                 stats.tpot.observe((last_s - first_s) / (tokens - 1))
 
     def collect(self) -> Iterator[Metric]:
+        """The four families; none before a request was served (no family goes out empty)."""
+        if not self.models:
+            return
         prompt = CounterMetricFamily("inferd_llm_prompt_tokens", "Prompt tokens of OpenAI API requests", labels=["model"])
         generated = CounterMetricFamily("inferd_llm_generation_tokens", "Tokens generated for OpenAI API requests",
                                         labels=["model"])  # fmt: skip
