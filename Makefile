@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
-PLUGINS := plugins/backend_python plugins/backend_onnx plugins/backend_pytorch plugins/backend_tensorrt plugins/cache_redis plugins/trace_otel
+PLUGINS := plugins/backend_python plugins/backend_onnx plugins/backend_pytorch plugins/backend_tensorrt plugins/cache_redis plugins/trace_otel \
+           plugins/frontend_openai
 STAMP  := $(VENV)/.installed
 PORT_HTTP ?= 8000
 PORT_GRPC ?= 8001

@@ -1,0 +1,1 @@
+"""inferd's OpenAI-compatible frontend: the OpenAI API over decoupled text models."""

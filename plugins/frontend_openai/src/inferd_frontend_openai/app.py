@@ -1,0 +1,143 @@
+"""The routes: ``/v1/models``, ``/v1/models/{model}``, ``/v1/completions``, ``/v1/chat/completions``."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from inferd_frontend_openai import engine, params
+from inferd_frontend_openai.catalog import Catalog, ServingVersion
+from inferd_frontend_openai.choices import ChoiceRunner, Event
+from inferd_frontend_openai.engine import StreamingDataPlane
+from inferd_frontend_openai.errors import OpenAIError, bad_request, from_inferd
+from inferd_frontend_openai.metrics import LlmMetrics
+from inferd_frontend_openai.responses import DONE, Reply, sse
+from inferd_frontend_openai.tokenizer import TemplateError
+
+log = logging.getLogger(__name__)
+
+
+class OpenAIApp:
+    """The ASGI application over one data plane."""
+
+    def __init__(self, dataplane: StreamingDataPlane, catalog: Catalog, metrics: LlmMetrics | None = None) -> None:
+        self.dataplane = dataplane
+        self.catalog = catalog
+        self.metrics = metrics
+        routes = [
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/models/{model:path}", self.model, methods=["GET"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+        ]
+        self.app = Starlette(routes=routes, exception_handlers={OpenAIError: _error, 404: _not_found, 405: _not_allowed})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": self.catalog.listed()})
+
+    async def model(self, request: Request) -> Response:
+        name = request.path_params["model"]
+        return JSONResponse(self.catalog.entry(self.catalog.version(name).name))
+
+    async def completions(self, request: Request) -> Response:
+        body = await _body(request)
+        gen = params.decode(body, params.completion_prompts(body), chat=False)
+        return await self._generate(gen, self.catalog.version(gen.model), chat=False)
+
+    async def chat_completions(self, request: Request) -> Response:
+        body = await _body(request)
+        messages = params.chat_messages(body)
+        gen = params.decode(body, [], chat=True)
+        mv = self.catalog.version(gen.model)
+        tokenizer = await self.catalog.tokenizer(mv)
+        try:
+            gen.prompts = [tokenizer.apply_chat_template(messages)]
+        except TemplateError as exc:
+            raise bad_request(f"model '{gen.model}': {exc}", "messages") from None
+        return await self._generate(gen, mv, chat=True)
+
+    async def _generate(self, gen: params.Generation, mv: ServingVersion, chat: bool) -> Response:
+        if gen.logprobs is not None and not engine.gives_logprobs(mv.info):
+            raise bad_request(f"model '{gen.model}' does not give logprobs: it has no 'return_logprobs' input and "
+                              f"'logprobs' output (Triton's vLLM backend's)", "logprobs")  # fmt: skip
+        reply = Reply(gen.model, chat, gen.logprobs is not None)
+        runner = ChoiceRunner(self.dataplane, mv.info, gen, await self.catalog.tokenizer(mv), self.metrics, reply.id)
+        events = runner.events()
+        if not gen.stream:
+            try:
+                async for event in events:
+                    if event.error is not None:
+                        raise from_inferd(event.error)
+            finally:
+                await events.aclose()  # type: ignore[attr-defined]
+            prefix = {c.index: c.prompt for c in runner.choices} if gen.echo and not chat else {}
+            return JSONResponse(reply.whole(runner.choices, runner.usage(), prefix))
+        first = await anext(events)
+        if first.error is not None and len(runner.choices) == 1:
+            await events.aclose()  # type: ignore[attr-defined]
+            raise from_inferd(first.error)
+        return StreamingResponse(_sse(reply, runner, first, events), media_type="text/event-stream")
+
+
+async def _sse(reply: Reply, runner: ChoiceRunner, first: Event, events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
+    """The chunks of a streamed response; an error after the start is an error event."""
+    gen = runner.gen
+    usage = gen.include_usage
+    for choice in runner.choices:
+        if reply.chat:
+            yield sse(reply.chunk(choice.index, None, role=True, usage=usage))
+        elif gen.echo:
+            yield sse(reply.chunk(choice.index, choice.prompt, usage=usage))
+    try:
+        event: Event | None = first
+        while event is not None:
+            if event.error is not None:
+                yield sse(from_inferd(event.error).body())
+            else:
+                if event.text:
+                    yield sse(reply.chunk(event.choice.index, event.text, usage=usage, tokens=event.tokens,
+                                          offset=event.offset))  # fmt: skip
+                if event.finished:
+                    yield sse(reply.chunk(event.choice.index, None, event.choice.finish_reason, usage=usage))
+            event = await anext(events, None)
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+    if usage:
+        yield sse(reply.usage_chunk(runner.usage()))
+    yield DONE
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.body())
+    except ValueError as exc:
+        raise bad_request(f"We could not parse the JSON body of your request: {exc}") from None
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object")
+    return body
+
+
+async def _error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, OpenAIError)
+    return Response(exc.json(), exc.status, media_type="application/json")
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    error = OpenAIError(404, f"Invalid URL ({request.method} {request.url.path})", "invalid_request_error")
+    return Response(error.json(), 404, media_type="application/json")
+
+
+async def _not_allowed(request: Request, exc: Exception) -> Response:
+    error = OpenAIError(405, f"Method {request.method} is not allowed on {request.url.path}", "invalid_request_error")
+    return Response(error.json(), 405, media_type="application/json")

@@ -1,0 +1,115 @@
+"""Runs one choice on an inferd model in-process, through the router's streaming API.
+
+The model follows Triton's vLLM tensor convention: ``text_input`` (BYTES), and when declared
+``stream`` and ``exclude_input_in_output`` (BOOL), ``sampling_parameters`` (BYTES, JSON),
+``return_finish_reason`` / ``return_num_output_tokens`` (BOOL); it answers ``text_output``
+(BYTES: the new text of each response), and ``finish_reason`` / ``num_output_tokens`` when asked.
+Closing the iterator early (a stop string, a client gone) closes the inferd stream, which marks
+the request cancelled for the model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from inferd.errors import InferdError
+from inferd.types import InferRequest, InferResponse, InferTensor
+
+if TYPE_CHECKING:
+    from inferd.model_info import ModelInfo
+
+
+class StreamingDataPlane(Protocol):
+    """The part of inferd's data plane this frontend calls."""
+
+    def resolve(self, name: str, version: str = "") -> ModelInfo: ...
+    def stream(self, request: InferRequest, model: ModelInfo | None = None) -> AsyncIterator[InferResponse | InferdError]: ...
+
+
+def is_text_model(info: ModelInfo) -> bool:
+    """Whether ``info`` follows the convention: decoupled, ``text_input`` and ``text_output`` BYTES."""
+    spec = info.input_spec("text_input")
+    outputs = {t.name: t.datatype for t in info.outputs}
+    return info.decoupled and spec is not None and spec.datatype == "BYTES" and outputs.get("text_output") == "BYTES"
+
+
+def gives_logprobs(info: ModelInfo) -> bool:
+    """Whether the model can send token log-probabilities (``return_logprobs`` -> ``logprobs``)."""
+    return info.input_spec("return_logprobs") is not None and any(t.name == "logprobs" for t in info.outputs)
+
+
+@dataclass
+class Piece:
+    """What one response of the model adds: new text, and what the backend said of it
+    (``logprobs``: the JSON of its ``logprobs`` output)."""
+
+    text: str
+    finish_reason: str | None = None
+    output_tokens: int | None = None
+    logprobs: str | None = None
+
+
+def _tensor(info: ModelInfo, name: str, value: object, datatype: str) -> InferTensor | None:
+    """A one-element input shaped as the model declares it; None when the model lacks it."""
+    spec = info.input_spec(name)
+    if spec is None:
+        return None
+    shape = ((1,) if info.batching else ()) + tuple(1 if d == -1 else d for d in spec.dims)
+    dtype = np.object_ if datatype == "BYTES" else np.bool_
+    return InferTensor(name, datatype, shape, np.array([value], dtype=dtype).reshape(shape))
+
+
+def build_request(info: ModelInfo, prompt: str, sampling: dict[str, object], stream: bool, id: str = "",
+                  logprobs: bool = False) -> InferRequest:  # fmt: skip
+    """The inferd request for one choice (``id``: the OpenAI response's, for logs and traces)."""
+    request = InferRequest(info.name, str(info.version), id)
+    values: tuple[tuple[str, object, str], ...] = (
+        ("text_input", prompt.encode(), "BYTES"),
+        ("stream", stream, "BOOL"),
+        ("sampling_parameters", json.dumps(sampling).encode(), "BYTES"),
+        ("exclude_input_in_output", True, "BOOL"),
+        ("return_finish_reason", True, "BOOL"),
+        ("return_num_output_tokens", True, "BOOL"),
+        ("return_logprobs", logprobs, "BOOL"),
+    )
+    for name, value, datatype in values:
+        tensor = _tensor(info, name, value, datatype)
+        if tensor is not None:
+            request.inputs[name] = tensor
+    return request
+
+
+def _text(response: InferResponse, name: str) -> str | None:
+    tensor = response.output(name)
+    if tensor is None or tensor.data.size == 0:
+        return None
+    item = tensor.data.reshape(-1)[0]
+    return item.decode("utf-8", "replace") if isinstance(item, (bytes, bytearray)) else str(item)
+
+
+def piece(response: InferResponse) -> Piece:
+    """The :class:`Piece` one response carries."""
+    count = response.output("num_output_tokens")
+    tokens = int(count.data.reshape(-1)[0]) if count is not None and count.data.size else None
+    reason = _text(response, "finish_reason")
+    reason = reason if reason not in ("", "None") else None
+    return Piece(_text(response, "text_output") or "", reason, tokens, _text(response, "logprobs"))
+
+
+async def run(dataplane: StreamingDataPlane, info: ModelInfo, request: InferRequest) -> AsyncIterator[Piece]:
+    """Every :class:`Piece` of ``request``, up to the model's final response; an error the model
+    sends is raised. Closing this iterator closes the inferd stream (the request is cancelled)."""
+    stream = dataplane.stream(request, info)
+    try:
+        async for item in stream:
+            if isinstance(item, InferdError):
+                raise item
+            if item.outputs:
+                yield piece(item)
+    finally:
+        await stream.aclose()  # type: ignore[attr-defined]

@@ -1,0 +1,79 @@
+"""Registration: ``--openai-port``, ``--openai-address``, ``--openai-tokenizer``, ``--allow-openai``
+and the ``openai`` frontend. Imports nothing of the API until the server starts it."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from inferd.flags import parse_bool
+from inferd.hookspecs import FrontendRegister, hookimpl
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
+
+    from inferd.frontend import Frontend
+    from inferd.hookspecs import ServerSettings
+    from inferd_frontend_openai.frontend import OpenAIFrontend
+
+#: The port of Triton's OpenAI-compatible frontend.
+DEFAULT_PORT = 9000
+
+
+@hookimpl
+def inferd_add_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("OpenAI-compatible API (inferd-frontend-openai)")
+    group.add_argument("--allow-openai", type=parse_bool, default=True, metavar="<bool>",
+                       help="serve the OpenAI-compatible API (default: true)")  # fmt: skip
+    group.add_argument("--openai-port", type=int, default=None, metavar="<int>",
+                       help=f"its port (default: {DEFAULT_PORT}; 0: any free port; when the default port "
+                            "is in use the server starts without this API and warns)")  # fmt: skip
+    group.add_argument("--openai-address", default="", metavar="<string>",
+                       help="its address (default: the server's --http-address)")  # fmt: skip
+    group.add_argument("--openai-tokenizer", default="", metavar="<path>",
+                       help="a Hugging Face tokenizer directory used for every model (default: each "
+                            "model's own)")  # fmt: skip
+
+
+def _factory(options: ServerSettings) -> OpenAIFrontend | None:
+    extra = options.extra
+    if not extra.get("allow_openai", True):
+        return None
+    from inferd_frontend_openai.frontend import OpenAIFrontend
+
+    tokenizer = Path(extra["openai_tokenizer"]) if extra.get("openai_tokenizer") else None
+    if tokenizer is not None and not (tokenizer / "tokenizer.json").is_file():
+        raise SystemExit(f"error: --openai-tokenizer {tokenizer}: no tokenizer.json in that directory")
+    port = extra.get("openai_port")
+    host = extra.get("openai_address") or options.host
+    return OpenAIFrontend(host, DEFAULT_PORT if port is None else int(port), tokenizer, fallback=port is None)
+
+
+@hookimpl
+def inferd_register_frontends(register: FrontendRegister) -> None:
+    register("openai", _factory)
+
+
+class _Registry(Protocol):
+    def register(self, collector: Collector) -> None: ...
+
+
+class _Frontends(Protocol):
+    """The running server, as :func:`inferd_startup` reads it here: its started frontends."""
+
+    @property
+    def frontends(self) -> Sequence[Frontend]: ...
+
+
+@hookimpl
+def inferd_startup(server: _Frontends) -> None:
+    """Show the OpenAI API's LLM metrics on ``/metrics``: its collector joins the metrics
+    frontend's registry (both started by now)."""
+    from inferd_frontend_openai.frontend import OpenAIFrontend
+
+    openai = next((f for f in server.frontends if isinstance(f, OpenAIFrontend)), None)
+    registry: _Registry | None = next((getattr(f, "registry", None) for f in server.frontends if f.name == "metrics"), None)
+    if openai is not None and registry is not None:
+        registry.register(openai.metrics)

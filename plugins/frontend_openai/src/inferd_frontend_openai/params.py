@@ -1,0 +1,191 @@
+"""The body of ``/v1/completions`` and ``/v1/chat/completions``, checked field by field.
+
+What the backend receives is Triton's vLLM ``sampling_parameters`` JSON: OpenAI's sampling fields
+under vLLM's names (``max_tokens``, ``temperature``, ``top_p``, ``stop``, ``seed``, ...).
+A wrong field is a 400 naming it (OpenAI's ``param``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from inferd_frontend_openai.errors import bad_request
+
+#: OpenAI's number fields passed through to the backend, with their allowed range.
+_NUMBERS: dict[str, tuple[float, float]] = {
+    "temperature": (0.0, 2.0),
+    "top_p": (0.0, 1.0),
+    "frequency_penalty": (-2.0, 2.0),
+    "presence_penalty": (-2.0, 2.0),
+}
+#: The most choices one request may ask for (``n``, times the prompts of a completion).
+MAX_CHOICES = 128
+
+
+@dataclass
+class Generation:
+    """One request, decoded: the prompts to run and how to sample them."""
+
+    model: str
+    prompts: list[str]
+    n: int = 1
+    stream: bool = False
+    include_usage: bool = False
+    max_tokens: int | None = None
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+    echo: bool = False
+    #: Top candidates per token with ``logprobs`` (None: no logprobs asked for).
+    logprobs: int | None = None
+    #: The ``sampling_parameters`` for the backend (seed per choice is added when it runs).
+    sampling: dict[str, Any] = field(default_factory=dict)
+
+
+def _int(body: dict[str, Any], name: str, minimum: int) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad_request(f"'{name}' must be an integer, got {json_type(value)}", name)
+    if value < minimum:
+        raise bad_request(f"{value} is less than the minimum of {minimum} - '{name}'", name)
+    return value
+
+
+def _bool(body: dict[str, Any], name: str, where: str = "") -> bool:
+    value = body.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise bad_request(f"'{where or name}' must be a boolean, got {json_type(value)}", where or name)
+    return value
+
+
+def json_type(value: object) -> str:
+    """``value``'s JSON type name, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return {int: "integer", float: "number", str: "string", list: "array", dict: "object"}.get(type(value), "value")
+
+
+def _stop(body: dict[str, Any]) -> list[str]:
+    value = body.get("stop")
+    if value is None:
+        return []
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > 4:
+        raise bad_request("'stop' must be a non-empty string or an array of up to 4 non-empty strings", "stop")
+    return stops
+
+
+def decode(body: object, prompts: list[str], chat: bool) -> Generation:
+    """The :class:`Generation` a request body asks for, its ``prompts`` already worked out."""
+    assert isinstance(body, dict)
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad_request("you must provide a model parameter", "model")
+    stream = _bool(body, "stream")
+    options = body.get("stream_options")
+    if options is not None:
+        if not stream:
+            raise bad_request("The 'stream_options' parameter is only allowed when 'stream' is enabled.", "stream_options")
+        if not isinstance(options, dict):
+            raise bad_request("'stream_options' must be an object", "stream_options")
+    include_usage = _bool(options or {}, "include_usage", "stream_options.include_usage")
+    n = _int(body, "n", 1) or 1
+    if n * len(prompts) > MAX_CHOICES:
+        raise bad_request(f"at most {MAX_CHOICES} choices per request (n times the prompts)", "n")
+    max_tokens = _int(body, "max_completion_tokens", 1)
+    if max_tokens is None:
+        max_tokens = _int(body, "max_tokens", 1)
+    gen = Generation(model, prompts, n, stream, include_usage, max_tokens, _stop(body), _int(body, "seed", -(2**63)))
+    gen.echo = _bool(body, "echo")
+    gen.logprobs = logprobs(body, chat)
+    gen.sampling = _sampling(body, gen)
+    return gen
+
+
+def _sampling(body: dict[str, Any], gen: Generation) -> dict[str, Any]:
+    sampling: dict[str, Any] = {}
+    for name, (low, high) in _NUMBERS.items():
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad_request(f"'{name}' must be a number, got {json_type(value)}", name)
+        if not low <= value <= high:
+            raise bad_request(f"'{name}' must be between {low:g} and {high:g}, got {value}", name)
+        sampling[name] = value
+    if gen.max_tokens is not None:
+        sampling["max_tokens"] = gen.max_tokens
+    if gen.stop:
+        sampling["stop"] = gen.stop
+    if gen.logprobs is not None:
+        sampling["logprobs"] = gen.logprobs
+    return sampling
+
+
+def completion_prompts(body: object) -> list[str]:
+    """``prompt`` of a completion: a string or an array of strings (token arrays are refused)."""
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object")
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return [prompt]
+    if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        return list(prompt)
+    if isinstance(prompt, list) and prompt:
+        raise bad_request("'prompt' as token ids is not supported: send text", "prompt")
+    raise bad_request("'prompt' must be a string or a non-empty array of strings", "prompt")
+
+
+def chat_messages(body: object) -> list[dict[str, Any]]:
+    """``messages`` of a chat request, each with its ``content`` as text (text parts joined)."""
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("'messages' must be a non-empty array", "messages")
+    out = []
+    for i, message in enumerate(messages):
+        where = f"messages.[{i}]"
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise bad_request(f"'{where}' must be an object with a 'role'", where)
+        out.append({**message, "content": _content(message.get("content"), f"{where}.content")})
+    return out
+
+
+def _content(content: object, where: str) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise bad_request(f"'{where}': only text content parts are supported", where)
+            texts.append(part["text"])
+        return "".join(texts)
+    raise bad_request(f"'{where}' must be a string or an array of content parts", where)
+
+
+def logprobs(body: dict[str, Any], chat: bool) -> int | None:
+    """How many top candidates to return with each token's log-probability; None: no logprobs.
+
+    Chat: ``logprobs`` (boolean) and ``top_logprobs`` (0-20); completions: ``logprobs`` (0-5)."""
+    if not chat:
+        return _int_in(body, "logprobs", 0, 5)
+    wanted = _bool(body, "logprobs")
+    top = _int_in(body, "top_logprobs", 0, 20)
+    if top is not None and not wanted:
+        raise bad_request("'logprobs' must be true when 'top_logprobs' is set", "top_logprobs")
+    return (top or 0) if wanted else None
+
+
+def _int_in(body: dict[str, Any], name: str, low: int, high: int) -> int | None:
+    value = _int(body, name, low)
+    if value is not None and value > high:
+        raise bad_request(f"{value} is greater than the maximum of {high} - '{name}'", name)
+    return value
