@@ -13,13 +13,8 @@ PORT_METRICS ?= 8002
 
 install: $(STAMP)
 
-$(STAMP): constraints.txt requirements-dev.txt core/pyproject.toml $(wildcard plugins/*/pyproject.toml)
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -c constraints.txt -r requirements-dev.txt
-	$(PIP) install -c constraints.txt -e core $(foreach p,$(PLUGINS),-e $(p))
-	# The FIL plugin requires xgboost, whose Linux wheel pulls ~470 MB of NCCL for GPUs; here the
-	# CPU-only build (same import package) stands in for it.
-	$(PIP) install -c constraints.txt xgboost-cpu && $(PIP) install --no-deps -e plugins/backend_fil
+$(STAMP): scripts/install.sh constraints.txt requirements-dev.txt core/pyproject.toml $(wildcard plugins/*/pyproject.toml)
+	VENV=$(VENV) PYTHON=$(PYTHON) DEV=1 EDITABLE=1 PLUGINS="$(PLUGINS) plugins/backend_fil" scripts/install.sh
 	touch $(STAMP)
 
 serve: install
