@@ -25,7 +25,8 @@ serve: install
 test: install test-deps
 	$(PY) -m pytest
 
-# Services the tests start themselves (a real redis-server for the redis cache plugin). Installed
+# Services the tests start themselves (a real redis-server for the redis cache plugin) and kubectl
+# (Debian's kubernetes-client: `kubectl kustomize` renders deploy/kubernetes). Installed
 # with apt when running as root; otherwise those tests skip and say why.
 test-deps:
 	@command -v redis-server >/dev/null 2>&1 || { \
@@ -33,6 +34,11 @@ test-deps:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null) \
 	      || echo "could not install redis-server: the redis cache tests will skip"; \
 	  else echo "redis-server not found: the redis cache tests will skip"; fi; }
+	@command -v kubectl >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null) \
+	      || echo "could not install kubectl: the kustomize tests will skip"; \
+	  else echo "kubectl not found: the kustomize tests will skip"; fi; }
 
 protos: install
 	$(PY) scripts/gen_protos.py
