@@ -9,7 +9,7 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 ARG BACKENDS="python onnx"
 WORKDIR /src
-COPY constraints.txt requirements-dev.txt ./
+COPY constraints.txt ./
 COPY scripts/install.sh scripts/
 COPY core core
 COPY plugins plugins
