@@ -37,15 +37,16 @@ plugin_dir() {  # a plugin's directory from any of the spellings above, its extr
 
 e=""
 [ "$EDITABLE" = 1 ] && e="-e"
-pip="$VENV/bin/python -m pip --disable-pip-version-check -q"
-test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
-[ "$DEV" = 1 ] && $pip install $PIP_ARGS -c constraints.txt -r requirements-dev.txt
 targets="$e ./core"
 fil=""
 for p in $PLUGINS; do
   d=$(plugin_dir "$p")
   case $d in */backend_fil) fil=$d ;; *) targets="$targets $e $d" ;; esac
 done
+
+pip="$VENV/bin/python -m pip --disable-pip-version-check -q"
+test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
+[ "$DEV" = 1 ] && $pip install $PIP_ARGS -c constraints.txt -r requirements-dev.txt
 $pip install $PIP_ARGS -c constraints.txt $targets
 if [ -n "$fil" ]; then
   # The FIL plugin requires xgboost, whose Linux wheel pulls ~470 MB of NCCL for GPUs; here the
