@@ -30,7 +30,7 @@ class Endpoints:
 
     ports: list[int]
     ready: set[int] = field(default_factory=set)
-    #: When each endpoint first left the set, and when it first *answered* not ready (503).
+    #: When each endpoint first left the set, and when it first *answered* not ready (400).
     unready_at: dict[int, float] = field(default_factory=dict)
     answered_unready_at: dict[int, float] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)

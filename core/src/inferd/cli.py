@@ -62,6 +62,16 @@ def _positive(value: str) -> int:
     return number
 
 
+def _seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not number >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got '{value}'")
+    return number
+
+
 def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "serve",
@@ -123,7 +133,7 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
                    help="the server's name in server metadata (default: inferd)")
     o.add_argument("--exit-timeout-secs", type=float, default=30.0, metavar="SECS",
                    help="on shutdown, how long in-flight requests may take to finish (default: 30)")
-    o.add_argument("--drain-delay-secs", type=float, default=0.0, metavar="SECS",
+    o.add_argument("--drain-delay-secs", type=_seconds, default=0.0, metavar="SECS",
                    help="on shutdown, keep serving this long after readiness turned false (default: 0)")
     o.add_argument("--log-verbose", type=int, default=0, metavar="LEVEL", help="verbose logging level (default: 0)")
     o.add_argument("--workers", type=_positive, default=1, metavar="N",
