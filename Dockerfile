@@ -16,7 +16,7 @@ COPY plugins plugins
 RUN VENV=/opt/inferd PLUGINS="$BACKENDS" PIP_ARGS=--no-cache-dir scripts/install.sh
 
 FROM ${PYTHON_IMAGE} AS runtime
-RUN groupadd --gid 1000 inferd && useradd --uid 1000 --gid 1000 --no-create-home --shell /usr/sbin/nologin inferd
+RUN groupadd --gid 1000 inferd && useradd --uid 1000 --gid 1000 --create-home --shell /usr/sbin/nologin inferd
 COPY --from=build /opt/inferd /opt/inferd
 # The example repository, so that a bare `docker run` serves something; mount yours over it.
 COPY examples/models /models
