@@ -14,13 +14,8 @@ PORT_METRICS ?= 8002
 
 install: $(STAMP)
 
-$(STAMP): constraints.txt requirements-dev.txt core/pyproject.toml $(wildcard plugins/*/pyproject.toml)
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -c constraints.txt -r requirements-dev.txt
-	$(PIP) install -c constraints.txt -e 'core[s3]' $(foreach p,$(PLUGINS),-e $(p))
-	# The FIL plugin requires xgboost, whose Linux wheel pulls ~470 MB of NCCL for GPUs; here the
-	# CPU-only build (same import package) stands in for it.
-	$(PIP) install -c constraints.txt xgboost-cpu && $(PIP) install --no-deps -e plugins/backend_fil
+$(STAMP): scripts/install.sh constraints.txt requirements-dev.txt core/pyproject.toml $(wildcard plugins/*/pyproject.toml)
+	VENV=$(VENV) PYTHON=$(PYTHON) DEV=1 EDITABLE=1 PLUGINS="$(PLUGINS) plugins/backend_fil" scripts/install.sh
 	touch $(STAMP)
 
 serve: install
@@ -31,7 +26,8 @@ serve: install
 test: install test-deps
 	$(PY) -m pytest
 
-# Services the tests start themselves (a real redis-server for the redis cache plugin). Installed
+# Services the tests start themselves (a real redis-server for the redis cache plugin) and kubectl
+# (Debian's kubernetes-client: `kubectl kustomize` renders deploy/kubernetes). Installed
 # with apt when running as root; otherwise those tests skip and say why.
 test-deps:
 	@command -v redis-server >/dev/null 2>&1 || { \
@@ -39,6 +35,11 @@ test-deps:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null) \
 	      || echo "could not install redis-server: the redis cache tests will skip"; \
 	  else echo "redis-server not found: the redis cache tests will skip"; fi; }
+	@command -v kubectl >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null) \
+	      || echo "could not install kubectl: the kustomize tests will skip"; \
+	  else echo "kubectl not found: the kustomize tests will skip"; fi; }
 
 protos: install
 	$(PY) scripts/gen_protos.py

@@ -66,6 +66,16 @@ def _positive(value: str) -> int:
     return number
 
 
+def _seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not number >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got '{value}'")
+    return number
+
+
 def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "serve",
@@ -127,6 +137,8 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
                    help="the server's name in server metadata (default: inferd)")
     o.add_argument("--exit-timeout-secs", type=float, default=30.0, metavar="SECS",
                    help="on shutdown, how long in-flight requests may take to finish (default: 30)")
+    o.add_argument("--drain-delay-secs", type=_seconds, default=0.0, metavar="SECS",
+                   help="on shutdown, keep serving this long after readiness turned false (default: 0)")
     o.add_argument("--log-verbose", type=int, default=0, metavar="LEVEL", help="verbose logging level (default: 0)")
     o.add_argument("--workers", type=_positive, default=1, metavar="N",
                    help="serving processes sharing the HTTP, gRPC and metrics ports; each holds its own "
@@ -194,7 +206,7 @@ _OWN_DESTS = {
     "command", "model_repository", "model_control_mode", "repository_poll_secs", "load_model",
     "disable_auto_complete_config", "strict_model_config", "model_config_name", "model_load_thread_count",
     "http_port", "grpc_port", "metrics_port", "host", "allow_http", "allow_grpc", "allow_metrics",
-    "exit_timeout_secs", "log_verbose", "cache_config", "response_cache_byte_size", "cache_directory",
+    "exit_timeout_secs", "drain_delay_secs", "log_verbose", "cache_config", "response_cache_byte_size", "cache_directory",
     "workers", "worker_index", "worker_dir", "strict_readiness", "exit_on_error", "backend_config", "server_id",
     "http_restricted_api", "grpc_restricted_protocol", "auth_config",
     "rate_limit", "rate_limit_resource",
@@ -242,6 +254,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         allow_grpc=args.allow_grpc,
         allow_metrics=args.allow_metrics,
         exit_timeout_secs=args.exit_timeout_secs,
+        drain_delay_secs=args.drain_delay_secs,
         model_load_thread_count=args.model_load_thread_count,
         log_verbose=args.log_verbose,
         cache_config=_cache_config(args),
@@ -288,7 +301,7 @@ def _supervise(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print("error: --workers needs fixed ports: the workers share them (port 0 would give each its own)",
               file=sys.stderr)  # fmt: skip
         return 1
-    return Supervisor(argv, args.workers, args.exit_timeout_secs).run()
+    return Supervisor(argv, args.workers, args.exit_timeout_secs + args.drain_delay_secs).run()
 
 
 def _run_serve(args: argparse.Namespace, host: PluginHost, argv: Sequence[str] | None) -> int:

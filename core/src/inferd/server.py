@@ -56,6 +56,9 @@ class ServerOptions:
     allow_grpc: bool = True
     allow_metrics: bool = True
     exit_timeout_secs: float = 30.0
+    #: ``--drain-delay-secs``: on shutdown, how long the frontends keep serving after readiness
+    #: turned false (so load balancers stop sending) before they stop accepting.
+    drain_delay_secs: float = 0.0
     model_load_thread_count: int = 4
     log_verbose: int = 0
     #: ``--cache-config NAME,key=value`` gathered by cache name: ``{"local": {"size": "1048576"}}``.
@@ -212,13 +215,17 @@ class Server:
         raise SystemExit("error: creating server: Internal - failed to load all models: " + "; ".join(failures))
 
     async def stop(self) -> None:
-        """Stop accepting, let in-flight requests finish, unload every model: all of it within
+        """Report not ready, keep serving for ``--drain-delay-secs``, then stop accepting, let
+        in-flight requests finish and unload every model: all of that within
         ``--exit-timeout-secs`` (past it, :attr:`drained` is false)."""
         self.health.accepting = False
         if self.poller is not None:
             self.poller.stop()
         if self._poll_task is not None:
             self._poll_task.cancel()
+        if self.options.drain_delay_secs > 0:
+            log.info("not ready; serving %.1f s more before closing the listeners", self.options.drain_delay_secs)
+            await asyncio.sleep(self.options.drain_delay_secs)
         grace = self.options.exit_timeout_secs
         deadline = time.monotonic() + grace
         await asyncio.gather(*(f.stop(grace) for f in self.frontends), return_exceptions=True)

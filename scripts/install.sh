@@ -1,0 +1,57 @@
+#!/bin/sh
+# Install inferd and its plugins into a virtual environment from this repository's own files.
+# `make install` and the container images (Dockerfile, Dockerfile.gpu) both run this script, so
+# what a developer installs and what an image holds cannot drift apart.
+#
+# Settings (environment variables):
+#   VENV      the virtual environment to create or reuse (default: .venv)
+#   PYTHON    the interpreter that creates it (default: python3)
+#   PLUGINS   plugins to install, each a path (plugins/backend_onnx), a directory name under
+#             plugins/ (cache_redis) or a backend name (onnx for plugins/backend_onnx);
+#             fil installs the CPU-only xgboost build first; extras follow the name, as in
+#             tensorrt[gpu-cu12] (default: python onnx)
+#   CORE_EXTRAS  extras of the host distribution, as in [s3] (default: [s3], models in S3)
+#   EDITABLE  1: editable installs (pip -e), for development (default: 0)
+#   DEV       1: also install requirements-dev.txt, what the tests need (default: 0)
+#   PIP_ARGS  extra pip arguments, e.g. --no-cache-dir in an image
+set -eu
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+PLUGINS=${PLUGINS:-python onnx}
+CORE_EXTRAS=${CORE_EXTRAS-[s3]}
+EDITABLE=${EDITABLE:-0}
+DEV=${DEV:-0}
+PIP_ARGS=${PIP_ARGS:-}
+
+plugin_dir() {  # a plugin's directory from any of the spellings above, its extras after it
+  name=${1%%\[*}
+  extras=${1#"$name"}
+  for d in "$name" "plugins/$name" "plugins/backend_$name"; do
+    if [ -f "$d/pyproject.toml" ]; then
+      case $d in /*) echo "$d$extras" ;; *) echo "./$d$extras" ;; esac  # pip reads a bare name as a package
+      return 0
+    fi
+  done
+  echo "install.sh: no plugin '$1' (looked for $1, plugins/$1, plugins/backend_$1)" >&2
+  return 1
+}
+
+e=""
+[ "$EDITABLE" = 1 ] && e="-e"
+targets="$e ./core$CORE_EXTRAS"
+fil=""
+for p in $PLUGINS; do
+  d=$(plugin_dir "$p")
+  case $d in */backend_fil) fil=$d ;; *) targets="$targets $e $d" ;; esac
+done
+
+pip="$VENV/bin/python -m pip --disable-pip-version-check -q"
+test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
+[ "$DEV" = 1 ] && $pip install $PIP_ARGS -c constraints.txt -r requirements-dev.txt
+$pip install $PIP_ARGS -c constraints.txt $targets
+if [ -n "$fil" ]; then
+  # The FIL plugin requires xgboost, whose Linux wheel pulls ~470 MB of NCCL for GPUs; here the
+  # CPU-only build (same import package) stands in for it.
+  $pip install $PIP_ARGS -c constraints.txt xgboost-cpu && $pip install $PIP_ARGS --no-deps $e "$fil"
+fi

@@ -1,0 +1,72 @@
+"""What the deployment tests share: the repository root, the example repository in a temp dir, a
+real `inferd serve` with traffic, and the inferd command line parser."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from inferd.testing import ServerProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "models"
+DEPLOY = ROOT / "deploy"
+
+ADD_SUB_BODY = json.dumps({
+    "inputs": [
+        {"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]},
+        {"name": "INPUT1", "datatype": "FP32", "shape": [1, 4], "data": [10, 20, 30, 40]},
+    ]
+}).encode()  # fmt: skip
+#: What add_sub answers to ADD_SUB_BODY: OUTPUT0 = INPUT0 + INPUT1.
+ADD_SUB_SUM = [11.0, 22.0, 33.0, 44.0]
+
+
+def copy_add_sub(repo: Path, name: str = "add_sub", extra_config: str = "") -> Path:
+    """The example add_sub model under ``repo/name`` (renamed, with ``extra_config`` appended)."""
+    target = repo / name
+    shutil.copytree(EXAMPLES / "add_sub", target)
+    config = (target / "config.pbtxt").read_text().replace('name: "add_sub"', f'name: "{name}"')
+    (target / "config.pbtxt").write_text(config + extra_config)
+    return repo
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    """Status and body of a GET (an HTTP error status is an answer, not an exception)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def http_post(url: str, body: bytes, timeout: float = 5.0) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+@pytest.fixture(scope="package")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One `inferd serve` for the package: add_sub, add_sub_cached (response cache on), latency
+    histograms on, and some traffic (successes, cache hits, a failure) already sent."""
+    tmp = tmp_path_factory.mktemp("served")
+    repo = copy_add_sub(tmp / "models")
+    copy_add_sub(repo, "add_sub_cached", "response_cache { enable: true }\n")
+    args = ["--cache-config", "local,size=1048576", "--metrics-config", "histogram_latencies=true"]
+    with ServerProcess([repo], args, log_path=tmp / "inferd.log") as srv:
+        base = f"http://{srv.http_url}/v2/models"
+        for model in ("add_sub", "add_sub", "add_sub_cached", "add_sub_cached"):
+            status, body = http_post(f"{base}/{model}/infer", ADD_SUB_BODY)
+            assert status == 200, body
+        status, _ = http_post(f"{base}/add_sub/infer", b'{"inputs": []}')
+        assert status == 400
+        yield srv
