@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING
 
-from inferd.errors import InferdError, InternalError, Unavailable, Unsupported
+from inferd.errors import ErrorKind, InferdError, InternalError, Unavailable, Unsupported
 from inferd.logging_settings import REQUEST_ID
 from inferd.recorder import FAILED_KEY
 from inferd.trace import TRACE_KEY, RequestTrace, Tracer
@@ -131,14 +131,17 @@ class Router:
         request.response_sender = _response_sender(request, self._servable(info).stats, queue)
         task = asyncio.ensure_future(self._run(info, request))
         task.add_done_callback(finished)
-        while True:
-            response, final = await queue.get()
-            if isinstance(response, InferResponse):
-                response.final = final
-            if response is not None:
-                yield response
-            if final:
-                break
+        final = False
+        try:
+            while not final:
+                response, final = await queue.get()
+                if isinstance(response, InferResponse):
+                    response.final = final
+                if response is not None:
+                    yield response
+        finally:
+            if not final:  # the caller closed the stream early: the model may stop generating
+                request.cancelled = True
 
     def infer_from_thread(self, request: InferRequest) -> InferResponse:
         """Blocking :meth:`infer` for code on a worker thread (Python models calling models)."""
@@ -233,8 +236,10 @@ def _response_sender(
         if response is None:
             stats.record_response(index, now - start, empty=True)
         else:
-            stats.record_response(index, now - start, ok=not isinstance(response, InferdError))
-            if final and isinstance(response, InferdError):
+            failed = isinstance(response, InferdError)
+            cancelled = isinstance(response, InferdError) and response.kind is ErrorKind.CANCELLED
+            stats.record_response(index, now - start, ok=not failed, cancelled=cancelled)
+            if final and failed:
                 request.context[FAILED_KEY] = True  # the recorder counts the request failed
             if index == 0:
                 stats.observe_first_response(now - request.arrival_ns)

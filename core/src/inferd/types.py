@@ -211,6 +211,9 @@ class InferRequest:
     response_sender: Callable[..., None] | None = None
     #: Free slot for schedulers and backends to hang per-request state on (sequence slot, state...).
     context: dict[str, Any] = field(default_factory=dict)
+    #: Set once the client went away before the final response (a decoupled stream closed early):
+    #: what a model's ``is_cancelled()`` reads.
+    cancelled: bool = False
 
     def batch_size(self, max_batch_size: int) -> int:
         """Rows in this request: the first dimension when the model batches, else 1."""
