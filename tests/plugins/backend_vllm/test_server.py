@@ -3,6 +3,7 @@ called with tritonclient over gRPC streaming and with HTTP generate / generate_s
 
 from __future__ import annotations
 
+import http.client
 import json
 import queue
 import urllib.request
@@ -164,11 +165,30 @@ def test_cancelled_grpc_stream_is_aborted_in_the_engine(llm_server: ServerProces
     client.close()
     # The engine stops the request at its next step and the backend answers CANCELLED (counted by
     # the server's statistics as a cancelled response) instead of producing the other tokens.
+    wait_for_cancel(llm_server, before)
+
+
+def wait_for_cancel(server: ServerProcess, before: int) -> None:
+    """Poll the statistics until one more cancelled response is counted (or give up)."""
     for _ in range(200):
-        if cancelled_responses(llm_server) > before:
+        if cancelled_responses(server) > before:
             break
-        urllib.request.urlopen(f"http://{llm_server.http_url}/v2/health/ready").close()
-    assert cancelled_responses(llm_server) == before + 1
+        urllib.request.urlopen(f"http://{server.http_url}/v2/health/ready").close()
+    assert cancelled_responses(server) == before + 1
+
+
+def test_generate_stream_disconnect_is_aborted_in_the_engine(llm_server: ServerProcess) -> None:
+    before = cancelled_responses(llm_server)
+    host, port = llm_server.http_url.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    body = {"text_input": PROMPT, "stream": True, "sampling_parameters": sampling(max_tokens=240)}
+    conn.request("POST", "/v2/models/llm/generate_stream", body=json.dumps(body))
+    resp = conn.getresponse()
+    assert resp.status == 200
+    assert resp.readline().startswith(b"data: ")  # generating: hang up after the first event
+    conn.sock.close()
+    conn.close()
+    wait_for_cancel(llm_server, before)
 
 
 @pytest.mark.parametrize(
