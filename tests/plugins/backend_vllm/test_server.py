@@ -208,3 +208,24 @@ def test_bad_input_is_a_400_naming_the_tensor(llm_server: ServerProcess, body: d
     assert status == 400, raw
     assert fragment in json.loads(raw)["error"]
     assert generate(llm_server, sampling_parameters=sampling(max_tokens=1))["text_output"].startswith(PROMPT)
+
+
+def metric(server: ServerProcess, name: str, labels: str) -> float | None:
+    """The value of the series ``name{labels...}`` on /metrics, or None."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as resp:
+        text = resp.read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + "{") and labels in line:
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_vllm_metrics_beside_tritons(llm_server: ServerProcess) -> None:
+    labels = 'model_name="llm"'
+    before = metric(llm_server, "vllm:prompt_tokens_total", labels) or 0.0
+    generated = metric(llm_server, "vllm:generation_tokens_total", labels) or 0.0
+    generate(llm_server, sampling_parameters=sampling(max_tokens=4))
+    assert metric(llm_server, "vllm:prompt_tokens_total", labels) == before + 2
+    assert metric(llm_server, "vllm:generation_tokens_total", labels) == generated + 4
+    assert metric(llm_server, "nv_inference_request_success", 'model="llm"') is not None  # Triton's, beside
+    assert metric(llm_server, "vllm:num_requests_running", labels) == 0  # the cancelled ones freed their slot

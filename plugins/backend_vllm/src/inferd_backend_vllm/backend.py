@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from inferd.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
 from inferd.errors import InferdError, InvalidArgument
+from inferd.metric_sources import SOURCES
 from inferd.types import InferRequest, InferResponse
+from inferd_backend_vllm.metrics import VLLM_METRICS
 from inferd_backend_vllm.tensors import INPUTS, OUTPUTS
 
 if TYPE_CHECKING:
@@ -28,6 +30,9 @@ class VllmBackend(Backend):
 
     name = "vllm"
     default_model_filename = ENGINE_ARGS_FILENAME
+
+    def __init__(self) -> None:
+        SOURCES.add(VLLM_METRICS)  # vLLM's own vllm:* families, on /metrics
 
     def autocomplete_config(self, config: ModelConfig, model_dir: Path, version_dir: Path | None) -> None:
         """Triton's inputs and outputs (those the config leaves out), decoupled, no batching."""
@@ -49,6 +54,7 @@ class VllmBackend(Backend):
                 "transaction policy"
             )
         args = read_engine_args(context.version_dir / ENGINE_ARGS_FILENAME, context.name)
+        args.setdefault("served_model_name", context.name)  # the model_name label of vllm:* metrics
         from inferd_backend_vllm.engine import EngineThread
 
         return VllmModel(EngineThread(args, context.name, str(context.version)))
