@@ -19,7 +19,7 @@ from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.outputs import RequestOutput
 from vllm.v1.engine.async_llm import AsyncLLM
 
-from inferd.errors import Cancelled, InferdError, InternalError
+from inferd.errors import Cancelled, InferdError, InternalError, Unavailable
 from inferd.types import InferRequest, InferResponse, InferTensor
 from inferd_backend_vllm.sampling import sampling_params
 from inferd_backend_vllm.tensors import GenerateInputs, bytes_tensor, decode_inputs, logprobs_json, number_tensor
@@ -36,7 +36,7 @@ class EngineThread:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name=f"inferd-vllm-{model_name}", daemon=True)
         self._thread.start()
-        self.running = 0
+        self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
         try:
             self.engine = asyncio.run_coroutine_threadsafe(self._start(engine_args), self.loop).result()
         except BaseException:
@@ -60,13 +60,14 @@ class EngineThread:
         self.loop.call_soon_threadsafe(self._spawn, request, inputs, params, sender)
 
     def _spawn(self, request: InferRequest, inputs: GenerateInputs, params: Any, sender: Sender) -> None:
-        self.loop.create_task(self._generate(request, inputs, params, sender))
+        task = self.loop.create_task(self._generate(request, inputs, params, sender))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _generate(self, request: InferRequest, inputs: GenerateInputs, params: Any, sender: Sender) -> None:
         request_id = f"{request.id or 'req'}-{uuid.uuid4().hex}"
         outputs = ResponseBuilder(self.model_name, self.version, request.id, inputs)
         last: RequestOutput | None = None
-        self.running += 1
         try:
             async for out in self.engine.generate(inputs.prompt, params, request_id):
                 if request.cancelled:
@@ -79,18 +80,24 @@ class EngineThread:
                     sender(outputs.response(out), out.finished)
             if not inputs.stream and last is not None:
                 sender(outputs.response(last), True)
+        except asyncio.CancelledError:  # the model unloads under the request
+            sender(Unavailable(f"model '{self.model_name}' version {self.version} was unloaded"), True)
+            raise
         except Exception as exc:
             log.exception("model '%s': generation failed", self.model_name)
             sender(InternalError(f"Error generating stream: {exc}"), True)
-        finally:
-            self.running -= 1
 
     def shutdown(self) -> None:
         """Stop the engine (its process too) and the loop thread."""
         try:
-            self.engine.shutdown()
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result()
         finally:
             self._stop_loop()
+
+    async def _shutdown(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        self.engine.shutdown()
 
     def _stop_loop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
