@@ -1,0 +1,101 @@
+"""The "vllm" backend: Triton's vLLM backend layout (``<version>/model.json``), decoupled.
+
+Config completion imports no vLLM; loading a version starts one engine shared by its instances.
+An instance's ``execute`` only hands requests to the engine and returns: the engine batches them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from inferd.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
+from inferd.errors import InferdError, InvalidArgument
+from inferd.metric_sources import SOURCES
+from inferd.types import InferRequest, InferResponse
+from inferd_backend_vllm.metrics import VLLM_METRICS
+from inferd_backend_vllm.tensors import INPUTS, OUTPUTS
+
+if TYPE_CHECKING:
+    from inferd.config import ModelConfig
+    from inferd_backend_vllm.engine import EngineThread
+
+ENGINE_ARGS_FILENAME = "model.json"
+
+
+class VllmBackend(Backend):
+    """Serves ``<version>/model.json`` (vLLM engine arguments) with vLLM's ``AsyncLLM``."""
+
+    name = "vllm"
+    default_model_filename = ENGINE_ARGS_FILENAME
+
+    def __init__(self) -> None:
+        SOURCES.add(VLLM_METRICS)  # vLLM's own vllm:* families, on /metrics
+
+    def autocomplete_config(self, config: ModelConfig, model_dir: Path, version_dir: Path | None) -> None:
+        """Triton's inputs and outputs (those the config leaves out), decoupled, no batching."""
+        have_in = {t.name for t in config.input}
+        for name, data_type, dim in INPUTS:
+            if name not in have_in:
+                config.input.add(name=name, data_type=data_type, dims=[dim], optional=name != "text_input")
+        have_out = {t.name for t in config.output}
+        for name, data_type, dim in OUTPUTS:
+            if name not in have_out:
+                config.output.add(name=name, data_type=data_type, dims=[dim])
+        config.model_transaction_policy.decoupled = True
+        config.max_batch_size = 0
+
+    def load_model(self, context: ModelLoadContext) -> Model:
+        if not context.config.model_transaction_policy.decoupled:
+            raise InvalidArgument(
+                f"model '{context.name}': the vLLM backend must be configured to use decoupled model "
+                "transaction policy"
+            )
+        args = read_engine_args(context.version_dir / ENGINE_ARGS_FILENAME, context.name)
+        args.setdefault("served_model_name", context.name)  # the model_name label of vllm:* metrics
+        from inferd_backend_vllm.engine import EngineThread
+
+        return VllmModel(EngineThread(args, context.name, str(context.version)))
+
+
+def read_engine_args(path: Path, model: str) -> dict[str, Any]:
+    """The engine arguments of ``model.json`` (a JSON object), with errors naming the file."""
+    if not path.is_file():
+        raise InvalidArgument(f"model '{model}': '{ENGINE_ARGS_FILENAME}' containing vllm engine args must be provided in '{path.parent}'")
+    try:
+        args = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InvalidArgument(f"model '{model}': cannot read '{path}': {exc}") from None
+    if not isinstance(args, dict) or not isinstance(args.get("model"), str):
+        raise InvalidArgument(f"model '{model}': '{path}' must be a JSON object with a 'model' string")
+    model_path = Path(args["model"])
+    if not model_path.is_absolute() and (path.parent / model_path).exists():
+        args["model"] = str(path.parent / model_path)  # a directory beside model.json
+    return args
+
+
+class VllmModel(Model):
+    """One engine per model version; its instances share it."""
+
+    def __init__(self, engine: EngineThread) -> None:
+        self.engine = engine
+
+    def create_instance(self, spec: InstanceSpec) -> Instance:
+        return VllmInstance(self.engine)
+
+    def unload(self) -> None:
+        self.engine.shutdown()
+
+
+class VllmInstance(Instance):
+    """Hands each request to the engine; responses go out through the request's sender."""
+
+    def __init__(self, engine: EngineThread) -> None:
+        self.engine = engine
+
+    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        for request in requests:
+            self.engine.submit(request)
+        return []

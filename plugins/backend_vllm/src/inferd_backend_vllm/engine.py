@@ -1,0 +1,138 @@
+"""vLLM's ``AsyncLLM`` on an event loop of its own thread, and one coroutine per request.
+
+The engine core runs in a process vLLM starts (spawned); this side only hands it requests and
+turns its outputs into responses. Continuous batching is the engine's: every request submitted
+here goes to it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from vllm.engine.arg_utils import AsyncEngineArgs
+from vllm.outputs import RequestOutput
+from vllm.v1.engine.async_llm import AsyncLLM
+
+from inferd.errors import Cancelled, InferdError, InternalError, Unavailable
+from inferd.types import InferRequest, InferResponse, InferTensor
+from inferd_backend_vllm.sampling import sampling_params
+from inferd_backend_vllm.tensors import GenerateInputs, bytes_tensor, decode_inputs, logprobs_json, number_tensor
+
+log = logging.getLogger("inferd.backend.vllm")
+Sender = Callable[[InferResponse | InferdError | None, bool], None]
+
+
+class EngineThread:
+    """One ``AsyncLLM`` and the asyncio loop (on its own thread) that drives it."""
+
+    def __init__(self, engine_args: dict[str, Any], model_name: str, version: str) -> None:
+        self.model_name, self.version = model_name, version
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=f"inferd-vllm-{model_name}", daemon=True)
+        self._thread.start()
+        self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
+        try:
+            self.engine = asyncio.run_coroutine_threadsafe(self._start(engine_args), self.loop).result()
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    @staticmethod
+    async def _start(engine_args: dict[str, Any]) -> AsyncLLM:
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_args))
+
+    def submit(self, request: InferRequest) -> None:
+        """Decode ``request`` and hand it to the engine; its responses go to its sender."""
+        sender = request.response_sender
+        assert sender is not None, "the vLLM backend is decoupled: the data plane sets a sender"
+        try:
+            inputs = decode_inputs(request)
+            params = sampling_params(inputs.sampling, inputs.sampling_from_tensor, inputs.stream)
+        except InferdError as exc:
+            sender(exc, True)
+            return
+        self.loop.call_soon_threadsafe(self._spawn, request, inputs, params, sender)
+
+    def _spawn(self, request: InferRequest, inputs: GenerateInputs, params: Any, sender: Sender) -> None:
+        task = self.loop.create_task(self._generate(request, inputs, params, sender))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _generate(self, request: InferRequest, inputs: GenerateInputs, params: Any, sender: Sender) -> None:
+        request_id = f"{request.id or 'req'}-{uuid.uuid4().hex}"
+        outputs = ResponseBuilder(self.model_name, self.version, request.id, inputs)
+        last: RequestOutput | None = None
+        try:
+            async for out in self.engine.generate(inputs.prompt, params, request_id):
+                if request.cancelled:
+                    await self.engine.abort(request_id)
+                    log.debug("model '%s': request %s cancelled, aborted in the engine", self.model_name, request_id)
+                    sender(Cancelled("Request was cancelled"), True)
+                    return
+                last = out
+                if inputs.stream:
+                    sender(outputs.response(out), out.finished)
+            if not inputs.stream and last is not None:
+                sender(outputs.response(last), True)
+        except asyncio.CancelledError:  # the model unloads under the request
+            sender(Unavailable(f"model '{self.model_name}' version {self.version} was unloaded"), True)
+            raise
+        except Exception as exc:
+            log.exception("model '%s': generation failed", self.model_name)
+            sender(InternalError(f"Error generating stream: {exc}"), True)
+
+    def shutdown(self) -> None:
+        """Stop the engine (its process too) and the loop thread."""
+        try:
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result()
+        finally:
+            self._stop_loop()
+
+    async def _shutdown(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        self.engine.shutdown()
+
+    def _stop_loop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+class ResponseBuilder:
+    """The responses of one request: ``text_output`` and the extra outputs it asked for."""
+
+    def __init__(self, model_name: str, version: str, request_id: str, inputs: GenerateInputs) -> None:
+        self.model_name, self.version, self.request_id = model_name, version, request_id
+        self.inputs = inputs
+
+    def response(self, out: RequestOutput) -> InferResponse:
+        """One response from an engine output (a delta when streaming, else the whole text)."""
+        prefix = (out.prompt or "") if self.inputs.prepend_input else ""
+        tensors = [bytes_tensor("text_output", [prefix + c.text for c in out.outputs])]
+        extras = self.inputs.extras
+        if extras:
+            tensors.extend(self._extras(out, extras))
+        return InferResponse(self.model_name, self.version, self.request_id, tensors)
+
+    @staticmethod
+    def _extras(out: RequestOutput, extras: frozenset[str]) -> list[InferTensor]:
+        tensors: list[InferTensor] = []
+        if "finish_reason" in extras:
+            tensors.append(bytes_tensor("finish_reason", [str(c.finish_reason) for c in out.outputs]))
+        if "cumulative_logprob" in extras:
+            values = [np.nan if c.cumulative_logprob is None else c.cumulative_logprob for c in out.outputs]
+            tensors.append(number_tensor("cumulative_logprob", values, np.float32, "FP32"))
+        if "logprobs" in extras:
+            tensors.append(bytes_tensor("logprobs", [logprobs_json(c.logprobs) for c in out.outputs]))
+        if "num_input_tokens" in extras:
+            tensors.append(number_tensor("num_input_tokens", [len(out.prompt_token_ids or ())], np.uint32, "UINT32"))
+        if "num_output_tokens" in extras:
+            tensors.append(number_tensor("num_output_tokens", [len(c.token_ids) for c in out.outputs], np.uint32, "UINT32"))
+        return tensors
