@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from inferd import triton_flags
+from inferd import tls, triton_flags
 from inferd.cli import build_parser, options_from_args
 from inferd.plugins import PluginHost
 from inferd.server import ServerOptions
@@ -59,7 +59,7 @@ def entrypoint(dockerfile: Path) -> list[str]:
 def serve_options(argv: list[str]) -> ServerOptions:
     """What ``inferd serve <argv>`` would run with; fails on any flag inferd refuses or ignores."""
     args = build_parser(PluginHost()).parse_args(["serve", *argv])
-    assert triton_flags.refusal(vars(args)) is None
+    assert tls.refusal(vars(args)) is None
     assert triton_flags.warnings(vars(args)) == []
     return options_from_args(args)
 

@@ -243,10 +243,12 @@ def _grpc_error(call) -> InferenceServerException:
 
 
 def test_grpc_without_a_valid_key_is_unauthenticated(server):
+    # The long key stays under grpc's 8 KiB soft metadata limit: between the soft and the hard
+    # limit grpcio refuses a call at random (RESOURCE_EXHAUSTED), before inferd sees it.
     client = grpcclient.InferenceServerClient(server.grpc_url)
     for headers, message in ((None, "missing API key"), ({"authorization": "Bearer wrong"}, "unknown API key"),
                              ({"x-api-key": "alice-key"}, "missing API key"),
-                             ({"authorization": "Bearer " + "k" * 9000}, "at most 4096")):  # fmt: skip
+                             ({"authorization": "Bearer " + "k" * 5000}, "at most 4096")):  # fmt: skip
         error = _grpc_error(lambda h=headers: client.infer("add_sub", _inputs(), headers=h))
         assert error.status() == "StatusCode.UNAUTHENTICATED" and message in error.message(), error
     assert client.is_server_live() and client.is_server_ready()  # health stays open
