@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from inferd.testing import ServerProcess
+from inferd.testing import ServerProcess, free_port
+from tests.plugins.frontend_openai.chat_model import write_chat_model
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "models"
@@ -57,11 +58,15 @@ def http_post(url: str, body: bytes, timeout: float = 5.0) -> tuple[int, bytes]:
 @pytest.fixture(scope="package")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """One `inferd serve` for the package: add_sub, add_sub_cached (response cache on), latency
-    histograms on, and some traffic (successes, cache hits, a failure) already sent."""
+    histograms on, a chat model behind the OpenAI API, and some traffic (successes, cache hits, a
+    failure, a streamed completion) already sent."""
     tmp = tmp_path_factory.mktemp("served")
     repo = copy_add_sub(tmp / "models")
     copy_add_sub(repo, "add_sub_cached", "response_cache { enable: true }\n")
-    args = ["--cache-config", "local,size=1048576", "--metrics-config", "histogram_latencies=true"]
+    write_chat_model(repo, "chat")
+    openai_port = free_port()
+    args = ["--cache-config", "local,size=1048576", "--metrics-config", "histogram_latencies=true",
+            "--openai-port", str(openai_port)]  # fmt: skip
     with ServerProcess([repo], args, log_path=tmp / "inferd.log") as srv:
         base = f"http://{srv.http_url}/v2/models"
         for model in ("add_sub", "add_sub", "add_sub_cached", "add_sub_cached"):
@@ -69,4 +74,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
             assert status == 200, body
         status, _ = http_post(f"{base}/add_sub/infer", b'{"inputs": []}')
         assert status == 400
+        completion = json.dumps({"model": "chat", "prompt": "the quick brown fox", "max_tokens": 4, "stream": True})
+        status, body = http_post(f"http://127.0.0.1:{openai_port}/v1/completions", completion.encode(), timeout=30)
+        assert status == 200 and b"data: [DONE]" in body, body
         yield srv

@@ -62,7 +62,8 @@ def test_the_dashboard_covers_what_operators_watch():
     for name in ("nv_inference_request_success", "nv_inference_request_failure", "nv_inference_request_duration_us",
                  "nv_inference_queue_duration_us", "nv_inference_exec_count", "nv_inference_count",
                  "nv_cache_num_hits_per_model", "nv_cpu_utilization", "nv_gpu_utilization",
-                 "nv_inference_first_response_histogram_ms_bucket"):  # fmt: skip
+                 "nv_inference_first_response_histogram_ms_bucket", "inferd_llm_generation_tokens",
+                 "inferd_llm_time_to_first_token_seconds_bucket"):  # fmt: skip
         assert name in used, name
     failures = [e for _, e in _dashboard_exprs() if "nv_inference_request_failure" in e]
     assert any("by (model, reason)" in e for e in failures)
