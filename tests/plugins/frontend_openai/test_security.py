@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import ssl
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -41,6 +42,10 @@ tenants:
     models: [chat]
     rate: 0.01
     burst: 1
+  single:
+    keys: [{sha("single-key")}]
+    models: [chat]
+    concurrency: 1
 """
 LIMIT = 65536
 #: ``--http-restricted-api``: the metadata group (``/v1/models``) needs this header too.
@@ -154,6 +159,26 @@ def test_over_the_tenants_rate_is_429_with_retry_after(port: Port) -> None:
         complete(limited)
     assert int(exc.value.response.headers["retry-after"]) >= 1
     assert error(exc)["code"] == "rate_limit_exceeded"
+
+
+def test_a_stream_holds_the_tenants_slot_until_it_ends(port: Port) -> None:
+    single = port.client("single-key")
+    # "slowly": the model waits 10 ms after each token, so the stream is open for ~0.5 s
+    stream = single.completions.create(model="chat", prompt="say it slowly", max_tokens=50, stream=True)
+    first = next(iter(stream))
+    with pytest.raises(openai.RateLimitError) as exc:
+        complete(single)
+    assert exc.value.response.headers["retry-after"] == "1"
+    assert error(exc)["message"].startswith("tenant 'single' already has 1 requests in flight")
+    text = first.choices[0].text + "".join(chunk.choices[0].text for chunk in stream)
+    assert len(text.split()) == 50
+    deadline = time.monotonic() + 5  # the slot is given back once the last chunk is sent
+    while True:
+        try:
+            assert complete(single)
+            break
+        except openai.RateLimitError:
+            assert time.monotonic() < deadline
 
 
 def test_a_body_over_the_limit_is_refused_and_the_server_stays_healthy(port: Port) -> None:
