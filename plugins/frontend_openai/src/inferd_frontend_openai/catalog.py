@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from inferd.auth import CURRENT
 from inferd.errors import InferdError
 from inferd_frontend_openai.engine import is_text_model
 from inferd_frontend_openai.errors import OpenAIError, bad_request, model_not_found
@@ -46,15 +47,22 @@ class Catalog:
         self._by_version: weakref.WeakKeyDictionary[ServingVersion, Tokenizer] = weakref.WeakKeyDictionary()
 
     def listed(self) -> list[dict[str, object]]:
-        """``GET /v1/models``'s ``data``: one entry per text model name."""
+        """``GET /v1/models``'s ``data``: one entry per text model name the request's tenant may see."""
+        grant = CURRENT.get()
         names = sorted({mv.name for mv in self.models.serving() if is_text_model(mv.info)})
+        if grant is not None:
+            names = [name for name in names if grant.sees(name)]
         return [self.entry(name) for name in names]
 
     def entry(self, name: str) -> dict[str, object]:
         return {"id": name, "object": "model", "created": self.created, "owned_by": "inferd"}
 
     def version(self, name: str) -> ServingVersion:
-        """The version serving ``name`` now; a 404 when there is none or it is no text model."""
+        """The version serving ``name`` now; a 404 when there is none, it is no text model, or the
+        request's tenant may not see it."""
+        grant = CURRENT.get()
+        if grant is not None and not grant.sees(name):
+            raise model_not_found(name)
         try:
             mv = self.models.resolve(name)
         except InferdError:

@@ -6,12 +6,15 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from inferd.asgi_server import AsgiServer
+from inferd.asgi_server import HTTP_MAX_INPUT_SIZE, AsgiServer
 from inferd.frontend import Frontend
 from inferd_frontend_openai.metrics import LlmMetrics
 
 if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
     from inferd.dataplane import DataPlane
+    from inferd.tls import TlsConfig
 
 log = logging.getLogger(__name__)
 
@@ -20,26 +23,35 @@ class OpenAIFrontend(Frontend):
     """Serves the OpenAI API on ``host:port``; ``tokenizer`` (a directory) overrides every model's.
 
     ``fallback``: the port is the default one, so a port in use is a warning (the server runs
-    without this API) rather than a failed start.
+    without this API) rather than a failed start. ``tls`` and ``max_input_size`` are the HTTP
+    port's (``--http-ssl-*``, ``--http-max-input-size``); so are the access rules
+    (``dataplane.access.http``: ``--auth-config`` and ``--http-restricted-api``).
     """
 
     name = "OpenAI"
 
-    def __init__(self, host: str, port: int, tokenizer: Path | None = None, fallback: bool = False) -> None:
+    def __init__(self, host: str, port: int, tokenizer: Path | None = None, fallback: bool = False,
+                 tls: TlsConfig | None = None, max_input_size: int = HTTP_MAX_INPUT_SIZE) -> None:  # fmt: skip
         self.host = host
         self.port = port
         self.tokenizer = tokenizer
         self.fallback = fallback
+        self.tls = tls
+        self.max_input_size = max_input_size
         self.server: AsgiServer | None = None
         #: What ``/metrics`` shows of the requests served here (see :mod:`inferd_frontend_openai.metrics`).
         self.metrics = LlmMetrics()
 
     async def start(self, dataplane: DataPlane) -> None:
+        from inferd_frontend_openai.access import Guarded, OpenAIBodyLimit
         from inferd_frontend_openai.app import OpenAIApp
         from inferd_frontend_openai.catalog import Catalog
 
-        app = OpenAIApp(dataplane, Catalog(dataplane.table, self.tokenizer), self.metrics)
-        server = AsgiServer(app, self.host, self.port, "OpenAI frontend", dataplane.shares_ports)
+        app: ASGIApp = OpenAIApp(dataplane, Catalog(dataplane.table, self.tokenizer), self.metrics)
+        if dataplane.access is not None:  # no rules: nothing on the request path
+            app = Guarded(app, dataplane.access.http)
+        app = OpenAIBodyLimit(app, self.max_input_size)
+        server = AsgiServer(app, self.host, self.port, "OpenAI frontend", dataplane.shares_ports, self.tls)
         try:
             await server.start()
         except SystemExit as exc:

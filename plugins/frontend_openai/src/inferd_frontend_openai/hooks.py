@@ -41,6 +41,8 @@ def _factory(options: ServerSettings) -> OpenAIFrontend | None:
     extra = options.extra
     if not extra.get("allow_openai", True):
         return None
+    from inferd.asgi_server import HTTP_MAX_INPUT_SIZE
+    from inferd.tls import http_config, settings
     from inferd_frontend_openai.frontend import OpenAIFrontend
 
     tokenizer = Path(extra["openai_tokenizer"]) if extra.get("openai_tokenizer") else None
@@ -48,7 +50,10 @@ def _factory(options: ServerSettings) -> OpenAIFrontend | None:
         raise SystemExit(f"error: --openai-tokenizer {tokenizer}: no tokenizer.json in that directory")
     port = extra.get("openai_port")
     host = extra.get("openai_address") or options.host
-    return OpenAIFrontend(host, DEFAULT_PORT if port is None else int(port), tokenizer, fallback=port is None)
+    tls = settings(http_config, extra)  # the HTTP port's certificates, as the metrics port's
+    max_input_size = int(extra.get("http_max_input_size", HTTP_MAX_INPUT_SIZE))
+    return OpenAIFrontend(host, DEFAULT_PORT if port is None else int(port), tokenizer, fallback=port is None,
+                          tls=tls, max_input_size=max_input_size)  # fmt: skip
 
 
 @hookimpl
