@@ -54,7 +54,10 @@ def install(target: Path) -> Path:
     cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "-q", "--no-deps",
            "--only-binary=:all:", "--require-hashes", "--upgrade", "--target", str(site),
            "-r", str(requirements)]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(f"`{' '.join(cmd)}` took over {exc.timeout:.0f} s") from exc
     if out.returncode != 0:
         raise RuntimeError(f"`{' '.join(cmd)}` failed ({out.returncode}):\n{out.stderr[-2000:]}")
     done.write_text(wanted)
