@@ -1,26 +1,45 @@
 """The KServe ServingRuntime and example InferenceService: their containers validate against the
 Kubernetes schemas, the runtime's command line is one `inferd serve` accepts, its probes and ports
-are the ones that command line serves, and the InferenceService picks this runtime.
+are the ones that command line serves, and the InferenceService picks this runtime. Both documents
+round-trip through KServe's own CRD models (the `kserve` package) with nothing unknown, dropped or
+mistyped.
 
-KServe's own CRD models (the `kserve` package) are not installed: it pulls ~30 packages (pandas,
-fastapi, kubernetes, starlette>=1.3.1 among them), which would move the server's own
-dependencies. The KServe-specific fields are checked against KServe's documented v1alpha1 /
-v1beta1 API instead."""
+The `kserve` package is not in the project's venv: it pulls ~30 packages (pandas, fastapi,
+starlette>=1.3.1 among them) that would move the server's own dependencies. Its models and the
+Kubernetes client models they name are installed without dependencies into pytest's cache (see
+tests/deploy/kserve_sdk.py); a failed download fails the tests that need them."""
 
 from __future__ import annotations
 
+import copy
+import re
 from pathlib import Path
 
 import kubernetes_validate
+import pytest
 
 from inferd.testing import ServerProcess
 from tests.deploy.conftest import DEPLOY, http_get
+from tests.deploy.kserve_sdk import KSERVE_VERSION, ManifestError, Sdk, install
 from tests.deploy.manifests import Doc, image_options, yaml_docs
 
 K8S_VERSION = kubernetes_validate.latest_version()
 #: KServe's HTTP and gRPC ports for a runtime's container (what its ingress and probes expect).
 KSERVE_HTTP_PORT, KSERVE_GRPC_PORT = 8080, 9000
 FORMATS = {"onnx", "pytorch", "triton", "xgboost", "python"}
+
+
+@pytest.fixture(scope="session")
+def sdk(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Sdk:
+    """KServe's models, installed once into pytest's cache (a temp dir without the cache plugin)."""
+    cache = getattr(request.config, "cache", None)
+    name = f"kserve-sdk-{KSERVE_VERSION}"
+    target = cache.mkdir(name) if cache is not None else tmp_path_factory.mktemp(name)
+    try:
+        site = install(target)
+    except (RuntimeError, OSError) as exc:
+        pytest.fail(f"could not install KServe's CRD models from PyPI to check the manifests: {exc}")
+    return Sdk.from_site(site)
 
 
 def _runtime() -> Doc:
@@ -82,3 +101,64 @@ def test_the_inference_service_uses_the_runtime():
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "isvc"},
            "spec": {"containers": [{"name": "model", "resources": model["resources"]}]}}  # fmt: skip
     kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("path", ["kserve/servingruntime.yaml", "kserve/inferenceservice.yaml"])
+def test_the_documents_round_trip_through_kserves_models(sdk: Sdk, path: str):
+    (doc,) = yaml_docs(DEPLOY / path)
+    type_name = sdk.document_type(doc)
+    assert type_name in {"V1alpha1ServingRuntime", "V1beta1InferenceService"}
+    loaded = sdk.load(doc, type_name)
+    assert type(loaded).__name__ == type_name
+    assert sdk.dump(loaded) == doc  # nothing unknown, nothing dropped, nothing retyped
+
+
+_DELETE = object()
+_PROBE = ("spec", "containers", 0, "readinessProbe")
+
+
+def _broken(doc: Doc, where: tuple[str | int, ...], key: str, value: object) -> Doc:
+    """A copy of ``doc`` with ``key`` under ``where`` set to ``value`` (or deleted)."""
+    broken = copy.deepcopy(doc)
+    node = broken
+    for step in where:
+        node = node[step]
+    if value is _DELETE:
+        del node[key]
+    else:
+        node[key] = value
+    return broken
+
+
+@pytest.mark.parametrize(("where", "key", "value", "message"), [
+    pytest.param(("spec",), "multiModels", False, "$.spec: unknown field(s) ['multiModels'] for V1alpha1ServingRuntimeSpec",
+                 id="unknown-kserve-field"),
+    pytest.param((*_PROBE, "httpGet"), "host_port", 1,
+                 "$.spec.containers[0].readinessProbe.httpGet: unknown field(s) ['host_port'] for V1HTTPGetAction",
+                 id="unknown-kubernetes-field"),
+    pytest.param(("spec",), "multiModel", "false", "$.spec.multiModel: expected bool, got str 'false'", id="str-for-bool"),
+    pytest.param(_PROBE, "periodSeconds", "2", "$.spec.containers[0].readinessProbe.periodSeconds: expected int, got str",
+                 id="str-for-int"),
+    pytest.param(("spec", "supportedModelFormats", 0), "version", 2,
+                 "$.spec.supportedModelFormats[0].version: expected str, got int", id="int-for-str"),
+    pytest.param(("spec", "containers", 0), "name", _DELETE,
+                 "$.spec.containers[0]: V1Container: Invalid value for `name`, must not be `None`", id="missing-required"),
+])  # fmt: skip
+def test_a_broken_runtime_is_refused(sdk: Sdk, where: tuple[str | int, ...], key: str, value: object, message: str):
+    with pytest.raises(ManifestError, match=re.escape(message)):
+        sdk.load(_broken(_runtime(), where, key, value), "V1alpha1ServingRuntime")
+
+
+@pytest.mark.parametrize(("where", "key", "value", "message"), [
+    pytest.param(("spec", "predictor", "model"), "storageURI", "s3://x",
+                 "$.spec.predictor.model: unknown field(s) ['storageURI'] for V1beta1ModelSpec", id="misspelt-field"),
+    pytest.param(("spec", "predictor"), "minReplicas", "1", "$.spec.predictor.minReplicas: expected int, got str",
+                 id="str-for-int"),
+    pytest.param(("spec", "predictor", "model", "resources"), "requests", ["cpu"],
+                 "$.spec.predictor.model.resources.requests: expected dict(str, str), got list", id="list-for-map"),
+])  # fmt: skip
+def test_a_broken_inference_service_is_refused(
+    sdk: Sdk, where: tuple[str | int, ...], key: str, value: object, message: str
+):
+    with pytest.raises(ManifestError, match=re.escape(message)):
+        sdk.load(_broken(_inference_service(), where, key, value), "V1beta1InferenceService")
