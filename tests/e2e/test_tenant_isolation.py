@@ -28,8 +28,8 @@ def flood():
         conn.request("POST", "/v2/models/add_sub/infer", body=body, headers={"Authorization": "Bearer flood-key"})
         response = conn.getresponse(); response.read()
         counts[response.status] = counts.get(response.status, 0) + 1
-        time.sleep(0.004)  # ~250 requests/s a thread: 25x the tenant's rate
-threads = [threading.Thread(target=flood) for _ in range(2)]
+        time.sleep(0.006)  # ~100 requests/s: 5x the tenant's rate, without starving the 2 cores
+threads = [threading.Thread(target=flood) for _ in range(1)]
 [t.start() for t in threads]; [t.join() for t in threads]
 print(counts.get(200, 0), counts.get(429, 0))
 """
@@ -75,14 +75,14 @@ def test_a_flooding_tenant_does_not_slow_a_polite_one(server):
     _p99(server, 50)  # warm up
     ratios, refused = [], 0
     for _ in range(5):  # the median of 5: the machine running the suite is busy
-        unloaded = _p99(server, 200)
+        unloaded = _p99(server, 300)
         flood = subprocess.Popen([sys.executable, "-c", FLOOD, server.http_url, "3", _body()],
                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
         time.sleep(0.3)  # the flood is under way
-        loaded = _p99(server, 200)
+        loaded = _p99(server, 300)
         out, _ = flood.communicate(timeout=60)
         admitted, refused = map(int, out.split())
         ratios.append(loaded / unloaded)
         assert admitted <= 20 + 20 * 4  # its burst, then its rate
-    assert refused > 200  # it did flood
+    assert refused > 2 * admitted  # it did flood: most of its requests were over its limits
     assert statistics.median(ratios) <= 2.0, ratios
