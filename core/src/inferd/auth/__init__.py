@@ -4,8 +4,8 @@ Frontends hold ``dataplane.access`` (an :class:`AccessControl`, or ``None`` when
 for any of this: then the one check on the request path is that attribute). A frontend takes its
 protocol's :class:`AccessPolicy` (``access.http``, ``access.grpc``, or ``access.policy(name)`` for a
 plugin's own protocol, e.g. the OpenAI frontend) and calls ``policy.admit(group, model, headers)``
-once per request; it sets :data:`CURRENT` to the grant while serving and calls
-``grant.release()`` when done.
+once per request, and serves the request inside ``with grant.serving():`` (the grant is
+:data:`CURRENT` meanwhile; its slot is given back at the end).
 """
 
 from __future__ import annotations

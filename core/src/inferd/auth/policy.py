@@ -8,9 +8,10 @@ and the tenant's limits. A model the tenant may not see answers as an unknown mo
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hmac
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import grpc
@@ -66,6 +67,17 @@ class Grant:
         """The request is answered: give back its in-flight slot (call once, in a ``finally``)."""
         if self.limits is not None and self.tenant is not None:
             self.limits.release(self.tenant)
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """While the request is served: this is ``CURRENT`` (what model lookups filter by); at
+        the end, its slot is given back."""
+        token = CURRENT.set(self)
+        try:
+            yield
+        finally:
+            CURRENT.reset(token)
+            self.release()
 
 
 OPEN = Grant()

@@ -13,7 +13,7 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from inferd.asgi_server import TOO_LARGE, BodyLimit
-from inferd.auth import CURRENT, AccessDenied, AccessPolicy, ApiGroup
+from inferd.auth import AccessDenied, AccessPolicy, ApiGroup
 from inferd.errors import InferdError
 from inferd_frontend_openai.errors import OpenAIError, model_not_found
 
@@ -49,12 +49,8 @@ class Guarded:
             return await answer(send, OpenAIError(exc.http_status, exc.message, type_, None, code), exc.headers)
         except InferdError:  # a model the tenant may not see
             return await answer(send, model_not_found(model))
-        token = CURRENT.set(grant)
-        try:
+        with grant.serving():
             await self.app(scope, receive, send)
-        finally:
-            CURRENT.reset(token)
-            grant.release()
 
 
 class OpenAIBodyLimit(BodyLimit):

@@ -136,12 +136,8 @@ class InferenceService:
         grant = self.policy.admit(RPC_GROUPS[rpc], model_of(rpc, request), metadata)
         if not grant.visible:
             return self._hidden(rpc, model_of(rpc, request))
-        token = CURRENT.set(grant)
-        try:
+        with grant.serving():
             return await method(request)
-        finally:
-            CURRENT.reset(token)
-            grant.release()
 
     def _hidden(self, rpc: str, model: str) -> Any:
         if rpc == "ModelReady":

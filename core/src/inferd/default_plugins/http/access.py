@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from inferd.auth import CURRENT, ROUTE_GROUPS, AccessDenied, AccessPolicy, ApiGroup, Grant
+from inferd.auth import ROUTE_GROUPS, AccessDenied, AccessPolicy, ApiGroup, Grant
 from inferd.default_plugins.http.errors import error_body, error_reply
 from inferd.errors import InferdError, NotFound
 from inferd.repository import poll_failure
@@ -66,12 +66,8 @@ def admitted(endpoint: Endpoint, name: str, policy: AccessPolicy, dp: DataPlane)
 
 
 async def _run(call: Awaitable[Response], grant: Grant) -> Response:
-    token = CURRENT.set(grant)
-    try:
+    with grant.serving():
         return await call
-    finally:
-        CURRENT.reset(token)
-        grant.release()
 
 
 class AdmittedInfer:
@@ -92,12 +88,8 @@ class AdmittedInfer:
             status, body = error_reply(exc, scope["path"])
             await _send(send, status, body, [(b"content-type", b"application/json")])
             return
-        token = CURRENT.set(grant)
-        try:
+        with grant.serving():
             await self.endpoint(scope, receive, send)
-        finally:
-            CURRENT.reset(token)
-            grant.release()
 
 
 async def _send(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
