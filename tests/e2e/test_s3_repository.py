@@ -156,8 +156,9 @@ def test_poll_mode_picks_up_changes_in_the_bucket_under_traffic(s3, tmp_path):
 
         # a removed model
         s3.delete("models", "repo/v1", "late")
-        wait_for(lambda: not client.is_model_ready("late"), what="removal")
-        assert "late" not in {name for name, _ in index_of(client)}
+        # not ready first, then (once its unload is done) out of the index: wait for the end state
+        wait_for(lambda: "late" not in {name for name, _ in index_of(client)}, what="removal")
+        assert not client.is_model_ready("late")
         with pytest.raises(InferenceServerException):
             add_sub_call(client, "late")
     finally:
