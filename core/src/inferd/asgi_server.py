@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from inferd.asgi_direct import DirectCycle, DirectRoutes, Handler, takes_directly
 from inferd.errors import InvalidArgument
 from inferd.tls import CertificateWatch, TlsConfig, forget, listening_context
 
@@ -211,10 +212,11 @@ class HeldWrites:
         return getattr(self._transport, name)
 
 
-def _protocol_class() -> type[asyncio.Protocol] | str:
+def _protocol_class(direct: DirectRoutes | None = None) -> type[asyncio.Protocol] | str:
     """uvicorn's httptools protocol writing through :class:`HeldWrites` (h11's when httptools is
-    missing)."""
+    missing), answering ``direct``'s requests itself (:mod:`inferd.asgi_direct`)."""
     try:
+        import httptools
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     except ImportError:  # pragma: no cover - depends on the environment
         return "h11"
@@ -229,15 +231,65 @@ def _protocol_class() -> type[asyncio.Protocol] | str:
             self.transport.flush()  # type: ignore[attr-defined]
             super().on_response_complete()
 
-    return Protocol
+    if direct is None:
+        return Protocol
+
+    class DirectProtocol(Protocol):
+        """Hands the requests ``direct`` takes to a :class:`DirectCycle`, the others to ASGI."""
+
+        def on_headers_complete(self) -> None:
+            parser = self.parser
+            if parser.get_method() == b"POST" and self.limit_concurrency is None and not parser.should_upgrade():
+                handler = self._direct_handler(httptools.parse_url(self.url).path)
+                if handler is not None:
+                    keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
+                    self._begin(DirectCycle(self, handler, self.headers, keep_alive))  # type: ignore[arg-type]
+                    return
+            super().on_headers_complete()
+
+        def _direct_handler(self, raw_path: bytes) -> Handler | None:
+            if b"%" in raw_path or not raw_path.isascii():  # an encoded path: ASGI decodes it
+                return None
+            handler = direct.handler(b"POST", raw_path.decode("ascii"))
+            if handler is None or not takes_directly(self.headers, direct.max_body):
+                return None
+            return handler
+
+        def _begin(self, cycle: DirectCycle) -> None:
+            """Start ``cycle`` now, or after the response before it (pipelining), as uvicorn does."""
+            existing = self.cycle
+            self.cycle = cycle  # type: ignore[assignment]
+            if existing is None or existing.response_complete:
+                self._start_asgi_task(cycle, self.app)  # type: ignore[arg-type]
+            else:
+                self.flow.pause_reading()
+                self.pipeline.appendleft((cycle, self.app))  # type: ignore[arg-type]
+
+        def on_body(self, body: bytes) -> None:
+            cycle = self.cycle
+            if type(cycle) is DirectCycle:
+                cycle.add_body(body)
+            else:
+                super().on_body(body)
+
+        def on_message_complete(self) -> None:
+            cycle = self.cycle
+            if type(cycle) is DirectCycle:
+                cycle.end_body()
+            else:
+                super().on_message_complete()
+
+    return DirectProtocol
 
 
 class AsgiServer:
     """Serves ``app`` on ``host:port`` until :meth:`stop`; over TLS with ``tls`` (see :mod:`inferd.tls`)."""
 
     def __init__(self, app: Any, host: str, port: int, what: str, reuse_port: bool = False,
-                 tls: TlsConfig | None = None) -> None:  # fmt: skip
+                 tls: TlsConfig | None = None, direct: DirectRoutes | None = None) -> None:  # fmt: skip
         self.app = app
+        #: Requests answered beside the app, without ASGI (:mod:`inferd.asgi_direct`).
+        self.direct = direct
         self.reuse_port = reuse_port
         self.tls = tls
         self.host = host
@@ -252,7 +304,7 @@ class AsgiServer:
         """Bind and accept connections; returns once the socket is listening."""
         import uvicorn
 
-        http = _protocol_class()
+        http = _protocol_class(self.direct)
         context = None
         if self.tls is not None:
             context, self._watch = listening_context(self.tls, ["http/1.1"], self.what)
@@ -277,6 +329,7 @@ class AsgiServer:
         server = self._server
         if server is None:
             return
+        self._server = None  # a second stop has nothing to do
         server.should_exit = True
         server.config.timeout_graceful_shutdown = grace
         if self._tick is not None:

@@ -34,8 +34,12 @@ class HttpFrontend(Frontend):
     async def start(self, dataplane: DataPlane) -> None:
         from inferd.default_plugins.http.app import HttpApp
 
-        app = BodyLimit(HttpApp(dataplane), self.max_input_size)  # --http-max-input-size
-        self.server = AsgiServer(app, self.host, self.port, "HTTP frontend", dataplane.shares_ports, tls=self.tls)
+        http_app = HttpApp(dataplane)
+        app = BodyLimit(http_app, self.max_input_size)  # --http-max-input-size
+        direct = http_app.direct_routes(self.max_input_size)
+        self.server = AsgiServer(
+            app, self.host, self.port, "HTTP frontend", dataplane.shares_ports, tls=self.tls, direct=direct
+        )
         await self.server.start()
         self.port = self.server.port
 

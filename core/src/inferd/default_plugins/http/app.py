@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
@@ -22,13 +24,14 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from inferd.asgi_direct import Handler, Headers, Reply
 from inferd.auth import AccessPolicy, visible_entries
 from inferd.config import config_to_json
 from inferd.default_plugins.http.access import AdmittedInfer, admitted
 from inferd.default_plugins.http.codec import parse_json
 from inferd.default_plugins.http.errors import decode_body, error_body, error_reply
 from inferd.default_plugins.http.generate import NOT_ONE_RESPONSE, decode_generate, encode_generate, sse_event
-from inferd.default_plugins.http.infer import InferEndpoint
+from inferd.default_plugins.http.infer import InferEndpoint, RequestHead
 from inferd.errors import InferdError, InvalidArgument
 from inferd.shared_memory.service import register_request
 from inferd.validation import check_repository_name
@@ -118,6 +121,13 @@ class HttpApp:
         #: The infer routes' own patterns, for the dispatch ahead of the router.
         self.infer_patterns = [route.path_regex for route in infer_routes]
 
+    def direct_routes(self, max_body: int) -> DirectInfer | None:
+        """The infer routes answered without ASGI (:mod:`inferd.asgi_direct`); None when the server
+        has access rules (the ASGI route applies them)."""
+        if not isinstance(self.infer, InferEndpoint):
+            return None
+        return DirectInfer(self.infer, self.infer_patterns, max_body)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not scope.get("root_path"):
             path = scope["path"]
@@ -128,6 +138,30 @@ class HttpApp:
                     await self.infer(scope, receive, send)
                     return
         await self.app(scope, receive, send)
+
+
+class DirectInfer:
+    """The infer routes as :class:`~inferd.asgi_direct.DirectRoutes`: the same endpoint's
+    :meth:`~inferd.default_plugins.http.infer.InferEndpoint.answer`, given the body uvicorn's
+    protocol read. Requests they do not take (another method, chunked bodies...) reach
+    :class:`HttpApp` over ASGI, which answers them as before."""
+
+    def __init__(self, endpoint: InferEndpoint, patterns: list[re.Pattern[str]], max_body: int) -> None:
+        self.endpoint = endpoint
+        self.patterns = patterns
+        #: ``--http-max-input-size``: larger bodies go to ASGI, whose body limit refuses them.
+        self.max_body = max_body
+
+    def handler(self, method: bytes, path: str) -> Handler | None:
+        for pattern in self.patterns:
+            match = pattern.match(path)
+            if match is not None:
+                params = match.groupdict()
+                return partial(self._answer, params["model"], params.get("version") or "", path)
+        return None
+
+    def _answer(self, model: str, version: str, path: str, headers: Headers, body: bytes) -> Awaitable[Reply]:
+        return self.endpoint.answer(RequestHead(headers), body, model, version, self.max_body, path)
 
 
 def _endpoint(endpoints: Endpoints, name: str, policy: AccessPolicy | None) -> Endpoint:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from starlette.types import Receive, Scope, Send
 
+from inferd.asgi_direct import Headers, Reply
 from inferd.default_plugins.http.codec import (
     HEADER_LENGTH,
     decode_request,
@@ -44,11 +45,10 @@ _ALLOW_POST = [(b"allow", b"POST")]
 #: another ``send`` through uvicorn and the socket); larger ones part by part, uncopied.
 JOIN_LIMIT = 16 * 1024
 
-Headers = list[tuple[bytes, bytes]]
-
 
 class InferEndpoint:
-    """The ASGI endpoint of both infer routes (unversioned and versioned)."""
+    """Both infer routes (unversioned and versioned): the ASGI endpoint, and :meth:`answer`,
+    which the direct HTTP/1.1 path (``direct``) calls with the body it read itself."""
 
     def __init__(self, dataplane: DataPlane) -> None:
         self.dp = dataplane
@@ -58,53 +58,46 @@ class InferEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
-            await _respond(send, 405, error_body("Method Not Allowed"), _JSON, _ALLOW_POST)
+            await send_reply(send, json_reply(405, error_body("Method Not Allowed"), _ALLOW_POST))
             return
         params = scope["path_params"]
         try:
-            parts, json_length, accept = await self._infer(scope, receive, params["model"], params.get("version", ""))
+            body = await _read_body(receive)
+        except Exception as exc:  # a chunked body past the limit (BodyLimit answers instead)
+            reply = failure(exc, scope["path"])
+        else:
+            head = RequestHead(scope["headers"])
+            limit = scope.get("inferd.max_input_size")
+            reply = await self.answer(head, body, params["model"], params.get("version", ""), limit, scope["path"])
+        await send_reply(send, reply)
+
+    async def answer(
+        self, head: RequestHead, body: bytes, model: str, version: str, limit: int | None, path: str
+    ) -> Reply:
+        """The reply to one infer request whose whole body is ``body``: decode, run on the version
+        resolved once, encode (compressed when the client asked); errors as their replies."""
+        try:
+            body = decode_body(body, head.encoding, limit)
+            request, binary_output, info = self._decode(body, head.header_length, model, version)
+            sinks = bind_outputs(request, self.regions) if request.outputs else None
+            response = await self.dp.infer(request, info)
+            if sinks is not None:
+                sinks.write(response)
+            parts, json_length = encode_response(response, request, binary_output)
         except Exception as exc:
-            status, body = error_reply(exc, scope["path"])
-            extra = [ACCEPTED_ENCODINGS] if isinstance(exc, UnsupportedEncoding) else None
-            await _respond(send, status, body, _JSON, extra)
-            return
-        coding = None if accept is None else response_coding(accept)
+            return failure(exc, path)
+        coding = None if head.accept is None else response_coding(head.accept)
         if coding is not None:
-            await _respond_compressed(send, parts, json_length, coding)
-            return
+            return await _compressed(parts, json_length, coding)
         if json_length is None:
-            await _respond(send, 200, parts[0], _JSON)
-            return
-        extra = [(_HEADER_LENGTH, str(json_length).encode())]
+            return json_reply(200, parts[0])
+        extra = (_HEADER_LENGTH, str(json_length).encode())
         length = 0
         for part in parts:
             length += len(part)
         if length <= JOIN_LIMIT:
-            await _respond(send, 200, b"".join(parts), _OCTETS, extra)
-        else:
-            await _respond_parts(send, parts, length, _OCTETS, extra)
-
-    async def _infer(
-        self, scope: Scope, receive: Receive, model: str, version: str
-    ) -> tuple[list[bytes | memoryview], int | None, bytes | None]:
-        """Decode, run on the version resolved once, encode: the body parts, the JSON length and
-        the request's ``Accept-Encoding``."""
-        header_length, encoding, accept = None, "", None
-        for name, value in scope["headers"]:
-            if name == _HEADER_LENGTH:
-                header_length = value.decode("latin-1")
-            elif name == b"content-encoding":
-                encoding = value.decode("latin-1").lower()
-            elif name == b"accept-encoding":
-                accept = value
-        body = decode_body(await _read_body(receive), encoding, scope.get("inferd.max_input_size"))
-        request, binary_output, info = self._decode(body, header_length, model, version)
-        sinks = bind_outputs(request, self.regions) if request.outputs else None
-        response = await self.dp.infer(request, info)
-        if sinks is not None:
-            sinks.write(response)
-        parts, json_length = encode_response(response, request, binary_output)
-        return parts, json_length, accept
+            parts = [b"".join(parts)]
+        return Reply(200, [(b"content-type", _OCTETS), (b"content-length", str(length).encode()), extra], parts)
 
     def _decode(
         self, body: bytes, header_length: str | None, model: str, version: str
@@ -124,6 +117,40 @@ class InferEndpoint:
         return request, binary_output, self.dp.resolve(model, version)
 
 
+class RequestHead:
+    """What an infer request's headers say: ``Inference-Header-Content-Length``,
+    ``Content-Encoding`` (lower case) and ``Accept-Encoding``."""
+
+    __slots__ = ("header_length", "encoding", "accept")
+
+    def __init__(self, headers: Headers) -> None:
+        """``headers``: lower-case names, as uvicorn gives them."""
+        self.header_length: str | None = None
+        self.encoding = ""
+        self.accept: bytes | None = None
+        for name, value in headers:
+            if name == _HEADER_LENGTH:
+                self.header_length = value.decode("latin-1")
+            elif name == b"content-encoding":
+                self.encoding = value.decode("latin-1").lower()
+            elif name == b"accept-encoding":
+                self.accept = value
+
+
+def failure(exc: Exception, path: str) -> Reply:
+    """The error reply for ``exc`` (logged with its traceback when unexpected: call it from an
+    ``except`` block)."""
+    status, body = error_reply(exc, path)
+    return json_reply(status, body, [ACCEPTED_ENCODINGS] if isinstance(exc, UnsupportedEncoding) else None)
+
+
+def json_reply(status: int, body: bytes, extra: Headers | None = None) -> Reply:
+    headers = [(b"content-type", _JSON), (b"content-length", str(len(body)).encode())]
+    if extra:
+        headers.extend(extra)
+    return Reply(status, headers, [body])
+
+
 async def _read_body(receive: Receive) -> bytes:
     message = await receive()
     body: bytes = message.get("body", b"")
@@ -136,17 +163,19 @@ async def _read_body(receive: Receive) -> bytes:
     return b"".join(chunks)
 
 
-async def _respond(send: Send, status: int, body: bytes, content_type: bytes, extra: Headers | None = None) -> None:
-    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
-    if extra:
-        headers.extend(extra)
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+async def send_reply(send: Send, reply: Reply) -> None:
+    """``reply`` as ASGI messages: the start, then each part (tensor bytes uncopied)."""
+    await send({"type": "http.response.start", "status": reply.status, "headers": reply.headers})
+    parts = reply.parts
+    if len(parts) == 1:
+        await send({"type": "http.response.body", "body": parts[0]})
+        return
+    last = len(parts) - 1
+    for i, part in enumerate(parts):
+        await send({"type": "http.response.body", "body": part, "more_body": i < last})
 
 
-async def _respond_compressed(
-    send: Send, parts: list[bytes | memoryview], json_length: int | None, coding: str
-) -> None:
+async def _compressed(parts: list[bytes | memoryview], json_length: int | None, coding: str) -> Reply:
     """A 200 whose body is compressed as ``coding``; ``Inference-Header-Content-Length`` counts
     the uncompressed JSON header, as in Triton."""
     length = 0
@@ -154,20 +183,7 @@ async def _respond_compressed(
         length += len(part)
     body = await compress_body(parts, length, coding)
     if json_length is None:
-        extra = [(b"content-encoding", coding.encode())]
-        await _respond(send, 200, body, _JSON, extra)
-    else:
-        extra = [(_HEADER_LENGTH, str(json_length).encode()), (b"content-encoding", coding.encode())]
-        await _respond(send, 200, body, _OCTETS, extra)
-
-
-async def _respond_parts(
-    send: Send, parts: list[bytes | memoryview], length: int, content_type: bytes, extra: Headers
-) -> None:
-    """A 200 whose body (``length`` bytes) is sent part by part: tensor bytes go to the socket
-    without being joined."""
-    headers = [(b"content-type", content_type), (b"content-length", str(length).encode()), *extra]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    last = len(parts) - 1
-    for i, part in enumerate(parts):
-        await send({"type": "http.response.body", "body": part, "more_body": i < last})
+        return json_reply(200, body, [(b"content-encoding", coding.encode())])
+    headers = [(b"content-type", _OCTETS), (b"content-length", str(len(body)).encode()),
+               (_HEADER_LENGTH, str(json_length).encode()), (b"content-encoding", coding.encode())]  # fmt: skip
+    return Reply(200, headers, [body])

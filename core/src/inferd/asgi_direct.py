@@ -1,0 +1,188 @@
+"""Direct routes: HTTP/1.1 requests answered straight from uvicorn's protocol, without ASGI.
+
+A frontend can give :class:`~inferd.asgi_server.AsgiServer` a :class:`DirectRoutes` beside its ASGI
+app. When a request's head is complete, the server's protocol asks it for a handler; a request it
+takes (a POST with a ``Content-Length`` within the body limit, nothing unusual: see
+:func:`takes_directly`) is read into one ``bytes`` and handed to the handler, whose :class:`Reply`
+is written to the socket in one go. Everything else goes to the ASGI app as before. A direct
+request skips what ASGI costs per request: the scope, the receive/send messages, the header
+checks of uvicorn's ``send``, a copy of the body (measured in issue 9's closing note).
+
+:class:`DirectCycle` stands in for uvicorn's ``RequestResponseCycle`` in the protocol's
+bookkeeping (keep-alive, pipelining, flow control, disconnects, graceful shutdown), with the
+attributes the protocol reads and writes (``body``, ``more_body``, ``message_event``,
+``disconnected``, ``response_complete``, ``keep_alive``, ``run_asgi``). The response bytes are
+those uvicorn would write for the same status and headers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+log = logging.getLogger("uvicorn.error")  # where uvicorn logs an application's exception
+
+Headers = list[tuple[bytes, bytes]]
+
+
+def _status_line(status: int) -> bytes:
+    try:
+        phrase = http.HTTPStatus(status).phrase.encode()
+    except ValueError:
+        phrase = b""
+    return b"HTTP/1.1 %d %s\r\n" % (status, phrase)
+
+
+#: Status lines as uvicorn writes them.
+STATUS_LINE = {status: _status_line(status) for status in range(100, 600)}
+
+
+@dataclass(slots=True)
+class Reply:
+    """A whole HTTP response: status, headers (lower-case names; ``content-length`` among them)
+    and the body's parts, written in order without being joined."""
+
+    status: int
+    headers: Headers
+    parts: list[bytes | memoryview]
+
+
+#: A direct route's handler: the request's headers (lower-case names) and whole body -> its reply.
+Handler = Callable[[Headers, bytes], Awaitable[Reply]]
+
+
+class DirectRoutes(Protocol):
+    """The requests a frontend answers directly (see the module's docstring)."""
+
+    #: Bodies larger than this go to the ASGI app (which refuses them: the body limit).
+    max_body: int
+
+    def handler(self, method: bytes, path: str) -> Handler | None:
+        """The handler for ``method`` on ``path`` (percent-decoded), or None: serve it over ASGI."""
+        ...
+
+
+class _Flow(Protocol):
+    write_paused: bool
+
+    async def drain(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+class _Connection(Protocol):
+    """The parts of uvicorn's HTTP protocol a direct cycle uses."""
+
+    transport: asyncio.Transport
+    flow: _Flow
+    server_state: Any
+
+    def on_response_complete(self) -> None: ...
+
+
+def takes_directly(headers: Headers, max_body: int) -> bool:
+    """Whether a request with ``headers`` can be answered directly: a ``Content-Length`` (one,
+    within ``max_body``), no ``Transfer-Encoding`` and no ``Expect`` (both go the ASGI way)."""
+    length: bytes | None = None
+    for name, value in headers:
+        if name == b"content-length":
+            if length is not None:
+                return False
+            length = value
+        elif name == b"transfer-encoding" or name == b"expect":
+            return False
+    return length is not None and length.isdigit() and int(length) <= max_body
+
+
+class DirectCycle:
+    """One request answered by a :data:`Handler`, in uvicorn's place for its cycle."""
+
+    __slots__ = ("_conn", "_handler", "_headers", "_chunks", "_waiter", "keep_alive", "more_body",
+                 "disconnected", "response_complete")  # fmt: skip
+
+    def __init__(self, conn: _Connection, handler: Handler, headers: Headers, keep_alive: bool) -> None:
+        self._conn = conn
+        self._handler = handler
+        self._headers = headers
+        self._chunks: list[bytes] = []
+        self._waiter: asyncio.Future[None] | None = None
+        self.keep_alive = keep_alive  # the protocol's shutdown() sets it False
+        self.more_body = True
+        self.disconnected = False
+        self.response_complete = False
+
+    # -- what the protocol calls ----------------------------------------------------------------
+
+    @property
+    def message_event(self) -> DirectCycle:
+        """uvicorn sets its cycle's event on a disconnect: :meth:`set` wakes a body wait."""
+        return self
+
+    def set(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done() and (self.disconnected or not self.more_body):
+            waiter.set_result(None)
+
+    def add_body(self, chunk: bytes) -> None:
+        """A part of the body as the parser gives it (kept whole: the length is within the limit)."""
+        self._chunks.append(chunk)
+
+    def end_body(self) -> None:
+        self.more_body = False
+        self.set()
+
+    async def run_asgi(self, _app: object) -> None:
+        """uvicorn's entry point for a cycle (the ASGI app is not used)."""
+        try:
+            if self.more_body and not self.disconnected:
+                self._waiter = asyncio.get_running_loop().create_future()
+                await self._waiter
+            if self.disconnected:
+                return
+            chunks = self._chunks
+            body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            self._chunks = []
+            reply = await self._handler(self._headers, body)
+        except BaseException as exc:
+            log.error("Exception in ASGI application\n", exc_info=exc)
+            reply = Reply(500, _ERROR_HEADERS, [b"Internal Server Error"])
+            self.keep_alive = False
+        await self._write(reply)
+
+    # -- the response ---------------------------------------------------------------------------
+
+    async def _write(self, reply: Reply) -> None:
+        conn = self._conn
+        flow = conn.flow
+        if flow.write_paused and not self.disconnected:
+            await flow.drain()
+        if self.disconnected:
+            return
+        head = [STATUS_LINE[reply.status]]
+        for name, value in conn.server_state.default_headers:
+            head += (name, b": ", value, b"\r\n")
+        says_close = False
+        for name, value in reply.headers:
+            head += (name, b": ", value, b"\r\n")
+            if name == b"connection" and b"close" in [token.lower().strip() for token in value.split(b",")]:
+                self.keep_alive = False
+                says_close = True
+        if not self.keep_alive and not says_close:
+            head.append(b"connection: close\r\n")
+        head.append(b"\r\n")
+        transport = conn.transport
+        transport.write(b"".join(head))
+        for part in reply.parts:
+            transport.write(part)
+        self.response_complete = True
+        if not self.keep_alive:
+            transport.close()
+        conn.on_response_complete()
+
+
+_ERROR_HEADERS = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", b"21"),
+                  (b"connection", b"close")]  # fmt: skip
