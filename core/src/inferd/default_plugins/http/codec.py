@@ -209,17 +209,21 @@ def encode_response(
         params = wants.get(tensor.name) if wants else None
         binary = params.get("binary_data", binary_output) if params else binary_output
         entry = f'{{"name":{_js(tensor.name)},"datatype":{_js(tensor.datatype)},"shape":{_int_list(tensor.shape)}'
-        extra = dict(tensor.parameters) if tensor.parameters else {}
         if params and REGION in params:
             pass  # written into its shared-memory region (``OutputSinks``): no data here
         elif binary:
             raw = array_to_bytes(tensor.data, tensor.datatype)
-            extra["binary_data_size"] = len(raw)
             chunks.append(raw)
+            if not tensor.parameters:  # the usual case, written without the JSON encoder
+                outputs.append(f'{entry},"parameters":{{"binary_data_size":{len(raw)}}}}}')
+                continue
+            entry += ',"parameters":' + compact_json({**tensor.parameters, "binary_data_size": len(raw)})
+            outputs.append(entry + "}")
+            continue
         else:
             entry += ',"data":' + compact_json(_json_data(tensor.data, tensor.datatype))
-        if extra:
-            entry += ',"parameters":' + compact_json(extra)
+        if tensor.parameters:
+            entry += ',"parameters":' + compact_json(tensor.parameters)
         outputs.append(entry + "}")
     head = f'{{"model_name":{_js(response.model_name)},"model_version":{_js(response.model_version)}'
     if response.id:
