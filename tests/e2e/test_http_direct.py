@@ -6,6 +6,7 @@ checked against numpy too, and tritonclient is served by the direct path."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import socket
 from collections.abc import Iterator
@@ -174,3 +175,33 @@ def test_tritonclient_keep_alive_connection_is_served_directly(server: ServerPro
         result = client.infer("add_sub", inputs)
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A + i + B)
     assert Path(server.log_path).read_text().count("Exception in ASGI application") == 0
+
+
+AUTH = """
+tenants:
+  alice:
+    keys: [{alice}]
+    models: ["add_*"]
+"""
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("direct-auth")
+    repo = write_repository(root / "models", {"add_sub": add_sub(), "picky": simple(PICKY_CONFIG, PICKY_PY)})
+    (root / "auth.yaml").write_text(AUTH.format(alice=hashlib.sha256(b"alice-key").hexdigest()))
+    with ServerProcess([repo], [f"--auth-config={root / 'auth.yaml'}"]) as srv:
+        yield srv
+
+
+@pytest.mark.parametrize(
+    ("model", "key", "status"),
+    [("add_sub", "alice-key", 200), ("add_sub", None, 401), ("add_sub", "wrong", 401), ("picky", "alice-key", 404)],
+)
+def test_access_rules_answer_the_same_both_ways(
+    guarded: ServerProcess, model: str, key: str | None, status: int
+) -> None:
+    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
+    body = _json_body() if model == "add_sub" else b'{"inputs": []}'
+    head, answer = _both_ways(guarded.http_port, f"/v2/models/{model}/infer", body, headers)
+    assert _status(head) == status, answer

@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from inferd.asgi_direct import Reply
 from inferd.auth import ROUTE_GROUPS, AccessDenied, AccessPolicy, ApiGroup, Grant
 from inferd.default_plugins.http.errors import error_body, error_reply
 from inferd.errors import InferdError, NotFound
@@ -20,6 +21,7 @@ from inferd.repository import poll_failure
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane
+    from inferd.default_plugins.http.infer import InferEndpoint, RequestHead
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -90,6 +92,26 @@ class AdmittedInfer:
             return
         with grant.serving():
             await self.endpoint(scope, receive, send)
+
+
+async def admitted_answer(
+    endpoint: InferEndpoint, policy: AccessPolicy, head: RequestHead, body: bytes, model: str, version: str,
+    limit: int, path: str, headers: list[tuple[bytes, bytes]],
+) -> Reply:  # fmt: skip
+    """:class:`AdmittedInfer` for the direct path: the same refusals, the same bytes."""
+    fields = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers}
+    try:
+        grant = policy.admit(ApiGroup.INFERENCE, model, fields)
+    except AccessDenied as exc:
+        status, error, refusal = denied_reply(exc)
+        return Reply(status, [*refusal, (b"content-length", str(len(error)).encode())], [error])
+    except InferdError as exc:
+        status, error = error_reply(exc, path)
+        return Reply(
+            status, [(b"content-type", b"application/json"), (b"content-length", str(len(error)).encode())], [error]
+        )
+    with grant.serving():
+        return await endpoint.answer(head, body, model, version, limit, path)
 
 
 async def _send(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:

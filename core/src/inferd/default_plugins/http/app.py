@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from inferd.asgi_direct import Handler, Headers, Reply
 from inferd.auth import AccessPolicy, visible_entries
 from inferd.config import config_to_json
-from inferd.default_plugins.http.access import AdmittedInfer, admitted
+from inferd.default_plugins.http.access import AdmittedInfer, admitted, admitted_answer
 from inferd.default_plugins.http.codec import parse_json
 from inferd.default_plugins.http.errors import decode_body, error_body, error_reply
 from inferd.default_plugins.http.generate import NOT_ONE_RESPONSE, decode_generate, encode_generate, sse_event
@@ -112,7 +112,9 @@ class HttpApp:
     def __init__(self, dp: DataPlane) -> None:
         endpoints = Endpoints(dp)
         policy = dp.access.http if dp.access is not None else None
-        self.infer: ASGIApp = InferEndpoint(dp) if policy is None else AdmittedInfer(InferEndpoint(dp), policy)
+        self.policy = policy
+        self.endpoint = InferEndpoint(dp)
+        self.infer: ASGIApp = self.endpoint if policy is None else AdmittedInfer(self.endpoint, policy)
         infer_routes = [Route(path, self.infer) for path in INFER_PATHS]
         routes = [
             Route(path, _guarded(_endpoint(endpoints, name, policy)), methods=[method]) for path, method, name in ROUTES
@@ -121,12 +123,9 @@ class HttpApp:
         #: The infer routes' own patterns, for the dispatch ahead of the router.
         self.infer_patterns = [route.path_regex for route in infer_routes]
 
-    def direct_routes(self, max_body: int) -> DirectInfer | None:
-        """The infer routes answered without ASGI (:mod:`inferd.asgi_direct`); None when the server
-        has access rules (the ASGI route applies them)."""
-        if not isinstance(self.infer, InferEndpoint):
-            return None
-        return DirectInfer(self.infer, self.infer_patterns, max_body)
+    def direct_routes(self, max_body: int) -> DirectInfer:
+        """The infer routes answered without ASGI (:mod:`inferd.asgi_direct`)."""
+        return DirectInfer(self.endpoint, self.infer_patterns, max_body, self.policy)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not scope.get("root_path"):
@@ -146,11 +145,14 @@ class DirectInfer:
     protocol read. Requests they do not take (another method, chunked bodies...) reach
     :class:`HttpApp` over ASGI, which answers them as before."""
 
-    def __init__(self, endpoint: InferEndpoint, patterns: list[re.Pattern[str]], max_body: int) -> None:
+    def __init__(self, endpoint: InferEndpoint, patterns: list[re.Pattern[str]], max_body: int,
+                 policy: AccessPolicy | None = None) -> None:  # fmt: skip
         self.endpoint = endpoint
         self.patterns = patterns
         #: ``--http-max-input-size``: larger bodies go to ASGI, whose body limit refuses them.
         self.max_body = max_body
+        #: The server's access rules for HTTP, applied as :class:`AdmittedInfer` applies them.
+        self.policy = policy
 
     def handler(self, method: bytes, path: str) -> Handler | None:
         for pattern in self.patterns:
@@ -161,7 +163,10 @@ class DirectInfer:
         return None
 
     def _answer(self, model: str, version: str, path: str, headers: Headers, body: bytes) -> Awaitable[Reply]:
-        return self.endpoint.answer(RequestHead(headers), body, model, version, self.max_body, path)
+        head = RequestHead(headers)
+        if self.policy is None:
+            return self.endpoint.answer(head, body, model, version, self.max_body, path)
+        return admitted_answer(self.endpoint, self.policy, head, body, model, version, self.max_body, path, headers)
 
 
 def _endpoint(endpoints: Endpoints, name: str, policy: AccessPolicy | None) -> Endpoint:

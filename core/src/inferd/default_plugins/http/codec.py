@@ -189,7 +189,9 @@ def _decode_input(
 
 def _json_data(array: np.ndarray, datatype: str) -> list[Any]:
     if datatype == "BYTES":
-        return [x.decode("utf-8", "replace") if isinstance(x, (bytes, bytearray)) else str(x) for x in array.reshape(-1)]
+        return [
+            x.decode("utf-8", "replace") if isinstance(x, (bytes, bytearray)) else str(x) for x in array.reshape(-1)
+        ]
     return array.reshape(-1).tolist()
 
 

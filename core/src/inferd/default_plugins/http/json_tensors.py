@@ -93,9 +93,7 @@ def _bad_kind(
     )
 
 
-def _out_of_range(
-    flat: list[Any], datatype: str, sentence: str, shape: tuple[int, ...] | None, name: str
-) -> NoReturn:
+def _out_of_range(flat: list[Any], datatype: str, sentence: str, shape: tuple[int, ...] | None, name: str) -> NoReturn:
     dtype = numpy_dtype(datatype)
     if dtype.kind in "iu":
         info = np.iinfo(dtype)

@@ -77,7 +77,9 @@ def _plan_of(parsed: dict[str, Any], request: InferRequest, binary_output: bool)
     """What ``request`` (just decoded from ``parsed``) took from its header; None when it may not
     be reused (JSON data, or parameters holding lists or objects)."""
     raw_inputs = parsed["inputs"]
-    if not all(isinstance(raw.get("parameters"), dict) and "binary_data_size" in raw["parameters"] for raw in raw_inputs):
+    if not all(
+        isinstance(raw.get("parameters"), dict) and "binary_data_size" in raw["parameters"] for raw in raw_inputs
+    ):
         return None
     tensors = list(request.inputs.values())
     parameter_sets = [request.parameters, *(t.parameters for t in tensors), *(o.parameters for o in request.outputs)]
