@@ -264,6 +264,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         server_id=args.server_id,
         rate_limit=args.rate_limit,
         rate_limit_resources=list(args.rate_limit_resource),
+        settle_gc=True,
         worker=WorkerSlot(args.worker_index, args.workers, args.worker_dir) if args.worker_index is not None else None,
         extra={k: v for k, v in vars(args).items() if k not in _OWN_DESTS and not triton_flags.is_own_dest(k)},
     )

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from inferd import config as cfg
+from inferd import gc_settings
 from inferd.builder import VersionBuilder
 from inferd.dependencies import composing, load_waves, unload_order
 from inferd.errors import InferdError, InvalidArgument, NotFound
@@ -289,6 +290,7 @@ class ModelManager:
 
     async def _retire(self, versions: list[ModelVersion]) -> None:
         """Let in-flight requests finish, then close instances and unload."""
+        gc_settings.thaw()  # a frozen start-up heap would keep the version's cycles forever
         for mv in versions:
             try:
                 await mv.stop()

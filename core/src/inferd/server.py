@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from inferd import gc_settings
 from inferd.builder import VersionBuilder, backend_config_warnings
 from inferd.cache import ResponseCache
 from inferd.dataplane import DataPlane
@@ -78,6 +79,9 @@ class ServerOptions:
     #: Set in each serving process of a ``--workers N`` (N > 1) server: which worker this is (the
     #: ``inferd serve`` process itself is then a :class:`~inferd.workers.supervisor.Supervisor`).
     worker: WorkerSlot | None = None
+    #: Tune the garbage collector for serving once started (``inferd.gc_settings``): what
+    #: ``inferd serve`` does; in-process servers (tests, tools) keep the process's settings.
+    settle_gc: bool = False
     #: Options added by plugins through ``inferd_add_options`` (and anything else by name).
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -160,6 +164,8 @@ class Server:
             log.info("started %s frontend at %s", frontend.name, frontend.address())
             self.frontends.append(frontend)
         self.host.startup(self)
+        if self.options.settle_gc:
+            gc_settings.settle()
         self.health.accepting = True
         log.info("inferd ready in %.2f s", time.monotonic() - self.started_at)
 
