@@ -64,7 +64,14 @@ async def _drive(endpoint: InferEndpoint, name: str, x: np.ndarray, concurrency:
 
 async def _measure(repo: Path, name: str, x: np.ndarray, concurrency: int, total: int) -> dict[str, float]:
     server = Server(
-        ServerOptions([repo], allow_http=False, allow_grpc=False, allow_metrics=False, extra={"allow_openai": False})
+        ServerOptions(
+            [repo],
+            allow_http=False,
+            allow_grpc=False,
+            allow_metrics=False,
+            settle_gc=True,
+            extra={"allow_openai": False},
+        )
     )
     await server.start()
     try:
