@@ -106,10 +106,10 @@ def _pause() -> None:
 Scenario = Callable[[AsgiServer, Routes], Awaitable[Any]]
 
 
-def _serve(scenario: Scenario) -> tuple[Any, Routes]:
+def _serve(scenario: Scenario, keep_alive_secs: float = 75.0) -> tuple[Any, Routes]:
     async def main() -> Any:
         routes = Routes()
-        server = AsgiServer(routes.asgi, "127.0.0.1", 0, "test", direct=routes)
+        server = AsgiServer(routes.asgi, "127.0.0.1", 0, "test", direct=routes, keep_alive_secs=keep_alive_secs)
         await server.start()
         try:
             return await scenario(server, routes), routes
@@ -233,3 +233,39 @@ def test_graceful_shutdown_finishes_a_direct_request_in_flight_and_closes_its_co
 
     answer, _ = _serve(scenario)
     assert answer == _answer(b"late", close=True)
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bool:
+    """Whether the server closes ``sock`` within ``seconds`` (nothing else arrives)."""
+    sock.settimeout(seconds)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+
+
+def test_an_idle_connection_is_closed_after_the_keep_alive_timeout_and_a_busy_one_is_not() -> None:
+    keep_alive = 0.5
+
+    def idle_then_busy(port: int) -> tuple[bool, bool, bool]:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as idle:
+            idle.sendall(_post(b"a"))
+            assert _read(idle, len(_answer(b"a"))) == _answer(b"a")
+            idle_closed = _closed_within(idle, keep_alive * 6)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as busy:
+            started = time.monotonic()
+            while time.monotonic() - started < keep_alive * 3:  # a request every fifth of the timeout
+                busy.sendall(_post(b"b"))
+                assert _read(busy, len(_answer(b"b"))) == _answer(b"b")
+                time.sleep(keep_alive / 5)
+            busy_open = not _closed_within(busy, keep_alive / 5)
+            busy_closed_later = _closed_within(busy, keep_alive * 6)
+        return idle_closed, busy_open, busy_closed_later
+
+    async def scenario(server: AsgiServer, routes: Routes) -> tuple[bool, bool, bool]:
+        return await asyncio.get_running_loop().run_in_executor(None, idle_then_busy, server.port)
+
+    (idle_closed, busy_open, busy_closed_later), _ = _serve(scenario, keep_alive_secs=keep_alive)
+    assert idle_closed
+    assert busy_open  # kept open through three timeouts of traffic
+    assert busy_closed_later  # then closed once idle
