@@ -54,7 +54,7 @@ def server_options(max_message_bytes: int, reuse_port: bool = False) -> list[tup
 #: the next call only once the previous one has reached the loop (a round trip through grpc's poller
 #: thread per call), so at c=64 calls trickle in one by one and the dynamic batcher runs batches of
 #: ~2. Sixteen servers take up to sixteen calls per round: on the tiny model that halved the CPU per
-#: call and doubled the calls/s (issue 9's measurements; 8 and 32 measured within 10% of 16).
+#: call and doubled the calls/s (issue 9's measurements; 8 servers cost 13% more CPU per call, 32 4%).
 SERVERS = 16
 
 
@@ -75,15 +75,15 @@ class GrpcioTransport:
     async def start(self, service: InferenceService, host: str, port: int) -> int:
         credentials: list[grpc.ServerCredentials | None] = [None] * self.servers
         if self.tls is not None:
-            credentials[:], self._watch = reloading_credentials(self.tls, self.servers)
-        address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+            secure, self._watch = reloading_credentials(self.tls, self.servers)
+            credentials = list(secure)
         shared = self.reuse_port or self.servers > 1
         if shared and not self.reuse_port and port != 0:
             # SO_REUSEPORT would also share the port with another server that set it: refuse a port
             # that anything listens on, as a plain bind would
             busy = _bind_error(host, port)
             if busy:
-                raise SystemExit(f"error: gRPC frontend cannot bind {address}: {busy}")
+                raise SystemExit(f"error: gRPC frontend cannot bind {_address(host, port)}: {busy}")
         handlers = build_handlers(service)
         options = server_options(self.max_message_bytes, shared)
         try:
@@ -108,7 +108,7 @@ class GrpcioTransport:
 
 def _add_port(server: grpc.aio.Server, host: str, port: int, credentials: grpc.ServerCredentials | None) -> int:
     """Bind ``server`` to ``host:port``; the port bound, or SystemExit saying why not."""
-    address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+    address = _address(host, port)
     try:
         if credentials is None:
             bound = server.add_insecure_port(address)
@@ -121,6 +121,10 @@ def _add_port(server: grpc.aio.Server, host: str, port: int, credentials: grpc.S
     if bound == 0:
         raise SystemExit(f"error: gRPC frontend cannot bind {address}: {_bind_error(host, port) or reason}")
     return bound
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
 def certificate_configuration(config: TlsConfig) -> grpc.ServerCertificateConfiguration:
@@ -136,7 +140,9 @@ def certificate_configuration(config: TlsConfig) -> grpc.ServerCertificateConfig
     return grpc.ssl_server_certificate_configuration([(read(config.key), read(config.cert))], root_certificates=root)
 
 
-def reloading_credentials(config: TlsConfig, count: int = 1) -> tuple[list[grpc.ServerCredentials], CertificateWatch[Any]]:
+def reloading_credentials(
+    config: TlsConfig, count: int = 1
+) -> tuple[list[grpc.ServerCredentials], CertificateWatch[Any]]:
     """``count`` server credentials (one per server: grpc hands a credentials' first configuration to
     one server only) that take changed certificate files for new connections (grpc asks before each
     handshake), and the watch behind them (reloaded on SIGHUP until :func:`inferd.tls.forget`)."""
