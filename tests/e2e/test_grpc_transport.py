@@ -7,9 +7,13 @@ lengths, half-closed and reset streams) are sent to ``--grpc-transport h2`` with
 from __future__ import annotations
 
 import asyncio
+import socket
+import subprocess
 import time
 import zlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -360,3 +364,46 @@ def test_large_messages_both_ways(h2_server: ServerProcess) -> None:
     for result, error in results:
         assert error is None
         np.testing.assert_array_equal(result.as_numpy("Y"), x * 2)
+
+
+# -- the grpcio transport's servers sharing one port ------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", ["grpcio", "h2"])
+@pytest.mark.parametrize("reuse_port", [False, True], ids=["plain", "so_reuseport"])
+def test_a_port_another_program_listens_on_is_a_start_up_error(
+    tmp_path: Path, transport: str, reuse_port: bool
+) -> None:
+    """Even when that program set SO_REUSEPORT: the grpcio transport's servers share their port
+    among themselves, never with another server."""
+    repo = write_repository(tmp_path / "models", {"add_sub": models.add_sub()})
+    with socket.socket() as taken:
+        if reuse_port:
+            taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        srv = ServerProcess([repo], ["--grpc-transport", transport, "--grpc-address", "127.0.0.1"])
+        srv.grpc_port = taken.getsockname()[1]
+        done = subprocess.run(srv.command(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert f"error: gRPC frontend cannot bind 127.0.0.1:{srv.grpc_port}: Address already in use" in done.stderr
+
+
+def test_calls_on_many_connections_are_all_answered(tmp_path: Path) -> None:
+    """64 clients, each on its own connection (spread over the transport's servers), 20 calls each,
+    every answer its own request's sum."""
+    repo = write_repository(tmp_path / "models", {"add_sub": models.add_sub()})
+    with ServerProcess([repo], ["--grpc-transport", "grpcio"]) as srv:
+
+        def client_calls(index: int) -> list[float]:
+            with grpcclient.InferenceServerClient(srv.grpc_url) as client:
+                sums = []
+                for call in range(20):
+                    a = np.full((1, 4), index, np.float32)
+                    b = np.full((1, 4), call, np.float32)
+                    sums.append(float(client.infer("add_sub", add_sub_inputs(a, b)).as_numpy("OUTPUT0")[0, 0]))
+                return sums
+
+        with ThreadPoolExecutor(64) as pool:
+            answers = list(pool.map(client_calls, range(64)))
+    assert answers == [[float(index + call) for call in range(20)] for index in range(64)]
