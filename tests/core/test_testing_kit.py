@@ -113,3 +113,27 @@ def test_pytest_plugins_exposes_the_fixtures(tmp_path: Path):
         capture_output=True, text=True, cwd=tmp_path, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _servers_on(port: int) -> list[int]:
+    """Pids of processes whose command line serves HTTP on ``port``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in cmdline and b"--http-port" in cmdline and str(port).encode() in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_server_process_started_then_entered_is_one_server_and_stops(tmp_path: Path) -> None:
+    from inferd.testing import ServerProcess
+    from tests.e2e.models import add_sub
+
+    repo = write_repository(tmp_path / "models", {"add_sub": add_sub()})
+    with ServerProcess([repo]).start() as srv:
+        assert _servers_on(srv.http_port) == [srv.proc.pid]
+    assert srv.proc.poll() is not None
+    assert _servers_on(srv.http_port) == []

@@ -111,6 +111,10 @@ class ServerProcess:
         return int(self.proc.returncode)
 
     def __enter__(self) -> ServerProcess:
+        """Start the server, unless ``start()`` already did (``with ServerProcess(...).start()``
+        must not start a second one and leave the first running)."""
+        if self.proc is not None and self.proc.poll() is None:
+            return self
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
