@@ -29,7 +29,7 @@ TOTALS = re.compile(r"inferd perf: (\d+) requests completed \((\d+) responses\),
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = write_repository(tmp_path_factory.mktemp("perfshm") / "models", {"add_sub": models.add_sub()})
-    with ServerProcess([repo]).start() as srv:
+    with ServerProcess([repo]) as srv:  # __enter__ starts it
         yield srv
 
 

@@ -111,7 +111,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, marker: Path) -> Iterator[S
         "slow": models.simple(SLOW_CONFIG, SLOW_PY.format(marker=str(marker))),
         "cached": models.add_sub(config=models.ADD_SUB_CONFIG + "response_cache { enable: true }\n"),
     })  # fmt: skip
-    with ServerProcess([root], ["--cache-config", "local,size=1048576"]).start() as srv:
+    with ServerProcess([root], ["--cache-config", "local,size=1048576"]) as srv:  # __enter__ starts it
         yield srv
 
 
