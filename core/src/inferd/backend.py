@@ -5,15 +5,18 @@ hook. At load time the lifecycle asks the backend to complete the configuration 
 ``load_model`` once per model version, then ``Model.create_instance`` once per instance of each
 ``instance_group`` entry. ``Instance.execute`` runs on that instance's own thread, never
 concurrently with itself, so an instance may keep per-instance state (a session, a CUDA stream).
+An instance with ``blocking = False`` (one that only hands requests to an asyncio engine) runs
+its ``execute`` on the server's event loop instead, with no thread between them.
 """
 
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
 
@@ -57,6 +60,9 @@ class ModelLoadContext:
     repository: Path
     #: The server's other models, for models that call them (Triton's BLS), from an instance thread.
     models: ModelClient | None = None
+    #: The server's event loop: where the ``execute`` of an instance with ``blocking = False``
+    #: runs, and where such a backend runs its asyncio engine. ``None`` outside a server (tests).
+    loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def model_path(self) -> Path:
@@ -77,6 +83,13 @@ class InstanceSpec:
 
 class Instance(abc.ABC):
     """One execution context of a model. ``execute`` is never called concurrently on an instance."""
+
+    #: ``True`` (default): ``execute`` may take long (it computes); it runs on the instance's own
+    #: thread. ``False``: ``execute`` only hands requests off (to an asyncio engine, say) and
+    #: returns at once; core calls it on the server's event loop, with no thread hop, and a
+    #: decoupled model's ``response_sender`` called there delivers at once. ``close`` then runs
+    #: on a worker thread.
+    blocking: ClassVar[bool] = True
 
     @abc.abstractmethod
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:

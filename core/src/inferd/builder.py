@@ -185,7 +185,8 @@ class VersionBuilder:
         runners: list[InstanceRunner] = []
         if backend is not None:
             build = self.build_version
-            model, runners = await asyncio.to_thread(build, source, version_config, backend, version, recorder)
+            loop = asyncio.get_running_loop()
+            model, runners = await asyncio.to_thread(build, source, version_config, backend, version, recorder, loop)
         try:
             labels = await asyncio.to_thread(load_labels, source.path, version_config)
             context = SchedulerContext(
@@ -220,9 +221,10 @@ class VersionBuilder:
         return ModelCache(self.cache, mv.name, mv.version, mv.stats)
 
     def build_version(
-        self, source: ModelSource, config: cfg.ModelConfig, backend: Backend, version: int, recorder: Recorder
+        self, source: ModelSource, config: cfg.ModelConfig, backend: Backend, version: int, recorder: Recorder,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> tuple[Model, list[InstanceRunner]]:
-        """Load the backend model and create its instances (blocking)."""
+        """Load the backend model and create its instances (blocking; ``loop``: the server's)."""
         ctx = ModelLoadContext(
             name=source.name,
             version=version,
@@ -231,6 +233,7 @@ class VersionBuilder:
             version_dir=source.path / str(version),
             repository=source.repository,
             models=self.models,
+            loop=loop,
         )
         model = backend.load_model(ctx)
         runners: list[InstanceRunner] = []

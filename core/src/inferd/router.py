@@ -12,6 +12,7 @@ import asyncio
 import concurrent.futures
 import logging
 import queue
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING
@@ -226,9 +227,25 @@ def _response_sender(
     request: InferRequest, stats: ModelStats, queue: asyncio.Queue[tuple[InferResponse | InferdError | None, bool]]
 ) -> Callable[[InferResponse | InferdError | None, bool], None]:
     """The ``response_sender`` of a decoupled request: records each response's statistics and
-    trace mark, then hands it to ``queue`` on the event loop (models call it from any thread)."""
+    trace mark, then hands it to ``queue`` on the event loop (models call it from any thread).
+
+    Called on the loop's own thread (a non-blocking instance's engine), it puts at once; once a
+    response came from another thread, later ones from the loop queue up behind it (in order).
+    """
     loop = asyncio.get_running_loop()
     put = queue.put_nowait
+    owner = threading.get_ident()
+    crossed = False  # a response came through call_soon_threadsafe
+
+    def deliver(item: tuple[InferResponse | InferdError | None, bool]) -> None:
+        nonlocal crossed
+        if threading.get_ident() != owner:
+            crossed = True
+            loop.call_soon_threadsafe(put, item)
+        elif crossed:
+            loop.call_soon(put, item)
+        else:
+            put(item)
     state = [time.monotonic_ns(), 0]  # when the previous response was sent, responses so far
 
     def sender(response: InferResponse | InferdError | None, final: bool) -> None:
@@ -249,6 +266,6 @@ def _response_sender(
         if trace is not None:
             trace.mark("INFER_RESPONSE_COMPLETE", now)
         state[0], state[1] = now, index + 1
-        loop.call_soon_threadsafe(put, (response, final))
+        deliver((response, final))
 
     return sender

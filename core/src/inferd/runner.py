@@ -1,8 +1,9 @@
 """Core owns execution: one :class:`InstanceRunner` per backend instance.
 
 A runner wraps one :class:`~inferd.backend.Instance` with its own thread, so ``execute`` never runs
-concurrently on one instance and never blocks the event loop. :meth:`InstanceRunner.run` is what
-schedulers call: it times the execution, records its statistics and traces, counts the requests
+concurrently on one instance and never blocks the event loop (an instance that declares
+``blocking = False``, whose ``execute`` only hands requests off, runs on the loop: no thread).
+:meth:`InstanceRunner.run` is what schedulers call: it times the execution, records its statistics and traces, counts the requests
 executing (``pending()``), and logs a backend's unexpected exception once, with its traceback.
 """
 
@@ -46,7 +47,8 @@ class InstanceRunner:
 
     A plain thread fed by a ``SimpleQueue``: each job resolves an asyncio future through
     ``call_soon_threadsafe``, which costs less per call than ``run_in_executor``'s chained
-    futures on this hot path.
+    futures on this hot path. A non-blocking instance gets no thread: ``execute`` is called
+    inline, on the event loop.
     """
 
     def __init__(self, instance: Instance, spec: InstanceSpec, recorder: Recorder, gate: Gate | None = None) -> None:
@@ -60,8 +62,10 @@ class InstanceRunner:
         self.executing = 0
         self._turn = asyncio.Lock()
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._work, name=f"inferd-{spec.name}", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if instance.blocking:
+            self._thread = threading.Thread(target=self._work, name=f"inferd-{spec.name}", daemon=True)
+            self._thread.start()
 
     @property
     def name(self) -> str:
@@ -93,8 +97,24 @@ class InstanceRunner:
         )
 
     async def execute(self, requests: Sequence[InferRequest], then: Callable[[], None] | None = None) -> Execution:
-        """Run ``requests`` on this instance's thread, unrecorded (model warmup uses it); ``then``
-        is called on the event loop once the thread has finished them."""
+        """Run ``requests`` on this instance's thread (a non-blocking instance: here, on the loop),
+        unrecorded (model warmup uses it); ``then`` is called on the event loop once they ran."""
+        if self._thread is None:
+            try:
+                execution = self._call(requests)
+            finally:
+                if then is not None:
+                    then()
+        else:
+            execution = await self._on_thread(requests, then)
+        count = len(execution.results)
+        if count == 0 and not any(r.response_sender for r in requests):
+            execution.results = self._broken(requests, "returned no responses")
+        elif count and count != len(requests):
+            execution.results = self._broken(requests, f"returned {count} responses for {len(requests)} requests")
+        return execution
+
+    async def _on_thread(self, requests: Sequence[InferRequest], then: Callable[[], None] | None) -> Execution:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Execution] = loop.create_future()
 
@@ -104,13 +124,7 @@ class InstanceRunner:
                 loop.call_soon_threadsafe(then)
 
         self._jobs.put((lambda: self._call(requests), done))
-        execution = await future
-        count = len(execution.results)
-        if count == 0 and not any(r.response_sender for r in requests):
-            execution.results = self._broken(requests, "returned no responses")
-        elif count and count != len(requests):
-            execution.results = self._broken(requests, f"returned {count} responses for {len(requests)} requests")
-        return execution
+        return await future
 
     def _call(self, requests: Sequence[InferRequest]) -> Execution:
         # Lines the model logs while it runs one request carry that request's id.
@@ -150,7 +164,13 @@ class InstanceRunner:
                 done(result, None)
 
     def close(self) -> None:
-        """Close the instance on its own thread, then stop the thread (blocking)."""
+        """Close the instance on its own thread, then stop the thread (blocking; a non-blocking
+        instance closes on the calling thread)."""
+        if self.gate is not None:
+            self.gate.close()
+        if self._thread is None:
+            self.instance.close()
+            return
         finished: concurrent.futures.Future[None] = concurrent.futures.Future()
 
         def done(result: Any, exc: BaseException | None) -> None:
@@ -159,8 +179,6 @@ class InstanceRunner:
             else:
                 finished.set_exception(exc)
 
-        if self.gate is not None:
-            self.gate.close()
         self._jobs.put((self.instance.close, done))
         try:
             finished.result()

@@ -87,7 +87,7 @@ def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Port]:
             f"--http-max-input-size={LIMIT}", "--http-restricted-api=metadata:openai-admin=s3cret"]  # fmt: skip
     proc = TlsServer([repo], args)
     proc.ca = str(root / "ca.pem")
-    with proc.start():
+    with proc:  # __enter__ starts it (proc.start() here started a second server, never stopped)
         yield Port(openai_port, proc.ca)
 
 

@@ -1,7 +1,8 @@
 """The "vllm" backend: Triton's vLLM backend layout (``<version>/model.json``), decoupled.
 
 Config completion imports no vLLM; loading a version starts one engine shared by its instances.
-An instance's ``execute`` only hands requests to the engine and returns: the engine batches them.
+An instance's ``execute`` only hands requests to the engine and returns (it is non-blocking: it
+runs on the server's event loop, where the engine's tasks run too); the engine batches them.
 """
 
 from __future__ import annotations
@@ -9,10 +10,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from inferd.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
-from inferd.errors import InferdError, InvalidArgument
+from inferd.errors import InferdError, InvalidArgument, Unavailable
 from inferd.metric_sources import SOURCES
 from inferd.types import InferRequest, InferResponse
 from inferd_backend_vllm.metrics import VLLM_METRICS
@@ -20,7 +21,7 @@ from inferd_backend_vllm.tensors import INPUTS, OUTPUTS
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
-    from inferd_backend_vllm.engine import EngineThread
+    from inferd_backend_vllm.engine import Engine
 
 ENGINE_ARGS_FILENAME = "model.json"
 
@@ -53,11 +54,14 @@ class VllmBackend(Backend):
                 f"model '{context.name}': the vLLM backend must be configured to use decoupled model "
                 "transaction policy"
             )
+        if context.loop is None:
+            raise Unavailable(f"model '{context.name}': the vLLM backend runs on the server's event loop; "
+                              "load it through a server")  # fmt: skip
         args = read_engine_args(context.version_dir / ENGINE_ARGS_FILENAME, context.name)
         args.setdefault("served_model_name", context.name)  # the model_name label of vllm:* metrics
-        from inferd_backend_vllm.engine import EngineThread
+        from inferd_backend_vllm.engine import Engine
 
-        return VllmModel(EngineThread(args, context.name, str(context.version)))
+        return VllmModel(Engine(args, context.name, str(context.version), context.loop))
 
 
 def read_engine_args(path: Path, model: str) -> dict[str, Any]:
@@ -79,7 +83,7 @@ def read_engine_args(path: Path, model: str) -> dict[str, Any]:
 class VllmModel(Model):
     """One engine per model version; its instances share it."""
 
-    def __init__(self, engine: EngineThread) -> None:
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
     def create_instance(self, spec: InstanceSpec) -> Instance:
@@ -92,7 +96,9 @@ class VllmModel(Model):
 class VllmInstance(Instance):
     """Hands each request to the engine; responses go out through the request's sender."""
 
-    def __init__(self, engine: EngineThread) -> None:
+    blocking: ClassVar[bool] = False  # execute runs on the event loop: it only starts a task
+
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:

@@ -1,15 +1,16 @@
-"""vLLM's ``AsyncLLM`` on an event loop of its own thread, and one coroutine per request.
+"""vLLM's ``AsyncLLM`` driven on the server's event loop, one task per request.
 
 The engine core runs in a process vLLM starts (spawned); this side only hands it requests and
-turns its outputs into responses. Continuous batching is the engine's: every request submitted
-here goes to it at once.
+turns its outputs into responses, on the server's own loop as ``vllm serve`` does on its: the
+instance is non-blocking (``Instance.blocking = False``), so requests come in and responses go
+out with no thread hop. Continuous batching is the engine's: every request submitted here goes
+to it at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -28,27 +29,21 @@ log = logging.getLogger("inferd.backend.vllm")
 Sender = Callable[[InferResponse | InferdError | None, bool], None]
 
 
-class EngineThread:
-    """One ``AsyncLLM`` and the asyncio loop (on its own thread) that drives it."""
+class Engine:
+    """One ``AsyncLLM`` whose requests run as tasks on ``loop`` (the server's)."""
 
-    def __init__(self, engine_args: dict[str, Any], model_name: str, version: str) -> None:
+    def __init__(self, engine_args: dict[str, Any], model_name: str, version: str, loop: asyncio.AbstractEventLoop) -> None:
         self.model_name, self.version = model_name, version
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name=f"inferd-vllm-{model_name}", daemon=True)
-        self._thread.start()
+        self.loop = loop
         self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
-        try:
-            self.engine = asyncio.run_coroutine_threadsafe(self._start(engine_args), self.loop).result()
-        except BaseException:
-            self._stop_loop()
-            raise
-
-    @staticmethod
-    async def _start(engine_args: dict[str, Any]) -> AsyncLLM:
-        return AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_args))
+        # Blocking (it starts the engine process): called on the load's worker thread, where no
+        # loop runs, so vLLM starts its output handler lazily, on the loop of the first generate.
+        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_args))
 
     def submit(self, request: InferRequest) -> None:
-        """Decode ``request`` and hand it to the engine; its responses go to its sender."""
+        """Decode ``request`` and hand it to the engine; its responses go to its sender.
+
+        Called on the loop (the instance's ``execute``)."""
         sender = request.response_sender
         assert sender is not None, "the vLLM backend is decoupled: the data plane sets a sender"
         try:
@@ -57,9 +52,6 @@ class EngineThread:
         except InferdError as exc:
             sender(exc, True)
             return
-        self.loop.call_soon_threadsafe(self._spawn, request, inputs, params, sender)
-
-    def _spawn(self, request: InferRequest, inputs: GenerateInputs, params: Any, sender: Sender) -> None:
         task = self.loop.create_task(self._generate(request, inputs, params, sender))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -88,21 +80,17 @@ class EngineThread:
             sender(InternalError(f"Error generating stream: {exc}"), True)
 
     def shutdown(self) -> None:
-        """Stop the engine (its process too) and the loop thread."""
-        try:
-            asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result()
-        finally:
-            self._stop_loop()
-
-    async def _shutdown(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
+        """End the requests still generating, then stop the engine and its process (blocking:
+        called on a worker thread while the loop runs)."""
+        if not self.loop.is_closed():
+            asyncio.run_coroutine_threadsafe(self._end_requests(), self.loop).result()
         self.engine.shutdown()
 
-    def _stop_loop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join()
-        self.loop.close()
+    async def _end_requests(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class ResponseBuilder:

@@ -107,7 +107,8 @@ class ChoiceRunner:
             sampling["seed"] = self.gen.seed + choice.index % self.gen.n
         return sampling
 
-    async def _one(self, choice: Choice, queue: asyncio.Queue[Event]) -> None:
+    async def _events(self, choice: Choice) -> AsyncIterator[Event]:
+        """The events of one choice, its last one ``finished`` (an error ends it too)."""
         gen = self.gen
         request = engine.build_request(self.info, choice.prompt, self._sampling(choice), gen.stream, self.request_id,
                                        gen.logprobs is not None)  # fmt: skip
@@ -126,26 +127,34 @@ class ChoiceRunner:
                 if text:
                     choice.last_at = time.monotonic()
                     choice.first_at = choice.first_at or choice.last_at
-                    queue.put_nowait(Event(choice, text, tokens=tokens, offset=offset))
+                    yield Event(choice, text, tokens=tokens, offset=offset)
                 if scanner.stopped:
                     choice.finish_reason = "stop"
                     break
         except InferdError as exc:
-            queue.put_nowait(Event(choice, "", True, exc))
+            yield Event(choice, "", True, exc)
             return
         finally:
             await pieces.aclose()  # type: ignore[attr-defined]
         rest = scanner.flush()
         choice.text += rest
         self._finish(choice)
-        queue.put_nowait(Event(choice, rest, True))
+        yield Event(choice, rest, True)
+
+    async def _pump(self, choice: Choice, queue: asyncio.Queue[Event]) -> None:
+        events = self._events(choice)
+        try:
+            async for event in events:
+                queue.put_nowait(event)
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
 
     def _finish(self, choice: Choice) -> None:
         """Token counts from the tokenizer (the backend's output count when it gives one)."""
         first = self.choices[choice.index - choice.index % self.gen.n]  # the first choice of its prompt
         choice.prompt_tokens = first.prompt_tokens or self.tokenizer.count(choice.prompt)
-        counted = self.tokenizer.count(choice.text)
-        choice.completion_tokens = choice.backend_tokens if choice.backend_tokens is not None else counted
+        backend = choice.backend_tokens
+        choice.completion_tokens = backend if backend is not None else self.tokenizer.count(choice.text)
         if choice.finish_reason not in ("stop", "length"):
             limit = self.gen.max_tokens
             choice.finish_reason = "length" if limit is not None and choice.completion_tokens >= limit else "stop"
@@ -155,9 +164,19 @@ class ChoiceRunner:
                                      choice.last_at - self.arrival)  # fmt: skip
 
     async def events(self) -> AsyncIterator[Event]:
-        """Every choice's events; closing this iterator cancels the choices still running."""
+        """Every choice's events; closing this iterator cancels the choices still running.
+
+        One choice runs here, in the caller's task; several run as tasks, side by side."""
+        if len(self.choices) == 1:
+            events = self._events(self.choices[0])
+            try:
+                async for event in events:
+                    yield event
+            finally:
+                await events.aclose()  # type: ignore[attr-defined]
+            return
         queue: asyncio.Queue[Event] = asyncio.Queue()
-        tasks = [asyncio.ensure_future(self._one(c, queue)) for c in self.choices]
+        tasks = [asyncio.ensure_future(self._pump(c, queue)) for c in self.choices]
         running = len(tasks)
         try:
             while running:

@@ -12,10 +12,13 @@ from inferd_frontend_openai import logprobs as lp
 from inferd_frontend_openai.choices import Choice
 from inferd_frontend_openai.logprobs import TokenLogprob
 
+#: ``json.dumps(..., separators=(",", ":"), ensure_ascii=False)`` without making an encoder per call.
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
 
 def sse(payload: dict[str, Any]) -> bytes:
     """One server-sent event carrying ``payload`` as JSON."""
-    return b"data: " + json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+    return b"data: " + _encode(payload).encode() + b"\n\n"
 
 
 #: The event that ends every OpenAI stream.
