@@ -224,14 +224,27 @@ def _counts(server: InProcessServer, model: str) -> dict[str, Any]:
             "success": infer["success"]["count"], "fail": infer["fail"]["count"], "responses": responses}  # fmt: skip
 
 
+def _settled(server: InProcessServer, model: str) -> dict[str, Any]:
+    """The counts once they stop moving: a decoupled stream ends with its final response, and the
+    execution that sent it is recorded a moment later (after ``execute`` returned)."""
+    counts = _counts(server, model)
+    for _ in range(50):
+        time.sleep(0.1)
+        again = _counts(server, model)
+        if again == counts:
+            return again
+        counts = again
+    return counts
+
+
 def test_statistics_are_counted_as_for_the_blocking_twin(server: InProcessServer) -> None:
-    before = {m: _counts(server, m) for m in ("on_loop", "threaded")}
+    before = {m: _settled(server, m) for m in ("on_loop", "threaded")}
     for model in ("on_loop", "threaded"):
         for count in (2, 3, 0, -1):
             _stream(server, model, count)
     grown = {}
     for model in ("on_loop", "threaded"):
-        after = _counts(server, model)
+        after = _settled(server, model)
         grown[model] = {k: after[k] - before[model][k] for k in ("executions", "inferences", "success", "fail")}
         grown[model]["first"] = after["responses"]["0"]["success"] - before[model]["responses"].get("0", {}).get(
             "success", 0
