@@ -131,3 +131,15 @@ def test_uvicorn_answers_through_held_writes_pipelined_and_with_100_continue() -
     pipelined, continued = run(scenario())
     assert pipelined == _ANSWER + _ANSWER
     assert continued == _CONTINUE + _ANSWER
+
+
+def test_held_writes_writelines_sends_what_is_held_first_in_one_send() -> None:
+    async def scenario() -> list[bytes]:
+        inner = _Recording()
+        held = HeldWrites(inner)
+        held.write(b"held ")
+        held.writelines([b"head ", memoryview(b"body")])
+        await asyncio.sleep(0)  # the scheduled flush finds nothing left
+        return inner.sends
+
+    assert run(scenario()) == [b"held head body"]

@@ -175,9 +175,7 @@ class DirectCycle:
             head.append(b"connection: close\r\n")
         head.append(b"\r\n")
         transport = conn.transport
-        transport.write(b"".join(head))
-        for part in reply.parts:
-            transport.write(part)
+        transport.writelines([b"".join(head), *reply.parts])  # one send for the whole response
         self.response_complete = True
         if not self.keep_alive:
             transport.close()

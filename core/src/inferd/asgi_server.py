@@ -204,6 +204,15 @@ class HeldWrites:
         else:
             transport.writelines(held)
 
+    def writelines(self, data: list[bytes | memoryview]) -> None:
+        """Send ``data`` now, after anything held, in one call (a whole response)."""
+        held = self._held
+        if held:
+            self._held = []
+            data = [*held, *data]
+        if not self._transport.is_closing():
+            self._transport.writelines(data)
+
     def close(self) -> None:
         self.flush()
         self._transport.close()
