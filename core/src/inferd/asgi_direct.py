@@ -22,7 +22,7 @@ import http
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 log = logging.getLogger("uvicorn.error")  # where uvicorn logs an application's exception
 
@@ -74,12 +74,16 @@ class _Flow(Protocol):
     def resume_reading(self) -> None: ...
 
 
+class _ServerState(Protocol):
+    default_headers: Headers
+
+
 class _Connection(Protocol):
     """The parts of uvicorn's HTTP protocol a direct cycle uses."""
 
     transport: asyncio.Transport
     flow: _Flow
-    server_state: Any
+    server_state: _ServerState
 
     def on_response_complete(self) -> None: ...
 
