@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import os
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
@@ -48,6 +49,15 @@ class ModelClient(Protocol):
         ...
 
 
+def process_cores(workers: int = 1) -> int:
+    """The cores this process may use (its CPU affinity) divided among ``workers`` (at least 1)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, workers))
+
+
 @dataclass(frozen=True, slots=True)
 class ModelLoadContext:
     """Everything a backend needs to load one version of a model."""
@@ -63,6 +73,10 @@ class ModelLoadContext:
     #: The server's event loop: where the ``execute`` of an instance with ``blocking = False``
     #: runs, and where such a backend runs its asyncio engine. ``None`` outside a server (tests).
     loop: asyncio.AbstractEventLoop | None = None
+    #: The CPU cores this serving process may compute on: its CPU affinity, divided among the
+    #: ``--workers`` that share the machine (at least 1). A backend sizing its thread pools by
+    #: default sizes them from this, so N workers do not each take every core.
+    cores: int = field(default_factory=process_cores)
 
     @property
     def model_path(self) -> Path:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from inferd import config as cfg
-from inferd.backend import Backend, InstanceSpec, Model, ModelClient, ModelLoadContext
+from inferd.backend import Backend, InstanceSpec, Model, ModelClient, ModelLoadContext, process_cores
 from inferd.classification import load_labels
 from inferd.errors import ConfigError, InferdError, InvalidArgument
 from inferd.model import ModelVersion
@@ -54,8 +54,11 @@ class VersionBuilder:
         autocomplete: bool = True,
         backend_config: Mapping[str, Mapping[str, str]] | None = None,
         rate_limiter: RateLimiter | None = None,
+        cores: int | None = None,
     ) -> None:
         self.backends = backends
+        #: What each version's load context says it may compute on (``ModelLoadContext.cores``).
+        self.cores = process_cores() if cores is None else cores
         self.schedulers = schedulers
         #: Handed to backends (Python models calling models) and to ensembles' schedulers.
         self.models = models
@@ -234,6 +237,7 @@ class VersionBuilder:
             repository=source.repository,
             models=self.models,
             loop=loop,
+            cores=self.cores,
         )
         model = backend.load_model(ctx)
         runners: list[InstanceRunner] = []

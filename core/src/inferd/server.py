@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from inferd import gc_settings
+from inferd.backend import process_cores
 from inferd.builder import VersionBuilder, backend_config_warnings
 from inferd.cache import ResponseCache
 from inferd.dataplane import DataPlane
@@ -108,6 +109,7 @@ class Server:
         builder = VersionBuilder(
             registries.backends, registries.schedulers, self.router, self.cache, options.autocomplete,
             options.backend_config, self._rate_limiter(),
+            process_cores(options.worker.count if options.worker is not None else 1),
         )  # fmt: skip
         self.manager = ModelManager(self._lifecycle_options(), self.table, builder)
         self.peers = Peers(options.worker) if options.worker is not None else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -72,7 +73,9 @@ def test_graph_levels_follow_triton(level: int, name: str) -> None:
 
 def test_default_intra_op_threads_share_the_cores() -> None:
     s = options.session_settings(config(""), "m", instance_count=2)
-    assert s.intra_op_threads == options.default_intra_op_threads(2) >= 1
+    assert s.intra_op_threads == max(1, len(os.sched_getaffinity(0)) // 2)  # no cores given: this process's
+    assert options.session_settings(config(""), "m", 2, cores=8).intra_op_threads == 4
+    assert options.session_settings(config(""), "m", 3, cores=2).intra_op_threads == 1  # at least one
     explicit = config('parameters { key: "intra_op_thread_count" value: { string_value: "0" } }')
     assert options.session_settings(explicit, "m", 2).intra_op_threads == 0  # 0: onnxruntime decides
 

@@ -379,3 +379,17 @@ def test_missing_onnxruntime_is_a_clear_load_error(tmp_path: Path) -> None:
         srv.stop()
     assert entry["state"] == "UNAVAILABLE"
     assert "onnxruntime" in entry["reason"] and "not installed" in entry["reason"], entry
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_default_threads_share_the_cores_among_workers(tmp_path: Path, workers: int) -> None:
+    """An ONNX model without ``intra_op_thread_count`` sizes its sessions from the cores of its
+    worker: the process's CPU affinity divided among ``--workers``, then among the instances."""
+    model_dir = tmp_path / "models" / "add_matmul"
+    m.save(m.add_matmul(), model_dir / "1" / "model.onnx")
+    (model_dir / "config.pbtxt").write_text(BATCHED_ADD + "instance_group [ { count: 1 kind: KIND_CPU } ]\n")
+    expected = max(1, len(os.sched_getaffinity(0)) // workers)
+    with ServerProcess([tmp_path / "models"], [f"--workers={workers}", "--log-verbose=1"]) as srv:
+        lines = [line for line in srv.log().splitlines() if "onnxruntime" in line and "intra_op_threads=" in line]
+    assert len(lines) == workers, lines  # one session per worker
+    assert all(line.endswith(f"intra_op_threads={expected}") for line in lines), lines

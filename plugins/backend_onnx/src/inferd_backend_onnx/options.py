@@ -22,11 +22,11 @@ Triton's onnxruntime backend:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from inferd.backend import process_cores
 from inferd.config import ModelParameters
 from inferd.errors import ConfigError
 from inferd.flags import setting_flag, setting_integer
@@ -98,17 +98,14 @@ class SessionSettings:
     cuda_options: dict[str, str] = field(default_factory=dict)
 
 
-def default_intra_op_threads(instance_count: int) -> int:
-    """The cores this process may use, shared among the model's instances (at least 1)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
+def default_intra_op_threads(instance_count: int, cores: int) -> int:
+    """``cores`` (what this serving process may use: ``ModelLoadContext.cores``) shared among the
+    model's instances (at least 1)."""
     return max(1, cores // max(1, instance_count))
 
 
 def session_settings(
-    config: ModelConfig, model: str, instance_count: int = 1, shared_threads: bool = False
+    config: ModelConfig, model: str, instance_count: int = 1, shared_threads: bool = False, cores: int | None = None
 ) -> SessionSettings:
     """Parse the session-level options of ``config``; raise ConfigError for bad values.
 
@@ -134,7 +131,7 @@ def session_settings(
     elif "intra_op_thread_count" in params:
         s.intra_op_threads = max(0, params.integer("intra_op_thread_count", 0))
     else:
-        s.intra_op_threads = default_intra_op_threads(instance_count)
+        s.intra_op_threads = default_intra_op_threads(instance_count, process_cores() if cores is None else cores)
     s.inter_op_threads = 0 if shared_threads else max(0, params.integer("inter_op_thread_count", 0))
     s.mem_arena = params.flag("enable_mem_arena", None)
     s.mem_pattern = params.flag("enable_mem_pattern", None)
