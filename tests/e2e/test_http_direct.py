@@ -205,3 +205,32 @@ def test_access_rules_answer_the_same_both_ways(
     body = _json_body() if model == "add_sub" else b'{"inputs": []}'
     head, answer = _both_ways(guarded.http_port, f"/v2/models/{model}/infer", body, headers)
     assert _status(head) == status, answer
+
+
+def test_bad_requests_on_the_direct_path_get_errors_and_the_server_stays_up(server: ServerProcess) -> None:
+    rng = np.random.default_rng(7)
+    port = server.http_port
+    for i in range(40):  # random bodies, with and without a binary header length
+        body = rng.integers(0, 256, int(rng.integers(0, 300)), dtype=np.uint8).tobytes()
+        headers = {"Inference-Header-Content-Length": str(int(rng.integers(0, len(body) + 1)))} if i % 2 else {}
+        head, answer = _exchange(port, _request("/v2/models/add_sub/infer", body, headers, chunked=False))
+        assert _status(head) == 400, (i, head, answer)
+        assert "error" in json.loads(answer)
+    # Junk after a good request in the same read: uvicorn answers HTTP's own 400 and closes the
+    # connection (on the ASGI path too: the good request's answer is dropped with it).
+    good = _request("/v2/models/add_sub/infer", _json_body(), {}, chunked=False)
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(good + b"\x00\x01 not HTTP at all\r\n\r\n")
+        data = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    assert b"HTTP/1.1 400 Bad Request" in data and data.endswith(b"Invalid HTTP request received.")
+    # A Content-Length that is not a number never reaches the handler.
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\nContent-Length: ten\r\n\r\n0123456789")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 400")
+    head, answer = _both_ways(port, "/v2/models/add_sub/infer", _json_body())
+    assert _status(head) == 200
