@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from inferd.asgi_direct import Reply
 from inferd.auth import ROUTE_GROUPS, AccessDenied, AccessPolicy, ApiGroup, Grant
 from inferd.default_plugins.http.errors import error_body, error_reply
+from inferd.default_plugins.http.infer import send_reply
 from inferd.errors import InferdError, NotFound
 from inferd.repository import poll_failure
 
@@ -72,6 +73,19 @@ async def _run(call: Awaitable[Response], grant: Grant) -> Response:
         return await call
 
 
+def admit_infer(policy: AccessPolicy, model: str, headers: list[tuple[bytes, bytes]], path: str) -> Grant | Reply:
+    """The policy's answer to an infer request: its grant, or the refusal to send instead."""
+    fields = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers}
+    try:
+        return policy.admit(ApiGroup.INFERENCE, model, fields)
+    except AccessDenied as exc:
+        status, error, refusal = denied_reply(exc)
+    except InferdError as exc:
+        status, error = error_reply(exc, path)
+        refusal = [(b"content-type", b"application/json")]
+    return Reply(status, [*refusal, (b"content-length", str(len(error)).encode())], [error])
+
+
 class AdmittedInfer:
     """The infer routes behind ``policy`` (a raw ASGI app, as the infer endpoint is)."""
 
@@ -80,17 +94,11 @@ class AdmittedInfer:
         self.policy = policy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        try:
-            grant = self.policy.admit(ApiGroup.INFERENCE, scope["path_params"]["model"], headers)
-        except AccessDenied as exc:
-            await _send(send, *denied_reply(exc))
+        admission = admit_infer(self.policy, scope["path_params"]["model"], scope["headers"], scope["path"])
+        if isinstance(admission, Reply):
+            await send_reply(send, admission)
             return
-        except InferdError as exc:
-            status, body = error_reply(exc, scope["path"])
-            await _send(send, status, body, [(b"content-type", b"application/json")])
-            return
-        with grant.serving():
+        with admission.serving():
             await self.endpoint(scope, receive, send)
 
 
@@ -99,22 +107,8 @@ async def admitted_answer(
     limit: int, path: str, headers: list[tuple[bytes, bytes]],
 ) -> Reply:  # fmt: skip
     """:class:`AdmittedInfer` for the direct path: the same refusals, the same bytes."""
-    fields = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers}
-    try:
-        grant = policy.admit(ApiGroup.INFERENCE, model, fields)
-    except AccessDenied as exc:
-        status, error, refusal = denied_reply(exc)
-        return Reply(status, [*refusal, (b"content-length", str(len(error)).encode())], [error])
-    except InferdError as exc:
-        status, error = error_reply(exc, path)
-        return Reply(
-            status, [(b"content-type", b"application/json"), (b"content-length", str(len(error)).encode())], [error]
-        )
-    with grant.serving():
+    admission = admit_infer(policy, model, headers, path)
+    if isinstance(admission, Reply):
+        return admission
+    with admission.serving():
         return await endpoint.answer(head, body, model, version, limit, path)
-
-
-async def _send(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
-    headers = [*headers, (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
