@@ -23,6 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
+from tests.e2e.raw_http import raw_http
 from tests.e2e.test_grpc import MODELS
 
 
@@ -70,13 +71,6 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     proc.stop()
 
 
-def _http(server: ServerProcess, method: str, path: str, headers: dict[str, str] | None = None, body: bytes = b""):
-    conn = http.client.HTTPConnection(server.http_url, timeout=30)
-    conn.request(method, path, body=body, headers=headers or {})
-    response = conn.getresponse()
-    data = response.read()
-    conn.close()
-    return response.status, {k.lower(): v for k, v in response.getheaders()}, data
 
 
 def _infer_body() -> bytes:
@@ -94,7 +88,7 @@ def _inputs() -> list[grpcclient.InferInput]:
 
 
 def _healthy(server: ServerProcess) -> None:
-    status, _, body = _http(server, "POST", "/v2/models/add_sub/infer", bearer("alice-key"), _infer_body())
+    status, _, body = raw_http(server, "POST", "/v2/models/add_sub/infer", bearer("alice-key"), _infer_body())
     assert status == 200, body
 
 
@@ -113,18 +107,18 @@ def _healthy(server: ServerProcess) -> None:
     ],
 )
 def test_http_without_a_valid_key_is_401(server, headers, message):
-    status, reply_headers, body = _http(server, "POST", "/v2/models/add_sub/infer", headers, _infer_body())
+    status, reply_headers, body = raw_http(server, "POST", "/v2/models/add_sub/infer", headers, _infer_body())
     assert status == 401
     assert message in json.loads(body)["error"]
     assert reply_headers["www-authenticate"] == "Bearer"
-    status, _, body = _http(server, "GET", "/v2/models/add_sub", headers)
+    status, _, body = raw_http(server, "GET", "/v2/models/add_sub", headers)
     assert status == 401 and message in json.loads(body)["error"]
     _healthy(server)
 
 
 def test_http_health_stays_open_for_probes(server):
-    assert _http(server, "GET", "/v2/health/live")[0] == 200
-    assert _http(server, "GET", "/v2/health/ready")[0] == 200
+    assert raw_http(server, "GET", "/v2/health/live")[0] == 200
+    assert raw_http(server, "GET", "/v2/health/ready")[0] == 200
 
 
 def test_http_tenant_calls_its_models_with_tritonclient(server):
@@ -153,50 +147,50 @@ def test_http_tenant_calls_its_models_with_tritonclient(server):
     ],
 )
 def test_http_a_model_the_tenant_may_not_see_answers_as_an_unknown_one(server, method, path, body):
-    seen = _http(server, method, path.format("secret"), bearer("alice-key"), body)
-    unknown = _http(server, method, path.format("nonexistent"), bearer("alice-key"), body)
+    seen = raw_http(server, method, path.format("secret"), bearer("alice-key"), body)
+    unknown = raw_http(server, method, path.format("nonexistent"), bearer("alice-key"), body)
     assert seen[0] == unknown[0] and seen[0] in (400, 404)
     assert seen[2] == unknown[2].replace(b"nonexistent", b"secret")
-    assert _http(server, method, path.format("secret"), bearer("admin-key"), body)[0] != seen[0]  # it exists
+    assert raw_http(server, method, path.format("secret"), bearer("admin-key"), body)[0] != seen[0]  # it exists
 
 
 def test_http_trace_settings_of_an_unseen_model_answer_as_an_unknown_one(server):
-    seen = _http(server, "GET", "/v2/models/secret/trace/setting", bearer("ops-key"))
-    unknown = _http(server, "GET", "/v2/models/nonexistent/trace/setting", bearer("ops-key"))
+    seen = raw_http(server, "GET", "/v2/models/secret/trace/setting", bearer("ops-key"))
+    unknown = raw_http(server, "GET", "/v2/models/nonexistent/trace/setting", bearer("ops-key"))
     assert seen[0] == unknown[0] == 400
     assert seen[2] == unknown[2].replace(b"nonexistent", b"secret")
-    assert _http(server, "GET", "/v2/models/add_sub/trace/setting", bearer("ops-key"))[0] == 200
+    assert raw_http(server, "GET", "/v2/models/add_sub/trace/setting", bearer("ops-key"))[0] == 200
 
 
 def test_http_index_and_statistics_are_filtered(server):
-    status, _, body = _http(server, "POST", "/v2/repository/index", bearer("ops-key"))
+    status, _, body = raw_http(server, "POST", "/v2/repository/index", bearer("ops-key"))
     assert status == 200 and [m["name"] for m in json.loads(body)] == ["add_sub"]
-    status, _, body = _http(server, "POST", "/v2/repository/index", bearer("admin-key"))
+    status, _, body = raw_http(server, "POST", "/v2/repository/index", bearer("admin-key"))
     assert [m["name"] for m in json.loads(body)] == ["add_sub", "secret", "sleep"]
-    status, _, body = _http(server, "GET", "/v2/models/stats", bearer("alice-key"))
+    status, _, body = raw_http(server, "GET", "/v2/models/stats", bearer("alice-key"))
     assert status == 200 and [m["name"] for m in json.loads(body)["model_stats"]] == ["add_sub"]
 
 
 def test_http_loading_an_unseen_model_answers_as_an_unknown_one(server):
-    seen = _http(server, "POST", "/v2/repository/models/secret/load", bearer("ops-key"))
-    unknown = _http(server, "POST", "/v2/repository/models/nonexistent/load", bearer("ops-key"))
+    seen = raw_http(server, "POST", "/v2/repository/models/secret/load", bearer("ops-key"))
+    unknown = raw_http(server, "POST", "/v2/repository/models/nonexistent/load", bearer("ops-key"))
     assert seen[0] == unknown[0] == 404
     assert seen[2] == unknown[2].replace(b"nonexistent", b"secret")
-    assert _http(server, "POST", "/v2/repository/models/secret/unload", bearer("ops-key"))[0] == 200
-    assert _http(server, "GET", "/v2/models/secret/ready", bearer("admin-key"))[0] == 200  # still loaded
+    assert raw_http(server, "POST", "/v2/repository/models/secret/unload", bearer("ops-key"))[0] == 200
+    assert raw_http(server, "GET", "/v2/models/secret/ready", bearer("admin-key"))[0] == 200  # still loaded
 
 
 def test_http_an_api_group_outside_the_tenant_rights_is_403(server):
-    status, _, body = _http(server, "POST", "/v2/repository/index", bearer("alice-key"))
+    status, _, body = raw_http(server, "POST", "/v2/repository/index", bearer("alice-key"))
     assert status == 403 and json.loads(body) == {"error": "tenant 'alice' may not use the model-repository API"}
-    status, _, body = _http(server, "GET", "/v2/logging", bearer("ops-key"))
+    status, _, body = raw_http(server, "GET", "/v2/logging", bearer("ops-key"))
     assert status == 403 and json.loads(body) == {"error": "tenant 'ops' may not use the logging API"}
-    assert _http(server, "GET", "/v2/logging", bearer("admin-key"))[0] == 200
+    assert raw_http(server, "GET", "/v2/logging", bearer("admin-key"))[0] == 200
 
 
 def test_http_rate_limit_answers_429_with_retry_after(server):
-    first = _http(server, "GET", "/v2/models/add_sub", bearer("limited-key"))
-    second = _http(server, "GET", "/v2/models/add_sub", bearer("limited-key"))
+    first = raw_http(server, "GET", "/v2/models/add_sub", bearer("limited-key"))
+    second = raw_http(server, "GET", "/v2/models/add_sub", bearer("limited-key"))
     assert first[0] == 200 or first[0] == 429  # the other transport's server is its own
     assert second[0] == 429
     assert int(second[1]["retry-after"]) >= 1
@@ -208,7 +202,7 @@ def test_concurrent_requests_over_the_limit_get_429(server):
     body = json.dumps({"inputs": [{"name": "SECONDS", "shape": [1], "datatype": "FP32", "data": [1.0]}]}).encode()
     replies: list[tuple[int, dict[str, str], bytes]] = []
     calls = [threading.Thread(target=lambda: replies.append(
-        _http(server, "POST", "/v2/models/sleep/infer", bearer("slow-key"), body))) for _ in range(2)]  # fmt: skip
+        raw_http(server, "POST", "/v2/models/sleep/infer", bearer("slow-key"), body))) for _ in range(2)]  # fmt: skip
     for call in calls:
         call.start()
     for call in calls:
@@ -217,12 +211,12 @@ def test_concurrent_requests_over_the_limit_get_429(server):
     assert [r[0] for r in replies] == [200, 429]  # the model has 2 instances: only the tenant's limit refuses
     assert replies[1][1]["retry-after"] == "1"
     assert "tenant 'slow' already has 1 requests in flight (its limit is 1)" in json.loads(replies[1][2])["error"]
-    assert _http(server, "POST", "/v2/models/sleep/infer", bearer("slow-key"), body)[0] == 200  # the slot is back
+    assert raw_http(server, "POST", "/v2/models/sleep/infer", bearer("slow-key"), body)[0] == 200  # the slot is back
 
 
 def test_tenant_counters_on_metrics(server):
-    _http(server, "GET", "/v2/models/add_sub", bearer("alice-key"))
-    _http(server, "GET", "/v2/models/add_sub", bearer("nope"))
+    raw_http(server, "GET", "/v2/models/add_sub", bearer("alice-key"))
+    raw_http(server, "GET", "/v2/models/add_sub", bearer("nope"))
     conn = http.client.HTTPConnection(f"127.0.0.1:{server.metrics_port}", timeout=30)
     conn.request("GET", "/metrics")
     text = conn.getresponse().read().decode()
@@ -348,7 +342,7 @@ def test_key_file_changes_apply_without_restart_and_a_bad_file_keeps_the_old_key
     proc = ServerProcess([repo], [f"--auth-config={keys}"]).start()
     try:
         def status(key: str) -> int:
-            return _http(proc, "GET", "/v2/models/add_sub", bearer(key))[0]
+            return raw_http(proc, "GET", "/v2/models/add_sub", bearer(key))[0]
 
         assert (status("one"), status("two")) == (200, 401)
         _touch(keys, json.dumps({"tenants": {"a": {"keys": [sha("two")]}}}))

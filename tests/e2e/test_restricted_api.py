@@ -8,7 +8,6 @@ UNAVAILABLE "This protocol is restricted, expecting header 'triton-grpc-protocol
 
 from __future__ import annotations
 
-import http.client
 import json
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
+from tests.e2e.raw_http import raw_http
 
 HTTP_FLAGS = ["--http-restricted-api=model-repository,logging:admin-key=secret1",
               "--http-restricted-api=inference:ikey=ival"]  # fmt: skip
@@ -44,13 +44,6 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     proc.stop()
 
 
-def _http(server: ServerProcess, method: str, path: str, headers: dict[str, str] | None = None, body: bytes = b""):
-    conn = http.client.HTTPConnection(server.http_url, timeout=30)
-    conn.request(method, path, body=body, headers=headers or {})
-    response = conn.getresponse()
-    data = response.read()
-    conn.close()
-    return response.status, dict(response.getheaders()), data
 
 
 def _infer_body() -> bytes:
@@ -71,16 +64,16 @@ def _infer_body() -> bytes:
 )
 def test_http_restricted_group_without_or_with_a_wrong_key_is_403(server, method, path, key):
     for headers in ({}, {key: "wrong"}, {f"triton-grpc-protocol-{key}": "secret1"}):
-        status, reply_headers, body = _http(server, method, path, headers, b"{}")
+        status, reply_headers, body = raw_http(server, method, path, headers, b"{}")
         assert status == 403
         assert json.loads(body) == {"error": HTTP_SENTENCE.format(key)}
         assert reply_headers["content-type"] == "text/plain"  # as Triton sends it
 
 
 def test_http_restricted_group_with_its_key_is_served(server):
-    status, _, body = _http(server, "POST", "/v2/repository/index", {"Admin-Key": "secret1"})
+    status, _, body = raw_http(server, "POST", "/v2/repository/index", {"Admin-Key": "secret1"})
     assert status == 200 and [m["name"] for m in json.loads(body)] == ["add_sub"]
-    status, _, body = _http(server, "POST", "/v2/models/add_sub/infer", {"ikey": "ival"}, _infer_body())
+    status, _, body = raw_http(server, "POST", "/v2/models/add_sub/infer", {"ikey": "ival"}, _infer_body())
     assert status == 200
     assert json.loads(body)["outputs"][0]["data"] == [2.0, 4.0, 6.0, 8.0]
 
