@@ -18,27 +18,16 @@ those uvicorn would write for the same status and headers.
 from __future__ import annotations
 
 import asyncio
-import http
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE
+
 log = logging.getLogger("uvicorn.error")  # where uvicorn logs an application's exception
 
 Headers = list[tuple[bytes, bytes]]
-
-
-def _status_line(status: int) -> bytes:
-    try:
-        phrase = http.HTTPStatus(status).phrase.encode()
-    except ValueError:
-        phrase = b""
-    return b"HTTP/1.1 %d %s\r\n" % (status, phrase)
-
-
-#: Status lines as uvicorn writes them.
-STATUS_LINE = {status: _status_line(status) for status in range(100, 600)}
 
 
 @dataclass(slots=True)

@@ -14,13 +14,15 @@ import logging
 import socket
 import ssl
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from inferd.asgi_direct import DirectCycle, DirectRoutes, Handler, takes_directly
 from inferd.errors import InvalidArgument
 from inferd.tls import CertificateWatch, TlsConfig, forget, listening_context
+
+if TYPE_CHECKING:
+    from inferd.asgi_direct import DirectRoutes, Handler
 
 log = logging.getLogger(__name__)
 
@@ -221,14 +223,13 @@ class HeldWrites:
         return getattr(self._transport, name)
 
 
-def _protocol_class(direct: DirectRoutes | None = None) -> type[asyncio.Protocol] | str:
-    """uvicorn's httptools protocol writing through :class:`HeldWrites` (h11's when httptools is
-    missing), answering ``direct``'s requests itself (:mod:`inferd.asgi_direct`)."""
-    try:
-        import httptools
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-    except ImportError:  # pragma: no cover - depends on the environment
-        return "h11"
+def _protocol_class(direct: DirectRoutes | None = None) -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol (httptools is a core dependency) writing through
+    :class:`HeldWrites`, answering ``direct``'s requests itself (:mod:`inferd.asgi_direct`)."""
+    import httptools
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from inferd.asgi_direct import DirectCycle, takes_directly
 
     class Protocol(HttpToolsProtocol):
         """One send per response: the transport holds writes until the response is complete."""
