@@ -20,13 +20,14 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
 
-# PID = the process serving the request, after sleeping MS milliseconds.
+# PID = the process serving the request, after sleeping MS milliseconds. Eight instances: four
+# on each of two workers (a config's instances are dealt out among the workers).
 WHOAMI_CONFIG = """
 backend: "python"
 max_batch_size: 0
 input [ { name: "MS" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "PID" data_type: TYPE_INT64 dims: [ 1 ] } ]
-instance_group [ { kind: KIND_CPU count: 4 } ]
+instance_group [ { kind: KIND_CPU count: 8 } ]
 """
 WHOAMI_PY = """
 import os

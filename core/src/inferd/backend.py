@@ -77,6 +77,10 @@ class ModelLoadContext:
     #: ``--workers`` that share the machine (at least 1). A backend sizing its thread pools by
     #: default sizes them from this, so N workers do not each take every core.
     cores: int = field(default_factory=process_cores)
+    #: How many instances of this version this serving process creates: under ``--workers``, its
+    #: share of the config's (they are dealt out among the workers). ``None`` outside a server:
+    #: every instance the config lists.
+    instances: int | None = None
 
     @property
     def model_path(self) -> Path:

@@ -55,8 +55,12 @@ class VersionBuilder:
         backend_config: Mapping[str, Mapping[str, str]] | None = None,
         rate_limiter: RateLimiter | None = None,
         cores: int | None = None,
+        worker: tuple[int, int] = (0, 1),
     ) -> None:
         self.backends = backends
+        #: ``(index, count)`` of this serving process among ``--workers``: which of each model's
+        #: instances it creates (:func:`instance_specs`).
+        self.worker = worker
         #: What each version's load context says it may compute on (``ModelLoadContext.cores``).
         self.cores = process_cores() if cores is None else cores
         self.schedulers = schedulers
@@ -228,6 +232,7 @@ class VersionBuilder:
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> tuple[Model, list[InstanceRunner]]:
         """Load the backend model and create its instances (blocking; ``loop``: the server's)."""
+        specs = instance_specs(config, *self.worker)
         ctx = ModelLoadContext(
             name=source.name,
             version=version,
@@ -238,11 +243,12 @@ class VersionBuilder:
             models=self.models,
             loop=loop,
             cores=self.cores,
+            instances=len(specs),
         )
         model = backend.load_model(ctx)
         runners: list[InstanceRunner] = []
         try:
-            for spec in instance_specs(config):
+            for spec in specs:
                 gate = self._gate(source.name, version, config, spec)
                 try:
                     instance = model.create_instance(spec)
@@ -322,8 +328,16 @@ def visible_gpus() -> list[int]:
     return ids
 
 
-def instance_specs(config: cfg.ModelConfig) -> list[InstanceSpec]:
-    """Triton's instance naming: ``<group name>_<n>``, ``count`` instances per listed GPU."""
+def instance_specs(config: cfg.ModelConfig, worker: int = 0, workers: int = 1) -> list[InstanceSpec]:
+    """The instances worker ``worker`` of ``workers`` creates, with Triton's naming:
+    ``<group name>_<n>``, ``count`` instances per listed GPU.
+
+    A config's instances are the server's, not each worker's: they are dealt out among the
+    workers in turn (worker ``w`` takes every ``workers``-th, from the ``w``-th), so ``count: 2``
+    under ``--workers 2`` runs two instances in all, one per worker, as one Triton server would.
+    A worker that the deal leaves empty takes one instance anyway (it must serve the model), so
+    a model has ``max(instances, workers)`` in all.
+    """
     specs: list[InstanceSpec] = []
     kinds = {0: "KIND_AUTO", 1: "KIND_GPU", 2: "KIND_CPU", 3: "KIND_MODEL"}
     for group in config.instance_group:
@@ -334,7 +348,9 @@ def instance_specs(config: cfg.ModelConfig) -> list[InstanceSpec]:
             for _ in range(max(1, group.count)):
                 specs.append(InstanceSpec(f"{group.name}_{n}", kind, max(device, 0), n, group.name))
                 n += 1
-    return specs
+    if workers <= 1 or not specs:
+        return specs
+    return specs[worker::workers] or [specs[worker % len(specs)]]
 
 
 def scheduler_name(config: cfg.ModelConfig) -> str:

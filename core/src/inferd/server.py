@@ -110,6 +110,7 @@ class Server:
             registries.backends, registries.schedulers, self.router, self.cache, options.autocomplete,
             options.backend_config, self._rate_limiter(),
             process_cores(options.worker.count if options.worker is not None else 1),
+            (options.worker.index, options.worker.count) if options.worker is not None else (0, 1),
         )  # fmt: skip
         self.manager = ModelManager(self._lifecycle_options(), self.table, builder)
         self.peers = Peers(options.worker) if options.worker is not None else None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -381,15 +382,20 @@ def test_missing_onnxruntime_is_a_clear_load_error(tmp_path: Path) -> None:
     assert "onnxruntime" in entry["reason"] and "not installed" in entry["reason"], entry
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_default_threads_share_the_cores_among_workers(tmp_path: Path, workers: int) -> None:
+@pytest.mark.parametrize(("workers", "count"), [(1, 1), (2, 1), (1, 2), (2, 2)])
+def test_default_threads_share_the_cores_among_workers(tmp_path: Path, workers: int, count: int) -> None:
     """An ONNX model without ``intra_op_thread_count`` sizes its sessions from the cores of its
-    worker: the process's CPU affinity divided among ``--workers``, then among the instances."""
+    worker: the process's CPU affinity divided among ``--workers``, then among the instances that
+    worker holds. A config's instances are dealt out among the workers (``count: 2`` under
+    ``--workers 2``: one session in each), so the server runs ``max(count, workers)`` sessions."""
     model_dir = tmp_path / "models" / "add_matmul"
     m.save(m.add_matmul(), model_dir / "1" / "model.onnx")
-    (model_dir / "config.pbtxt").write_text(BATCHED_ADD + "instance_group [ { count: 1 kind: KIND_CPU } ]\n")
-    expected = max(1, len(os.sched_getaffinity(0)) // workers)
+    (model_dir / "config.pbtxt").write_text(BATCHED_ADD + f"instance_group [ {{ count: {count} kind: KIND_CPU }} ]\n")
+    per_worker = max(1, count // workers)
+    expected = max(1, len(os.sched_getaffinity(0)) // workers // per_worker)
     with ServerProcess([tmp_path / "models"], [f"--workers={workers}", "--log-verbose=1"]) as srv:
         lines = [line for line in srv.log().splitlines() if "onnxruntime" in line and "intra_op_threads=" in line]
-    assert len(lines) == workers, lines  # one session per worker
+    assert len(lines) == max(count, workers), lines  # one session per instance, at least one per worker
     assert all(line.endswith(f"intra_op_threads={expected}") for line in lines), lines
+    names = {re.search(r"instance '([^']+)'", line).group(1) for line in lines}
+    assert names == {f"add_matmul_0_{n}" for n in range(count)}, lines

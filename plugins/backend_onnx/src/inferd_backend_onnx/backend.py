@@ -123,9 +123,8 @@ class OnnxModel(Model):
         self.path = resolve_model_path(context.model_path)
         if not self.path.is_file():
             raise InvalidArgument(f"unable to find '{self.path}' for model '{self.name}' version {self.version}")
-        self.settings = options.session_settings(
-            self.config, self.name, _instance_count(self.config), shared_threads, context.cores
-        )
+        instances = _instance_count(self.config) if context.instances is None else context.instances
+        self.settings = options.session_settings(self.config, self.name, instances, shared_threads, context.cores)
         for kind in ("KIND_CPU", "KIND_GPU"):  # unknown accelerators fail the load, not the first request
             options.providers_for(self.config, self.name, kind, 0, self.settings.cuda_options)
         self.run_options = ort.RunOptions()
