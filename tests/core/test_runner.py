@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -104,3 +105,73 @@ def test_the_wrong_number_of_responses_fails_the_batch_and_is_logged_once(caplog
     assert [r.getMessage() for r in caplog.records] == [
         "model 'm' version 1 instance 'm_0': execute returned 1 responses for 2 requests"
     ]
+
+
+class Timed(Instance):
+    """Answers after sleeping the milliseconds its requests' ids say ("3": 3 ms, else none);
+    records the thread each execute ran on."""
+
+    def __init__(self, inline: bool) -> None:
+        self.may_run_inline = inline  # type: ignore[misc]  # the class default, per test
+        self.threads: list[str] = []
+
+    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        self.threads.append(threading.current_thread().name)
+        for r in requests:
+            if r.id.isdigit():
+                time.sleep(int(r.id) / 1000)
+        return [InferResponse("m", "1", r.id) for r in requests]
+
+
+def _run_each(runner: InstanceRunner, batches: list[list[str]]) -> list[str]:
+    """Run each batch (request ids) in turn on one loop; the ids answered, in order."""
+
+    async def main() -> list[str]:
+        answered = []
+        for ids in batches:
+            answered += [o.id for o in await runner.run([_request(1, i) for i in ids])]  # type: ignore[union-attr]
+        return answered
+
+    return asyncio.run(main())
+
+
+def test_quick_executions_of_an_inline_capable_instance_run_on_the_loop() -> None:
+    instance = Timed(inline=True)
+    runner = _runner(instance)
+    try:
+        # the first runs on the instance thread (nothing is known of it yet), quick ones after it
+        # on the loop; a 20 ms one (predicted quick: it runs inline once) sends the estimate over
+        # the limit, so the next go to the thread until quick ones bring it down again
+        batches = [["a"], ["b", "c"], ["d"], ["20"]] + [[f"q{i}"] for i in range(60)]
+        assert _run_each(runner, batches) == [i for b in batches for i in b]
+    finally:
+        runner.close()
+    loop_thread = threading.current_thread().name
+    on_loop = [t == loop_thread for t in instance.threads]
+    assert on_loop[:4] == [False, True, True, True]
+    assert on_loop[4] is False  # right after the slow one
+    assert on_loop[-1] is True  # quick again once its estimate has decayed
+    assert runner.recorder.stats.execution_count == len(batches)
+    assert runner.recorder.stats.as_dict()["inference_count"] == 65
+
+
+def test_a_batch_is_predicted_from_its_rows() -> None:
+    instance = Timed(inline=True)
+    runner = _runner(instance)
+    try:
+        # a request takes a microsecond or more here: one inline, 5,000 (> 5 ms) on the thread
+        _run_each(runner, [["a"], ["b"], ["c"], ["z"] * 5000, ["d"]])
+    finally:
+        runner.close()
+    loop_thread = threading.current_thread().name
+    assert [t == loop_thread for t in instance.threads] == [False, True, True, False, True]
+
+
+def test_an_instance_that_may_not_run_inline_always_runs_on_its_thread() -> None:
+    instance = Timed(inline=False)
+    runner = _runner(instance)
+    try:
+        _run_each(runner, [["a"], ["b"], ["c"], ["d"]])
+    finally:
+        runner.close()
+    assert instance.threads == ["inferd-m_0"] * 4

@@ -109,6 +109,13 @@ class Instance(abc.ABC):
     #: on a worker thread.
     blocking: ClassVar[bool] = True
 
+    #: ``True``: ``execute`` is safe on the event loop (it never waits on the server, such as a
+    #: call to another model, and keeps no per-thread state) and often quick. Core then runs an
+    #: execution on the loop when this instance's recent executions predict it to take at most
+    #: ``inferd.runner.INLINE_LIMIT_NS`` for its batch, and on the instance's thread otherwise:
+    #: for a tiny model, the two thread hand-offs cost more than its compute.
+    may_run_inline: ClassVar[bool] = False
+
     @abc.abstractmethod
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
         """Run a batch of requests; return one response or error per request, in order.

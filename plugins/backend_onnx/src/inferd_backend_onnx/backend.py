@@ -195,6 +195,10 @@ class OnnxModel(Model):
 class OnnxInstance(ArrayInstance):
     """One ``InferenceSession``; converts BYTES tensors and scalar shapes around ``session.run``."""
 
+    #: ``session.run`` waits on nothing of the server's and is thread-safe: a small model's quick
+    #: executions run on the event loop (see ``inferd.runner.INLINE_LIMIT_NS``).
+    may_run_inline = True
+
     def __init__(self, model: OnnxModel, session: Any) -> None:
         config = model.config
         super().__init__(model.name, model.version, config.max_batch_size)
