@@ -113,7 +113,7 @@ class Instance(abc.ABC):
     #: call to another model, and keeps no per-thread state) and often quick. Core then runs an
     #: execution on the loop when this instance's recent executions predict it to take at most
     #: ``inferd.runner.INLINE_LIMIT_NS`` for its batch, and on the instance's thread otherwise:
-    #: for a tiny model, the two thread hand-offs cost more than its compute.
+    #: for a small model, the two thread hand-offs cost more than its compute.
     may_run_inline: ClassVar[bool] = False
 
     @abc.abstractmethod

@@ -35,12 +35,14 @@ log = logging.getLogger(__name__)
 _Job = tuple[Callable[[], Any], Callable[[Any, BaseException | None], None]]
 
 #: An execution of an instance that ``may_run_inline`` runs on the event loop when its batch is
-#: predicted to take at most this long (from the instance's recent time per request): handing a
-#: batch to the instance thread and its results back costs two thread wake-ups, more than the
-#: compute of a tiny model (measured in issue 9: ~15% of the CPU per request on an ONNX ``Add``),
-#: while blocking the loop this long delays other requests by no more than that.
-INLINE_LIMIT_NS = 50_000
-#: Weight of the newest execution in the running estimate of the time per request.
+#: predicted to take at most this long (from the CPU time of its recent executions). Handing a
+#: batch to the instance thread and its results back costs two thread wake-ups and a fight for
+#: the GIL: more than the compute of a small model. Measured in issue 9 on the ONNX ``Add``
+#: model (``tiny``: ~50 µs of CPU for a batch of 12), HTTP at c=64: 12–37% more infer/s with
+#: ``--workers 2``, and c=1 latency 0.21 -> 0.16 ms; the ``mlp`` model (~640 µs a batch) stays
+#: on its thread, where its compute overlaps the loop's work on another core.
+INLINE_LIMIT_NS = 200_000
+#: Weight of the newest execution in the running averages the prediction uses.
 _ESTIMATE_WEIGHT = 0.125
 
 
@@ -76,8 +78,9 @@ class InstanceRunner:
         self._thread: threading.Thread | None = None
         #: Whether executions predicted to be quick run on the loop (``Instance.may_run_inline``).
         self._inline = instance.blocking and instance.may_run_inline
-        #: The running estimate of an execution's time per request (ns; ``None``: none ran yet).
-        self._ns_per_request: float | None = None
+        #: Running averages of recent executions: their time (ns; ``None``: none ran yet) and rows.
+        self._recent_ns: float | None = None
+        self._recent_rows = 1.0
         if instance.blocking:
             self._thread = threading.Thread(target=self._work, name=f"inferd-{spec.name}", daemon=True)
             self._thread.start()
@@ -123,10 +126,6 @@ class InstanceRunner:
                     then()
         else:
             execution = await self._on_thread(requests, then)
-        if self._inline and requests:
-            per_request = (execution.end_ns - execution.start_ns) / len(requests)
-            estimate = self._ns_per_request
-            self._ns_per_request = per_request if estimate is None else estimate + (per_request - estimate) * _ESTIMATE_WEIGHT
         count = len(execution.results)
         if count == 0 and not any(r.response_sender for r in requests):
             execution.results = self._broken(requests, "returned no responses")
@@ -135,9 +134,20 @@ class InstanceRunner:
         return execution
 
     def _quick(self, rows: int) -> bool:
-        """Whether a batch of ``rows`` requests is predicted to run within :data:`INLINE_LIMIT_NS`."""
-        estimate = self._ns_per_request
-        return estimate is not None and estimate * rows <= INLINE_LIMIT_NS
+        """Whether a batch of ``rows`` requests is predicted to run within :data:`INLINE_LIMIT_NS`:
+        as long as recent executions, or longer in proportion when it has more rows than they had
+        (an execution's fixed cost makes time per row a poor guide for small batches)."""
+        recent = self._recent_ns
+        return recent is not None and recent * max(1.0, rows / self._recent_rows) <= INLINE_LIMIT_NS
+
+    def _learn(self, ns: int, rows: int) -> None:
+        """One execution of ``rows`` requests took ``ns`` of CPU (called where it ran)."""
+        recent = self._recent_ns
+        if recent is None:
+            self._recent_ns, self._recent_rows = float(ns), float(rows)
+            return
+        self._recent_ns = recent + (ns - recent) * _ESTIMATE_WEIGHT
+        self._recent_rows += (rows - self._recent_rows) * _ESTIMATE_WEIGHT
 
     async def _on_thread(self, requests: Sequence[InferRequest], then: Callable[[], None] | None) -> Execution:
         loop = asyncio.get_running_loop()
@@ -156,6 +166,7 @@ class InstanceRunner:
         token = REQUEST_ID.set(requests[0].id if len(requests) == 1 else "")
         model = REQUEST_MODEL.set(self.recorder.stats.name)
         start = time.monotonic_ns()
+        cpu = time.thread_time_ns() if self._inline else 0
         try:
             results = list(self.instance.execute(requests))
         except InferdError as exc:  # raised on purpose (a bad input...): the client's error only
@@ -168,6 +179,8 @@ class InstanceRunner:
         finally:
             REQUEST_ID.reset(token)
             REQUEST_MODEL.reset(model)
+        if self._inline:  # CPU time, not wall: on the instance thread, waits for the GIL would count
+            self._learn(time.thread_time_ns() - cpu, len(requests))
         return Execution(results, start, time.monotonic_ns())
 
     def _broken(self, requests: Sequence[InferRequest], what: str) -> list[Outcome]:
