@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from triton_bench import load, servers, table, wire
@@ -48,6 +48,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seconds", type=int, default=5, help="length of each timed run, whole seconds (default 5)")
     p.add_argument("--warmup", type=int, default=1, help="untimed run before each row, s (default 1; 0: none)")
     p.add_argument("--repeat", type=int, default=2, help="timed runs per row; the table shows the median (default 2)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every server N times, in turn (each other round in reverse order); ratios are then "
+                        "the median of same-round ratios, so a machine whose speed drifts compares like with like "
+                        "(default 1)")  # fmt: skip
     p.add_argument("--max-batch-size", type=int, default=64, help="max_batch_size of every model (default 64)")
     p.add_argument("--instances", type=int, default=2, help="instance_group count of every model (default 2)")
     p.add_argument("--triton-dir", type=Path, default=_default_triton_dir(), help="the reference Triton's scripts")
@@ -59,8 +63,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             p.error(
                 f"--{opt.replace('_', '-')}: unknown {', '.join(sorted(bad))} (choose from {', '.join(sorted(choices))})"
             )
-    if min(args.seconds, args.repeat) < 1 or args.warmup < 0:
-        p.error("--seconds and --repeat must be at least 1, --warmup at least 0")
+    if min(args.seconds, args.repeat, args.rounds) < 1 or args.warmup < 0:
+        p.error("--seconds, --repeat and --rounds must be at least 1, --warmup at least 0")
     return args
 
 
@@ -97,6 +101,17 @@ class Bench:
         self.args, self.models, self.work = args, models, work
         self.conc = [int(c) for c in _csv(args.concurrency)]
         self.rows: list[table.Row] = []
+        self._by_case: dict[table.Case, table.Row] = {}
+        #: The round being run (``--rounds``): each result is filed under it too.
+        self.round = 0
+
+    def row(self, case: table.Case) -> table.Row:
+        """The row of ``case``: made on first use, then gathering every round's results."""
+        row = self._by_case.get(case)
+        if row is None:
+            row = self._by_case[case] = table.Row(case)
+            self.rows.append(row)
+        return row
 
     def cases(self, protocols: list[str], batchings: list[str]) -> Iterator[tuple[BenchModel, str, str]]:
         for model in self.models.values():
@@ -107,7 +122,7 @@ class Bench:
     def not_available(self, label: str, protocols: list[str], batchings: list[str], why: str) -> None:
         for model, batching, protocol in self.cases(protocols, batchings):
             for conc in self.conc:
-                self.rows.append(table.Row(table.Case(model.name, protocol, batching, label, conc), status=why))
+                self.row(table.Case(model.name, protocol, batching, label, conc)).status = why
 
     def run_server(
         self, server: servers.Server, label: str, protocols: list[str], batchings: list[str], grpc_label: str = ""
@@ -140,8 +155,7 @@ class Bench:
         assert port is not None
         why, answer_bytes = wire.check(port, req, None if null else model.reference(x))
         for conc in self.conc:
-            row = table.Row(table.Case(model.name, protocol, batching, label, conc))
-            self.rows.append(row)
+            row = self.row(table.Case(model.name, protocol, batching, label, conc))
             if why:
                 row.status = f"FAILED check: {why}"
                 log(f"{label} {model.name} {protocol}: {row.status}")
@@ -166,50 +180,71 @@ class Bench:
                         result = load.Result(result.rate, result.p50_ms, result.p99_ms, result.errors + failed,
                                              result.cpu_pct, f"{failed} failed inferences")  # fmt: skip
                 row.results.append(result)
+                row.rounds.setdefault(self.round, []).append(result.rate)
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
             row.status = f"FAILED: {str(exc)[:120]}"
         else:
             row.status = "; ".join(sorted({r.note for r in row.results if r.note}))
+            if args.rounds > 1:
+                row.status = ""  # notes of every round: see the errors column
+        latest = row.results[-1].rate if row.results else float("nan")
         log(f"{row.case.server} {row.case.model} {req.protocol} batching={row.case.batching} c={conc}: "
-            f"{row.rate:,.0f} infer/s {row.status}")  # fmt: skip
+            f"{latest:,.0f} infer/s {row.status}")  # fmt: skip
 
 
 def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def bench_inferd(bench: Bench, repo: Path, protocols: list[str], batchings: list[str]) -> None:
+Job = Callable[[], None]
+
+
+def inferd_jobs(bench: Bench, repo: Path, protocols: list[str], batchings: list[str]) -> list[Job]:
     """inferd for each requested --workers and --grpc-transport (n/a rows where the flag is missing)."""
     flags = servers.inferd_flags()
     has_workers, has_transport = "--workers" in flags, "--grpc-transport" in flags
     http = [p for p in protocols if p != "grpc"]
     transports = _csv(bench.args.grpc_transports) if has_transport else [None]
+    jobs: list[Job] = []
     for w in (int(n) for n in _csv(bench.args.workers)):
         if w != 1 and not has_workers:
-            bench.not_available(f"inferd w{w}", protocols, batchings, "n/a (flag not available)")
+            jobs.append(functools.partial(bench.not_available, f"inferd w{w}", protocols, batchings,
+                                          "n/a (flag not available)"))  # fmt: skip
             continue
         for i, transport in enumerate(transports):
             served = (http if i == 0 else []) + (["grpc"] if "grpc" in protocols else [])
-            server = servers.inferd(repo, w if has_workers else None, transport, bench.work)
+            if not served:  # a second transport when no gRPC row is asked for
+                continue
             grpc_label = f"inferd w{w}" + (f" grpc={transport}" if transport else "")
-            bench.run_server(server, f"inferd w{w}", served, batchings, grpc_label)
+
+            def job(w: int = w, transport: str | None = transport, served: list[str] = served,
+                    grpc_label: str = grpc_label) -> None:  # fmt: skip
+                server = servers.inferd(repo, w if has_workers else None, transport, bench.work)
+                bench.run_server(server, f"inferd w{w}", served, batchings, grpc_label)
+
+            jobs.append(job)
         if not has_transport and "grpc" in protocols:
             for t in _csv(bench.args.grpc_transports):
-                bench.not_available(f"inferd w{w} grpc={t}", ["grpc"], batchings, "n/a (flag not available)")
+                jobs.append(functools.partial(bench.not_available, f"inferd w{w} grpc={t}", ["grpc"], batchings,
+                                              "n/a (flag not available)"))  # fmt: skip
+    return jobs
 
 
-def bench_null(bench: Bench, protocols: list[str]) -> None:
+def null_jobs(bench: Bench, protocols: list[str]) -> list[Job]:
     """The null stacks: uvicorn + httptools (asyncio, uvloop if installed) and grpc.aio."""
     http = [p for p in protocols if p != "grpc"]
+    jobs: list[Job] = []
     if http:
         for loop in ("asyncio", "uvloop"):
             label = f"null uvicorn+httptools {loop}"
             if loop == "uvloop" and not _importable("uvloop"):
-                bench.not_available(label, http, ["-"], "n/a (uvloop not installed)")
+                jobs.append(functools.partial(bench.not_available, label, http, ["-"], "n/a (uvloop not installed)"))
                 continue
-            bench.run_server(servers.null_http(loop, bench.work), label, http, ["-"])
+            jobs.append(lambda loop=loop, label=label: bench.run_server(servers.null_http(loop, bench.work), label,
+                                                                         http, ["-"]))  # fmt: skip
     if "grpc" in protocols:
-        bench.run_server(servers.null_grpc(bench.work), "null grpc.aio", ["grpc"], ["-"])
+        jobs.append(lambda: bench.run_server(servers.null_grpc(bench.work), "null grpc.aio", ["grpc"], ["-"]))
+    return jobs
 
 
 def _importable(module: str) -> bool:
@@ -219,7 +254,7 @@ def _importable(module: str) -> bool:
 def command_line(args: argparse.Namespace) -> str:
     """The command that reproduces this table, every setting spelled out."""
     opts = ["models", "protocols", "concurrency", "batching", "servers", "workers", "grpc_transports", "seconds",
-            "warmup", "repeat", "max_batch_size", "instances", "triton_dir"]  # fmt: skip
+            "warmup", "repeat", "rounds", "max_batch_size", "instances", "triton_dir"]  # fmt: skip
     parts = [".venv/bin/python", "benchmarks/vs_triton.py"]
     for opt in opts:
         parts += [f"--{opt.replace('_', '-')}", str(getattr(args, opt))]
@@ -234,7 +269,7 @@ def estimate_minutes(args: argparse.Namespace) -> float:
     rows = len(protocols) * per_model * ("triton" in chosen)
     rows += (http + grpc * len(_csv(args.grpc_transports))) * per_model * len(_csv(args.workers)) * ("inferd" in chosen)
     rows += (2 * http + grpc) * len(_csv(args.concurrency)) * ("null" in chosen)
-    return (rows * len(_csv(args.models)) * (args.warmup + args.seconds * args.repeat + 1) + 60) / 60
+    return args.rounds * (rows * len(_csv(args.models)) * (args.warmup + args.seconds * args.repeat + 1) + 60) / 60
 
 
 def main(argv: list[str]) -> None:
@@ -253,16 +288,24 @@ def main(argv: list[str]) -> None:
         threads = max(1, cores // args.instances)
         inferd_repo, triton_repo = write_repositories(models, work, args.max_batch_size, args.instances, threads)
         bench = Bench(args, models, work)
+        jobs: list[Job] = []
         if "triton" in chosen:
-            bench.run_server(servers.triton(triton_repo, args.triton_dir, work), "triton", protocols, batchings)
+            triton_server = functools.partial(servers.triton, triton_repo, args.triton_dir, work)
+            jobs.append(lambda: bench.run_server(triton_server(), "triton", protocols, batchings))
         if "inferd" in chosen:
-            bench_inferd(bench, inferd_repo, protocols, batchings)
+            jobs += inferd_jobs(bench, inferd_repo, protocols, batchings)
         if "null" in chosen:
-            bench_null(bench, protocols)
+            jobs += null_jobs(bench, protocols)
+        for bench.round in range(args.rounds):
+            if args.rounds > 1:
+                log(f"round {bench.round + 1} of {args.rounds}")
+            for job in jobs if bench.round % 2 == 0 else reversed(jobs):
+                job()
     print(f"\ninferd vs Triton 2.51: batch-1 requests, wrk -t1 (HTTP) / h2load -t1 -m1 (gRPC); {cores} cores; "
           f"max_batch_size {args.max_batch_size}, {args.instances} instances per model")  # fmt: skip
     print(table.render(bench.rows))
-    print(table.noise_note(bench.rows, args.repeat, args.seconds, args.warmup, (load_before[0], os.getloadavg()[0])))
+    print(table.noise_note(bench.rows, args.repeat, args.seconds, args.warmup, (load_before[0], os.getloadavg()[0]),
+                           args.rounds))  # fmt: skip
     print("server CPU: % of one core, the server process and all its descendants; errors: non-2xx, socket "
           "errors and failed inferences (server statistics); vs Triton: infer/s over Triton's same row "
           "(null stacks: over Triton with batching on).")  # fmt: skip

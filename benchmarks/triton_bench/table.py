@@ -26,6 +26,12 @@ class Row:
     case: Case
     results: list[Result] = field(default_factory=list)
     status: str = ""
+    #: infer/s of each timed run, by round (``--rounds``).
+    rounds: dict[int, list[float]] = field(default_factory=dict)
+
+    def round_rate(self, index: int) -> float:
+        """Median infer/s of one round's runs."""
+        return statistics.median(self.rounds[index])
 
     @property
     def rate(self) -> float:
@@ -50,14 +56,28 @@ HEADER = ("model", "protocol", "batching", "server/config", "c", "infer/s", "p50
           "errors", "spread", "vs Triton")  # fmt: skip
 
 
-def _triton_rate(rows: list[Row], case: Case) -> float:
+def _triton_row(rows: list[Row], case: Case) -> Row | None:
     batching = "on" if case.batching == "-" else case.batching
     for row in rows:
         c = row.case
         if (c.server, c.model, c.protocol, c.batching, c.conc) == ("triton", case.model, case.protocol, batching,
                                                                      case.conc) and row.results:  # fmt: skip
-            return row.rate
-    return float("nan")
+            return row
+    return None
+
+
+def _ratio(row: Row, rows: list[Row]) -> str:
+    """infer/s over Triton's: with several rounds, the median of the same-round ratios [their range]."""
+    triton = _triton_row(rows, row.case)
+    if triton is None:
+        return "-"
+    if triton is row:
+        return "1.00x"
+    common = sorted(set(row.rounds) & set(triton.rounds))
+    if len(common) < 2:
+        return f"{row.rate / triton.rate:.2f}x"
+    ratios = [row.round_rate(k) / triton.round_rate(k) for k in common]
+    return f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]"
 
 
 def _cells(row: Row, rows: list[Row]) -> tuple[str, ...]:
@@ -65,11 +85,10 @@ def _cells(row: Row, rows: list[Row]) -> tuple[str, ...]:
     head = (c.model, c.protocol, c.batching, c.server, str(c.conc))
     if not row.results:
         return (*head, row.status)
-    ratio = row.rate / _triton_rate(rows, c)
     spread = f"{row.spread:.0f}%" if row.spread == row.spread else "-"
     errors = str(row.errors) + (f" ({row.status})" if row.status else "")
     return (*head, f"{row.rate:,.0f}", f"{row.median('p50_ms'):.2f}", f"{row.median('p99_ms'):.2f}",
-            f"{row.median('cpu_pct'):.0f}%", errors, spread, "-" if ratio != ratio else f"{ratio:.2f}x")  # fmt: skip
+            f"{row.median('cpu_pct'):.0f}%", errors, spread, _ratio(row, rows))  # fmt: skip
 
 
 def render(rows: list[Row]) -> str:
@@ -94,16 +113,22 @@ def render(rows: list[Row]) -> str:
     return "\n".join([fmt(HEADER), rule, *(fmt(line) for line in lines[1:])])
 
 
-def noise_note(rows: list[Row], repeat: int, seconds: float, warmup: float, load: tuple[float, float]) -> str:
-    """How far to trust the table: repeats, the largest spread seen, the machine's load."""
+def noise_note(
+    rows: list[Row], repeat: int, seconds: float, warmup: float, load: tuple[float, float], rounds: int = 1
+) -> str:
+    """How far to trust the table: repeats, rounds, the largest spread seen, the machine's load."""
     timed = [r for r in rows if r.results]
-    lines = [f"noise: each row is the median of {repeat} run(s) of {seconds:g} s after a {warmup:g} s warm-up; "
+    runs = f"{repeat} run(s) of {seconds:g} s after a {warmup:g} s warm-up"
+    if rounds > 1:
+        runs = f"{repeat * rounds} runs ({rounds} rounds of {runs}); vs Triton: the median of the {rounds} " \
+               f"same-round ratios [lowest-highest]"
+    lines = [f"noise: each row is the median of {runs}; "
              f"1-minute load average {load[0]:.2f} before, {load[1]:.2f} after."]  # fmt: skip
     spreads = [(r.spread, r) for r in timed if r.spread == r.spread]
     if spreads:
         worst, row = max(spreads, key=lambda s: s[0])
         mid = statistics.median(s for s, _ in spreads)
-        lines.append(f"spread (max-min)/median across repeats: median {mid:.0f}%, worst {worst:.0f}% "
+        lines.append(f"spread (max-min)/median across all runs: median {mid:.0f}%, worst {worst:.0f}% "
                      f"({row.case.server}, {row.case.model} {row.case.protocol} c={row.case.conc}).")  # fmt: skip
     else:
         lines.append("spread: not measured (one run per row; use --repeat 3 to see it).")
