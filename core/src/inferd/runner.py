@@ -37,11 +37,13 @@ _Job = tuple[Callable[[], Any], Callable[[Any, BaseException | None], None]]
 #: An execution of an instance that ``may_run_inline`` runs on the event loop when its batch is
 #: predicted to take at most this long (from the CPU time of its recent executions). Handing a
 #: batch to the instance thread and its results back costs two thread wake-ups and a fight for
-#: the GIL: more than the compute of a small model. Measured in issue 9 on the ONNX ``Add``
-#: model (``tiny``: ~50 µs of CPU for a batch of 12), HTTP at c=64: 12–37% more infer/s with
-#: ``--workers 2``, and c=1 latency 0.21 -> 0.16 ms; the ``mlp`` model (~640 µs a batch) stays
-#: on its thread, where its compute overlaps the loop's work on another core.
-INLINE_LIMIT_NS = 200_000
+#: the GIL, and while the thread computes the loop dispatches smaller batches; on the loop the
+#: requests that arrive meanwhile wait and join the next, larger batch. Measured in issue 9
+#: (A/B pairs, HTTP at c=64, 2 cores): the ONNX ``Add`` model (~50 µs a batch) +8-16% infer/s,
+#: the ``mlp`` model (~0.6-1.3 ms a batch) +14-53% with one worker and up to +50% with two. Past
+#: this limit the thread keeps the execution: a long one would hold up every other request of
+#: the worker, and instances whose compute could overlap would run one at a time.
+INLINE_LIMIT_NS = 2_000_000
 #: Weight of the newest execution in the running averages the prediction uses.
 _ESTIMATE_WEIGHT = 0.125
 
