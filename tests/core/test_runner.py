@@ -157,11 +157,11 @@ def test_quick_executions_of_an_inline_capable_instance_run_on_the_loop() -> Non
     assert runner.recorder.stats.as_dict()["inference_count"] == 65
 
 
-def test_a_batch_is_predicted_from_its_rows() -> None:
+def test_a_batch_is_predicted_from_its_size() -> None:
     instance = Timed(inline=True)
     runner = _runner(instance)
     try:
-        # quick batches of one run inline; 5,000 rows are predicted to take 5,000 times as long
+        # quick batches of one run inline; 5,000 requests are predicted to take 5,000 times as long
         _run_each(runner, [["a"], ["b"], ["c"], ["z"] * 5000])
     finally:
         runner.close()

@@ -80,9 +80,10 @@ class InstanceRunner:
         self._thread: threading.Thread | None = None
         #: Whether executions predicted to be quick run on the loop (``Instance.may_run_inline``).
         self._inline = instance.blocking and instance.may_run_inline
-        #: Running averages of recent executions: their time (ns; ``None``: none ran yet) and rows.
+        #: Running averages of recent executions: their CPU time (ns; ``None``: none ran yet) and
+        #: how many requests each had.
         self._recent_ns: float | None = None
-        self._recent_rows = 1.0
+        self._recent_size = 1.0
         if instance.blocking:
             self._thread = threading.Thread(target=self._work, name=f"inferd-{spec.name}", daemon=True)
             self._thread.start()
@@ -135,21 +136,21 @@ class InstanceRunner:
             execution.results = self._broken(requests, f"returned {count} responses for {len(requests)} requests")
         return execution
 
-    def _quick(self, rows: int) -> bool:
-        """Whether a batch of ``rows`` requests is predicted to run within :data:`INLINE_LIMIT_NS`:
-        as long as recent executions, or longer in proportion when it has more rows than they had
-        (an execution's fixed cost makes time per row a poor guide for small batches)."""
+    def _quick(self, size: int) -> bool:
+        """Whether a batch of ``size`` requests is predicted to run within :data:`INLINE_LIMIT_NS`:
+        as long as recent executions, or longer in proportion when it has more requests than they
+        had (an execution's fixed cost makes time per request a poor guide for small batches)."""
         recent = self._recent_ns
-        return recent is not None and recent * max(1.0, rows / self._recent_rows) <= INLINE_LIMIT_NS
+        return recent is not None and recent * max(1.0, size / self._recent_size) <= INLINE_LIMIT_NS
 
-    def _learn(self, ns: int, rows: int) -> None:
-        """One execution of ``rows`` requests took ``ns`` of CPU (called where it ran)."""
+    def _learn(self, ns: int, size: int) -> None:
+        """One execution of ``size`` requests took ``ns`` of CPU (called where it ran)."""
         recent = self._recent_ns
         if recent is None:
-            self._recent_ns, self._recent_rows = float(ns), float(rows)
+            self._recent_ns, self._recent_size = float(ns), float(size)
             return
         self._recent_ns = recent + (ns - recent) * _ESTIMATE_WEIGHT
-        self._recent_rows += (rows - self._recent_rows) * _ESTIMATE_WEIGHT
+        self._recent_size += (size - self._recent_size) * _ESTIMATE_WEIGHT
 
     async def _on_thread(self, requests: Sequence[InferRequest], then: Callable[[], None] | None) -> Execution:
         loop = asyncio.get_running_loop()
