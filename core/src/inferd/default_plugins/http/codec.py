@@ -6,6 +6,7 @@ import json
 from typing import Any, NoReturn
 
 import numpy as np
+import orjson
 
 from inferd.default_plugins.http.fields import (
     NON_UINT,
@@ -58,14 +59,51 @@ def split_body(body: bytes, header_length: int | None) -> tuple[bytes | memoryvi
     return view[:header_length], view[header_length:]
 
 
+#: Every digit as "0", so that one ``find`` of :data:`_NINETEEN_DIGITS` finds a long number.
+_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+_NINETEEN_DIGITS = b"0" * 19
+_ZERO, _POINT, _SIGNS, _EXPONENTS = ord("0"), ord("."), b"+-", b"eE"
+
+
 def parse_json(data: bytes | memoryview, what: str) -> Any:
+    """``data`` parsed, or InvalidArgument naming ``what`` ("request", ...).
+
+    orjson parses numbers ~8x faster than the standard library (a request of 256 floats: 5
+    against 41 µs), and where both accept a document they give the same values, except that
+    orjson reads an integer beyond 64 bits as a float. So a body that may hold such an integer
+    (:func:`_may_hold_long_integer`), and every body orjson refuses (it refuses some that the
+    standard library accepts: NaN, lone surrogates, a byte-order mark), are parsed by the standard
+    library: results and error messages stay what they were.
+    """
     raw = bytes(data) if isinstance(data, memoryview) else data
+    if not _may_hold_long_integer(raw):
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
     try:
         return json.loads(raw)
     except UnicodeDecodeError as exc:
         raise InvalidArgument(f"failed to parse the {what} JSON buffer: {exc}{utf8_hint(raw)}") from None
     except ValueError as exc:
         raise InvalidArgument(f"failed to parse the {what} JSON buffer: {exc}") from None
+
+
+def _may_hold_long_integer(raw: bytes) -> bool:
+    """Whether ``raw`` has a run of 19 or more digits that is not a fraction's or an exponent's
+    (an integer literal of 19 digits may be beyond 64 bits; a string of digits counts too)."""
+    digits = raw.translate(_DIGITS)
+    start = digits.find(_NINETEEN_DIGITS)
+    while start >= 0:
+        before = digits[start - 1] if start else 0
+        if before in _SIGNS and start > 1:
+            before = digits[start - 2]
+            if before not in _EXPONENTS:
+                return True  # a negative (or signed) integer
+        elif before != _POINT and before != _ZERO and before not in _EXPONENTS:
+            return True  # ZERO: the rest of a run already judged
+        start = digits.find(_NINETEEN_DIGITS, start + 19)
+    return False
 
 
 def _shape(raw: Any, name: str) -> tuple[int, ...]:
