@@ -15,7 +15,7 @@ from inferd.testing.contract import BackendContract, ContractModel, ContractServ
 from inferd.testing.fixtures import inferd_server, model_repository
 from inferd.testing.identity import IdentityBackend, IdentityPlugin, identity_config, identity_plugin
 from inferd.testing.repository import write_repository
-from inferd.testing.servers import InProcessServer, ServerProcess, free_port
+from inferd.testing.servers import InProcessServer, ServerProcess, free_port, free_ports
 
 __all__ = [
     "BackendContract",
@@ -29,6 +29,7 @@ __all__ = [
     "ProtocolClient",
     "ServerProcess",
     "free_port",
+    "free_ports",
     "identity_config",
     "identity_plugin",
     "inferd_server",

@@ -19,9 +19,20 @@ from typing import Any
 
 def free_port() -> int:
     """A TCP port that was free a moment ago on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` different TCP ports that were free a moment ago on 127.0.0.1 (all held while
+    they are picked: picked one by one, the kernel may hand out the same port twice)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def _get(url: str, timeout: float = 2.0) -> int:
@@ -41,9 +52,7 @@ class ServerProcess:
                  log_path: Path | None = None) -> None:  # fmt: skip
         self.repositories = [Path(r) for r in repositories]
         self.args = list(args)
-        self.http_port = free_port()
-        self.grpc_port = free_port()
-        self.metrics_port = free_port()
+        self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
         self.env = {**os.environ, **(env or {})}
         self.log_path = log_path or Path(self.repositories[0]).parent / f"inferd-{self.http_port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -133,9 +142,10 @@ class InProcessServer:
         from inferd.plugins import PluginHost
         from inferd.server import Server, ServerOptions
 
-        self.http_port = options.pop("http_port", free_port())
-        self.grpc_port = options.pop("grpc_port", free_port())
-        self.metrics_port = options.pop("metrics_port", free_port())
+        ports = free_ports(3)
+        self.http_port = options.pop("http_port", ports[0])
+        self.grpc_port = options.pop("grpc_port", ports[1])
+        self.metrics_port = options.pop("metrics_port", ports[2])
         opts = ServerOptions(
             model_repositories=[Path(r) for r in repositories], host="127.0.0.1", http_port=self.http_port,
             grpc_port=self.grpc_port, metrics_port=self.metrics_port, **options,
