@@ -184,9 +184,7 @@ class Bench:
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
             row.status = f"FAILED: {str(exc)[:120]}"
         else:
-            row.status = "; ".join(sorted({r.note for r in row.results if r.note}))
-            if args.rounds > 1:
-                row.status = ""  # notes of every round: see the errors column
+            row.status = "; ".join(sorted({r.note for r in row.results if r.note}))  # every round's
         latest = row.results[-1].rate if row.results else float("nan")
         log(f"{row.case.server} {row.case.model} {req.protocol} batching={row.case.batching} c={conc}: "
             f"{latest:,.0f} infer/s {row.status}")  # fmt: skip
