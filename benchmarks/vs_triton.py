@@ -55,6 +55,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--max-batch-size", type=int, default=64, help="max_batch_size of every model (default 64)")
     p.add_argument("--instances", type=int, default=2, help="instance_group count of every model (default 2)")
     p.add_argument("--triton-dir", type=Path, default=_default_triton_dir(), help="the reference Triton's scripts")
+    p.add_argument("--baseline", type=Path, default=None,
+                   help="another checkout of inferd (e.g. `git worktree add /tmp/base <commit>`) served beside this "
+                        "one from the same .venv, its sources first on PYTHONPATH; its rows are labelled "
+                        "'inferd@base': before/after in one run")  # fmt: skip
     args = p.parse_args(argv)
     allowed = {"models": {"tiny", "mlp"}, "protocols": set(wire.PROTOCOLS), "batching": {"on", "off"},
                "servers": {"triton", "inferd", "null"}, "grpc_transports": {"grpcio", "h2"}}  # fmt: skip
@@ -63,6 +67,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             p.error(
                 f"--{opt.replace('_', '-')}: unknown {', '.join(sorted(bad))} (choose from {', '.join(sorted(choices))})"
             )
+    if args.baseline is not None and not (args.baseline / "core" / "src" / "inferd").is_dir():
+        p.error(f"--baseline: {args.baseline} is not a checkout of inferd (no core/src/inferd)")
     if min(args.seconds, args.repeat, args.rounds) < 1 or args.warmup < 0:
         p.error("--seconds, --repeat and --rounds must be at least 1, --warmup at least 0")
     return args
@@ -198,32 +204,41 @@ Job = Callable[[], None]
 
 
 def inferd_jobs(bench: Bench, repo: Path, protocols: list[str], batchings: list[str]) -> list[Job]:
-    """inferd for each requested --workers and --grpc-transport (n/a rows where the flag is missing)."""
-    flags = servers.inferd_flags()
+    """inferd for each requested --workers and --grpc-transport (n/a rows where the flag is missing),
+    and the same again for the ``--baseline`` checkout when one is given."""
+    builds: list[tuple[str, dict[str, str] | None]] = [("inferd", None)]
+    if bench.args.baseline is not None:
+        builds.append(("inferd@base", servers.checkout_env(bench.args.baseline)))
+    return [job for name, env in builds for job in _build_jobs(bench, repo, protocols, batchings, name, env)]
+
+
+def _build_jobs(bench: Bench, repo: Path, protocols: list[str], batchings: list[str], name: str,
+                env: dict[str, str] | None) -> list[Job]:  # fmt: skip
+    flags = servers.inferd_flags(env)
     has_workers, has_transport = "--workers" in flags, "--grpc-transport" in flags
     http = [p for p in protocols if p != "grpc"]
     transports = _csv(bench.args.grpc_transports) if has_transport else [None]
     jobs: list[Job] = []
     for w in (int(n) for n in _csv(bench.args.workers)):
         if w != 1 and not has_workers:
-            jobs.append(functools.partial(bench.not_available, f"inferd w{w}", protocols, batchings,
+            jobs.append(functools.partial(bench.not_available, f"{name} w{w}", protocols, batchings,
                                           "n/a (flag not available)"))  # fmt: skip
             continue
         for i, transport in enumerate(transports):
             served = (http if i == 0 else []) + (["grpc"] if "grpc" in protocols else [])
             if not served:  # a second transport when no gRPC row is asked for
                 continue
-            grpc_label = f"inferd w{w}" + (f" grpc={transport}" if transport else "")
+            grpc_label = f"{name} w{w}" + (f" grpc={transport}" if transport else "")
 
             def job(w: int = w, transport: str | None = transport, served: list[str] = served,
                     grpc_label: str = grpc_label) -> None:  # fmt: skip
-                server = servers.inferd(repo, w if has_workers else None, transport, bench.work)
-                bench.run_server(server, f"inferd w{w}", served, batchings, grpc_label)
+                server = servers.inferd(repo, w if has_workers else None, transport, bench.work, name, env)
+                bench.run_server(server, f"{name} w{w}", served, batchings, grpc_label)
 
             jobs.append(job)
         if not has_transport and "grpc" in protocols:
             for t in _csv(bench.args.grpc_transports):
-                jobs.append(functools.partial(bench.not_available, f"inferd w{w} grpc={t}", ["grpc"], batchings,
+                jobs.append(functools.partial(bench.not_available, f"{name} w{w} grpc={t}", ["grpc"], batchings,
                                               "n/a (flag not available)"))  # fmt: skip
     return jobs
 
@@ -252,10 +267,11 @@ def _importable(module: str) -> bool:
 def command_line(args: argparse.Namespace) -> str:
     """The command that reproduces this table, every setting spelled out."""
     opts = ["models", "protocols", "concurrency", "batching", "servers", "workers", "grpc_transports", "seconds",
-            "warmup", "repeat", "rounds", "max_batch_size", "instances", "triton_dir"]  # fmt: skip
+            "warmup", "repeat", "rounds", "max_batch_size", "instances", "triton_dir", "baseline"]  # fmt: skip
     parts = [".venv/bin/python", "benchmarks/vs_triton.py"]
     for opt in opts:
-        parts += [f"--{opt.replace('_', '-')}", str(getattr(args, opt))]
+        if getattr(args, opt) is not None:
+            parts += [f"--{opt.replace('_', '-')}", str(getattr(args, opt))]
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -265,7 +281,8 @@ def estimate_minutes(args: argparse.Namespace) -> float:
     grpc, http = int("grpc" in protocols), len([p for p in protocols if p != "grpc"])
     per_model = len(_csv(args.batching)) * len(_csv(args.concurrency))
     rows = len(protocols) * per_model * ("triton" in chosen)
-    rows += (http + grpc * len(_csv(args.grpc_transports))) * per_model * len(_csv(args.workers)) * ("inferd" in chosen)
+    builds = 1 + (args.baseline is not None)
+    rows += (http + grpc * len(_csv(args.grpc_transports))) * per_model * len(_csv(args.workers)) * ("inferd" in chosen) * builds
     rows += (2 * http + grpc) * len(_csv(args.concurrency)) * ("null" in chosen)
     return args.rounds * (rows * len(_csv(args.models)) * (args.warmup + args.seconds * args.repeat + 1) + 60) / 60
 

@@ -119,14 +119,23 @@ def inference_counts(port: int, model: str) -> tuple[int, int]:
     return ok, fail
 
 
-def inferd_flags() -> set[str]:
-    """The long options ``inferd serve --help`` offers."""
-    out = subprocess.run([str(INFERD), "serve", "--help"], capture_output=True, text=True, check=True).stdout
+def checkout_env(checkout: Path) -> dict[str, str]:
+    """The environment that runs another checkout's inferd from this .venv: its core and plugin
+    sources first on PYTHONPATH (ahead of the editable installs, which point at this one)."""
+    paths = [checkout / "core" / "src", *sorted(checkout.glob("plugins/*/src"))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(str(p.resolve()) for p in paths)}
+
+
+def inferd_flags(env: dict[str, str] | None = None) -> set[str]:
+    """The long options ``inferd serve --help`` offers (run with ``env``)."""
+    out = subprocess.run([str(INFERD), "serve", "--help"], capture_output=True, text=True, check=True, env=env).stdout
     return set(re.findall(r"--[a-z][a-z0-9-]*", out))
 
 
-def inferd(repo: Path, workers: int | None, transport: str | None, work: Path) -> Server:
-    """An ``inferd serve`` on ``repo``; ``workers``/``transport`` None leave that flag out."""
+def inferd(repo: Path, workers: int | None, transport: str | None, work: Path, name: str = "inferd",
+           env: dict[str, str] | None = None) -> Server:  # fmt: skip
+    """An ``inferd serve`` on ``repo``; ``workers``/``transport`` None leave that flag out; ``env``
+    (:func:`checkout_env`) runs another checkout's sources."""
     h, g, m = free_ports(3)
     cmd = [str(INFERD), "serve", "--model-repository", str(repo), "--http-address", "127.0.0.1",
            "--http-port", str(h), "--grpc-port", str(g), "--metrics-port", str(m)]  # fmt: skip
@@ -134,8 +143,8 @@ def inferd(repo: Path, workers: int | None, transport: str | None, work: Path) -
         cmd += ["--workers", str(workers)]
     if transport is not None:
         cmd += ["--grpc-transport", transport]
-    label = f"inferd-w{workers or 1}" + (f"-{transport}" if transport else "")
-    return Server(label, cmd, h, g, work / f"{label}.log")
+    label = f"{name.replace('@', '-')}-w{workers or 1}" + (f"-{transport}" if transport else "")
+    return Server(label, cmd, h, g, work / f"{label}.log", env)
 
 
 def triton(repo: Path, triton_dir: Path, work: Path) -> Server:
