@@ -162,10 +162,10 @@ def test_openai_port_in_use_is_a_start_up_error(tmp_path: Path) -> None:
 
 def test_default_port_in_use_starts_without_the_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                     caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
-    from inferd_backend_python import hooks as python_backend
     from inferd_frontend_openai import hooks
 
     from inferd.testing import InProcessServer
+    from inferd_backend_python import hooks as python_backend
 
     write_chat_model(tmp_path / "models", "chat")  # a model it serves: it tries to open the port
     with socket.socket() as taken:
