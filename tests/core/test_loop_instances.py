@@ -217,7 +217,7 @@ def test_responses_and_errors_arrive_as_from_the_blocking_twin(server: InProcess
 
 
 def _counts(server: InProcessServer, model: str) -> dict[str, Any]:
-    (stats,) = server.server.dataplane.model_statistics(model)
+    (stats,) = server.server.dataplane.local_statistics(model)
     infer = stats["inference_stats"]
     responses = {i: {k: v["count"] for k, v in r.items()} for i, r in stats["response_stats"].items()}
     return {"executions": stats["execution_count"], "inferences": stats["inference_count"],

@@ -27,7 +27,7 @@ from inferd.server import Server, ServerOptions
 from inferd.tools.analyze import cli as analyze_cli
 from inferd.tools.perf import cli as perf_cli
 from inferd.workers.peers import WorkerSlot
-from inferd.workers.supervisor import Supervisor
+from inferd.workers.supervisor import HEALTH_TIMEOUT_S, Supervisor
 
 _TOOLS = {"perf": perf_cli, "analyze": analyze_cli}  # client tools; their client libraries load in run()
 log = logging.getLogger("inferd.cli")
@@ -143,6 +143,9 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
     o.add_argument("--workers", type=_positive, default=1, metavar="N",
                    help="serving processes sharing the HTTP, gRPC and metrics ports; each holds its own "
                         "model instances (default: 1, one process)")
+    o.add_argument("--worker-health-timeout", type=_seconds, default=HEALTH_TIMEOUT_S, metavar="SECS",
+                   help="with --workers N: a worker whose event loop does not answer the supervisor for this "
+                        f"long is killed and restarted; 0: never (default: {HEALTH_TIMEOUT_S:g})")
     o.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)  # set by the supervisor
     o.add_argument("--worker-dir", type=Path, default=None, help=argparse.SUPPRESS)
     _add_access(p)
@@ -207,7 +210,7 @@ _OWN_DESTS = {
     "disable_auto_complete_config", "strict_model_config", "model_config_name", "model_load_thread_count",
     "http_port", "grpc_port", "metrics_port", "host", "allow_http", "allow_grpc", "allow_metrics",
     "exit_timeout_secs", "drain_delay_secs", "log_verbose", "cache_config", "response_cache_byte_size", "cache_directory",
-    "workers", "worker_index", "worker_dir", "strict_readiness", "exit_on_error", "backend_config", "server_id",
+    "workers", "worker_index", "worker_dir", "worker_health_timeout", "strict_readiness", "exit_on_error", "backend_config", "server_id",
     "http_restricted_api", "grpc_restricted_protocol", "auth_config",
     "rate_limit", "rate_limit_resource",
 }  # fmt: skip
@@ -302,7 +305,8 @@ def _supervise(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print("error: --workers needs fixed ports: the workers share them (port 0 would give each its own)",
               file=sys.stderr)  # fmt: skip
         return 1
-    return Supervisor(argv, args.workers, args.exit_timeout_secs + args.drain_delay_secs).run()
+    grace = args.exit_timeout_secs + args.drain_delay_secs
+    return Supervisor(argv, args.workers, grace, args.worker_health_timeout).run()
 
 
 def _run_serve(args: argparse.Namespace, host: PluginHost, argv: Sequence[str] | None) -> int:

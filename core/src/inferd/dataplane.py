@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import os
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
@@ -18,9 +19,11 @@ from inferd import config as cfg
 from inferd.errors import InferdError, InvalidArgument, Unavailable
 from inferd.lifecycle import ControlMode
 from inferd.logging_settings import SETTINGS as LOG_SETTINGS
+from inferd.metric_sources import SOURCES
 from inferd.repository import poll_failure
 from inferd.shared_memory import SharedMemory
 from inferd.workers import merge
+from inferd.workers.counts import Counts, CountsFile
 
 if TYPE_CHECKING:
     from inferd.auth import AccessControl
@@ -82,6 +85,8 @@ class DataPlane:
         self.extensions = [e for e in EXTENSIONS if e in usable or not e.endswith("_shared_memory")]
         #: The other workers of this server, if any.
         self.peers = peers
+        #: Workers only: this worker's counters as the others read them once it is gone (``inferd.workers.counts``).
+        self.counts = CountsFile(peers.slot.directory, self.local_counts) if peers is not None else None
         #: Frontends bind their ports with SO_REUSEPORT: other workers serve the same ports.
         self.shares_ports = peers is not None
         #: Workers only: load parameters of the models loaded through the API, for a restarted worker.
@@ -98,10 +103,10 @@ class DataPlane:
     def is_live(self) -> bool:
         return self.health.live
 
-    def is_ready(self) -> bool:
+    async def is_ready(self) -> bool:
         """Ready once start-up loading finished and the frontends accept requests (on every worker);
         with ``--strict-readiness``, also every model READY (see :mod:`inferd.health`)."""
-        return self.local_ready() and (self.peers is None or self.peers.all_ready())
+        return self.local_ready() and (self.peers is None or await self.peers.all_ready())
 
     def local_ready(self) -> bool:
         return self.health.ready()
@@ -123,12 +128,13 @@ class DataPlane:
     def model_config(self, name: str, version: str = "") -> cfg.ModelConfig:
         return self.table.resolve(name, version).config
 
-    def model_statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
+    async def model_statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
         """Triton's ``model_stats`` list: every ready version, or those of one model."""
         stats = self.local_statistics(name, version)
         if self.peers is None:
             return stats
-        return merge.statistics(stats, self.peers.ask("stats", {"name": name, "version": version}))
+        await self.save_counts()  # after reading ours: what it saves is never less than what we answer
+        return merge.statistics(stats, [c["stats"] for c in await self.other_counts()])
 
     def local_statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
         """This worker's :meth:`model_statistics`."""
@@ -151,9 +157,22 @@ class DataPlane:
         """``[name, version, ModelStats.snapshot()]`` of every serving version (for the metrics)."""
         return [[mv.name, mv.version, mv.stats.snapshot()] for mv in self.table.serving()]
 
-    def peer_snapshots(self) -> dict[tuple[str, str], dict[str, Any]]:
-        """The other workers' metric snapshots, summed by (name, version)."""
-        return merge.snapshots(self.peers.ask("snapshots")) if self.peers is not None else {}
+    def local_counts(self) -> Counts:
+        """This worker's counters, as the other workers sum them (see :mod:`inferd.workers.counts`)."""
+        return {"pid": os.getpid(), "stats": self.local_statistics(), "snapshots": self.local_snapshots(),
+                "sources": SOURCES.snapshot()}  # fmt: skip
+
+    async def save_counts(self) -> None:
+        """Workers: write this worker's counters where the others find them once it is gone. Call it
+        after reading the counters an answer reports, before answering."""
+        if self.counts is not None:
+            await asyncio.to_thread(self.counts.save)
+
+    async def other_counts(self) -> list[Counts]:
+        """Workers: the other workers' counters, live or last reported, and the dead workers' totals;
+        asked at once, none blocking the event loop."""
+        assert self.peers is not None and self.counts is not None
+        return await asyncio.to_thread(self.counts.others, await self.peers.ask_each("counts"))
 
     # -- trace and logging extensions -------------------------------------------------------------
 
@@ -163,23 +182,23 @@ class DataPlane:
             self._check_known(model)
         return self.tracer.settings(model)
 
-    def update_trace_settings(self, settings: dict[str, Any], model: str = "") -> dict[str, Any]:
+    async def update_trace_settings(self, settings: dict[str, Any], model: str = "") -> dict[str, Any]:
         """Change some trace settings (a null value resets one); returns them all."""
         if model:
             self._check_known(model)
         current = self.tracer.update(settings, model)
         if self.peers is not None:
-            self.peers.ask("trace", {"settings": settings, "model": model})
+            await self.peers.ask_each("trace", {"settings": settings, "model": model})
         return current
 
     def log_settings(self) -> dict[str, Any]:
         return self.log_config.as_json()
 
-    def update_log_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+    async def update_log_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
         """Change some log settings, applied to Python logging at once; returns them all."""
         current = self.log_config.update(settings)
         if self.peers is not None:
-            self.peers.ask("log", {"settings": settings})
+            await self.peers.ask_each("log", {"settings": settings})
         return current
 
     def _check_known(self, name: str) -> None:
@@ -263,7 +282,7 @@ class DataPlane:
         whether there were running ones (false while the server starts)."""
         if self.peers is None:
             return False
-        states = await asyncio.to_thread(self.peers.ask, "state")
+        states = await self.peers.ask_each("state")
         state = next((s for s in states if s["ready"]), None)
         if state is None:
             return False  # the server is starting: every worker starts from the same options

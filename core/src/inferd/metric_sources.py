@@ -18,6 +18,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
+from inferd.workers.merge import SUMMED_TYPES
+
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
@@ -66,10 +68,6 @@ class MetricSources:
         ]
 
 
-#: Family types whose samples add up over workers (a gauge is the answering worker's).
-_SUMMED_TYPES = frozenset(("counter", "histogram"))
-
-
 class SummedSources:
     """``local``'s families with the other workers' counters and histograms added (``--workers N``)."""
 
@@ -83,12 +81,12 @@ class SummedSources:
         added: dict[tuple[str, str, tuple[tuple[str, str], ...]], float] = {}
         for snapshot in self.peers():
             for name, kind, _, samples in snapshot:
-                if kind in _SUMMED_TYPES:
+                if kind in SUMMED_TYPES:
                     for sample, labels, value in samples:
                         key = (name, sample, tuple(sorted(labels.items())))
                         added[key] = added.get(key, 0) + value
         for family in self.local.collect():
-            if family.type not in _SUMMED_TYPES:
+            if family.type not in SUMMED_TYPES:
                 yield family
                 continue
             out = PromMetric(family.name, family.documentation, family.type)

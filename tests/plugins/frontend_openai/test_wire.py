@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import socket
 import subprocess
 import time
@@ -164,12 +165,27 @@ def test_default_port_in_use_starts_without_the_api(tmp_path: Path, monkeypatch:
     from inferd_frontend_openai import hooks
 
     from inferd.testing import InProcessServer
+    from inferd_backend_python import hooks as python_backend
 
-    (tmp_path / "models").mkdir()
+    write_chat_model(tmp_path / "models", "chat")  # a model it serves: it tries to open the port
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         monkeypatch.setattr(hooks, "DEFAULT_PORT", taken.getsockname()[1])  # stands in for 9000 taken
-        with InProcessServer([tmp_path / "models"], plugins=[hooks]) as server:
+        with InProcessServer([tmp_path / "models"], plugins=[hooks, python_backend]) as server:
             assert httpx.get(f"http://{server.http_url}/v2/health/ready", timeout=10).status_code == 200
     assert any("serving without the OpenAI API (set --openai-port to serve it)" in r.getMessage() for r in caplog.records)
+
+
+def test_default_port_is_not_opened_without_a_model_it_serves(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from inferd_frontend_openai import hooks
+
+    from inferd.testing import InProcessServer
+
+    (tmp_path / "models").mkdir()
+    caplog.set_level(logging.INFO, logger="inferd_frontend_openai")
+    with InProcessServer([tmp_path / "models"], plugins=[hooks]) as server:
+        assert httpx.get(f"http://{server.http_url}/v2/health/ready", timeout=10).status_code == 200
+        (openai,) = [f for f in server.server.frontends if f.name == "OpenAI"]
+        assert openai.server is None
+    assert any("OpenAI API not served: no loaded model" in r.getMessage() for r in caplog.records)

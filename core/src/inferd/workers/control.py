@@ -6,6 +6,7 @@ question never waits for the worker's event loop unless the operation needs it (
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
@@ -23,6 +24,10 @@ log = logging.getLogger(__name__)
 Handler = Callable[[str, dict[str, Any]], Any]
 
 
+#: The longest answer a worker reads (statistics of every model of a large repository fit).
+MAX_REPLY = 64 * 1024 * 1024
+
+
 def call(path: Path, op: str, args: dict[str, Any] | None = None, timeout: float | None = 2.0) -> Any:
     """Ask the worker at ``path``; its :class:`InferdError` is raised here with the same kind.
 
@@ -31,9 +36,38 @@ def call(path: Path, op: str, args: dict[str, Any] | None = None, timeout: float
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(str(path))
-        sock.sendall(json.dumps({"op": op, "args": args or {}}).encode() + b"\n")
+        sock.sendall(_request(op, args))
         with sock.makefile("rb") as stream:
             line = stream.readline()
+    return _result(path, line)
+
+
+async def acall(path: Path, op: str, args: dict[str, Any] | None = None, timeout: float | None = 2.0) -> Any:
+    """:func:`call` on the event loop: waiting for the answer blocks nothing else.
+
+    A worker that does not answer within ``timeout`` (stopped, wedged) raises ``TimeoutError``, an ``OSError``.
+    """
+
+    async def ask() -> bytes:
+        reader, writer = await asyncio.open_unix_connection(str(path), limit=MAX_REPLY)
+        try:
+            writer.write(_request(op, args))
+            return await reader.readline()
+        finally:
+            writer.close()
+
+    try:
+        line = await asyncio.wait_for(ask(), timeout)
+    except asyncio.TimeoutError:  # not an OSError before Python 3.11
+        raise TimeoutError(f"worker at {path} did not answer {op} within {timeout} s") from None
+    return _result(path, line)
+
+
+def _request(op: str, args: dict[str, Any] | None) -> bytes:
+    return json.dumps({"op": op, "args": args or {}}).encode() + b"\n"
+
+
+def _result(path: Path, line: bytes) -> Any:
     if not line:
         raise ConnectionError(f"worker at {path} closed the control connection")
     reply = json.loads(line)

@@ -8,13 +8,15 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from inferd.errors import InferdError
-from inferd.metric_sources import SOURCES
 from inferd.workers.repositories import rescan_and_apply
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane
 
 log = logging.getLogger(__name__)
+
+#: How long the ``alive`` check waits for the event loop.
+ALIVE_S = 2.0
 
 
 class WorkerOps:
@@ -27,9 +29,8 @@ class WorkerOps:
         self._ops: dict[str, Callable[[dict[str, Any]], Any]] = {
             "ready": lambda args: self.dp.local_ready(),
             "started": lambda args: self.dp.health.started,
-            "stats": self._stats,
-            "snapshots": lambda args: self.dp.local_snapshots(),
-            "sources": lambda args: SOURCES.snapshot(),  # plugins' families (metric_sources)
+            "alive": self._alive,
+            "counts": lambda args: self.dp.counts.save() if self.dp.counts is not None else None,
             "trace": self._trace,
             "log": self._log,
             "state": lambda args: self.dp.local_state(),
@@ -45,11 +46,11 @@ class WorkerOps:
     def _on_loop(self, work: Coroutine[Any, Any, None]) -> None:
         asyncio.run_coroutine_threadsafe(work, self.loop).result()
 
-    def _stats(self, args: dict[str, Any]) -> list[dict[str, Any]]:
-        try:
-            return self.dp.local_statistics(args["name"], args["version"])
-        except InferdError:
-            return []  # not served here (yet): the asker's own answer decides the error
+    def _alive(self, args: dict[str, Any]) -> bool:
+        """The supervisor's health check: answered once the event loop runs a callback (a wedged loop
+        does not, and the supervisor restarts the worker)."""
+        asyncio.run_coroutine_threadsafe(asyncio.sleep(0), self.loop).result(timeout=ALIVE_S)
+        return True
 
     def _trace(self, args: dict[str, Any]) -> None:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 Key = tuple[str, str]
@@ -78,3 +79,44 @@ def add_snapshot(local: dict[str, Any], other: dict[str, Any] | None) -> dict[st
         "inference_count": local["inference_count"] + other["inference_count"],
         "execution_count": local["execution_count"] + other["execution_count"],
     }
+
+
+def add_statistics(mine: list[dict[str, Any]], other: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``model_stats`` entries of two workers summed per (name, version), every entry kept."""
+    by_key: dict[Key, dict[str, Any]] = {(s["name"], s["version"]): s for s in mine}
+    for entry in other:
+        key = (entry["name"], entry["version"])
+        if key in by_key:
+            _add(by_key[key], entry)
+        else:
+            by_key[key] = entry
+    return list(by_key.values())
+
+
+def add_snapshot_rows(mine: list[list[Any]], other: list[list[Any]]) -> list[list[Any]]:
+    """Two workers' snapshot rows (``[name, version, snapshot]``) summed into one row per version."""
+    return [[name, version, snap] for (name, version), snap in snapshots([mine, other]).items()]
+
+
+#: Metric family types whose samples add up over workers (a gauge is the answering worker's).
+SUMMED_TYPES = frozenset(("counter", "histogram"))
+
+
+def add_sources(mine: list[list[Any]], other: list[list[Any]]) -> list[list[Any]]:
+    """Two workers' plugin metric families (``[name, type, help, [[sample, labels, value]...]]``):
+    counters and histograms summed per sample and labels; gauges left out."""
+    families: dict[str, list[Any]] = {}
+    values: dict[tuple[str, str, str], float] = {}
+    for name, kind, text, samples in [*mine, *other]:
+        if kind not in SUMMED_TYPES:
+            continue
+        families.setdefault(name, [name, kind, text, []])
+        for sample, labels, value in samples:
+            key = (name, sample, json.dumps(labels, sort_keys=True))
+            if key not in values:
+                families[name][3].append([sample, labels, 0])
+            values[key] = values.get(key, 0) + value
+    for name, _, _, samples in families.values():
+        for row in samples:
+            row[2] = values[(name, row[0], json.dumps(row[1], sort_keys=True))]
+    return list(families.values())

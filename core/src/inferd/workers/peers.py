@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inferd.workers.control import call
+from inferd.errors import InferdError
+from inferd.workers.control import acall, call
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,8 @@ class Peers:
         self.paths = [slot.socket(i) for i in range(slot.count) if i != slot.index]
 
     def ask(self, op: str, args: dict[str, Any] | None = None) -> list[Any]:
-        """Each reachable peer's answer to a quick question (blocking: microseconds per peer)."""
+        """Each reachable peer's answer, blocking (the shared-memory calls, made off the hot path);
+        on the event loop, use :meth:`ask_each`."""
         answers = []
         for path in self.paths:
             try:
@@ -46,25 +48,38 @@ class Peers:
                 log.debug("worker at %s did not answer %s: %s", path, op, exc)
         return answers
 
+    async def ask_each(self, op: str, args: dict[str, Any] | None = None) -> list[Any]:
+        """Each peer's answer to a quick question, all asked at once without blocking the event loop:
+        a peer not there or silent for :data:`QUICK_S` (stopped, wedged) is left out; a peer's
+        :class:`InferdError` is raised here."""
+        results = await asyncio.gather(*(acall(p, op, args, QUICK_S) for p in self.paths), return_exceptions=True)
+        answers = []
+        for path, result in zip(self.paths, results, strict=True):
+            if isinstance(result, OSError):
+                log.debug("worker at %s did not answer %s: %s", path, op, result)
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                answers.append(result)
+        return answers
+
     async def ask_all(self, op: str, args: dict[str, Any], timeout: float | None = None) -> list[BaseException | None]:
         """Ask every peer at once and wait for all; per peer, the error it raised (``None``: done
         or not there)."""
 
-        def one(path: Path) -> None:
+        async def one(path: Path) -> None:
             try:
-                call(path, op, args, timeout)
+                await acall(path, op, args, timeout)
             except OSError as exc:
                 log.warning("worker at %s did not take %s: %s", path, op, exc)
 
-        results = await asyncio.gather(*(asyncio.to_thread(one, p) for p in self.paths), return_exceptions=True)
+        results = await asyncio.gather(*(one(p) for p in self.paths), return_exceptions=True)
         return [r if isinstance(r, BaseException) else None for r in results]
 
-    def all_ready(self) -> bool:
-        """Every other worker is up and ready."""
-        for path in self.paths:
-            try:
-                if call(path, "ready", timeout=QUICK_S) is not True:
-                    return False
-            except OSError:
-                return False
-        return True
+    async def all_ready(self) -> bool:
+        """Every other worker is up and ready (asked at once; silent for :data:`QUICK_S`: not ready)."""
+        results = await asyncio.gather(*(acall(p, "ready", None, QUICK_S) for p in self.paths), return_exceptions=True)
+        for path, result in zip(self.paths, results, strict=True):
+            if isinstance(result, InferdError):
+                log.warning("worker at %s failed its readiness check: %s", path, result.message)
+        return all(r is True for r in results)

@@ -3,12 +3,19 @@
 It serves nothing itself and builds no server: each worker is ``inferd serve`` run again with the
 same arguments plus its place (``--worker-index``, ``--worker-dir``), so every worker parses the
 same options and loads the same plugins.
+
+It also keeps the server whole when workers fail: a dead worker's counters join the retired
+totals (:func:`~inferd.workers.counts.retire`), a ready worker whose event loop stops answering
+for ``--worker-health-timeout`` seconds is killed and restarted, and worker directories left by a
+supervisor that was killed (its pid is in the name) are removed when the next one starts.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,14 +26,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from inferd.errors import InferdError
 from inferd.workers.control import call
+from inferd.workers.counts import retire
 from inferd.workers.peers import WorkerSlot
 
 log = logging.getLogger(__name__)
 
 #: How often the supervisor looks at its workers.
 TICK_S = 0.2
+#: How often a ready worker's event loop is checked (``alive``), and how long one check waits.
+HEALTH_EVERY_S = 1.0
+#: ``--worker-health-timeout``'s default: a ready worker silent this long is killed and restarted.
+HEALTH_TIMEOUT_S = 30.0
 _PR_SET_PDEATHSIG = 1
+#: The worker directory's name: ``inferd-workers-<supervisor pid>-<random>``.
+_PREFIX = "inferd-workers-"
+_DIRECTORY = re.compile(rf"^{_PREFIX}(\d+)-[^-]+$")
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -41,16 +57,49 @@ def _how(code: int) -> str:
     return f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_directories(parent: Path) -> list[Path]:
+    """Remove the worker directories in ``parent`` whose supervisor is dead (killed, so it could not
+    clean up); a live supervisor's directory and another user's are left alone. What was removed."""
+    removed = []
+    for path in parent.glob(f"{_PREFIX}*"):
+        match = _DIRECTORY.match(path.name)
+        try:
+            mine = path.is_dir() and not path.is_symlink() and path.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if match and mine and not _alive(int(match.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 class Supervisor:
     """Runs ``count`` workers of ``inferd serve <argv>`` until SIGINT or SIGTERM."""
 
-    def __init__(self, argv: Sequence[str], count: int, grace_s: float) -> None:
+    def __init__(self, argv: Sequence[str], count: int, grace_s: float, health_timeout_s: float = HEALTH_TIMEOUT_S) -> None:
         self.argv = list(argv)
         self.count = count
         self.grace_s = grace_s
-        self.directory = Path(tempfile.mkdtemp(prefix="inferd-workers-"))
+        #: A ready worker whose event loop does not answer for this long is killed (0: never).
+        self.health_timeout_s = health_timeout_s
+        for stale in remove_stale_directories(Path(tempfile.gettempdir())):
+            log.info("removed %s, left by a supervisor that was killed", stale)
+        self.directory = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"))
         self.procs: list[subprocess.Popen[bytes]] = []
         self.ready = [False] * count
+        #: Per worker: when its event loop last answered, and when it is next asked.
+        self.answered = [0.0] * count
+        self.next_check = [0.0] * count
         #: Every worker was ready once: from then on a worker that dies is restarted.
         self.up = False
         self._stopping = False
@@ -79,6 +128,7 @@ class Supervisor:
         cmd = [sys.executable, "-c", "import sys; from inferd.cli import main; sys.exit(main())", *self.argv,
                "--worker-index", str(index), "--worker-dir", str(slot.directory)]  # fmt: skip
         self.ready[index] = False
+        self.answered[index] = self.next_check[index] = time.monotonic()
         return subprocess.Popen(cmd, preexec_fn=_die_with_parent)  # the supervisor runs no threads
 
     def _watch(self) -> int | None:
@@ -86,8 +136,13 @@ class Supervisor:
         for index, proc in enumerate(self.procs):
             code = proc.poll()
             if code is None:
-                self.ready[index] = self.ready[index] or self._is_ready(index)
+                if self.ready[index]:
+                    self._check_health(index, proc)
+                else:
+                    self.ready[index] = self._is_ready(index)
+                    self.answered[index] = time.monotonic()
                 continue
+            retire(self.directory, proc.pid)  # its counters stay in the sums
             if self._stopping:
                 return None
             if not self.ready[index] and not self.up:
@@ -102,6 +157,25 @@ class Supervisor:
             self.up = True
             log.info("all %d workers ready", self.count)
         return None
+
+    def _check_health(self, index: int, proc: subprocess.Popen[bytes]) -> None:
+        """Ask a ready worker's event loop, every :data:`HEALTH_EVERY_S`; SIGKILL it once it was silent
+        for ``health_timeout_s`` (it is restarted as a worker that died)."""
+        now = time.monotonic()
+        if not self.health_timeout_s or now < self.next_check[index]:
+            return
+        self.next_check[index] = now + HEALTH_EVERY_S
+        try:
+            call(WorkerSlot(index, self.count, self.directory).socket(index), "alive", timeout=HEALTH_EVERY_S)
+            self.answered[index] = time.monotonic()
+            return
+        except (OSError, InferdError):
+            silent = time.monotonic() - self.answered[index]
+        if silent >= self.health_timeout_s and not self._stopping:
+            log.error("worker %d (pid %d) did not answer its health check for %.1f s (--worker-health-timeout "
+                      "%g); killing it", index, proc.pid, silent, self.health_timeout_s)  # fmt: skip
+            proc.kill()
+            proc.wait()
 
     def _is_ready(self, index: int) -> bool:
         """The worker started serving (its models' states aside: ``--strict-readiness`` is not its concern)."""

@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 class OpenAIFrontend(Frontend):
     """Serves the OpenAI API on ``host:port``; ``tokenizer`` (a directory) overrides every model's.
 
-    ``fallback``: the port is the default one, so a port in use is a warning (the server runs
+    ``fallback``: the port is the default one (no ``--openai-port``), so the port is opened only when
+    a model this API serves is loaded at start-up, and a port in use is a warning (the server runs
     without this API) rather than a failed start. ``tls`` and ``max_input_size`` are the HTTP
     port's (``--http-ssl-*``, ``--http-max-input-size``); so are the access rules
     (``dataplane.access.http``: ``--auth-config`` and ``--http-restricted-api``).
@@ -39,6 +40,8 @@ class OpenAIFrontend(Frontend):
         self.tls = tls
         self.max_input_size = max_input_size
         self.server: AsgiServer | None = None
+        #: Why the port is not open, for the log (once :meth:`start` decided not to open it).
+        self.not_serving = ""
         #: What ``/metrics`` shows of the requests served here (see :mod:`inferd_frontend_openai.metrics`).
         self.metrics = LlmMetrics()
 
@@ -46,7 +49,13 @@ class OpenAIFrontend(Frontend):
         from inferd_frontend_openai.access import Guarded, OpenAIBodyLimit
         from inferd_frontend_openai.app import OpenAIApp
         from inferd_frontend_openai.catalog import Catalog
+        from inferd_frontend_openai.engine import is_text_model
 
+        if self.fallback and not any(is_text_model(mv.info) for mv in dataplane.table.serving()):
+            self.not_serving = "not serving: no model it serves is loaded; set --openai-port to serve it"
+            log.info("OpenAI API not served: no loaded model follows its convention (decoupled, text_input and "
+                     "text_output BYTES) and no --openai-port was given")  # fmt: skip
+            return
         app: ASGIApp = OpenAIApp(dataplane, Catalog(dataplane.table, self.tokenizer), self.metrics)
         if dataplane.access is not None:  # no rules: nothing on the request path
             app = Guarded(app, dataplane.access.http)
@@ -58,6 +67,7 @@ class OpenAIFrontend(Frontend):
             if not self.fallback:
                 raise
             log.warning("%s; serving without the OpenAI API (set --openai-port to serve it)", exc)
+            self.not_serving = "not serving: port in use"
             return
         self.server = server
         self.port = server.port
@@ -67,4 +77,4 @@ class OpenAIFrontend(Frontend):
             await self.server.stop(grace)
 
     def address(self) -> str:
-        return f"{self.host}:{self.port}" if self.server is not None else "(not serving: port in use)"
+        return f"{self.host}:{self.port}" if self.server is not None else f"({self.not_serving})"

@@ -28,8 +28,9 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--allow-openai", type=parse_bool, default=True, metavar="<bool>",
                        help="serve the OpenAI-compatible API (default: true)")  # fmt: skip
     group.add_argument("--openai-port", type=int, default=None, metavar="<int>",
-                       help=f"its port (default: {DEFAULT_PORT}; 0: any free port; when the default port "
-                            "is in use the server starts without this API and warns)")  # fmt: skip
+                       help=f"its port (default: {DEFAULT_PORT}, opened only when a model this API serves "
+                            "is loaded at start-up; 0: any free port; when the default port is in use the "
+                            "server starts without this API and warns)")  # fmt: skip
     group.add_argument("--openai-address", default="", metavar="<string>",
                        help="its address (default: the server's --http-address)")  # fmt: skip
     group.add_argument("--openai-tokenizer", default="", metavar="<path>",

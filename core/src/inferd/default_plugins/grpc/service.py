@@ -167,7 +167,7 @@ class InferenceService:
         return pb.ServerLiveResponse(live=self.dp.is_live())
 
     async def ServerReady(self, request: pb.ServerReadyRequest) -> pb.ServerReadyResponse:
-        return pb.ServerReadyResponse(ready=self.dp.is_ready())
+        return pb.ServerReadyResponse(ready=await self.dp.is_ready())
 
     async def ModelReady(self, request: pb.ModelReadyRequest) -> pb.ModelReadyResponse:
         return pb.ModelReadyResponse(ready=self.dp.model_ready(request.name, request.version))
@@ -191,7 +191,7 @@ class InferenceService:
         return pb.ModelConfigResponse(config=self.dp.model_config(request.name, request.version))
 
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest) -> pb.ModelStatisticsResponse:
-        stats = visible_entries(self.dp.model_statistics(request.name, request.version))
+        stats = visible_entries(await self.dp.model_statistics(request.name, request.version))
         return json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse(), ignore_unknown_fields=True)
 
     # -- inference --------------------------------------------------------------------------------
@@ -335,7 +335,7 @@ class InferenceService:
             values = list(value.value)
             settings[key] = None if not values else values if key == "trace_level" else values[0]
         if settings:
-            current = self.dp.update_trace_settings(settings, request.model_name)
+            current = await self.dp.update_trace_settings(settings, request.model_name)
         else:
             current = self.dp.trace_settings(request.model_name)
         value_type = pb.TraceSettingResponse.SettingValue
@@ -348,7 +348,7 @@ class InferenceService:
         for key, value in request.settings.items():
             which = value.WhichOneof("parameter_choice")
             settings[key] = None if which is None else getattr(value, which)
-        current = self.dp.update_log_settings(settings) if settings else self.dp.log_settings()
+        current = await self.dp.update_log_settings(settings) if settings else self.dp.log_settings()
         value_type = pb.LogSettingsResponse.SettingValue
         out = {}
         for k, v in current.items():
@@ -402,6 +402,6 @@ class InferenceService:
 
     async def Check(self, request: health_pb2.HealthCheckRequest) -> health_pb2.HealthCheckResponse:
         status = (
-            health_pb2.HealthCheckResponse.SERVING if self.dp.is_ready() else health_pb2.HealthCheckResponse.NOT_SERVING
+            health_pb2.HealthCheckResponse.SERVING if await self.dp.is_ready() else health_pb2.HealthCheckResponse.NOT_SERVING
         )
         return health_pb2.HealthCheckResponse(status=status)

@@ -185,7 +185,7 @@ class Endpoints:
         return Response(status_code=200 if self.dp.is_live() else 400)
 
     async def ready(self, request: Request) -> Response:
-        return Response(status_code=200 if self.dp.is_ready() else 400)
+        return Response(status_code=200 if await self.dp.is_ready() else 400)
 
     async def server_metadata(self, request: Request) -> Response:
         return _json(self.dp.server_metadata())
@@ -203,7 +203,7 @@ class Endpoints:
 
     async def model_stats(self, request: Request) -> Response:
         name = request.path_params.get("model", "")
-        return _json({"model_stats": visible_entries(self.dp.model_statistics(name, _version(request)))})
+        return _json({"model_stats": visible_entries(await self.dp.model_statistics(name, _version(request)))})
 
     async def generate(self, request: Request) -> Response:
         """One JSON object out (the generate extension); errors from the model answer 400, as in Triton."""
@@ -262,13 +262,13 @@ class Endpoints:
 
     async def trace_post(self, request: Request) -> Response:
         settings = await _settings_body(request, "trace setting request")
-        return _json(self.dp.update_trace_settings(settings, request.path_params.get("model", "")))
+        return _json(await self.dp.update_trace_settings(settings, request.path_params.get("model", "")))
 
     async def logging_get(self, request: Request) -> Response:
         return _json(self.dp.log_settings())
 
     async def logging_post(self, request: Request) -> Response:
-        return _json(self.dp.update_log_settings(await _settings_body(request, "log setting request")))
+        return _json(await self.dp.update_log_settings(await _settings_body(request, "log setting request")))
 
     async def shm_status(self, request: Request) -> Response:
         return _json(self.dp.shared_memory.status(_shm_kind(request), request.path_params.get("region", "")))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from inferd.asgi_server import AsgiServer
@@ -20,6 +20,7 @@ from inferd.flags import parse_bool
 from inferd.frontend import Frontend
 from inferd.hookspecs import FrontendRegister, hookimpl
 from inferd.tls import TlsConfig, http_config, settings
+from inferd.workers import merge
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from inferd.hookspecs import ServerSettings
     from inferd.model import ModelVersion
     from inferd.model_table import ModelTable
+    from inferd.workers.counts import Counts
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +88,10 @@ class MetricsFrontend(Frontend):
         self.gpu: GpuMetrics | None = None
         self.models: ModelTable | None = None
         self.registry: CollectorRegistry | None = None
-        #: ``--workers N``: the other workers' counters, summed (None: this process is the server).
-        self.peer_snapshots: Callable[[], dict[tuple[str, str], dict[str, Any]]] | None = None
+        #: ``--workers N`` (None: this process is the server): the data plane, which gives the other
+        #: workers' counters, and what it gave for the scrape being written.
+        self.workers: DataPlane | None = None
+        self._others: list[Counts] = []
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.server: AsgiServer | None = None
@@ -99,11 +103,11 @@ class MetricsFrontend(Frontend):
 
     def served(self) -> Sequence[ServedVersion]:
         """What the collectors read: :meth:`versions`, with the other workers' counters when there are."""
-        if self.peer_snapshots is None:
+        if self.workers is None:
             return self.versions()
         from inferd.default_plugins.metrics.aggregate import summed
 
-        return summed(self.versions(), self.peer_snapshots)
+        return summed(self.versions(), merge.snapshots([c["snapshots"] for c in self._others]))
 
     def scrape(self, accept: str = "") -> tuple[bytes, str]:
         """The body and content type of one scrape (OpenMetrics when ``accept`` asks for it)."""
@@ -112,6 +116,20 @@ class MetricsFrontend(Frontend):
         assert self.registry is not None
         self._attach(self.versions())
         return scrape(self.registry, accept)
+
+    async def scrape_workers(self, accept: str = "") -> tuple[bytes, str]:
+        """:meth:`scrape`; with ``--workers N``, the other workers' counters added (asked first, off the
+        event loop) and this worker's saved after (see :mod:`inferd.workers.counts`)."""
+        if self.workers is None:
+            return self.scrape(accept)
+        others = await self.workers.other_counts()
+        self._others = others  # read by the collectors during the scrape (no await in between)
+        try:
+            body = self.scrape(accept)
+        finally:
+            self._others = []
+        await self.workers.save_counts()
+        return body
 
     def _attach(self, versions: list[ModelVersion]) -> None:
         """Give each model version latency windows, when summaries or histograms are on."""
@@ -131,15 +149,15 @@ class MetricsFrontend(Frontend):
         from inferd.metric_sources import SOURCES, SummedSources
 
         self.models = dataplane.table
-        self.peer_snapshots = dataplane.peer_snapshots if dataplane.peers is not None else None
+        self.workers = dataplane if dataplane.peers is not None else None
         self.cpu = CpuMetrics() if self.want_cpu else None
         self.gpu = await asyncio.to_thread(GpuMetrics.probe) if self.want_gpu else None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(ModelCollector(self.served, self.config))
         self.registry.register(SystemCollector(self.cpu, self.gpu))
         # Families other plugins contribute (Triton's custom metrics), summed over the workers.
-        peers = dataplane.peers
-        self.registry.register(SOURCES if peers is None else SummedSources(SOURCES, lambda: peers.ask("sources")))
+        summed = SummedSources(SOURCES, lambda: [c["sources"] for c in self._others])
+        self.registry.register(SOURCES if self.workers is None else summed)
         if dataplane.access is not None:  # per-tenant request counters (inferd.auth)
             self.registry.register(dataplane.access)
         await self._sample()
@@ -167,7 +185,7 @@ class MetricsFrontend(Frontend):
         else:
             status = 200
             try:
-                body, ctype = self.scrape(_header(scope, b"accept"))
+                body, ctype = await self.scrape_workers(_header(scope, b"accept"))
             except Exception as exc:  # a scrape must never take the server down
                 log.exception("metrics scrape failed")
                 status, body, ctype = 500, f"metrics failed: {type(exc).__name__}: {exc}".encode(), "text/plain"

@@ -7,7 +7,6 @@ the worker that answered the scrape.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from inferd.workers.merge import add_snapshot
@@ -47,9 +46,6 @@ class SummedVersion:
         return getattr(self._version, name)
 
 
-def summed(
-    versions: list[ModelVersion], peer_snapshots: Callable[[], dict[tuple[str, str], dict[str, Any]]]
-) -> list[SummedVersion]:
-    """``versions`` with every other worker's counters added."""
-    others = peer_snapshots()
+def summed(versions: list[ModelVersion], others: dict[tuple[str, str], dict[str, Any]]) -> list[SummedVersion]:
+    """``versions`` with every other worker's counters (snapshots summed by (name, version)) added."""
     return [SummedVersion(mv, others.get((mv.name, str(mv.version)))) for mv in versions]

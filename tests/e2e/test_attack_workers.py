@@ -1,0 +1,316 @@
+"""``inferd serve --workers 2`` when workers fail: killed, stopped, or their supervisor killed.
+
+Counters summed over the workers never go down (Prometheus would read a reset), a stopped worker
+blocks no other request and is restarted, a killed supervisor's worker directory is removed by the
+next one, and the OpenAI port is not opened by default when no model it serves is loaded.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from inferd.testing import ServerProcess, write_repository
+
+# PID = the process serving the request. Two instances: one in each worker.
+WHOAMI_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "MS" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "PID" data_type: TYPE_INT64 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 2 } ]
+"""
+WHOAMI_PY = """
+import os
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("PID", np.array([os.getpid()], np.int64))])
+                for _ in requests]
+"""
+WHOAMI = {"config.pbtxt": WHOAMI_CONFIG, "1/model.py": WHOAMI_PY}
+INFER_BODY = json.dumps({"inputs": [{"name": "MS", "shape": [1], "datatype": "INT32", "data": [0]}]}).encode()
+FAST_EXIT = ["--exit-timeout-secs", "2"]
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return write_repository(tmp_path / "models", {"whoami": WHOAMI})
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 90.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def whoami(url: str, timeout: float = 10.0) -> int:
+    """The pid that served one request, over a new connection (the kernel picks the worker)."""
+    client = httpclient.InferenceServerClient(url, connection_timeout=timeout, network_timeout=timeout)
+    try:
+        inp = httpclient.InferInput("MS", [1], "INT32")
+        inp.set_data_from_numpy(np.array([0], np.int32))
+        return int(client.infer("whoami", [inp]).as_numpy("PID")[0])
+    finally:
+        client.close()
+
+
+def up(srv: ServerProcess) -> None:
+    """Wait until the supervisor saw every worker ready (from then on it restarts one that dies)."""
+    wait_for(lambda: "all 2 workers ready" in srv.log(), what="the supervisor to see its workers ready")
+
+
+def infer_on_both(url: str, at_least: int) -> tuple[int, set[int]]:
+    """Requests on new connections until both workers served some and ``at_least`` were sent."""
+    seen: set[int] = set()
+    sent = 0
+    deadline = time.monotonic() + 90
+    while (sent < at_least or len(seen) < 2) and time.monotonic() < deadline:
+        seen.add(whoami(url))
+        sent += 1
+    assert len(seen) == 2, seen
+    return sent, seen
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] == "Z"
+
+
+def stats_counts(url: str) -> tuple[int, int] | None:
+    """(success count, inference count) of whoami, from whichever worker answers; None: no answer."""
+    try:
+        client = httpclient.InferenceServerClient(url, connection_timeout=5, network_timeout=10)
+        try:
+            (entry,) = client.get_inference_statistics("whoami")["model_stats"]
+        finally:
+            client.close()
+    except Exception:  # a connection the dying worker had accepted, or a worker not ready yet
+        return None
+    return int(entry["inference_stats"]["success"]["count"]), int(entry["inference_count"])
+
+
+def metric_counts(srv: ServerProcess) -> tuple[int, int] | None:
+    """(nv_inference_request_success, nv_inference_count) of whoami from one scrape; None: no answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{srv.metrics_port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    values = []
+    for family in ("nv_inference_request_success", "nv_inference_count"):
+        match = re.search(rf'^{family}{{model="whoami",version="1"}} (\S+)$', text, re.M)
+        if match is None:
+            return None
+        values.append(int(float(match.group(1))))
+    return values[0], values[1]
+
+
+def watch_counters(srv: ServerProcess, readings: list[tuple[str, tuple[int, int]]], stop: threading.Event) -> None:
+    """Read statistics and metrics over new connections until ``stop``; every answer is kept."""
+    while not stop.is_set():
+        for kind, value in (("stats", stats_counts(srv.http_url)), ("metrics", metric_counts(srv))):
+            if value is not None:
+                readings.append((kind, value))
+        time.sleep(0.02)
+
+
+def worker_pids(srv: ServerProcess) -> set[int]:
+    """The pids of the supervisor's live children."""
+    children = Path(f"/proc/{srv.proc.pid}/task/{srv.proc.pid}/children").read_text().split()
+    return {int(p) for p in children if alive(int(p))}
+
+
+@contextmanager
+def stopped(pid: int) -> Iterator[None]:
+    """``pid`` SIGSTOPped for the block (continued after, if it is still there)."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+def pinned_connections(url: str, pid: int, count: int) -> tuple[list[http.client.HTTPConnection], int]:
+    """``count`` kept-alive HTTP connections that the worker ``pid`` accepted, and the number of
+    requests it took to find them."""
+    host, port = url.split(":")
+    mine: list[http.client.HTTPConnection] = []
+    for sent in range(1, 201):
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        conn.request("POST", "/v2/models/whoami/infer", INFER_BODY, {"Content-Type": "application/json"})
+        served_by = json.loads(conn.getresponse().read())["outputs"][0]["data"][0]
+        if served_by == pid:
+            mine.append(conn)
+            if len(mine) == count:
+                return mine, sent
+        else:
+            conn.close()
+    raise AssertionError(f"no connection landed on worker {pid}")
+
+
+def test_counters_never_go_down_when_a_worker_is_killed(repo: Path) -> None:
+    with ServerProcess([repo], ["--workers", "2", *FAST_EXIT]) as srv:
+        up(srv)
+        sent, pids = infer_on_both(srv.http_url, 20)
+        wait_for(lambda: stats_counts(srv.http_url) == (sent, sent), what="statistics of every worker")
+        wait_for(lambda: metric_counts(srv) == (sent, sent), what="metrics of every worker")
+
+        readings: list[tuple[str, tuple[int, int]]] = []
+        stop = threading.Event()
+        watcher = threading.Thread(target=watch_counters, args=(srv, readings, stop))
+        watcher.start()
+        try:
+            victim = min(pids)
+            os.kill(victim, signal.SIGKILL)
+            wait_for(lambda: f"(pid {victim}) was killed by SIGKILL; restarting it" in srv.log(), what="the restart")
+            wait_for(lambda: len(worker_pids(srv) - {victim}) == 2, what="a new worker")
+            srv.wait_ready(90)
+            wait_for(lambda: len(readings) >= 20, what="readings after the restart")
+        finally:
+            stop.set()
+            watcher.join(60)
+        assert readings and all(value == (sent, sent) for _, value in readings), readings
+        # New traffic after the restart adds to what the dead worker had counted.
+        more, _ = infer_on_both(srv.http_url, 4)
+        wait_for(lambda: stats_counts(srv.http_url) == (sent + more, sent + more), what="statistics after more")
+        wait_for(lambda: metric_counts(srv) == (sent + more, sent + more), what="metrics after more")
+
+
+def test_a_stopped_peer_blocks_no_other_request_and_keeps_its_counts(repo: Path) -> None:
+    with ServerProcess([repo], ["--workers", "2", *FAST_EXIT]) as srv:
+        up(srv)
+        sent, pids = infer_on_both(srv.http_url, 10)
+        victim, survivor = sorted(pids)
+        (stats_conn, live_conn), pinning = pinned_connections(srv.http_url, survivor, 2)
+        sent += pinning
+        wait_for(lambda: stats_counts(srv.http_url) == (sent, sent), what="statistics of every worker")
+
+        with stopped(victim):
+            finished: dict[str, float] = {}
+            answers: dict[str, bytes] = {}
+
+            def stats() -> None:
+                stats_conn.request("GET", "/v2/models/whoami/stats")
+                answers["stats"] = stats_conn.getresponse().read()
+                finished["stats"] = time.monotonic()
+
+            asking = threading.Thread(target=stats)
+            asking.start()
+            time.sleep(0.3)  # the stats request is waiting for the stopped worker
+            live_conn.request("GET", "/v2/health/live")
+            assert live_conn.getresponse().status == 200
+            finished["live"] = time.monotonic()
+            asking.join(60)
+            # The loop answered while the stats request waited for the stopped worker (the old code
+            # blocked it for 2 s: health waited behind statistics).
+            assert finished["live"] < finished["stats"], finished
+            (entry,) = json.loads(answers["stats"])["model_stats"]
+            # The stopped worker's counts are still in the sum (its last report).
+            assert int(entry["inference_stats"]["success"]["count"]) == sent, entry
+    for conn in (stats_conn, live_conn):
+        conn.close()
+
+
+def test_a_stopped_worker_is_killed_and_restarted(repo: Path) -> None:
+    args = ["--workers", "2", "--worker-health-timeout", "3", *FAST_EXIT]
+    with ServerProcess([repo], args) as srv:
+        up(srv)
+        sent, pids = infer_on_both(srv.http_url, 6)
+        wait_for(lambda: stats_counts(srv.http_url) == (sent, sent), what="statistics of every worker")
+        victim = min(pids)
+        with stopped(victim):
+            wait_for(lambda: not alive(victim), what="the stopped worker killed")
+        log = srv.log()
+        found = re.search(rf"worker \d \(pid {victim}\) did not answer its health check for (\S+) s", log)
+        assert found and float(found.group(1)) >= 3, log
+        wait_for(lambda: len(worker_pids(srv) - {victim}) == 2, what="a new worker")
+        srv.wait_ready(90)
+        assert victim not in infer_on_both(srv.http_url, 1)[1]
+        value = stats_counts(srv.http_url)
+        assert value is not None and value[0] >= sent, value
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A TMPDIR of its own, short enough for the workers' Unix socket paths (108 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix="iw-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_killed_supervisors_directory_is_removed_by_the_next(repo: Path, short_tmp: Path) -> None:
+    tmp = short_tmp
+    env = {"TMPDIR": str(tmp)}
+    # A live process's directory (this test's pid) is not a stale one.
+    kept = tmp / f"inferd-workers-{os.getpid()}-keepme"
+    kept.mkdir()
+    first = ServerProcess([repo], ["--workers", "2", *FAST_EXIT], env=env).start()
+    try:
+        workers = worker_pids(first)
+        (left,) = [p for p in tmp.glob("inferd-workers-*") if p != kept]
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(30)
+        wait_for(lambda: not any(alive(p) for p in workers), what="the orphaned workers to exit")
+        assert left.is_dir()  # nobody cleaned up after the killed supervisor
+    finally:
+        first.stop()
+    with ServerProcess([repo], ["--workers", "2", *FAST_EXIT], env=env) as second:
+        assert not left.exists(), second.log()
+        assert kept.is_dir()
+        assert len([p for p in tmp.glob("inferd-workers-*") if p != kept]) == 1
+        assert f"removed {left}, left by a supervisor that was killed" in second.log()
+
+
+def listening_ports(pid: int) -> set[int]:
+    """The TCP ports process ``pid`` listens on (its sockets, found in /proc/net/tcp{,6})."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def test_openai_port_is_not_opened_by_default_without_a_model_it_serves(repo: Path) -> None:
+    pytest.importorskip("inferd_frontend_openai")
+    with ServerProcess([repo]) as srv:
+        wait_for(lambda: "OpenAI API not served: no loaded model" in srv.log(), 30, "the log line")
+        assert listening_ports(srv.proc.pid) == {srv.http_port, srv.grpc_port, srv.metrics_port}
