@@ -13,10 +13,11 @@ import json
 import logging
 import socket
 import ssl
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable, Collection, Coroutine
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.flow_control import FlowControl
 
 from inferd.errors import InvalidArgument
 from inferd.tls import CertificateWatch, TlsConfig, forget, listening_context
@@ -30,6 +31,12 @@ T = TypeVar("T")
 
 #: ``--http-max-input-size``'s default: 64 MiB, as Triton's (``HTTP_DEFAULT_MAX_INPUT_SIZE``).
 HTTP_MAX_INPUT_SIZE = 1 << 26
+#: ``--http-max-header-size``'s default: a request's line and headers, 100 KiB (Triton resets a
+#: connection whose headers pass about 100 KB).
+HTTP_MAX_HEADER_SIZE = 100 * 1024
+#: ``--http-header-timeout-secs``'s default: how long a request's head may take to arrive, and a
+#: request's body may go without a byte.
+HTTP_HEADER_TIMEOUT = 60.0
 #: The refusal's sentence (Triton's, which says "Request JSON size"); ``size`` says how it was measured.
 TOO_LARGE = (
     "Request body size{size} exceeds the maximum allowed value of {limit} bytes. "
@@ -223,23 +230,155 @@ class HeldWrites:
         return getattr(self._transport, name)
 
 
-def _protocol_class(direct: DirectRoutes | None = None) -> type[asyncio.Protocol]:
+class ReadingFlow(FlowControl):
+    """uvicorn's flow control, which also stops reading a peer that does not read what it is sent.
+
+    While the transport's write buffer is over its high-water mark (``pause_writing``), the
+    connection is not read, so a client that sends requests (or HTTP/2 PINGs) without reading
+    the answers cannot make the server hold more than the buffer. Reading also stays paused while
+    pipelined requests wait (``pipeline``): each read may add a whole read's worth of requests.
+    """
+
+    def __init__(self, transport: asyncio.Transport, pipeline: Collection[object] = ()) -> None:
+        super().__init__(transport)
+        self._pipeline = pipeline
+
+    def resume_reading(self) -> None:
+        if self.read_paused and not self.write_paused and not self._pipeline:
+            self.read_paused = False
+            self._transport.resume_reading()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self.pause_reading()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self.resume_reading()
+
+
+_IDLE, _HEAD, _BODY = 0, 1, 2
+_HEAD_END = b"\r\n\r\n"
+_TOO_LARGE_HEAD = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+)
+
+
+def _protocol_class(direct: DirectRoutes | None = None, max_header_bytes: int = HTTP_MAX_HEADER_SIZE,
+                    header_timeout: float = HTTP_HEADER_TIMEOUT) -> type[asyncio.Protocol]:  # fmt: skip
     """uvicorn's httptools protocol (httptools is a core dependency) writing through
-    :class:`HeldWrites`, answering ``direct``'s requests itself (:mod:`inferd.asgi_direct`)."""
+    :class:`HeldWrites`, answering ``direct``'s requests itself (:mod:`inferd.asgi_direct`), with
+    the limits on a request's head (``max_header_bytes``, ``header_timeout``)."""
     import httptools
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     from inferd.asgi_direct import DirectCycle, takes_directly
 
     class Protocol(HttpToolsProtocol):
-        """One send per response: the transport holds writes until the response is complete."""
+        """One send per response: the transport holds writes until the response is complete.
+
+        Slow or oversized requests are cut off: a head (request line and headers) over
+        ``max_header_bytes`` is answered 431 and the connection closed; a head that takes longer
+        than ``header_timeout`` to arrive (the first one counted from the connection's opening),
+        or a body that goes that long without a byte while the server reads it, closes the
+        connection. A request that arrives in one read (nearly all) costs two flag stores.
+        """
+
+        #: Set by :meth:`AsgiServer.drain`: every response from now on closes its connection.
+        draining: ClassVar[bool] = False
+        _state = _IDLE
+        #: When the head being read began to arrive (a head that spans reads), or the body last grew.
+        _since = 0.0
+        _head_bytes = 0
+        _timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(HeldWrites(transport))  # type: ignore[arg-type]
+            self.flow = ReadingFlow(self.transport, self.pipeline)
+            self._state = _HEAD  # the first request's head is awaited from now
+            self._since = self.loop.time()
+            self._timer = self.loop.call_later(header_timeout, self._read_check)
+
+        def data_received(self, data: bytes) -> None:
+            if self._state == _HEAD and self._head_bytes:  # a head that began in an earlier read
+                end = data.find(_HEAD_END)
+                self._head_bytes += len(data) if end < 0 else end + 4
+                if self._head_bytes > max_header_bytes:
+                    self._refuse_head()
+                    return
+            super().data_received(data)
+            if self._state != _IDLE and not self.transport.is_closing():
+                self._read_incomplete(data)
+
+        def _read_incomplete(self, data: bytes) -> None:
+            """A read ended inside a request: count its head, watch the clock."""
+            if self._state == _BODY:
+                self._since = self.loop.time()
+            elif not self._head_bytes:  # the head began in this read: its bytes follow the last head's end
+                end = data.rfind(_HEAD_END)
+                self._head_bytes = len(data) - (end + 4 if end >= 0 else 0) or 1
+                if self._head_bytes > max_header_bytes:
+                    self._refuse_head()
+                    return
+                self._since = self.loop.time()
+            if self._timer is None:
+                self._timer = self.loop.call_later(header_timeout, self._read_check)
+
+        def _read_check(self) -> None:
+            """The timer: close a connection whose head is late, or whose body stalled."""
+            self._timer = None
+            if self._state == _IDLE or self.transport.is_closing():
+                return
+            wait = self._since + header_timeout - self.loop.time()
+            if self._state == _BODY and self.flow.read_paused:  # the server is not reading: not late
+                self._since = self.loop.time()
+                wait = header_timeout
+            if wait <= 0:
+                log.debug("%s: closed a connection whose request did not arrive within %g s",
+                         self.client, header_timeout)  # fmt: skip
+                self.transport.close()
+                return
+            self._timer = self.loop.call_later(wait, self._read_check)
+
+        def _refuse_head(self) -> None:
+            message = b"request line and headers exceed %d bytes (--http-max-header-size)" % max_header_bytes
+            self._state = _IDLE
+            if self.cycle is None or self.cycle.response_complete:  # else an answer is still due: just close
+                self.transport.write(_TOO_LARGE_HEAD % (len(message), message))
+            self.transport.close()
+
+        def on_message_begin(self) -> None:
+            self._state = _HEAD
+            super().on_message_begin()
+
+        def on_headers_complete(self) -> None:
+            self._state = _BODY
+            super().on_headers_complete()
+            if self.draining:
+                self.cycle.keep_alive = False
+
+        def on_message_complete(self) -> None:
+            self._state = _IDLE
+            self._head_bytes = 0
+            super().on_message_complete()
 
         def on_response_complete(self) -> None:
             self.transport.flush()  # type: ignore[attr-defined]
             super().on_response_complete()
+
+        def drain(self) -> None:
+            """Readiness turned false: the request in flight, and any queued, close the connection."""
+            if self.cycle is not None:
+                self.cycle.keep_alive = False
+            for cycle, _app in self.pipeline:
+                cycle.keep_alive = False
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            super().connection_lost(exc)
 
     if direct is None:
         return Protocol
@@ -252,7 +391,8 @@ def _protocol_class(direct: DirectRoutes | None = None) -> type[asyncio.Protocol
             if parser.get_method() == b"POST" and self.limit_concurrency is None and not parser.should_upgrade():
                 handler = self._direct_handler(httptools.parse_url(self.url).path)
                 if handler is not None:
-                    keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
+                    self._state = _BODY
+                    keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive() and not self.draining
                     self._begin(DirectCycle(self, handler, self.headers, keep_alive))  # type: ignore[arg-type]
                     return
             super().on_headers_complete()
@@ -285,6 +425,8 @@ def _protocol_class(direct: DirectRoutes | None = None) -> type[asyncio.Protocol
         def on_message_complete(self) -> None:
             cycle = self.cycle
             if type(cycle) is DirectCycle:
+                self._state = _IDLE
+                self._head_bytes = 0
                 cycle.end_body()
             else:
                 super().on_message_complete()
@@ -340,10 +482,15 @@ class AsgiServer:
 
     def __init__(self, app: Any, host: str, port: int, what: str, reuse_port: bool = False,
                  tls: TlsConfig | None = None, direct: DirectRoutes | None = None,
-                 keep_alive_secs: float = 75.0) -> None:  # fmt: skip
+                 keep_alive_secs: float = 75.0, max_header_bytes: int = HTTP_MAX_HEADER_SIZE,
+                 header_timeout: float = HTTP_HEADER_TIMEOUT) -> None:  # fmt: skip
         self.app = app
         #: How long an idle keep-alive connection stays open.
         self.keep_alive_secs = keep_alive_secs
+        #: The largest request head (``--http-max-header-size``), and how long it, or a pause in a
+        #: body, may take (``--http-header-timeout-secs``).
+        self.max_header_bytes = max_header_bytes
+        self.header_timeout = header_timeout
         #: Requests answered beside the app, without ASGI (:mod:`inferd.asgi_direct`).
         self.direct = direct
         self.reuse_port = reuse_port
@@ -355,12 +502,13 @@ class AsgiServer:
         self._tick: asyncio.Task[None] | None = None
         self._sock: socket.socket | None = None
         self._watch: CertificateWatch[ssl.SSLContext] | None = None
+        self._protocol: Any = None
 
     async def start(self) -> None:
         """Bind and accept connections; returns once the socket is listening."""
         import uvicorn
 
-        http = _protocol_class(self.direct)
+        http = self._protocol = _protocol_class(self.direct, self.max_header_bytes, self.header_timeout)
         context = None
         if self.tls is not None:
             context, self._watch = listening_context(self.tls, ["http/1.1"], self.what)
@@ -377,6 +525,17 @@ class AsgiServer:
         self._server = server
         # uvicorn's main loop only watches ``should_exit``; run it so its housekeeping continues.
         self._tick = asyncio.get_running_loop().create_task(server.main_loop(), name=f"inferd-{self.what}")
+
+    def drain(self) -> None:
+        """Readiness turned false (``--drain-delay-secs``): keep serving, but every response from
+        now on says ``Connection: close`` and closes its connection, so that no keep-alive
+        connection is left idle when the listener closes (where a request sent as it closes
+        would be reset)."""
+        if self._server is None:
+            return
+        self._protocol.draining = True
+        for connection in list(self._server.server_state.connections):
+            connection.drain()
 
     async def stop(self, grace: float) -> None:
         """Stop accepting; let requests in flight finish for up to ``grace`` seconds."""

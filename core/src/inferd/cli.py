@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from inferd import __version__, asgi_server, tls, triton_flags
-from inferd.asgi_server import HTTP_MAX_INPUT_SIZE
+from inferd.asgi_server import HTTP_HEADER_TIMEOUT, HTTP_MAX_HEADER_SIZE, HTTP_MAX_INPUT_SIZE
 from inferd.auth import AuthConfigError, RestrictionError, access_from_flags
 from inferd.errors import InferdError
 from inferd.flags import SuggestingParser, backend_config_setting, parse_bool
@@ -73,6 +73,13 @@ def _seconds(value: str) -> float:
         number = -1.0
     if not number >= 0:  # NaN too
         raise argparse.ArgumentTypeError(f"expected seconds >= 0, got '{value}'")
+    return number
+
+
+def _positive_seconds(value: str) -> float:
+    number = _seconds(value)
+    if not 0 < number < 1e9:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got '{value}'")
     return number
 
 
@@ -191,6 +198,13 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
     r.add_argument("--http-max-input-size", type=_positive, default=HTTP_MAX_INPUT_SIZE, metavar="BYTES",
                    help="largest HTTP request body; a larger one is refused with 400 before it is read "
                         f"(default: {HTTP_MAX_INPUT_SIZE}, 64 MiB, as Triton)")
+    r.add_argument("--http-max-header-size", type=_positive, default=HTTP_MAX_HEADER_SIZE, metavar="BYTES",
+                   help="largest HTTP request head (request line and headers); a larger one is answered 431 and "
+                        f"its connection closed (default: {HTTP_MAX_HEADER_SIZE}, 100 KiB)")
+    r.add_argument("--http-header-timeout-secs", type=_positive_seconds, default=HTTP_HEADER_TIMEOUT, metavar="SECS",
+                   help="an HTTP connection whose request head takes longer to arrive (from the connection's "
+                        "opening, or the head's first byte), or whose request body stops for that long, is closed "
+                        f"(default: {HTTP_HEADER_TIMEOUT:g})")
 
 
 def build_parser(host: PluginHost) -> argparse.ArgumentParser:

@@ -20,6 +20,10 @@ class Frontend(abc.ABC):
     async def start(self, dataplane: DataPlane) -> None:
         """Bind and start serving; return once the socket accepts connections."""
 
+    def drain(self) -> None:
+        """Readiness turned false and the server keeps serving for ``--drain-delay-secs``: answer
+        as usual, but let clients know the connection is going (HTTP/1.1 ``Connection: close``)."""
+
     @abc.abstractmethod
     async def stop(self, grace: float) -> None:
         """Stop accepting, let in-flight calls finish for up to ``grace`` seconds, then close."""

@@ -234,6 +234,8 @@ class Server:
             self._poll_task.cancel()
         if self.options.drain_delay_secs > 0:
             log.info("not ready; serving %.1f s more before closing the listeners", self.options.drain_delay_secs)
+            for frontend in self.frontends:
+                frontend.drain()
             await asyncio.sleep(self.options.drain_delay_secs)
         grace = self.options.exit_timeout_secs
         deadline = time.monotonic() + grace

@@ -10,16 +10,29 @@ between is refused (REFUSED_STREAM), which gRPC clients retry on their new conne
 uvicorn writes each ASGI send (headers, body, trailers) to the socket at once: three writes per
 call. Here a connection's writes are gathered and written once per event-loop iteration, so a
 call costs one write, and the responses of one batch share it.
+
+A peer's cost is bounded as nghttp2 and grpc bound it: a connection is not read while what the
+server wrote to it is unsent past the transport's high-water mark (a peer that sends PINGs or
+SETTINGS, which zttp acknowledges, or calls, without reading the answers, cannot make the server
+buffer more); and control frames (SETTINGS, PING, WINDOW_UPDATE, RST_STREAM) beyond a budget
+(:data:`CONTROL_FRAME_BURST`, refilled at :data:`CONTROL_FRAMES_PER_SECOND`) close the connection
+with GOAWAY ENHANCE_YOUR_CALM (CVE-2019-9512, -9515 and kin). zttp itself bounds a request's
+header list (it advertises and enforces SETTINGS_MAX_HEADER_LIST_SIZE 65,536: a larger header
+block is answered GOAWAY ENHANCE_YOUR_CALM), refuses a connection's 4097th stream (rapid reset
+too) and ignores empty DATA frames without handing them to Python.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any, ClassVar
 
 import zttp
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.zttp_h2_impl import ZttpH2Protocol
 
+from inferd.asgi_server import ReadingFlow
 from inferd.default_plugins.grpc.h2_app import GrpcApp
 from inferd.default_plugins.grpc.h2_unary import UnaryCall, access_headers, call_headers, is_plain_unary
 
@@ -28,6 +41,17 @@ STREAMS_PER_CONNECTION = 4000
 #: How often a rotated connection is checked, to be closed once idle.
 IDLE_CHECK_SECONDS = 1.0
 _REFUSED_STREAM = 0x7
+_ENHANCE_YOUR_CALM = 0xB
+#: Control frames a connection may send at once; the allowance refills at the rate below. gRPC
+#: clients send a few a second (BDP pings, batched WINDOW_UPDATEs); a flood sends millions.
+CONTROL_FRAME_BURST = 10_000
+CONTROL_FRAMES_PER_SECOND = 5_000
+#: How long a connection closed for a flood may take to send its GOAWAY before it is dropped
+#: (a peer that does not read would hold it forever).
+CLOSE_GRACE_SECONDS = 2.0
+_CONTROL = (zttp.Settings, zttp.Ping, zttp.WindowUpdate)
+
+log = logging.getLogger(__name__)
 
 
 class CorkedTransport:
@@ -68,10 +92,67 @@ class GrpcH2Protocol(ZttpH2Protocol):
 
     _streams = 0
     _last_stream: int | None = None
+    #: Control frames the peer may still send now, and when that was counted.
+    _allowance = float(CONTROL_FRAME_BURST)
+    _counted_at = 0.0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.flow = ReadingFlow(transport)
         self.transport = CorkedTransport(transport, self.loop)  # type: ignore[assignment]
+
+    def handle_events(self) -> None:
+        """uvicorn's dispatch of zttp's events, with control frames counted against the allowance."""
+        conn = self.conn
+        cycles = self.cycles
+        while True:
+            event = conn.next_event()
+            kind = type(event)
+            if kind is zttp.Data:
+                cycle = cycles.get(event.stream_id)
+                if cycle is None or cycle.response_complete:
+                    continue
+                cycle.body += event.data
+                if len(cycle.body) > HIGH_WATER_LIMIT:
+                    self.flow.pause_reading()
+                cycle.message_event.set()
+            elif kind is zttp.Request:
+                self.handle_request(event)
+            elif kind is zttp.EndOfMessage:
+                cycle = cycles.get(event.stream_id)
+                if cycle is None or cycle.response_complete:
+                    continue
+                cycle.more_body = False
+                cycle.message_event.set()
+            elif kind is zttp.NeedData or kind is zttp.ConnectionClosed:
+                return
+            elif kind in _CONTROL:  # zttp answers them (acks, send windows); they only cost here
+                if not self._allow():
+                    return
+            elif kind is zttp.RstStream:
+                self.handle_rst_stream(event)
+                if not self._allow():
+                    return
+            elif kind is zttp.GoAway:
+                self.shutdown_requested = True
+                if not cycles:
+                    self._close_connection()
+
+    def _allow(self) -> bool:
+        """Count one control frame; past the allowance, close the connection (ENHANCE_YOUR_CALM)."""
+        now = self.loop.time()
+        allowance = self._allowance + (now - self._counted_at) * CONTROL_FRAMES_PER_SECOND
+        self._allowance = min(allowance, CONTROL_FRAME_BURST) - 1
+        self._counted_at = now
+        if self._allowance >= 0:
+            return True
+        if not self.transport.is_closing():
+            log.info("%s: HTTP/2 control frame flood; closing the connection (GOAWAY ENHANCE_YOUR_CALM)", self.client)
+            self.conn.close(_ENHANCE_YOUR_CALM)
+            self.flush()
+            self.transport.close()  # once what is written is sent, the GOAWAY last
+            self.loop.call_later(CLOSE_GRACE_SECONDS, self.transport.abort)
+        return False
 
     def handle_request(self, event: zttp.Request) -> None:
         if self._last_stream is not None and event.stream_id > self._last_stream:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from inferd.asgi_server import HTTP_MAX_INPUT_SIZE, AsgiServer, BodyLimit
+from inferd.asgi_server import HTTP_HEADER_TIMEOUT, HTTP_MAX_HEADER_SIZE, HTTP_MAX_INPUT_SIZE, AsgiServer, BodyLimit
 from inferd.frontend import Frontend
 from inferd.hookspecs import FrontendRegister, hookimpl
 from inferd.tls import TlsConfig, http_config, settings
@@ -22,14 +22,15 @@ class HttpFrontend(Frontend):
 
     name = "HTTP"
 
-    def __init__(
-        self, host: str, port: int, tls: TlsConfig | None = None, max_input_size: int = HTTP_MAX_INPUT_SIZE
-    ) -> None:
+    def __init__(self, host: str, port: int, tls: TlsConfig | None = None, max_input_size: int = HTTP_MAX_INPUT_SIZE,
+                 max_header_size: int = HTTP_MAX_HEADER_SIZE, header_timeout: float = HTTP_HEADER_TIMEOUT) -> None:  # fmt: skip
         self.server: AsgiServer | None = None
         self.host = host
         self.port = port
         self.tls = tls
         self.max_input_size = max_input_size
+        self.max_header_size = max_header_size
+        self.header_timeout = header_timeout
 
     async def start(self, dataplane: DataPlane) -> None:
         from inferd.default_plugins.http.app import HttpApp
@@ -38,10 +39,15 @@ class HttpFrontend(Frontend):
         app = BodyLimit(http_app, self.max_input_size)  # --http-max-input-size
         direct = http_app.direct_routes(self.max_input_size)
         self.server = AsgiServer(
-            app, self.host, self.port, "HTTP frontend", dataplane.shares_ports, tls=self.tls, direct=direct
-        )
+            app, self.host, self.port, "HTTP frontend", dataplane.shares_ports, tls=self.tls, direct=direct,
+            max_header_bytes=self.max_header_size, header_timeout=self.header_timeout,
+        )  # fmt: skip
         await self.server.start()
         self.port = self.server.port
+
+    def drain(self) -> None:
+        if self.server is not None:
+            self.server.drain()
 
     async def stop(self, grace: float) -> None:
         if self.server is not None:
@@ -59,6 +65,8 @@ def _factory(options: ServerSettings) -> HttpFrontend | None:
         options.http_port,
         settings(http_config, options.extra),
         options.extra.get("http_max_input_size", HTTP_MAX_INPUT_SIZE),
+        options.extra.get("http_max_header_size", HTTP_MAX_HEADER_SIZE),
+        options.extra.get("http_header_timeout_secs", HTTP_HEADER_TIMEOUT),
     )
 
 
