@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 TRANSPORTS = ("grpcio", "h2")
 #: Largest message received or sent, as Triton's gRPC server allows (2 GiB - 1).
 MAX_MESSAGE_BYTES = 2**31 - 1
+#: Requests one ModelStreamInfer call runs at once (``--grpc-stream-max-inflight``'s default).
+STREAM_MAX_INFLIGHT = 64
 
 
 class GrpcTransport(Protocol):
@@ -42,9 +44,10 @@ class GrpcFrontend(Frontend):
 
     def __init__(
         self, host: str, port: int, transport: str = "h2", max_message_bytes: int = MAX_MESSAGE_BYTES,
-        tls: TlsConfig | None = None,
+        tls: TlsConfig | None = None, stream_max_inflight: int = STREAM_MAX_INFLIGHT,
     ) -> None:  # fmt: skip
         self.host = host
+        self.stream_max_inflight = stream_max_inflight
         self.tls = tls
         self.port = port
         self.transport_name = transport
@@ -64,7 +67,7 @@ class GrpcFrontend(Frontend):
     async def start(self, dataplane: DataPlane) -> None:
         from inferd.default_plugins.grpc.service import InferenceService
 
-        self._service = InferenceService(dataplane)
+        self._service = InferenceService(dataplane, self.stream_max_inflight)
         transport = self._make_transport(dataplane.shares_ports)  # --workers N share the port
         self.port = await transport.start(self._service, self.host, self.port)
         self._transport = transport
@@ -90,6 +93,7 @@ def _factory(options: ServerSettings) -> GrpcFrontend | None:
         transport=extra.get("grpc_transport", "h2"),
         max_message_bytes=extra.get("grpc_max_message_bytes", MAX_MESSAGE_BYTES),
         tls=settings(grpc_config, extra),
+        stream_max_inflight=extra.get("grpc_stream_max_inflight", STREAM_MAX_INFLIGHT),
     )
 
 
@@ -111,3 +115,14 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--grpc-max-message-bytes", type=int, default=MAX_MESSAGE_BYTES, metavar="BYTES",
                    help="largest gRPC message received or sent; larger ones fail with RESOURCE_EXHAUSTED "
                         f"(default: {MAX_MESSAGE_BYTES})")  # fmt: skip
+    g.add_argument("--grpc-stream-max-inflight", type=_positive, default=STREAM_MAX_INFLIGHT, metavar="N",
+                   help="requests one ModelStreamInfer stream runs at once; past them the stream is not read "
+                        "until one is answered, and its responses wait in a queue of as many "
+                        f"(default: {STREAM_MAX_INFLIGHT})")  # fmt: skip
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return number
