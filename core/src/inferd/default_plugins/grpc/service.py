@@ -11,8 +11,8 @@ import grpc
 from google.protobuf import json_format
 
 from inferd.auth import CURRENT, RPC_GROUPS, AccessDenied, ApiGroup, Grant, unknown_model, visible_entries
-from inferd.default_plugins.grpc import STREAM_MAX_INFLIGHT, health_pb2
 from inferd.default_plugins.grpc import grpc_service_pb2 as pb
+from inferd.default_plugins.grpc import health_pb2
 from inferd.default_plugins.grpc.codec import (
     ENABLE_EMPTY_FINAL,
     WireRequest,
@@ -74,6 +74,8 @@ UNARY: tuple[tuple[str, Any, Any], ...] = (
 
 _DONE = object()
 _CLOSING = object()
+#: Requests one ModelStreamInfer call runs at once (``--grpc-stream-max-inflight``'s default).
+STREAM_MAX_INFLIGHT = 64
 #: The field of each RPC's request that names a model (ModelInfer's is in ``WireRequest.message``).
 MODEL_FIELD = {"ModelReady": "name", "ModelMetadata": "name", "ModelConfig": "name", "ModelStatistics": "name",
                "RepositoryModelLoad": "model_name", "RepositoryModelUnload": "model_name",
@@ -208,7 +210,9 @@ class InferenceService:
         sinks.write(response)
         return encode_response(response, in_regions=sinks)
 
-    async def stream_one(self, wire: WireRequest, put: Callable[[Any], Awaitable[None]], grant: Grant | None) -> None:
+    async def stream_one(
+        self, wire: WireRequest, put: Callable[[Any], Awaitable[None]], grant: Grant | None = None
+    ) -> None:
         """Every response of one stream request, in order, through ``put``; errors included.
         With ``grant`` (the stream's), the request holds a slot of its tenant while it runs."""
         infer_request: InferRequest | None = None
