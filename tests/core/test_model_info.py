@@ -164,13 +164,17 @@ def test_every_frontend_route_resolves_the_model_once(tmp_path):
                                        for n, d in (("INPUT0", A), ("INPUT1", B))]}).encode()  # fmt: skip
         generate = json.dumps({"INPUT0": A, "INPUT1": B}).encode()
         streamed: list[Any] = []
+
+        async def put(item: Any) -> None:
+            streamed.append(item)
+
         routes = {
             "http infer": lambda: http_post(app, "/v2/models/add_sub/infer", infer),
             "http versioned infer": lambda: http_post(app, "/v2/models/add_sub/versions/1/infer", infer),
             "http generate": lambda: http_post(app, "/v2/models/add_sub/generate", generate),
             "http generate_stream": lambda: http_post(app, "/v2/models/add_sub/generate_stream", generate),
             "grpc infer": lambda: svc.ModelInfer(grpc_request("1")),
-            "grpc stream": lambda: svc.stream_one(grpc_request(), streamed.append),
+            "grpc stream": lambda: svc.stream_one(grpc_request(), put),
         }
         for route, call in routes.items():
             calls = count_resolves(dp)

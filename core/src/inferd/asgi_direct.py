@@ -94,7 +94,7 @@ def takes_directly(headers: Headers, max_body: int) -> bool:
 class DirectCycle:
     """One request answered by a :data:`Handler`, in uvicorn's place for its cycle."""
 
-    __slots__ = ("_conn", "_handler", "_headers", "_chunks", "_waiter", "keep_alive", "more_body",
+    __slots__ = ("_conn", "_handler", "_headers", "_chunks", "_waiter", "_task", "keep_alive", "more_body",
                  "disconnected", "response_complete")  # fmt: skip
 
     def __init__(self, conn: _Connection, handler: Handler, headers: Headers, keep_alive: bool) -> None:
@@ -103,6 +103,8 @@ class DirectCycle:
         self._headers = headers
         self._chunks: list[bytes] = []
         self._waiter: asyncio.Future[None] | None = None
+        #: The task running the handler, while it runs: a client that goes away cancels it.
+        self._task: asyncio.Task[None] | None = None
         self.keep_alive = keep_alive  # the protocol's shutdown() sets it False
         self.more_body = True
         self.disconnected = False
@@ -116,9 +118,16 @@ class DirectCycle:
         return self
 
     def set(self) -> None:
+        """Wake the body wait; a client that went away while the handler runs cancels it (the
+        request leaves the model's queue, a Python model's ``is_cancelled()`` turns true, and its
+        tenant's slot goes back at once)."""
         waiter = self._waiter
         if waiter is not None and not waiter.done() and (self.disconnected or not self.more_body):
             waiter.set_result(None)
+        task = self._task
+        if task is not None and self.disconnected:
+            self._task = None
+            task.cancel()
 
     def add_body(self, chunk: bytes) -> None:
         """A part of the body as the parser gives it (kept whole: the length is within the limit)."""
@@ -139,8 +148,12 @@ class DirectCycle:
             chunks = self._chunks
             body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             self._chunks = []
+            self._task = asyncio.current_task()
             reply = await self._handler(self._headers, body)
+            self._task = None
         except BaseException as exc:
+            if self.disconnected and isinstance(exc, asyncio.CancelledError):
+                return  # the client went away: nothing to answer
             log.error("Exception in ASGI application\n", exc_info=exc)
             reply = Reply(500, _ERROR_HEADERS, [b"Internal Server Error"])
             self.keep_alive = False

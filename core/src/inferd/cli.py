@@ -107,6 +107,10 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
                    help="use <model>/configs/NAME.pbtxt where present instead of config.pbtxt")
     g.add_argument("--model-load-thread-count", type=int, default=4, metavar="N",
                    help="models loaded in parallel (default: 4)")
+    g.add_argument("--model-unload-timeout-secs", type=_seconds, default=30.0, metavar="SECS",
+                   help="how long an unload (or a reload's retiring version) waits for in-flight requests; "
+                        "past it, instances still executing are abandoned (their requests fail with "
+                        "UNAVAILABLE, their threads are left running) and the model unloads (default: 30)")
     g.add_argument("--strict-readiness", type=parse_bool, default=True, metavar="BOOL",
                    help="ready only while every model that should be loaded is READY: every model of the "
                         "repositories (modes none, poll) or those loaded by --load-model and the repository "
@@ -222,6 +226,7 @@ def build_parser(host: PluginHost) -> argparse.ArgumentParser:
 _OWN_DESTS = {
     "command", "model_repository", "model_control_mode", "repository_poll_secs", "load_model",
     "disable_auto_complete_config", "strict_model_config", "model_config_name", "model_load_thread_count",
+    "model_unload_timeout_secs",
     "http_port", "grpc_port", "metrics_port", "host", "allow_http", "allow_grpc", "allow_metrics",
     "exit_timeout_secs", "drain_delay_secs", "log_verbose", "cache_config", "response_cache_byte_size", "cache_directory",
     "workers", "worker_index", "worker_dir", "worker_health_timeout", "strict_readiness", "exit_on_error", "backend_config", "server_id",
@@ -273,6 +278,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         exit_timeout_secs=args.exit_timeout_secs,
         drain_delay_secs=args.drain_delay_secs,
         model_load_thread_count=args.model_load_thread_count,
+        model_unload_timeout_secs=args.model_unload_timeout_secs,
         log_verbose=args.log_verbose,
         cache_config=_cache_config(args),
         backend_config=_backend_config(args),

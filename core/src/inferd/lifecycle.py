@@ -47,6 +47,9 @@ class LifecycleOptions:
     autocomplete: bool = True
     config_name: str | None = None
     load_threads: int = 4
+    #: How long an unload waits for a version's in-flight requests before it abandons the
+    #: instances still executing (``--model-unload-timeout-secs``).
+    unload_timeout_secs: float = 30.0
 
 
 class ModelManager:
@@ -293,7 +296,7 @@ class ModelManager:
         gc_settings.thaw()  # a frozen start-up heap would keep the version's cycles forever
         for mv in versions:
             try:
-                await mv.stop()
+                await mv.stop(self.options.unload_timeout_secs)
                 await asyncio.to_thread(mv.close)
             except Exception:
                 log.exception("model '%s' version %d failed to unload cleanly", mv.name, mv.version)

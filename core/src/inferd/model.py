@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +19,8 @@ if TYPE_CHECKING:
     from inferd.runner import InstanceRunner
     from inferd.scheduler import Scheduler
     from inferd.stats import ModelStats
+
+log = logging.getLogger(__name__)
 
 
 class ModelVersion:
@@ -83,9 +87,28 @@ class ModelVersion:
             tensor.data = tensor.data.reshape(full)
             tensor.shape = tuple(tensor.data.shape)
 
-    async def stop(self) -> None:
-        """Drain the scheduler (in-flight requests finish)."""
-        await self.scheduler.stop()
+    async def stop(self, timeout: float | None = None) -> None:
+        """Drain the scheduler (in-flight requests finish). Past ``timeout`` seconds, instances
+        still executing are abandoned (``InstanceRunner.abandon``: their requests fail, their
+        threads are left behind), and the drain gets as long again before the version goes anyway."""
+        draining = asyncio.ensure_future(self.scheduler.stop())
+        done, _ = await asyncio.wait({draining}, timeout=timeout)
+        if done:
+            draining.result()
+            return
+        stuck = [seconds for seconds in (r.abandon() for r in self.runners) if seconds is not None]
+        log.error(
+            "model '%s' version %d: %d request(s) still in flight after %.1f s of unloading; abandoned %d "
+            "instance(s) stuck in execute (for up to %.1f s), their threads left running",
+            self.name, self.version, self.scheduler.inflight(), timeout, len(stuck), max(stuck, default=0.0),
+        )  # fmt: skip
+        done, _ = await asyncio.wait({draining}, timeout=timeout)
+        if done:
+            draining.result()
+            return
+        draining.cancel()
+        log.error("model '%s' version %d: %d request(s) still in flight; unloaded anyway",
+                  self.name, self.version, self.scheduler.inflight())  # fmt: skip
 
     def close(self) -> None:
         """Close instances and unload the backend model (blocking: run off the event loop)."""

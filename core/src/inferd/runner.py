@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from inferd.errors import InferdError, InternalError
+from inferd.errors import InferdError, InternalError, Unavailable
 from inferd.logging_settings import REQUEST_ID, REQUEST_MODEL
 from inferd.recorder import Outcome, Recorder
 from inferd.types import InferRequest
@@ -78,6 +78,11 @@ class InstanceRunner:
         self._turn = asyncio.Lock()
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        #: The execution on the thread now: its future, what to call when it ends, how many
+        #: requests it has, when it began.
+        self._current: tuple[asyncio.Future[Execution], Callable[[], None] | None, int, float] | None = None
+        #: Set by :meth:`abandon`: the thread is stuck in an execution and left behind.
+        self._abandoned = False
         #: Whether executions predicted to be quick run on the loop (``Instance.may_run_inline``).
         self._inline = instance.blocking and instance.may_run_inline
         #: Running averages of recent executions: their CPU time (ns; ``None``: none ran yet) and
@@ -97,21 +102,35 @@ class InstanceRunner:
         """Execute one batch on this instance and record it; one response or error per request.
 
         Never raises for a backend's failure: a failed execution gives every request its error.
-        Batches handed over while one executes wait their turn, in order.
+        Batches handed over while one executes wait their turn, in order. A caller cancelled
+        while its batch executes leaves at once; the instance stays busy (its turn, its rate-limiter
+        resources) until the execution ends.
         """
         gate = self.gate
-        async with self._turn:  # a second batch waits here, still pending, its queue time running
-            if gate is not None:  # the rate limiter's wait is queue time too (as Triton counts it)
+        count = len(requests)
+        await self._turn.acquire()  # a second batch waits here, still pending, its queue time running
+        if self._abandoned:
+            self._turn.release()
+            return [self._unloading()] * count
+        if gate is not None:  # the rate limiter's wait is queue time too (as Triton counts it)
+            try:
                 await gate.acquire()
-            dequeued = time.monotonic_ns()
-            for request in requests:
-                if request.response_sender is not None:  # decoupled: the data plane times the first response
-                    request.context["compute_start_ns"] = dequeued
-            self.executing += len(requests)
-            try:  # the resources go back when the thread is done, even if this call is cancelled
-                execution = await self.execute(requests, None if gate is None else gate.release)
-            finally:
-                self.executing -= len(requests)
+            except BaseException:
+                self._turn.release()
+                raise
+        dequeued = time.monotonic_ns()
+        for request in requests:
+            if request.response_sender is not None:  # decoupled: the data plane times the first response
+                request.context["compute_start_ns"] = dequeued
+        self.executing += count
+
+        def ended() -> None:  # on the loop, once the execution is over (not when its caller left)
+            self.executing -= count
+            self._turn.release()
+            if gate is not None:
+                gate.release()
+
+        execution = await self.execute(requests, ended)
         results: Sequence[Outcome | None] = execution.results or [None] * len(requests)
         return self.recorder.executed(
             requests, results, dequeued, execution.start_ns, execution.end_ns, time.monotonic_ns()
@@ -157,12 +176,48 @@ class InstanceRunner:
         future: asyncio.Future[Execution] = loop.create_future()
 
         def done(result: Any, exc: BaseException | None) -> None:
-            loop.call_soon_threadsafe(_resolve, future, result, exc)
-            if then is not None:
-                loop.call_soon_threadsafe(then)
+            loop.call_soon_threadsafe(self._ended, future, result, exc)
 
+        self._current = (future, then, len(requests), time.monotonic())
         self._jobs.put((lambda: self._call(requests), done))
         return await future
+
+    def _ended(self, future: asyncio.Future[Execution], result: Any, exc: BaseException | None) -> None:
+        """An execution on the thread is over (on the loop): free the instance, answer its caller
+        (unless it left, or :meth:`abandon` answered it already)."""
+        current = self._current
+        if current is None or current[0] is not future:  # abandoned: its end was handled then
+            return
+        self._current = None
+        if current[1] is not None:
+            current[1]()
+        if future.done():
+            return
+        if exc is None:
+            future.set_result(result)
+        else:
+            future.set_exception(exc)
+
+    def abandon(self) -> float | None:
+        """Give up on this instance (an unload that waited long enough): the execution it is stuck
+        in fails its requests (UNAVAILABLE) and gives back its turn and rate-limiter resources, later
+        batches fail at once, and :meth:`close` leaves the thread behind. Returns how long the
+        execution has run (seconds), or None when none was running."""
+        self._abandoned = True
+        current, self._current = self._current, None
+        if current is None:
+            return None
+        future, then, count, since = current
+        if not future.done():
+            now = time.monotonic_ns()
+            future.set_result(Execution([self._unloading()] * count, now, now))
+        if then is not None:
+            then()
+        return time.monotonic() - since
+
+    def _unloading(self) -> Unavailable:
+        return Unavailable(f"model '{self.recorder.stats.name}' is unloading: its instance '{self.spec.name}' "
+                           f"did not finish executing within the unload timeout and was abandoned")  # fmt: skip
 
     def _call(self, requests: Sequence[InferRequest]) -> Execution:
         # Lines the model logs while it runs one request carry that request's id.
@@ -206,9 +261,13 @@ class InstanceRunner:
 
     def close(self) -> None:
         """Close the instance on its own thread, then stop the thread (blocking; a non-blocking
-        instance closes on the calling thread)."""
+        instance closes on the calling thread). An abandoned instance is not closed: its thread
+        is stuck in ``execute``, and is left to end (or not) on its own."""
         if self.gate is not None:
             self.gate.close()
+        if self._abandoned:
+            self._jobs.put(None)  # should the execution ever return, the thread ends
+            return
         if self._thread is None:
             self.instance.close()
             return
@@ -227,11 +286,3 @@ class InstanceRunner:
             self._jobs.put(None)
             self._thread.join()
 
-
-def _resolve(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
-    if future.cancelled():
-        return
-    if exc is None:
-        future.set_result(result)
-    else:
-        future.set_exception(exc)

@@ -108,6 +108,9 @@ class Scheduler(abc.ABC):
         except Rejected:
             self._recorder.rejected(request)
             raise
+        except asyncio.CancelledError:  # the client went away: a model polling is_cancelled() may stop
+            request.cancelled = True
+            raise
         finally:
             self._inflight -= 1
             if self._inflight == 0:

@@ -58,6 +58,9 @@ class ServerOptions:
     allow_grpc: bool = True
     allow_metrics: bool = True
     exit_timeout_secs: float = 30.0
+    #: ``--model-unload-timeout-secs``: how long an unload (or the end of a reload) waits for a
+    #: version's in-flight requests before abandoning the instances still executing.
+    model_unload_timeout_secs: float = 30.0
     #: ``--drain-delay-secs``: on shutdown, how long the frontends keep serving after readiness
     #: turned false (so load balancers stop sending) before they stop accepting.
     drain_delay_secs: float = 0.0
@@ -145,6 +148,7 @@ class Server:
             autocomplete=options.autocomplete,
             config_name=options.model_config_name,
             load_threads=options.model_load_thread_count,
+            unload_timeout_secs=options.model_unload_timeout_secs,
         )
 
     async def start(self) -> None:

@@ -211,8 +211,9 @@ class InferRequest:
     response_sender: Callable[..., None] | None = None
     #: Free slot for schedulers and backends to hang per-request state on (sequence slot, state...).
     context: dict[str, Any] = field(default_factory=dict)
-    #: Set once the client went away before the final response (a decoupled stream closed early):
-    #: what a model's ``is_cancelled()`` reads.
+    #: Set once the client went away before the final response (a decoupled stream closed early,
+    #: a call cancelled or past its deadline, an HTTP client gone): what a model's ``is_cancelled()``
+    #: reads.
     cancelled: bool = False
 
     def batch_size(self, max_batch_size: int) -> int:

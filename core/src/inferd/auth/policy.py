@@ -96,10 +96,12 @@ class AccessPolicy:
         self.header_prefix = header_prefix
         self.restricted_word = restricted_word
 
-    def admit(self, group: ApiGroup, model: str, headers: Mapping[str, str]) -> Grant:
+    def admit(self, group: ApiGroup, model: str, headers: Mapping[str, str], slot: bool = True) -> Grant:
         """Admit one request to ``group`` naming ``model`` ("" for none); ``headers`` by lowercase
         name. Raises :class:`AccessDenied`, or the unknown-model error for a model the tenant may not
-        see (but for health and model-repository requests: their grant says ``visible=False``)."""
+        see (but for health and model-repository requests: their grant says ``visible=False``).
+        With ``slot=False`` the tenant's limits are left to :meth:`hold` (a stream: each of its
+        requests takes a slot of its own)."""
         restriction = self.restricted.get(group)
         if restriction is not None:
             self._check_restricted(restriction, headers)
@@ -117,13 +119,20 @@ class AccessPolicy:
         if not visible and group not in (ApiGroup.HEALTH, ApiGroup.MODEL_REPOSITORY):
             self.limits.count(tenant.name, "forbidden")
             raise unknown_model(model, group)
-        if group is ApiGroup.HEALTH:
+        if group is ApiGroup.HEALTH or not slot:
             return Grant(tenant, visible)
-        limited = self.limits.acquire(tenant)
+        return self.hold(Grant(tenant, visible))
+
+    def hold(self, grant: Grant) -> Grant:
+        """A slot and a token of ``grant``'s tenant for one request (release it with the grant
+        returned); raises :class:`AccessDenied` (429) when the tenant is over a limit."""
+        if grant.tenant is None:
+            return grant
+        limited = self.limits.acquire(grant.tenant)
         if limited is not None:
             raise AccessDenied(429, grpc.StatusCode.RESOURCE_EXHAUSTED, limited.message,
                                (("retry-after", str(max(limited.retry_after, 1))),))  # fmt: skip
-        return Grant(tenant, visible, self.limits)
+        return Grant(grant.tenant, grant.visible, self.limits)
 
     def _check_restricted(self, restriction: Restriction, headers: Mapping[str, str]) -> None:
         header = self.header_prefix + restriction.key

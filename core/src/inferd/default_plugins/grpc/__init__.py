@@ -42,9 +42,11 @@ class GrpcFrontend(Frontend):
 
     def __init__(
         self, host: str, port: int, transport: str = "h2", max_message_bytes: int = MAX_MESSAGE_BYTES,
-        tls: TlsConfig | None = None,
+        tls: TlsConfig | None = None, stream_max_inflight: int | None = None,
     ) -> None:  # fmt: skip
         self.host = host
+        #: Requests one ModelStreamInfer call runs at once; None: the service's default (64).
+        self.stream_max_inflight = stream_max_inflight
         self.tls = tls
         self.port = port
         self.transport_name = transport
@@ -62,9 +64,9 @@ class GrpcFrontend(Frontend):
         return GrpcioTransport(self.max_message_bytes, reuse_port, self.tls)
 
     async def start(self, dataplane: DataPlane) -> None:
-        from inferd.default_plugins.grpc.service import InferenceService
+        from inferd.default_plugins.grpc.service import STREAM_MAX_INFLIGHT, InferenceService
 
-        self._service = InferenceService(dataplane)
+        self._service = InferenceService(dataplane, self.stream_max_inflight or STREAM_MAX_INFLIGHT)
         transport = self._make_transport(dataplane.shares_ports)  # --workers N share the port
         self.port = await transport.start(self._service, self.host, self.port)
         self._transport = transport
@@ -90,6 +92,7 @@ def _factory(options: ServerSettings) -> GrpcFrontend | None:
         transport=extra.get("grpc_transport", "h2"),
         max_message_bytes=extra.get("grpc_max_message_bytes", MAX_MESSAGE_BYTES),
         tls=settings(grpc_config, extra),
+        stream_max_inflight=extra.get("grpc_stream_max_inflight"),
     )
 
 
@@ -111,3 +114,13 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--grpc-max-message-bytes", type=int, default=MAX_MESSAGE_BYTES, metavar="BYTES",
                    help="largest gRPC message received or sent; larger ones fail with RESOURCE_EXHAUSTED "
                         f"(default: {MAX_MESSAGE_BYTES})")  # fmt: skip
+    g.add_argument("--grpc-stream-max-inflight", type=_positive, default=None, metavar="N",
+                   help="requests one ModelStreamInfer stream runs at once; past them the stream is not read "
+                        "until one is answered, and its responses wait in a queue of as many (default: 64)")
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return number

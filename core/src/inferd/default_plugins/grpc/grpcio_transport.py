@@ -214,13 +214,12 @@ def _stream(svc: InferenceService) -> Callable[[AsyncIterator[WireRequest], grpc
         except AccessDenied as exc:
             await context.abort(exc.grpc_status, exc.message)
         try:
-            async for item in svc.ModelStreamInfer(requests, grpc_error):
+            async for item in svc.ModelStreamInfer(requests, grpc_error, grant):
                 yield item
+        except AccessDenied as exc:
+            await context.abort(exc.grpc_status, exc.message)
         except InferdError as exc:
             await context.abort(status_of(exc), exc.message)
-        finally:
-            if grant is not None:
-                grant.release()
 
     return handler
 

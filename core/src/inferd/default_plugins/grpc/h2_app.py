@@ -175,22 +175,17 @@ class GrpcApp:
             grant = self.service.open_stream(headers)
         except AccessDenied as exc:
             raise GrpcFailure(exc.grpc_status, exc.message) from None
-        try:
-            await self._stream_calls(grpc_error, receive, reader, reply)
-        finally:
-            if grant is not None:
-                grant.release()
-
-    async def _stream_calls(self, grpc_error: bool, receive: Receive, reader: MessageReader, reply: Reply) -> None:
         requests = StreamRequests(receive, reader)
         try:
-            async for item in self.service.ModelStreamInfer(requests.read(), grpc_error):
+            async for item in self.service.ModelStreamInfer(requests.read(), grpc_error, grant):
                 data = serialize_stream(item)
                 await reply.message([data], len(data))
         except asyncio.CancelledError:
             if requests.disconnected:
                 raise Disconnected from None
             raise
+        except AccessDenied as exc:
+            raise GrpcFailure(exc.grpc_status, exc.message) from None
         except InferdError as exc:
             raise GrpcFailure(status_of(exc), exc.message) from None
         if requests.failure is not None:

@@ -122,8 +122,25 @@ class UnaryCall:
         self.body = bytearray()
         self.more_body = not event.end_stream
         self.message_event = asyncio.Event()
-        self.disconnected = False
+        self._disconnected = False
+        #: The task running the RPC, while it runs: a client that goes away cancels it.
+        self._task: asyncio.Task[None] | None = None
         self.response_complete = False
+
+    @property
+    def disconnected(self) -> bool:
+        return self._disconnected
+
+    @disconnected.setter
+    def disconnected(self, value: bool) -> None:
+        """The protocol sets it when the client resets the stream or the connection goes: the
+        RPC running, if any, is cancelled (its request leaves the model's queue, its tenant's slot
+        goes back at once)."""
+        self._disconnected = value
+        task = self._task
+        if value and task is not None:
+            self._task = None
+            task.cancel()
 
     async def run(self, on_done: Callable[[int], None]) -> None:
         """Read the message, run the RPC, answer; ``on_done(stream_id)`` at the end, always."""
@@ -137,12 +154,18 @@ class UnaryCall:
             if body is None:
                 return
             try:
+                self._task = asyncio.current_task()
                 parts, size = await self.method(self._message(body), self.headers_for_access)
+                self._task = None
                 if size > self.max_message_bytes:
                     raise GrpcFailure(
                         grpc.StatusCode.RESOURCE_EXHAUSTED,
                         f"Sent message larger than max ({size} vs. {self.max_message_bytes})",
                     )
+            except asyncio.CancelledError:
+                if self._disconnected:
+                    return  # the client went away: nothing to answer
+                raise
             except GrpcFailure as exc:
                 await self._answer(None, exc.status, exc.message)
             except InferdError as exc:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.protobuf import json_format
 
-from inferd.auth import CURRENT, RPC_GROUPS, ApiGroup, Grant, unknown_model, visible_entries
+from inferd.auth import CURRENT, RPC_GROUPS, AccessDenied, ApiGroup, Grant, unknown_model, visible_entries
 from inferd.default_plugins.grpc import grpc_service_pb2 as pb
 from inferd.default_plugins.grpc import health_pb2
 from inferd.default_plugins.grpc.codec import (
@@ -74,6 +74,8 @@ UNARY: tuple[tuple[str, Any, Any], ...] = (
 
 _DONE = object()
 _CLOSING = object()
+#: Requests one ModelStreamInfer call runs at once (``--grpc-stream-max-inflight``'s default).
+STREAM_MAX_INFLIGHT = 64
 #: The field of each RPC's request that names a model (ModelInfer's is in ``WireRequest.message``).
 MODEL_FIELD = {"ModelReady": "name", "ModelMetadata": "name", "ModelConfig": "name", "ModelStatistics": "name",
                "RepositoryModelLoad": "model_name", "RepositoryModelUnload": "model_name",
@@ -115,9 +117,11 @@ def _check_seen(model: str) -> None:
 class InferenceService:
     """One method per RPC; each takes the request message and returns the response message."""
 
-    def __init__(self, dataplane: DataPlane) -> None:
-        """``dataplane`` answers every RPC; nothing here knows the transport."""
+    def __init__(self, dataplane: DataPlane, stream_max_inflight: int = STREAM_MAX_INFLIGHT) -> None:
+        """``dataplane`` answers every RPC; nothing here knows the transport. A stream holds at
+        most ``stream_max_inflight`` requests in flight (and as many responses not yet sent)."""
         self.dp = dataplane
+        self.stream_max_inflight = stream_max_inflight
         #: The server's shared-memory regions (the shared-memory extensions).
         self.shm = dataplane.shared_memory
         self.regions = dataplane.shared_memory.regions
@@ -148,11 +152,11 @@ class InferenceService:
         return pb.RepositoryModelUnloadResponse()  # unloading an unknown model succeeds
 
     def open_stream(self, metadata: Mapping[str, str]) -> Grant | None:
-        """Admit a ModelStreamInfer call (one request of its tenant, held while it is open); its
-        requests are checked model by model. None without a policy."""
+        """Admit a ModelStreamInfer call (its key and API group; None without a policy). Its
+        requests are checked model by model, and each holds a slot of the tenant while it runs."""
         if self.policy is None:
             return None
-        grant = self.policy.admit(ApiGroup.INFERENCE, "", metadata)
+        grant = self.policy.admit(ApiGroup.INFERENCE, "", metadata, slot=False)
         CURRENT.set(grant)
         return grant
 
@@ -206,13 +210,18 @@ class InferenceService:
         sinks.write(response)
         return encode_response(response, in_regions=sinks)
 
-    async def stream_one(self, wire: WireRequest, put: Callable[[Any], None]) -> None:
-        """Every response of one stream request, in order, through ``put``; errors included."""
+    async def stream_one(
+        self, wire: WireRequest, put: Callable[[Any], Awaitable[None]], grant: Grant | None = None
+    ) -> None:
+        """Every response of one stream request, in order, through ``put``; errors included.
+        With ``grant`` (the stream's), the request holds a slot of its tenant while it runs."""
         infer_request: InferRequest | None = None
+        held: Grant | None = None
         try:
             infer_request = self.plans.decode(wire, self.regions)
-            if self.policy is not None:
+            if grant is not None and self.policy is not None:
                 _check_seen(infer_request.model_name)
+                held = self.policy.hold(grant)
             sinks = bind_outputs(infer_request, self.regions) if infer_request.outputs else None
             info = self.dp.resolve(infer_request.model_name, infer_request.model_version)
             decoupled = info.decoupled
@@ -220,46 +229,68 @@ class InferenceService:
             ended = False
             async for item in self.dp.stream(infer_request, info):
                 if isinstance(item, InferdError):
-                    put((item, infer_request))
+                    await put((item, infer_request))
                     continue
                 version = item.model_version
                 ended = item.final or not decoupled
                 if sinks is not None:
                     sinks.write(item)
-                put(encode_response(item, final=ended, in_regions=sinks or ()))
+                await put(encode_response(item, final=ended, in_regions=sinks or ()))
             if decoupled and not ended and infer_request.parameters.get(ENABLE_EMPTY_FINAL) is True:
-                put(final_empty_response(infer_request, version))
-        except InferdError as exc:
-            put((exc, infer_request))
+                await put(final_empty_response(infer_request, version))
+        except (InferdError, AccessDenied) as exc:
+            await put((exc, infer_request))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             rid = infer_request.id if infer_request is not None else ""
             log.exception("stream request %r failed", rid)
-            put((InferdError(f"internal error: {type(exc).__name__}: {exc}", ErrorKind.INTERNAL), infer_request))
+            await put((InferdError(f"internal error: {type(exc).__name__}: {exc}", ErrorKind.INTERNAL), infer_request))
+        finally:
+            if held is not None:
+                held.release()
 
     async def ModelStreamInfer(
-        self, requests: AsyncIterator[WireRequest], grpc_error: bool
+        self, requests: AsyncIterator[WireRequest], grpc_error: bool, grant: Grant | None = None
     ) -> AsyncIterator[WireResponse | pb.ModelStreamInferResponse]:
         """Requests of one stream run concurrently; the responses of each come in order.
 
+        At most :attr:`stream_max_inflight` requests run at once: the next message is read only
+        once one of them is answered. Responses wait for the transport in a queue of as many; a
+        client that reads none holds back its requests, then its reading. ``grant`` (the stream's,
+        from :meth:`open_stream`) gives each request a slot of its tenant while it runs.
+
         An error is a response carrying it (the stream goes on), or with ``grpc_error`` (Triton's
-        ``triton_grpc_error`` header) the :class:`InferdError` raised: the transport ends the
-        stream with its status.
+        ``triton_grpc_error`` header) the :class:`InferdError` (or ``AccessDenied``) raised: the
+        transport ends the stream with its status.
         """
-        queue: asyncio.Queue[Any] = asyncio.Queue()
+        queue: asyncio.Queue[Any] = asyncio.Queue()  # bounded by ``room``; the sentinels need none
+        room = asyncio.Semaphore(self.stream_max_inflight)
+        slots = asyncio.Semaphore(self.stream_max_inflight)
         tasks: set[asyncio.Task[None]] = set()
         state = {"reading": True}
 
+        async def put(item: Any) -> None:
+            await room.acquire()
+            queue.put_nowait(item)
+
         def task_done(task: asyncio.Task[None]) -> None:
             tasks.discard(task)
+            slots.release()
             if not tasks and not state["reading"]:
                 queue.put_nowait(_DONE)
 
         async def read() -> None:
+            messages = aiter(requests)
             try:
-                async for wire in requests:
-                    task = asyncio.ensure_future(self.stream_one(wire, queue.put_nowait))
+                while True:
+                    await slots.acquire()  # a free slot first: past the cap, the stream is not read
+                    try:
+                        wire = await anext(messages)
+                    except StopAsyncIteration:
+                        slots.release()
+                        return
+                    task = asyncio.ensure_future(self.stream_one(wire, put, grant))
                     tasks.add(task)
                     task.add_done_callback(task_done)
             finally:
@@ -277,6 +308,7 @@ class InferenceService:
                 if item is _CLOSING:
                     reader.cancel()
                     continue
+                room.release()
                 if isinstance(item, tuple):
                     exc, infer_request = item
                     if grpc_error:

@@ -1,0 +1,182 @@
+"""A hung model is recoverable: a client that times out or goes away frees its request (it leaves
+the queue, a Python model sees ``is_cancelled()``, its tenant's slot goes back at once), and an
+unload of a model whose ``execute`` never returns completes after ``--model-unload-timeout-secs``
+(the instance is abandoned), so a reload can serve again.
+
+Against a real ``inferd serve``: HTTP, and gRPC on both transports (h2, grpcio).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from inferd.testing import ServerProcess, write_repository
+from tests.e2e import models
+
+# Waits SECONDS, or until its request is cancelled (Triton's request.is_cancelled()).
+PATIENT_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "SECONDS" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "CANCELLED" data_type: TYPE_BOOL dims: [ 1 ] } ]
+"""
+PATIENT_PY = """
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            end = time.monotonic() + float(pb_utils.get_input_tensor_by_name(r, "SECONDS").as_numpy()[0])
+            while time.monotonic() < end and not r.is_cancelled():
+                time.sleep(0.02)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("CANCELLED", np.array([r.is_cancelled()]))]))
+        return out
+"""
+# X = 1: execute never returns (it first creates the file MARKER); X = 0: answers at once.
+STUCK_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+STUCK_PY = """
+import pathlib, threading
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        x = pb_utils.get_input_tensor_by_name(requests[0], "X").as_numpy()
+        if x[0] == 1:
+            pathlib.Path({marker!r}).touch()
+            threading.Event().wait()
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", x)])]
+"""
+
+ONE = {"authorization": "Bearer one-key"}
+ADMIN = {"authorization": "Bearer admin-key"}
+UNLOAD_TIMEOUT = 2
+
+
+def _sha(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@pytest.fixture(scope="module", params=["h2", "grpcio"])
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp(f"hung-{request.param}")
+    repo = write_repository(root / "models", {
+        "add_sub": models.add_sub(),
+        "patient": {"config.pbtxt": PATIENT_CONFIG, "1/model.py": PATIENT_PY},
+        "stuck": {"config.pbtxt": STUCK_CONFIG, "1/model.py": STUCK_PY.format(marker=str(root / "executing"))},
+    })  # fmt: skip
+    tenants = {"one": {"keys": [_sha("one-key")], "concurrency": 1},
+               "admin": {"keys": [_sha("admin-key")], "apis": ["health", "metadata", "inference", "model-repository"]}}
+    (root / "auth.json").write_text(json.dumps({"tenants": tenants}))
+    proc = ServerProcess([repo], [
+        f"--grpc-transport={request.param}", f"--auth-config={root / 'auth.json'}", "--model-control-mode=explicit",
+        "--load-model=*", f"--model-unload-timeout-secs={UNLOAD_TIMEOUT}", "--exit-timeout-secs=5",
+    ]).start()  # fmt: skip
+    yield proc
+    proc.stop()
+
+
+def _post(server: ServerProcess, path: str, body: dict, headers: dict[str, str], timeout: float) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection(server.http_url, timeout=timeout)
+    try:
+        conn.request("POST", path, body=json.dumps(body), headers=headers)
+        response = conn.getresponse()
+        data = response.read()
+        return response.status, json.loads(data) if data else {}
+    finally:
+        conn.close()
+
+
+def _tensor(name: str, datatype: str, value: float) -> dict:
+    return {"name": name, "shape": [1], "datatype": datatype, "data": [value]}
+
+
+def _add_sub_body() -> dict:
+    data = {"shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}
+    return {"inputs": [{"name": "INPUT0", **data}, {"name": "INPUT1", **data}]}
+
+
+def _time_out_on_patient(server: ServerProcess, protocol: str) -> None:
+    """A request of tenant 'one' to ``patient`` (10 minutes) whose client gives up after 1 s."""
+    if protocol == "http":
+        with pytest.raises(TimeoutError):  # the client closes the connection
+            _post(server, "/v2/models/patient/infer", {"inputs": [_tensor("SECONDS", "FP32", 600)]}, ONE, 1.0)
+        return
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    seconds = grpcclient.InferInput("SECONDS", [1], "FP32")
+    seconds.set_data_from_numpy(np.array([600], np.float32))
+    with pytest.raises(InferenceServerException, match="Deadline"):
+        client.infer("patient", [seconds], headers=ONE, client_timeout=1.0)
+    client.close()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_client_that_gives_up_frees_its_slot_and_the_model(server, protocol):
+    _time_out_on_patient(server, protocol)
+    # The tenant's one slot is free again: its next request is served, not refused with 429.
+    deadline, status = time.monotonic() + 10, 0
+    while time.monotonic() < deadline:
+        status, _ = _post(server, "/v2/models/add_sub/infer", _add_sub_body(), ONE, 10)
+        if status != 429:
+            break
+        time.sleep(0.2)
+    assert status == 200, f"tenant 'one' still refused ({status}) after its only request's client gave up"
+    # The request was cancelled: the model saw is_cancelled() and gave its instance back.
+    status, body = _post(server, "/v2/models/patient/infer", {"inputs": [_tensor("SECONDS", "FP32", 0)]}, ONE, 10)
+    assert status == 200, body
+    assert body["outputs"][0]["data"] == [False]
+
+
+def test_unloading_a_model_stuck_in_execute_completes_and_a_reload_serves(server):
+    marker = server.repositories[0].parent / "executing"
+    stuck: dict[str, object] = {}
+
+    def call() -> None:
+        stuck["answer"] = _post(server, "/v2/models/stuck/infer", {"inputs": [_tensor("X", "INT32", 1)]}, ADMIN, 60)
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    deadline = time.monotonic() + 30
+    while not marker.exists():
+        assert time.monotonic() < deadline, "the stuck model never started executing"
+        time.sleep(0.05)
+
+    started = time.monotonic()
+    try:
+        status, body = _post(server, "/v2/repository/models/stuck/unload", {}, ADMIN, 30)
+    except TimeoutError:
+        pytest.fail(f"unloading a model stuck in execute did not finish in 30 s (--model-unload-timeout-secs "
+                    f"is {UNLOAD_TIMEOUT})")  # fmt: skip
+    took = time.monotonic() - started
+    assert status == 200, body
+    assert took < UNLOAD_TIMEOUT + 15, took
+    # The request stuck in the abandoned instance is answered (UNAVAILABLE), not left hanging.
+    caller.join(15)
+    assert not caller.is_alive(), "the stuck request was never answered"
+    code, answer = stuck["answer"]  # type: ignore[misc]
+    assert code == 503 and "unloading" in answer["error"], answer
+    assert "abandoned" in server.log() and "'stuck'" in server.log()
+
+    status, body = _post(server, "/v2/repository/models/stuck/load", {}, ADMIN, 60)
+    assert status == 200, body
+    status, body = _post(server, "/v2/models/stuck/infer", {"inputs": [_tensor("X", "INT32", 0)]}, ADMIN, 30)
+    assert status == 200, body
+    assert body["outputs"][0]["data"] == [0]
+    marker.unlink()
