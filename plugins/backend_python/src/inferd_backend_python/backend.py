@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from inferd.backend import RESCHEDULE, Backend, Instance, InstanceSpec, Model, ModelLoadContext
-from inferd.errors import ErrorKind, InferdError, InternalError, InvalidArgument, Unsupported
+from inferd.errors import ErrorKind, InferdError, InternalError, InvalidArgument, NotFound, Unsupported
 from inferd.metric_sources import SOURCES
 from inferd.types import InferRequest, InferResponse
 from inferd_backend_python.loader import check_model_class, forget_package, import_model_file
@@ -61,6 +61,8 @@ class PythonBackend(Backend):
         if not path.is_file():
             return  # load_model reports the missing file
         name = config.name or model_dir.name
+        if _isolated_autocomplete(config, model_dir, path, name, version_dir.name):
+            return
         module = import_model_file(name, version_dir.name, path, model_dir)
         try:
             hook = getattr(module.TritonPythonModel, "auto_complete_config", None)
@@ -72,8 +74,39 @@ class PythonBackend(Backend):
     def load_model(self, context: ModelLoadContext) -> Model:
         filename = context.config.default_model_filename or _DEFAULT_FILENAME
         path = context.version_dir / filename
+        from inferd_backend_python.isolated import ProcessModel, isolation_settings
+
+        settings = isolation_settings(context.config, context.model_dir, context.name)
+        if settings is not None:
+            if not path.is_file():
+                raise NotFound(
+                    f"model '{context.name}' version {context.version}: Python model file not found in '{path}'"
+                )
+            return ProcessModel(context, path, settings)
         module = import_model_file(context.name, context.version, path, context.model_dir)
         return PythonModel(context, module, path)
+
+
+def _isolated_autocomplete(config: Any, model_dir: Path, path: Path, name: str, version: str) -> bool:
+    """For an isolated model, run ``auto_complete_config`` in a stub (the model may import packages only
+    its environment has). False for an in-process model."""
+    from inferd_backend_python import isolated
+
+    settings = isolated.isolation_settings(config, model_dir, name)
+    if settings is None:
+        return False
+    if "auto_complete_config" not in path.read_text(errors="replace"):
+        return True  # no hook to run: spare a process start
+    from inferd.config import config_from_json, config_to_json
+
+    as_json = config_to_json(config)
+    if not as_json.get("name"):
+        as_json["name"] = name
+    launcher = isolated.Launcher.for_settings(settings, f"model '{name}'")
+    completed = isolated.autocomplete(launcher, as_json, name, path, model_dir, version)
+    if completed is not None:
+        config.CopyFrom(config_from_json(completed, f"{path} (auto_complete_config)"))
+    return True
 
 
 def _highest_version_dir(model_dir: Path, filename: str) -> Path | None:
@@ -90,6 +123,12 @@ def _complete(config: Any, hook: Any, name: str, path: Path, model_dir: Path) ->
     if not as_json.get("name"):
         as_json["name"] = name
     bind(ModelBinding(name, "", model_dir, False))
+    completed = run_auto_complete(as_json, hook, name, path)
+    config.CopyFrom(config_from_json(completed, f"{path} (auto_complete_config)"))
+
+
+def run_auto_complete(as_json: dict[str, Any], hook: Any, name: str, path: Path | str) -> dict[str, Any]:
+    """The config (JSON form) ``TritonPythonModel.auto_complete_config`` makes of ``as_json``."""
     try:
         result = hook(PbModelConfig(as_json))
     except ValueError as exc:
@@ -102,7 +141,27 @@ def _complete(config: Any, hook: Any, name: str, path: Path, model_dir: Path) ->
         raise InvalidArgument(
             f"auto_complete_config function in model '{name}' must return a valid pb.ModelConfig object."
         )
-    config.CopyFrom(config_from_json(result.as_dict(), f"{path} (auto_complete_config)"))
+    return result.as_dict()
+
+
+def start_model_object(cls: type, args: dict[str, str], binding: ModelBinding, path: Path | str) -> Any:
+    """A ``TritonPythonModel`` object, ``initialize``d with Triton's ``args``; errors name the instance."""
+    bind(binding)
+    instance = args["model_instance_name"]
+    try:
+        model = cls()
+        initialize = getattr(model, "initialize", None)
+        if initialize is not None:
+            result = initialize(args)
+            if inspect.iscoroutine(result):
+                asyncio.run(result)
+    except Exception as exc:
+        _log.exception("model '%s' instance '%s': initialize failed", binding.model_name, instance)
+        raise InternalError(
+            f"model '{binding.model_name}' instance '{instance}': initialize in '{path}' failed: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    return model
 
 
 class PythonModel(Model):
@@ -129,41 +188,33 @@ class PythonModel(Model):
         }
 
     def create_instance(self, spec: InstanceSpec) -> Instance:
-        args = dict(self._args)
-        args["model_instance_kind"] = spec.kind.removeprefix("KIND_")
-        args["model_instance_name"] = spec.name
-        args["model_instance_device_id"] = str(spec.device_id)
-        bind(self.binding)
-        try:
-            model = self._class()
-            initialize = getattr(model, "initialize", None)
-            if initialize is not None:
-                result = initialize(args)
-                if inspect.iscoroutine(result):
-                    asyncio.run(result)
-        except Exception as exc:
-            _log.exception("model '%s' instance '%s': initialize failed", self.name, spec.name)
-            raise InternalError(
-                f"model '{self.name}' instance '{spec.name}': initialize in '{self.path}' failed: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        return PythonInstance(self, model, spec.name)
+        args = instance_args(self._args, spec)
+        model = start_model_object(self._class, args, self.binding, self.path)
+        return PythonInstance(self.binding, self.iterative, model, spec.name)
 
     def unload(self) -> None:
         FAMILIES.model_unloaded(self.binding)
         forget_package(self._module.__name__.rpartition(".")[0])
 
 
+def instance_args(base: dict[str, str], spec: InstanceSpec) -> dict[str, str]:
+    """Triton's ``initialize`` args for one instance: the model's, with the instance's own."""
+    args = dict(base)
+    args["model_instance_kind"] = spec.kind.removeprefix("KIND_")
+    args["model_instance_name"] = spec.name
+    args["model_instance_device_id"] = str(spec.device_id)
+    return args
+
+
 class PythonInstance(Instance):
     """One ``TritonPythonModel`` object; ``execute`` runs the model's ``execute`` on a batch."""
 
-    def __init__(self, model: PythonModel, obj: Any, name: str) -> None:
-        self._model = model
+    def __init__(self, binding: ModelBinding, iterative: bool, obj: Any, name: str) -> None:
         self._obj = obj
         self._execute = obj.execute
-        self._binding = model.binding
-        self._decoupled = model.binding.decoupled
-        self._iterative = model.iterative
+        self._binding = binding
+        self._decoupled = binding.decoupled
+        self._iterative = iterative
         self.name = name
         self._loop: _LoopThread | None = None
 
