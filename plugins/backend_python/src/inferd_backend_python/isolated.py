@@ -504,6 +504,8 @@ class Stub:
             self._started.set()
             return
         self._finalized.set()
+        kind = _cause_kind(code, kind)
+        owner.stub_died(self, cause, kind)  # first: once a client hears of the crash, the model says so
         if self.owner.closing:
             error: InferdError = Unavailable(f"{owner.label} was unloaded while the request ran")
         else:
@@ -519,7 +521,6 @@ class Stub:
                 sender = batch.requests[index].response_sender
                 if sender is not None:
                     sender(error, True)
-        owner.stub_died(self, cause, _cause_kind(code, kind))
 
     def finalize(self) -> None:
         """Ask the stub to run ``finalize`` and exit; kill it if it takes too long."""
