@@ -76,6 +76,29 @@ parameters { key: "EXECUTE_TIMEOUT_SECS" value: { string_value: "2" } }
 parameters { key: "RESTART_LIMIT" value: { string_value: "20" } }
 """
 )
+# Isolated identity for FP32 and BYTES tensors of any size (small ones cross a shared ring, large ones a
+# shared-memory file of their own).
+IDENTITY_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "F" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "S" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "F" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "S" data_type: TYPE_STRING dims: [ -1 ] },
+         { name: "SUM" data_type: TYPE_FP64 dims: [ 1 ] } ]
+"""
+IDENTITY_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            f = pb_utils.get_input_tensor_by_name(r, "F").as_numpy()
+            s = pb_utils.get_input_tensor_by_name(r, "S").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("F", f), pb_utils.Tensor("S", s),
+                                                   pb_utils.Tensor("SUM", np.array([f.sum(dtype=np.float64)]))]))
+        return out
+"""
 LOOP_PY = """
 import ctypes
 
@@ -95,6 +118,7 @@ def server(tmp_path_factory):
             "healthy_iso": {"config.pbtxt": ECHO_CONFIG + PROCESS, "1/model.py": ECHO_PY},
             "boom": {"config.pbtxt": ECHO_CONFIG + BOOM_PARAMS, "1/model.py": BOOM_PY},
             "loop": {"config.pbtxt": ECHO_CONFIG + LOOP_PARAMS, "1/model.py": LOOP_PY},
+            "identity": {"config.pbtxt": IDENTITY_CONFIG + PROCESS, "1/model.py": IDENTITY_PY},
         },
     )
     srv = ServerProcess([repo]).start()
@@ -148,6 +172,20 @@ class _Load:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
+
+
+@pytest.mark.parametrize("size", [0, 3, 50_000, 2_000_000])
+def test_tensors_of_every_size_cross_both_ways_intact(server, size):
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
+    f = np.random.default_rng(size).standard_normal(size).astype(np.float32)
+    s = np.array([b"x" * (i % 7) + bytes([i % 256]) for i in range(max(1, size // 1000))], np.object_)
+    inputs = [httpclient.InferInput("F", [size], "FP32"), httpclient.InferInput("S", [len(s)], "BYTES")]
+    inputs[0].set_data_from_numpy(f)
+    inputs[1].set_data_from_numpy(s)
+    result = client.infer("identity", inputs)
+    np.testing.assert_array_equal(result.as_numpy("F"), f)
+    assert result.as_numpy("S").tolist() == s.tolist()
+    assert result.as_numpy("SUM")[0] == pytest.approx(float(f.sum(dtype=np.float64)))
 
 
 CRASHES = [
