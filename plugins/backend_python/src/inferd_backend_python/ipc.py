@@ -2,12 +2,14 @@
 
 Control messages travel over a ``SOCK_SEQPACKET`` socket pair: each message is one
 ``marshal``-encoded ``(kind, body)`` tuple (plain data only; ``marshal`` never runs code).
-Tensor bytes never go through the socket: the sender copies a message's tensors into one fresh
-anonymous shared-memory file (``memfd_create``; a ``/dev/shm`` file opened with ``O_EXCL |
-O_NOFOLLOW`` and unlinked at once where memfd is missing) and passes its descriptor with the
-message (``SCM_RIGHTS``). The receiver maps it and builds numpy views on it, so the arrays are the
-mapping: it is unmapped when the last array over it is dropped. No name is ever left in
-``/dev/shm`` and ``multiprocessing``'s resource tracker is not involved.
+Tensor bytes never go through the socket: the sender copies a message's tensors into a
+:class:`Ring` of shared memory both sides mapped at start (one per direction), and the receiver's
+numpy arrays are views of it; the room is reused once the receiver dropped them. A block too
+large for the ring (or sent while it is full) goes into a fresh anonymous shared-memory file
+(``memfd_create``; a ``/dev/shm`` file opened with ``O_EXCL | O_NOFOLLOW`` and unlinked at once
+where memfd is missing) whose descriptor travels with the message (``SCM_RIGHTS``); the receiver's
+arrays then view that mapping. No name is ever left in ``/dev/shm`` and ``multiprocessing``'s
+resource tracker is not involved.
 
 This module imports only the standard library and numpy: the stub of a model with its own
 ``EXECUTION_ENV_PATH`` interpreter imports it too.
@@ -15,6 +17,8 @@ This module imports only the standard library and numpy: the stub of a model wit
 
 from __future__ import annotations
 
+import collections
+import ctypes
 import marshal
 import mmap
 import os
@@ -22,6 +26,7 @@ import secrets
 import socket
 import struct
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,6 +57,9 @@ _ALIGN = 64
 _LENGTH = struct.Struct("<I")
 
 _BYTES = "BYTES"
+
+#: A received message's tensor block: a buffer object over the ring, a mapped file, or None.
+Block = Any
 
 
 def _align(n: int) -> int:
@@ -154,23 +162,29 @@ class Tensors:
 
 
 class Ring:
-    """A shared-memory ring for the small tensor blocks one side sends the other.
+    """A shared-memory ring for the tensor blocks one side sends the other, mapped once by both.
 
-    The writer copies a block in and names it in the message; the reader copies it out (a
-    ``bytes`` the arrays then view) as it receives the message and moves the shared read position
-    on, so the room is free again. Blocks that do not fit get a shared-memory file of their own.
+    The writer copies a block in at its write position and names it in the message. The reader's
+    arrays are views of the ring: the block stays reserved until the last of them is dropped
+    (a finalizer on the block's buffer object), then the shared read position moves past every
+    block released in order, and the writer may reuse the room. Pages of the ring are allocated
+    once, on first use: a fresh shared-memory file per message costs a page fault per 4 KiB.
+    A block that does not fit (too large, or the ring is full of blocks still held) gets a
+    shared-memory file of its own.
     """
 
     HEADER = 64
-    SIZE = 4 * 1024 * 1024
-    #: Blocks up to this size go through the ring; larger ones (or when it is full) get their own file.
-    BLOCK_LIMIT = 256 * 1024
+    SIZE = 32 * 1024 * 1024
+    #: Blocks up to this size go through the ring; larger ones get a file of their own.
+    BLOCK_LIMIT = SIZE // 4
     _POSITION = struct.Struct("<Q")
 
     def __init__(self, fd: int, size: int) -> None:
         self.mm = mmap.mmap(fd, size)
         self.capacity = size - self.HEADER
-        self.head = 0  # writer: bytes written so far (logical)
+        self.head = 0  # writer: bytes handed out so far (logical, never wraps)
+        self._held: collections.deque[list[int]] = collections.deque()  # reader: [end, released] in order
+        self._lock = threading.RLock()  # a finalizer may run inside take (garbage collection)
 
     @classmethod
     def create(cls, size: int = SIZE) -> tuple[Ring, int]:
@@ -179,36 +193,48 @@ class Ring:
         return cls(fd, size), fd
 
     def put(self, tensors: Tensors) -> tuple[int, int, int] | None:
-        """Copy the block in: (offset, size, new head) for the message, or None when it does not fit."""
+        """Copy the block in: (offset, size, end) for the message, or None when it does not fit."""
         size = tensors.size
         if size > self.BLOCK_LIMIT:
             return None
         pos = self.head % self.capacity
         pad = self.capacity - pos if pos + size > self.capacity else 0
-        (tail,) = self._POSITION.unpack_from(self.mm, 0)
-        if self.capacity - (self.head - tail) < pad + size:
+        (released,) = self._POSITION.unpack_from(self.mm, 0)
+        if self.capacity - (self.head - released) < pad + size:
             return None
         base = self.HEADER + (0 if pad else pos)
         tensors.fill(self.mm, base)
         self.head += pad + size
         return base, size, self.head
 
-    def take(self, where: tuple[int, int, int]) -> bytes:
-        """Copy a block out and free its room."""
-        base, size, head = where
-        data = self.mm[base : base + size]
-        self._POSITION.pack_into(self.mm, 0, head)
-        return data
+    def take(self, where: tuple[int, int, int]) -> Any:
+        """The block as a buffer object over the ring; its room is freed once nothing refers to it."""
+        base, size, end = where
+        owner = (ctypes.c_char * size).from_buffer(self.mm, base)
+        entry = [end, 0]
+        with self._lock:
+            self._held.append(entry)
+        weakref.finalize(owner, self._release, entry)
+        return owner
+
+    def _release(self, entry: list[int]) -> None:
+        with self._lock:
+            entry[1] = 1
+            end = None
+            while self._held and self._held[0][1]:
+                end = self._held.popleft()[0]
+            if end is not None:
+                self._POSITION.pack_into(self.mm, 0, end)
 
 
-def view(desc: Sequence[Any], block: mmap.mmap | bytes | None, dtypes: dict[str, np.dtype]) -> np.ndarray:
+def view(desc: Sequence[Any], block: Block, dtypes: dict[str, np.dtype]) -> np.ndarray:
     """The array a descriptor from :meth:`Tensors.add` names: a view of ``block`` (BYTES: decoded)."""
     datatype, shape, offset, nbytes = desc
     shape = tuple(shape)
     if datatype == _BYTES:
         if not nbytes:
             return np.empty(shape, dtype=np.object_)
-        return _deserialize_bytes(memoryview(block)[offset : offset + nbytes], shape)
+        return _deserialize_bytes(memoryview(block).cast("B")[offset : offset + nbytes], shape)
     dtype = dtypes[datatype]
     if not nbytes:
         return np.empty(shape, dtype=dtype)
@@ -252,7 +278,7 @@ class Channel:
             for f in fds:
                 os.close(f)
 
-    def recv(self) -> tuple[int, Any, mmap.mmap | bytes | None] | None:
+    def recv(self) -> tuple[int, Any, Any] | None:
         """The next message: (kind, body, its tensor block or None); None once the other end is gone."""
         try:
             data, fds, _, _ = socket.recv_fds(self.sock, _RECV_SIZE, _MAX_FDS)
@@ -269,7 +295,7 @@ class Channel:
                     kind, body, where = marshal.loads(mm[:])
                 os.close(fds.pop(0))
             if where is not None:
-                block: mmap.mmap | bytes | None = self._in.take(where)
+                block: Any = self._in.take(where)
             else:
                 block = mmap.mmap(fds[0], 0) if fds else None
         finally:

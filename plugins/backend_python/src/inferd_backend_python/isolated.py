@@ -16,7 +16,6 @@ import collections
 import itertools
 import json
 import logging
-import mmap
 import os
 import re
 import signal
@@ -360,7 +359,7 @@ class Stub:
             del message, body, block
         self._died()
 
-    def _dispatch(self, kind: int, body: Any, block: mmap.mmap | bytes | None) -> None:
+    def _dispatch(self, kind: int, body: Any, block: ipc.Block) -> None:
         if kind == ipc.RESULT:
             self._result(body, block)
         elif kind == ipc.SEND:
@@ -379,7 +378,7 @@ class Stub:
         elif kind == ipc.FINALIZED:
             self._finalized.set()
 
-    def _result(self, body: Any, block: mmap.mmap | bytes | None) -> None:
+    def _result(self, body: Any, block: ipc.Block) -> None:
         batch_id, encoded, rescheduled = body
         with self._lock:
             batch = self._pending.get(batch_id)
@@ -393,7 +392,7 @@ class Stub:
         batch.results = results  # type: ignore[assignment]
         batch.done.set()
 
-    def _send(self, body: Any, block: mmap.mmap | bytes | None) -> None:
+    def _send(self, body: Any, block: ipc.Block) -> None:
         batch_id, index, payload, final = body
         with self._lock:
             batch = self._pending.get(batch_id)
@@ -407,7 +406,7 @@ class Stub:
         if sender is not None:
             sender(decode_outcome(payload, block), final)
 
-    def _bls(self, body: Any, block: mmap.mmap | bytes | None) -> None:
+    def _bls(self, body: Any, block: ipc.Block) -> None:
         """A BLS call of the model: run through the server's in-process path, the reply sent back."""
         call_id, decoupled, item = body
         request = decode_request(item, block)

@@ -7,7 +7,6 @@ the same inferd object with numpy views of that block as its tensors.
 
 from __future__ import annotations
 
-import mmap
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +14,7 @@ import numpy as np
 
 from inferd.errors import ErrorKind, InferdError
 from inferd.types import WIRE_DATATYPES, InferRequest, InferResponse, InferTensor, RequestedOutput, numpy_dtype
-from inferd_backend_python.ipc import Tensors, plain, view
+from inferd_backend_python.ipc import Block, Tensors, plain, view
 
 
 def _dtypes() -> dict[str, np.dtype]:
@@ -44,9 +43,7 @@ def encode_request(request: InferRequest, tensors: Tensors) -> tuple[Any, ...]:
     )
 
 
-def decode_request(
-    item: tuple[Any, ...], block: mmap.mmap | bytes | None, sender: Callable[..., None] | None = None
-) -> InferRequest:
+def decode_request(item: tuple[Any, ...], block: Block, sender: Callable[..., None] | None = None) -> InferRequest:
     name, version, rid, inputs, outputs, params, _ = item
     tensors = {}
     for tname, desc in inputs:
@@ -85,7 +82,7 @@ def encode_outcome(outcome: InferResponse | InferdError | None, tensors: Tensors
     )  # fmt: skip
 
 
-def decode_outcome(item: tuple[Any, ...] | None, block: mmap.mmap | bytes | None) -> InferResponse | InferdError | None:
+def decode_outcome(item: tuple[Any, ...] | None, block: Block) -> InferResponse | InferdError | None:
     if item is None:
         return None
     if item[0] == "e":
