@@ -99,6 +99,19 @@ class TritonPythonModel:
                                                    pb_utils.Tensor("SUM", np.array([f.sum(dtype=np.float64)]))]))
         return out
 """
+# In-process; IN 1 blocks execute for 2.5 s, past its 1 s EXECUTE_WARN_SECS.
+SLOW_PY = """
+import time
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        if int(pb_utils.get_input_tensor_by_name(requests[0], "IN").as_numpy()[0]) == 1:
+            time.sleep(2.5)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN")
+                .as_numpy() + 1)]) for r in requests]
+"""
+SLOW_PARAMS = 'parameters { key: "EXECUTE_WARN_SECS" value: { string_value: "1" } }\n'
 LOOP_PY = """
 import ctypes
 
@@ -118,6 +131,7 @@ def server(tmp_path_factory):
             "healthy_iso": {"config.pbtxt": ECHO_CONFIG + PROCESS, "1/model.py": ECHO_PY},
             "boom": {"config.pbtxt": ECHO_CONFIG + BOOM_PARAMS, "1/model.py": BOOM_PY},
             "loop": {"config.pbtxt": ECHO_CONFIG + LOOP_PARAMS, "1/model.py": LOOP_PY},
+            "slow": {"config.pbtxt": ECHO_CONFIG + SLOW_PARAMS, "1/model.py": SLOW_PY},
             "identity": {"config.pbtxt": IDENTITY_CONFIG + PROCESS, "1/model.py": IDENTITY_PY},
         },
     )
@@ -286,3 +300,16 @@ def test_metrics_count_crashes_by_cause_and_restarts(server):
     assert value("inferd_python_stub_crashes_total", model="loop", cause="signal") == 2
     assert value("inferd_python_stub_restarts_total", **boom) >= 4
     assert value("inferd_python_stub_rss_bytes", model="healthy_iso") > 1_000_000
+
+
+def test_a_long_in_process_execute_is_reported_once_with_the_model_and_duration(server):
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
+    assert _infer(client, "slow", 0) == 1
+    assert "model 'slow' instance 'slow_0': execute has been running" not in server.log()
+    assert _infer(client, "slow", 1) == 2
+    deadline = time.monotonic() + 10
+    while "model 'slow' instance 'slow_0': execute has been running for" not in server.log():
+        assert time.monotonic() < deadline, server.log()[-2000:]
+        time.sleep(0.1)
+    assert server.log().count("model 'slow' instance 'slow_0': execute has been running for") == 1
+    assert "(EXECUTE_WARN_SECS 1)" in server.log()

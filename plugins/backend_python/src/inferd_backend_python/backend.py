@@ -12,6 +12,8 @@ import inspect
 import json
 import logging
 import threading
+import time
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -180,6 +182,7 @@ class PythonModel(Model):
         FAMILIES.model_loaded(self.binding)
         #: ``sequence_batching { iterative_sequence: true }``: requests may be rescheduled.
         self.iterative = bool(context.config.sequence_batching.iterative_sequence)
+        self.warn_after = _warn_after(context.config, self.name)
         self._args = {
             "model_config": json.dumps(config_to_json(context.config)),
             "model_repository": str(context.model_dir),
@@ -190,7 +193,11 @@ class PythonModel(Model):
     def create_instance(self, spec: InstanceSpec) -> Instance:
         args = instance_args(self._args, spec)
         model = start_model_object(self._class, args, self.binding, self.path)
-        return PythonInstance(self.binding, self.iterative, model, spec.name)
+        instance = PythonInstance(self.binding, self.iterative, model, spec.name)
+        if self.warn_after:
+            instance.warn_after = self.warn_after
+            BLOCKED.add(instance)
+        return instance
 
     def unload(self) -> None:
         FAMILIES.model_unloaded(self.binding)
@@ -217,8 +224,19 @@ class PythonInstance(Instance):
         self._iterative = iterative
         self.name = name
         self._loop: _LoopThread | None = None
+        #: When the running ``execute`` started (monotonic s; 0: none runs), for :data:`BLOCKED`.
+        self.since = 0.0
+        self.warned = 0.0
+        self.warn_after = 0.0
 
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        self.since = time.monotonic()
+        try:
+            return self._run(requests)
+        finally:
+            self.since = 0.0
+
+    def _run(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
         binding = self._binding
         bind(binding)
         wrapped = [InferenceRequest._wrap(r, binding) for r in requests]
@@ -345,6 +363,65 @@ class PythonInstance(Instance):
             if self._loop is not None:
                 self._loop.close()
                 self._loop = None
+
+
+#: Seconds an in-process ``execute`` may run before a warning says it is blocking its instance.
+EXECUTE_WARN_SECS = 10.0
+
+
+def _warn_after(config: Any, name: str) -> float:
+    """The model's ``EXECUTE_WARN_SECS`` parameter (0: no warning), or the default."""
+    text = (
+        config.parameters["EXECUTE_WARN_SECS"].string_value.strip() if "EXECUTE_WARN_SECS" in config.parameters else ""
+    )
+    if not text:
+        return EXECUTE_WARN_SECS
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise InvalidArgument(f"model '{name}': parameter EXECUTE_WARN_SECS is '{text}'; expected seconds (0: off)")
+    return value
+
+
+class _BlockedExecutions:
+    """One thread that warns, once per execution, of an in-process ``execute`` running past its
+    model's ``EXECUTE_WARN_SECS``: such a call holds its instance (and an unload or a shutdown
+    waits for it); an in-process model cannot be interrupted, an isolated one can
+    (``EXECUTE_TIMEOUT_SECS``)."""
+
+    def __init__(self) -> None:
+        self._instances: weakref.WeakSet[PythonInstance] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, instance: PythonInstance) -> None:
+        with self._lock:
+            self._instances.add(instance)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="inferd-python-blocked", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(0.5)
+            now = time.monotonic()
+            with self._lock:
+                instances = list(self._instances)
+            for instance in instances:
+                since = instance.since
+                if since and since != instance.warned and now - since >= instance.warn_after:
+                    instance.warned = since
+                    _log.warning(
+                        "model '%s' instance '%s': execute has been running for %.1f s (EXECUTE_WARN_SECS %g); "
+                        "it holds the instance, and unloading the model or stopping the server waits for it. "
+                        "An isolated model (EXECUTION_MODE process) can be stopped with EXECUTE_TIMEOUT_SECS",
+                        instance._binding.model_name, instance.name, now - since, instance.warn_after,
+                    )  # fmt: skip
+
+
+BLOCKED = _BlockedExecutions()
 
 
 class _LoopThread:
