@@ -1,4 +1,4 @@
-"""Python backend BLS against a real ``inferd serve``: ``exec(decoupled=True)``, ``async_exec(decoupled=True)``
+"""Python backend BLS against a real ``inferd serve`` (models in-process and isolated): ``exec(decoupled=True)``, ``async_exec(decoupled=True)``
 and bytes model names, through tritonclient HTTP and gRPC (and a gRPC stream for a decoupled caller).
 
 What each call yields was taken from Triton 2.51 running the same models: every response of the
@@ -168,14 +168,16 @@ class TritonPythonModel:
 """
 
 
-def _model(config: str, code: str) -> dict[str, str]:
-    return {"config.pbtxt": textwrap.dedent(config), "1/model.py": textwrap.dedent(code)}
+@pytest.fixture(scope="module", params=["in_process", "process"])
+def server(request, tmp_path_factory):
+    """Every model in the server process, or each in a stub process of its own (``EXECUTION_MODE``)."""
+    mode = f'parameters {{ key: "EXECUTION_MODE" value: {{ string_value: "{request.param}" }} }}\n'
 
+    def _model(config: str, code: str) -> dict[str, str]:
+        return {"config.pbtxt": textwrap.dedent(config) + mode, "1/model.py": textwrap.dedent(code)}
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
     repo = write_repository(
-        tmp_path_factory.mktemp("pybls") / "models",
+        tmp_path_factory.mktemp(f"pybls-{request.param}") / "models",
         {
             "repeat": _model(REPEAT_CONFIG, REPEAT_PY),
             "times10": _model(TIMES10_CONFIG, TIMES10_PY),

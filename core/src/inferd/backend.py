@@ -138,6 +138,12 @@ class Model(abc.ABC):
     def unload(self) -> None:
         """Release the model after every instance is closed."""
 
+    def not_serving(self) -> str | None:
+        """Why this loaded version cannot serve right now (say, an instance restarting after its
+        process crashed), or None. Model readiness and the repository index (state UNAVAILABLE,
+        this reason) read it; it must be cheap and never block."""
+        return None
+
 
 class Backend(abc.ABC):
     """A framework that can load models; one object per server, made by the registered factory."""

@@ -116,10 +116,10 @@ class DataPlane:
 
     def model_ready(self, name: str, version: str = "") -> bool:
         try:
-            self.table.resolve(name, version)
+            mv = self.table.resolve(name, version)
         except InferdError:
             return False
-        return True
+        return mv.model is None or mv.model.not_serving() is None
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         info = self.resolve(name, version)

@@ -37,8 +37,8 @@ def _version_counts(state: VersionState) -> bool:
 
 def model_is_ready(record: ModelRecord) -> bool:
     """Triton's strict-readiness rule for one model: it has versions, each READY or unloaded."""
-    versions = list(record.versions.values())  # a copy: the loop may write while a thread reads
-    return bool(versions) and all(_version_counts(s) for s in versions)
+    versions = list(record.versions.items())  # a copy: the loop may write while a thread reads
+    return bool(versions) and all(_version_counts(record.current(v, s)) for v, s in versions)
 
 
 def unready_models(records: Iterable[ModelRecord]) -> list[str]:

@@ -33,6 +33,8 @@ class Why(enum.Enum):
     UNLOADED = "unloaded"
     REMOVED = "removed from the repository"
     DEPENDENCY = "unloaded: it calls '{}', which was unloaded"
+    #: Loaded, but its backend says it cannot serve now (``Model.not_serving``).
+    NOT_SERVING = "{}"
 
 
 @dataclass(frozen=True)
@@ -80,9 +82,15 @@ class ModelRecord:
     state: VersionState | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
+    def current(self, version: int, state: VersionState) -> VersionState:
+        """``state`` of ``version``, or UNAVAILABLE while its loaded backend model says it cannot serve."""
+        mv = self.serving.get(version) if state.state is State.READY else None
+        problem = mv.model.not_serving() if mv is not None and mv.model is not None else None
+        return state if problem is None else VersionState(State.UNAVAILABLE, Why.NOT_SERVING, problem)
+
     def index_rows(self) -> list[dict[str, str]]:
         """The model's rows in Triton's repository index: one per known version."""
-        rows = [st.index_row(self.name, str(v)) for v, st in sorted(self.versions.items())]
+        rows = [self.current(v, st).index_row(self.name, str(v)) for v, st in sorted(self.versions.items())]
         if not rows and self.state is not None:
             rows.append(self.state.index_row(self.name, ""))
         return rows or [{"name": self.name}]

@@ -12,6 +12,8 @@ import inspect
 import json
 import logging
 import threading
+import time
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -19,7 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from inferd.backend import RESCHEDULE, Backend, Instance, InstanceSpec, Model, ModelLoadContext
-from inferd.errors import ErrorKind, InferdError, InternalError, InvalidArgument, Unsupported
+from inferd.errors import ErrorKind, InferdError, InternalError, InvalidArgument, NotFound, Unsupported
 from inferd.metric_sources import SOURCES
 from inferd.types import InferRequest, InferResponse
 from inferd_backend_python.loader import check_model_class, forget_package, import_model_file
@@ -61,6 +63,8 @@ class PythonBackend(Backend):
         if not path.is_file():
             return  # load_model reports the missing file
         name = config.name or model_dir.name
+        if _isolated_autocomplete(config, model_dir, path, name, version_dir.name):
+            return
         module = import_model_file(name, version_dir.name, path, model_dir)
         try:
             hook = getattr(module.TritonPythonModel, "auto_complete_config", None)
@@ -72,8 +76,39 @@ class PythonBackend(Backend):
     def load_model(self, context: ModelLoadContext) -> Model:
         filename = context.config.default_model_filename or _DEFAULT_FILENAME
         path = context.version_dir / filename
+        from inferd_backend_python.isolated import ProcessModel, isolation_settings
+
+        settings = isolation_settings(context.config, context.model_dir, context.name)
+        if settings is not None:
+            if not path.is_file():
+                raise NotFound(
+                    f"model '{context.name}' version {context.version}: Python model file not found in '{path}'"
+                )
+            return ProcessModel(context, path, settings)
         module = import_model_file(context.name, context.version, path, context.model_dir)
         return PythonModel(context, module, path)
+
+
+def _isolated_autocomplete(config: Any, model_dir: Path, path: Path, name: str, version: str) -> bool:
+    """For an isolated model, run ``auto_complete_config`` in a stub (the model may import packages only
+    its environment has). False for an in-process model."""
+    from inferd_backend_python import isolated
+
+    settings = isolated.isolation_settings(config, model_dir, name)
+    if settings is None:
+        return False
+    if "auto_complete_config" not in path.read_text(errors="replace"):
+        return True  # no hook to run: spare a process start
+    from inferd.config import config_from_json, config_to_json
+
+    as_json = config_to_json(config)
+    if not as_json.get("name"):
+        as_json["name"] = name
+    launcher = isolated.Launcher.for_settings(settings, f"model '{name}'")
+    completed = isolated.autocomplete(launcher, as_json, name, path, model_dir, version)
+    if completed is not None:
+        config.CopyFrom(config_from_json(completed, f"{path} (auto_complete_config)"))
+    return True
 
 
 def _highest_version_dir(model_dir: Path, filename: str) -> Path | None:
@@ -90,6 +125,12 @@ def _complete(config: Any, hook: Any, name: str, path: Path, model_dir: Path) ->
     if not as_json.get("name"):
         as_json["name"] = name
     bind(ModelBinding(name, "", model_dir, False))
+    completed = run_auto_complete(as_json, hook, name, path)
+    config.CopyFrom(config_from_json(completed, f"{path} (auto_complete_config)"))
+
+
+def run_auto_complete(as_json: dict[str, Any], hook: Any, name: str, path: Path | str) -> dict[str, Any]:
+    """The config (JSON form) ``TritonPythonModel.auto_complete_config`` makes of ``as_json``."""
     try:
         result = hook(PbModelConfig(as_json))
     except ValueError as exc:
@@ -102,7 +143,27 @@ def _complete(config: Any, hook: Any, name: str, path: Path, model_dir: Path) ->
         raise InvalidArgument(
             f"auto_complete_config function in model '{name}' must return a valid pb.ModelConfig object."
         )
-    config.CopyFrom(config_from_json(result.as_dict(), f"{path} (auto_complete_config)"))
+    return result.as_dict()
+
+
+def start_model_object(cls: type, args: dict[str, str], binding: ModelBinding, path: Path | str) -> Any:
+    """A ``TritonPythonModel`` object, ``initialize``d with Triton's ``args``; errors name the instance."""
+    bind(binding)
+    instance = args["model_instance_name"]
+    try:
+        model = cls()
+        initialize = getattr(model, "initialize", None)
+        if initialize is not None:
+            result = initialize(args)
+            if inspect.iscoroutine(result):
+                asyncio.run(result)
+    except Exception as exc:
+        _log.exception("model '%s' instance '%s': initialize failed", binding.model_name, instance)
+        raise InternalError(
+            f"model '{binding.model_name}' instance '{instance}': initialize in '{path}' failed: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    return model
 
 
 class PythonModel(Model):
@@ -121,6 +182,7 @@ class PythonModel(Model):
         FAMILIES.model_loaded(self.binding)
         #: ``sequence_batching { iterative_sequence: true }``: requests may be rescheduled.
         self.iterative = bool(context.config.sequence_batching.iterative_sequence)
+        self.warn_after = _warn_after(context.config, self.name)
         self._args = {
             "model_config": json.dumps(config_to_json(context.config)),
             "model_repository": str(context.model_dir),
@@ -129,45 +191,52 @@ class PythonModel(Model):
         }
 
     def create_instance(self, spec: InstanceSpec) -> Instance:
-        args = dict(self._args)
-        args["model_instance_kind"] = spec.kind.removeprefix("KIND_")
-        args["model_instance_name"] = spec.name
-        args["model_instance_device_id"] = str(spec.device_id)
-        bind(self.binding)
-        try:
-            model = self._class()
-            initialize = getattr(model, "initialize", None)
-            if initialize is not None:
-                result = initialize(args)
-                if inspect.iscoroutine(result):
-                    asyncio.run(result)
-        except Exception as exc:
-            _log.exception("model '%s' instance '%s': initialize failed", self.name, spec.name)
-            raise InternalError(
-                f"model '{self.name}' instance '{spec.name}': initialize in '{self.path}' failed: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        return PythonInstance(self, model, spec.name)
+        args = instance_args(self._args, spec)
+        model = start_model_object(self._class, args, self.binding, self.path)
+        instance = PythonInstance(self.binding, self.iterative, model, spec.name)
+        if self.warn_after:
+            instance.warn_after = self.warn_after
+            BLOCKED.add(instance)
+        return instance
 
     def unload(self) -> None:
         FAMILIES.model_unloaded(self.binding)
         forget_package(self._module.__name__.rpartition(".")[0])
 
 
+def instance_args(base: dict[str, str], spec: InstanceSpec) -> dict[str, str]:
+    """Triton's ``initialize`` args for one instance: the model's, with the instance's own."""
+    args = dict(base)
+    args["model_instance_kind"] = spec.kind.removeprefix("KIND_")
+    args["model_instance_name"] = spec.name
+    args["model_instance_device_id"] = str(spec.device_id)
+    return args
+
+
 class PythonInstance(Instance):
     """One ``TritonPythonModel`` object; ``execute`` runs the model's ``execute`` on a batch."""
 
-    def __init__(self, model: PythonModel, obj: Any, name: str) -> None:
-        self._model = model
+    def __init__(self, binding: ModelBinding, iterative: bool, obj: Any, name: str) -> None:
         self._obj = obj
         self._execute = obj.execute
-        self._binding = model.binding
-        self._decoupled = model.binding.decoupled
-        self._iterative = model.iterative
+        self._binding = binding
+        self._decoupled = binding.decoupled
+        self._iterative = iterative
         self.name = name
         self._loop: _LoopThread | None = None
+        #: When the running ``execute`` started (monotonic s; 0: none runs), for :data:`BLOCKED`.
+        self.since = 0.0
+        self.warned = 0.0
+        self.warn_after = 0.0
 
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        self.since = time.monotonic()
+        try:
+            return self._run(requests)
+        finally:
+            self.since = 0.0
+
+    def _run(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
         binding = self._binding
         bind(binding)
         wrapped = [InferenceRequest._wrap(r, binding) for r in requests]
@@ -294,6 +363,65 @@ class PythonInstance(Instance):
             if self._loop is not None:
                 self._loop.close()
                 self._loop = None
+
+
+#: Seconds an in-process ``execute`` may run before a warning says it is blocking its instance.
+EXECUTE_WARN_SECS = 10.0
+
+
+def _warn_after(config: Any, name: str) -> float:
+    """The model's ``EXECUTE_WARN_SECS`` parameter (0: no warning), or the default."""
+    text = (
+        config.parameters["EXECUTE_WARN_SECS"].string_value.strip() if "EXECUTE_WARN_SECS" in config.parameters else ""
+    )
+    if not text:
+        return EXECUTE_WARN_SECS
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise InvalidArgument(f"model '{name}': parameter EXECUTE_WARN_SECS is '{text}'; expected seconds (0: off)")
+    return value
+
+
+class _BlockedExecutions:
+    """One thread that warns, once per execution, of an in-process ``execute`` running past its
+    model's ``EXECUTE_WARN_SECS``: such a call holds its instance (and an unload or a shutdown
+    waits for it); an in-process model cannot be interrupted, an isolated one can
+    (``EXECUTE_TIMEOUT_SECS``)."""
+
+    def __init__(self) -> None:
+        self._instances: weakref.WeakSet[PythonInstance] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, instance: PythonInstance) -> None:
+        with self._lock:
+            self._instances.add(instance)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="inferd-python-blocked", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(0.5)
+            now = time.monotonic()
+            with self._lock:
+                instances = list(self._instances)
+            for instance in instances:
+                since = instance.since
+                if since and since != instance.warned and now - since >= instance.warn_after:
+                    instance.warned = since
+                    _log.warning(
+                        "model '%s' instance '%s': execute has been running for %.1f s (EXECUTE_WARN_SECS %g); "
+                        "it holds the instance, and unloading the model or stopping the server waits for it. "
+                        "An isolated model (EXECUTION_MODE process) can be stopped with EXECUTE_TIMEOUT_SECS",
+                        instance._binding.model_name, instance.name, now - since, instance.warn_after,
+                    )  # fmt: skip
+
+
+BLOCKED = _BlockedExecutions()
 
 
 class _LoopThread:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from inferd_backend_python.pb_request import ModelBinding, current_binding
@@ -52,11 +52,15 @@ class Metric:
             raise _fail("increment metric value", kind, "can only be incremented monotonically by non-negative values.")
         with self._lock:
             self._value += value
+        if FAMILIES.mirror is not None:
+            FAMILIES.mirror("op", id(self), "increment", value)
 
     def set(self, value: float) -> None:
         if self._family.kind != MetricFamily.GAUGE:
             raise _fail("set metric value", self._family.kind, "does not support Set")
         self._value = float(value)
+        if FAMILIES.mirror is not None:
+            FAMILIES.mirror("op", id(self), "set", value)
 
     def observe(self, value: float) -> None:
         if self._family.kind != MetricFamily.HISTOGRAM:
@@ -67,6 +71,8 @@ class Metric:
             for i, bound in enumerate(self.buckets):
                 if value <= bound:
                     self._counts[i] += 1
+        if FAMILIES.mirror is not None:
+            FAMILIES.mirror("op", id(self), "observe", value)
 
     def value(self) -> float:
         if self._family.kind == MetricFamily.HISTOGRAM:
@@ -109,6 +115,8 @@ class MetricFamily:
         self.metrics: list[Metric] = []
         self._owner = current_binding()
         FAMILIES.add(self)
+        if FAMILIES.mirror is not None:
+            FAMILIES.mirror("family", id(self), name, self.description, kind)
 
     def Metric(self, labels: dict[str, str] | None = None, buckets: list[float] | None = None) -> Metric:
         """The series with these labels (the same object for the same labels)."""
@@ -126,7 +134,11 @@ class MetricFamily:
             )
         else:
             bounds = ()
-        metric = FAMILIES.find(self, labels) or Metric(self, labels, bounds)
+        metric = FAMILIES.find(self, labels)
+        if metric is None:
+            metric = Metric(self, labels, bounds)
+            if FAMILIES.mirror is not None:
+                FAMILIES.mirror("metric", id(metric), id(self), labels, list(bounds))
         if not any(m is metric for m in self.metrics):
             self.metrics.append(metric)
         return metric
@@ -160,6 +172,9 @@ class Families:
         self._families: list[MetricFamily] = []
         self._live: list[ModelBinding] = []  # the loaded models: only their families are exported
         self._lock = threading.Lock()
+        #: In an isolated model's stub process: sends each family, series and value change to the
+        #: server (``mirror("family"|"metric"|"op", ...)``), which keeps the exported copy.
+        self.mirror: Callable[..., None] | None = None
 
     def model_loaded(self, binding: ModelBinding) -> None:
         """``binding``'s model is loading: the families it creates are exported."""

@@ -1,0 +1,219 @@
+"""Isolated Python models: inferd in-process vs inferd ``EXECUTION_MODE: process`` vs Triton's stub.
+
+Serves one ``add_sub`` model.py (FP32 [4] + [4] -> sum, difference; and a [N] variant for a large
+tensor) three ways from one run: inferd running it in the server process, inferd running it in a
+stub process of its own, and the real Triton 2.51 (``../shared/triton``), whose python backend
+always runs a stub process. For each it times the model's load (repository API, explicit mode),
+then batch-1 HTTP requests (binary tensors, one keep-alive connection per client thread):
+latency at concurrency 1 (p50/p99) and throughput at concurrency 8. The "overhead" column is the
+p50 minus inferd in-process's: what the process boundary costs a request. Prints numbers; asserts
+nothing.
+
+    .venv/bin/python benchmarks/python_isolation.py                   # ~1 minute
+    .venv/bin/python benchmarks/python_isolation.py --seconds 5 --servers inferd
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MODEL_PY = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            a = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(r, "INPUT1").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
+        return out
+"""
+CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {n} ] }}, {{ name: "INPUT1" data_type: TYPE_FP32 dims: [ {n} ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {n} ] }}, {{ name: "OUTPUT1" data_type: TYPE_FP32 dims: [ {n} ] }} ]
+instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+{extra}
+"""
+PROCESS = 'parameters { key: "EXECUTION_MODE" value: { string_value: "process" } }'
+#: (model name suffix, elements per input)
+SIZES = {"small": 4, "large": 256 * 1024}
+
+
+def write_repo(root: Path, process: bool) -> None:
+    for suffix, n in SIZES.items():
+        d = root / f"add_sub_{suffix}"
+        (d / "1").mkdir(parents=True)
+        (d / "config.pbtxt").write_text(CONFIG.format(n=n, extra=PROCESS if process else ""))
+        (d / "1" / "model.py").write_text(MODEL_PY)
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class Server:
+    def __init__(self, label: str, command: list[str], port: int, env: dict[str, str] | None = None) -> None:
+        self.label = label
+        self.port = port
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 120
+        while not self._get("/v2/health/live"):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.log.seek(0)
+                raise SystemExit(f"{label} did not start:\n{self.log.read().decode()[-3000:]}")
+            time.sleep(0.1)
+
+    def _get(self, path: str) -> bool:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+            conn.request("GET", path)
+            return conn.getresponse().status == 200
+        except OSError:
+            return False
+
+    def load(self, model: str) -> float:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+        started = time.perf_counter()
+        conn.request("POST", f"/v2/repository/models/{model}/load", body=b"{}")
+        response = conn.getresponse()
+        body = response.read()
+        if response.status != 200:
+            raise SystemExit(f"{self.label}: loading {model} failed: {body.decode()}")
+        return time.perf_counter() - started
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def infer_body(n: int) -> tuple[bytes, dict[str, str], np.ndarray]:
+    a = np.arange(n, dtype=np.float32)
+    header = json.dumps({
+        "inputs": [{"name": name, "shape": [n], "datatype": "FP32", "parameters": {"binary_data_size": a.nbytes}}
+                   for name in ("INPUT0", "INPUT1")],
+        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+    }).encode()  # fmt: skip
+    body = header + a.tobytes() * 2
+    return body, {"Inference-Header-Content-Length": str(len(header)), "Content-Type": "application/octet-stream"}, a * 2  # fmt: skip
+
+
+def run_client(port: int, model: str, n: int, until: float, latencies: list[float], errors: list[str]) -> None:
+    body, headers, expected = infer_body(n)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    path = f"/v2/models/{model}/infer"
+    checked = False
+    while time.perf_counter() < until:
+        started = time.perf_counter()
+        conn.request("POST", path, body=body, headers=headers)
+        response = conn.getresponse()
+        data = response.read()
+        latencies.append(time.perf_counter() - started)
+        if response.status != 200:
+            errors.append(data[:200].decode(errors="replace"))
+        elif not checked:
+            size = int(response.getheader("Inference-Header-Content-Length"))
+            got = np.frombuffer(data[size:], np.float32)
+            if not np.array_equal(got, expected):
+                errors.append("wrong answer")
+            checked = True
+
+
+def measure(port: int, model: str, n: int, concurrency: int, seconds: float) -> tuple[list[float], int, list[str]]:
+    run_client(port, model, n, time.perf_counter() + 0.5, [], [])  # warm up
+    until = time.perf_counter() + seconds
+    per_thread: list[list[float]] = [[] for _ in range(concurrency)]
+    errors: list[str] = []
+    threads = [threading.Thread(target=run_client, args=(port, model, n, until, lat, errors)) for lat in per_thread]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    latencies = [x for lat in per_thread for x in lat]
+    return latencies, len(latencies), errors
+
+
+def percentile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def main(argv: list[str]) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seconds", type=float, default=4.0, help="length of each timed run (default 4)")
+    p.add_argument("--servers", default="inferd,triton", help="inferd, triton (default both)")
+    p.add_argument("--triton-dir", type=Path, default=Path("/work/shared/triton"))
+    args = p.parse_args(argv)
+    servers = [s.strip() for s in args.servers.split(",")]
+    tmp = Path(tempfile.mkdtemp(prefix="inferd-bench-iso-"))
+    setups = []
+    if "inferd" in servers:
+        setups += [("inferd in-process", False), ("inferd process", True)]
+    if "triton" in servers:
+        setups.append(("triton stub", None))
+    rows = []
+    for label, process in setups:
+        repo = tmp / label.replace(" ", "_")
+        write_repo(repo, bool(process))
+        http_port, grpc_port, metrics_port = free_ports(3)
+        if process is None:
+            server = Server(label, ["bash", str(args.triton_dir / "start.sh"), str(repo), str(http_port),
+                                    str(grpc_port), str(metrics_port), "--model-control-mode=explicit"], http_port)  # fmt: skip
+        else:
+            server = Server(label, [sys.executable, "-m", "inferd.cli", "serve", "--model-repository", str(repo),
+                                    "--http-port", str(http_port), "--grpc-port", str(grpc_port),
+                                    "--metrics-port", str(metrics_port), "--model-control-mode", "explicit"],
+                            http_port)  # fmt: skip
+        try:
+            for suffix, n in SIZES.items():
+                model = f"add_sub_{suffix}"
+                load_s = server.load(model)
+                lat1, count1, err1 = measure(http_port, model, n, 1, args.seconds)
+                lat8, count8, err8 = measure(http_port, model, n, 8, args.seconds)
+                rows.append({
+                    "server": label, "model": f"{suffix} ({n * 4 * 2 // 1024} KiB in)" if n > 4 else "small (32 B in)",
+                    "load_ms": load_s * 1000, "p50_us": percentile(lat1, 0.5) * 1e6, "p99_us": percentile(lat1, 0.99) * 1e6,
+                    "c1_rps": count1 / args.seconds, "c8_rps": count8 / args.seconds, "errors": len(err1) + len(err8),
+                    "error": (err1 + err8)[:1],
+                })  # fmt: skip
+                print(f"  {label:18} {model:15} done", file=sys.stderr)
+        finally:
+            server.stop()
+    base = {r["model"]: r["p50_us"] for r in rows if r["server"] == "inferd in-process"}
+    print(f"\ncores: {len(os.sched_getaffinity(0))}, {args.seconds:g} s per run, HTTP binary tensors, batch 1\n")
+    print(f"{'server':18} {'model':22} {'load ms':>8} {'p50 µs':>8} {'p99 µs':>8} {'overhead µs':>11} "
+          f"{'c=1 inf/s':>9} {'c=8 inf/s':>9} {'errors':>6}")  # fmt: skip
+    for r in rows:
+        overhead = r["p50_us"] - base[r["model"]] if r["model"] in base else float("nan")
+        print(f"{r['server']:18} {r['model']:22} {r['load_ms']:8.0f} {r['p50_us']:8.0f} {r['p99_us']:8.0f} "
+              f"{overhead:11.0f} {r['c1_rps']:9.0f} {r['c8_rps']:9.0f} {r['errors']:6d} {' '.join(r['error'])}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

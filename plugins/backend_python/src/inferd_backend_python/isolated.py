@@ -1,0 +1,805 @@
+"""Isolated Python models: each instance in a stub process of its own, supervised by the server.
+
+A model whose config sets ``parameters { key: "EXECUTION_MODE" value: { string_value: "process" } }``
+(or an ``EXECUTION_ENV_PATH``) is served by :class:`ProcessModel`. Each instance starts a stub
+(:mod:`inferd_backend_python.stub`) with the server's interpreter, or the environment's, and talks
+to it over :mod:`~inferd_backend_python.ipc`. A stub that dies (signal, exit, killed for its memory
+limit or a timed-out ``execute``) fails the requests it held with the cause, and is restarted with
+a growing delay; the model reports itself not serving meanwhile (``Model.not_serving``). After
+``RESTART_LIMIT`` crashes within ``RESTART_WINDOW_SECS`` the instance stays down and the model
+UNAVAILABLE, with the reason. Other models are not affected.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from inferd.backend import RESCHEDULE, Instance, InstanceSpec, Model, ModelClient, ModelLoadContext
+from inferd.errors import ErrorKind, InferdError, InternalError, InvalidArgument, Unavailable
+from inferd.metric_sources import SOURCES
+from inferd.types import InferRequest, InferResponse
+from inferd_backend_python import env as environments
+from inferd_backend_python import ipc
+from inferd_backend_python.backend import instance_args
+from inferd_backend_python.pb_metrics import FAMILIES, Metric, MetricFamily
+from inferd_backend_python.pb_request import ModelBinding, bind
+from inferd_backend_python.stub import BOOT
+from inferd_backend_python.wire import decode_outcome, decode_request, encode_error, encode_outcome, encode_request
+
+if TYPE_CHECKING:
+    from inferd.config import ModelConfig
+
+_log = logging.getLogger("inferd.backend.python")
+
+#: How long a stub may take to start and run ``initialize`` (Triton's default stub timeout is 30 s;
+#: a model importing a large framework needs longer on a busy machine).
+START_TIMEOUT_S = 300.0
+#: How long ``finalize`` may take at unload before the stub is killed.
+FINALIZE_TIMEOUT_S = 30.0
+#: Restart delays: the first after this long, doubling with each crash in the window, at most _MAX.
+_BACKOFF_S = 0.25
+_BACKOFF_MAX_S = 10.0
+_MiB = 1024 * 1024
+
+
+# --- settings ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How an isolated model's instances run, from its config's ``parameters``."""
+
+    env_path: Path | None = None
+    execute_timeout_s: float | None = None
+    memory_limit: int | None = None
+    cpus: tuple[int, ...] = ()
+    restart_limit: int = 5
+    restart_window_s: float = 60.0
+
+
+def _parameter(config: ModelConfig, key: str) -> str | None:
+    param = config.parameters.get(key) if key in config.parameters else None
+    return param.string_value.strip() if param is not None else None
+
+
+def isolation_settings(config: ModelConfig, model_dir: Path, name: str) -> Settings | None:
+    """The isolation settings of a model, or None when it runs in the server process."""
+    mode = _parameter(config, "EXECUTION_MODE")
+    env_value = _parameter(config, "EXECUTION_ENV_PATH")
+    label = f"model '{name}'"
+    if mode not in (None, "", "in_process", "process"):
+        raise InvalidArgument(f"{label}: parameter EXECUTION_MODE is '{mode}'; expected 'in_process' or 'process'")
+    if mode == "in_process" and env_value:
+        raise InvalidArgument(f"{label}: EXECUTION_ENV_PATH needs EXECUTION_MODE 'process' (or no EXECUTION_MODE)")
+    if mode != "process" and not env_value:
+        return None
+    return Settings(
+        env_path=environments.resolve(env_value, model_dir) if env_value else None,
+        execute_timeout_s=_number(config, "EXECUTE_TIMEOUT_SECS", label, float) or None,
+        memory_limit=_size(_parameter(config, "MEMORY_LIMIT"), label),
+        cpus=_cpus(_parameter(config, "CPU_AFFINITY"), label),
+        restart_limit=int(_number(config, "RESTART_LIMIT", label, int, 5)),
+        restart_window_s=float(_number(config, "RESTART_WINDOW_SECS", label, float, 60.0)),
+    )
+
+
+def _number(config: ModelConfig, key: str, label: str, kind: type, default: float = 0.0) -> float:
+    text = _parameter(config, key)
+    if not text:
+        return default
+    try:
+        value = kind(text)
+    except ValueError:
+        value = -1
+    if value < 0 or (kind is int and value < 1):
+        raise InvalidArgument(f"{label}: parameter {key} is '{text}'; expected a positive {kind.__name__}")
+    return value
+
+
+def _size(text: str | None, label: str) -> int | None:
+    if not text:
+        return None
+    match = re.fullmatch(r"(\d+)\s*([KMG]?)i?B?", text, re.IGNORECASE)
+    if match is None or int(match.group(1)) == 0:
+        raise InvalidArgument(
+            f"{label}: parameter MEMORY_LIMIT is '{text}'; expected bytes, or a number with K, M or G"
+        )
+    return int(match.group(1)) * 1024 ** " KMG".index((match.group(2) or " ").upper())
+
+
+def _cpus(text: str | None, label: str) -> tuple[int, ...]:
+    if not text:
+        return ()
+    cpus: set[int] = set()
+    try:
+        for part in text.split(","):
+            first, _, last = part.strip().partition("-")
+            cpus.update(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise InvalidArgument(
+            f"{label}: parameter CPU_AFFINITY is '{text}'; expected CPU numbers like '0,2-3'"
+        ) from None
+    unknown = cpus - os.sched_getaffinity(0)
+    if unknown:
+        raise InvalidArgument(f"{label}: parameter CPU_AFFINITY names CPUs this server may not use: {sorted(unknown)}")
+    return tuple(sorted(cpus))
+
+
+# --- launching stubs --------------------------------------------------------------------------
+
+
+def _package_dirs() -> list[str]:
+    import triton_python_backend_utils
+
+    import inferd
+    import inferd_backend_python
+
+    return [str(Path(m.__file__).parent) for m in (inferd, inferd_backend_python, triton_python_backend_utils)]
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """How to start a model's stubs: the interpreter and its environment variables."""
+
+    python: str
+    variables: dict[str, str] | None
+    env_source: str | None
+
+    @classmethod
+    def for_settings(cls, settings: Settings, label: str) -> Launcher:
+        if settings.env_path is None:
+            return cls(sys.executable, None, None)
+        found = environments.prepare(settings.env_path, label)
+        return cls(found.python, found.variables, found.source)
+
+    def spawn(self) -> tuple[subprocess.Popen, ipc.Channel]:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        to_stub, to_fd = ipc.Ring.create()
+        from_stub, from_fd = ipc.Ring.create()
+        rings = f"{to_fd},{from_fd},{ipc.Ring.SIZE}"
+        try:
+            proc = subprocess.Popen(
+                [self.python, "-c", BOOT, str(theirs.fileno()), rings, *_package_dirs()],
+                stdin=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(), to_fd, from_fd),
+                env=self.variables,
+                start_new_session=True,  # a terminal's Ctrl-C goes to the server, which stops its stubs
+            )
+        except OSError:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+            os.close(to_fd)
+            os.close(from_fd)
+        return proc, ipc.Channel(ours, to_stub, from_stub)
+
+    def import_failure(self, detail: str, label: str) -> InferdError:
+        if self.env_source is None:
+            return InternalError(f"{label}: the stub process could not start: {detail}")
+        return InternalError(
+            f"{label}: the Python of EXECUTION_ENV_PATH '{self.env_source}' ({self.python}) cannot run the "
+            f"python backend stub: {detail}; the environment needs Python >= 3.10 with numpy installed"
+        )
+
+
+def autocomplete(
+    launcher: Launcher, config: dict[str, Any], name: str, path: Path, model_dir: Path, version: str
+) -> dict[str, Any] | None:
+    """Run ``auto_complete_config`` in a short-lived stub; the completed config (None: no hook)."""
+    proc, channel = launcher.spawn()
+    label = f"model '{name}'"
+    try:
+        channel.send(ipc.AUTOCOMPLETE, (config, name, str(path), str(model_dir), version))
+        while (message := channel.recv()) is not None:
+            kind, body, _ = message
+            if kind == ipc.READY:
+                return body
+            if kind == ipc.FAILED:
+                raise _failure(body, launcher, label)
+            if kind == ipc.LOG:
+                _log_from_stub(body)
+        raise InternalError(f"{label}: the stub running auto_complete_config {_exit_cause(proc.wait(), None)}")
+    finally:
+        channel.close()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def _failure(body: Sequence[Any], launcher: Launcher, label: str) -> InferdError:
+    message, kind = body
+    if kind == "import":
+        return launcher.import_failure(message, label)
+    return InferdError(message, ErrorKind(kind))
+
+
+def _log_from_stub(body: Sequence[Any]) -> None:
+    level, name, message = body
+    logging.getLogger(name).log(level, "%s", message)
+
+
+def _exit_cause(returncode: int, reason: str | None) -> str:
+    """``killed by signal 11 (SIGSEGV)``, ``exited with code 3``, or the reason the server killed it."""
+    if reason:
+        return reason
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "unknown signal"
+        text = f"was killed by signal {-returncode} ({name})"
+        if -returncode == signal.SIGKILL:
+            text += ", possibly by the kernel's out-of-memory killer"
+        return text
+    return f"exited with code {returncode}"
+
+
+def _cause_kind(returncode: int, kind: str | None) -> str:
+    return kind or ("signal" if returncode < 0 else "exit")
+
+
+# --- one stub process -------------------------------------------------------------------------
+
+
+class _Batch:
+    """Requests handed to a stub: done once its ``execute`` returned (or it died)."""
+
+    __slots__ = ("done", "open", "requests", "results")
+
+    def __init__(self, requests: Sequence[InferRequest], decoupled: bool) -> None:
+        self.requests = requests
+        self.results: list[InferResponse | InferdError] = []
+        self.done = threading.Event()
+        #: Decoupled: the requests whose final response has not been sent yet.
+        self.open = set(range(len(requests))) if decoupled else set()
+
+
+_bls_pool: ThreadPoolExecutor | None = None
+_bls_lock = threading.Lock()
+
+
+def _bls_threads() -> ThreadPoolExecutor:
+    global _bls_pool
+    with _bls_lock:
+        if _bls_pool is None:
+            _bls_pool = ThreadPoolExecutor(64, thread_name_prefix="inferd-python-bls")
+        return _bls_pool
+
+
+class Stub:
+    """One running stub process: its socket, its reader thread, and the batches it holds."""
+
+    def __init__(self, owner: ProcessInstance, proc: subprocess.Popen, channel: ipc.Channel) -> None:
+        self.owner = owner
+        self.proc = proc
+        self.pid = proc.pid
+        self.channel = channel
+        self.rss = 0
+        self._decoupled = owner.model.decoupled
+        self._pending: dict[int, _Batch] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._dead = False
+        self._kill_reason: str | None = None
+        self._kill_kind: str | None = None
+        self._started = threading.Event()
+        self._start_error: InferdError | None = None
+        self._finalized = threading.Event()
+        self._families: dict[int, MetricFamily] = {}
+        self._metrics: dict[int, Metric] = {}
+        self._reader = threading.Thread(target=self._read, name=f"inferd-stub-{owner.name}", daemon=True)
+
+    @classmethod
+    def start(cls, owner: ProcessInstance) -> Stub:
+        """Start a stub and run the model's ``initialize`` in it; raises when that fails."""
+        model = owner.model
+        proc, channel = model.launcher.spawn()
+        stub = cls(owner, proc, channel)
+        stub._reader.start()
+        try:
+            channel.send(ipc.INIT, model.init_settings(owner.spec))
+        except OSError:
+            pass  # it died already: the reader says how
+        if not stub._started.wait(START_TIMEOUT_S):
+            stub.kill(f"did not finish initialize within {START_TIMEOUT_S:g} s", "timeout")
+            stub._started.wait()
+        if stub._start_error is not None:
+            stub.kill(None, None)
+            raise stub._start_error
+        WATCHDOG.add(stub)
+        return stub
+
+    # -- requests --
+
+    def submit(self, requests: Sequence[InferRequest]) -> _Batch | None:
+        """Hand a batch to the stub (None: it is dead already)."""
+        tensors = ipc.Tensors()
+        items = [encode_request(r, tensors) for r in requests]
+        batch = _Batch(requests, self._decoupled)
+        with self._lock:
+            if self._dead:
+                return None
+            batch_id = next(self._ids)
+            self._pending[batch_id] = batch
+        try:
+            self.channel.send(ipc.EXEC, (batch_id, items), tensors)
+        except OSError:
+            pass  # it died: the reader fails the batch
+        return batch
+
+    # -- the reader thread --
+
+    def _read(self) -> None:
+        channel = self.channel
+        while (message := channel.recv()) is not None:
+            kind, body, block = message
+            try:
+                self._dispatch(kind, body, block)
+            except Exception:
+                _log.exception(
+                    "model '%s' instance '%s': bad message from its stub", self.owner.model.name, self.owner.name
+                )
+            del message, body, block
+        self._died()
+
+    def _dispatch(self, kind: int, body: Any, block: ipc.Block) -> None:
+        if kind == ipc.RESULT:
+            self._result(body, block)
+        elif kind == ipc.SEND:
+            self._send(body, block)
+        elif kind == ipc.BLS_CALL:
+            _bls_threads().submit(self._bls, body, block)
+        elif kind == ipc.LOG:
+            _log_from_stub(body)
+        elif kind == ipc.METRIC:
+            self._metric(body)
+        elif kind == ipc.READY:
+            self._started.set()
+        elif kind == ipc.FAILED:
+            self._start_error = _failure(body, self.owner.model.launcher, self.owner.label)
+            self._started.set()
+        elif kind == ipc.FINALIZED:
+            self._finalized.set()
+
+    def _result(self, body: Any, block: ipc.Block) -> None:
+        batch_id, encoded, rescheduled = body
+        with self._lock:
+            batch = self._pending.get(batch_id)
+            if batch is None:
+                return
+            if not batch.open:
+                del self._pending[batch_id]
+        results = [decode_outcome(item, block) for item in encoded]
+        for index in rescheduled:
+            batch.requests[index].context[RESCHEDULE] = True
+        batch.results = results  # type: ignore[assignment]
+        batch.done.set()
+
+    def _send(self, body: Any, block: ipc.Block) -> None:
+        batch_id, index, payload, final = body
+        with self._lock:
+            batch = self._pending.get(batch_id)
+            if batch is None or index not in batch.open:
+                return
+            if final:
+                batch.open.discard(index)
+                if not batch.open and batch.done.is_set():
+                    del self._pending[batch_id]
+        sender = batch.requests[index].response_sender
+        if sender is not None:
+            sender(decode_outcome(payload, block), final)
+
+    def _bls(self, body: Any, block: ipc.Block) -> None:
+        """A BLS call of the model: run through the server's in-process path, the reply sent back."""
+        call_id, decoupled, item = body
+        request = decode_request(item, block)
+        del block
+        models: ModelClient | None = self.owner.model.models
+        try:
+            if models is None:
+                raise Unavailable(
+                    f"cannot run a BLS request on model '{request.model_name}': this model is not running inside an "
+                    "inferd server"
+                )
+            if not decoupled:
+                response = models.infer_from_thread(request)
+                self._reply(call_id, "ok", response)
+                return
+            items = models.stream_from_thread(request)
+        except Exception as exc:
+            self._reply_raw(call_id, "raise", encode_error(exc))
+            return
+        self._reply_raw(call_id, "started", None)
+        try:
+            for outcome in items:
+                self._reply(call_id, "item", outcome)
+        except Exception as exc:
+            self._reply(call_id, "item", InferdError(f"{type(exc).__name__}: {exc}", ErrorKind.INTERNAL))
+        self._reply_raw(call_id, "end", None)
+
+    def _reply(self, call_id: int, what: str, outcome: InferResponse | InferdError) -> None:
+        tensors = ipc.Tensors()
+        payload = encode_outcome(outcome, tensors)
+        try:
+            self.channel.send(ipc.BLS_REPLY, (call_id, what, payload), tensors)
+        except OSError:
+            pass  # the stub died; its requests fail
+
+    def _reply_raw(self, call_id: int, what: str, payload: Any) -> None:
+        try:
+            self.channel.send(ipc.BLS_REPLY, (call_id, what, payload))
+        except OSError:
+            pass
+
+    def _metric(self, body: Sequence[Any]) -> None:
+        """A custom-metric change in the stub, applied to the server's copy (what ``/metrics`` shows)."""
+        operation = body[0]
+        if operation == "op":
+            metric = self._metrics.get(body[1])
+            if metric is not None:
+                getattr(metric, body[2])(body[3])
+            return
+        bind(self.owner.model.binding)
+        try:
+            if operation == "family":
+                _, key, name, description, kind = body
+                self._families[key] = MetricFamily(name, description, kind)
+            elif operation == "metric":
+                _, key, family_key, labels, buckets = body
+                family = self._families.get(family_key)
+                if family is not None:
+                    self._metrics[key] = family.Metric(labels, buckets or None)
+        except Exception as exc:
+            _log.error("model '%s': custom metric of its stub not exported: %s", self.owner.model.name, exc)
+
+    # -- death --
+
+    def kill(self, reason: str | None, kind: str | None) -> None:
+        """Kill the stub (SIGKILL); ``reason`` is what its requests and the model's state will say."""
+        with self._lock:
+            if self._kill_reason is None:
+                self._kill_reason, self._kill_kind = reason, kind
+        try:
+            self.proc.kill()
+        except OSError:
+            pass
+
+    def _died(self) -> None:
+        """The socket closed: the stub is gone. Fail what it held, then tell the instance."""
+        self.channel.close()
+        try:
+            code = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # it closed the socket but lives on: end it
+            self.proc.kill()
+            code = self.proc.wait()
+        WATCHDOG.remove(self)
+        with self._lock:
+            self._dead = True
+            pending, self._pending = self._pending, {}
+            reason, kind = self._kill_reason, self._kill_kind
+        cause = _exit_cause(code, reason)
+        owner = self.owner
+        if not self._started.is_set():
+            self._start_error = self._start_error or InternalError(
+                f"{owner.label}: its stub process {cause} while loading"
+            )
+            self._started.set()
+            return
+        self._finalized.set()
+        kind = _cause_kind(code, kind)
+        owner.stub_died(self, cause, kind)  # first: once a client hears of the crash, the model says so
+        if self.owner.closing:
+            error: InferdError = Unavailable(f"{owner.label} was unloaded while the request ran")
+        else:
+            error = InternalError(
+                f"Failed to process the request(s) for model '{owner.model.name}', message: Stub process "
+                f"'{owner.name}' is not healthy.; it {cause} (pid {self.pid})"
+            )
+        for batch in pending.values():
+            if not batch.done.is_set():
+                batch.results = [] if self._decoupled else [error] * len(batch.requests)
+                batch.done.set()
+            for index in sorted(batch.open):
+                sender = batch.requests[index].response_sender
+                if sender is not None:
+                    sender(error, True)
+
+    def finalize(self) -> None:
+        """Ask the stub to run ``finalize`` and exit; kill it if it takes too long."""
+        try:
+            self.channel.send(ipc.FINALIZE, None)
+        except OSError:
+            pass
+        if not self._finalized.wait(FINALIZE_TIMEOUT_S):
+            _log.warning(
+                "%s: finalize did not return within %g s; killing its stub", self.owner.label, FINALIZE_TIMEOUT_S
+            )
+        self.kill("was unloaded", "unload")
+        self._reader.join(timeout=FINALIZE_TIMEOUT_S)
+
+
+# --- the model and its instances --------------------------------------------------------------
+
+
+class ProcessModel(Model):
+    """A Python model whose instances each run in a stub process (``EXECUTION_MODE: process``)."""
+
+    def __init__(self, context: ModelLoadContext, path: Path, settings: Settings) -> None:
+        from inferd.config import config_to_json
+
+        self.name = context.name
+        self.version = str(context.version)
+        self.path = path
+        self.settings = settings
+        self.models = context.models
+        self.decoupled = bool(context.config.model_transaction_policy.decoupled)
+        self.iterative = bool(context.config.sequence_batching.iterative_sequence)
+        self.binding = ModelBinding(self.name, self.version, context.model_dir, self.decoupled, context.models)
+        self.model_dir = context.model_dir
+        self.launcher = Launcher.for_settings(settings, f"model '{self.name}'")
+        self.instances: list[ProcessInstance] = []
+        self._args = {
+            "model_config": json.dumps(config_to_json(context.config)),
+            "model_repository": str(context.model_dir),
+            "model_version": self.version,
+            "model_name": self.name,
+        }
+        FAMILIES.model_loaded(self.binding)
+        SOURCES.add(STATS)
+
+    def init_settings(self, spec: InstanceSpec) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "path": str(self.path),
+            "model_dir": str(self.model_dir),
+            "decoupled": self.decoupled,
+            "iterative": self.iterative,
+            "args": instance_args(self._args, spec),
+            "cpus": list(self.settings.cpus),
+            "log_level": logging.getLogger("inferd.python").getEffectiveLevel(),
+        }
+
+    def create_instance(self, spec: InstanceSpec) -> Instance:
+        instance = ProcessInstance(self, spec)
+        instance.stub = Stub.start(instance)
+        self.instances.append(instance)
+        STATS.started(instance)
+        return instance
+
+    def not_serving(self) -> str | None:
+        for instance in self.instances:
+            if instance.problem is not None:
+                return f"instance '{instance.name}' {instance.problem}"
+        return None
+
+    def unload(self) -> None:
+        FAMILIES.model_unloaded(self.binding)
+        STATS.forget(self)
+
+
+class ProcessInstance(Instance):
+    """One instance of an isolated model: its current stub, restarted when it dies."""
+
+    def __init__(self, model: ProcessModel, spec: InstanceSpec) -> None:
+        self.model = model
+        self.spec = spec
+        self.name = spec.name
+        self.label = f"model '{model.name}' instance '{spec.name}'"
+        self.stub: Stub | None = None
+        #: Why the instance cannot serve now (restarting, or stopped after a crash loop); None: it can.
+        self.problem: str | None = None
+        self.closing = False
+        self._crashes: collections.deque[float] = collections.deque()
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._timeout = model.settings.execute_timeout_s
+
+    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        stub = self.stub
+        batch = stub.submit(requests) if stub is not None else None
+        if batch is None:
+            return self._refuse(requests)
+        if not batch.done.wait(self._timeout):
+            stub.kill(f"did not return from execute within {self._timeout:g} s (EXECUTE_TIMEOUT_SECS)", "timeout")
+            batch.done.wait()
+        return batch.results
+
+    def _refuse(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        error = Unavailable(f"Stub process '{self.name}' is not healthy.; {self.label} {self.problem or 'is stopped'}")
+        if self.model.decoupled:
+            for request in requests:
+                if request.response_sender is not None:
+                    request.response_sender(error, True)
+            return []
+        return [error] * len(requests)
+
+    def stub_died(self, stub: Stub, cause: str, kind: str) -> None:
+        """Called by ``stub``'s reader once it is gone: count the crash, restart or give up."""
+        with self._lock:
+            if stub is not self.stub:
+                return
+            self.stub = None
+            if self.closing:
+                return
+        self._crashed(f"its stub process (pid {stub.pid}) {cause}", kind)
+
+    def _crashed(self, cause: str, kind: str) -> None:
+        STATS.crashed(self, kind)
+        settings = self.model.settings
+        with self._lock:
+            if self.closing:
+                return
+            now = time.monotonic()
+            self._crashes.append(now)
+            while self._crashes and self._crashes[0] < now - settings.restart_window_s:
+                self._crashes.popleft()
+            count = len(self._crashes)
+            if count >= settings.restart_limit:
+                self.problem = (
+                    f"is UNAVAILABLE: {cause}; restarts stopped after {count} crashes within "
+                    f"{settings.restart_window_s:g} s (RESTART_LIMIT {settings.restart_limit})"
+                )
+                _log.error("%s %s", self.label, self.problem)
+                return
+            delay = min(_BACKOFF_S * 2 ** (count - 1), _BACKOFF_MAX_S)
+            self.problem = (
+                f"is restarting: {cause} (crash {count} of {settings.restart_limit} allowed within "
+                f"{settings.restart_window_s:g} s)"
+            )
+            self._timer = threading.Timer(delay, self._restart)
+            self._timer.daemon = True
+            self._timer.start()
+        _log.error("%s: %s; restarting it in %.2f s", self.label, cause, delay)
+
+    def _restart(self) -> None:
+        try:
+            stub = Stub.start(self)
+        except InferdError as exc:
+            self._crashed(f"its restart failed: {exc.message}", "restart")
+            return
+        with self._lock:
+            if not self.closing:
+                self.stub, self.problem = stub, None
+                stub = None  # type: ignore[assignment]
+        if stub is not None:  # unloaded meanwhile
+            stub.finalize()
+            return
+        STATS.restarted(self)
+        _log.info("%s: restarted (stub pid %d)", self.label, self.stub.pid if self.stub else 0)
+
+    def close(self) -> None:
+        with self._lock:
+            self.closing = True
+            if self._timer is not None:
+                self._timer.cancel()
+            stub, self.stub = self.stub, None
+        if stub is not None:
+            stub.finalize()
+
+
+# --- memory watchdog and the stubs' own metrics -----------------------------------------------
+
+
+class _Watchdog:
+    """One thread for every stub of the process: reads their RSS, kills those over their limit."""
+
+    def __init__(self) -> None:
+        self._stubs: dict[int, Stub] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._page = os.sysconf("SC_PAGE_SIZE")
+
+    def add(self, stub: Stub) -> None:
+        with self._lock:
+            self._stubs[id(stub)] = stub
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="inferd-python-watchdog", daemon=True)
+                self._thread.start()
+
+    def remove(self, stub: Stub) -> None:
+        with self._lock:
+            self._stubs.pop(id(stub), None)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                stubs = list(self._stubs.values())
+            limited = False
+            for stub in stubs:
+                limit = stub.owner.model.settings.memory_limit
+                limited = limited or limit is not None
+                try:
+                    with open(f"/proc/{stub.pid}/statm", "rb") as f:
+                        stub.rss = int(f.read().split()[1]) * self._page
+                except (OSError, ValueError, IndexError):
+                    continue
+                if limit is not None and stub.rss > limit:
+                    stub.kill(
+                        f"exceeded its memory limit: RSS {stub.rss / _MiB:.0f} MiB > MEMORY_LIMIT {limit / _MiB:.0f} MiB",
+                        "memory",
+                    )
+            time.sleep(0.2 if limited else 1.0)
+
+
+WATCHDOG = _Watchdog()
+
+
+class _Stats:
+    """Crashes by cause, restarts and RSS of the isolated instances, for ``/metrics``."""
+
+    def __init__(self) -> None:
+        self._crashes: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
+        self._restarts: collections.Counter[tuple[str, str, str]] = collections.Counter()
+        self._instances: dict[int, ProcessInstance] = {}
+        self._lock = threading.Lock()
+
+    def _watch(self, instance: ProcessInstance) -> tuple[str, str, str]:
+        self._instances[id(instance)] = instance
+        return (instance.model.name, instance.model.version, instance.name)
+
+    def crashed(self, instance: ProcessInstance, kind: str) -> None:
+        with self._lock:
+            self._crashes[(*self._watch(instance), kind)] += 1
+
+    def restarted(self, instance: ProcessInstance) -> None:
+        with self._lock:
+            self._restarts[self._watch(instance)] += 1
+
+    def started(self, instance: ProcessInstance) -> None:
+        with self._lock:
+            self._watch(instance)
+
+    def forget(self, model: ProcessModel) -> None:
+        with self._lock:
+            for instance in model.instances:
+                self._instances.pop(id(instance), None)
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.metrics_core import Metric as PromMetric
+
+        with self._lock:
+            crashes, restarts = dict(self._crashes), dict(self._restarts)
+            instances = list(self._instances.values())
+        labels = ("model", "version", "instance")
+        family = PromMetric(
+            "inferd_python_stub_crashes_total",
+            "Stub processes of isolated Python models that died, by cause (signal, exit, memory, timeout, restart)",
+            "counter",
+        )
+        family.name = "inferd_python_stub_crashes_total"
+        for key, n in sorted(crashes.items()):
+            family.add_sample(family.name, dict(zip((*labels, "cause"), key, strict=True)), n)
+        yield family
+        family = PromMetric("inferd_python_stub_restarts_total", "Stub processes restarted after a crash", "counter")
+        family.name = "inferd_python_stub_restarts_total"
+        for key, n in sorted(restarts.items()):
+            family.add_sample(family.name, dict(zip(labels, key, strict=True)), n)
+        yield family
+        family = PromMetric("inferd_python_stub_rss_bytes", "Resident memory of each running stub process", "gauge")
+        for instance in instances:
+            stub = instance.stub
+            if stub is not None and stub.rss:
+                key = (instance.model.name, instance.model.version, instance.name)
+                family.add_sample(family.name, dict(zip(labels, key, strict=True)), stub.rss)
+        yield family
+
+
+STATS = _Stats()

@@ -1,0 +1,95 @@
+"""inferd's requests, responses and errors as plain data for :mod:`inferd_backend_python.ipc`.
+
+Both the server and the stub process use these: a request or response becomes a tuple of plain
+values plus the descriptors of its tensors in the message's shared-memory block, and comes back as
+the same inferd object with numpy views of that block as its tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from inferd.errors import ErrorKind, InferdError
+from inferd.types import WIRE_DATATYPES, InferRequest, InferResponse, InferTensor, RequestedOutput, numpy_dtype
+from inferd_backend_python.ipc import Block, Tensors, plain, view
+
+
+def _dtypes() -> dict[str, np.dtype]:
+    out = {}
+    for name in WIRE_DATATYPES:
+        try:
+            out[name] = numpy_dtype(name)
+        except InferdError:  # BF16 without ml_dtypes
+            pass
+    return out
+
+
+DTYPES = _dtypes()
+
+
+def encode_request(request: InferRequest, tensors: Tensors) -> tuple[Any, ...]:
+    inputs = [(t.name, tensors.add(t.data, t.datatype)) for t in request.inputs.values()]
+    return (
+        request.model_name,
+        request.model_version,
+        request.id,
+        inputs,
+        [o.name for o in request.outputs],
+        plain(request.parameters),
+        request.response_sender is not None,
+    )
+
+
+def decode_request(item: tuple[Any, ...], block: Block, sender: Callable[..., None] | None = None) -> InferRequest:
+    name, version, rid, inputs, outputs, params, _ = item
+    tensors = {}
+    for tname, desc in inputs:
+        array = view(desc, block, DTYPES)
+        tensors[tname] = InferTensor(tname, desc[0], array.shape, array)
+    return InferRequest(
+        model_name=name,
+        model_version=version,
+        id=rid,
+        inputs=tensors,
+        outputs=[RequestedOutput(o) for o in outputs],
+        parameters=params,
+        response_sender=sender,
+    )
+
+
+def encode_error(error: BaseException) -> tuple[str, str, str]:
+    if isinstance(error, InferdError):
+        return ("e", error.message, error.kind.value)
+    return ("e", f"{type(error).__name__}: {error}", ErrorKind.INTERNAL.value)
+
+
+def decode_error(item: tuple[Any, ...]) -> InferdError:
+    return InferdError(item[1], ErrorKind(item[2]))
+
+
+def encode_outcome(outcome: InferResponse | InferdError | None, tensors: Tensors) -> tuple[Any, ...] | None:
+    """A response, an error or nothing (a decoupled model's flag-only final)."""
+    if outcome is None:
+        return None
+    if isinstance(outcome, InferdError):
+        return encode_error(outcome)
+    outputs = [(t.name, tensors.add(t.data, t.datatype)) for t in outcome.outputs]
+    return (
+        "r", outcome.model_name, outcome.model_version, outcome.id, outputs, plain(outcome.parameters), outcome.final,
+    )  # fmt: skip
+
+
+def decode_outcome(item: tuple[Any, ...] | None, block: Block) -> InferResponse | InferdError | None:
+    if item is None:
+        return None
+    if item[0] == "e":
+        return decode_error(item)
+    _, name, version, rid, outputs, params, final = item
+    tensors = []
+    for tname, desc in outputs:
+        array = view(desc, block, DTYPES)
+        tensors.append(InferTensor(tname, desc[0], array.shape, array))
+    return InferResponse(name, version, rid, tensors, params, final)

@@ -1,0 +1,436 @@
+"""NVIDIA python_backend's examples (add_sub, BLS sync/async, BLS of a decoupled model sync/async,
+decoupled repeat/square, custom metrics, auto-complete) on a real ``inferd serve``, in-process and
+isolated (``EXECUTION_MODE: process``): the same models, the same answers.
+
+The models are written here after the examples in github.com/triton-inference-server/python_backend
+(``examples/``), keeping their names, tensors and behaviour.
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import textwrap
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from inferd.testing import ServerProcess, write_repository
+
+ADD_SUB_CONFIG = """
+backend: "python"
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+instance_group [ { kind: KIND_CPU } ]
+"""
+ADD_SUB_PY = """
+import json
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.out0 = pb_utils.triton_string_to_numpy(pb_utils.get_output_config_by_name(config, "OUTPUT0")["data_type"])
+        self.out1 = pb_utils.triton_string_to_numpy(pb_utils.get_output_config_by_name(config, "OUTPUT1")["data_type"])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUTPUT0", (a + b).astype(self.out0)),
+                pb_utils.Tensor("OUTPUT1", (a - b).astype(self.out1))]))
+        return responses
+"""
+BLS_CONFIG = """
+backend: "python"
+input [ { name: "MODEL_NAME" data_type: TYPE_STRING dims: [ 1 ] },
+        { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+BLS_SYNC_PY = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            in_1 = pb_utils.get_input_tensor_by_name(request, "INPUT1")
+            name = pb_utils.get_input_tensor_by_name(request, "MODEL_NAME").as_numpy()[0]
+            response = pb_utils.InferenceRequest(model_name=name, requested_output_names=["OUTPUT0", "OUTPUT1"],
+                                                 inputs=[in_0, in_1]).exec()
+            if response.has_error():
+                raise pb_utils.TritonModelException(response.error().message())
+            responses.append(pb_utils.InferenceResponse(output_tensors=response.output_tensors()))
+        return responses
+"""
+# The async example calls two models at once and adds their outputs: here add_sub twice.
+BLS_ASYNC_PY = """
+import asyncio
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        responses = []
+        for request in requests:
+            inputs = [pb_utils.get_input_tensor_by_name(request, "INPUT0"),
+                      pb_utils.get_input_tensor_by_name(request, "INPUT1")]
+            name = pb_utils.get_input_tensor_by_name(request, "MODEL_NAME").as_numpy()[0]
+            calls = [pb_utils.InferenceRequest(model_name=name, requested_output_names=["OUTPUT0", "OUTPUT1"],
+                                               inputs=inputs).async_exec() for _ in range(2)]
+            first, second = await asyncio.gather(*calls)
+            for r in (first, second):
+                if r.has_error():
+                    raise pb_utils.TritonModelException(r.error().message())
+            out = [pb_utils.Tensor(n, pb_utils.get_output_tensor_by_name(first, n).as_numpy()
+                                   + pb_utils.get_output_tensor_by_name(second, n).as_numpy())
+                   for n in ("OUTPUT0", "OUTPUT1")]
+            responses.append(pb_utils.InferenceResponse(output_tensors=out))
+        return responses
+"""
+REPEAT_CONFIG = """
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: True }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] },
+        { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]
+"""
+REPEAT_PY = """
+import threading, time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.inflight = 0
+        self.lock = threading.Lock()
+
+    def execute(self, requests):
+        for request in requests:
+            values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            delays = pb_utils.get_input_tensor_by_name(request, "DELAY").as_numpy()
+            wait = pb_utils.get_input_tensor_by_name(request, "WAIT").as_numpy()
+            thread = threading.Thread(target=self.respond, args=(request.get_response_sender(), values, delays, wait))
+            thread.daemon = True
+            with self.lock:
+                self.inflight += 1
+            thread.start()
+        return None
+
+    def respond(self, sender, values, delays, wait):
+        for idx in range(values.size):
+            time.sleep(delays[idx] / 1000)
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", values[idx:idx + 1]),
+                                                    pb_utils.Tensor("IDX", np.array([idx], np.uint32))]))
+        time.sleep(wait[0] / 1000)
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        with self.lock:
+            self.inflight -= 1
+
+    def finalize(self):
+        while self.inflight:
+            time.sleep(0.01)
+"""
+SQUARE_CONFIG = """
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: True }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+SQUARE_PY = """
+import json, threading
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        if not pb_utils.using_decoupled_model_transaction_policy(config):
+            raise pb_utils.TritonModelException("square_int32 must be decoupled")
+
+    def execute(self, requests):
+        for request in requests:
+            n = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            threading.Thread(target=self.respond, args=(request.get_response_sender(), n), daemon=True).start()
+        return None
+
+    def respond(self, sender, n):
+        for _ in range(int(n[0])):
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array(n, np.int32))]))
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+"""
+BLS_DECOUPLED_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+BLS_DECOUPLED_SYNC_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        n = pb_utils.get_input_tensor_by_name(requests[0], "IN")
+        total = np.array([0], np.int32)
+        for _ in range(2):
+            for r in pb_utils.InferenceRequest(model_name="square_int32", inputs=[n],
+                                               requested_output_names=["OUT"]).exec(decoupled=True):
+                if r.has_error():
+                    raise pb_utils.TritonModelException(r.error().message())
+                if r.output_tensors():
+                    total += pb_utils.get_output_tensor_by_name(r, "OUT").as_numpy()
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("SUM", total)])]
+"""
+BLS_DECOUPLED_ASYNC_PY = """
+import asyncio
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        n = pb_utils.get_input_tensor_by_name(requests[0], "IN")
+        calls = [pb_utils.InferenceRequest(model_name="square_int32", inputs=[n], requested_output_names=["OUT"])
+                 .async_exec(decoupled=True) for _ in range(2)]
+        total = np.array([0], np.int32)
+        for responses in await asyncio.gather(*calls):
+            for r in responses:
+                if r.has_error():
+                    raise pb_utils.TritonModelException(r.error().message())
+                if len(r.output_tensors()) > 0:
+                    total += pb_utils.get_output_tensor_by_name(r, "OUT").as_numpy()
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("SUM", total)])]
+"""
+CUSTOM_METRICS_PY = """
+import time
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.family = pb_utils.MetricFamily(name="requests_process_latency_ns",
+                                            description="Cumulative time spent processing requests",
+                                            kind=pb_utils.MetricFamily.COUNTER)
+        self.metric = self.family.Metric(labels={"model": "custom_metrics", "version": "1"})
+        self.count = pb_utils.MetricFamily(name="custom_metrics_requests", description="requests seen",
+                                           kind=pb_utils.MetricFamily.GAUGE).Metric(labels={"model": "custom_metrics"})
+
+    def execute(self, requests):
+        start = time.time_ns()
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a + b),
+                                                         pb_utils.Tensor("OUTPUT1", a - b)]))
+        self.metric.increment(max(1, time.time_ns() - start))
+        self.count.set(self.count.value() + len(requests))
+        return responses
+"""
+AUTO_CONFIG = 'backend: "python"\n'
+AUTO_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        for spec in ({"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]},
+                     {"name": "INPUT1", "data_type": "TYPE_FP32", "dims": [4]}):
+            auto_complete_model_config.add_input(spec)
+        for spec in ({"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]},
+                     {"name": "OUTPUT1", "data_type": "TYPE_FP32", "dims": [4]}):
+            auto_complete_model_config.add_output(spec)
+        if BATCH:
+            auto_complete_model_config.set_max_batch_size(4)
+            auto_complete_model_config.set_dynamic_batching()
+        else:
+            auto_complete_model_config.set_max_batch_size(0)
+        return auto_complete_model_config
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([
+            pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+                            + pb_utils.get_input_tensor_by_name(r, "INPUT1").as_numpy()),
+            pb_utils.Tensor("OUTPUT1", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+                            - pb_utils.get_input_tensor_by_name(r, "INPUT1").as_numpy())]) for r in requests]
+"""
+
+MODES = ["in_process", "process"]
+
+
+def _repository(root, mode: str):
+    extra = f'\nparameters {{ key: "EXECUTION_MODE" value: {{ string_value: "{mode}" }} }}\n'
+
+    def model(config: str, code: str) -> dict[str, str]:
+        return {"config.pbtxt": textwrap.dedent(config) + extra, "1/model.py": textwrap.dedent(code)}
+
+    return write_repository(
+        root,
+        {
+            "add_sub": model(ADD_SUB_CONFIG, ADD_SUB_PY),
+            "bls_sync": model(BLS_CONFIG, BLS_SYNC_PY),
+            "bls_async": model(BLS_CONFIG, BLS_ASYNC_PY),
+            "repeat_int32": model(REPEAT_CONFIG, REPEAT_PY),
+            "square_int32": model(SQUARE_CONFIG, SQUARE_PY),
+            "bls_decoupled_sync": model(BLS_DECOUPLED_CONFIG, BLS_DECOUPLED_SYNC_PY),
+            "bls_decoupled_async": model(BLS_DECOUPLED_CONFIG, BLS_DECOUPLED_ASYNC_PY),
+            "custom_metrics": model(ADD_SUB_CONFIG, CUSTOM_METRICS_PY),
+            "batch_model": model(AUTO_CONFIG, "BATCH = True\n" + textwrap.dedent(AUTO_PY)),
+            "nobatch_model": model(AUTO_CONFIG, "BATCH = False\n" + textwrap.dedent(AUTO_PY)),
+        },
+    )
+
+
+@pytest.fixture(scope="module", params=MODES)
+def server(request, tmp_path_factory):
+    repo = _repository(tmp_path_factory.mktemp(f"pyex-{request.param}") / "models", request.param)
+    srv = ServerProcess([repo]).start()
+    srv.mode = request.param
+    yield srv
+    srv.stop()
+
+
+def _add_sub_inputs(module, shape=(4,), name: str | None = None):
+    a = np.arange(4, dtype=np.float32).reshape(shape)
+    b = np.full(shape, 10, np.float32)
+    inputs = []
+    if name is not None:
+        m = module.InferInput("MODEL_NAME", [1], "BYTES")
+        m.set_data_from_numpy(np.array([name.encode()], np.object_))
+        inputs.append(m)
+    for tname, value in (("INPUT0", a), ("INPUT1", b)):
+        x = module.InferInput(tname, list(shape), "FP32")
+        x.set_data_from_numpy(value)
+        inputs.append(x)
+    return inputs, a, b
+
+
+def test_every_example_is_ready(server):
+    index = httpclient.InferenceServerClient(server.http_url).get_model_repository_index()
+    assert {row["name"]: row["state"] for row in index} == {
+        name: "READY"
+        for name in (
+            "add_sub", "bls_sync", "bls_async", "repeat_int32", "square_int32", "bls_decoupled_sync",
+            "bls_decoupled_async", "custom_metrics", "batch_model", "nobatch_model",
+        )
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_add_sub(server, protocol):
+    module = httpclient if protocol == "http" else grpcclient
+    client = module.InferenceServerClient(server.http_url if protocol == "http" else server.grpc_url)
+    inputs, a, b = _add_sub_inputs(module)
+    result = client.infer("add_sub", inputs)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+
+
+@pytest.mark.parametrize("model", ["bls_sync", "bls_async"])
+def test_bls(server, model):
+    client = httpclient.InferenceServerClient(server.http_url)
+    inputs, a, b = _add_sub_inputs(httpclient, name="add_sub")
+    result = client.infer(model, inputs)
+    times = 2 if model == "bls_async" else 1
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), (a + b) * times)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), (a - b) * times)
+
+
+def test_bls_of_an_unknown_model_fails_the_request(server):
+    client = httpclient.InferenceServerClient(server.http_url)
+    inputs, _, _ = _add_sub_inputs(httpclient, name="nope")
+    with pytest.raises(Exception, match="Model nope - Error when running inference"):
+        client.infer("bls_sync", inputs)
+
+
+@pytest.mark.parametrize("model", ["bls_decoupled_sync", "bls_decoupled_async"])
+def test_bls_of_a_decoupled_model(server, model):
+    client = httpclient.InferenceServerClient(server.http_url)
+    x = httpclient.InferInput("IN", [1], "INT32")
+    x.set_data_from_numpy(np.array([4], np.int32))
+    assert client.infer(model, [x]).as_numpy("SUM").tolist() == [2 * 4 * 4]
+
+
+def _stream(server, model: str, inputs) -> list:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    got: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: got.put((result, error)))
+    out = []
+    try:
+        client.async_stream_infer(model, inputs, enable_empty_final_response=True)
+        while True:
+            result, error = got.get(timeout=60)
+            assert error is None, error
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                return out
+            out.append(result)
+    finally:
+        client.stop_stream()
+
+
+def test_decoupled_repeat(server):
+    values = np.array([4, 2, 0, 1], np.int32)
+    inputs = [grpcclient.InferInput("IN", [4], "INT32"), grpcclient.InferInput("DELAY", [4], "UINT32"),
+              grpcclient.InferInput("WAIT", [1], "UINT32")]  # fmt: skip
+    inputs[0].set_data_from_numpy(values)
+    inputs[1].set_data_from_numpy(np.array([1, 2, 3, 4], np.uint32))
+    inputs[2].set_data_from_numpy(np.array([5], np.uint32))
+    results = _stream(server, "repeat_int32", inputs)
+    assert [int(r.as_numpy("OUT")[0]) for r in results] == values.tolist()
+    assert [int(r.as_numpy("IDX")[0]) for r in results] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("n", [0, 3])
+def test_decoupled_square(server, n):
+    x = grpcclient.InferInput("IN", [1], "INT32")
+    x.set_data_from_numpy(np.array([n], np.int32))
+    assert [int(r.as_numpy("OUT")[0]) for r in _stream(server, "square_int32", [x])] == [n] * n
+
+
+def test_custom_metrics(server):
+    client = httpclient.InferenceServerClient(server.http_url)
+    for _ in range(3):
+        inputs, a, b = _add_sub_inputs(httpclient)
+        np.testing.assert_array_equal(client.infer("custom_metrics", inputs).as_numpy("OUTPUT0"), a + b)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30).read().decode()
+    latency = re.search(r'^requests_process_latency_ns\{model="custom_metrics",version="1"\} (\S+)$', text, re.M)
+    assert latency is not None and float(latency.group(1)) >= 3, text
+    assert re.search(r'^custom_metrics_requests\{model="custom_metrics"\} 3(\.0)?$', text, re.M), text
+    assert "# TYPE requests_process_latency_ns counter" in text
+
+
+@pytest.mark.parametrize(("model", "batch"), [("batch_model", 4), ("nobatch_model", 0)])
+def test_auto_complete(server, model, batch):
+    client = httpclient.InferenceServerClient(server.http_url)
+    config = client.get_model_config(model)
+    assert config["max_batch_size"] == batch
+    assert [(t["name"], t["data_type"], t["dims"]) for t in config["input"]] == [
+        ("INPUT0", "TYPE_FP32", [4]),
+        ("INPUT1", "TYPE_FP32", [4]),
+    ]
+    assert ("dynamic_batching" in config) == bool(batch)
+    shape = (1, 4) if batch else (4,)
+    inputs, a, b = _add_sub_inputs(httpclient, shape=shape)
+    np.testing.assert_array_equal(client.infer(model, inputs).as_numpy("OUTPUT1"), a - b)
+
+
+def test_isolated_models_run_in_processes_of_their_own(server):
+    """In process mode every example instance is a child process of the server; in-process, none."""
+    stubs = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+            cmdline = (status.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields.get("PPid", "0")) == server.proc.pid and b"inferd_backend_python" in cmdline:
+            stubs.append(status.parent.name)
+    assert len(stubs) == (10 if server.mode == "process" else 0)

@@ -1,0 +1,315 @@
+"""Isolated Python models (``EXECUTION_MODE: process``) against a real ``inferd serve``: real crashes.
+
+One server holds a healthy in-process model, a healthy isolated one, ``boom`` (isolated; its
+input says how to die: segfault, ``os._exit``, over its memory limit, or an ``execute`` past its
+timeout) and ``loop`` (isolated; every execution segfaults; restarts stop after two crashes). A
+background client keeps both healthy models busy through every crash and must see no failure.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from inferd.testing import ServerProcess, write_repository
+
+ECHO_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+PROCESS = 'parameters { key: "EXECUTION_MODE" value: { string_value: "process" } }\n'
+
+ECHO_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN")
+                .as_numpy() + 1)]) for r in requests]
+"""
+
+# IN: 1 segfault, 2 os._exit(7), 3 hold 400 MiB (limit 200 MiB), 4 sleep past the 2 s timeout; else echo+1.
+# While the file GATE (beside config.pbtxt) exists, initialize waits: the test holds a restart with it.
+BOOM_PY = """
+import ctypes, os, time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        gate = os.path.join(args["model_repository"], "GATE")
+        while os.path.exists(gate):
+            time.sleep(0.05)
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            n = int(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0])
+            if n == 1:
+                ctypes.string_at(0)
+            elif n == 2:
+                os._exit(7)
+            elif n == 3:
+                hold = np.ones(400 * 1024 * 1024, np.uint8)
+                time.sleep(30)
+            elif n == 4:
+                time.sleep(30)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([n + 1], np.int32))]))
+        return out
+"""
+BOOM_PARAMS = (
+    PROCESS
+    + """
+parameters { key: "MEMORY_LIMIT" value: { string_value: "200M" } }
+parameters { key: "EXECUTE_TIMEOUT_SECS" value: { string_value: "2" } }
+parameters { key: "RESTART_LIMIT" value: { string_value: "20" } }
+"""
+)
+# Isolated identity for FP32 and BYTES tensors of any size (small ones cross a shared ring, large ones a
+# shared-memory file of their own).
+IDENTITY_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "F" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "S" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "F" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "S" data_type: TYPE_STRING dims: [ -1 ] },
+         { name: "SUM" data_type: TYPE_FP64 dims: [ 1 ] } ]
+"""
+IDENTITY_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            f = pb_utils.get_input_tensor_by_name(r, "F").as_numpy()
+            s = pb_utils.get_input_tensor_by_name(r, "S").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("F", f), pb_utils.Tensor("S", s),
+                                                   pb_utils.Tensor("SUM", np.array([f.sum(dtype=np.float64)]))]))
+        return out
+"""
+# In-process; IN 1 blocks execute for 2.5 s, past its 1 s EXECUTE_WARN_SECS.
+SLOW_PY = """
+import time
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        if int(pb_utils.get_input_tensor_by_name(requests[0], "IN").as_numpy()[0]) == 1:
+            time.sleep(2.5)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN")
+                .as_numpy() + 1)]) for r in requests]
+"""
+SLOW_PARAMS = 'parameters { key: "EXECUTE_WARN_SECS" value: { string_value: "1" } }\n'
+LOOP_PY = """
+import ctypes
+
+class TritonPythonModel:
+    def execute(self, requests):
+        ctypes.string_at(0)
+"""
+LOOP_PARAMS = PROCESS + 'parameters { key: "RESTART_LIMIT" value: { string_value: "2" } }\n'
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    repo = write_repository(
+        tmp_path_factory.mktemp("pyiso") / "models",
+        {
+            "healthy": {"config.pbtxt": ECHO_CONFIG, "1/model.py": ECHO_PY},
+            "healthy_iso": {"config.pbtxt": ECHO_CONFIG + PROCESS, "1/model.py": ECHO_PY},
+            "boom": {"config.pbtxt": ECHO_CONFIG + BOOM_PARAMS, "1/model.py": BOOM_PY},
+            "loop": {"config.pbtxt": ECHO_CONFIG + LOOP_PARAMS, "1/model.py": LOOP_PY},
+            "slow": {"config.pbtxt": ECHO_CONFIG + SLOW_PARAMS, "1/model.py": SLOW_PY},
+            "identity": {"config.pbtxt": IDENTITY_CONFIG + PROCESS, "1/model.py": IDENTITY_PY},
+        },
+    )
+    srv = ServerProcess([repo]).start()
+    srv.repo = repo
+    yield srv
+    srv.stop()
+
+
+def _infer(client: httpclient.InferenceServerClient, model: str, n: int) -> int:
+    x = httpclient.InferInput("IN", [1], "INT32")
+    x.set_data_from_numpy(np.array([n], np.int32))
+    return int(client.infer(model, [x]).as_numpy("OUT")[0])
+
+
+def _index(client: httpclient.InferenceServerClient) -> dict[str, dict]:
+    return {row["name"]: row for row in client.get_model_repository_index()}
+
+
+def _wait_ready(client: httpclient.InferenceServerClient, model: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not client.is_model_ready(model):
+        assert time.monotonic() < deadline, f"{model} did not come back: {_index(client)[model]}"
+        time.sleep(0.1)
+
+
+class _Load:
+    """Keeps the healthy models busy from a thread; counts answers and failures."""
+
+    def __init__(self, url: str) -> None:
+        self.client = httpclient.InferenceServerClient(url)
+        self.ok = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            model = ("healthy", "healthy_iso")[i % 2]
+            try:
+                assert _infer(self.client, model, i) == i + 1
+                self.ok += 1
+            except Exception as exc:
+                self.failures.append(f"{model}: {exc}")
+            i += 1
+
+    def __enter__(self) -> _Load:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+@pytest.mark.parametrize("size", [0, 3, 50_000, 2_000_000])
+def test_tensors_of_every_size_cross_both_ways_intact(server, size):
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
+    f = np.random.default_rng(size).standard_normal(size).astype(np.float32)
+    s = np.array([b"x" * (i % 7) + bytes([i % 256]) for i in range(max(1, size // 1000))], np.object_)
+    inputs = [httpclient.InferInput("F", [size], "FP32"), httpclient.InferInput("S", [len(s)], "BYTES")]
+    inputs[0].set_data_from_numpy(f)
+    inputs[1].set_data_from_numpy(s)
+    result = client.infer("identity", inputs)
+    np.testing.assert_array_equal(result.as_numpy("F"), f)
+    assert result.as_numpy("S").tolist() == s.tolist()
+    assert result.as_numpy("SUM")[0] == pytest.approx(float(f.sum(dtype=np.float64)))
+
+
+CRASHES = [
+    (1, "was killed by signal 11 (SIGSEGV)"),
+    (2, "exited with code 7"),
+    (3, "exceeded its memory limit: RSS"),
+    (4, "did not return from execute within 2 s (EXECUTE_TIMEOUT_SECS)"),
+]
+
+
+def test_crashes_fail_only_their_requests_and_the_instance_comes_back(server):
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
+    assert _infer(client, "boom", 10) == 11
+    with _Load(server.http_url) as load:
+        for n, cause in CRASHES:
+            started = time.monotonic()
+            with pytest.raises(InferenceServerException) as failed:
+                _infer(client, "boom", n)
+            message = str(failed.value)
+            assert "model 'boom'" in message and "Stub process 'boom_0' is not healthy." in message, message
+            assert cause in message, message
+            assert time.monotonic() - started < 60  # failed fast, never hung
+            _wait_ready(client, "boom")
+            assert _infer(client, "boom", 20 + n) == 21 + n
+        time.sleep(0.5)
+    assert load.failures == [], load.failures[:5]
+    assert load.ok > 10
+    assert client.is_server_live()
+
+
+def test_a_restarting_instance_is_not_ready_and_says_why(server):
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
+    _wait_ready(client, "boom")
+    gate = Path(server.repo) / "boom" / "GATE"
+    gate.write_text("hold the restart")
+    try:
+        with pytest.raises(InferenceServerException, match="SIGSEGV"):
+            _infer(client, "boom", 1)
+        assert not client.is_model_ready("boom")
+        row = _index(client)["boom"]
+        assert row["state"] == "UNAVAILABLE" and "instance 'boom_0' is restarting" in row["reason"], row
+        assert "SIGSEGV" in row["reason"]
+        with pytest.raises(InferenceServerException) as refused:
+            _infer(client, "boom", 10)
+        assert "Stub process 'boom_0' is not healthy." in str(refused.value)
+        assert "is restarting" in str(refused.value)
+        assert _infer(client, "healthy_iso", 5) == 6
+    finally:
+        gate.unlink()
+    _wait_ready(client, "boom")
+    assert _index(client)["boom"]["state"] == "READY"
+    assert _infer(client, "boom", 10) == 11
+
+
+def test_a_crash_loop_ends_unavailable_with_the_reason(server):
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
+    with pytest.raises(InferenceServerException, match="SIGSEGV"):
+        _infer(client, "loop", 1)
+    _wait_ready(client, "loop")
+    with pytest.raises(InferenceServerException, match="SIGSEGV"):
+        _infer(client, "loop", 1)
+    deadline = time.monotonic() + 30
+    while "restarts stopped" not in _index(client)["loop"].get("reason", ""):
+        assert time.monotonic() < deadline, _index(client)["loop"]
+        time.sleep(0.1)
+    row = _index(client)["loop"]
+    assert row["state"] == "UNAVAILABLE"
+    assert "restarts stopped after 2 crashes within 60 s (RESTART_LIMIT 2)" in row["reason"], row
+    time.sleep(1.0)  # no restart comes
+    assert not client.is_model_ready("loop")
+    with pytest.raises(InferenceServerException) as refused:
+        _infer(client, "loop", 1)
+    assert "Stub process 'loop_0' is not healthy." in str(refused.value) and "UNAVAILABLE" in str(refused.value)
+    assert _infer(client, "healthy", 1) == 2 and _infer(client, "healthy_iso", 1) == 2
+    assert client.is_model_ready("healthy_iso")
+
+
+def test_metrics_count_crashes_by_cause_and_restarts(server):
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
+    _wait_ready(client, "boom")
+    text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30).read().decode()
+    samples = []
+    for line in text.splitlines():
+        match = re.fullmatch(r"(inferd_python_stub_\w+)\{(.*)\} (\S+)", line)
+        if match:
+            samples.append(
+                (match.group(1), dict(re.findall(r'(\w+)="([^"]*)"', match.group(2))), float(match.group(3)))
+            )
+
+    def value(name: str, **labels: str) -> float:
+        found = [v for n, got, v in samples if n == name and labels.items() <= got.items()]
+        assert found, (name, labels, samples)
+        return sum(found)
+
+    boom = {"model": "boom", "version": "1", "instance": "boom_0"}
+    for cause in ("signal", "exit", "memory", "timeout"):
+        assert value("inferd_python_stub_crashes_total", **boom, cause=cause) >= 1
+    assert value("inferd_python_stub_crashes_total", model="loop", cause="signal") == 2
+    assert value("inferd_python_stub_restarts_total", **boom) >= 4
+    assert value("inferd_python_stub_rss_bytes", model="healthy_iso") > 1_000_000
+
+
+def test_a_long_in_process_execute_is_reported_once_with_the_model_and_duration(server):
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
+    assert _infer(client, "slow", 0) == 1
+    assert "model 'slow' instance 'slow_0': execute has been running" not in server.log()
+    assert _infer(client, "slow", 1) == 2
+    deadline = time.monotonic() + 10
+    while "model 'slow' instance 'slow_0': execute has been running for" not in server.log():
+        assert time.monotonic() < deadline, server.log()[-2000:]
+        time.sleep(0.1)
+    assert server.log().count("model 'slow' instance 'slow_0': execute has been running for") == 1
+    assert "(EXECUTE_WARN_SECS 1)" in server.log()
