@@ -200,6 +200,7 @@ class VersionBuilder:
                 source.name, version, version_config, runners, recorder, source.path, self.models
             )
             scheduler = self.schedulers.create(scheduler_name(version_config), context)
+            labels = {**scheduler.output_labels(), **labels}
             mv = ModelVersion(source.name, version, version_config, model, runners, scheduler, recorder.stats,
                               source.path, labels)  # fmt: skip
             await warm_up(mv)

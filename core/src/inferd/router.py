@@ -52,6 +52,9 @@ class Router:
     def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
         return self.table.index(ready_only)
 
+    def model_labels(self, name: str, version: str = "") -> dict[str, list[str]]:
+        return self.table.resolve(name, version).labels()
+
     async def infer(self, request: InferRequest, model: ModelInfo | None = None) -> InferResponse:
         """Run one request to completion on ``model`` (from :meth:`resolve`; resolved from the
         request when not given). Decoupled models must go through :meth:`stream`."""
