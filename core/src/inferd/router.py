@@ -261,7 +261,7 @@ def _response_sender(
             failed = isinstance(response, InferdError)
             cancelled = isinstance(response, InferdError) and response.kind is ErrorKind.CANCELLED
             stats.record_response(index, now - start, ok=not failed, cancelled=cancelled)
-            if final and failed:
+            if final and failed and not response.answered:  # type: ignore[union-attr]
                 request.context[FAILED_KEY] = True  # the recorder counts the request failed
             if index == 0:
                 stats.observe_first_response(now - request.arrival_ns)
