@@ -103,11 +103,14 @@ class TritonPythonModel:
 
 
 def _errors_config(head: str) -> str:
-    return head + """
+    return (
+        head
+        + """
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 """
+    )
 
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -149,7 +152,11 @@ def _stats(server: ServerProcess, model: str) -> dict[str, int]:
     finally:
         client.close()
     infer = s["inference_stats"]
-    return {"inference_count": s["inference_count"], "success": infer["success"]["count"], "fail": infer["fail"]["count"]}
+    return {
+        "inference_count": s["inference_count"],
+        "success": infer["success"]["count"],
+        "fail": infer["fail"]["count"],
+    }
 
 
 def _infer(server: ServerProcess, model: str, name: str, array: np.ndarray) -> np.ndarray:
