@@ -68,6 +68,52 @@ def test_plan_stops_at_max_rows_and_at_a_different_shape():
     assert plan_batch(items, 8, frozenset(), 8, 10**9, 0) == (2, 0)
 
 
+S = 10**10  # a delay no test reaches
+PREF = frozenset({2, 6})
+ZERO = frozenset({4, 6})
+
+
+def _items(*rows: int | tuple[int, str]) -> list[Item]:
+    return [Item(rows=r) if isinstance(r, int) else Item(rows=r[0], shape_key=(r[1],)) for r in rows]
+
+
+# Triton's QA cases (qa/L0_batcher/batcher_test.py, all requests queued when the instance frees)
+# and what its GetDynamicBatch takes: (rows queued, preferred, delay ns, waited ns) -> count taken
+# now, 0 meaning "wait". max_batch_size is 8 throughout.
+TRITON_CASES = {
+    "static_batch_preferred": ((2,), PREF, S, 0, 1),
+    "static_batch_lt_any_preferred": ((1,), PREF, S, 0, 0),
+    "static_batch_not_preferred": ((3,), PREF, S, 0, 0),
+    "static_batch_gt_max_preferred": ((7,), PREF, S, 0, 1),
+    "multi_batch_sum_gt_max_preferred": ((3, 4), PREF, S, 0, 1),
+    "multi_batch_sum_gt_max_preferred, delay spent": ((3, 4), PREF, S, S, 2),
+    "multi_batch_gt_max_preferred": ((3, 7), PREF, S, 0, 1),
+    "multi_batch_use_best_preferred": ((1, 1, 1), PREF, S, 0, 2),
+    "multi_batch_use_biggest_preferred": ((1,) * 6, PREF, S, 0, 6),
+    "seven past the largest preferred": ((1,) * 7, PREF, S, 0, 6),
+    "multi_batch_not_preferred": ((1, 3), PREF, S, 0, 0),
+    "multi_batch_not_preferred, delay spent": ((1, 3), PREF, S, S, 2),
+    "multi_batch_different_shape": (((1, "a"), (1, "b")), PREF, S, 0, 1),
+    "multi_batch_preferred_different_shape": (((1, "a"), (1, "a"), (1, "b")), PREF, S, 0, 2),
+    "preferred_batch_only_aligned": ((1,) * 4, ZERO, 0, 0, 4),
+    "preferred_batch_only_unaligned": ((1,) * 5, ZERO, 0, 0, 4),
+    "preferred_batch_only_use_biggest_preferred": ((1,) * 7, ZERO, 0, 0, 6),
+    "preferred_batch_only_use_no_preferred_size": ((1,) * 3, ZERO, 0, 0, 3),
+    "default preferred (max_batch_size), no delay": ((1, 1, 1), frozenset({8}), 0, 0, 3),
+    "default preferred, rows past max_batch_size": ((3, 3, 3), frozenset({8}), 0, 0, 2),
+    "default preferred, within the delay": ((1, 1, 1), frozenset({8}), S, 0, 0),
+    "default preferred, full batch": ((4, 4, 1), frozenset({8}), S, 0, 2),
+}
+
+
+@pytest.mark.parametrize("case", TRITON_CASES, ids=list(TRITON_CASES))
+def test_plan_matches_tritons_decision(case):
+    rows, preferred, delay, waited, expected = TRITON_CASES[case]
+    count, wait = plan_batch(_items(*rows), 8, preferred, max(preferred), delay, waited)
+    assert count == expected
+    assert wait == (delay - waited if expected == 0 else 0)
+
+
 # -- the scheduler in-process: nothing lost, nothing duplicated, workers end on stop --------------
 
 

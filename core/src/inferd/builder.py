@@ -200,8 +200,14 @@ class VersionBuilder:
                 source.name, version, version_config, runners, recorder, source.path, self.models
             )
             scheduler = self.schedulers.create(scheduler_name(version_config), context)
+            labels = {**scheduler.output_labels(), **labels}
             mv = ModelVersion(source.name, version, version_config, model, runners, scheduler, recorder.stats,
                               source.path, labels)  # fmt: skip
+            if mv.decoupled and version_config.response_cache.enable:  # an ensemble over a decoupled step
+                raise InvalidArgument(
+                    f"Response Cache does not currently support model {source.name} with 'decoupled' "
+                    "transaction policy. Please disable the response cache."
+                )
             await warm_up(mv)
         except Exception:
             await asyncio.to_thread(close_instances, model, runners)
@@ -221,9 +227,6 @@ class VersionBuilder:
                 "configured (--cache-config <name>,<key>=<value>); its responses are not cached",
                 mv.name, mv.version,
             )  # fmt: skip
-            return None
-        if mv.decoupled or mv.config.WhichOneof("scheduling_choice") == "sequence_batching":
-            log.warning("model '%s': the response cache does not support decoupled or sequence models", mv.name)
             return None
         return ModelCache(self.cache, mv.name, mv.version, mv.stats)
 

@@ -139,8 +139,8 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
                    metavar="NAME,KEY=VALUE",
                    help="response cache and one of its settings, e.g. local,size=1048576 or "
                         "redis,host=127.0.0.1 (repeatable; models opt in with response_cache { enable: true })")
-    c.add_argument("--response-cache-byte-size", type=int, default=0, metavar="BYTES",
-                   help="deprecated Triton spelling of --cache-config local,size=BYTES")
+    c.add_argument("--response-cache-byte-size", type=int, default=None, metavar="BYTES",
+                   help="deprecated Triton spelling of --cache-config local,size=BYTES (not with --cache-config)")
     c.add_argument("--cache-directory", "--cache-dir", dest="cache_directory", default=None, metavar="PATH",
                    help="accepted for Triton compatibility and ignored: caches are plugins, not shared libraries")
     o = p.add_argument_group("process")
@@ -238,8 +238,14 @@ _OWN_DESTS = {
 def _cache_config(args: argparse.Namespace) -> dict[str, dict[str, str]]:
     """Group ``--cache-config`` settings by cache name (later repeats of a setting win)."""
     configs: dict[str, dict[str, str]] = {}
-    if args.response_cache_byte_size > 0:
-        configs.setdefault("local", {})["size"] = str(args.response_cache_byte_size)
+    byte_size = args.response_cache_byte_size
+    if byte_size is not None and args.cache_config:
+        raise SystemExit(
+            "error: Incompatible flags --response-cache-byte-size and --cache-config both provided. "
+            "Please provide one or the other."
+        )
+    if byte_size is not None and byte_size > 0:
+        configs.setdefault("local", {})["size"] = str(byte_size)
     for settings in args.cache_config:
         for name, setting, value in settings:
             configs.setdefault(name, {})[setting] = value

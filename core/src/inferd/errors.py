@@ -26,6 +26,10 @@ class InferdError(Exception):
     """An error with a kind and a message meant for the client."""
 
     kind: ErrorKind = ErrorKind.UNKNOWN
+    #: True for an error a model answered a request with (a response carrying an error) rather
+    #: than a failed execution: Triton's backend releases such a request normally, so it counts
+    #: as a success in the statistics (see :func:`error_response`).
+    answered: bool = False
 
     def __init__(self, message: str, kind: ErrorKind | None = None) -> None:
         super().__init__(message)
@@ -35,6 +39,15 @@ class InferdError(Exception):
     @property
     def message(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+def error_response(message: str, kind: ErrorKind) -> InferdError:
+    """The error a model answered a request with: the client gets it, the statistics count the
+    request as a success (inference_count and success), as Triton 2.51 counts a Python model's
+    error response."""
+    error = InferdError(message, kind)
+    error.answered = True
+    return error
 
 
 class NotFound(InferdError):

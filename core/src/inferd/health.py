@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from inferd.states import ModelRecord, State, VersionState, Why
@@ -59,6 +59,9 @@ class ServerHealth:
     #: ``--strict-readiness``: readiness also needs every model of these records READY
     #: (``None``: ready as soon as the server started, whatever the models' states).
     models: ModelRecords | None = None
+    #: Start-up errors the server ran on with ``--exit-on-error=false`` (a model repository that
+    #: does not exist): it is never ready, as Triton is not.
+    errors: list[str] = field(default_factory=list)
 
     @property
     def started(self) -> bool:
@@ -67,6 +70,6 @@ class ServerHealth:
 
     def ready(self) -> bool:
         """``/v2/health/ready``: started, and with ``models`` every model READY (or unloaded)."""
-        if not self.started:
+        if not self.started or self.errors:
             return False
         return self.models is None or not unready_models(self.models.records.values())

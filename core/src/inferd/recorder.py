@@ -45,7 +45,8 @@ class Recorder:
         the batch's rows); ``inference_count`` only the rows of requests that succeeded. A result of
         ``None`` (decoupled: the responses went through the senders) becomes an empty response; it
         counts failed when the final response it sent was an error (Triton: one failure per
-        request, however many requests the failed execution held).
+        request, however many requests the failed execution held). An error the model answered
+        with (``InferdError.answered``) counts as a success, as Triton counts it.
         """
         stats = self.stats
         max_batch = self.max_batch_size
@@ -60,7 +61,9 @@ class Recorder:
             trace = request.context.get(TRACE_KEY) if request.context else None
             if trace is not None:
                 trace.compute(dequeued_ns, start_ns, end_ns, done_ns)
-            if isinstance(result, InferdError) or (result is None and FAILED_KEY in request.context):
+            if (isinstance(result, InferdError) and not result.answered) or (
+                result is None and FAILED_KEY in request.context
+            ):
                 cancelled = isinstance(result, InferdError) and result.kind is ErrorKind.CANCELLED
                 stats.record_failure(done_ns - request.arrival_ns, "CANCELED" if cancelled else "BACKEND")
                 outcomes.append(result or InferResponse(stats.name, stats.version, request.id))

@@ -52,6 +52,9 @@ class Router:
     def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
         return self.table.index(ready_only)
 
+    def model_labels(self, name: str, version: str = "") -> dict[str, list[str]]:
+        return self.table.resolve(name, version).labels()
+
     async def infer(self, request: InferRequest, model: ModelInfo | None = None) -> InferResponse:
         """Run one request to completion on ``model`` (from :meth:`resolve`; resolved from the
         request when not given). Decoupled models must go through :meth:`stream`."""
@@ -258,7 +261,7 @@ def _response_sender(
             failed = isinstance(response, InferdError)
             cancelled = isinstance(response, InferdError) and response.kind is ErrorKind.CANCELLED
             stats.record_response(index, now - start, ok=not failed, cancelled=cancelled)
-            if final and failed:
+            if final and failed and not response.answered:  # type: ignore[union-attr]
                 request.context[FAILED_KEY] = True  # the recorder counts the request failed
             if index == 0:
                 stats.observe_first_response(now - request.arrival_ns)

@@ -44,6 +44,10 @@ class ModelCaller(Protocol):
         """Every model in the repositories (``{"name": ...}`` entries and their versions)."""
         ...
 
+    def model_labels(self, name: str, version: str = "") -> dict[str, list[str]]:
+        """The class labels (``label_filename``) of the version that would serve ``name``, by output."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class SchedulerContext:
@@ -129,6 +133,11 @@ class Scheduler(abc.ABC):
     @abc.abstractmethod
     async def _schedule(self, request: InferRequest) -> InferResponse:
         """Run one request through the queue and an instance."""
+
+    def output_labels(self) -> dict[str, list[str]]:
+        """Class labels this scheduler supplies for outputs whose config names no ``label_filename``
+        (an ensemble's: those of the step outputs they come from); read once at load."""
+        return {}
 
     def inflight(self) -> int:
         """Requests accepted and not yet answered."""

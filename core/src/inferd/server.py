@@ -178,11 +178,19 @@ class Server:
 
     async def _check_repositories(self) -> None:
         """A directory that is none stops the server; so does an object store that cannot be
-        read, unless ``--exit-on-error=false`` (then its models load once the poller can)."""
+        read. With ``--exit-on-error=false`` the server runs on: an object store's models load
+        once the poller can read it; a missing directory is reported (logged, and the server is
+        not ready, as Triton reports it) while the other repositories' models serve."""
         for repo in self.manager.options.repositories:
             if isinstance(repo, Path):
                 if not repo.is_dir():
-                    raise SystemExit(f"error: model repository '{repo}' is not a directory")
+                    why = "failed to stat file" if not repo.exists() else "not a directory:"
+                    message = f"Internal - {why} {repo} (model repository)"
+                    if self.options.exit_on_error:
+                        self.close_repositories()
+                        raise SystemExit(f"error: creating server: {message}")
+                    log.error("%s; the server runs on (--exit-on-error=false) but is not ready", message)
+                    self.health.errors.append(message)
                 continue
             try:
                 await asyncio.to_thread(repo.check)

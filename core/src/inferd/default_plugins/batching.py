@@ -44,37 +44,44 @@ def plan_batch(
     """Triton's dynamic batch decision over queued ``items`` (in serving order).
 
     Returns ``(count, wait_ns)``: take the first ``count`` items now, or (count 0) wait up to
-    ``wait_ns`` for more. Items join in order while their rows fit in ``max_rows`` and their shape
-    key matches the first; the largest preferred size reached wins while the oldest item has
-    waited less than ``delay_ns``; otherwise everything that fits goes once the batch cannot grow,
-    reaches the largest preferred size, or the delay is spent (a delay of 0 never waits).
+    ``wait_ns`` for more. As Triton's ``DynamicBatchScheduler::GetDynamicBatch``: items join in
+    order while their rows fit in ``max_rows`` and their shape key matches the first. The batch
+    marked last goes at once while the oldest item has waited less than ``delay_ns``: the largest
+    preferred size reached, or else what was pending when the next item would have passed the
+    largest preferred size. Otherwise everything that fits goes once the batch cannot grow,
+    reaches the largest preferred size, the delay is spent, or the delay is 0.
     """
     count = rows = best = 0
-    closed = False
+    send_now = False
     oldest = 0
     first_key: tuple[Any, ...] = ()
     for item in items:
+        item_rows = item.rows
         if count == 0:
             first_key = item.shape_key
             oldest = item.enqueue_ns
-        elif rows + item.rows > max_rows or item.shape_key != first_key:
-            closed = True
-            break
+        else:
+            if not best and rows + item_rows > max_preferred:
+                best = count
+            if rows + item_rows > max_rows or item.shape_key != first_key:
+                send_now = True
+                break
+            if item.enqueue_ns < oldest:
+                oldest = item.enqueue_ns
         count += 1
-        rows += item.rows
-        oldest = min(oldest, item.enqueue_ns)
+        rows += item_rows
         if rows in preferred:
             best = count
-        if rows >= max_rows:
-            closed = True
+        if rows >= max_rows:  # nothing more can join (Triton stops at the next item)
+            send_now = True
             break
     if count == 0:
         return 0, 0
     waited = now_ns - oldest
-    exceeded = delay_ns == 0 or waited >= delay_ns
+    exceeded = delay_ns != 0 and waited >= delay_ns
     if best and not exceeded:
         return best, 0
-    if closed or exceeded or rows >= max_preferred:
+    if send_now or exceeded or delay_ns == 0 or rows >= max_preferred:
         return count, 0
     return 0, delay_ns - waited
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.errors import ErrorKind, InferdError
+from inferd.errors import ErrorKind, InferdError, error_response
 from inferd.types import InferRequest, InferResponse, InferTensor, wire_datatype
 
 #: Wire datatype -> TRITONSERVER_DataType number (what ``Tensor.triton_dtype()`` returns).
@@ -255,8 +255,9 @@ def response_to_inferd(
             "Expected an 'InferenceResponse' object in the execute function return list, "
             f"found type '{type(response)}'."
         )
-    if response._error is not None:
-        return error_to_inferd(response._error)
+    if response._error is not None:  # counted a success, as Triton counts an error response
+        error = error_to_inferd(response._error)
+        return error_response(error.message, error.kind)
     produced = response._outputs
     wanted = request.outputs
     if wanted:

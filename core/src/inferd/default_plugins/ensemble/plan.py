@@ -13,8 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from inferd.errors import ConfigError, InferdError
-from inferd.types import config_to_wire
+from inferd.types import InferTensor, config_to_wire
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
@@ -33,11 +35,43 @@ class Step:
     decoupled: bool = False
     #: Ensemble tensors this step reads (values of input_map).
     reads: frozenset[str] = frozenset()
+    #: Inputs whose batch dimension may need adding or removing (:class:`BatchFix`); empty when
+    #: the step batches as the models that produce its inputs do.
+    fixes: tuple[BatchFix, ...] = ()
 
     @property
     def label(self) -> str:
         version = f" version {self.version}" if self.version else ""
         return f"step {self.index} (model '{self.model}'{version})"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchFix:
+    """Triton's ``ReshapeTensorDims`` for one tensor passed between a batching and a non-batching
+    model: ``add`` gives a tensor from a non-batching producer a batch of 1 when its shape is the
+    consumer's dims (else it is taken as already batched); otherwise a batch-of-1 tensor loses
+    its batch dimension when its shape is not the non-batching consumer's dims."""
+
+    name: str  # the consumer's tensor (step input or ensemble output)
+    add: bool
+    dims: tuple[int, ...]  # the consumer's config dims (without the batch dimension)
+
+    def shape(self, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+        """The shape to pass on, or ``None`` to pass ``shape`` as it is."""
+        if self.add:
+            return (1, *shape) if _dims_agree(self.dims, shape) else None
+        if shape and shape[0] == 1 and not _dims_agree(self.dims, shape):
+            return shape[1:]
+        return None
+
+    def apply(self, tensor: InferTensor) -> InferTensor:
+        shape = self.shape(tensor.shape)
+        if shape is None:
+            return tensor
+        data = tensor.data
+        if isinstance(data, np.ndarray) and data.shape == tensor.shape:
+            data = data.reshape(shape)
+        return InferTensor(tensor.name, tensor.datatype, shape, data, tensor.parameters)
 
 
 @dataclass(slots=True)
@@ -63,6 +97,8 @@ class Plan:
     output_origin: int = -1
     #: For each decoupled step, the indices of the steps that consume its responses.
     downstream: dict[int, frozenset[int]] = field(default_factory=dict)
+    #: Ensemble outputs whose batch dimension may need adding or removing (see :class:`BatchFix`).
+    output_fixes: dict[str, BatchFix] = field(default_factory=dict)
     _pruned: dict[frozenset[str], list[Step]] = field(default_factory=dict)
 
     @classmethod
@@ -152,8 +188,9 @@ class Plan:
         for t in config.output:
             dims = tuple(t.reshape.shape) if t.HasField("reshape") else tuple(t.dims)
             self._agree(tensors, t.name, _tensor(t, dims, batching, f"ensemble '{self.name}' output"))
+        configs: dict[int, ModelConfig] = {}
         for step in sorted(self.steps, key=lambda s: s.index):
-            step_config = self._step_config(step, models)
+            step_config = configs[step.index] = self._step_config(step, models)
             limit = step_config.max_batch_size
             if limit != 0 and limit < config.max_batch_size:
                 raise self._fail(
@@ -162,7 +199,44 @@ class Plan:
             self._check_mapping(step, step_config, tensors)
             step.decoupled = step_config.model_transaction_policy.decoupled
         self._check_decoupled()
+        self._plan_batch_fixes(config, configs)
         return any(s.decoupled for s in self.steps)
+
+    def _plan_batch_fixes(self, config: ModelConfig, configs: dict[int, ModelConfig]) -> None:
+        """Where a tensor goes between a batching and a non-batching model (either may be the
+        ensemble itself), plan the batch dimension's fix as Triton's ensemble scheduler makes it."""
+        batches = {name: config.max_batch_size > 0 for name in self.inputs}
+        for step in self.steps:
+            for _, tensor in step.outputs:
+                batches[tensor] = configs[step.index].max_batch_size > 0
+        for step in self.steps:
+            step_config = configs[step.index]
+            batching = step_config.max_batch_size > 0
+            specs = {t.name: t for t in step_config.input}
+            step.fixes = tuple(
+                BatchFix(name, batching, tuple(specs[name].dims))
+                for name, tensor in step.inputs
+                if batches.get(tensor, batching) != batching
+            )
+        batching = config.max_batch_size > 0
+        self.output_fixes = {
+            t.name: BatchFix(t.name, batching, tuple(t.dims))
+            for t in config.output
+            if batches.get(t.name, batching) != batching
+        }
+
+    def output_labels(self, config: ModelConfig, models: ModelCaller) -> dict[str, list[str]]:
+        """Labels of the ensemble outputs that name no ``label_filename``: those of the step output
+        each comes from (Triton completes an ensemble's labels this way when it loads)."""
+        wanted = {t.name for t in config.output if not t.label_filename}
+        labels: dict[str, list[str]] = {}
+        for step in self.steps:
+            for name, tensor in step.outputs:
+                if tensor in wanted:
+                    found = models.model_labels(step.model, step.version).get(name)
+                    if found:
+                        labels[tensor] = found
+        return labels
 
     def _step_config(self, step: Step, models: ModelCaller) -> ModelConfig:
         if step.model == self.name:

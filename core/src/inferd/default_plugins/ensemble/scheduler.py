@@ -53,6 +53,10 @@ class EnsembleScheduler(Scheduler):
         limit = config.ensemble_scheduling.max_inflight_requests
         self._limits = {s.index: asyncio.Semaphore(limit) for s in self.plan.steps} if limit > 0 else None
         self._requested = {s.index: [RequestedOutput(name) for name, _ in s.outputs] for s in self.plan.steps}
+        self._labels = self.plan.output_labels(config, self.models)
+
+    def output_labels(self) -> dict[str, list[str]]:
+        return self._labels
 
     # -- the request ----------------------------------------------------------------------------
 
@@ -73,6 +77,9 @@ class EnsembleScheduler(Scheduler):
             tensor = env.get(name)
             if tensor is None:
                 raise InternalError(f"in ensemble '{self._name}', no step produced output '{name}'")
+            fix = self.plan.output_fixes.get(name) if self.plan.output_fixes else None
+            if fix is not None:
+                tensor = fix.apply(tensor)
             outputs.append(InferTensor(name, tensor.datatype, tensor.shape, tensor.data))
         return InferResponse(self._name, self._version, request.id, outputs)
 
@@ -150,6 +157,10 @@ class EnsembleScheduler(Scheduler):
             tensor = env[tensor_name]
             if tensor is not None:
                 inputs[name] = InferTensor(name, tensor.datatype, tensor.shape, tensor.data)
+        for fix in step.fixes:
+            tensor = inputs.get(fix.name)
+            if tensor is not None:
+                inputs[fix.name] = fix.apply(tensor)
         request = run.request
         child = InferRequest(
             step.model, step.version, request.id, inputs, list(self._requested[step.index]),
