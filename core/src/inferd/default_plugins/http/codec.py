@@ -19,6 +19,7 @@ from inferd.default_plugins.http.fields import (
 from inferd.default_plugins.http.json_tensors import json_array
 from inferd.default_plugins.http.utf8 import utf8_hint
 from inferd.errors import InferdError, InvalidArgument
+from inferd.json_depth import TOO_DEEP, depth_problem
 from inferd.shared_memory import REGION, Regions, only_one_source, read_input, without_region
 from inferd.types import (
     InferRequest,
@@ -73,20 +74,35 @@ def parse_json(data: bytes | memoryview, what: str) -> Any:
     orjson reads an integer beyond 64 bits as a float. So a body that may hold such an integer
     (:func:`_may_hold_long_integer`), and every body orjson refuses (it refuses some that the
     standard library accepts: NaN, lone surrogates, a byte-order mark), are parsed by the standard
-    library: results and error messages stay what they were.
+    library: results and error messages stay what they were. A document nested deeper than
+    ``inferd.json_depth.MAX_JSON_DEPTH`` is refused, whichever parser read it.
     """
     raw = bytes(data) if isinstance(data, memoryview) else data
     if not _may_hold_long_integer(raw):
         try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            pass
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            if str(exc).startswith("depth limit"):  # past 1024 levels: the standard library would recurse
+                raise InvalidArgument(f"failed to parse the {what} JSON buffer: {TOO_DEEP}") from None
+        else:
+            return _shallow(raw, value, what)
     try:
-        return json.loads(raw)
+        value = json.loads(raw)
+    except RecursionError:
+        raise InvalidArgument(f"failed to parse the {what} JSON buffer: {TOO_DEEP}") from None
     except UnicodeDecodeError as exc:
         raise InvalidArgument(f"failed to parse the {what} JSON buffer: {exc}{utf8_hint(raw)}") from None
     except ValueError as exc:
         raise InvalidArgument(f"failed to parse the {what} JSON buffer: {exc}") from None
+    return _shallow(raw, value, what)
+
+
+def _shallow(raw: bytes, value: Any, what: str) -> Any:
+    """``value``, unless it nests deeper than ``inferd.json_depth`` allows."""
+    problem = depth_problem(raw, value)
+    if problem:
+        raise InvalidArgument(f"failed to parse the {what} JSON buffer: {problem}")
+    return value
 
 
 def _may_hold_long_integer(raw: bytes) -> bool:
