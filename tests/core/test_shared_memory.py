@@ -109,7 +109,7 @@ def test_bounds_and_names(make: Any) -> None:
 @pytest.mark.parametrize("key", ["/../etc/passwd", "a/b", "/", "..", "//x/y"])
 def test_keys_name_only_objects_in_dev_shm(key: str) -> None:
     with pytest.raises(InferdError, match="Unable to open shared memory region") as info:
-        shm_path(key)
+        shm_path("r", key)
     assert info.value.kind is ErrorKind.INTERNAL
 
 

@@ -20,7 +20,8 @@ from inferd.errors import InferdError, InvalidArgument, Unavailable
 from inferd.lifecycle import ControlMode
 from inferd.logging_settings import SETTINGS as LOG_SETTINGS
 from inferd.metric_sources import SOURCES
-from inferd.repository import poll_failure
+from inferd.names import name_problem, shown
+from inferd.repository import check_model_name, poll_failure
 from inferd.shared_memory import SharedMemory
 from inferd.workers import merge
 from inferd.workers.counts import Counts, CountsFile
@@ -220,6 +221,7 @@ class DataPlane:
     async def load_model(self, name: str, parameters: dict[str, Any] | None = None) -> None:
         """Load or reload ``name``; ``parameters['config']`` (JSON) overrides its config.pbtxt."""
         self._check_control()
+        check_model_name(name)
         parameters = parameters or {}
         load = self.load_locally(name, parameters)
         if self.peers is None:
@@ -244,6 +246,9 @@ class DataPlane:
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         """Unload ``name`` (and the ensembles that call it; see :meth:`ModelManager.unload`)."""
         self._check_control()
+        problem = name_problem(name)
+        if problem:
+            raise InvalidArgument(f"failed to unload '{shown(name)}'; the model name is not valid: {problem}")
         unload = self.unload_locally(name, unload_dependents)
         if self.peers is None:
             await unload

@@ -22,8 +22,10 @@ import tempfile
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Protocol
+
+from inferd.names import inside, name_problem
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +194,7 @@ class ObjectStoreRepository:
             partial = Path(tempfile.mkdtemp(prefix=f".{stamp}-", dir=final.parent))
             try:
                 for obj in objects:
-                    dest = partial / obj.rel  # "<name>/..."
+                    dest = inside(partial, partial / obj.rel)  # "<name>/..."
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     self._client.download_file(self.location.bucket, obj.key, str(dest))
                 partial.rename(final)
@@ -213,9 +215,9 @@ class ObjectStoreRepository:
 
 
 def _safe(rel: str) -> bool:
-    """Whether an object's key (below the prefix) can be a file under the mirror."""
-    parts = PurePosixPath(rel).parts
-    return bool(parts) and ".." not in parts and not rel.startswith("/")
+    """Whether an object's key (below the prefix) can be a file under the mirror: names only
+    (``inferd.names``), so no '..', no empty or absolute path, no backslash or control character."""
+    return not any(name_problem(part) for part in rel.split("/"))
 
 
 def _fingerprint(objects: list[_Object]) -> str:

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from inferd.config import ModelConfig, load_config
 from inferd.errors import InferdError, InvalidArgument
+from inferd.names import inside, name_problem, shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,26 +199,28 @@ class OverrideDirs:
     def write(self, name: str, files: dict[str, bytes]) -> ModelSource:
         """A fresh directory for model ``name`` holding just ``files`` (blocking).
 
-        A file name that leaves the model directory, or that no file system could hold, is
-        refused with Triton's sentence; the private folder is never named in the error.
+        A model or file name that could leave the private folder, or that no file system could
+        hold, is refused with Triton's sentence; every path is resolved and checked to lie under
+        the private folder before anything is written, and that folder is never named in the error.
         """
+        check_model_name(name)
         for rel in files:
             _check_file_name(name, rel)
         if self._root is None:
             self._root = Path(tempfile.mkdtemp(prefix="inferd-overrides-"))
-        root = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self._root))
-        model_dir = root / name
+        root = Path(tempfile.mkdtemp(prefix="load-", dir=self._root))
+        rel = ""
         try:
+            model_dir = inside(self._root, root / name)
             for rel, content in files.items():
-                dest = (model_dir / rel).resolve()
-                if model_dir.resolve() not in dest.parents:
-                    raise InvalidArgument(f"{poll_failure(name)}: file path 'file:{rel}' leaves the model directory")
+                dest = inside(model_dir, model_dir / rel)
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 dest.write_bytes(content)
-        except (InferdError, OSError) as exc:
+        except (ValueError, OSError) as exc:
             shutil.rmtree(root, ignore_errors=True)
-            if isinstance(exc, InferdError):
-                raise
+            if not isinstance(exc, OSError):
+                where = f"file path 'file:{_short(rel)}'" if rel else "the model name"
+                raise InvalidArgument(f"{poll_failure(name)}: {where} leaves the model directory") from None
             raise InvalidArgument(
                 f"{poll_failure(name)}: cannot write file 'file:{_short(rel)}': {exc.strerror or type(exc).__name__}"
             ) from None
@@ -235,8 +238,8 @@ class OverrideDirs:
             self._root = None
 
 
-#: Longest file name (one path component) and whole relative path accepted in a load request.
-NAME_MAX, PATH_MAX = 255, 1024
+#: Longest relative path accepted in a load request (each name in it: ``names.MAX_NAME_BYTES``).
+PATH_MAX = 1024
 
 
 def poll_failure(name: str) -> str:
@@ -244,17 +247,27 @@ def poll_failure(name: str) -> str:
     return f"failed to load '{name}', failed to poll from model repository"
 
 
+def check_model_name(name: str) -> None:
+    """Refuse a model name to load that cannot name a directory of its own, with Triton's sentence."""
+    problem = name_problem(name)
+    if problem:
+        raise InvalidArgument(f"{poll_failure(shown(name))}; the model name is not valid: {problem}")
+
+
 def _check_file_name(name: str, rel: str) -> None:
-    parts = rel.replace("\\", "/").split("/")
-    if "\0" in rel or not rel.strip("/"):
-        raise InvalidArgument(f"{poll_failure(name)}: file path 'file:{_short(rel)}' is not a file name")
-    if rel.startswith("/") or ".." in parts:
+    """Refuse a ``file:`` path of a load that is not a relative path of plain names."""
+    if rel.startswith("/") or ".." in rel.replace("\\", "/").split("/"):
         raise InvalidArgument(f"{poll_failure(name)}: file path 'file:{_short(rel)}' leaves the model directory")
-    longest = max(len(p.encode()) for p in parts)
-    if longest > NAME_MAX or len(rel.encode()) > PATH_MAX:
+    for part in rel.split("/"):
+        problem = name_problem(part)
+        if problem:
+            raise InvalidArgument(
+                f"{poll_failure(name)}: file path 'file:{_short(rel)}' is not a file name ({problem})"
+            )
+    if len(rel.encode()) > PATH_MAX:
         raise InvalidArgument(
-            f"{poll_failure(name)}: file path 'file:{_short(rel)}' is too long (at most {NAME_MAX} bytes "
-            f"per name and {PATH_MAX} in all; this one has a {longest}-byte name, {len(rel.encode())} in all)"
+            f"{poll_failure(name)}: file path 'file:{_short(rel)}' is too long (at most {PATH_MAX} bytes, "
+            f"this one has {len(rel.encode())})"
         )
 
 

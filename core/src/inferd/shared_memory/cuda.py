@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 #: Bytes of a ``cudaIpcMemHandle_t``.
 IPC_HANDLE_SIZE = 64
 _MODULES = ("cuda.bindings.runtime", "cuda.cudart")
+_DRIVER_MODULES = ("cuda.bindings.driver", "cuda.cuda")
 
 
 def _find_runtime() -> str | None:
@@ -76,6 +77,21 @@ def _check(rt: ModuleType, result: tuple[Any, ...], what: str) -> Any:
     return result[1] if len(result) > 1 else None
 
 
+def allocation_bytes(pointer: int) -> int | None:
+    """The bytes of device memory from ``pointer`` to the end of its allocation, as the CUDA
+    driver tells (``cuMemGetAddressRange``); ``None`` when that cannot be known here."""
+    for module in _DRIVER_MODULES:
+        try:
+            driver = importlib.import_module(module)
+            err, base, size = driver.cuMemGetAddressRange(driver.CUdeviceptr(pointer))
+        except Exception:  # not installed, or an older API: the size stays unknown
+            continue
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return None
+        return int(base) + int(size) - pointer
+    return None
+
+
 class CudaRegion:
     """``byte_size`` bytes of device memory on GPU ``device_id``, opened from a CUDA IPC handle."""
 
@@ -93,6 +109,13 @@ class CudaRegion:
             self.pointer = int(_check(rt, rt.cudaIpcOpenMemHandle(handle, flags), "failed to open CUDA IPC handle"))
         except InferdError as exc:
             raise InvalidArgument(f"failed to register CUDA shared memory region '{name}': {exc.message}") from None
+        held = allocation_bytes(self.pointer)
+        if held is not None and byte_size > held:
+            rt.cudaIpcCloseMemHandle(self.pointer)
+            raise InvalidArgument(
+                f"failed to register CUDA shared memory region '{name}': invalid args; byte_size {byte_size} is "
+                f"more than the {held} bytes of device memory the IPC handle opens"
+            )
         self.rt = rt
         self.raw_handle = bytes(raw_handle)
         self.name = name

@@ -8,6 +8,7 @@ import threading
 from typing import Any, Protocol
 
 from inferd.errors import ErrorKind, InferdError, InvalidArgument, NotFound
+from inferd.names import name_problem, shown
 from inferd.shared_memory.cuda import CudaRegion
 from inferd.shared_memory.system import SystemRegion
 
@@ -55,6 +56,12 @@ class Regions:
             self._regions[name] = CudaRegion(name, raw_handle, device_id, byte_size)
 
     def _check_free(self, name: str) -> None:
+        """Refuse a name that is taken, or that is no name (``inferd.names``)."""
+        problem = name_problem(name)
+        if problem:
+            raise InvalidArgument(
+                f"failed to register shared memory region '{shown(name)}'; the name is not valid: {problem}"
+            )
         if name in self._regions:
             raise InferdError(f"shared memory region '{name}' already in manager", ErrorKind.ALREADY_EXISTS)
 

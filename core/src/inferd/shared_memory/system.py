@@ -2,29 +2,60 @@
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
+import stat
 from typing import Any
 
 import numpy as np
 
 from inferd.errors import ErrorKind, InferdError, InvalidArgument
+from inferd.names import name_problem, shown
 
 #: Where POSIX ``shm_open`` keeps its objects on Linux.
 SHM_DIR = "/dev/shm"
+#: How ``shm_open`` opens an object (glibc): never through a symbolic link, not inherited by children.
+_OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def shm_path(key: str) -> str:
+def shm_path(name: str, key: str) -> str:
     """The file of the shared-memory object ``key`` (``/name`` or ``name``), as ``shm_open``
-    resolves it; a key that names anything outside ``/dev/shm`` cannot be opened."""
-    name = key.lstrip("/")
-    if not name or "/" in name or name in (".", "..") or "\0" in name:
-        raise _cannot_open(key, "a key is one name ('/name'), with no '/' inside")
-    return os.path.join(SHM_DIR, name)
+    resolves it; a key that is not one name (after one leading '/') is refused, naming region ``name``."""
+    problem = name_problem(key[1:] if key.startswith("/") else key)
+    if problem:
+        raise _cannot_open(name, key, f"a key is one name, '/name' or 'name': {problem}")
+    return os.path.join(SHM_DIR, key.lstrip("/"))
 
 
-def _cannot_open(key: str, why: str) -> InferdError:
-    return InferdError(f"Unable to open shared memory region: '{key}'; {why}", ErrorKind.INTERNAL)
+def open_shm(name: str, key: str) -> int:
+    """A read-write descriptor of the shared-memory object ``key``, opened as ``shm_open`` does
+    (``O_NOFOLLOW``): a symbolic link, or anything but a regular file of ``/dev/shm``'s file
+    system (a hard link to a file elsewhere), is refused, so that a region can only ever map
+    shared memory and never another file the server can read or write."""
+    path = shm_path(name, key)
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError as exc:
+        why = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+        raise _cannot_open(name, key, f"{why} ({path})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _cannot_open(name, key, f"it is not a regular file ({path})")
+        if st.st_dev != os.stat(SHM_DIR).st_dev:
+            raise _cannot_open(name, key, f"it is not on the shared-memory file system of {SHM_DIR} ({path})")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _cannot_open(name: str, key: str, why: str) -> InferdError:
+    """Triton's error for a key ``shm_open`` cannot open (an internal error, as Triton answers it)."""
+    return InferdError(
+        f"Unable to open shared memory region: '{shown(key)}'; registering region '{shown(name)}': {why}", ErrorKind.INTERNAL
+    )
 
 
 class SystemRegion:
@@ -37,11 +68,7 @@ class SystemRegion:
     kind = "system"
 
     def __init__(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        path = shm_path(key)
-        try:
-            fd = os.open(path, os.O_RDWR)
-        except OSError as exc:
-            raise _cannot_open(key, f"{exc.strerror} ({path})") from None
+        fd = open_shm(name, key)
         try:
             size = os.fstat(fd).st_size
             if byte_size <= 0 or offset + byte_size > size:

@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from inferd.json_depth import TOO_DEEP, depth_problem
 from inferd_frontend_openai import engine, params
 from inferd_frontend_openai.catalog import Catalog, ServingVersion
 from inferd_frontend_openai.choices import ChoiceRunner, Event
@@ -119,10 +120,16 @@ async def _sse(reply: Reply, runner: ChoiceRunner, first: Event, events: AsyncIt
 
 
 async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
     try:
-        body = json.loads(await request.body())
+        body = json.loads(raw)
+    except RecursionError:
+        raise bad_request(f"We could not parse the JSON body of your request: {TOO_DEEP}") from None
     except ValueError as exc:
         raise bad_request(f"We could not parse the JSON body of your request: {exc}") from None
+    problem = depth_problem(raw, body)
+    if problem:
+        raise bad_request(f"We could not parse the JSON body of your request: {problem}")
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object")
     return body

@@ -19,6 +19,7 @@ from inferd.default_plugins.http.fields import (
 from inferd.default_plugins.http.json_tensors import json_array
 from inferd.default_plugins.http.utf8 import utf8_hint
 from inferd.errors import InferdError, InvalidArgument
+from inferd.json_depth import MAX_JSON_DEPTH, TOO_DEEP, depth_problem, nested_deeper_than
 from inferd.shared_memory import REGION, Regions, only_one_source, read_input, without_region
 from inferd.types import (
     InferRequest,
@@ -65,7 +66,7 @@ _NINETEEN_DIGITS = b"0" * 19
 _ZERO, _POINT, _SIGNS, _EXPONENTS = ord("0"), ord("."), b"+-", b"eE"
 
 
-def parse_json(data: bytes | memoryview, what: str) -> Any:
+def parse_json(data: bytes | memoryview, what: str, *, walk: bool = True) -> Any:
     """``data`` parsed, or InvalidArgument naming ``what`` ("request", ...).
 
     orjson parses numbers ~8x faster than the standard library (a request of 256 floats: 5
@@ -73,20 +74,37 @@ def parse_json(data: bytes | memoryview, what: str) -> Any:
     orjson reads an integer beyond 64 bits as a float. So a body that may hold such an integer
     (:func:`_may_hold_long_integer`), and every body orjson refuses (it refuses some that the
     standard library accepts: NaN, lone surrogates, a byte-order mark), are parsed by the standard
-    library: results and error messages stay what they were.
+    library: results and error messages stay what they were. A document nested deeper than
+    ``inferd.json_depth.MAX_JSON_DEPTH`` is refused, whichever parser read it; with ``walk``
+    False (an infer request) only past the parsers' own limits: :func:`decode_request` then checks
+    the values it keeps (``parameters``) itself, and ``data`` is checked against its shape.
     """
     raw = bytes(data) if isinstance(data, memoryview) else data
     if not _may_hold_long_integer(raw):
         try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            pass
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            if str(exc).startswith("depth limit"):  # past 1024 levels: the standard library would recurse
+                raise InvalidArgument(f"failed to parse the {what} JSON buffer: {TOO_DEEP}") from None
+        else:
+            return _shallow(raw, value, what) if walk else value
     try:
-        return json.loads(raw)
+        value = json.loads(raw)
+    except RecursionError:
+        raise InvalidArgument(f"failed to parse the {what} JSON buffer: {TOO_DEEP}") from None
     except UnicodeDecodeError as exc:
         raise InvalidArgument(f"failed to parse the {what} JSON buffer: {exc}{utf8_hint(raw)}") from None
     except ValueError as exc:
         raise InvalidArgument(f"failed to parse the {what} JSON buffer: {exc}") from None
+    return _shallow(raw, value, what) if walk else value
+
+
+def _shallow(raw: bytes, value: Any, what: str) -> Any:
+    """``value``, unless it nests deeper than ``inferd.json_depth`` allows."""
+    problem = depth_problem(raw, value)
+    if problem:
+        raise InvalidArgument(f"failed to parse the {what} JSON buffer: {problem}")
+    return value
 
 
 def _may_hold_long_integer(raw: bytes) -> bool:
@@ -145,6 +163,9 @@ def decode_request(
         )
     if parameters:
         check_parameters(parameters)
+        for value in parameters.values():
+            if type(value) is dict or type(value) is list:
+                _check_nesting(value, 2, "request 'parameters'")
     request = InferRequest(model_name, model_version, request_id(header))
     request.parameters = _without(parameters, "binary_data_output")
     inputs = request.inputs
@@ -165,8 +186,18 @@ def decode_request(
         params = raw.get("parameters") or {}
         if params:
             check_output_parameters(params)
+            for value in params.values():
+                if type(value) is dict or type(value) is list:
+                    _check_nesting(value, 4, f"output '{raw['name']}' 'parameters'")
         request.outputs.append(RequestedOutput(raw["name"], dict(params)))
     return request, parameters.get("binary_data_output", False)
+
+
+def _check_nesting(value: list[Any] | dict[str, Any], above: int, where: str) -> None:
+    """Refuse a value of ``parameters`` (the object at level ``above`` of the document) that nests
+    past ``MAX_JSON_DEPTH`` levels; callers come here only for a list or an object."""
+    if nested_deeper_than(value, MAX_JSON_DEPTH - above):
+        raise InvalidArgument(f"failed to parse the request JSON buffer: {TOO_DEEP} (in {where})")
 
 
 def trailing_bytes_error(carried: int, declared: int) -> InvalidArgument:
@@ -200,6 +231,9 @@ def _decode_input(
         raise InvalidArgument(f"invalid datatype for input {name}: '{datatype}'") from None
     shape = _shape(raw.get("shape"), name)
     params = raw.get("parameters") or {}
+    for value in params.values() if type(params) is dict else ():
+        if type(value) is dict or type(value) is list:
+            _check_nesting(value, 4, f"input '{name}' 'parameters'")
     if REGION in params:
         only_one_source("data" in raw, "binary_data_size" in params)
         array = read_input(regions, model, name, datatype, shape, params)

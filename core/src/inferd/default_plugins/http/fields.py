@@ -64,4 +64,6 @@ def show(value: Any) -> str:
         text = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):
         text = repr(value)
+    except RecursionError:
+        text = f"a {type(value).__name__} nested too deep to show"
     return text if len(text) <= 40 else text[:37] + "..."

@@ -110,7 +110,7 @@ class InferEndpoint:
             return decode_raw_request(body, info, version), True, info
         header_bytes, binary = split_body(body, size)
         if size is None:
-            parsed = parse_json(header_bytes, "request")
+            parsed = parse_json(header_bytes, "request", walk=False)  # decode_request checks what it keeps
             request, binary_output = decode_request(parsed, binary, model, version, self.regions)
         else:
             request, binary_output = self.plans.decode(header_bytes, binary, model, version)

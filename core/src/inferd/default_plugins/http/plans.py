@@ -62,7 +62,7 @@ class HeaderPlans:
         plan = self._plans.get(key)
         if plan is not None:
             return _build(plan, binary, model_name, model_version), plan.binary_output
-        parsed = parse_json(key, "request")
+        parsed = parse_json(key, "request", walk=False)  # decode_request checks what it keeps
         request, binary_output = decode_request(parsed, binary, model_name, model_version, self._regions)
         if len(key) <= self._longest:
             plan = _plan_of(parsed, request, binary_output)

@@ -10,12 +10,11 @@ _ESCAPED = ("\udc80", "\udcff")  # how ``surrogateescape`` decodes the bytes 0x8
 
 def utf8_hint(body: bytes) -> str:
     """``" (in the string at inputs[0].data[1])"``, or "" when the body does not parse as JSON
-    even with its bad bytes kept."""
+    even with its bad bytes kept (or nests too deep to walk)."""
     try:
-        doc = json.loads(body.decode("utf-8", "surrogateescape"))
-    except ValueError:
+        path = _find(json.loads(body.decode("utf-8", "surrogateescape")), "")
+    except (ValueError, RecursionError):  # RecursionError: nested too deep to say where
         return ""
-    path = _find(doc, "")
     if path is None:
         return ""
     return f" (in the string at {path or 'the top level'}: JSON strings must be UTF-8)"
