@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import re
@@ -140,7 +141,7 @@ class LocalPeer:
     def __init__(self) -> None:
         self.shm = SharedMemory()
 
-    def ask(self, op: str, args: dict[str, Any] | None = None) -> list[Any]:
+    async def ask_each(self, op: str, args: dict[str, Any] | None = None) -> list[Any]:
         assert op == SharedMemory.OP and args is not None
         return [self.shm.apply_locally(args)]
 
@@ -149,12 +150,12 @@ def test_registrations_apply_to_every_worker(make: Any) -> None:
     peer = LocalPeer()
     mine = SharedMemory(peer)
     key, _ = make(16)
-    mine.register_system("r", key, 4, 8)
+    asyncio.run(mine.register_system("r", key, 4, 8))
     assert peer.shm.status("system") == mine.status("system") == [{"name": "r", "key": key, "offset": 4, "byte_size": 8}]
     restarted = SharedMemory()
     restarted.catch_up(mine.local_state())
     assert restarted.status("system") == mine.status("system")
-    mine.unregister("system", "r")
+    asyncio.run(mine.unregister("system", "r"))
     assert peer.shm.status("system") == []
 
 
@@ -162,10 +163,10 @@ def test_a_peer_refusing_undoes_the_registration(make: Any) -> None:
     peer = LocalPeer()
     mine = SharedMemory(peer)
     key, _ = make(16)
-    peer.shm.register_system("r", key, 0, 16)  # the peer already has the name: it refuses
+    asyncio.run(peer.shm.register_system("r", key, 0, 16))  # the peer already has the name: it refuses
     mine.regions.unregister("system")
     with pytest.raises(InferdError, match="already in manager"):
-        mine.register_system("r", key, 0, 8)
+        asyncio.run(mine.register_system("r", key, 0, 8))
     assert mine.status("system") == [] and peer.shm.status("system") == []
 
 

@@ -19,6 +19,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from multiprocessing import shared_memory
 from pathlib import Path
 
 import numpy as np
@@ -227,7 +228,9 @@ def test_a_stopped_peer_blocks_no_other_request_and_keeps_its_counts(repo: Path)
             asking.start()
             time.sleep(0.3)  # the stats request is waiting for the stopped worker
             live_conn.request("GET", "/v2/health/live")
-            assert live_conn.getresponse().status == 200
+            live = live_conn.getresponse()
+            live.read()
+            assert live.status == 200
             finished["live"] = time.monotonic()
             asking.join(60)
             # The loop answered while the stats request waited for the stopped worker (the old code
@@ -236,6 +239,34 @@ def test_a_stopped_peer_blocks_no_other_request_and_keeps_its_counts(repo: Path)
             (entry,) = json.loads(answers["stats"])["model_stats"]
             # The stopped worker's counts are still in the sum (its last report).
             assert int(entry["inference_stats"]["success"]["count"]) == sent, entry
+
+            # A shared-memory registration is applied on every worker: it waits for the stopped
+            # one too, and the loop keeps answering meanwhile (the old code blocked it).
+            region = shared_memory.SharedMemory(create=True, size=64)
+            try:
+                def register() -> None:
+                    body = json.dumps({"key": f"/{region.name}", "offset": 0, "byte_size": 64})
+                    stats_conn.request("POST", "/v2/systemsharedmemory/region/r/register", body)
+                    answers["register"] = stats_conn.getresponse().read()
+                    finished["register"] = time.monotonic()
+
+                asking = threading.Thread(target=register)
+                asking.start()
+                time.sleep(0.3)
+                live_conn.request("GET", "/v2/health/live")
+                live = live_conn.getresponse()
+                live.read()
+                assert live.status == 200
+                finished["live"] = time.monotonic()
+                asking.join(60)
+                assert finished["live"] < finished["register"], (finished, answers)
+                stats_conn.request("POST", "/v2/systemsharedmemory/unregister", b"")
+                done = stats_conn.getresponse()
+                done.read()
+                assert done.status == 200, answers
+            finally:
+                region.close()
+                region.unlink()
     for conn in (stats_conn, live_conn):
         conn.close()
 

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 class PeerAsker(Protocol):
     """The other workers (``inferd.workers.peers.Peers``)."""
 
-    def ask(self, op: str, args: dict[str, Any] | None = None) -> list[Any]: ...
+    async def ask_each(self, op: str, args: dict[str, Any] | None = None) -> list[Any]: ...
 
 
 class SharedMemory:
@@ -40,33 +40,34 @@ class SharedMemory:
         """The extensions to list in server metadata: CUDA only where it can work."""
         return ["system_shared_memory"] + ([] if cuda.unusable_reason() else ["cuda_shared_memory"])
 
-    def register_system(self, name: str, key: str, offset: int, byte_size: int) -> None:
+    async def register_system(self, name: str, key: str, offset: int, byte_size: int) -> None:
         self.regions.register_system(name, key, offset, byte_size)
-        self._everywhere("system", name, {"action": "register", "kind": "system", "name": name, "key": key,
+        await self._everywhere("system", name, {"action": "register", "kind": "system", "name": name, "key": key,
                                           "offset": offset, "byte_size": byte_size})  # fmt: skip
 
-    def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+    async def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
         self.regions.register_cuda(name, raw_handle, device_id, byte_size)
         handle = base64.b64encode(raw_handle).decode()
-        self._everywhere("cuda", name, {"action": "register", "kind": "cuda", "name": name, "raw_handle": handle,
+        await self._everywhere("cuda", name, {"action": "register", "kind": "cuda", "name": name, "raw_handle": handle,
                                         "device_id": device_id, "byte_size": byte_size})  # fmt: skip
 
-    def unregister(self, kind: str, name: str = "") -> None:
+    async def unregister(self, kind: str, name: str = "") -> None:
         self.regions.unregister(kind, name)
         if self.peers is not None:
-            self.peers.ask(self.OP, {"action": "unregister", "kind": kind, "name": name})
+            await self.peers.ask_each(self.OP, {"action": "unregister", "kind": kind, "name": name})
 
     def status(self, kind: str, name: str = "") -> list[dict[str, Any]]:
         return self.regions.status(kind, name)
 
-    def _everywhere(self, kind: str, name: str, args: dict[str, Any]) -> None:
-        """Apply a registration made here on every peer; if one refuses, undo it everywhere."""
+    async def _everywhere(self, kind: str, name: str, args: dict[str, Any]) -> None:
+        """Apply a registration made here on every peer (asked at once, without blocking the event
+        loop: a stopped peer is left out after a short wait); if one refuses, undo it everywhere."""
         if self.peers is None:
             return
         try:
-            self.peers.ask(self.OP, args)
+            await self.peers.ask_each(self.OP, args)
         except InferdError:
-            self.unregister(kind, name)
+            await self.unregister(kind, name)
             raise
 
     # -- workers ----------------------------------------------------------------------------------

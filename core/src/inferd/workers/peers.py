@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from inferd.errors import InferdError
-from inferd.workers.control import acall, call
+from inferd.workers.control import acall
 
 log = logging.getLogger(__name__)
 
@@ -36,17 +36,6 @@ class Peers:
     def __init__(self, slot: WorkerSlot) -> None:
         self.slot = slot
         self.paths = [slot.socket(i) for i in range(slot.count) if i != slot.index]
-
-    def ask(self, op: str, args: dict[str, Any] | None = None) -> list[Any]:
-        """Each reachable peer's answer, blocking (the shared-memory calls, made off the hot path);
-        on the event loop, use :meth:`ask_each`."""
-        answers = []
-        for path in self.paths:
-            try:
-                answers.append(call(path, op, args, QUICK_S))
-            except OSError as exc:
-                log.debug("worker at %s did not answer %s: %s", path, op, exc)
-        return answers
 
     async def ask_each(self, op: str, args: dict[str, Any] | None = None) -> list[Any]:
         """Each peer's answer to a quick question, all asked at once without blocking the event loop:

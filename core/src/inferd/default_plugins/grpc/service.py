@@ -404,13 +404,13 @@ class InferenceService:
     async def SystemSharedMemoryRegister(
         self, request: pb.SystemSharedMemoryRegisterRequest
     ) -> pb.SystemSharedMemoryRegisterResponse:
-        self.shm.register_system(request.name, request.key, request.offset, request.byte_size)
+        await self.shm.register_system(request.name, request.key, request.offset, request.byte_size)
         return pb.SystemSharedMemoryRegisterResponse()
 
     async def SystemSharedMemoryUnregister(
         self, request: pb.SystemSharedMemoryUnregisterRequest
     ) -> pb.SystemSharedMemoryUnregisterResponse:
-        self.shm.unregister("system", request.name)
+        await self.shm.unregister("system", request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def CudaSharedMemoryStatus(self, request: pb.CudaSharedMemoryStatusRequest) -> pb.CudaSharedMemoryStatusResponse:
@@ -421,13 +421,13 @@ class InferenceService:
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest
     ) -> pb.CudaSharedMemoryRegisterResponse:
-        self.shm.register_cuda(request.name, request.raw_handle, request.device_id, request.byte_size)
+        await self.shm.register_cuda(request.name, request.raw_handle, request.device_id, request.byte_size)
         return pb.CudaSharedMemoryRegisterResponse()
 
     async def CudaSharedMemoryUnregister(
         self, request: pb.CudaSharedMemoryUnregisterRequest
     ) -> pb.CudaSharedMemoryUnregisterResponse:
-        self.shm.unregister("cuda", request.name)
+        await self.shm.unregister("cuda", request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
 
     # -- grpc.health.v1 ---------------------------------------------------------------------------

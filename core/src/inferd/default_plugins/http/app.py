@@ -277,13 +277,13 @@ class Endpoints:
         kind, name = _shm_kind(request), request.path_params["region"]
         fields = register_request(await _json_body(request), kind)
         if kind == "system":
-            self.dp.shared_memory.register_system(name, fields["key"], fields["offset"], fields["byte_size"])
+            await self.dp.shared_memory.register_system(name, fields["key"], fields["offset"], fields["byte_size"])
         else:
-            self.dp.shared_memory.register_cuda(name, fields["raw_handle"], fields["device_id"], fields["byte_size"])
+            await self.dp.shared_memory.register_cuda(name, fields["raw_handle"], fields["device_id"], fields["byte_size"])
         return Response(status_code=200)
 
     async def shm_unregister(self, request: Request) -> Response:
-        self.dp.shared_memory.unregister(_shm_kind(request), request.path_params.get("region", ""))
+        await self.dp.shared_memory.unregister(_shm_kind(request), request.path_params.get("region", ""))
         return Response(status_code=200)
 
 
