@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -345,3 +346,47 @@ def test_openai_port_is_not_opened_by_default_without_a_model_it_serves(repo: Pa
     with ServerProcess([repo]) as srv:
         wait_for(lambda: "OpenAI API not served: no loaded model" in srv.log(), 30, "the log line")
         assert listening_ports(srv.proc.pid) == {srv.http_port, srv.grpc_port, srv.metrics_port}
+
+
+SLOW_PY = """
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        time.sleep(4)  # the workers are still starting while the test kills one
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([]) for _ in requests]
+"""
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(p) for p in (task / "children").read_text().split()]
+    return found
+
+
+def test_a_worker_killed_while_starting_is_restarted_not_fatal(tmp_path: Path) -> None:
+    """A worker killed by a signal before the server was first ready (by someone else, or in the
+    moment between its readiness and the supervisor hearing of it) is restarted; only a worker that
+    exits by itself while starting (a bad flag, a port in use) stops the server."""
+    slow = {"config.pbtxt": 'backend: "python"\nmax_batch_size: 0\n', "1/model.py": SLOW_PY}
+    repo = write_repository(tmp_path / "models", {"slow": slow})
+    srv = ServerProcess([repo], ["--workers", "2", *FAST_EXIT])
+    log_file = open(srv.log_path, "ab")  # started by hand: start() would wait for a server that is up
+    srv._log, srv.proc = log_file, subprocess.Popen(srv.command(), stdout=log_file, stderr=subprocess.STDOUT,
+                                                    env=srv.env)  # fmt: skip
+    try:
+        supervisor = srv.proc.pid
+        wait_for(lambda: len(_children(supervisor)) == 2, timeout=30, what="two workers")
+        victim = _children(supervisor)[0]
+        os.kill(victim, signal.SIGKILL)
+        srv.wait_ready(120)
+        assert srv.proc.poll() is None, srv.log()
+        assert f"(pid {victim}) was killed by SIGKILL; restarting it" in srv.log(), srv.log()
+    finally:
+        srv.stop()

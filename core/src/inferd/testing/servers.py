@@ -94,6 +94,8 @@ class ServerProcess:
     def wait_ready(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"inferd exited with {self.proc.returncode}:\n{self.log()}")
             if _get(f"http://{self.http_url}/v2/health/ready") == 200:
                 return
             time.sleep(0.05)

@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 TICK_S = 0.2
 #: How often a ready worker's event loop is checked (``alive``), and how long one check waits.
 HEALTH_EVERY_S = 1.0
+#: Workers killed by a signal before the server was first ready that are restarted, not fatal.
+EARLY_KILLS = 3
 #: ``--worker-health-timeout``'s default: a ready worker silent this long is killed and restarted.
 HEALTH_TIMEOUT_S = 30.0
 _PR_SET_PDEATHSIG = 1
@@ -102,6 +104,8 @@ class Supervisor:
         self.next_check = [0.0] * count
         #: Every worker was ready once: from then on a worker that dies is restarted.
         self.up = False
+        #: Workers killed by a signal before :attr:`up` (see :data:`EARLY_KILLS`).
+        self.early_kills = 0
         self._stopping = False
 
     def run(self) -> int:
@@ -146,8 +150,13 @@ class Supervisor:
             if self._stopping:
                 return None
             if not self.ready[index] and not self.up:
-                log.error("worker %d (pid %d) %s before it was ready; stopping", index, proc.pid, _how(code))
-                return code or 1
+                # A worker that exits by itself while starting found something wrong (a bad flag, a
+                # port in use): stop. One killed by a signal (by someone else, or while its readiness
+                # was still on its way here) is restarted, a few times.
+                self.early_kills += code < 0
+                if code >= 0 or self.early_kills > EARLY_KILLS:
+                    log.error("worker %d (pid %d) %s before it was ready; stopping", index, proc.pid, _how(code))
+                    return code or 1
             if not self.ready[index]:
                 time.sleep(1.0)  # it failed while starting again: do not spin
             log.error("worker %d (pid %d) %s; restarting it", index, proc.pid, _how(code))
