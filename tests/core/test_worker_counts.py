@@ -6,13 +6,16 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from inferd.stats import ModelStats
 from inferd.workers import merge
 from inferd.workers.counts import CountsFile, counts_path, retire
-from inferd.workers.supervisor import remove_stale_directories
+from inferd.workers.supervisor import remove_stale_directories, socket_parent
 
 
 def stats(successes: int, failures: int = 0) -> ModelStats:
@@ -102,3 +105,16 @@ def test_only_a_dead_supervisors_directory_is_removed(tmp_path: Path) -> None:
     (stale / "worker-0.sock").write_text("")
     assert remove_stale_directories(tmp_path) == [stale]
     assert not stale.exists() and live.is_dir() and old_style.is_dir()
+
+
+def test_worker_sockets_fit_even_under_a_long_tmpdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    long_dir = tmp_path / ("x" * 80)
+    long_dir.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(long_dir))
+    assert socket_parent() == Path("/tmp")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert socket_parent() == (tmp_path if len(str(tmp_path)) <= 60 else Path("/tmp"))
+    # The longest socket path the supervisor makes fits in sun_path (108 bytes with its NUL).
+    parent = socket_parent()
+    longest = parent / f"inferd-workers-{2**22}-abcdefgh" / "worker-999.sock"
+    assert len(os.fsencode(longest)) < 108

@@ -69,6 +69,21 @@ def _alive(pid: int) -> bool:
     return True
 
 
+#: The longest worker directory path whose control sockets fit in ``sun_path`` (108 bytes on Linux,
+#: less the directory's name and ``/worker-<n>.sock``).
+_MAX_PARENT = 60
+
+
+def socket_parent() -> Path:
+    """Where the worker directory goes: the temporary directory (``TMPDIR``), or ``/tmp`` when that
+    is too long a path for a Unix socket's address."""
+    parent = Path(tempfile.gettempdir())
+    if len(os.fsencode(parent)) <= _MAX_PARENT:
+        return parent
+    log.info("TMPDIR %s is too long a path for the workers' control sockets; using /tmp", parent)
+    return Path("/tmp")
+
+
 def remove_stale_directories(parent: Path) -> list[Path]:
     """Remove the worker directories in ``parent`` whose supervisor is dead (killed, so it could not
     clean up); a live supervisor's directory and another user's are left alone. What was removed."""
@@ -94,9 +109,10 @@ class Supervisor:
         self.grace_s = grace_s
         #: A ready worker whose event loop does not answer for this long is killed (0: never).
         self.health_timeout_s = health_timeout_s
-        for stale in remove_stale_directories(Path(tempfile.gettempdir())):
+        parent = socket_parent()
+        for stale in remove_stale_directories(parent):
             log.info("removed %s, left by a supervisor that was killed", stale)
-        self.directory = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"))
+        self.directory = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-", dir=parent))
         self.procs: list[subprocess.Popen[bytes]] = []
         self.ready = [False] * count
         #: Per worker: when its event loop last answered, and when it is next asked.
