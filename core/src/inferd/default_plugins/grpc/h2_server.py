@@ -11,9 +11,9 @@ import asyncio
 import logging
 import ssl
 
-from inferd.asgi_server import bind, shutdown, tls_factory
 from inferd.default_plugins.grpc.h2_app import GrpcApp
 from inferd.default_plugins.grpc.service import InferenceService
+from inferd.serving.http1 import bind, shutdown, tls_factory
 from inferd.tls import CertificateWatch, TlsConfig, forget, listening_context
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class H2Transport:
             import zttp  # noqa: F401
         except ImportError:
             raise SystemExit("error: --grpc-transport h2 needs the zttp package (pip install zttp)") from None
-        from inferd.default_plugins.grpc.h2_protocol import GrpcH2Protocol
+        from inferd.serving.h2 import GrpcH2Protocol
 
         context = None
         if self.tls is not None:

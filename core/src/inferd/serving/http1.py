@@ -22,7 +22,7 @@ from inferd.errors import InvalidArgument
 from inferd.tls import CertificateWatch, TlsConfig, forget, listening_context
 
 if TYPE_CHECKING:
-    from inferd.asgi_direct import DirectRoutes, Handler
+    from inferd.serving.direct import DirectRoutes, Handler
 
 log = logging.getLogger(__name__)
 
@@ -225,11 +225,11 @@ class HeldWrites:
 
 def _protocol_class(direct: DirectRoutes | None = None) -> type[asyncio.Protocol]:
     """uvicorn's httptools protocol (httptools is a core dependency) writing through
-    :class:`HeldWrites`, answering ``direct``'s requests itself (:mod:`inferd.asgi_direct`)."""
+    :class:`HeldWrites`, answering ``direct``'s requests itself (:mod:`inferd.serving.direct`)."""
     import httptools
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    from inferd.asgi_direct import DirectCycle, takes_directly
+    from inferd.serving.direct import DirectCycle, takes_directly
 
     class Protocol(HttpToolsProtocol):
         """One send per response: the transport holds writes until the response is complete."""
@@ -344,7 +344,7 @@ class AsgiServer:
         self.app = app
         #: How long an idle keep-alive connection stays open.
         self.keep_alive_secs = keep_alive_secs
-        #: Requests answered beside the app, without ASGI (:mod:`inferd.asgi_direct`).
+        #: Requests answered beside the app, without ASGI (:mod:`inferd.serving.direct`).
         self.direct = direct
         self.reuse_port = reuse_port
         self.tls = tls

@@ -1,0 +1,25 @@
+"""The serving package: everything that touches uvicorn, zttp or httptools, behind a small seam.
+
+Other modules import from here only. Importing this package imports none of those libraries
+(plugin discovery imports it for the body limit's constants); the servers import them when they
+start. What is borrowed from which library, at which version: :mod:`inferd.serving.internals`.
+"""
+
+from __future__ import annotations
+
+from inferd.serving.direct import DirectRoutes, Handler, Headers, Reply
+from inferd.serving.http1 import HTTP_MAX_INPUT_SIZE, TOO_LARGE, AsgiServer, BodyLimit, BodyTooLarge, bind, run
+
+__all__ = [
+    "HTTP_MAX_INPUT_SIZE",
+    "TOO_LARGE",
+    "AsgiServer",
+    "BodyLimit",
+    "BodyTooLarge",
+    "DirectRoutes",
+    "Handler",
+    "Headers",
+    "Reply",
+    "bind",
+    "run",
+]
