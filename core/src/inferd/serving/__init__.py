@@ -8,7 +8,8 @@ start. What is borrowed from which library, at which version: :mod:`inferd.servi
 from __future__ import annotations
 
 from inferd.serving.direct import DirectRoutes, Handler, Headers, Reply
-from inferd.serving.http1 import HTTP_MAX_INPUT_SIZE, TOO_LARGE, AsgiServer, BodyLimit, BodyTooLarge, bind, run
+from inferd.serving.http1 import HTTP_MAX_INPUT_SIZE, TOO_LARGE, AsgiServer, BodyLimit, BodyTooLarge
+from inferd.serving.runner import H2Server, Runner, bind, run
 
 __all__ = [
     "HTTP_MAX_INPUT_SIZE",
@@ -17,9 +18,11 @@ __all__ = [
     "BodyLimit",
     "BodyTooLarge",
     "DirectRoutes",
+    "H2Server",
     "Handler",
     "Headers",
     "Reply",
+    "Runner",
     "bind",
     "run",
 ]

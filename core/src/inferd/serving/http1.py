@@ -3,30 +3,25 @@
 uvicorn with the httptools parser: measured here about twice the requests per second of
 hypercorn on the same app (see the closing note of the plugin-host issue). The server runs on
 the loop inferd already owns; inferd handles signals itself, so uvicorn's are never installed.
-That loop is uvloop's when uvloop is installed (a core dependency on Linux): :func:`run`.
+That loop is uvloop's when uvloop is installed (a core dependency on Linux): :func:`~inferd.serving.runner.run`.
+Start and stop are :class:`~inferd.serving.runner.Runner`'s, shared with the HTTP/2 server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
-import socket
-import ssl
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inferd.errors import InvalidArgument
-from inferd.tls import CertificateWatch, TlsConfig, forget, listening_context
+from inferd.serving.runner import Runner
 
 if TYPE_CHECKING:
     from inferd.serving.direct import DirectRoutes, Handler
-
-log = logging.getLogger(__name__)
-
-T = TypeVar("T")
+    from inferd.tls import TlsConfig
 
 #: ``--http-max-input-size``'s default: 64 MiB, as Triton's (``HTTP_DEFAULT_MAX_INPUT_SIZE``).
 HTTP_MAX_INPUT_SIZE = 1 << 26
@@ -104,70 +99,6 @@ class BodyLimit:
                    (b"connection", b"close")]  # fmt: skip
         await send({"type": "http.response.start", "status": 400, "headers": headers})
         await send({"type": "http.response.body", "body": body})
-
-
-def run(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(main)`` on uvloop's event loop when uvloop is installed, asyncio's otherwise.
-
-    uvloop answers a null ASGI handler ~20% faster than asyncio here (issue 9's measurements).
-    """
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - depends on the platform
-        return asyncio.run(main)
-    return uvloop.run(main)
-
-
-def bind(host: str, port: int, what: str, backlog: int = 2048, reuse_port: bool = False) -> socket.socket:
-    """A listening TCP socket; a port in use is a clear start-up error naming ``what``.
-
-    ``reuse_port``: SO_REUSEPORT, for the workers of ``--workers N`` sharing one port.
-    """
-    # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY only on sockets that say they are TCP,
-    # and without it a response written as head + body waits ~40 ms for a delayed ACK.
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if reuse_port:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise SystemExit(f"error: {what} cannot bind {host}:{port}: {exc.strerror}") from None
-    sock.listen(backlog)
-    return sock
-
-
-def tls_factory(context: ssl.SSLContext | None) -> Callable[[Any, Any], ssl.SSLContext] | None:
-    """uvicorn's ``ssl_context_factory`` serving ``context`` as it is (``None``: clear text)."""
-    if context is None:
-        return None
-    return lambda _config, _default: context
-
-
-async def shutdown(server: Any, sockets: list[socket.socket], tls: bool) -> None:
-    """uvicorn's graceful ``server.shutdown``; over TLS, without waiting on idle clients.
-
-    asyncio keeps a TLS connection it closed open until the client answers with its own
-    close_notify, for up to 30 s, and uvicorn waits for every connection: an idle keep-alive client
-    that never answers would hold the shutdown that long. A closed connection whose data is sent
-    is dropped instead (close_notify was sent; TLS does not require waiting for the answer).
-    """
-    sweeper = asyncio.get_running_loop().create_task(_drop_closed(server)) if tls else None
-    try:
-        await server.shutdown(sockets=sockets)
-    finally:
-        if sweeper is not None:
-            sweeper.cancel()
-
-
-async def _drop_closed(server: Any) -> None:
-    while True:
-        await asyncio.sleep(0.1)
-        for connection in list(server.server_state.connections):
-            transport = getattr(connection, "transport", None)
-            if transport is not None and transport.is_closing() and not transport.get_write_buffer_size():
-                transport.abort()
 
 
 class HeldWrites:
@@ -335,62 +266,15 @@ def _protocol_class(direct: DirectRoutes | None = None) -> type[asyncio.Protocol
     return DirectProtocol
 
 
-class AsgiServer:
+class AsgiServer(Runner):
     """Serves ``app`` on ``host:port`` until :meth:`stop`; over TLS with ``tls`` (see :mod:`inferd.tls`)."""
 
     def __init__(self, app: Any, host: str, port: int, what: str, reuse_port: bool = False,
                  tls: TlsConfig | None = None, direct: DirectRoutes | None = None,
                  keep_alive_secs: float = 75.0) -> None:  # fmt: skip
-        self.app = app
-        #: How long an idle keep-alive connection stays open.
-        self.keep_alive_secs = keep_alive_secs
+        super().__init__(app, host, port, what, reuse_port, tls, keep_alive_secs)
         #: Requests answered beside the app, without ASGI (:mod:`inferd.serving.direct`).
         self.direct = direct
-        self.reuse_port = reuse_port
-        self.tls = tls
-        self.host = host
-        self.port = port
-        self.what = what
-        self._server: Any = None
-        self._tick: asyncio.Task[None] | None = None
-        self._sock: socket.socket | None = None
-        self._watch: CertificateWatch[ssl.SSLContext] | None = None
 
-    async def start(self) -> None:
-        """Bind and accept connections; returns once the socket is listening."""
-        import uvicorn
-
-        http = _protocol_class(self.direct)
-        context = None
-        if self.tls is not None:
-            context, self._watch = listening_context(self.tls, ["http/1.1"], self.what)
-        self._sock = bind(self.host, self.port, self.what, reuse_port=self.reuse_port)
-        self.port = self._sock.getsockname()[1]
-        config = uvicorn.Config(
-            self.app, http=http, interface="asgi3", lifespan="off", log_config=None, access_log=False, proxy_headers=False,
-            timeout_keep_alive=self.keep_alive_secs, server_header=False, date_header=False, ssl_context_factory=tls_factory(context),
-        )  # fmt: skip
-        server = uvicorn.Server(config)
-        config.load()
-        server.lifespan = config.lifespan_class(config)
-        await server.startup(sockets=[self._sock])
-        self._server = server
-        # uvicorn's main loop only watches ``should_exit``; run it so its housekeeping continues.
-        self._tick = asyncio.get_running_loop().create_task(server.main_loop(), name=f"inferd-{self.what}")
-
-    async def stop(self, grace: float) -> None:
-        """Stop accepting; let requests in flight finish for up to ``grace`` seconds."""
-        if self._watch is not None:
-            forget(self._watch)
-        server = self._server
-        if server is None:
-            return
-        self._server = None  # a second stop has nothing to do
-        server.should_exit = True
-        server.config.timeout_graceful_shutdown = grace
-        if self._tick is not None:
-            await self._tick
-        try:
-            await shutdown(server, [self._sock] if self._sock else [], self.tls is not None)
-        except Exception:  # a failed close must not stop the rest of the shutdown
-            log.exception("%s did not shut down cleanly", self.what)
+    def protocol(self) -> type[asyncio.Protocol]:
+        return _protocol_class(self.direct)
