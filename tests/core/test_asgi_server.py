@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from inferd.serving import AsgiServer, run
-from inferd.serving.http1 import HeldWrites
+from inferd.serving.writes import HeldWrites
 
 
 async def _loop_module() -> str:

@@ -8,56 +8,27 @@ went away once its calls end), closing it itself once it is idle; a stream the c
 between is refused (REFUSED_STREAM), which gRPC clients retry on their new connection.
 
 uvicorn writes each ASGI send (headers, body, trailers) to the socket at once: three writes per
-call. Here a connection's writes are gathered and written once per event-loop iteration, so a
-call costs one write, and the responses of one batch share it.
+call. Here a connection's writes are gathered (:class:`~inferd.serving.writes.HeldWrites`) and
+written once per event-loop iteration, so a call costs one write, and the responses of one batch share it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import zttp
 from uvicorn.protocols.http.zttp_h2_impl import ZttpH2Protocol
 
 from inferd.default_plugins.grpc.h2_app import GrpcApp
 from inferd.default_plugins.grpc.h2_unary import UnaryCall, access_headers, call_headers, is_plain_unary
+from inferd.serving.writes import HeldWrites
 
 #: Streams a connection takes before it is rotated (zttp's cap is 4096; leave room for races).
 STREAMS_PER_CONNECTION = 4000
 #: How often a rotated connection is checked, to be closed once idle.
 IDLE_CHECK_SECONDS = 1.0
 _REFUSED_STREAM = 0x7
-
-
-class CorkedTransport:
-    """Gathers writes and hands them to ``transport`` in one write, soon (or before a close)."""
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
-        self._pending: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        if not data:
-            return
-        if not self._pending:
-            self._loop.call_soon(self.flush)
-        self._pending.append(data)
-
-    def flush(self) -> None:
-        if self._pending:
-            data = b"".join(self._pending) if len(self._pending) > 1 else self._pending[0]
-            self._pending = []
-            if not self._transport.is_closing():
-                self._transport.write(data)
-
-    def close(self) -> None:
-        self.flush()
-        self._transport.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
 
 
 class GrpcH2Protocol(ZttpH2Protocol):
@@ -71,7 +42,7 @@ class GrpcH2Protocol(ZttpH2Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self.transport = CorkedTransport(transport, self.loop)  # type: ignore[assignment]
+        self.transport = HeldWrites(transport)  # type: ignore[assignment]
 
     def handle_request(self, event: zttp.Request) -> None:
         if self._last_stream is not None and event.stream_id > self._last_stream:

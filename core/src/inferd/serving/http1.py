@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inferd.errors import InvalidArgument
 from inferd.serving.runner import Runner
+from inferd.serving.writes import HeldWrites
 
 if TYPE_CHECKING:
     from inferd.serving.direct import DirectRoutes, Handler
@@ -99,59 +100,6 @@ class BodyLimit:
                    (b"connection", b"close")]  # fmt: skip
         await send({"type": "http.response.start", "status": 400, "headers": headers})
         await send({"type": "http.response.body", "body": body})
-
-
-class HeldWrites:
-    """A connection's transport whose writes are held and sent together, in one ``writelines``.
-
-    uvicorn writes a response's head, and each body message, with its own ``transport.write``:
-    one ``send`` system call each. :class:`Protocol` flushes when the response is complete; a
-    flush scheduled with the first held write sends whatever else (``100 Continue``, a streamed
-    response's chunks) by the next turn of the loop.
-    """
-
-    __slots__ = ("_transport", "_held", "_loop")
-
-    def __init__(self, transport: asyncio.Transport) -> None:
-        self._transport = transport
-        self._held: list[bytes | memoryview] = []
-        self._loop = asyncio.get_running_loop()
-
-    def write(self, data: bytes | memoryview) -> None:
-        held = self._held
-        held.append(data)
-        if len(held) == 1:
-            self._loop.call_soon(self.flush)
-
-    def flush(self) -> None:
-        """Send what is held (dropped once the connection is closing, as a closed transport would)."""
-        held = self._held
-        if not held:
-            return
-        self._held = []
-        transport = self._transport
-        if transport.is_closing():
-            return
-        if len(held) == 1:
-            transport.write(held[0])
-        else:
-            transport.writelines(held)
-
-    def writelines(self, data: list[bytes | memoryview]) -> None:
-        """Send ``data`` now, after anything held, in one call (a whole response)."""
-        held = self._held
-        if held:
-            self._held = []
-            data = [*held, *data]
-        if not self._transport.is_closing():
-            self._transport.writelines(data)
-
-    def close(self) -> None:
-        self.flush()
-        self._transport.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
 
 
 def _protocol_class(direct: DirectRoutes | None = None) -> type[asyncio.Protocol]:
