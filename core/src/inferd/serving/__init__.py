@@ -8,6 +8,7 @@ start. What is borrowed from which library, at which version: :mod:`inferd.servi
 from __future__ import annotations
 
 from inferd.serving.direct import DirectRoutes, Handler, Headers, Reply
+from inferd.serving.h2_stream import UnaryHandler, UnaryRoute, UnaryStream
 from inferd.serving.http1 import HTTP_MAX_INPUT_SIZE, TOO_LARGE, AsgiServer, BodyLimit, BodyTooLarge
 from inferd.serving.runner import H2Server, Runner, bind, run
 
@@ -23,6 +24,9 @@ __all__ = [
     "Headers",
     "Reply",
     "Runner",
+    "UnaryHandler",
+    "UnaryRoute",
+    "UnaryStream",
     "bind",
     "run",
 ]

@@ -15,13 +15,13 @@ written once per event-loop iteration, so a call costs one write, and the respon
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import ClassVar
 
 import zttp
 from uvicorn.protocols.http.zttp_h2_impl import ZttpH2Protocol
 
-from inferd.default_plugins.grpc.h2_app import GrpcApp
-from inferd.default_plugins.grpc.h2_unary import UnaryCall, access_headers, call_headers, is_plain_unary
+from inferd.serving.h2_stream import Headers, UnaryRoute, UnaryStream
 from inferd.serving.writes import HeldWrites
 
 #: Streams a connection takes before it is rotated (zttp's cap is 4096; leave room for races).
@@ -36,6 +36,8 @@ class GrpcH2Protocol(ZttpH2Protocol):
 
     alpn_protocols: ClassVar[list[str]] = ["h2"]
     streams_per_connection: ClassVar[int] = STREAMS_PER_CONNECTION
+    #: The requests answered without ASGI, by raw path (:mod:`inferd.serving.h2_stream`).
+    unary_routes: ClassVar[Mapping[bytes, UnaryRoute] | None] = None
 
     _streams = 0
     _last_stream: int | None = None
@@ -57,29 +59,19 @@ class GrpcH2Protocol(ZttpH2Protocol):
             self.loop.call_later(IDLE_CHECK_SECONDS, self._close_when_idle)
 
     def _start_unary(self, event: zttp.Request) -> bool:
-        """Answer a plain unary call without ASGI (see :mod:`h2_unary`); False: not one."""
-        app = self.config.app
-        if self.shutdown_requested or not isinstance(app, GrpcApp):
+        """Answer a request its route takes without ASGI (:mod:`inferd.serving.h2_stream`); False: not one."""
+        routes = self.unary_routes
+        if self.shutdown_requested or routes is None:
             return False
-        method = app.unary_by_raw_path.get(event.path)
-        if method is None:
+        route = routes.get(event.path)
+        if route is None:
             return False
-        headers = call_headers(event.headers)
-        if not is_plain_unary(event.method, headers):
+        handler = route(event.method, _header_list(event.headers))
+        if handler is None:
             return False
-        call = UnaryCall(
-            method,
-            app.max_message_bytes,
-            self.conn,
-            event,
-            headers,
-            self.transport,
-            self.flow,
-            self.resume_reading_if_idle,
-            access_headers(event.headers) if app.service.policy is not None else None,
-        )
-        self.cycles[event.stream_id] = call  # type: ignore[assignment]
-        task = self.loop.create_task(call.run(self.on_response_complete))
+        stream = UnaryStream(self.conn, event, self.transport, self.flow, self.resume_reading_if_idle)
+        self.cycles[event.stream_id] = stream  # type: ignore[assignment]
+        task = self.loop.create_task(stream.run(handler, self.on_response_complete))
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
         return True
@@ -91,3 +83,15 @@ class GrpcH2Protocol(ZttpH2Protocol):
             self.loop.call_later(IDLE_CHECK_SECONDS, self._close_when_idle)
             return
         self._close_connection()
+
+
+def _header_list(headers: zttp.HeaderBlock | Headers) -> Headers:
+    """A request's headers as pairs with lower-case names (as uvicorn gives them to ASGI)."""
+    if isinstance(headers, zttp.HeaderBlock):
+        return headers.to_list(lowercase_names=True)
+    return [(name.lower(), value) for name, value in headers]
+
+
+def protocol_class(unary: Mapping[bytes, UnaryRoute] | None) -> type[GrpcH2Protocol]:
+    """:class:`GrpcH2Protocol` answering ``unary``'s requests without ASGI."""
+    return type("GrpcH2Protocol", (GrpcH2Protocol,), {"unary_routes": unary})

@@ -13,10 +13,13 @@ import asyncio
 import logging
 import socket
 import ssl
-from collections.abc import Callable, Coroutine
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from inferd.tls import CertificateWatch, TlsConfig, forget, listening_context
+
+if TYPE_CHECKING:
+    from inferd.serving.h2_stream import UnaryRoute
 
 log = logging.getLogger(__name__)
 
@@ -156,15 +159,22 @@ class Runner:
 
 
 class H2Server(Runner):
-    """Serves ``app`` over HTTP/2 (prior knowledge, or ALPN ``h2`` over TLS) until :meth:`stop`."""
+    """Serves ``app`` over HTTP/2 (prior knowledge, or ALPN ``h2`` over TLS) until :meth:`stop`;
+    the requests ``unary`` routes by raw path skip ASGI (see :mod:`inferd.serving.h2_stream`)."""
 
     alpn: ClassVar[list[str]] = ["h2"]
+
+    def __init__(self, app: Any, host: str, port: int, what: str, unary: Mapping[bytes, UnaryRoute] | None = None,
+                 reuse_port: bool = False, tls: TlsConfig | None = None, keep_alive_secs: float = 75.0) -> None:  # fmt: skip
+        super().__init__(app, host, port, what, reuse_port, tls, keep_alive_secs)
+        #: The requests answered without ASGI, by raw path.
+        self.unary = unary
 
     def protocol(self) -> type[asyncio.Protocol]:
         try:
             import zttp  # noqa: F401
         except ImportError:
             raise SystemExit("error: --grpc-transport h2 needs the zttp package (pip install zttp)") from None
-        from inferd.serving.h2 import GrpcH2Protocol
+        from inferd.serving.h2 import protocol_class
 
-        return GrpcH2Protocol
+        return protocol_class(self.unary)

@@ -8,6 +8,7 @@ finish for up to the grace period, then each connection gets GOAWAY and closes.
 from __future__ import annotations
 
 from inferd.default_plugins.grpc.h2_app import GrpcApp
+from inferd.default_plugins.grpc.h2_unary import unary_routes
 from inferd.default_plugins.grpc.service import InferenceService
 from inferd.serving import H2Server
 from inferd.tls import TlsConfig
@@ -28,7 +29,7 @@ class H2Transport:
 
     async def start(self, service: InferenceService, host: str, port: int) -> int:
         app = GrpcApp(service, self.max_message_bytes)
-        server = H2Server(app, host, port, "gRPC frontend", self.reuse_port, self.tls, keep_alive_secs=IDLE_SECONDS)
+        server = H2Server(app, host, port, "gRPC frontend", unary_routes(app), self.reuse_port, self.tls, IDLE_SECONDS)
         self._server = server  # stopped even when the start fails half way (a certificate watch to forget)
         await server.start()
         return int(server.port)
