@@ -1,4 +1,4 @@
-"""Direct routes (``inferd.asgi_direct``) on a real uvicorn server and real sockets: which requests
+"""Direct routes (``inferd.serving.direct``) on a real uvicorn server and real sockets: which requests
 they take, that their answers are the bytes the ASGI path writes for the same reply, and the
 connection's bookkeeping (pipelining, keep-alive, disconnects, errors, graceful shutdown)."""
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from inferd.asgi_direct import Handler, Headers, Reply, takes_directly
-from inferd.asgi_server import AsgiServer, run
+from inferd.serving import AsgiServer, Handler, Headers, Reply, run
+from inferd.serving.direct import takes_directly
 
 MAX_BODY = 4096
 

@@ -7,7 +7,8 @@ import socket
 
 import pytest
 
-from inferd.asgi_server import AsgiServer, HeldWrites, run
+from inferd.serving import AsgiServer, run
+from inferd.serving.writes import HeldWrites
 
 
 async def _loop_module() -> str:

@@ -18,10 +18,12 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
+from tests.e2e.h2_client import GRPC_HEADERS, RawConnection, message
 
 # Waits SECONDS, or until its request is cancelled (Triton's request.is_cancelled()).
 PATIENT_CONFIG = """
@@ -127,9 +129,30 @@ def _time_out_on_patient(server: ServerProcess, protocol: str) -> None:
     client.close()
 
 
-@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def _go_away_from_patient(server: ServerProcess, how: str) -> None:
+    """A plain unary gRPC call of tenant 'one' to ``patient`` (10 minutes, no deadline: the h2
+    transport's short path) whose client resets the stream, or closes the connection, after 1 s."""
+    request = service_pb2.ModelInferRequest(model_name="patient", raw_input_contents=[np.float32(600).tobytes()])
+    request.inputs.add(name="SECONDS", datatype="FP32", shape=[1])
+    raw = RawConnection(int(server.grpc_url.rsplit(":", 1)[1]))
+    try:
+        stream = raw.call("/inference.GRPCInferenceService/ModelInfer", message(request.SerializeToString()),
+                          [*GRPC_HEADERS, (b"authorization", ONE["authorization"].encode())])  # fmt: skip
+        time.sleep(1.0)
+        if how == "reset":
+            stream.reset(0x8)  # CANCEL, the connection stays open
+            raw.flush()
+            time.sleep(0.5)
+    finally:
+        raw.close()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc", "grpc-reset", "grpc-close"])
 def test_a_client_that_gives_up_frees_its_slot_and_the_model(server, protocol):
-    _time_out_on_patient(server, protocol)
+    if protocol.startswith("grpc-"):
+        _go_away_from_patient(server, protocol.removeprefix("grpc-"))
+    else:
+        _time_out_on_patient(server, protocol)
     # The tenant's one slot is free again: its next request is served, not refused with 429.
     deadline, status = time.monotonic() + 10, 0
     while time.monotonic() < deadline:

@@ -13,8 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from inferd import __version__, asgi_server, tls, triton_flags
-from inferd.asgi_server import HTTP_HEADER_TIMEOUT, HTTP_MAX_HEADER_SIZE, HTTP_MAX_INPUT_SIZE
+from inferd import __version__, serving, tls, triton_flags
 from inferd.auth import AuthConfigError, RestrictionError, access_from_flags
 from inferd.errors import InferdError
 from inferd.flags import SuggestingParser, backend_config_setting, parse_bool
@@ -24,6 +23,7 @@ from inferd.object_store import is_url
 from inferd.plugins import PluginHost
 from inferd.rate_limiter import parse_resource
 from inferd.server import Server, ServerOptions
+from inferd.serving import HTTP_HEADER_TIMEOUT, HTTP_MAX_HEADER_SIZE, HTTP_MAX_INPUT_SIZE
 from inferd.tools.analyze import cli as analyze_cli
 from inferd.tools.perf import cli as perf_cli
 from inferd.workers.peers import WorkerSlot
@@ -359,7 +359,7 @@ def _run_serve(args: argparse.Namespace, host: PluginHost, argv: Sequence[str] |
     server = Server(options_from_args(args), host=host)
     server.dataplane.access = access
     try:
-        asgi_server.run(_serve(server))
+        serving.run(_serve(server))
     except SystemExit as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from inferd.asgi_server import TOO_LARGE, BodyLimit
 from inferd.auth import AccessDenied, AccessPolicy, ApiGroup
 from inferd.errors import InferdError
+from inferd.serving import TOO_LARGE, BodyLimit
 from inferd_frontend_openai.errors import OpenAIError, model_not_found
 
 _MODELS = "/v1/models"
@@ -54,7 +54,7 @@ class Guarded:
 
 
 class OpenAIBodyLimit(BodyLimit):
-    """:class:`~inferd.asgi_server.BodyLimit` whose refusal (400, the connection closed) is in
+    """:class:`~inferd.serving.BodyLimit` whose refusal (400, the connection closed) is in
     OpenAI's error shape, with the HTTP port's sentence."""
 
     async def _refuse(self, send: Send, size: str) -> None:

@@ -6,8 +6,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from inferd.asgi_server import HTTP_MAX_INPUT_SIZE, AsgiServer
 from inferd.frontend import Frontend
+from inferd.serving import HTTP_MAX_INPUT_SIZE, AsgiServer
 from inferd_frontend_openai.metrics import LlmMetrics
 
 if TYPE_CHECKING:

@@ -42,7 +42,7 @@ def _factory(options: ServerSettings) -> OpenAIFrontend | None:
     extra = options.extra
     if not extra.get("allow_openai", True):
         return None
-    from inferd.asgi_server import HTTP_MAX_INPUT_SIZE
+    from inferd.serving import HTTP_MAX_INPUT_SIZE
     from inferd.tls import http_config, settings
     from inferd_frontend_openai.frontend import OpenAIFrontend
 

@@ -9,20 +9,17 @@ ASGI as before. The answers are the same either way: the RPCs, the checks on the
 statuses and messages of errors are shared with the ASGI path; this path only skips building an
 ASGI scope and its messages, which was a fifth of the event loop's time per call.
 
-The object stands in for uvicorn's request/response cycle in the protocol's bookkeeping (it has
-the attributes the protocol reads and writes: ``body``, ``more_body``, ``message_event``,
-``disconnected``, ``response_complete``).
+The HTTP/2 side (reading the stream's body, writing headers, data and trailers) is
+:class:`~inferd.serving.UnaryStream`'s; this module is the gRPC side of that seam: which calls
+take the short path (:func:`unary_routes`), the message, the RPC and the status trailers.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 import grpc
-import zttp
 
 from inferd.default_plugins.grpc.framing import (
     ACCEPT_ENCODING,
@@ -33,9 +30,12 @@ from inferd.default_plugins.grpc.framing import (
     percent_encode,
     status_number,
 )
-from inferd.default_plugins.grpc.h2_app import Unary
+from inferd.default_plugins.grpc.h2_app import GrpcApp, Unary
 from inferd.default_plugins.grpc.service import status_of
 from inferd.errors import InferdError
+
+if TYPE_CHECKING:
+    from inferd.serving import Headers, UnaryHandler, UnaryRoute, UnaryStream
 
 log = logging.getLogger(__name__)
 
@@ -44,26 +44,13 @@ _OK_TRAILERS = [(b"grpc-status", b"0")]
 _REPEATED = b"\x00repeated"
 
 
-class _Flow(Protocol):
-    write_paused: bool
-
-    async def drain(self) -> None: ...
-
-
-class _Writer(Protocol):
-    def write(self, data: bytes) -> None: ...
-
-    def is_closing(self) -> bool: ...
-
-
 _WANTED = frozenset((b"content-type", b"grpc-encoding", b"grpc-timeout", b"te"))
 
 
-def call_headers(headers: zttp.HeaderBlock | list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
+def call_headers(headers: Headers) -> dict[bytes, bytes]:
     """The headers the short path reads, by lowercase name; a repeated one maps to a marker."""
-    pairs = headers.to_list(lowercase_names=True) if isinstance(headers, zttp.HeaderBlock) else headers
     found: dict[bytes, bytes] = {}
-    for name, value in pairs:
+    for name, value in headers:
         name = name.lower()
         if name == b"te":  # any ``te: trailers`` lets trailers through, as uvicorn has it
             if value.strip().lower() == b"trailers":
@@ -73,10 +60,9 @@ def call_headers(headers: zttp.HeaderBlock | list[tuple[bytes, bytes]]) -> dict[
     return found
 
 
-def access_headers(headers: zttp.HeaderBlock | list[tuple[bytes, bytes]]) -> dict[str, str]:
+def access_headers(headers: Headers) -> dict[str, str]:
     """Every header of the call by lowercase name, for the access policy (servers with one only)."""
-    pairs = headers.to_list(lowercase_names=True) if isinstance(headers, zttp.HeaderBlock) else headers
-    return {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in pairs}
+    return {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in headers}
 
 
 def is_plain_unary(method: bytes, headers: dict[bytes, bytes]) -> bool:
@@ -92,117 +78,67 @@ def is_plain_unary(method: bytes, headers: dict[bytes, bytes]) -> bool:
     return b"grpc-timeout" not in headers
 
 
+def unary_routes(app: GrpcApp) -> dict[bytes, UnaryRoute]:
+    """The short path's route for each unary method of ``app``, by the path as it comes off the wire."""
+    return {path: _route(app, path, method) for path, method in app.unary_by_raw_path.items()}
+
+
+def _route(app: GrpcApp, path: bytes, method: Unary) -> UnaryRoute:
+    def route(verb: bytes, headers: Headers) -> UnaryHandler | None:
+        """A plain unary call's handler; None: the call goes over ASGI."""
+        found = call_headers(headers)
+        if not is_plain_unary(verb, found):
+            return None
+        access = access_headers(headers) if app.service.policy is not None else None
+        return UnaryCall(method, app.max_message_bytes, path, found, access).run
+
+    return route
+
+
 class UnaryCall:
-    """One plain unary call on one HTTP/2 stream, run by :meth:`run` as a task."""
+    """One plain unary call, answered on its HTTP/2 stream by :meth:`run`."""
 
     def __init__(
         self,
         method: Unary,
         max_message_bytes: int,
-        conn: zttp.H2Connection,
-        event: zttp.Request,
+        path: bytes,
         headers: dict[bytes, bytes],
-        transport: _Writer,
-        flow: _Flow,
-        resume_reading: Callable[[], None],
         headers_for_access: dict[str, str] | None = None,
     ) -> None:
         self.method = method
         #: Every header, when the server has access rules (``inferd.auth``); None otherwise.
         self.headers_for_access = headers_for_access
         self.max_message_bytes = max_message_bytes
-        self.conn = conn
-        self.stream = conn.stream(event.stream_id)
-        self.transport = transport
-        self.flow = flow
-        self.resume_reading = resume_reading
         self.trailers_allowed = b"te" in headers
-        self.path = event.path
-        # What the protocol reads and writes on a cycle.
-        self.body = bytearray()
-        self.more_body = not event.end_stream
-        self.message_event = asyncio.Event()
-        self._disconnected = False
-        #: The task running the RPC, while it runs: a client that goes away cancels it.
-        self._task: asyncio.Task[None] | None = None
-        self.response_complete = False
+        self.path = path
 
-    @property
-    def disconnected(self) -> bool:
-        return self._disconnected
-
-    @disconnected.setter
-    def disconnected(self, value: bool) -> None:
-        """The protocol sets it when the client resets the stream or the connection goes: the
-        RPC running, if any, is cancelled (its request leaves the model's queue, its tenant's slot
-        goes back at once)."""
-        self._disconnected = value
-        task = self._task
-        if value and task is not None:
-            self._task = None
-            task.cancel()
-
-    async def run(self, on_done: Callable[[int], None]) -> None:
-        """Read the message, run the RPC, answer; ``on_done(stream_id)`` at the end, always."""
+    async def run(self, stream: UnaryStream) -> None:
+        """Read the message, run the RPC, answer."""
         try:
-            try:
-                body = await self._body()
-            except GrpcFailure as exc:  # a message over --grpc-max-message-bytes: refused unread
-                await self._answer(None, exc.status, exc.message)
-                self._reset_unread()
-                return
-            if body is None:
-                return
-            try:
-                self._task = asyncio.current_task()
-                parts, size = await self.method(self._message(body), self.headers_for_access)
-                self._task = None
-                if size > self.max_message_bytes:
-                    raise GrpcFailure(
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"Sent message larger than max ({size} vs. {self.max_message_bytes})",
-                    )
-            except asyncio.CancelledError:
-                if self._disconnected:
-                    return  # the client went away: nothing to answer
-                raise
-            except GrpcFailure as exc:
-                await self._answer(None, exc.status, exc.message)
-            except InferdError as exc:
-                await self._answer(None, status_of(exc), exc.message)
-            except Exception as exc:
-                log.exception("gRPC %s failed", self.path.decode("latin-1").rsplit("/", 1)[-1])
-                await self._answer(None, grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
-            else:
-                await self._answer(frame(parts, size), grpc.StatusCode.OK, "")
-        finally:
-            on_done(self.stream.stream_id)
-
-    async def _body(self) -> bytes | bytearray | None:
-        """The whole request body, or None when the client went away first.
-
-        What arrived is taken out of ``body`` at each wake-up: the protocol stops reading the
-        connection while a call holds more than its high-water mark, and resumes only once
-        every call is under it (as uvicorn's own cycle does on each ``receive``).
-        """
-        chunks: list[bytearray] = []
-        size = 0
-        while self.more_body and not self.disconnected:
-            if self.body:
-                chunks.append(self.body)
-                self.body = bytearray()
-                size = self._check_size(chunks, size)
-            self.resume_reading()
-            await self.message_event.wait()
-            self.message_event.clear()
-        if self.disconnected:
-            return None
-        if self.body:
-            chunks.append(self.body)
-            self.body = bytearray()
-        if len(chunks) == 1:
-            return chunks[0]
-        return b"".join(chunks)
+            body = await stream.read_body(self._check_size)
+        except GrpcFailure as exc:  # a message over --grpc-max-message-bytes: refused unread
+            await self._answer(stream, None, exc.status, exc.message)
+            stream.reset_unread()
+            return
+        if body is None:
+            return
+        try:
+            parts, size = await self.method(self._message(body), self.headers_for_access)
+            if size > self.max_message_bytes:
+                raise GrpcFailure(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"Sent message larger than max ({size} vs. {self.max_message_bytes})",
+                )
+        except GrpcFailure as exc:
+            await self._answer(stream, None, exc.status, exc.message)
+        except InferdError as exc:
+            await self._answer(stream, None, status_of(exc), exc.message)
+        except Exception as exc:
+            log.exception("gRPC %s failed", self.path.decode("latin-1").rsplit("/", 1)[-1])
+            await self._answer(stream, None, grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+        else:
+            await self._answer(stream, frame(parts, size), grpc.StatusCode.OK, "")
 
     def _check_size(self, chunks: list[bytearray], before: int) -> int:
         """Refuse a message whose prefix (or whose bytes so far) say it is over the limit, before
@@ -218,13 +154,6 @@ class UnaryCall:
                 )
         return size
 
-    def _reset_unread(self) -> None:
-        """After an early answer, reset the stream (NO_ERROR: the trailers' status stands, as the
-        gRPC protocol says) so the client stops sending the rest."""
-        if self.more_body and not self.disconnected and not self.transport.is_closing():
-            self.stream.reset(0)
-            self.transport.write(self.conn.data_to_send())
-
     def _message(self, body: bytes | bytearray) -> memoryview:
         """The single request message of the call (the checks and messages of the ASGI path)."""
         reader = MessageReader(self.max_message_bytes)
@@ -236,16 +165,8 @@ class UnaryCall:
             )
         return messages[0]
 
-    async def _answer(self, data: bytes | None, status: grpc.StatusCode, message: str) -> None:
+    async def _answer(self, stream: UnaryStream, data: bytes | None, status: grpc.StatusCode, message: str) -> None:
         """Headers, the message (if any) and the status trailers, in one write."""
-        if self.flow.write_paused and not self.disconnected:
-            await self.flow.drain()
-        if self.disconnected or self.transport.is_closing():
-            return
-        stream = self.stream
-        stream.send_response(200, _HEADERS)
-        if data:
-            stream.send_data(data)
         if not self.trailers_allowed:
             trailers = None
         elif status is grpc.StatusCode.OK:
@@ -254,7 +175,4 @@ class UnaryCall:
             trailers = [(b"grpc-status", b"%d" % status_number(status)), (b"grpc-message", percent_encode(message))]
             if status is grpc.StatusCode.UNIMPLEMENTED:
                 trailers.append((b"grpc-accept-encoding", ACCEPT_ENCODING))
-        stream.end_message(trailers)
-        self.response_complete = True
-        self.message_event.set()
-        self.transport.write(self.conn.data_to_send())
+        await stream.answer(_HEADERS, data, trailers)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from inferd.asgi_server import HTTP_HEADER_TIMEOUT, HTTP_MAX_HEADER_SIZE, HTTP_MAX_INPUT_SIZE, AsgiServer, BodyLimit
 from inferd.frontend import Frontend
 from inferd.hookspecs import FrontendRegister, hookimpl
+from inferd.serving import HTTP_HEADER_TIMEOUT, HTTP_MAX_HEADER_SIZE, HTTP_MAX_INPUT_SIZE, AsgiServer, BodyLimit
 from inferd.tls import TlsConfig, http_config, settings
 
 if TYPE_CHECKING:

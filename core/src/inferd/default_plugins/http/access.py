@@ -13,12 +13,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from inferd.asgi_direct import Reply
 from inferd.auth import ROUTE_GROUPS, AccessDenied, AccessPolicy, ApiGroup, Grant
 from inferd.default_plugins.http.errors import error_body, error_reply
 from inferd.default_plugins.http.infer import send_reply
 from inferd.errors import InferdError, NotFound
 from inferd.repository import poll_failure
+from inferd.serving import Reply
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane

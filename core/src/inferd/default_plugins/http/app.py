@@ -24,7 +24,6 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from inferd.asgi_direct import Handler, Headers, Reply
 from inferd.auth import AccessPolicy, visible_entries
 from inferd.config import config_to_json
 from inferd.default_plugins.http.access import AdmittedInfer, admitted, admitted_answer
@@ -33,6 +32,7 @@ from inferd.default_plugins.http.errors import decode_body, error_body, error_re
 from inferd.default_plugins.http.generate import NOT_ONE_RESPONSE, decode_generate, encode_generate, sse_event
 from inferd.default_plugins.http.infer import InferEndpoint, RequestHead
 from inferd.errors import InferdError, InvalidArgument
+from inferd.serving import Handler, Headers, Reply
 from inferd.shared_memory.service import register_request
 from inferd.validation import check_repository_name
 
@@ -124,7 +124,7 @@ class HttpApp:
         self.infer_patterns = [route.path_regex for route in infer_routes]
 
     def direct_routes(self, max_body: int) -> DirectInfer:
-        """The infer routes answered without ASGI (:mod:`inferd.asgi_direct`)."""
+        """The infer routes answered without ASGI (:mod:`inferd.serving.direct`)."""
         return DirectInfer(self.endpoint, self.infer_patterns, max_body, self.policy)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -140,7 +140,7 @@ class HttpApp:
 
 
 class DirectInfer:
-    """The infer routes as :class:`~inferd.asgi_direct.DirectRoutes`: the same endpoint's
+    """The infer routes as :class:`~inferd.serving.DirectRoutes`: the same endpoint's
     :meth:`~inferd.default_plugins.http.infer.InferEndpoint.answer`, given the body uvicorn's
     protocol read. Requests they do not take (another method, chunked bodies...) reach
     :class:`HttpApp` over ASGI, which answers them as before."""

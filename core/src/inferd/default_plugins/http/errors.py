@@ -6,8 +6,8 @@ import json
 import logging
 import zlib
 
-from inferd.asgi_server import TOO_LARGE
 from inferd.errors import ErrorKind, InferdError, InvalidArgument, Unsupported
+from inferd.serving import TOO_LARGE
 
 log = logging.getLogger(__name__)
 _compact = json.JSONEncoder(separators=(",", ":")).encode

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 from starlette.types import Receive, Scope, Send
 
-from inferd.asgi_direct import Headers, Reply
 from inferd.default_plugins.http.codec import (
     HEADER_LENGTH,
     decode_request,
@@ -30,6 +29,7 @@ from inferd.default_plugins.http.errors import (
 )
 from inferd.default_plugins.http.plans import HeaderPlans
 from inferd.default_plugins.http.raw import decode_raw_request
+from inferd.serving import Headers, Reply
 from inferd.shared_memory import bind_outputs
 
 if TYPE_CHECKING:

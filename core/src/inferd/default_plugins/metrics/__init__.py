@@ -15,10 +15,10 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from inferd.asgi_server import AsgiServer
 from inferd.flags import parse_bool
 from inferd.frontend import Frontend
 from inferd.hookspecs import FrontendRegister, hookimpl
+from inferd.serving import AsgiServer
 from inferd.tls import TlsConfig, http_config, settings
 from inferd.workers import merge
 

@@ -1,6 +1,6 @@
 """Direct routes: HTTP/1.1 requests answered straight from uvicorn's protocol, without ASGI.
 
-A frontend can give :class:`~inferd.asgi_server.AsgiServer` a :class:`DirectRoutes` beside its ASGI
+A frontend can give :class:`~inferd.serving.AsgiServer` a :class:`DirectRoutes` beside its ASGI
 app. When a request's head is complete, the server's protocol asks it for a handler; a request it
 takes (a POST with a ``Content-Length`` within the body limit, nothing unusual: see
 :func:`takes_directly`) is read into one ``bytes`` and handed to the handler, whose :class:`Reply`
@@ -18,12 +18,11 @@ those uvicorn would write for the same status and headers.
 from __future__ import annotations
 
 import asyncio
+import http
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
-
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 log = logging.getLogger("uvicorn.error")  # where uvicorn logs an application's exception
 
@@ -39,6 +38,18 @@ class Reply:
     headers: Headers
     parts: list[bytes | memoryview]
 
+
+def _status_line(status: int) -> bytes:
+    """uvicorn's status line for ``status`` (``httptools_impl._get_status_line``: the same bytes)."""
+    try:
+        phrase = http.HTTPStatus(status).phrase.encode()
+    except ValueError:
+        phrase = b""
+    return b"".join([b"HTTP/1.1 ", str(status).encode(), b" ", phrase, b"\r\n"])
+
+
+#: Every status's line, as uvicorn's ``STATUS_LINE`` (owned here: one private name fewer to borrow).
+STATUS_LINE = {status: _status_line(status) for status in range(100, 600)}
 
 #: A direct route's handler: the request's headers (lower-case names) and whole body -> its reply.
 Handler = Callable[[Headers, bytes], Awaitable[Reply]]

@@ -3,7 +3,8 @@
 uvicorn with the httptools parser: measured here about twice the requests per second of
 hypercorn on the same app (see the closing note of the plugin-host issue). The server runs on
 the loop inferd already owns; inferd handles signals itself, so uvicorn's are never installed.
-That loop is uvloop's when uvloop is installed (a core dependency on Linux): :func:`run`.
+That loop is uvloop's when uvloop is installed (a core dependency on Linux): :func:`~inferd.serving.runner.run`.
+Start and stop are :class:`~inferd.serving.runner.Runner`'s, shared with the HTTP/2 server.
 """
 
 from __future__ import annotations
@@ -11,23 +12,20 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
-import ssl
-from collections.abc import Awaitable, Callable, Collection, Coroutine
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from uvicorn.protocols.http.flow_control import FlowControl
 
 from inferd.errors import InvalidArgument
-from inferd.tls import CertificateWatch, TlsConfig, forget, listening_context
+from inferd.serving.runner import Runner
+from inferd.serving.writes import HeldWrites
 
 if TYPE_CHECKING:
-    from inferd.asgi_direct import DirectRoutes, Handler
+    from inferd.serving.direct import DirectRoutes, Handler
+    from inferd.tls import TlsConfig
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 #: ``--http-max-input-size``'s default: 64 MiB, as Triton's (``HTTP_DEFAULT_MAX_INPUT_SIZE``).
 HTTP_MAX_INPUT_SIZE = 1 << 26
@@ -113,150 +111,6 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
-def run(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(main)`` on uvloop's event loop when uvloop is installed, asyncio's otherwise.
-
-    uvloop answers a null ASGI handler ~20% faster than asyncio here (issue 9's measurements).
-    """
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - depends on the platform
-        return asyncio.run(main)
-    return uvloop.run(main)
-
-
-def bind(host: str, port: int, what: str, backlog: int = 2048, reuse_port: bool = False) -> socket.socket:
-    """A listening TCP socket; a port in use is a clear start-up error naming ``what``.
-
-    ``reuse_port``: SO_REUSEPORT, for the workers of ``--workers N`` sharing one port.
-    """
-    # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY only on sockets that say they are TCP,
-    # and without it a response written as head + body waits ~40 ms for a delayed ACK.
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if reuse_port:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise SystemExit(f"error: {what} cannot bind {host}:{port}: {exc.strerror}") from None
-    sock.listen(backlog)
-    return sock
-
-
-def tls_factory(context: ssl.SSLContext | None) -> Callable[[Any, Any], ssl.SSLContext] | None:
-    """uvicorn's ``ssl_context_factory`` serving ``context`` as it is (``None``: clear text)."""
-    if context is None:
-        return None
-    return lambda _config, _default: context
-
-
-async def shutdown(server: Any, sockets: list[socket.socket], tls: bool) -> None:
-    """uvicorn's graceful ``server.shutdown``; over TLS, without waiting on idle clients.
-
-    asyncio keeps a TLS connection it closed open until the client answers with its own
-    close_notify, for up to 30 s, and uvicorn waits for every connection: an idle keep-alive client
-    that never answers would hold the shutdown that long. A closed connection whose data is sent
-    is dropped instead (close_notify was sent; TLS does not require waiting for the answer).
-    """
-    sweeper = asyncio.get_running_loop().create_task(_drop_closed(server)) if tls else None
-    try:
-        await server.shutdown(sockets=sockets)
-    finally:
-        if sweeper is not None:
-            sweeper.cancel()
-
-
-async def _drop_closed(server: Any) -> None:
-    while True:
-        await asyncio.sleep(0.1)
-        for connection in list(server.server_state.connections):
-            transport = getattr(connection, "transport", None)
-            if transport is not None and transport.is_closing() and not transport.get_write_buffer_size():
-                transport.abort()
-
-
-class HeldWrites:
-    """A connection's transport whose writes are held and sent together, in one ``writelines``.
-
-    uvicorn writes a response's head, and each body message, with its own ``transport.write``:
-    one ``send`` system call each. :class:`Protocol` flushes when the response is complete; a
-    flush scheduled with the first held write sends whatever else (``100 Continue``, a streamed
-    response's chunks) by the next turn of the loop.
-    """
-
-    __slots__ = ("_transport", "_held", "_loop")
-
-    def __init__(self, transport: asyncio.Transport) -> None:
-        self._transport = transport
-        self._held: list[bytes | memoryview] = []
-        self._loop = asyncio.get_running_loop()
-
-    def write(self, data: bytes | memoryview) -> None:
-        held = self._held
-        held.append(data)
-        if len(held) == 1:
-            self._loop.call_soon(self.flush)
-
-    def flush(self) -> None:
-        """Send what is held (dropped once the connection is closing, as a closed transport would)."""
-        held = self._held
-        if not held:
-            return
-        self._held = []
-        transport = self._transport
-        if transport.is_closing():
-            return
-        if len(held) == 1:
-            transport.write(held[0])
-        else:
-            transport.writelines(held)
-
-    def writelines(self, data: list[bytes | memoryview]) -> None:
-        """Send ``data`` now, after anything held, in one call (a whole response)."""
-        held = self._held
-        if held:
-            self._held = []
-            data = [*held, *data]
-        if not self._transport.is_closing():
-            self._transport.writelines(data)
-
-    def close(self) -> None:
-        self.flush()
-        self._transport.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
-
-
-class ReadingFlow(FlowControl):
-    """uvicorn's flow control, which also stops reading a peer that does not read what it is sent.
-
-    While the transport's write buffer is over its high-water mark (``pause_writing``), the
-    connection is not read, so a client that sends requests (or HTTP/2 PINGs) without reading
-    the answers cannot make the server hold more than the buffer. Reading also stays paused while
-    pipelined requests wait (``pipeline``): each read may add a whole read's worth of requests.
-    """
-
-    def __init__(self, transport: asyncio.Transport, pipeline: Collection[object] = ()) -> None:
-        super().__init__(transport)
-        self._pipeline = pipeline
-
-    def resume_reading(self) -> None:
-        if self.read_paused and not self.write_paused and not self._pipeline:
-            self.read_paused = False
-            self._transport.resume_reading()
-
-    def pause_writing(self) -> None:
-        super().pause_writing()
-        self.pause_reading()
-
-    def resume_writing(self) -> None:
-        super().resume_writing()
-        self.resume_reading()
-
-
 _IDLE, _HEAD, _BODY = 0, 1, 2
 _HEAD_END = b"\r\n\r\n"
 _TOO_LARGE_HEAD = (
@@ -268,12 +122,13 @@ _TOO_LARGE_HEAD = (
 def _protocol_class(direct: DirectRoutes | None = None, max_header_bytes: int = HTTP_MAX_HEADER_SIZE,
                     header_timeout: float = HTTP_HEADER_TIMEOUT) -> type[asyncio.Protocol]:  # fmt: skip
     """uvicorn's httptools protocol (httptools is a core dependency) writing through
-    :class:`HeldWrites`, answering ``direct``'s requests itself (:mod:`inferd.asgi_direct`), with
+    :class:`HeldWrites`, answering ``direct``'s requests itself (:mod:`inferd.serving.direct`), with
     the limits on a request's head (``max_header_bytes``, ``header_timeout``)."""
     import httptools
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    from inferd.asgi_direct import DirectCycle, takes_directly
+    from inferd.serving.direct import DirectCycle, takes_directly
+    from inferd.serving.flow import ReadingFlow
 
     class Protocol(HttpToolsProtocol):
         """One send per response: the transport holds writes until the response is complete.
@@ -477,79 +332,31 @@ def _protocol_class(direct: DirectRoutes | None = None, max_header_bytes: int = 
     return DirectProtocol
 
 
-class AsgiServer:
+class AsgiServer(Runner):
     """Serves ``app`` on ``host:port`` until :meth:`stop`; over TLS with ``tls`` (see :mod:`inferd.tls`)."""
 
     def __init__(self, app: Any, host: str, port: int, what: str, reuse_port: bool = False,
                  tls: TlsConfig | None = None, direct: DirectRoutes | None = None,
                  keep_alive_secs: float = 75.0, max_header_bytes: int = HTTP_MAX_HEADER_SIZE,
                  header_timeout: float = HTTP_HEADER_TIMEOUT) -> None:  # fmt: skip
-        self.app = app
-        #: How long an idle keep-alive connection stays open.
-        self.keep_alive_secs = keep_alive_secs
+        super().__init__(app, host, port, what, reuse_port, tls, keep_alive_secs)
+        #: Requests answered beside the app, without ASGI (:mod:`inferd.serving.direct`).
+        self.direct = direct
         #: The largest request head (``--http-max-header-size``), and how long it, or a pause in a
         #: body, may take (``--http-header-timeout-secs``).
         self.max_header_bytes = max_header_bytes
         self.header_timeout = header_timeout
-        #: Requests answered beside the app, without ASGI (:mod:`inferd.asgi_direct`).
-        self.direct = direct
-        self.reuse_port = reuse_port
-        self.tls = tls
-        self.host = host
-        self.port = port
-        self.what = what
-        self._server: Any = None
-        self._tick: asyncio.Task[None] | None = None
-        self._sock: socket.socket | None = None
-        self._watch: CertificateWatch[ssl.SSLContext] | None = None
-        self._protocol: Any = None
 
-    async def start(self) -> None:
-        """Bind and accept connections; returns once the socket is listening."""
-        import uvicorn
-
-        http = self._protocol = _protocol_class(self.direct, self.max_header_bytes, self.header_timeout)
-        context = None
-        if self.tls is not None:
-            context, self._watch = listening_context(self.tls, ["http/1.1"], self.what)
-        self._sock = bind(self.host, self.port, self.what, reuse_port=self.reuse_port)
-        self.port = self._sock.getsockname()[1]
-        config = uvicorn.Config(
-            self.app, http=http, interface="asgi3", lifespan="off", log_config=None, access_log=False, proxy_headers=False,
-            timeout_keep_alive=self.keep_alive_secs, server_header=False, date_header=False, ssl_context_factory=tls_factory(context),
-        )  # fmt: skip
-        server = uvicorn.Server(config)
-        config.load()
-        server.lifespan = config.lifespan_class(config)
-        await server.startup(sockets=[self._sock])
-        self._server = server
-        # uvicorn's main loop only watches ``should_exit``; run it so its housekeeping continues.
-        self._tick = asyncio.get_running_loop().create_task(server.main_loop(), name=f"inferd-{self.what}")
+    def protocol(self) -> type[asyncio.Protocol]:
+        return _protocol_class(self.direct, self.max_header_bytes, self.header_timeout)
 
     def drain(self) -> None:
         """Readiness turned false (``--drain-delay-secs``): keep serving, but every response from
         now on says ``Connection: close`` and closes its connection, so that no keep-alive
         connection is left idle when the listener closes (where a request sent as it closes
         would be reset)."""
-        if self._server is None:
+        if self._protocol is None or self._server is None:
             return
-        self._protocol.draining = True
-        for connection in list(self._server.server_state.connections):
+        self._protocol.draining = True  # type: ignore[attr-defined]
+        for connection in self.connections():
             connection.drain()
-
-    async def stop(self, grace: float) -> None:
-        """Stop accepting; let requests in flight finish for up to ``grace`` seconds."""
-        if self._watch is not None:
-            forget(self._watch)
-        server = self._server
-        if server is None:
-            return
-        self._server = None  # a second stop has nothing to do
-        server.should_exit = True
-        server.config.timeout_graceful_shutdown = grace
-        if self._tick is not None:
-            await self._tick
-        try:
-            await shutdown(server, [self._sock] if self._sock else [], self.tls is not None)
-        except Exception:  # a failed close must not stop the rest of the shutdown
-            log.exception("%s did not shut down cleanly", self.what)

@@ -8,8 +8,8 @@ went away once its calls end), closing it itself once it is idle; a stream the c
 between is refused (REFUSED_STREAM), which gRPC clients retry on their new connection.
 
 uvicorn writes each ASGI send (headers, body, trailers) to the socket at once: three writes per
-call. Here a connection's writes are gathered and written once per event-loop iteration, so a
-call costs one write, and the responses of one batch share it.
+call. Here a connection's writes are gathered (:class:`~inferd.serving.writes.HeldWrites`) and
+written once per event-loop iteration, so a call costs one write, and the responses of one batch share it.
 
 A peer's cost is bounded as nghttp2 and grpc bound it: a connection is not read while what the
 server wrote to it is unsent past the transport's high-water mark (a peer that sends PINGs or
@@ -26,15 +26,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import ClassVar
 
 import zttp
-from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.zttp_h2_impl import ZttpH2Protocol
 
-from inferd.asgi_server import ReadingFlow
-from inferd.default_plugins.grpc.h2_app import GrpcApp
-from inferd.default_plugins.grpc.h2_unary import UnaryCall, access_headers, call_headers, is_plain_unary
+from inferd.serving.flow import HIGH_WATER_LIMIT, ReadingFlow
+from inferd.serving.h2_stream import Headers, UnaryRoute, UnaryStream
+from inferd.serving.writes import HeldWrites
 
 #: Streams a connection takes before it is rotated (zttp's cap is 4096; leave room for races).
 STREAMS_PER_CONNECTION = 4000
@@ -54,41 +54,13 @@ _CONTROL = (zttp.Settings, zttp.Ping, zttp.WindowUpdate)
 log = logging.getLogger(__name__)
 
 
-class CorkedTransport:
-    """Gathers writes and hands them to ``transport`` in one write, soon (or before a close)."""
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
-        self._pending: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        if not data:
-            return
-        if not self._pending:
-            self._loop.call_soon(self.flush)
-        self._pending.append(data)
-
-    def flush(self) -> None:
-        if self._pending:
-            data = b"".join(self._pending) if len(self._pending) > 1 else self._pending[0]
-            self._pending = []
-            if not self._transport.is_closing():
-                self._transport.write(data)
-
-    def close(self) -> None:
-        self.flush()
-        self._transport.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
-
-
 class GrpcH2Protocol(ZttpH2Protocol):
     """HTTP/2 only (gRPC clients speak it with prior knowledge); one connection per 4000 calls."""
 
     alpn_protocols: ClassVar[list[str]] = ["h2"]
     streams_per_connection: ClassVar[int] = STREAMS_PER_CONNECTION
+    #: The requests answered without ASGI, by raw path (:mod:`inferd.serving.h2_stream`).
+    unary_routes: ClassVar[Mapping[bytes, UnaryRoute] | None] = None
 
     _streams = 0
     _last_stream: int | None = None
@@ -99,7 +71,7 @@ class GrpcH2Protocol(ZttpH2Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.flow = ReadingFlow(transport)
-        self.transport = CorkedTransport(transport, self.loop)  # type: ignore[assignment]
+        self.transport = HeldWrites(transport)  # type: ignore[assignment]
 
     def handle_events(self) -> None:
         """uvicorn's dispatch of zttp's events, with control frames counted against the allowance."""
@@ -167,29 +139,19 @@ class GrpcH2Protocol(ZttpH2Protocol):
             self.loop.call_later(IDLE_CHECK_SECONDS, self._close_when_idle)
 
     def _start_unary(self, event: zttp.Request) -> bool:
-        """Answer a plain unary call without ASGI (see :mod:`h2_unary`); False: not one."""
-        app = self.config.app
-        if self.shutdown_requested or not isinstance(app, GrpcApp):
+        """Answer a request its route takes without ASGI (:mod:`inferd.serving.h2_stream`); False: not one."""
+        routes = self.unary_routes
+        if self.shutdown_requested or routes is None:
             return False
-        method = app.unary_by_raw_path.get(event.path)
-        if method is None:
+        route = routes.get(event.path)
+        if route is None:
             return False
-        headers = call_headers(event.headers)
-        if not is_plain_unary(event.method, headers):
+        handler = route(event.method, _header_list(event.headers))
+        if handler is None:
             return False
-        call = UnaryCall(
-            method,
-            app.max_message_bytes,
-            self.conn,
-            event,
-            headers,
-            self.transport,
-            self.flow,
-            self.resume_reading_if_idle,
-            access_headers(event.headers) if app.service.policy is not None else None,
-        )
-        self.cycles[event.stream_id] = call  # type: ignore[assignment]
-        task = self.loop.create_task(call.run(self.on_response_complete))
+        stream = UnaryStream(self.conn, event, self.transport, self.flow, self.resume_reading_if_idle)
+        self.cycles[event.stream_id] = stream  # type: ignore[assignment]
+        task = self.loop.create_task(stream.run(handler, self.on_response_complete))
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
         return True
@@ -201,3 +163,15 @@ class GrpcH2Protocol(ZttpH2Protocol):
             self.loop.call_later(IDLE_CHECK_SECONDS, self._close_when_idle)
             return
         self._close_connection()
+
+
+def _header_list(headers: zttp.HeaderBlock | Headers) -> Headers:
+    """A request's headers as pairs with lower-case names (as uvicorn gives them to ASGI)."""
+    if isinstance(headers, zttp.HeaderBlock):
+        return headers.to_list(lowercase_names=True)
+    return [(name.lower(), value) for name, value in headers]
+
+
+def protocol_class(unary: Mapping[bytes, UnaryRoute] | None) -> type[GrpcH2Protocol]:
+    """:class:`GrpcH2Protocol` answering ``unary``'s requests without ASGI."""
+    return type("GrpcH2Protocol", (GrpcH2Protocol,), {"unary_routes": unary})

@@ -1,0 +1,42 @@
+"""The serving package: everything that touches uvicorn, zttp or httptools, behind a small seam.
+
+Other modules import from here only. Importing this package imports none of those libraries
+(plugin discovery imports it for the body limit's constants); the servers import them when they
+start. What is borrowed from which library, at which version: :mod:`inferd.serving.internals`.
+"""
+
+from __future__ import annotations
+
+from inferd.serving.direct import DirectRoutes, Handler, Headers, Reply
+from inferd.serving.h2_stream import UnaryHandler, UnaryRoute, UnaryStream
+from inferd.serving.http1 import (
+    HTTP_HEADER_TIMEOUT,
+    HTTP_MAX_HEADER_SIZE,
+    HTTP_MAX_INPUT_SIZE,
+    TOO_LARGE,
+    AsgiServer,
+    BodyLimit,
+    BodyTooLarge,
+)
+from inferd.serving.runner import H2Server, Runner, bind, run
+
+__all__ = [
+    "HTTP_HEADER_TIMEOUT",
+    "HTTP_MAX_HEADER_SIZE",
+    "HTTP_MAX_INPUT_SIZE",
+    "TOO_LARGE",
+    "AsgiServer",
+    "BodyLimit",
+    "BodyTooLarge",
+    "DirectRoutes",
+    "H2Server",
+    "Handler",
+    "Headers",
+    "Reply",
+    "Runner",
+    "UnaryHandler",
+    "UnaryRoute",
+    "UnaryStream",
+    "bind",
+    "run",
+]

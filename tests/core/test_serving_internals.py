@@ -1,0 +1,95 @@
+"""The serving package is the only importer of uvicorn, zttp and httptools, and every name it
+borrows from them is listed in ``inferd.serving.internals`` and found in the installed versions."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from inferd.serving import internals
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVING = ROOT / "core" / "src" / "inferd" / "serving"
+LIBRARIES = ("uvicorn", "zttp", "httptools")
+
+
+def _imported_libraries(path: Path) -> set[str]:
+    """The top-level packages ``path`` imports, wherever the statement is (functions, TYPE_CHECKING)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_only_the_serving_package_imports_uvicorn_zttp_or_httptools() -> None:
+    sources = [*(ROOT / "core" / "src").rglob("*.py"), *ROOT.glob("plugins/*/src/**/*.py")]
+    assert len(sources) > 100 and any(SERVING in path.parents for path in sources)
+    outside = {
+        str(path.relative_to(ROOT)): sorted(libraries)
+        for path in sources
+        if SERVING not in path.parents and (libraries := _imported_libraries(path) & set(LIBRARIES))
+    }
+    assert not outside, f"only core/src/inferd/serving/ may import {', '.join(LIBRARIES)}: {outside}"
+
+
+def test_every_borrowed_name_is_in_the_installed_libraries() -> None:
+    problems = internals.check()
+    assert not problems, "the serving package borrows what the installed libraries lack:\n" + "\n".join(problems)
+
+
+def test_the_list_names_every_private_name_the_package_uses() -> None:
+    """Each ``self._name`` the package's classes use but do not define is borrowed, so listed."""
+    defined: set[str] = set()
+    used: dict[str, str] = {}
+    for path in SERVING.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                defined.add(node.name)
+            elif isinstance(node, ast.ClassDef):
+                for statement in node.body:
+                    targets = statement.targets if isinstance(statement, ast.Assign) else [getattr(statement, "target", None)]
+                    defined.update(target.id for target in targets if isinstance(target, ast.Name))
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+                if isinstance(node.ctx, ast.Store):
+                    defined.add(node.attr)
+                elif node.attr.startswith("_") and not node.attr.startswith("__"):
+                    used[node.attr] = path.name
+    borrowed = {name: where for name, where in used.items() if name not in defined}
+    assert {"_start_asgi_task", "_close_connection"} <= borrowed.keys()  # the check sees them
+    listed = {item.name for item in internals.BORROWED}
+    assert {"_serve", "_unset_keepalive_if_required"} <= listed
+    unlisted = {name: where for name, where in borrowed.items() if name not in listed}
+    assert not unlisted, f"private names used but not listed in inferd.serving.internals: {unlisted}"
+
+
+@pytest.mark.parametrize(
+    ("borrowed", "says"),
+    [
+        (internals.Borrowed(internals._H1, "_gone", "attr", "x"), "HttpToolsProtocol has no attribute '_gone'"),
+        (internals.Borrowed(internals._H1, "gone", "self", "x"), "HttpToolsProtocol no longer sets self.gone"),
+        (internals.Borrowed("uvicorn.config:Config", "gone", "param", "x"), "Config takes no parameter 'gone'"),
+        (internals.Borrowed(internals._H1, "_gone", "calls", "x", "data_received"),
+         "no longer calls self._gone() from data_received()"),  # fmt: skip
+        (internals.Borrowed("zttp:Gone", "stream", "attr", "x"), "zttp:Gone is gone"),
+    ],
+)
+def test_the_check_names_what_is_missing(borrowed: internals.Borrowed, says: str) -> None:
+    (problem,) = internals.check([borrowed])
+    assert says in problem and "inferd uses it in x" in problem or "needed for stream: x" in problem
+
+
+def test_the_facade_imports_none_of_the_libraries() -> None:
+    """``import inferd.serving`` (what plugin discovery does) loads no uvicorn, zttp or httptools."""
+    code = (
+        "import sys, inferd.serving; "
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {LIBRARIES!r}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "[]", out
