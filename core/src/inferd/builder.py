@@ -87,10 +87,9 @@ class VersionBuilder:
         if self.autocomplete:
             versions = source.version_dirs()
             backend.autocomplete_config(config, source.path, versions[max(versions)] if versions else None)
-        cfg.normalize(
-            config, source.name, backend.default_model_filename, backend.default_cpu_instance_count, visible_gpus()
-        )
-        cfg.validate(config)
+        gpus = visible_gpus()
+        cfg.normalize(config, source.name, backend.default_model_filename, backend.default_cpu_instance_count, gpus)
+        cfg.validate(config, gpus)
         return config, backend
 
     def _base_config(self, source: ModelSource, override: cfg.ModelConfig | None) -> cfg.ModelConfig:
