@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from inferd.config import ModelConfig, load_config
-from inferd.errors import InferdError, InvalidArgument
+from inferd.errors import InferdError, InternalError, InvalidArgument
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +252,8 @@ def _check_file_name(name: str, rel: str) -> None:
         raise InvalidArgument(f"{poll_failure(name)}: file path 'file:{_short(rel)}' leaves the model directory")
     longest = max(len(p.encode()) for p in parts)
     if longest > NAME_MAX or len(rel.encode()) > PATH_MAX:
-        raise InvalidArgument(
+        # Triton tries to write the file and fails: INTERNAL (NVIDIA's simple_grpc_model_control.py expects it)
+        raise InternalError(
             f"{poll_failure(name)}: file path 'file:{_short(rel)}' is too long (at most {NAME_MAX} bytes "
             f"per name and {PATH_MAX} in all; this one has a {longest}-byte name, {len(rel.encode())} in all)"
         )
