@@ -83,6 +83,13 @@ def test_bad_restrictions_are_refused_with_triton_sentence(values, message):
     assert message in str(exc.value)
 
 
+def test_grpc_restrictions_say_protocol():
+    with pytest.raises(RestrictionError, match="^unknown restricted protocol 'model-reposit'"):
+        parse_restrictions(["model-reposit,health:k=v"], "--grpc-restricted-protocol", "protocol")
+    with pytest.raises(RestrictionError, match="^restricted protocol 'health' can not be specified in multiple"):
+        parse_restrictions(["health:k=v", "health:k2=v"], "--grpc-restricted-protocol", "protocol")
+
+
 def test_every_rpc_and_route_has_a_group():
     assert set(RPC_GROUPS.values()) == set(ApiGroup)
     assert set(ROUTE_GROUPS.values()) == set(ApiGroup)

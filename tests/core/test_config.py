@@ -199,7 +199,7 @@ MINIMAL = (
         ('{ name: "b" data_type: TYPE_FP32 dims: [ 0 ] }', r"input 'b'.*>= 1, or -1"),
         ('{ name: "b" data_type: TYPE_FP32 dims: [ -2 ] }', r"input 'b'.*>= 1, or -1"),
         ('{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] }', "more than once"),
-        ('{ name: "b" data_type: TYPE_FP32 dims: [ 2, 3 ] reshape { shape: [ 5 ] } }', "different element counts"),
+        ('{ name: "b" data_type: TYPE_FP32 dims: [ 2, 3 ] reshape { shape: [ 5 ] } }', "has different size for dims and reshape for m"),
         ('{ name: "b" data_type: TYPE_FP32 dims: [ 4 ] format: FORMAT_NHWC }', "3 dims"),
     ],
 )
@@ -208,28 +208,35 @@ def test_invalid_inputs(tensor: str, match: str) -> None:
 
 
 def test_invalid_model_level_settings() -> None:
+    """Triton's sentences (model_config_utils.cc), first and exactly; a hint may follow."""
     _expect_invalid(
-        MINIMAL.replace("max_batch_size: 8", "max_batch_size: -1"), "'max_batch_size' must be >= 0", name="m"
+        MINIMAL.replace("max_batch_size: 8", "max_batch_size: -1"),
+        "^'max_batch_size' must be non-negative value for m",
+        name="m",
     )
     _expect_invalid(
         MINIMAL + " dynamic_batching { preferred_batch_size: [ 16 ] }",
-        r"preferred_batch_size 16 must be in \[1, max_batch_size=8\]",
+        "^dynamic batching preferred size must be <= max batch size for m; got 16 > max_batch_size 8",
         name="m",
     )
     _expect_invalid(
         MINIMAL.replace("max_batch_size: 8", "max_batch_size: 0") + " dynamic_batching { preferred_batch_size: [ 2 ] }",
-        "max_batch_size=0",
+        "max_batch_size 0",
         name="m",
     )
     _expect_invalid(MINIMAL + " version_policy { specific { versions: [ 0 ] } }", "versions' must be >= 1", name="m")
     _expect_invalid(
         MINIMAL + " instance_group [ { count: 1 kind: KIND_CPU gpus: [ 0 ] } ]",
-        "instance group 'm_0' has kind KIND_CPU but specifies GPUs",
+        "^instance group m_0 of model m has kind KIND_CPU but specifies one or more GPUs",
         name="m",
     )
     _expect_invalid(MINIMAL + " instance_group [ { kind: KIND_GPU } ]", "KIND_GPU but no GPUs", name="m")
-    _expect_invalid('platform: "onnxruntime_onnx" backend: "pytorch"' + MINIMAL[17:], "does not match", name="m")
-    _expect_invalid(MINIMAL.replace('backend: "python"', ""), "must specify 'platform' or", name="m")
+    _expect_invalid(
+        'platform: "onnxruntime_onnx" backend: "pytorch"' + MINIMAL[17:],
+        "^unexpected 'platform' and 'backend' pair, got:onnxruntime_onnx, pytorch",
+        name="m",
+    )
+    _expect_invalid(MINIMAL.replace('backend: "python"', ""), "^unexpected platform type '' for m", name="m")
 
 
 def test_model_name_must_match_directory() -> None:

@@ -162,6 +162,8 @@ def test_grpc_stream_with_its_key_is_served(server):
     [
         ("--http-restricted-api=bogus:k=v", "unknown restricted api 'bogus'"),
         ("--grpc-restricted-protocol=health:k", "expected <api>[,<api>...]:<key>=<value>"),
+        # Triton's gRPC flag says "protocol" (qa/L0_grpc/test.sh greps for it)
+        ("--grpc-restricted-protocol=model-reposit,health:k1=v1", "unknown restricted protocol 'model-reposit'"),
     ],
 )
 def test_a_bad_restricted_flag_stops_the_start(tmp_path, flag, message):

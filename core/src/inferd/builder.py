@@ -87,10 +87,9 @@ class VersionBuilder:
         if self.autocomplete:
             versions = source.version_dirs()
             backend.autocomplete_config(config, source.path, versions[max(versions)] if versions else None)
-        cfg.normalize(
-            config, source.name, backend.default_model_filename, backend.default_cpu_instance_count, visible_gpus()
-        )
-        cfg.validate(config)
+        gpus = visible_gpus()
+        cfg.normalize(config, source.name, backend.default_model_filename, backend.default_cpu_instance_count, gpus)
+        cfg.validate(config, gpus)
         return config, backend
 
     def _base_config(self, source: ModelSource, override: cfg.ModelConfig | None) -> cfg.ModelConfig:
@@ -127,8 +126,11 @@ class VersionBuilder:
         for reg in self.backends:
             declared = reg.options.get("model_filenames")
             if declared is not None:
-                names = [config.default_model_filename] if config.default_model_filename else list(declared)
-                if not any(present(f) for f in names):
+                # A default_model_filename a backend declares picks it (Triton: model.onnx is onnxruntime).
+                if config.default_model_filename:
+                    if config.default_model_filename not in declared:
+                        continue
+                elif not any(present(f) for f in declared):
                     continue
             try:
                 backend = self.backend(reg.name, source.name)
@@ -143,8 +145,9 @@ class VersionBuilder:
     def _unrecognised(self, source: ModelSource, broken: list[str]) -> InvalidArgument:
         detail = f"; backends that could not start: {'; '.join(broken)}" if broken else ""
         return InvalidArgument(
-            f"model '{source.name}' names no backend or platform and no installed backend recognises "
-            f"its files; installed backends: {', '.join(self.backends.names()) or 'none'}{detail}"
+            f"Invalid model name: Could not determine backend for model '{source.name}' with no backend in model "
+            f"configuration. Expected model name of the form 'model.<backend_name>'.; no installed backend "
+            f"recognises its files; installed backends: {', '.join(self.backends.names()) or 'none'}{detail}"
         )
 
     def backend(self, name: str, model: str) -> Backend:

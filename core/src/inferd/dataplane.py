@@ -204,7 +204,7 @@ class DataPlane:
 
     def _check_known(self, name: str) -> None:
         if not self.table.known(name):
-            raise InvalidArgument(f"Request for unknown model : '{name}' is not in the model repository")
+            raise InvalidArgument(f"Request for unknown model : {name}")  # Triton's trace-setting sentence
 
     # -- repository -----------------------------------------------------------------------------
 
@@ -216,7 +216,11 @@ class DataPlane:
         if mode is ControlMode.POLL:
             raise Unavailable("explicit model load / unload is not allowed if polling is enabled")
         if mode is ControlMode.NONE:
-            raise Unavailable("explicit model load / unload is not allowed if model control mode is 'none'")
+            # Triton says "polling" for every mode but explicit (its QA matches the sentence)
+            raise Unavailable(
+                "explicit model load / unload is not allowed if polling is enabled; the model control mode is "
+                "'none' (start the server with --model-control-mode=explicit to load and unload models)"
+            )
 
     async def load_model(self, name: str, parameters: dict[str, Any] | None = None) -> None:
         """Load or reload ``name``; ``parameters['config']`` (JSON) overrides its config.pbtxt."""

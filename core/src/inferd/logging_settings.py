@@ -15,6 +15,11 @@ layouts::
      "request_id": "r7", "model": "add_sub", "pid": 18421, "file": "router.py:120"}
 
 ``request_id`` and ``model`` are null outside requests; a traceback is in ``exception``.
+
+Text a request controls (model names, ids, header values) reaches messages, so every format
+escapes control characters (C0, DEL, C1, U+2028/2029): ``\n`` becomes the two characters ``\n``,
+ESC ``\x1b``, so one request cannot start a forged log line or drive a terminal. A traceback keeps
+its line breaks, each of its lines indented, so no line of it can pass for a log line.
 Verbose level *n* is Python level ``DEBUG - (n - 1)``: level 1 shows ``log.debug``.
 """
 
@@ -24,6 +29,7 @@ import contextvars
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -37,6 +43,29 @@ REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("inferd_request
 REQUEST_MODEL: contextvars.ContextVar[str] = contextvars.ContextVar("inferd_request_model", default="")
 FORMATS = ("default", "ISO8601", "json")
 _OWNED = "_inferd_log_handler"
+
+# Control characters a log line must not carry raw: C0 (but TAB), DEL, C1, and the Unicode line
+# and paragraph separators some viewers break lines at.
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+_NAMED = {"\n": "\\n", "\r": "\\r"}
+
+
+def _escape_one(match: re.Match[str]) -> str:
+    char = match.group()
+    return _NAMED.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with its control characters written as escapes (``\\n``, ``\\x1b``); the common
+    case, text without any, is one regex scan and returns ``text`` itself."""
+    if _CONTROL.search(text) is None:
+        return text
+    return _CONTROL.sub(_escape_one, text)
+
+
+def _traceback_lines(text: str) -> str:
+    """A traceback, its lines indented and each escaped: none can pass for a log line."""
+    return "\n".join("    " + escape_controls(line) for line in text.split("\n"))
 
 
 class TritonFormatter(logging.Formatter):
@@ -56,9 +85,9 @@ class TritonFormatter(logging.Formatter):
             head = f"{level}{time.strftime('%m%d %H:%M:%S', t)}.{int(record.created % 1 * 1e6):06d}"
         rid = REQUEST_ID.get()
         prefix = f"[request id: {rid}] " if rid else ""
-        line = f"{head} {self.pid} {record.filename}:{record.lineno}] {prefix}{record.getMessage()}"
+        line = escape_controls(f"{head} {self.pid} {record.filename}:{record.lineno}] {prefix}{record.getMessage()}")
         if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
+            line += "\n" + _traceback_lines(self.formatException(record.exc_info))
         return line
 
 
@@ -75,9 +104,9 @@ class JsonFormatter(logging.Formatter):
             "time": f"{time.strftime('%Y-%m-%dT%H:%M:%S', t)}.{int(record.created % 1 * 1e6):06d}Z",
             "level": record.levelname if record.levelno >= logging.INFO else f"VERBOSE{logging.DEBUG - record.levelno + 1}",
             "logger": record.name,
-            "message": record.getMessage(),
-            "request_id": REQUEST_ID.get() or None,
-            "model": REQUEST_MODEL.get() or None,
+            "message": escape_controls(record.getMessage()),
+            "request_id": escape_controls(REQUEST_ID.get()) or None,
+            "model": escape_controls(REQUEST_MODEL.get()) or None,
             "pid": self.pid,
             "file": f"{record.filename}:{record.lineno}",
         }

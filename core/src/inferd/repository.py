@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Protocol
 
 from inferd.config import ModelConfig, load_config
-from inferd.errors import InferdError, InvalidArgument
-from inferd.names import inside, name_problem, shown
+from inferd.errors import InferdError, InternalError, InvalidArgument
+from inferd.names import MAX_NAME_BYTES, inside, name_problem, shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,17 +258,20 @@ def _check_file_name(name: str, rel: str) -> None:
     """Refuse a ``file:`` path of a load that is not a relative path of plain names."""
     if rel.startswith("/") or ".." in rel.replace("\\", "/").split("/"):
         raise InvalidArgument(f"{poll_failure(name)}: file path 'file:{_short(rel)}' leaves the model directory")
-    for part in rel.split("/"):
+    parts = rel.split("/")
+    longest = max(len(p.encode()) for p in parts)
+    if longest > MAX_NAME_BYTES or len(rel.encode()) > PATH_MAX:
+        # Triton tries to write the file and fails: INTERNAL (NVIDIA's simple_grpc_model_control.py expects it)
+        raise InternalError(
+            f"{poll_failure(name)}: file path 'file:{_short(rel)}' is too long (at most {MAX_NAME_BYTES} bytes "
+            f"per name and {PATH_MAX} in all; this one has a {longest}-byte name, {len(rel.encode())} in all)"
+        )
+    for part in parts:
         problem = name_problem(part)
         if problem:
             raise InvalidArgument(
                 f"{poll_failure(name)}: file path 'file:{_short(rel)}' is not a file name ({problem})"
             )
-    if len(rel.encode()) > PATH_MAX:
-        raise InvalidArgument(
-            f"{poll_failure(name)}: file path 'file:{_short(rel)}' is too long (at most {PATH_MAX} bytes, "
-            f"this one has {len(rel.encode())})"
-        )
 
 
 def _short(rel: str) -> str:

@@ -86,7 +86,9 @@ def parse_setting(name: str, value: Any) -> Any:
         levels = tuple(dict.fromkeys(i.upper() for i in items if i.upper() != "OFF"))
         return levels or ("OFF",)
     if name in ("trace_rate", "trace_count", "log_frequency"):
-        if isinstance(value, list) and len(value) == 1:
+        if isinstance(value, list):
+            if len(value) != 1:
+                raise InvalidArgument(f"Unable to parse '{name}', got: {value}; expected one value, got {len(value)}")
             value = value[0]
         try:
             number = int(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else None

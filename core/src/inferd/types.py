@@ -153,19 +153,54 @@ def array_to_bytes(array: np.ndarray, wire: str) -> bytes | memoryview:
 
 
 def array_from_bytes(
-    buffer: bytes | bytearray | memoryview, wire: str, shape: tuple[int, ...]
+    buffer: bytes | bytearray | memoryview, wire: str, shape: tuple[int, ...], name: str = "", model: str = ""
 ) -> np.ndarray:
-    """A numpy view (no copy) over raw tensor bytes; validates the size against the shape."""
+    """A numpy view (no copy) over raw tensor bytes; validates the size against the shape.
+
+    With the input's ``name`` and ``model``, a size mismatch is refused with Triton's sentences
+    (``input byte size mismatch for input 'X' for model 'm'. Expected 32, got 40``, or for BYTES
+    the number of string elements the length prefixes give), the detail after ``; ``."""
     count = element_count(shape)
     if wire == "BYTES":
-        return deserialize_bytes_tensor(buffer, count).reshape(shape)
+        if not name:
+            return deserialize_bytes_tensor(buffer, count).reshape(shape)
+        try:
+            return deserialize_bytes_tensor(buffer, count).reshape(shape)
+        except InvalidArgument as exc:
+            raise InvalidArgument(_bytes_sentence(buffer, count, name, model) + f"; {exc.message}") from None
     dtype = numpy_dtype(wire)
     expected = count * dtype.itemsize
     if len(buffer) != expected:
+        detail = f"holds {len(buffer)} bytes of data, but shape {list(shape)} of {wire} needs {expected}"
+        if not name:
+            raise InvalidArgument(detail)
         raise InvalidArgument(
-            f"holds {len(buffer)} bytes of data, but shape {list(shape)} of {wire} needs {expected}"
+            f"input byte size mismatch for input '{name}' for model '{model}'. Expected {expected}, "
+            f"got {len(buffer)}; the input {detail}"
         )
     return np.frombuffer(buffer, dtype=dtype).reshape(shape)
+
+
+def _bytes_sentence(buffer: bytes | bytearray | memoryview, count: int, name: str, model: str) -> str:
+    """Triton's ``ValidateBytesInputs`` sentence for length prefixes that do not give ``count``
+    elements filling ``buffer`` exactly."""
+    view, offset, seen = memoryview(buffer), 0, 0
+    while offset < len(view):
+        if len(view) - offset < 4:
+            return (
+                f"incomplete string length indicator for inference input '{name}' for model '{model}', expecting 4 "
+                f"bytes but only {len(view) - offset} bytes available. Please make sure the string length indicator "
+                "is in one buffer."
+            )
+        seen += 1
+        if seen > count:
+            return (
+                f"unexpected number of string elements {seen} for inference input '{name}' for model '{model}', "
+                f"expecting {count}"
+            )
+        (length,) = struct.unpack_from("<I", view, offset)
+        offset += 4 + length
+    return f"expected {count} string elements for inference input '{name}' for model '{model}', got {seen}"
 
 
 @dataclass(slots=True)

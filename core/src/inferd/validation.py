@@ -6,6 +6,7 @@ keep working, and they always name the model, the tensor and what was expected.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
@@ -59,6 +60,11 @@ def _dims_match(expected: tuple[int, ...], got: tuple[int, ...]) -> bool:
     if expected == got:
         return True
     return len(expected) == len(got) and all(e == -1 or e == g for e, g in zip(expected, got, strict=True))
+
+
+def _quoted(names: Iterable[str]) -> str:
+    """``['A','B']``: Triton's list of tensor names."""
+    return "[" + ",".join(f"'{n}'" for n in names) + "]"
 
 
 def _fmt(dims: tuple[int, ...] | list[int]) -> str:
@@ -161,11 +167,19 @@ class RequestValidator:
         )
 
     def _missing(self, request: InferRequest) -> NoReturn:
-        missing = [n for n in self.required if n not in request.inputs and n not in self.implicit]
+        """Triton's sentence: ``expected 3 inputs`` (or ``expected number of inputs between 3 and
+        4`` when some are optional) ``... Got input(s) ['A'], but missing required input(s)
+        ['B','C']``, names quoted and joined without spaces as Triton prints them."""
+        implicit = self.implicit
+        missing = [n for n in self.required if n not in request.inputs and n not in implicit]
+        total = sum(1 for n in self.inputs if n not in implicit)
+        required = sum(1 for n in self.required if n not in implicit)
+        expected = (f"expected {total} inputs" if total == required
+                    else f"expected number of inputs between {required} and {total}")  # fmt: skip
         raise InvalidArgument(
-            f"expected {len(self.required)} inputs but got {len(request.inputs)} inputs for model "
-            f"'{self.model}'. Got input(s) {list(request.inputs)}, but missing required input(s) "
-            f"{missing}. Please provide all required input(s)."
+            f"{expected} but got {len(request.inputs)} inputs for model '{self.model}'. Got input(s) "
+            f"{_quoted(request.inputs)}, but missing required input(s) {_quoted(missing)}. "
+            "Please provide all required input(s)."
         )
 
     def _batch_hint(self, spec: TensorSpec, shape: tuple[int, ...]) -> str:

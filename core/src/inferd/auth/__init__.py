@@ -80,7 +80,7 @@ def access_from_flags(http_restricted: Sequence[str], grpc_restricted: Sequence[
     """The rules the flags ask for, or ``None`` when none does. Raises :class:`RestrictionError` or
     :class:`AuthConfigError` (naming the flag, or the file and line) for a bad value."""
     http = parse_restrictions(list(http_restricted), "--http-restricted-api")
-    grpc = parse_restrictions(list(grpc_restricted), "--grpc-restricted-protocol")
+    grpc = parse_restrictions(list(grpc_restricted), "--grpc-restricted-protocol", "protocol")
     keys = KeyFile(Path(auth_config)) if auth_config else None
     if not http and not grpc and keys is None:
         return None

@@ -79,17 +79,19 @@ class Restriction:
     value: str
 
 
-def parse_group(name: str) -> ApiGroup:
-    """``inference`` -> :attr:`ApiGroup.INFERENCE`; an unknown name raises Triton's sentence."""
+def parse_group(name: str, kind: str = "api") -> ApiGroup:
+    """``inference`` -> :attr:`ApiGroup.INFERENCE`; an unknown name raises Triton's sentence
+    (``kind``: "api" for HTTP, "protocol" for gRPC, as Triton words its flags)."""
     try:
         return ApiGroup(name.strip())
     except ValueError:
         known = ", ".join(g.value for g in ApiGroup)
-        raise RestrictionError(f"unknown restricted api '{name.strip()}' (the groups are: {known})") from None
+        raise RestrictionError(f"unknown restricted {kind} '{name.strip()}' (the groups are: {known})") from None
 
 
-def parse_restrictions(values: list[str], flag: str) -> dict[ApiGroup, Restriction]:
-    """Every ``<groups>:<key>=<value>`` of one flag, by group; a group may appear in one only."""
+def parse_restrictions(values: list[str], flag: str, kind: str = "api") -> dict[ApiGroup, Restriction]:
+    """Every ``<groups>:<key>=<value>`` of one flag, by group; a group may appear in one only
+    (``kind``: "api" for --http-restricted-api, "protocol" for --grpc-restricted-protocol)."""
     out: dict[ApiGroup, Restriction] = {}
     for value in values:
         groups, colon, pair = value.partition(":")
@@ -98,8 +100,10 @@ def parse_restrictions(values: list[str], flag: str) -> dict[ApiGroup, Restricti
             raise RestrictionError(f"{flag}={value}: expected <api>[,<api>...]:<key>=<value>, e.g. "
                                    "model-repository,logging:admin-key=secret")  # fmt: skip
         for name in groups.split(","):
-            group = parse_group(name)
+            group = parse_group(name, kind)
             if group in out:
-                raise RestrictionError(f"restricted api '{group.value}' can not be specified in multiple config groups")
+                raise RestrictionError(
+                    f"restricted {kind} '{group.value}' can not be specified in multiple config groups"
+                )
             out[group] = Restriction(key.strip().lower(), secret)
     return out

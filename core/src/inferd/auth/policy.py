@@ -46,7 +46,7 @@ def unknown_model(model: str, group: ApiGroup = ApiGroup.INFERENCE) -> InferdErr
     """What an unknown model answers to a request of ``group`` (the data plane's sentences): a
     model the tenant may not see answers it too."""
     if group is ApiGroup.TRACE:
-        return InvalidArgument(f"Request for unknown model : '{model}' is not in the model repository")
+        return InvalidArgument(f"Request for unknown model : {model}")
     return NotFound(f"Request for unknown model: '{model}' is not found")
 
 

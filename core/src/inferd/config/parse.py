@@ -166,7 +166,29 @@ def config_to_json(config: ModelConfig) -> dict[str, Any]:
         always_print_fields_with_no_presence=True,
     )
     _fix_numbers(doc)
-    return _integral_floats(doc)
+    return _integral_floats(_declared_order(ModelConfig.DESCRIPTOR, doc))
+
+
+def _declared_order(descriptor: Any, doc: dict[str, Any]) -> dict[str, Any]:
+    """Keys in the .proto's declaration order, the order Triton's C++ JSON printer uses
+    (``name, platform, backend, runtime, version_policy, ...``); Python's follows field numbers."""
+    out: dict[str, Any] = {}
+    for field in descriptor.fields:
+        if field.name not in doc:
+            continue
+        value = doc[field.name]
+        sub = field.message_type
+        if sub is not None:
+            if sub.GetOptions().map_entry:
+                inner = sub.fields_by_name["value"].message_type
+                if inner is not None:
+                    value = {k: _declared_order(inner, v) for k, v in value.items()}
+            elif isinstance(value, list):
+                value = [_declared_order(sub, v) for v in value]
+            elif isinstance(value, dict):
+                value = _declared_order(sub, value)
+        out[field.name] = value
+    return out
 
 
 def config_to_json_bytes(config: ModelConfig) -> bytes:

@@ -1,13 +1,18 @@
-"""Checks Triton makes on a normalized model configuration, with messages naming the field."""
+"""Checks Triton makes on a normalized model configuration, in Triton's order and with its sentences.
+
+Triton's sentence comes first and exactly (its QA, ``qa/L0_model_config``, greps for it); an
+inferd hint may follow after ``; ``. Triton names the model in each sentence (``... for <model>``).
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
 from inferd.config.model_config_pb2 import (
     BatchInput,
+    BatchOutput,
     DataType,
     ModelConfig,
     ModelInput,
@@ -24,34 +29,52 @@ from inferd.errors import ConfigError
 
 _TENSORRT_PLATFORM = "tensorrt_plan"
 _CORRID_TYPES = ("TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32", "TYPE_STRING")
+#: Triton's default ``--min-supported-compute-capability`` (printed in its invalid-GPU sentence).
+_MIN_COMPUTE_CAPABILITY = 6.0
 _Control = ModelSequenceBatching.Control
 
 #: Raises ConfigError with the model name in front of the message.
 Fail = Callable[[str], NoReturn]
 
 
-def validate(config: ModelConfig) -> None:
-    """Raise ConfigError for the first inconsistency in a normalized ``config``."""
-    if not config.name:
+def validate(config: ModelConfig, available_gpus: Sequence[int] | None = None) -> None:
+    """Raise ConfigError for the first inconsistency in a normalized ``config``, in the order of
+    Triton's ``ValidateModelConfig``, ``ValidateModelIOConfig`` and ``ValidateInstanceGroup``.
+
+    ``available_gpus``: the GPU ids a KIND_GPU group may name (``None``: not checked)."""
+    name = config.name
+    if not name:
         raise ConfigError("model configuration must specify 'name'")
-    fail = _failer(config.name)
-    _validate_platform(config, fail)
+    _validate_platform(config, _fail)
     if config.max_batch_size < 0:
-        fail(f"'max_batch_size' must be >= 0, got {config.max_batch_size}")
-    _validate_version_policy(config, fail)
-    for kind, tensors in (("input", config.input), ("output", config.output)):
-        _validate_tensors(config, kind, tensors, fail)
-    _validate_batch_io(config, fail)
+        _fail(f"'max_batch_size' must be non-negative value for {name}; got {config.max_batch_size}")
+    _validate_version_policy(config, _fail)
     if config.HasField("dynamic_batching"):
-        _validate_dynamic_batching(config, fail)
+        _validate_dynamic_batching(config, _fail)
     if config.HasField("sequence_batching"):
-        _validate_sequence_batching(config, fail)
+        _validate_sequence_batching(config, _fail)
     if config.HasField("ensemble_scheduling"):
-        _validate_ensemble(config, fail)
-    else:
-        _validate_instance_groups(config, fail)
+        _validate_ensemble(config, _failer(name))
+    elif config.platform == ENSEMBLE_PLATFORM:
+        _fail(f"ensemble scheduling must be set for ensemble {name} whose platform is {ENSEMBLE_PLATFORM}")
     if config.model_transaction_policy.decoupled and config.response_cache.enable:
-        fail("the response cache does not support decoupled models; disable 'response_cache'")
+        _fail(
+            f"Response Cache does not currently support model {name} with 'decoupled' transaction policy. "
+            "Please disable the response cache."
+        )
+
+    def fail_for(message: str) -> NoReturn:  # ValidateModelIOConfig names the model at the end
+        raise ConfigError(f"{message} for {name}")
+
+    for kind, tensors in (("input", config.input), ("output", config.output)):
+        _validate_tensors(config, kind, tensors, fail_for)
+    _validate_batch_io(config, fail_for)
+    if not config.HasField("ensemble_scheduling"):
+        _validate_instance_groups(config, available_gpus, _fail)
+
+
+def _fail(message: str) -> NoReturn:
+    raise ConfigError(message)
 
 
 def _failer(model: str) -> Fail:
@@ -62,28 +85,28 @@ def _failer(model: str) -> Fail:
 
 
 def _validate_platform(config: ModelConfig, fail: Fail) -> None:
+    name = config.name
     if config.platform == ENSEMBLE_PLATFORM:
         if config.backend:
-            fail(f"an ensemble must have an empty 'backend', got '{config.backend}'")
-        if not config.HasField("ensemble_scheduling"):
-            fail("platform 'ensemble' requires 'ensemble_scheduling'")
+            fail(
+                f"Ensemble model '{name}' must have platform type '{config.platform}' and empty backend type; "
+                f"got backend '{config.backend}'"
+            )
         return
     if config.HasField("ensemble_scheduling"):
-        fail(f"'ensemble_scheduling' needs platform 'ensemble', got '{config.platform}'")
+        fail(f"ensemble scheduling cannot be set for model '{name}' whose platform is not {ENSEMBLE_PLATFORM}")
     if not config.backend:
-        if config.platform:
-            fail(f"unknown platform '{config.platform}' and no 'backend'")
-        fail("must specify 'platform' or 'backend'")
+        fail(f"unexpected platform type '{config.platform}' for {name}; set 'backend' (or a known 'platform')")
     if config.backend in KNOWN_PLATFORM_BACKENDS:
         if backend_of_platform(config.platform) != config.backend:
-            fail(f"'platform' '{config.platform}' does not match 'backend' '{config.backend}'")
+            fail(f"unexpected 'platform' and 'backend' pair, got:{config.platform}, {config.backend}")
 
 
 def _validate_version_policy(config: ModelConfig, fail: Fail) -> None:
     policy = config.version_policy
     choice = policy.WhichOneof("policy_choice")
     if choice is None:
-        fail("must specify 'version_policy'")
+        fail(f"must specify 'version policy' for {config.name}")
     if choice == "latest" and policy.latest.num_versions < 1:
         fail("'version_policy.latest.num_versions' must be >= 1")
     if choice == "specific":
@@ -95,41 +118,42 @@ def _validate_version_policy(config: ModelConfig, fail: Fail) -> None:
 
 
 def _validate_tensors(config: ModelConfig, kind: str, tensors: Iterable[Any], fail: Fail) -> None:
+    """Triton's ``ValidateIOShape`` and ``ValidateModelInput``/``Output`` (``fail`` adds " for <model>")."""
     seen: set[str] = set()
+    prefix = f"model {kind} "
     for tensor in tensors:
         if not tensor.name:
-            fail(f"an {kind} must specify 'name'")
-        what = f"{kind} '{tensor.name}'"
-        if tensor.name in seen:
-            fail(f"{what} is declared more than once")
-        seen.add(tensor.name)
+            fail(f"{prefix}must specify 'name'")
+        what = f"{prefix}'{tensor.name}'"
         if tensor.data_type == DataType.Value("TYPE_INVALID"):
             fail(f"{what} must specify 'data_type'")
         if not tensor.dims:
             fail(f"{what} must specify 'dims'")
+        if tensor.HasField("reshape") and not tensor.reshape.shape and config.max_batch_size == 0:
+            fail(
+                f"{what} cannot have empty reshape for non-batching model as scalar tensors are not supported"
+            )
         if any(d < 1 and d != -1 for d in tensor.dims):
-            fail(f"{what}: 'dims' {list(tensor.dims)} must be integers >= 1, or -1 for a variable-size dimension")
+            fail(f"{what} dimension must be integer >= 1, or -1 to indicate a variable-size dimension")
         if tensor.HasField("reshape"):
-            _validate_reshape(config, what, list(tensor.dims), list(tensor.reshape.shape), fail)
-        if tensor.is_shape_tensor and config.platform != _TENSORRT_PLATFORM:
-            fail(f"{what}: shape tensors are only supported for TensorRT")
+            _validate_reshape(what, list(tensor.dims), list(tensor.reshape.shape), fail)
         if (
             kind == "input"
-            and tensor.format
-            in (
-                ModelInput.Format.Value("FORMAT_NHWC"),
-                ModelInput.Format.Value("FORMAT_NCHW"),
-            )
+            and tensor.format in (ModelInput.Format.Value("FORMAT_NHWC"), ModelInput.Format.Value("FORMAT_NCHW"))
             and len(tensor.dims) != 3
         ):
-            fail(f"{what}: format NHWC/NCHW requires 3 dims, got {list(tensor.dims)}")
+            fail("model input NHWC/NCHW require 3 dims")
+        if tensor.is_shape_tensor and config.platform != _TENSORRT_PLATFORM:
+            fail("shape tensors are only supported for TensorRT platform")
+        if tensor.name in seen:  # Triton finds this later (its backends); inferd at validation
+            fail(f"{what} is declared more than once")
+        seen.add(tensor.name)
 
 
-def _validate_reshape(config: ModelConfig, what: str, dims: list[int], shape: list[int], fail: Fail) -> None:
-    if not shape and config.max_batch_size == 0:
-        fail(f"{what}: a non-batching model cannot have an empty 'reshape' (no scalar tensors)")
+def _validate_reshape(what: str, dims: list[int], shape: list[int], fail: Fail) -> None:
+    """Triton's reshape checks: zeros, element counts, and the chunks between variable dims."""
     if any(d < 1 and d != -1 for d in shape):
-        fail(f"{what}: 'reshape' {shape} must be integers >= 1, or -1")
+        fail(f"{what} reshape dimensions must be integer >= 1, or -1 to indicate a variable-size dimension")
 
     def chunks(values: list[int]) -> list[int]:  # element counts between -1 dims
         out, count = [], 1
@@ -141,11 +165,18 @@ def _validate_reshape(config: ModelConfig, what: str, dims: list[int], shape: li
                 count *= v
         return [*out, count]
 
-    if -1 not in dims and -1 not in shape:
-        if math.prod(dims) != math.prod(shape):
-            fail(f"{what}: 'dims' {dims} and 'reshape' {shape} have different element counts")
-    elif chunks(dims) != chunks(shape):
-        fail(f"{what}: 'dims' {dims} and 'reshape' {shape} are not compatible")
+    def size(values: list[int]) -> int:  # Triton's GetElementCount: -1 when any dim is variable
+        return -1 if -1 in values else math.prod(values) if values else 0
+
+    dims_size, reshape_size = size(dims), size(shape)
+    if dims_size != reshape_size and (reshape_size != 0 or dims_size != 1):
+        fail(f"{what} has different size for dims and reshape")
+    if dims_size == -1:
+        dim_chunks, reshape_chunks = chunks(dims), chunks(shape)
+        if len(dim_chunks) != len(reshape_chunks):
+            fail(f"{what} has different number of variable-size dimensions for dims and reshape")
+        if dim_chunks != reshape_chunks:
+            fail(f"{what} has different size for dims and reshape")
 
 
 def _validate_batch_io(config: ModelConfig, fail: Fail) -> None:
@@ -156,101 +187,158 @@ def _validate_batch_io(config: ModelConfig, fail: Fail) -> None:
         if len(batch_input.source_input) != 1:
             fail(f"batch input kind '{kind}' expects 1 source input, got {len(batch_input.source_input)}")
         if DataType.Name(batch_input.data_type) not in ("TYPE_INT32", "TYPE_FP32"):
-            fail(f"batch input {list(batch_input.target_name)}: data_type must be TYPE_INT32 or TYPE_FP32")
+            fail("batch input data type must be TYPE_INT32 or TYPE_FP32")
         for source in batch_input.source_input:
             if source not in inputs:
-                fail(f"batch input: unknown source input '{source}'")
+                fail(f"unknown source input name '{source}'")
     for batch_output in config.batch_output:
+        kind = BatchOutput.Kind.Name(batch_output.kind)
         if len(batch_output.source_input) != 1:
-            fail(f"batch output expects 1 source input, got {len(batch_output.source_input)}")
+            fail(f"batch output kind '{kind}' expects 1 source input, got {len(batch_output.source_input)}")
         for source in batch_output.source_input:
             if source not in inputs:
-                fail(f"batch output: unknown source input '{source}'")
+                fail(f"unknown source input name '{source}'")
+        targets: set[str] = set()
         for target in batch_output.target_name:
             if target not in outputs:
-                fail(f"batch output: unknown target output '{target}'")
+                fail(f"unknown target output name '{target}'")
+            if target in targets:
+                fail(f"target output name '{target}' can only be specified once")
+            targets.add(target)
 
 
 def _validate_dynamic_batching(config: ModelConfig, fail: Fail) -> None:
-    batching = config.dynamic_batching
+    batching, name = config.dynamic_batching, config.name
     for size in batching.preferred_batch_size:
-        if size <= 0 or size > config.max_batch_size:
-            fail(f"dynamic_batching.preferred_batch_size {size} must be in [1, max_batch_size={config.max_batch_size}]")
+        if size <= 0:
+            fail(f"dynamic batching preferred size must be positive for {name}; got {size}")
+        if size > config.max_batch_size:
+            fail(
+                f"dynamic batching preferred size must be <= max batch size for {name}; "
+                f"got {size} > max_batch_size {config.max_batch_size}"
+            )
     levels = batching.priority_levels
     if levels:
         if not 1 <= batching.default_priority_level <= levels:
-            fail(f"dynamic_batching.default_priority_level must be in [1, {levels}]")
+            fail(f"default priority level must be in range [1, {levels}] for {name}")
         for level in batching.priority_queue_policy:
             if not 1 <= level <= levels:
-                fail(f"dynamic_batching.priority_queue_policy level {level} must be in [1, {levels}]")
+                fail(f"priority queue policy must have priority level in range [1, {levels}] for {name}; got {level}")
     if batching.preserve_ordering:
         if levels > 1:
-            fail("dynamic_batching.preserve_ordering allows only one priority level")
+            fail(f"Only one priority level is allowed when 'preserve_ordering' is true for {name}")
         policies = [batching.default_queue_policy, *batching.priority_queue_policy.values()]
         delay = ModelQueuePolicy.TimeoutAction.Value("DELAY")
         if any(p.default_timeout_microseconds and p.timeout_action == delay for p in policies):
-            fail("a queue policy cannot use timeout_action DELAY with preserve_ordering")
+            fail(f"Queue policy can not have DELAY as timeout action when 'preserve_ordering' is true for {name}")
 
 
 def _validate_sequence_batching(config: ModelConfig, fail: Fail) -> None:
-    sequence = config.sequence_batching
+    sequence, name = config.sequence_batching, config.name
     if config.response_cache.enable:
-        fail("the response cache does not support sequence batching; disable 'response_cache'")
-    kinds_seen: dict[int, str] = {}
-    for control_input in sequence.control_input:
-        if not control_input.name:
-            fail("a sequence_batching.control_input must have a 'name'")
-        for control in control_input.control:
-            kind = _Control.Kind.Name(control.kind)
-            if control.kind in kinds_seen:
-                fail(f"sequence_batching specifies more than one {kind} control tensor")
-            kinds_seen[control.kind] = control_input.name
-            _validate_control(control_input.name, kind, control, fail)
+        fail(
+            f"Response Cache does not currently support model {name} with sequence batching scheduler. "
+            "Please disable the response cache."
+        )
+    for kind in ("CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_END", "CONTROL_SEQUENCE_READY", "CONTROL_SEQUENCE_CORRID"):
+        _validate_control_kind(sequence, name, kind, fail)
     if sequence.HasField("oldest"):
         for size in sequence.oldest.preferred_batch_size:
-            if size <= 0 or size > config.max_batch_size:
+            if size <= 0:
+                fail(f"sequence batching preferred batch size must be positive for {name}; got {size}")
+            if size > config.max_batch_size:
                 fail(
-                    f"sequence_batching.oldest.preferred_batch_size {size} must be in"
-                    f" [1, max_batch_size={config.max_batch_size}]"
+                    f"sequence batching preferred batch size must be <= max batch size for {name}; "
+                    f"got {size} > max_batch_size {config.max_batch_size}"
                 )
     if sequence.HasField("direct"):
-        utilization = sequence.direct.minimum_slot_utilization
-        if not 0.0 <= utilization <= 1.0:
-            fail("sequence_batching.direct.minimum_slot_utilization must be in (0.0, 1.0]")
+        if not 0.0 <= sequence.direct.minimum_slot_utilization <= 1.0:
+            fail(f"sequence batching minimum slot utilization must be in range (0.0, 1.0] for {name}")
 
 
-def _validate_control(name: str, kind: str, control: _Control, fail: Fail) -> None:
-    what = f"sequence_batching control '{name}' ({kind})"
-    if kind == "CONTROL_SEQUENCE_CORRID":
-        if DataType.Name(control.data_type) not in _CORRID_TYPES:
-            fail(f"{what}: data_type must be one of {', '.join(_CORRID_TYPES)}")
-        return
-    if kind not in ("CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_END", "CONTROL_SEQUENCE_READY"):
-        return
-    given = [f for f in ("int32_false_true", "fp32_false_true", "bool_false_true") if len(getattr(control, f))]
-    if len(given) != 1:
-        fail(f"{what} must specify exactly one of 'int32_false_true', 'fp32_false_true', 'bool_false_true'")
-    if len(getattr(control, given[0])) != 2:
-        fail(f"{what}: '{given[0]}' must have exactly 2 entries")
+_BOOL_VALUES = ("int32_false_true", "fp32_false_true", "bool_false_true")
 
 
-def _validate_instance_groups(config: ModelConfig, fail: Fail) -> None:
+def _validate_control_kind(sequence: ModelSequenceBatching, name: str, kind: str, fail: Fail) -> None:
+    """Triton's ``Get{Boolean,Typed}SequenceControlProperties`` for one control kind."""
+    wanted = _Control.Kind.Value(kind)
+    seen_tensors: set[str] = set()
+    seen = False
+    for control_input in sequence.control_input:
+        if not control_input.name:
+            fail(f"sequence batching control tensor must have a name for {name}")
+        if control_input.name in seen_tensors:
+            fail(
+                f"sequence batching control tensor '{control_input.name}' is specified for multiple control kinds "
+                f"for {name}"
+            )
+        seen_tensors.add(control_input.name)
+        for control in control_input.control:
+            if control.kind != wanted:
+                continue
+            if seen:
+                fail(f"sequence batching specifies multiple {kind} tensors for {name}")
+            seen = True
+            given = [f for f in _BOOL_VALUES if len(getattr(control, f))]
+            if kind == "CONTROL_SEQUENCE_CORRID":
+                if given:
+                    fail(
+                        "sequence batching must not specify either 'int32_false_true', 'fp32_false_true' or "
+                        f"'bool_false_true' for {kind} for {name}"
+                    )
+                if DataType.Name(control.data_type) not in _CORRID_TYPES:
+                    fail(
+                        f"unexpected data type for control {kind} for {name}. Allowed data types are TYPE_UINT64, "
+                        "TYPE_INT64, TYPE_UINT32, TYPE_INT32 and TYPE_STRING"
+                    )
+                continue
+            if not given:
+                fail(
+                    "sequence batching must specify either 'int32_false_true', 'fp32_false_true' or "
+                    f"'bool_false_true' for {kind} for {name}"
+                )
+            if len(given) > 1:
+                fail(
+                    "sequence batching specifies more than one from 'int32_false_true', 'fp32_false_true' and "
+                    f"'bool_false_true' for {kind} for {name}"
+                )
+            if len(getattr(control, given[0])) != 2:
+                fail(f"sequence batching control '{given[0]}' must have exactly 2 entries for {kind} for {name}")
+
+
+def _validate_instance_groups(config: ModelConfig, available_gpus: Sequence[int] | None, fail: Fail) -> None:
+    """Triton's ``ValidateInstanceGroup`` (after normalization: no KIND_AUTO is left)."""
     kinds = ModelInstanceGroup.Kind
+    name = config.name
     if not config.instance_group:
-        fail("must specify one or more 'instance_group's")
+        fail(f"must specify one or more 'instance group's for {name}")
+    gpus = set(available_gpus or ())
     for group in config.instance_group:
-        what = f"instance group '{group.name}'"
+        what = f"instance group {group.name} of model {name}"
         kind = kinds.Name(group.kind)
+        if kind == "KIND_MODEL" and group.gpus:
+            fail(f"{what} has kind KIND_MODEL but specifies one or more GPUs")
+        elif kind == "KIND_GPU":
+            if not group.gpus:
+                fail(f"{what} has kind KIND_GPU but no GPUs are available")
+            for gpu in group.gpus:
+                if available_gpus is not None and gpu not in gpus:
+                    fail(
+                        f"{what} specifies invalid or unsupported gpu id {gpu}. GPUs with at least the minimum "
+                        f"required CUDA compute compatibility of {_MIN_COMPUTE_CAPABILITY:.6f} are: "
+                        + ", ".join(str(g) for g in sorted(gpus))
+                    )
+        elif kind == "KIND_CPU" and group.gpus:
+            fail(f"{what} has kind KIND_CPU but specifies one or more GPUs")
+        elif kind == "KIND_AUTO":
+            fail(f"{what} has unexpected kind KIND_AUTO")
         if group.count < 1:
             fail(f"{what}: 'count' must be >= 1, got {group.count}")
-        if kind == "KIND_AUTO":
-            fail(f"{what}: kind KIND_AUTO was not resolved (normalize the config first)")
-        if kind in ("KIND_CPU", "KIND_MODEL") and group.gpus:
-            fail(f"{what} has kind {kind} but specifies GPUs {list(group.gpus)}")
-        if kind == "KIND_GPU" and not group.gpus:
-            fail(f"{what} has kind KIND_GPU but no GPUs are available")
         if group.profile and config.platform != _TENSORRT_PLATFORM:
-            fail(f"{what}: 'profile' is only supported for TensorRT models")
+            fail(
+                f"{what} and platform {config.platform}specifies profile field which is only supported for "
+                "TensorRT models"
+            )
 
 
 def _validate_ensemble(config: ModelConfig, fail: Fail) -> None:

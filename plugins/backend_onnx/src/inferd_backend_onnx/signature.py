@@ -179,8 +179,8 @@ def _autocomplete_max_batch(
             fixed = [i.name for i in (*inputs, *outputs) if not i.dims or i.dims[0] != -1]
             raise ConfigError(
                 f"autofill failed for model '{model}': model does not support batching while non-zero "
-                f"max_batch_size ({config.max_batch_size}) is specified; the first dimension of "
-                f"{', '.join(repr(n) for n in fixed)} is not dynamic (-1)"
+                f"max_batch_size is specified; max_batch_size is {config.max_batch_size} but the first dimension "
+                f"of {', '.join(repr(n) for n in fixed)} is not dynamic (-1)"
             )
         return
     if config.max_batch_size == 0:
@@ -201,16 +201,31 @@ def check_config(
     config: ModelConfig, model: str, inputs: Sequence[TensorInfo], outputs: Sequence[TensorInfo],
     overridable: Sequence[TensorInfo] = (),
 ) -> None:  # fmt: skip
-    """Raise ConfigError when the config's inputs or outputs disagree with the model.
+    """Raise ConfigError when the config's inputs or outputs disagree with the model, with the
+    sentences of Triton's onnxruntime backend (``ValidateInputs``, ``ValidateOutputs``,
+    ``CompareDimsSupported``) first and inferd's hint after ``; ``.
 
-    Every model input must be in the config (optional inputs aside) or be fed by the sequence
-    batcher; the config may list a subset of the outputs. Data types must be equal; dims are
-    compared as Triton does (a -1 in the model accepts any config dim for inputs; outputs must
-    match exactly).
+    The config lists every model input (optional ones are overridable initializers), the batch
+    inputs, and the sequence batcher's control and state inputs; it may list a subset of the
+    outputs. Data types must be equal; dims are compared as Triton does, except that a config
+    -1 is refused where the model has a fixed dimension (Triton accepts it and fails at run time).
     """
     by_name = {i.name: i for i in inputs}
     allowed = {**{i.name: i for i in overridable}, **by_name}
     fed = sequence_inputs(config)
+    expected = sum(1 for t in config.input if not t.optional) + len(config.batch_input) + len(fed)
+    if len(by_name) != expected:
+        listed = [t.name for t in config.input] + list(fed)
+        missing = [n for n in by_name if n not in listed]
+        extra = [n for n in listed if n not in allowed]
+        hint = (f"model input(s) {', '.join(repr(n) for n in missing)} are not in the configuration" if missing
+                else f"configuration input(s) {', '.join(repr(n) for n in extra)} are not in the model" if extra
+                else "the counts differ")  # fmt: skip
+        raise ConfigError(
+            f"unable to load model '{model}', configuration expects {expected} inputs, model provides "
+            f"{len(by_name)}; {hint} (it lists: {', '.join(listed) or 'none'}; model inputs: "
+            f"{', '.join(by_name) or 'none'})"
+        )
     _check_sequence(model, "input", fed, allowed)
     for index, tensor in enumerate(config.input):
         if tensor.optional and config.max_batch_size != 0:
@@ -219,14 +234,6 @@ def check_config(
                 f"models that support batching"
             )
         _check_tensor(config, model, "input", index, tensor, allowed, exact=False)
-    listed = [t.name for t in config.input] + list(fed)
-    missing = [n for n in by_name if n not in listed]
-    if missing:
-        raise ConfigError(
-            f"unable to load model '{model}': configuration expects {len(listed)} inputs, model provides "
-            f"{len(by_name)}: model input(s) {', '.join(repr(n) for n in missing)} are not in the "
-            f"configuration (it lists: {', '.join(listed) or 'none'})"
-        )
     outs = {o.name: o for o in outputs}
     _check_sequence(model, "output", state_outputs(config), outs)
     for index, tensor in enumerate(config.output):
@@ -240,58 +247,64 @@ def _check_tensor(
     info = infos.get(tensor.name)
     if info is None:
         raise ConfigError(
-            f"unable to load model '{model}': configuration {where}.name is '{tensor.name}', but the "
-            f"model has no {kind} of that name; model {kind}s: {', '.join(infos) or 'none'}"
+            f"unexpected inference {kind} '{tensor.name}', allowed {kind}s are: {', '.join(sorted(infos))}; "
+            f"model '{model}', configuration {where}"
         )
     _servable(model, info, kind)
     config_type = _type_name(tensor)
     if config_type != info.config_type:
         raise ConfigError(
-            f"unable to load model '{model}': {kind} '{tensor.name}': configuration {where}.data_type "
-            f"is {config_type}, model provides {info.config_type}"
+            f"unable to load model '{model}', configuration expects datatype {config_type} for {kind} "
+            f"'{tensor.name}', model provides {info.config_type}"
         )
     has_reshape = tensor.HasField("reshape")
     dims = tuple(tensor.reshape.shape) if has_reshape else tuple(tensor.dims)
-    field = f"{where}.reshape.shape" if has_reshape else f"{where}.dims"
     if kind == "input" and tensor.allow_ragged_batch:
         if info.dims != (-1,):
             raise ConfigError(
-                f"unable to load model '{model}': ragged input '{tensor.name}' needs the model shape [-1], "
-                f"model provides {shape_str(info.dims)}"
+                f"unable to load model '{model}', configuration expects model provides input with shape [-1]  "
+                f"for ragged input '{tensor.name}', model provides {shape_str(info.dims)}"
             )
         return
     if not info.dims:  # a scalar in the model: the config may only say [1] (or [])
         if any(d != 1 for d in dims):
             raise ConfigError(
-                f"unable to load model '{model}': scalar tensor '{tensor.name}': configuration {field} "
-                f"is {shape_str(dims)}, but the model's {kind} is a scalar; only [1] is allowed"
+                f"unable to load model '{model}', scalar tensor '{tensor.name}', should only provide 1 in the "
+                f"model configuration when the model doesn't support batching. Model configuration provided: "
+                f"{shape_str(dims)}."
             )
         return
-    _compare_dims(model, kind, tensor.name, field, info.dims, dims, config.max_batch_size, exact)
+    _compare_dims(model, tensor.name, info.dims, dims, config.max_batch_size, exact)
 
 
 def _compare_dims(
-    model: str, kind: str, name: str, field: str, model_dims: tuple[int, ...], dims: tuple[int, ...],
-    max_batch_size: int, exact: bool,
+    model: str, name: str, model_dims: tuple[int, ...], dims: tuple[int, ...], max_batch_size: int, exact: bool,
 ) -> None:  # fmt: skip
+    """Triton's ``CompareDimsSupported`` sentences (a config -1 must meet a model -1)."""
+    head = f"model '{model}', tensor '{name}': "
     if max_batch_size > 0:
         if model_dims[0] != -1:
             raise ConfigError(
-                f"unable to load model '{model}': {kind} '{name}': max_batch_size is {max_batch_size}, so the "
-                f"model's first dimension must be a variable batch dimension (-1), but the model shape is "
-                f"{shape_str(model_dims)} (configuration {field} {shape_str(dims)}); set max_batch_size: 0 or "
-                f"give the model a dynamic batch dimension"
+                f"{head}for the model to support batching the shape should have at least 1 dimension and the "
+                f"first dimension must be -1; but shape expected by the model is {shape_str(model_dims)}; "
+                f"set max_batch_size: 0 or give the model a dynamic batch dimension"
             )
         full = (-1, *dims)
     else:
         full = dims
     ok = len(full) == len(model_dims) and all(m == c for m, c in zip(model_dims, full, strict=True) if exact or m != -1)
-    if not ok:
-        batch_note = f" (full shape {shape_str(full)} with the batch dimension)" if max_batch_size > 0 else ""
-        hint = ""
-        if max_batch_size == 0 and len(model_dims) == len(dims) + 1 and model_dims[0] == -1:
-            hint = "; the model's first dimension is dynamic: set max_batch_size > 0 to make it the batch dimension"
-        raise ConfigError(
-            f"unable to load model '{model}': {kind} '{name}': configuration {field} is {shape_str(dims)}"
-            f"{batch_note}, model provides {shape_str(model_dims)}{hint}"
-        )
+    if ok:
+        return
+    specifies = (
+        f"{len(full)} dimensions (an initial batch dimension because max_batch_size > 0 followed by the explicit "
+        f"tensor shape, making complete shape {shape_str(full)})"
+        if max_batch_size > 0
+        else f"{len(full)} dimensions (shape {shape_str(full)})"
+    )
+    hint = ""
+    if max_batch_size == 0 and len(model_dims) == len(dims) + 1 and model_dims[0] == -1:
+        hint = "; the model's first dimension is dynamic: set max_batch_size > 0 to make it the batch dimension"
+    raise ConfigError(
+        f"{head}the model expects {len(model_dims)} dimensions (shape {shape_str(model_dims)}) but the model "
+        f"configuration specifies {specifies}{hint}"
+    )

@@ -134,7 +134,7 @@ def run_auto_complete(as_json: dict[str, Any], hook: Any, name: str, path: Path 
     try:
         result = hook(PbModelConfig(as_json))
     except ValueError as exc:
-        raise InvalidArgument(f"model '{name}': auto_complete_config in '{path}': {exc}") from exc
+        raise InvalidArgument(f"{exc}; raised by auto_complete_config of model '{name}' in '{path}'") from exc
     except Exception as exc:
         raise InternalError(
             f"model '{name}': auto_complete_config in '{path}' failed: {type(exc).__name__}: {exc}"

@@ -127,8 +127,8 @@ class ModelConfig:
         policy = self._model_config.setdefault("model_transaction_policy", {})
         if "decoupled" in transaction_policy_dict:
             wanted = transaction_policy_dict["decoupled"]
-            # proto3 cannot tell "decoupled: false" from unset, so only a set True is binding.
-            if policy.get("decoupled") and not wanted:
+            # The JSON has 'decoupled' when the config sets model_transaction_policy (even to false).
+            if "decoupled" in policy and policy["decoupled"] != wanted:
                 raise ValueError(
                     "trying to change decoupled property in auto-complete-config for model "
                     f"'{self._name}', which is already set to '{policy['decoupled']}'."

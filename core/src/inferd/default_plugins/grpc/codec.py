@@ -316,10 +316,7 @@ def decode_request(wire: WireRequest, regions: Regions | None = None) -> InferRe
                 raise InvalidArgument(
                     f"input '{name}': the request has {len(msg.inputs)} inputs but only {len(raw)} raw_input_contents"
                 )
-            try:
-                array = array_from_bytes(raw[used], datatype, shape)
-            except InvalidArgument as exc:
-                raise InvalidArgument(f"input '{name}': {exc.message}") from None
+            array = array_from_bytes(raw[used], datatype, shape, name, msg.model_name)
             used += 1
         elif tensor.HasField("contents"):
             array = _typed_array(tensor.contents, datatype, shape, name)

@@ -14,6 +14,7 @@ _TYPED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "sequence_id": ("int64_param", "string_param"),
     "sequence_start": ("bool_param",),
     "sequence_end": ("bool_param",),
+    "binary_data_output": ("bool_param",),
 }
 
 

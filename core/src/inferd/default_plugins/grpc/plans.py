@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inferd.default_plugins.grpc.codec import WireRequest, decode_request
-from inferd.errors import InvalidArgument
 from inferd.shared_memory import Regions
 from inferd.types import InferRequest, InferTensor, RequestedOutput, array_from_bytes
 
@@ -32,10 +31,7 @@ class _Plan:
         request = InferRequest(self.model_name, self.model_version, self.id)
         inputs = request.inputs
         for (name, datatype, shape), data in zip(self.inputs, raw, strict=True):
-            try:
-                array = array_from_bytes(data, datatype, shape)
-            except InvalidArgument as exc:
-                raise InvalidArgument(f"input '{name}': {exc.message}") from None
+            array = array_from_bytes(data, datatype, shape, name, self.model_name)
             inputs[name] = InferTensor(name, datatype, shape, array, {})
         request.outputs = [RequestedOutput(name, {}) for name in self.outputs]
         return request

@@ -365,7 +365,8 @@ class InferenceService:
         settings: dict[str, Any] = {}
         for key, value in request.settings.items():
             values = list(value.value)
-            settings[key] = None if not values else values if key == "trace_level" else values[0]
+            # Every setting but trace_level takes one value; more is refused (parse_setting names it).
+            settings[key] = None if not values else values if key == "trace_level" or len(values) > 1 else values[0]
         if settings:
             current = await self.dp.update_trace_settings(settings, request.model_name)
         else:

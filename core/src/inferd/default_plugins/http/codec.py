@@ -247,10 +247,7 @@ def _decode_input(
                 f"input '{name}': binary_data_size {size} at offset {offset} runs past the "
                 f"{len(binary)} bytes of binary data in the request"
             )
-        try:
-            array = array_from_bytes(binary[offset : offset + size], datatype, shape)
-        except InvalidArgument as exc:
-            raise InvalidArgument(f"input '{name}': {exc.message}") from None
+        array = array_from_bytes(binary[offset : offset + size], datatype, shape, name, model)
         offset += size
     elif "data" in raw:
         array = json_array(raw["data"], datatype, shape, name)

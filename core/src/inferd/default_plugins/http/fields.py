@@ -17,6 +17,9 @@ NON_UINT = "attempt to access JSON non-unsigned-integer as unsigned-integer"
 _NON_BOOL = "attempt to access JSON non-boolean as boolean"
 _NON_STRING = "attempt to access JSON non-string as string"
 _BOOL_NAMES = ("binary_data_output", "sequence_start", "sequence_end")
+_INT64 = 1 << 63
+#: Triton's sentence for a parameter value that is not a string, integer, boolean or number.
+INVALID_PARAMETER = "parameter '{}' has invalid type. It should be either 'int', 'bool', or 'string'."
 
 
 def _is_uint64(value: Any) -> bool:
@@ -41,6 +44,39 @@ def check_parameters(parameters: dict[str, Any]) -> None:
         elif key == "sequence_id":
             if type(value) is not str and not _is_uint64(value):
                 raise unparsable(key, _NON_STRING, value, "a string or an unsigned 64-bit integer")
+        else:
+            check_parameter(key, value)
+        if not key.isascii():
+            check_text(f"parameter name '{key}'", key)
+
+
+def check_parameter(key: str, value: Any) -> None:
+    """A free parameter: a string, a boolean, a number, or an integer in the signed 64-bit range
+    (Triton's ``SetTritonParameterFromJsonParameter``); lists, objects and null are refused, and
+    so are integers beyond 64 bits (Triton would read them as an inexact double)."""
+    kind = type(value)
+    if kind is str:
+        if not value.isascii():
+            check_text(f"parameter '{key}'", value)
+    elif kind is int:
+        if not -_INT64 <= value < _INT64:
+            raise InvalidArgument(
+                INVALID_PARAMETER.format(key) + f"; the integer {show(value)} is outside the signed 64-bit range"
+            )
+    elif kind is not bool and kind is not float:
+        raise InvalidArgument(INVALID_PARAMETER.format(key) + f"; got {show(value)}")
+
+
+def check_text(what: str, text: str) -> None:
+    """Refuse a string holding a lone surrogate (JSON ``\\ud800``, or the UTF-8 bytes ``ED A0 80``
+    Python's JSON reader lets through): it is not Unicode text and cannot be sent on."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(
+            f"{what} is not valid UTF-8: it holds a surrogate code point U+{ord(text[exc.start]):04X} "
+            f"at character {exc.start}"
+        ) from None
 
 
 def request_id(header: dict[str, Any]) -> str:
@@ -48,14 +84,20 @@ def request_id(header: dict[str, Any]) -> str:
     value = header.get("id", "")
     if type(value) is not str:
         raise unparsable("id", _NON_STRING, value, "a string")
+    if not value.isascii():
+        check_text("request 'id'", value)
     return value
 
 
 def check_output_parameters(params: dict[str, Any]) -> None:
-    """An output's ``binary_data`` must be a boolean."""
+    """An output's ``binary_data`` must be a boolean; every other value a string, boolean, number
+    or 64-bit integer (nested objects and lists are refused: Triton reads none)."""
     value = params.get("binary_data", False)
     if type(value) is not bool:
         raise unparsable("binary_data", _NON_BOOL, value, "true or false")
+    for key, value in params.items():
+        if key != "binary_data":
+            check_parameter(f"outputs.parameters.{key}", value)
 
 
 def show(value: Any) -> str:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from inferd.default_plugins.http.codec import _json_data, parse_json
+from inferd.default_plugins.http.fields import check_parameter, check_text, show
 from inferd.default_plugins.http.json_tensors import json_array
 from inferd.errors import InvalidArgument
 from inferd.types import InferRequest, InferResponse, InferTensor, element_count
@@ -32,19 +33,33 @@ _PARAMETER_TYPES = (str, int, float, bool)
 
 
 def decode_generate(body: bytes, info: ModelInfo, model_version: str) -> InferRequest:
-    """Build the request a ``generate`` body describes for the model version ``info``."""
+    """Build the request a ``generate`` body describes for the model version ``info``.
+
+    ``id`` (a string) is the request's id, as Triton takes it, and is echoed in the response.
+    A key given twice in one object is refused (which one would win is the parser's choice)."""
     doc = parse_json(body, "request")
     if not isinstance(doc, dict):
         raise InvalidArgument("generate request must be a JSON object")
+    _refuse_duplicate_keys(body)
     request = InferRequest(info.name, model_version)
     for key, value in doc.items():
         spec = info.input_spec(key)
         if spec is not None:
             request.inputs[key] = _tensor(key, value, spec, info)
-        elif key == "parameters" and isinstance(value, dict):
+        elif key == "parameters":
+            if not isinstance(value, dict):
+                raise InvalidArgument(
+                    f"Expected JSON object for keyword: 'parameters'; got {show(value)}"
+                )
             for name, param in value.items():
                 request.parameters[name] = _parameter(name, param)
         else:
+            if key == "id":
+                if type(value) is not str:
+                    raise InvalidArgument(
+                        f"Unable to parse 'id': attempt to access JSON non-string as string (got {show(value)})"
+                    )
+                request.id = value
             request.parameters[key] = _parameter(key, value)
     return request
 
@@ -52,7 +67,30 @@ def decode_generate(body: bytes, info: ModelInfo, model_version: str) -> InferRe
 def _parameter(name: str, value: Any) -> Any:
     if value is None or not isinstance(value, _PARAMETER_TYPES):
         raise InvalidArgument(f"parameter '{name}' has invalid type. It should be either 'int', 'bool', or 'string'.")
+    check_parameter(name, value)
+    if not name.isascii():
+        check_text(f"parameter name '{name}'", name)
     return value
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise InvalidArgument(f"generate request has the key '{key}' more than once in one object")
+            seen.add(key)
+    return out
+
+
+def _refuse_duplicate_keys(body: bytes) -> None:
+    """A second, key-checking parse (the standard library's, which reports pairs); generate
+    bodies are small, and the first parse already refused what is not JSON."""
+    try:
+        json.loads(body, object_pairs_hook=_unique)
+    except (ValueError, RecursionError):
+        pass  # the first parse accepted it (a form only orjson reads): no pairs to check
 
 
 def _tensor(name: str, value: Any, spec: TensorSpec, info: ModelInfo) -> InferTensor:
@@ -121,6 +159,8 @@ def encode_generate(response: InferResponse) -> bytes:
         body[tensor.name] = values[0] if len(values) == 1 else values
     body["model_name"] = response.model_name
     body["model_version"] = response.model_version
+    if response.id:
+        body["id"] = response.id
     return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
 
 
