@@ -81,8 +81,10 @@ def _bodies(depth: int) -> dict[str, tuple[str, str]]:
     }
 
 
-#: Infer bodies refused for their shape, not their depth, until the parser's own limit (1024 levels).
-SHAPED = {"document", "tensor data"}
+#: Infer bodies refused for what they hold, not their depth, until the parser's own limit (1024
+#: levels): a document that is no object, data that does not follow the shape, and parameters that
+#: are no plain values (Triton's rule: a parameter is a string, a boolean or a number).
+SHAPED = {"document", "tensor data", "request parameters", "output parameters", "long integer"}
 
 
 @pytest.mark.parametrize("depth", [65, 1000, DEEP])
@@ -105,15 +107,19 @@ def test_infer_requests_name_what_is_wrong_with_deep_values(server: tuple[Server
     status, text = _post(url, _bodies(1000)["tensor data"][1])
     assert status == 400 and "nested 'data' must follow shape [1, 4]" in json.loads(text)["error"], text[:300]
     status, text = _post(url, _bodies(65)["output parameters"][1])
-    assert status == 400 and "(in output 'OUTPUT0' 'parameters')" in json.loads(text)["error"], text[:300]
+    assert status == 400 and json.loads(text)["error"].startswith(
+        "parameter 'outputs.parameters.x' has invalid type. It should be either 'int', 'bool', or 'string'."
+    ), text[:300]
+    status, text = _post(url, _bodies(1000)["request parameters"][1])
+    assert status == 400 and json.loads(text)["error"].startswith("parameter 'x' has invalid type."), text[:300]
 
 
 def test_nesting_up_to_the_limit_is_read(server: tuple[ServerProcess, int]) -> None:
     srv, _ = server
-    body = f'{{"parameters":{{"x":{_object(62)}}},"inputs":[{INPUTS}]}}'  # 64 levels in all
-    status, text = _post(f"http://{srv.http_url}/v2/models/add_sub/infer", body)
-    assert status == 200, text[:300]
-    body = f'{{"inputs":[{INPUTS}],"outputs":[{{"name":"OUTPUT0","parameters":{{"x":{_object(60)}}}}}]}}'
+    body = (  # 64 levels in all: the document, inputs, an input, its parameters, then 60 arrays
+        f'{{"inputs":[{{"name":"INPUT0","shape":[1,4],"datatype":"FP32","data":[1,2,3,4],'
+        f'"parameters":{{"x":{_array(60)}}}}},{INPUTS.split("},", 1)[1]}]}}'
+    )
     status, text = _post(f"http://{srv.http_url}/v2/models/add_sub/infer", body)
     assert status == 200, text[:300]
     status, text = _post(f"http://{srv.http_url}/v2/repository/index", _array(64))
