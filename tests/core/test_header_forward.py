@@ -23,7 +23,7 @@ def _forwarded(pattern: str, names: list[str]) -> dict[str, str]:
         ("MY_HEADER.*", ["my_header_1", "x-my_header", "header_1"], ["my_header_1", "x-my_header"]),  # searched, any case
         ("(?-i)MY_HEADER.*", ["my_header_1"], []),  # Triton's case-sensitive prefix
         ("^my_header$", ["my_header", "my_header_2"], ["my_header"]),
-        ("", ["a", "authorization", "key-bin"], ["a"]),  # empty matches all (Triton's "(?i)"); withheld, binary: not
+        ("", ["a", "authorization", "key-bin", "grpc-timeout"], ["a"]),  # empty: all (Triton's "(?i)"), but these
     ],
 )
 def test_patterns_match_as_tritons_partial_match(pattern, names, forwarded):

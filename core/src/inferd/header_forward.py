@@ -40,11 +40,9 @@ from inferd.errors import InvalidArgument
 RESERVED = frozenset(
     ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output")
 )
-#: Headers of the gRPC transport itself (``host`` is how zttp hands over ``:authority``): grpc's
-#: servers leave them out of a call's metadata.
-GRPC_TRANSPORT_HEADERS = frozenset(
-    ("content-type", "te", "host", "grpc-encoding", "grpc-accept-encoding", "grpc-timeout")
-)
+#: Headers of the gRPC transport itself (``host`` is how zttp hands over ``:authority``; and every
+#: ``grpc-...`` one): grpc's servers leave them out of a call's metadata.
+GRPC_TRANSPORT_HEADERS = frozenset(("content-type", "te", "host"))
 _CASE_SENSITIVE = "(?-i)"
 
 
@@ -74,12 +72,12 @@ class HeaderForward:
         #: Names never forwarded, matching or not (credentials, transport headers).
         self._withheld = frozenset(withheld)
 
-    def add_text(self, parameters: dict[str, Any], metadata: Iterable[tuple[str, Any]]) -> None:
-        """Add the matching ``(name, value)`` pairs of ``metadata`` (lowercase names; gRPC's binary
-        ``-bin`` metadata is left out) to ``parameters``."""
+    def add_text(self, parameters: dict[str, Any], metadata: Iterable[tuple[str, str]]) -> None:
+        """Add the matching pairs of a gRPC call's ``metadata`` (lowercase names) to ``parameters``;
+        binary ``-bin`` metadata and gRPC's own ``grpc-...`` headers are left out."""
         search = self._search
         for name, value in metadata:
-            if search(name) is not None and name not in self._withheld and not name.endswith("-bin"):
+            if search(name) is not None and name not in self._withheld and not _grpc_own(name):
                 parameters[_allowed(name)] = value
 
     def add_raw(self, parameters: dict[str, Any], headers: Iterable[tuple[bytes, bytes]]) -> None:
@@ -89,6 +87,10 @@ class HeaderForward:
             name = raw_name.decode("latin-1")
             if search(name) is not None and name not in self._withheld:
                 parameters[_allowed(name)] = raw_value.decode("utf-8", "replace")
+
+
+def _grpc_own(name: str) -> bool:
+    return name.endswith("-bin") or name.startswith("grpc-")
 
 
 def _allowed(name: str) -> str:
