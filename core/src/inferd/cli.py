@@ -17,6 +17,7 @@ from inferd import __version__, serving, tls, triton_flags
 from inferd.auth import AuthConfigError, RestrictionError, access_from_flags
 from inferd.errors import InferdError
 from inferd.flags import SuggestingParser, backend_config_setting, parse_bool
+from inferd.header_forward import pattern_option
 from inferd.lifecycle import ControlMode
 from inferd.logging_settings import configure_logging
 from inferd.object_store import is_url
@@ -134,6 +135,9 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
     n.add_argument("--allow-http", type=parse_bool, default=True, metavar="BOOL", help="serve HTTP (default: true)")
     n.add_argument("--allow-grpc", type=parse_bool, default=True, metavar="BOOL", help="serve gRPC (default: true)")
     n.add_argument("--allow-metrics", type=parse_bool, default=True, metavar="BOOL", help="serve metrics (default: true)")
+    n.add_argument("--http-header-forward-pattern", type=pattern_option, default=None, metavar="REGEX",
+                   help="HTTP infer request headers whose names match REGEX (searched, case-insensitive unless it "
+                        "starts with (?-i)) reach the model as string request parameters, as Triton forwards them")
     c = p.add_argument_group("response cache")
     c.add_argument("--cache-config", action="append", default=[], type=_cache_settings,
                    metavar="NAME,KEY=VALUE",

@@ -96,6 +96,14 @@ class AccessPolicy:
         self.header_prefix = header_prefix
         self.restricted_word = restricted_word
 
+    def secret_headers(self) -> frozenset[str]:
+        """The headers (lowercase) that carry credentials under these rules: the restricted groups'
+        and, with API keys, ``authorization`` (never forwarded to models: ``inferd.header_forward``)."""
+        names = {self.header_prefix + restriction.key for restriction in self.restricted.values()}
+        if self.keys is not None:
+            names.add("authorization")
+        return frozenset(names)
+
     def admit(self, group: ApiGroup, model: str, headers: Mapping[str, str], slot: bool = True) -> Grant:
         """Admit one request to ``group`` naming ``model`` ("" for none); ``headers`` by lowercase
         name. Raises :class:`AccessDenied`, or the unknown-model error for a model the tenant may not

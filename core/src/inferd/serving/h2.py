@@ -20,6 +20,11 @@ with GOAWAY ENHANCE_YOUR_CALM (CVE-2019-9512, -9515 and kin). zttp itself bounds
 header list (it advertises and enforces SETTINGS_MAX_HEADER_LIST_SIZE 65,536: a larger header
 block is answered GOAWAY ENHANCE_YOUR_CALM), refuses a connection's 4097th stream (rapid reset
 too) and ignores empty DATA frames without handing them to Python.
+
+zttp refuses a stream whose headers break RFC 9113 8.2 (RST_STREAM PROTOCOL_ERROR), a metadata
+value that begins or ends with a space or tab among them (8.2.1), and has no setting to relax
+that; grpcio and Triton accept and keep such values. The refusal is logged (once per connection),
+since the client sees only the reset; ``--grpc-transport grpcio`` serves such clients.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from inferd.serving.writes import HeldWrites
 STREAMS_PER_CONNECTION = 4000
 #: How often a rotated connection is checked, to be closed once idle.
 IDLE_CHECK_SECONDS = 1.0
+_PROTOCOL_ERROR = 0x1
 _REFUSED_STREAM = 0x7
 _ENHANCE_YOUR_CALM = 0xB
 #: Control frames a connection may send at once; the allowance refills at the rate below. gRPC
@@ -64,6 +70,9 @@ class GrpcH2Protocol(ZttpH2Protocol):
 
     _streams = 0
     _last_stream: int | None = None
+    #: The newest stream a request came from; a refusal of a later one is zttp's (:meth:`_refused`).
+    _newest = 0
+    _told_refusal = False
     #: Control frames the peer may still send now, and when that was counted.
     _allowance = float(CONTROL_FRAME_BURST)
     _counted_at = 0.0
@@ -102,6 +111,8 @@ class GrpcH2Protocol(ZttpH2Protocol):
                 if not self._allow():
                     return
             elif kind is zttp.RstStream:
+                if event.error_code == _PROTOCOL_ERROR and event.stream_id > self._newest:
+                    self._refused(event.stream_id)
                 self.handle_rst_stream(event)
                 if not self._allow():
                     return
@@ -126,7 +137,21 @@ class GrpcH2Protocol(ZttpH2Protocol):
             self.loop.call_later(CLOSE_GRACE_SECONDS, self.transport.abort)
         return False
 
+    def _refused(self, stream_id: int) -> None:
+        """zttp refused a new stream's headers (RST_STREAM PROTOCOL_ERROR, no request made of them):
+        said once per connection, as the client only sees the reset."""
+        self._newest = stream_id
+        if self._told_refusal:
+            return
+        self._told_refusal = True
+        log.warning(
+            "%s: HTTP/2 stream %d refused (RST_STREAM PROTOCOL_ERROR): its headers break RFC 9113 8.2, most often "
+            "a metadata value that begins or ends with a space or tab, which --grpc-transport grpcio accepts",
+            self.client, stream_id,
+        )  # fmt: skip
+
     def handle_request(self, event: zttp.Request) -> None:
+        self._newest = event.stream_id
         if self._last_stream is not None and event.stream_id > self._last_stream:
             self.conn.stream(event.stream_id).reset(_REFUSED_STREAM)
             return

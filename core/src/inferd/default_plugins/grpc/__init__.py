@@ -10,6 +10,7 @@ import argparse
 from typing import TYPE_CHECKING, Protocol
 
 from inferd.frontend import Frontend
+from inferd.header_forward import pattern_option
 from inferd.hookspecs import FrontendRegister, hookimpl
 from inferd.tls import TlsConfig, grpc_config, settings
 
@@ -42,8 +43,10 @@ class GrpcFrontend(Frontend):
 
     def __init__(
         self, host: str, port: int, transport: str = "h2", max_message_bytes: int = MAX_MESSAGE_BYTES,
-        tls: TlsConfig | None = None, stream_max_inflight: int | None = None,
+        tls: TlsConfig | None = None, stream_max_inflight: int | None = None, forward_pattern: str | None = None,
     ) -> None:  # fmt: skip
+        #: ``--grpc-header-forward-pattern`` (None: metadata is not forwarded).
+        self.forward_pattern = forward_pattern
         self.host = host
         #: Requests one ModelStreamInfer call runs at once; None: the service's default (64).
         self.stream_max_inflight = stream_max_inflight
@@ -66,7 +69,9 @@ class GrpcFrontend(Frontend):
     async def start(self, dataplane: DataPlane) -> None:
         from inferd.default_plugins.grpc.service import STREAM_MAX_INFLIGHT, InferenceService
 
-        self._service = InferenceService(dataplane, self.stream_max_inflight or STREAM_MAX_INFLIGHT)
+        self._service = InferenceService(
+            dataplane, self.stream_max_inflight or STREAM_MAX_INFLIGHT, self.forward_pattern
+        )
         transport = self._make_transport(dataplane.shares_ports)  # --workers N share the port
         self.port = await transport.start(self._service, self.host, self.port)
         self._transport = transport
@@ -93,6 +98,7 @@ def _factory(options: ServerSettings) -> GrpcFrontend | None:
         max_message_bytes=extra.get("grpc_max_message_bytes", MAX_MESSAGE_BYTES),
         tls=settings(grpc_config, extra),
         stream_max_inflight=extra.get("grpc_stream_max_inflight"),
+        forward_pattern=extra.get("grpc_header_forward_pattern"),
     )
 
 
@@ -114,6 +120,10 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--grpc-max-message-bytes", type=int, default=MAX_MESSAGE_BYTES, metavar="BYTES",
                    help="largest gRPC message received or sent; larger ones fail with RESOURCE_EXHAUSTED "
                         f"(default: {MAX_MESSAGE_BYTES})")  # fmt: skip
+    g.add_argument("--grpc-header-forward-pattern", type=pattern_option, default=None, metavar="REGEX",
+                   help="gRPC metadata of ModelInfer calls and ModelStreamInfer streams whose keys match REGEX "
+                        "(searched, case-insensitive unless it starts with (?-i)) reach the model as string "
+                        "request parameters, as Triton forwards them")
     g.add_argument("--grpc-stream-max-inflight", type=_positive, default=None, metavar="N",
                    help="requests one ModelStreamInfer stream runs at once; past them the stream is not read "
                         "until one is answered, and its responses wait in a queue of as many (default: 64)")

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import grpc
@@ -182,16 +183,21 @@ def _bind_error(host: str, port: int) -> str:
 
 
 def _unary(
-    method: Callable[[Any], Awaitable[Any]], svc: InferenceService | None = None, rpc: str = ""
+    method: Callable[..., Awaitable[Any]], svc: InferenceService | None = None, rpc: str = "", forwards: bool = False
 ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
     """Turn InferdError into the mapped status; anything else is INTERNAL (and logged). With
-    ``svc`` (a server with access rules), the call is admitted by its policy first."""
+    ``svc`` (a server with access rules), the call is admitted by its policy first; with
+    ``forwards``, ``method`` is given the call's metadata (``--grpc-header-forward-pattern``)."""
 
     async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
-            if svc is None:
+            if svc is None and not forwards:
                 return await method(request)
-            return await svc.admitted(rpc, method, request, metadata_dict(context.invocation_metadata() or ()))
+            metadata = metadata_dict(context.invocation_metadata() or ())
+            call = partial(method, metadata=metadata) if forwards else method
+            if svc is None:
+                return await call(request)
+            return await svc.admitted(rpc, call, request, metadata)
         except AccessDenied as exc:
             await context.abort(exc.grpc_status, exc.message)
         except InferdError as exc:
@@ -209,12 +215,13 @@ def _stream(svc: InferenceService) -> Callable[[AsyncIterator[WireRequest], grpc
     async def handler(requests: AsyncIterator[WireRequest], context: grpc.aio.ServicerContext) -> Any:
         metadata = context.invocation_metadata() or ()
         grpc_error = wants_grpc_error(metadata)
+        text = metadata_dict(metadata)
         try:
-            grant = svc.open_stream(metadata_dict(metadata))
+            grant = svc.open_stream(text)
         except AccessDenied as exc:
             await context.abort(exc.grpc_status, exc.message)
         try:
-            async for item in svc.ModelStreamInfer(requests, grpc_error, grant):
+            async for item in svc.ModelStreamInfer(requests, grpc_error, grant, text):
                 yield item
         except AccessDenied as exc:
             await context.abort(exc.grpc_status, exc.message)
@@ -237,7 +244,7 @@ def build_handlers(svc: InferenceService) -> list[grpc.GenericRpcHandler]:
         for name, req, resp in UNARY
     }
     methods["ModelInfer"] = unary(
-        _unary(svc.ModelInfer, guard, "ModelInfer"),
+        _unary(svc.ModelInfer, guard, "ModelInfer", forwards=svc.forward is not None),
         request_deserializer=split_infer_request,
         response_serializer=serialize_infer,
     )

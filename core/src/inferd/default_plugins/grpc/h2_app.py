@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from functools import partial
 from typing import Any, Protocol
 
 import grpc
@@ -39,8 +40,8 @@ Parts = tuple[list[bytes | memoryview], int]
 
 
 class Unary(Protocol):
-    """A unary RPC: the request message (bytes) and, on a server with access rules, the call's
-    headers -> the response as pieces to join, and their size."""
+    """A unary RPC: the request message (bytes) and, on a server with access rules or metadata
+    forwarding, the call's headers -> the response as pieces to join, and their size."""
 
     def __call__(self, data: memoryview, headers: Mapping[str, str] | None = None) -> Awaitable[Parts]: ...
 
@@ -81,8 +82,9 @@ def unary_methods(svc: InferenceService) -> dict[str, Unary]:
 
     async def model_infer(data: memoryview, headers: Mapping[str, str] | None = None) -> Parts:
         if svc.policy is None:
-            return response_parts(await svc.ModelInfer(split_infer_request(data)))
-        return response_parts(await _run(svc, "ModelInfer", svc.ModelInfer, split_infer_request(data), headers))
+            return response_parts(await svc.ModelInfer(split_infer_request(data), headers))
+        infer = svc.ModelInfer if svc.forward is None else partial(svc.ModelInfer, metadata=headers)
+        return response_parts(await _run(svc, "ModelInfer", infer, split_infer_request(data), headers))
 
     methods[f"/{SERVICE}/ModelInfer"] = model_infer
     return methods
@@ -177,7 +179,7 @@ class GrpcApp:
             raise GrpcFailure(exc.grpc_status, exc.message) from None
         requests = StreamRequests(receive, reader)
         try:
-            async for item in self.service.ModelStreamInfer(requests.read(), grpc_error, grant):
+            async for item in self.service.ModelStreamInfer(requests.read(), grpc_error, grant, headers):
                 data = serialize_stream(item)
                 await reply.message([data], len(data))
         except asyncio.CancelledError:

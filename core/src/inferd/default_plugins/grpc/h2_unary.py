@@ -61,7 +61,8 @@ def call_headers(headers: Headers) -> dict[bytes, bytes]:
 
 
 def access_headers(headers: Headers) -> dict[str, str]:
-    """Every header of the call by lowercase name, for the access policy (servers with one only)."""
+    """Every header of the call by lowercase name, for the access policy and metadata forwarding
+    (servers with either only)."""
     return {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in headers}
 
 
@@ -89,7 +90,8 @@ def _route(app: GrpcApp, path: bytes, method: Unary) -> UnaryRoute:
         found = call_headers(headers)
         if not is_plain_unary(verb, found):
             return None
-        access = access_headers(headers) if app.service.policy is not None else None
+        service = app.service
+        access = access_headers(headers) if service.policy is not None or service.forward is not None else None
         return UnaryCall(method, app.max_message_bytes, path, found, access).run
 
     return route
@@ -107,7 +109,7 @@ class UnaryCall:
         headers_for_access: dict[str, str] | None = None,
     ) -> None:
         self.method = method
-        #: Every header, when the server has access rules (``inferd.auth``); None otherwise.
+        #: Every header, when the server has access rules (``inferd.auth``) or forwards metadata; else None.
         self.headers_for_access = headers_for_access
         self.max_message_bytes = max_message_bytes
         self.trailers_allowed = b"te" in headers

@@ -24,6 +24,7 @@ from inferd.default_plugins.grpc.codec import (
 )
 from inferd.default_plugins.grpc.plans import RequestPlans
 from inferd.errors import ErrorKind, InferdError, InvalidArgument, NotFound
+from inferd.header_forward import GRPC_TRANSPORT_HEADERS, HeaderForward
 from inferd.repository import poll_failure
 from inferd.shared_memory import bind_outputs
 from inferd.validation import check_repository_name
@@ -117,9 +118,11 @@ def _check_seen(model: str) -> None:
 class InferenceService:
     """One method per RPC; each takes the request message and returns the response message."""
 
-    def __init__(self, dataplane: DataPlane, stream_max_inflight: int = STREAM_MAX_INFLIGHT) -> None:
+    def __init__(self, dataplane: DataPlane, stream_max_inflight: int = STREAM_MAX_INFLIGHT,
+                 forward_pattern: str | None = None) -> None:  # fmt: skip
         """``dataplane`` answers every RPC; nothing here knows the transport. A stream holds at
-        most ``stream_max_inflight`` requests in flight (and as many responses not yet sent)."""
+        most ``stream_max_inflight`` requests in flight (and as many responses not yet sent).
+        ``forward_pattern``: ``--grpc-header-forward-pattern`` (None: metadata is not forwarded)."""
         self.dp = dataplane
         self.stream_max_inflight = stream_max_inflight
         #: The server's shared-memory regions (the shared-memory extensions).
@@ -131,6 +134,11 @@ class InferenceService:
         self._streams: set[asyncio.Queue[Any]] = set()
         #: The gRPC access rules (``inferd.auth``); None: every call is open.
         self.policy = dataplane.access.grpc if dataplane.access is not None else None
+        #: Metadata forwarded as request parameters; None: the transports pass no metadata to infer.
+        self.forward: HeaderForward | None = None
+        if forward_pattern is not None:
+            secrets = self.policy.secret_headers() if self.policy is not None else frozenset()
+            self.forward = HeaderForward(forward_pattern, GRPC_TRANSPORT_HEADERS | secrets)
 
     async def admitted(self, rpc: str, method: Callable[[Any], Awaitable[Any]], request: Any,
                        metadata: Mapping[str, str]) -> Any:  # fmt: skip
@@ -200,8 +208,11 @@ class InferenceService:
 
     # -- inference --------------------------------------------------------------------------------
 
-    async def ModelInfer(self, request: WireRequest) -> WireResponse:
+    async def ModelInfer(self, request: WireRequest, metadata: Mapping[str, str] | None = None) -> WireResponse:
+        """One inference; ``metadata`` (the call's, lowercase keys) is given only to forward it."""
         infer_request = self.plans.decode(request, self.regions)
+        if metadata is not None and self.forward is not None:
+            self.forward.add_text(infer_request.parameters, metadata.items())
         sinks = bind_outputs(infer_request, self.regions) if infer_request.outputs else None
         info = self.dp.resolve(infer_request.model_name, infer_request.model_version)
         response = await self.dp.infer(infer_request, info)
@@ -211,14 +222,18 @@ class InferenceService:
         return encode_response(response, in_regions=sinks)
 
     async def stream_one(
-        self, wire: WireRequest, put: Callable[[Any], Awaitable[None]], grant: Grant | None = None
-    ) -> None:
+        self, wire: WireRequest, put: Callable[[Any], Awaitable[None]], grant: Grant | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:  # fmt: skip
         """Every response of one stream request, in order, through ``put``; errors included.
-        With ``grant`` (the stream's), the request holds a slot of its tenant while it runs."""
+        With ``grant`` (the stream's), the request holds a slot of its tenant while it runs;
+        ``metadata`` (the stream's) is given only to forward it."""
         infer_request: InferRequest | None = None
         held: Grant | None = None
         try:
             infer_request = self.plans.decode(wire, self.regions)
+            if metadata is not None and self.forward is not None:
+                self.forward.add_text(infer_request.parameters, metadata.items())
             if grant is not None and self.policy is not None:
                 _check_seen(infer_request.model_name)
                 held = self.policy.hold(grant)
@@ -251,14 +266,16 @@ class InferenceService:
                 held.release()
 
     async def ModelStreamInfer(
-        self, requests: AsyncIterator[WireRequest], grpc_error: bool, grant: Grant | None = None
-    ) -> AsyncIterator[WireResponse | pb.ModelStreamInferResponse]:
+        self, requests: AsyncIterator[WireRequest], grpc_error: bool, grant: Grant | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> AsyncIterator[WireResponse | pb.ModelStreamInferResponse]:  # fmt: skip
         """Requests of one stream run concurrently; the responses of each come in order.
 
         At most :attr:`stream_max_inflight` requests run at once: the next message is read only
         once one of them is answered. Responses wait for the transport in a queue of as many; a
         client that reads none holds back its requests, then its reading. ``grant`` (the stream's,
-        from :meth:`open_stream`) gives each request a slot of its tenant while it runs.
+        from :meth:`open_stream`) gives each request a slot of its tenant while it runs; the
+        stream's ``metadata`` is forwarded into each of its requests (``--grpc-header-forward-pattern``).
 
         An error is a response carrying it (the stream goes on), or with ``grpc_error`` (Triton's
         ``triton_grpc_error`` header) the :class:`InferdError` (or ``AccessDenied``) raised: the
@@ -290,7 +307,7 @@ class InferenceService:
                     except StopAsyncIteration:
                         slots.release()
                         return
-                    task = asyncio.ensure_future(self.stream_one(wire, put, grant))
+                    task = asyncio.ensure_future(self.stream_one(wire, put, grant, metadata))
                     tasks.add(task)
                     task.add_done_callback(task_done)
             finally:

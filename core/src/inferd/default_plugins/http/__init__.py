@@ -23,7 +23,8 @@ class HttpFrontend(Frontend):
     name = "HTTP"
 
     def __init__(self, host: str, port: int, tls: TlsConfig | None = None, max_input_size: int = HTTP_MAX_INPUT_SIZE,
-                 max_header_size: int = HTTP_MAX_HEADER_SIZE, header_timeout: float = HTTP_HEADER_TIMEOUT) -> None:  # fmt: skip
+                 max_header_size: int = HTTP_MAX_HEADER_SIZE, header_timeout: float = HTTP_HEADER_TIMEOUT,
+                 forward_pattern: str | None = None) -> None:  # fmt: skip
         self.server: AsgiServer | None = None
         self.host = host
         self.port = port
@@ -31,11 +32,13 @@ class HttpFrontend(Frontend):
         self.max_input_size = max_input_size
         self.max_header_size = max_header_size
         self.header_timeout = header_timeout
+        #: ``--http-header-forward-pattern`` (None: not forwarded).
+        self.forward_pattern = forward_pattern
 
     async def start(self, dataplane: DataPlane) -> None:
         from inferd.default_plugins.http.app import HttpApp
 
-        http_app = HttpApp(dataplane)
+        http_app = HttpApp(dataplane, self.forward_pattern)
         app = BodyLimit(http_app, self.max_input_size)  # --http-max-input-size
         direct = http_app.direct_routes(self.max_input_size)
         self.server = AsgiServer(
@@ -67,6 +70,7 @@ def _factory(options: ServerSettings) -> HttpFrontend | None:
         options.extra.get("http_max_input_size", HTTP_MAX_INPUT_SIZE),
         options.extra.get("http_max_header_size", HTTP_MAX_HEADER_SIZE),
         options.extra.get("http_header_timeout_secs", HTTP_HEADER_TIMEOUT),
+        options.extra.get("http_header_forward_pattern"),
     )
 
 

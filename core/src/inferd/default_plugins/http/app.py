@@ -32,6 +32,7 @@ from inferd.default_plugins.http.errors import decode_body, error_body, error_re
 from inferd.default_plugins.http.generate import NOT_ONE_RESPONSE, decode_generate, encode_generate, sse_event
 from inferd.default_plugins.http.infer import InferEndpoint, RequestHead
 from inferd.errors import InferdError, InvalidArgument
+from inferd.header_forward import HeaderForward
 from inferd.serving import Handler, Headers, Reply
 from inferd.shared_memory.service import register_request
 from inferd.validation import check_repository_name
@@ -109,11 +110,15 @@ register_url_convertor("digits", _Digits())
 class HttpApp:
     """The HTTP frontend's ASGI application over one data plane."""
 
-    def __init__(self, dp: DataPlane) -> None:
+    def __init__(self, dp: DataPlane, forward_pattern: str | None = None) -> None:
+        """``forward_pattern``: ``--http-header-forward-pattern`` (None: headers are not forwarded)."""
         endpoints = Endpoints(dp)
         policy = dp.access.http if dp.access is not None else None
         self.policy = policy
-        self.endpoint = InferEndpoint(dp)
+        forward = None
+        if forward_pattern is not None:
+            forward = HeaderForward(forward_pattern, policy.secret_headers() if policy is not None else ())
+        self.endpoint = InferEndpoint(dp, forward)
         self.infer: ASGIApp = self.endpoint if policy is None else AdmittedInfer(self.endpoint, policy)
         infer_routes = [Route(path, self.infer) for path in INFER_PATHS]
         routes = [

@@ -34,6 +34,7 @@ from inferd.shared_memory import bind_outputs
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane
+    from inferd.header_forward import HeaderForward
     from inferd.model_info import ModelInfo
     from inferd.types import InferRequest
 
@@ -50,8 +51,10 @@ class InferEndpoint:
     """Both infer routes (unversioned and versioned): the ASGI endpoint, and :meth:`answer`,
     which the direct HTTP/1.1 path (``direct``) calls with the body it read itself."""
 
-    def __init__(self, dataplane: DataPlane) -> None:
+    def __init__(self, dataplane: DataPlane, forward: HeaderForward | None = None) -> None:
         self.dp = dataplane
+        #: ``--http-header-forward-pattern``: matching headers become request parameters.
+        self.forward = forward
         #: Shared-memory regions inputs are read from and outputs written to.
         self.regions = dataplane.shared_memory.regions
         self.plans = HeaderPlans(regions=self.regions)
@@ -79,6 +82,8 @@ class InferEndpoint:
         try:
             body = decode_body(body, head.encoding, limit)
             request, binary_output, info = self._decode(body, head.header_length, model, version)
+            if self.forward is not None:
+                self.forward.add_raw(request.parameters, head.headers)
             sinks = bind_outputs(request, self.regions) if request.outputs else None
             response = await self.dp.infer(request, info)
             if sinks is not None:
@@ -119,12 +124,13 @@ class InferEndpoint:
 
 class RequestHead:
     """What an infer request's headers say: ``Inference-Header-Content-Length``,
-    ``Content-Encoding`` (lower case) and ``Accept-Encoding``."""
+    ``Content-Encoding`` (lower case) and ``Accept-Encoding``; and the headers themselves."""
 
-    __slots__ = ("header_length", "encoding", "accept")
+    __slots__ = ("header_length", "encoding", "accept", "headers")
 
     def __init__(self, headers: Headers) -> None:
         """``headers``: lower-case names, as uvicorn gives them."""
+        self.headers = headers
         self.header_length: str | None = None
         self.encoding = ""
         self.accept: bytes | None = None
