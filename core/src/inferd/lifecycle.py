@@ -95,7 +95,9 @@ class ModelManager:
         self._report_duplicates(self.table.snapshot)
         snapshot = self.table.snapshot
         if self.options.mode is ControlMode.EXPLICIT and "*" not in self.options.startup_models:
-            keys = [k for name in self.options.startup_models for k in snapshot.keys_of(name)]
+            named = [k for name in self.options.startup_models for k in snapshot.keys_of(name)]
+            calls = self._scanned_calls()  # as Triton does, with the models their steps call
+            keys = list(dict.fromkeys(dep for k in named for dep in (*composing(calls, k), k)))
         else:
             keys = list(snapshot.models)
         await self._load_many(keys)
@@ -211,11 +213,12 @@ class ModelManager:
         records = self.table.records
         if key not in records:
             return
-        first, *rest = unload_order(self._serving_calls(), key, unload_dependents)
+        first, *rest = order = unload_order(self._serving_calls(), key, unload_dependents)
+        names = {step.model: records[step.model].name for step in order}  # before _forget drops records
         await self._unload_record(records[first.model], VersionState(State.UNAVAILABLE, why))
         await self._forget(first.model)
         for step in rest:
-            because = records[step.because].name if step.because in records else step.because
+            because = names.get(step.because, step.because)
             final = VersionState(State.UNAVAILABLE, Why.DEPENDENCY, because) if step.because else UNLOADED
             await self._unload_record(records[step.model], final)
             await self._forget(step.model)
