@@ -110,8 +110,8 @@ class ModelManager:
     def rescan(self, reuse: bool = True) -> Snapshot:
         """Scan the repositories (blocking); with ``reuse``, models whose files did not change
         keep the configs parsed by the last scan."""
-        options = self.options
-        return scan(options.repositories, options.config_name, self.table.snapshot if reuse else None, options.namespacing)
+        previous = self.table.snapshot if reuse else None
+        return scan(self.options.repositories, self.options.config_name, previous, self.options.namespacing)
 
     # -- control --------------------------------------------------------------------------------
 

@@ -49,7 +49,9 @@ class ModelCaller(Protocol):
         """Run ``request`` on ``model`` (from :meth:`resolve_key`)."""
         ...
 
-    def stream(self, request: InferRequest, model: ModelInfo | None = None) -> AsyncIterator[InferResponse | InferdError]:
+    def stream(
+        self, request: InferRequest, model: ModelInfo | None = None
+    ) -> AsyncIterator[InferResponse | InferdError]:
         """Every response of a request: one for ordinary models, 0..N for decoupled ones."""
         ...
 
