@@ -94,6 +94,17 @@ def test_a_name_in_two_repositories_is_a_duplicate_not_a_model(tmp_path):
     assert snap.duplicates == {"m": [one / "m", two / "m"]}
 
 
+def test_with_namespacing_each_repository_keeps_its_own_model_of_a_name(tmp_path):
+    one = write_repository(tmp_path / "one", {"m": {"config.pbtxt": PLAIN}, "a": {"config.pbtxt": PLAIN}})
+    two = write_repository(tmp_path / "two", {"m": {"config.pbtxt": PLAIN}})
+    snap = scan([one, two, one], namespacing=True)  # a repository given twice counts once, as in Triton
+    assert sorted(snap.models) == [f"{one}::a", f"{one}::m", f"{two}::m"] and not snap.duplicates
+    assert snap.keys_of("m") == [f"{one}::m", f"{two}::m"] and snap.keys_of("x") == []
+    assert (snap.models[f"{two}::m"].name, snap.models[f"{two}::m"].namespace) == ("m", str(two))
+    (two / "m").rename(tmp_path / "gone")
+    assert diff(snap, scan([one, two], namespacing=True)).removed == [f"{two}::m"]
+
+
 def test_version_directories_are_numeric_without_leading_zeros(tmp_path):
     repo = write_repository(tmp_path, {"m": {"1/f": "", "0/f": "", "007/f": "", "12/f": "", "x/f": "", "3": "a file"}})
     assert scan([repo]).models["m"].version_dirs() == {0: repo / "m" / "0", 1: repo / "m" / "1", 12: repo / "m" / "12"}

@@ -33,10 +33,26 @@ def test_statistics_and_snapshots_sum_like_one_process():
     assert summed == expected
 
     peers = merge.snapshots([json.loads(json.dumps([["m", "1", b.snapshot()]]))])
-    assert merge.add_snapshot(a.snapshot(), peers[("m", "1")]) == everything.snapshot()
+    assert merge.add_snapshot(a.snapshot(), peers[("m", "1", 0)]) == everything.snapshot()
 
 
 def test_a_version_only_a_peer_serves_is_left_out():
     a, b = ModelStats("m", "1"), ModelStats("m", "2")
     record(b, TRAFFIC_B, 0)
     assert merge.statistics([a.as_dict()], [[b.as_dict()]]) == [a.as_dict()]
+
+
+def test_one_name_in_two_repositories_is_summed_per_repository():
+    # --model-namespacing: 'm' of two repositories, listed by repository on every worker; before,
+    # both peers' entries went into the second one and the first kept only this worker's counts.
+    mine = [ModelStats("m", "1"), ModelStats("m", "1")]
+    peer = [ModelStats("m", "1"), ModelStats("m", "1")]
+    record(mine[0], TRAFFIC_A, 0)
+    record(peer[0], TRAFFIC_B, 0)
+    record(peer[1], TRAFFIC_A, 1)
+    first, second = merge.statistics([s.as_dict() for s in mine], [[s.as_dict() for s in peer]])
+    assert first["inference_stats"]["success"]["count"] == len(TRAFFIC_A) + len(TRAFFIC_B)
+    assert second["inference_stats"]["success"]["count"] == len(TRAFFIC_A)
+    assert second["inference_stats"]["fail"]["count"] == 1
+    rows = merge.snapshots([[["m", "1", s.snapshot()] for s in peer]])
+    assert [k for k in rows] == [("m", "1", 0), ("m", "1", 1)]

@@ -200,7 +200,7 @@ class VersionBuilder:
         try:
             labels = await asyncio.to_thread(load_labels, source.path, version_config)
             context = SchedulerContext(
-                source.name, version, version_config, runners, recorder, source.path, self.models
+                source.name, version, version_config, runners, recorder, source.path, self.models, source.namespace
             )
             scheduler = self.schedulers.create(scheduler_name(version_config), context)
             labels = {**scheduler.output_labels(), **labels}

@@ -106,6 +106,10 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
                    help="deprecated Triton spelling: true is --disable-auto-complete-config")
     g.add_argument("--model-config-name", default=None, metavar="NAME",
                    help="use <model>/configs/NAME.pbtxt where present instead of config.pbtxt")
+    g.add_argument("--model-namespacing", type=parse_bool, default=False, metavar="BOOL",
+                   help="key models by repository and name: the same name may be in several repositories, "
+                        "each ensemble calls its own repository's models first, and a request for a name "
+                        "found more than once is refused (default: false)")
     g.add_argument("--model-load-thread-count", type=int, default=4, metavar="N",
                    help="models loaded in parallel (default: 4)")
     g.add_argument("--model-unload-timeout-secs", type=_seconds, default=30.0, metavar="SECS",
@@ -230,7 +234,7 @@ def build_parser(host: PluginHost) -> argparse.ArgumentParser:
 _OWN_DESTS = {
     "command", "model_repository", "model_control_mode", "repository_poll_secs", "load_model",
     "disable_auto_complete_config", "strict_model_config", "model_config_name", "model_load_thread_count",
-    "model_unload_timeout_secs",
+    "model_unload_timeout_secs", "model_namespacing",
     "http_port", "grpc_port", "metrics_port", "host", "allow_http", "allow_grpc", "allow_metrics",
     "exit_timeout_secs", "drain_delay_secs", "log_verbose", "cache_config", "response_cache_byte_size", "cache_directory",
     "workers", "worker_index", "worker_dir", "worker_health_timeout", "strict_readiness", "exit_on_error", "backend_config", "server_id",
@@ -278,6 +282,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         load_models=args.load_model,
         autocomplete=autocomplete,
         model_config_name=args.model_config_name,
+        model_namespacing=args.model_namespacing,
         host=args.host,
         http_port=args.http_port,
         grpc_port=args.grpc_port,

@@ -10,10 +10,11 @@ reason visible in the repository index; one bad model never blocks the others.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -23,8 +24,16 @@ from inferd.builder import VersionBuilder
 from inferd.dependencies import composing, load_waves, unload_order
 from inferd.errors import InferdError, InvalidArgument, NotFound
 from inferd.model import ModelVersion
-from inferd.model_table import ModelTable
-from inferd.repository import ModelSource, OverrideDirs, Repository, RepositoryDiff, Snapshot, poll_failure, scan
+from inferd.model_table import ModelTable, ambiguous_name
+from inferd.repository import (
+    ModelSource,
+    OverrideDirs,
+    Repository,
+    RepositoryDiff,
+    Snapshot,
+    poll_failure,
+    scan,
+)
 from inferd.states import LOADING, READY, UNLOADED, UNLOADING, ModelRecord, State, VersionState, Why
 
 if TYPE_CHECKING:
@@ -50,10 +59,17 @@ class LifecycleOptions:
     #: How long an unload waits for a version's in-flight requests before it abandons the
     #: instances still executing (``--model-unload-timeout-secs``).
     unload_timeout_secs: float = 30.0
+    #: ``--model-namespacing``: models are keyed by repository and name, so one name may be in
+    #: several repositories (each ensemble calls its own repository's models first).
+    namespacing: bool = False
 
 
 class ModelManager:
-    """Owns every model record and applies loads, unloads and repository diffs."""
+    """Owns every model record and applies loads, unloads and repository diffs.
+
+    Models are handled by key (``repository.model_key``: the name, or with namespacing the
+    repository and name); a load or unload request names a model, and acts on every key of it.
+    """
 
     def __init__(self, options: LifecycleOptions, table: ModelTable, builder: VersionBuilder) -> None:
         self.options = options
@@ -62,8 +78,8 @@ class ModelManager:
         self.builder = builder
         self._load_slots = asyncio.Semaphore(max(1, options.load_threads))
         self._overrides = OverrideDirs()
-        #: Models serving a config from a load request's override, with the files it was loaded
-        #: from: a later load without one, the files unchanged, keeps it (Triton reloads nothing).
+        #: Models (by key) serving a config from a load request's override, with the files it was
+        #: loaded from: a later load without one, the files unchanged, keeps it (Triton reloads nothing).
         self._overridden: dict[str, ModelSource] = {}
 
     @property
@@ -77,13 +93,14 @@ class ModelManager:
         """Load what the control mode says to load at start-up."""
         self.table.snapshot = await asyncio.to_thread(self.rescan, False)
         self._report_duplicates(self.table.snapshot)
-        if self.options.mode is ControlMode.EXPLICIT:
-            names = self.options.startup_models
-            if "*" in names:
-                names = list(self.table.snapshot.models)
+        snapshot = self.table.snapshot
+        if self.options.mode is ControlMode.EXPLICIT and "*" not in self.options.startup_models:
+            named = [k for name in self.options.startup_models for k in snapshot.keys_of(name)]
+            calls = self._scanned_calls()  # as Triton does, with the models their steps call
+            keys = list(dict.fromkeys(dep for k in named for dep in (*composing(calls, k), k)))
         else:
-            names = list(self.table.snapshot.models)
-        await self._load_many(names)
+            keys = list(snapshot.models)
+        await self._load_many(keys)
 
     async def shutdown(self) -> None:
         """Drain and unload every model."""
@@ -93,14 +110,16 @@ class ModelManager:
     def rescan(self, reuse: bool = True) -> Snapshot:
         """Scan the repositories (blocking); with ``reuse``, models whose files did not change
         keep the configs parsed by the last scan."""
-        return scan(self.options.repositories, self.options.config_name, self.table.snapshot if reuse else None)
+        previous = self.table.snapshot if reuse else None
+        return scan(self.options.repositories, self.options.config_name, previous, self.options.namespacing)
 
     # -- control --------------------------------------------------------------------------------
 
     async def load(
         self, name: str, override: cfg.ModelConfig | None = None, files: dict[str, bytes] | None = None
     ) -> None:
-        """Load (or reload) one model; raise if it ends up not ready.
+        """Load (or reload) one model, in every repository holding it (with namespacing, as
+        Triton does); raise if one ends up not ready.
 
         ``files`` (Triton's ``file:<version>/<name>`` load parameters) replace the model's
         directory with one holding just those files; they need a config ``override``. A model
@@ -110,112 +129,159 @@ class ModelManager:
         if files:
             if override is None:
                 raise InvalidArgument(f"{poll_failure(name)}: file overrides need a 'config' parameter too")
+            namespace = self._override_namespace(name)
             source = await asyncio.to_thread(self._overrides.write, name, files)
+            source = dataclasses.replace(source, namespace=namespace)
             await self._load_one(source, override)
-            self._overridden[name] = source
-            return self._check_loaded(name)
-        self.table.snapshot = await asyncio.to_thread(self.rescan, False)
-        source = self.table.snapshot.models.get(name)
-        if source is None:
-            dup = self.table.snapshot.duplicates.get(name)
+            self._overridden[source.key] = source
+            return self._check_loaded(source.key)
+        snapshot = self.table.snapshot = await asyncio.to_thread(self.rescan, False)
+        keys = snapshot.keys_of(name)
+        if not keys:
+            dup = snapshot.duplicates.get(name)
             if dup:
                 raise InvalidArgument(f"model '{name}' exists in more than one repository: {', '.join(map(str, dup))}")
             raise NotFound(poll_failure(name))
-        if name in self.table.snapshot.stale:  # only the cached copy of an unreadable store
-            raise InvalidArgument(f"{poll_failure(name)}: {self.table.snapshot.stale[name]}")
-        if override is None and self._keeps_override(name, source):
-            log.info("model '%s': loaded with a config override and its files are unchanged; nothing to reload", name)
-            return self._check_loaded(name)
-        await self._load_composing(name, override)
+        for key in keys:
+            if key in snapshot.stale:  # only the cached copy of an unreadable store
+                raise InvalidArgument(f"{poll_failure(name)}: {snapshot.stale[key]}")
+        for key in keys:
+            await self._load_key(snapshot.models[key], override)
+        for key in keys:
+            self._check_loaded(key)
+
+    async def _load_key(self, source: ModelSource, override: cfg.ModelConfig | None) -> None:
+        """:meth:`load` of one model key, with the models its steps call."""
+        key = source.key
+        if override is None and self._keeps_override(key, source):
+            log.info("model '%s': loaded with a config override and its files are unchanged; nothing to reload", key)
+            return
+        await self._load_composing(source, override)
         await self._load_one(source, override)
         if override is None:
-            self._overridden.pop(name, None)
+            self._overridden.pop(key, None)
         else:
-            self._overridden[name] = source
-        self._check_loaded(name)
+            self._overridden[key] = source
 
-    def _keeps_override(self, name: str, source: ModelSource) -> bool:
-        """Whether ``name`` serves an override loaded from exactly these files."""
-        loaded = self._overridden.get(name)
-        record = self.table.records.get(name)
+    def _override_namespace(self, name: str) -> str:
+        """The repository a model loaded from a request's files joins: the one holding ``name``, if
+        one does (a name held by several is refused, as a request for it would be)."""
+        keys = self.table.keys_of(name)
+        if len(keys) > 1:
+            raise ambiguous_name(name, len(keys))
+        if keys:
+            record = self.table.records.get(keys[0])
+            return record.namespace if record is not None else self.table.snapshot.models[keys[0]].namespace
+        return ""
+
+    def _keeps_override(self, key: str, source: ModelSource) -> bool:
+        """Whether ``key`` serves an override loaded from exactly these files."""
+        loaded = self._overridden.get(key)
+        record = self.table.records.get(key)
         return (
             loaded is not None and record is not None and bool(record.serving)
             and loaded.path == source.path and loaded.fingerprint == source.fingerprint
         )  # fmt: skip
 
-    async def _load_composing(self, name: str, override: cfg.ModelConfig | None) -> None:
+    async def _load_composing(self, source: ModelSource, override: cfg.ModelConfig | None) -> None:
         """As Triton does, load the models an ensemble's steps call that are not serving yet,
         each after those it calls; a plain model has none."""
         calls = self._scanned_calls()
         if override is not None:
-            calls[name] = list(dict.fromkeys(s.model_name for s in override.ensemble_scheduling.step))
-        for dep in composing(calls, name):
+            steps = dict.fromkeys(s.model_name for s in override.ensemble_scheduling.step)
+            calls[source.key] = self._step_keys(source.namespace, steps)
+        for dep in composing(calls, source.key):
             record = self.table.records.get(dep)
             if record is None or not record.serving:
                 await self._load_one(self.table.snapshot.models[dep])
 
-    def _check_loaded(self, name: str) -> None:
-        error = self.table.records[name].load_error()
+    def _check_loaded(self, key: str) -> None:
+        record = self.table.records[key]
+        error = record.load_error()
         if error:
-            raise InvalidArgument(f"failed to load '{name}': {error}")
+            raise InvalidArgument(f"failed to load '{record.name}': {error}")
 
     async def unload(self, name: str, unload_dependents: bool = False, why: Why = Why.UNLOADED) -> None:
-        """Unload every version of ``name`` and, as Triton does, every ensemble that calls it (they
-        could no longer run). With ``unload_dependents``, an ensemble's composing models go too,
-        unless another ensemble still serving calls them. Unloading an unknown model succeeds."""
-        if name not in self.table.records:
+        """Unload every version of ``name`` (in every repository holding it) and, as Triton does,
+        every ensemble that calls it (they could no longer run). With ``unload_dependents``, an
+        ensemble's composing models go too, unless another ensemble still serving calls them.
+        Unloading an unknown model succeeds."""
+        for key in self.table.keys_of(name):
+            await self._unload_key(key, unload_dependents, why)
+
+    async def _unload_key(self, key: str, unload_dependents: bool, why: Why) -> None:
+        records = self.table.records
+        if key not in records:
             return
-        first, *rest = unload_order(self._serving_calls(), name, unload_dependents)
-        await self._unload_record(self.table.records[first.model], VersionState(State.UNAVAILABLE, why))
+        first, *rest = order = unload_order(self._serving_calls(), key, unload_dependents)
+        names = {step.model: records[step.model].name for step in order}  # before _forget drops records
+        await self._unload_record(records[first.model], VersionState(State.UNAVAILABLE, why))
         await self._forget(first.model)
         for step in rest:
-            final = VersionState(State.UNAVAILABLE, Why.DEPENDENCY, step.because) if step.because else UNLOADED
-            await self._unload_record(self.table.records[step.model], final)
+            because = names.get(step.because, step.because)
+            final = VersionState(State.UNAVAILABLE, Why.DEPENDENCY, because) if step.because else UNLOADED
+            await self._unload_record(records[step.model], final)
             await self._forget(step.model)
 
-    async def _forget(self, name: str) -> None:
+    async def _forget(self, key: str) -> None:
         """Drop what an unloaded model's overrides left: a model that exists only through a load
         request's files leaves the index, as in Triton, and its private directory goes."""
-        source = self._overridden.pop(name, None)
-        scanned = self.table.snapshot.models.get(name)
+        source = self._overridden.pop(key, None)
+        scanned = self.table.snapshot.models.get(key)
         if source is not None and (scanned is None or scanned.path != source.path):
             await asyncio.to_thread(self._overrides.discard, source)
-        if name not in self.table.snapshot.models:
-            self.table.records.pop(name, None)
+        if key not in self.table.snapshot.models:
+            self.table.forget(key)
 
     async def apply(self, snapshot: Snapshot, changes: RepositoryDiff) -> None:
         """Apply a repository diff (poll mode): remove, then load added and modified models."""
         self.table.snapshot = snapshot
         self._report_duplicates(snapshot)
-        for name in changes.removed:
-            if name in self.table.records:
-                await self.unload(name, why=Why.REMOVED)
-                self.table.records.pop(name, None)
+        for key in changes.removed:
+            if key in self.table.records:
+                await self._unload_key(key, False, Why.REMOVED)
+                self.table.forget(key)
         await self._load_many(changes.added + changes.modified)
+
+    def _step_keys(self, namespace: str, names: Iterable[str]) -> list[str]:
+        """The keys of the models an ensemble of ``namespace`` calls by these names (a name held by
+        several other repositories is left out: the ensemble refuses it when it loads)."""
+        if not self.options.namespacing:
+            return list(names)
+        keys = []
+        for name in names:
+            try:
+                keys.append(self.table.step_key(namespace, name))
+            except InferdError:
+                continue
+        return keys
 
     def _scanned_calls(self) -> dict[str, Sequence[str]]:
         """The models each model's steps call, as its scanned config says."""
-        return {n: s.step_models for n, s in self.table.snapshot.models.items()}
+        return {k: self._step_keys(s.namespace, s.step_models) for k, s in self.table.snapshot.models.items()}
 
     def _serving_calls(self) -> dict[str, Sequence[str]]:
         """The models the steps of each serving model's versions call."""
         return {
-            n: list(dict.fromkeys(s.model_name for mv in r.serving.values() for s in mv.config.ensemble_scheduling.step))
-            for n, r in self.table.records.items()
+            k: self._step_keys(
+                r.namespace,
+                dict.fromkeys(s.model_name for mv in r.serving.values() for s in mv.config.ensemble_scheduling.step),
+            )
+            for k, r in self.table.records.items()
             if r.serving
         }
 
     # -- loading --------------------------------------------------------------------------------
 
-    async def _load_many(self, names: list[str]) -> None:
-        """Load ``names`` in waves, the models an ensemble calls before the ensemble."""
-        known = [n for n in names if n in self.table.snapshot.models]
+    async def _load_many(self, keys: list[str]) -> None:
+        """Load ``keys`` in waves, the models an ensemble calls before the ensemble."""
+        known = [k for k in keys if k in self.table.snapshot.models]
         for wave in load_waves(self._scanned_calls(), known):
-            await asyncio.gather(*(self._load_one(self.table.snapshot.models[n]) for n in wave))
+            await asyncio.gather(*(self._load_one(self.table.snapshot.models[k]) for k in wave))
 
     async def _load_one(self, source: ModelSource, override: cfg.ModelConfig | None = None) -> None:
         """Build the versions the config picks, then swap them in; failures stay in the record."""
-        record = self.table.records.setdefault(source.name, ModelRecord(source.name))
+        record = self.table.record(source)
         async with record.lock, self._load_slots:
             started = time.monotonic()
             try:
@@ -303,7 +369,7 @@ class ModelManager:
 
     def _report_duplicates(self, snapshot: Snapshot) -> None:
         for name, paths in snapshot.duplicates.items():
-            record = self.table.records.setdefault(name, ModelRecord(name))
+            record = self.table.record(ModelSource(name, paths[0], paths[0].parent, ""))
             record.state = VersionState(
                 State.UNAVAILABLE,
                 Why.LOAD_FAILED,

@@ -20,6 +20,12 @@ from inferd.errors import InferdError, InternalError, InvalidArgument
 from inferd.names import MAX_NAME_BYTES, inside, name_problem, shown
 
 
+def model_key(namespace: str, name: str) -> str:
+    """How the server keys a model: its name, or with ``--model-namespacing`` its repository and
+    name as Triton writes them in its log (``<repository>::<name>``)."""
+    return f"{namespace}::{name}" if namespace else name
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSource:
     """A model directory found in a repository, with a fingerprint of everything under it and
@@ -34,6 +40,14 @@ class ModelSource:
     config: ModelConfig | None = field(default=None, compare=False)
     #: Why the config could not be read, reported when the model loads ("" when it could).
     config_error: str = field(default="", compare=False)
+    #: With ``--model-namespacing``, the repository the model was found in (Triton's model
+    #: namespace: its path or URL); "" otherwise.
+    namespace: str = ""
+
+    @property
+    def key(self) -> str:
+        """The model's key in a :class:`Snapshot` and in the model table (:func:`model_key`)."""
+        return model_key(self.namespace, self.name)
 
     @property
     def is_ensemble(self) -> bool:
@@ -63,13 +77,22 @@ class ModelSource:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """Every model found across the repositories, plus names found more than once."""
+    """Every model found across the repositories by key (:func:`model_key`), plus names found
+    more than once (only without ``--model-namespacing``: with it, each repository keeps its own)."""
 
     models: dict[str, ModelSource] = field(default_factory=dict)
     duplicates: dict[str, list[Path]] = field(default_factory=dict)
     #: Models listed from a remote repository that cannot be read now, with the reason: they
     #: come from its last listing that could, and keep serving.
     stale: dict[str, str] = field(default_factory=dict)
+    #: With ``--model-namespacing``: each name's keys, in repository order (empty otherwise).
+    named: dict[str, list[str]] = field(default_factory=dict)
+
+    def keys_of(self, name: str) -> list[str]:
+        """The keys of the models named ``name`` (one per repository holding it)."""
+        if self.named:
+            return self.named.get(name, [])
+        return [name] if name in self.models else []
 
 
 class RemoteRepository(Protocol):
@@ -133,17 +156,26 @@ def read_config(path: Path, config_name: str | None = None) -> tuple[ModelConfig
 
 
 def _source(
-    previous: Snapshot | None, name: str, path: Path, repository: Path, config_name: str | None, stamp: str = ""
+    previous: Snapshot | None, name: str, path: Path, namespace: str, config_name: str | None, stamp: str = ""
 ) -> ModelSource:
     stamp = stamp or fingerprint(path)  # before the config: a config changed meanwhile shows next scan
-    old = previous.models.get(name) if previous is not None else None
+    old = previous.models.get(model_key(namespace, name)) if previous is not None else None
     if old is not None and old.path == path and old.fingerprint == stamp:
         return old
-    return ModelSource(name, path, repository, stamp, *read_config(path, config_name))
+    return ModelSource(name, path, path.parent, stamp, *read_config(path, config_name), namespace=namespace)
 
 
-def scan(repositories: Sequence[Repository], config_name: str | None = None, previous: Snapshot | None = None) -> Snapshot:
-    """Read every repository; a name found in two repositories is reported, not loaded.
+def namespace_of(repo: Repository) -> str:
+    """A repository's model namespace under ``--model-namespacing``: its path or URL, as given."""
+    return str(repo) if isinstance(repo, Path) else repo.url
+
+
+def scan(
+    repositories: Sequence[Repository], config_name: str | None = None, previous: Snapshot | None = None,
+    namespacing: bool = False,
+) -> Snapshot:  # fmt: skip
+    """Read every repository; a name found in two repositories is reported, not loaded, unless
+    ``namespacing`` (``--model-namespacing``) keys each model by its repository and name.
 
     Models whose fingerprint is unchanged since ``previous`` (a scan with the same
     ``config_name``) keep its parsed config instead of being parsed again. A remote repository
@@ -152,16 +184,26 @@ def scan(repositories: Sequence[Repository], config_name: str | None = None, pre
     models: dict[str, ModelSource] = {}
     seen: dict[str, list[Path]] = {}
     stale: dict[str, str] = {}
+    namespaces: set[str] = set()
     for repo in repositories:
+        namespace = namespace_of(repo) if namespacing else ""
+        if namespace and namespace in namespaces:
+            continue  # a repository given twice (Triton keeps a set of them)
+        namespaces.add(namespace)
         for name, path, stamp in _model_dirs(repo):
-            seen.setdefault(name, []).append(path)
-            models[name] = _source(previous, name, path, path.parent, config_name, stamp)
+            key = model_key(namespace, name)
+            seen.setdefault(key, []).append(path)
+            models[key] = _source(previous, name, path, namespace, config_name, stamp)
             if not isinstance(repo, Path) and repo.error:
-                stale[name] = repo.error
-    duplicates = {name: paths for name, paths in seen.items() if len(paths) > 1}
-    for name in duplicates:
-        models.pop(name, None)
-    return Snapshot(models, duplicates, stale)
+                stale[key] = repo.error
+    duplicates = {key: paths for key, paths in seen.items() if len(paths) > 1}
+    for key in duplicates:
+        models.pop(key, None)
+    named: dict[str, list[str]] = {}
+    if namespacing:
+        for key, source in models.items():
+            named.setdefault(source.name, []).append(key)
+    return Snapshot(models, duplicates, stale, named)
 
 
 def _model_dirs(repo: Repository) -> list[tuple[str, Path, str]]:

@@ -46,14 +46,21 @@ class Router:
         or :meth:`stream` so the request runs on the version it was decoded for."""
         return self.table.resolve(name, version).info
 
-    def model_config(self, name: str, version: str = "") -> cfg.ModelConfig:
-        return self.table.resolve(name, version).config
+    def step_key(self, namespace: str, name: str) -> str:
+        return self.table.step_key(namespace, name)
+
+    def resolve_key(self, key: str, version: str = "") -> ModelInfo:
+        """:meth:`resolve` for a model key (``ModelCaller.step_key``): an ensemble's step."""
+        return self.table.resolve_key(key, version).info
+
+    def model_config(self, key: str, version: str = "") -> cfg.ModelConfig:
+        return self.table.resolve_key(key, version).config
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
         return self.table.index(ready_only)
 
-    def model_labels(self, name: str, version: str = "") -> dict[str, list[str]]:
-        return self.table.resolve(name, version).labels()
+    def model_labels(self, key: str, version: str = "") -> dict[str, list[str]]:
+        return self.table.resolve_key(key, version).labels()
 
     async def infer(self, request: InferRequest, model: ModelInfo | None = None) -> InferResponse:
         """Run one request to completion on ``model`` (from :meth:`resolve`; resolved from the

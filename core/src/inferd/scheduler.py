@@ -25,27 +25,46 @@ from inferd.types import InferRequest, InferResponse
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
+    from inferd.model_info import ModelInfo
 
 
 class ModelCaller(Protocol):
-    """Calls the server's other models (an ensemble's steps). The server's data plane is one."""
+    """Calls the server's other models (an ensemble's steps). The server's router is one.
 
-    async def infer(self, request: InferRequest) -> InferResponse: ...
+    A step's model is named by its *key*: :meth:`step_key` says which model an ensemble's step
+    name means (the model's name, or with ``--model-namespacing`` the one in the ensemble's own
+    repository first), once, when the ensemble loads.
+    """
 
-    def stream(self, request: InferRequest) -> AsyncIterator[InferResponse | InferdError]:
+    def step_key(self, namespace: str, name: str) -> str:
+        """The key of the model an ensemble found in ``namespace`` calls by ``name``; raises when
+        the name is ambiguous."""
+        ...
+
+    def resolve_key(self, key: str, version: str = "") -> ModelInfo:
+        """The version that serves the model ``key`` now (raises when none is ready)."""
+        ...
+
+    async def infer(self, request: InferRequest, model: ModelInfo | None = None) -> InferResponse:
+        """Run ``request`` on ``model`` (from :meth:`resolve_key`)."""
+        ...
+
+    def stream(
+        self, request: InferRequest, model: ModelInfo | None = None
+    ) -> AsyncIterator[InferResponse | InferdError]:
         """Every response of a request: one for ordinary models, 0..N for decoupled ones."""
         ...
 
-    def model_config(self, name: str, version: str = "") -> ModelConfig:
-        """The config of the version that would serve ``name``; raises when none is ready."""
+    def model_config(self, key: str, version: str = "") -> ModelConfig:
+        """The config of the version that would serve the model ``key``; raises when none is ready."""
         ...
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
         """Every model in the repositories (``{"name": ...}`` entries and their versions)."""
         ...
 
-    def model_labels(self, name: str, version: str = "") -> dict[str, list[str]]:
-        """The class labels (``label_filename``) of the version that would serve ``name``, by output."""
+    def model_labels(self, key: str, version: str = "") -> dict[str, list[str]]:
+        """The class labels (``label_filename``) of the version that would serve the model ``key``, by output."""
         ...
 
 
@@ -64,6 +83,8 @@ class SchedulerContext:
     model_dir: Path | None = None
     #: Calls other models (ensembles); ``None`` where the server offers none (tests).
     models: ModelCaller | None = None
+    #: With ``--model-namespacing``, the repository the model was found in ("" otherwise).
+    namespace: str = ""
 
     @property
     def max_batch_size(self) -> int:

@@ -50,6 +50,8 @@ class ServerOptions:
     load_models: list[str] = field(default_factory=list)
     autocomplete: bool = True
     model_config_name: str | None = None
+    #: ``--model-namespacing``: models keyed by repository and name (``inferd.model_table``).
+    model_namespacing: bool = False
     host: str = "0.0.0.0"
     http_port: int = 8000
     grpc_port: int = 8001
@@ -102,7 +104,7 @@ class Server:
         self.options = options
         self.host = host or PluginHost(plugins=plugins)
         registries = self.host.registries()
-        self.table = ModelTable()
+        self.table = ModelTable(options.model_namespacing)
         self.health = ServerHealth(models=self.table if options.strict_readiness else None)
         self.tracer = Tracer()
         self.router = Router(self.table, self.tracer, self.health)
@@ -149,6 +151,7 @@ class Server:
             config_name=options.model_config_name,
             load_threads=options.model_load_thread_count,
             unload_timeout_secs=options.model_unload_timeout_secs,
+            namespacing=options.model_namespacing,
         )
 
     async def start(self) -> None:
@@ -204,20 +207,20 @@ class Server:
         """``failed to load '<model>': <reason>`` for each model start-up should have loaded and
         did not: in modes none and poll every model of the repositories, in explicit mode those
         ``--load-model`` names (one that is in no repository too)."""
-        records = self.table.records
-        if self.options.model_control_mode is ControlMode.EXPLICIT:
-            names = list(self.options.load_models)
-            if "*" in names:
-                names = list(self.table.snapshot.models)
+        table = self.table
+        records = table.records
+        if self.options.model_control_mode is ControlMode.EXPLICIT and "*" not in self.options.load_models:
+            keys = {name: table.keys_of(name) or [name] for name in self.options.load_models}
         else:
-            names = sorted(set(self.table.snapshot.models) | set(records))
+            keys = {k: [k] for k in sorted(set(table.snapshot.models) | set(records))}
         failures = []
-        for name in names:
-            record = records.get(name)
-            if record is None:
-                failures.append(f"failed to load '{name}', failed to poll from model repository")
-            elif not model_is_ready(record):
-                failures.append(f"failed to load '{name}': {record.load_error() or 'not ready'}")
+        for name, found in keys.items():
+            for key in found:
+                record = records.get(key)
+                if record is None:
+                    failures.append(f"failed to load '{name}', failed to poll from model repository")
+                elif not model_is_ready(record):
+                    failures.append(f"failed to load '{record.name}': {record.load_error() or 'not ready'}")
         return failures
 
     async def _exit_on_error(self) -> None:

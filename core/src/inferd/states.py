@@ -73,9 +73,12 @@ UNLOADED = VersionState(State.UNAVAILABLE, Why.UNLOADED)
 
 @dataclass
 class ModelRecord:
-    """Everything the server knows of one model name."""
+    """Everything the server knows of one model (one name, or with ``--model-namespacing`` one
+    name in one repository)."""
 
     name: str
+    #: The repository it was found in, with ``--model-namespacing`` ("" otherwise).
+    namespace: str = ""
     serving: dict[int, ModelVersion] = field(default_factory=dict)
     versions: dict[int, VersionState] = field(default_factory=dict)
     #: A failure that concerns the whole model (bad config, no backend), shown with no version.

@@ -18,7 +18,6 @@ _KEEPALIVE = "inferd's gRPC server keeps its own HTTP/2 keepalive and connection
 #: flag -> why inferd does not act on it (the warning's reason).
 NOT_APPLICABLE: dict[str, str] = {
     "--model-load-retry-count": "a failed load is not retried; load it again through the repository API",
-    "--model-namespacing": "model names are unique across all repositories",
     "--enable-peer-access": _DEVICES,
     "--reuse-http-port": "ports are shared only between inferd's own --workers",
     "--http-thread-count": "HTTP runs on an event loop per process; use --workers N for more processes",

@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-Key = tuple[str, str]
+#: (name, version, n): the n-th entry of that name and version in a worker's list. Names repeat
+#: only with ``--model-namespacing`` (one per repository); every worker lists them in the same
+#: order (by repository), so the n-th of one worker is the n-th of another.
+Key = tuple[str, str, int]
+
+
+def keys(pairs: Iterable[tuple[str, str]]) -> Iterator[Key]:
+    """The :data:`Key` of each (name, version) of one worker's list, in order."""
+    seen: dict[tuple[str, str], int] = {}
+    for name, version in pairs:
+        n = seen[(name, version)] = seen.get((name, version), -1) + 1
+        yield name, version, n
 
 
 def _add(into: dict[str, Any], other: dict[str, Any]) -> None:
@@ -37,27 +49,27 @@ def _add_batches(mine: list[dict[str, Any]], other: list[dict[str, Any]]) -> lis
 
 
 def statistics(local: list[dict[str, Any]], peers: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """``model_stats`` entries summed per (name, version); this worker's order and entries decide
+    """``model_stats`` entries summed per :data:`Key`; this worker's order and entries decide
     what is listed (a version only a peer still serves is left out)."""
-    by_key: dict[Key, dict[str, Any]] = {(s["name"], s["version"]): s for s in local}
+    by_key = dict(zip(keys((s["name"], s["version"]) for s in local), local, strict=True))
     for entries in peers:
-        for entry in entries:
-            mine = by_key.get((entry["name"], entry["version"]))
+        for key, entry in zip(keys((e["name"], e["version"]) for e in entries), entries, strict=True):
+            mine = by_key.get(key)
             if mine is not None:
                 _add(mine, entry)
     return local
 
 
 def snapshots(peers: list[list[list[Any]]]) -> dict[Key, dict[str, Any]]:
-    """Peers' metric snapshots (``[name, version, snapshot]`` rows) summed per (name, version);
+    """Peers' metric snapshots (``[name, version, snapshot]`` rows) summed per :data:`Key`;
     durations come back as ``(count, ns)`` tuples, as :meth:`ModelStats.snapshot` gives them."""
     out: dict[Key, dict[str, Any]] = {}
     for rows in peers:
-        for name, version, snap in rows:
+        for key, (_, _, snap) in zip(keys((name, str(version)) for name, version, _ in rows), rows, strict=True):
             snap["durations"] = {k: {"count": c, "ns": ns} for k, (c, ns) in snap["durations"].items()}
-            mine = out.get((name, str(version)))
+            mine = out.get(key)
             if mine is None:
-                out[(name, str(version))] = snap
+                out[key] = snap
             else:
                 _add(mine, snap)
     for snap in out.values():
@@ -82,10 +94,9 @@ def add_snapshot(local: dict[str, Any], other: dict[str, Any] | None) -> dict[st
 
 
 def add_statistics(mine: list[dict[str, Any]], other: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``model_stats`` entries of two workers summed per (name, version), every entry kept."""
-    by_key: dict[Key, dict[str, Any]] = {(s["name"], s["version"]): s for s in mine}
-    for entry in other:
-        key = (entry["name"], entry["version"])
+    """``model_stats`` entries of two workers summed per :data:`Key`, every entry kept."""
+    by_key = dict(zip(keys((s["name"], s["version"]) for s in mine), mine, strict=True))
+    for key, entry in zip(keys((e["name"], e["version"]) for e in other), other, strict=True):
         if key in by_key:
             _add(by_key[key], entry)
         else:
@@ -95,7 +106,7 @@ def add_statistics(mine: list[dict[str, Any]], other: list[dict[str, Any]]) -> l
 
 def add_snapshot_rows(mine: list[list[Any]], other: list[list[Any]]) -> list[list[Any]]:
     """Two workers' snapshot rows (``[name, version, snapshot]``) summed into one row per version."""
-    return [[name, version, snap] for (name, version), snap in snapshots([mine, other]).items()]
+    return [[name, version, snap] for (name, version, _), snap in snapshots([mine, other]).items()]
 
 
 #: Metric family types whose samples add up over workers (a gauge is the answering worker's).

@@ -30,6 +30,8 @@ class Step:
     index: int
     model: str
     version: str  # "" = the latest ready version (model_version -1)
+    #: The key the step's model is called by (``ModelCaller.step_key``): set by :meth:`Plan.bind`.
+    key: str
     inputs: tuple[tuple[str, str], ...]
     outputs: tuple[tuple[str, str], ...]
     decoupled: bool = False
@@ -107,7 +109,7 @@ class Plan:
         for i, s in enumerate(config.ensemble_scheduling.step):
             inputs = tuple(sorted(s.input_map.items()))
             steps.append(
-                Step(i, s.model_name, "" if s.model_version < 0 else str(s.model_version), inputs,
+                Step(i, s.model_name, "" if s.model_version < 0 else str(s.model_version), s.model_name, inputs,
                      tuple(sorted(s.output_map.items())), reads=frozenset(t for _, t in inputs))
             )  # fmt: skip
         plan = cls(
@@ -178,8 +180,9 @@ class Plan:
 
     # -- binding to the loaded step models ------------------------------------------------------
 
-    def bind(self, config: ModelConfig, models: ModelCaller) -> bool:
-        """Check each step against its model's config; return whether the ensemble is decoupled."""
+    def bind(self, config: ModelConfig, models: ModelCaller, namespace: str = "") -> bool:
+        """Find each step's model (in ``namespace``, the ensemble's repository, first), check the
+        step against its config; return whether the ensemble is decoupled."""
         batching = config.max_batch_size > 0
         tensors: dict[str, _Tensor] = {}
         for t in config.input:
@@ -190,7 +193,7 @@ class Plan:
             self._agree(tensors, t.name, _tensor(t, dims, batching, f"ensemble '{self.name}' output"))
         configs: dict[int, ModelConfig] = {}
         for step in sorted(self.steps, key=lambda s: s.index):
-            step_config = configs[step.index] = self._step_config(step, models)
+            step_config = configs[step.index] = self._step_config(step, models, namespace)
             limit = step_config.max_batch_size
             if limit != 0 and limit < config.max_batch_size:
                 raise self._fail(
@@ -233,16 +236,20 @@ class Plan:
         for step in self.steps:
             for name, tensor in step.outputs:
                 if tensor in wanted:
-                    found = models.model_labels(step.model, step.version).get(name)
+                    found = models.model_labels(step.key, step.version).get(name)
                     if found:
                         labels[tensor] = found
         return labels
 
-    def _step_config(self, step: Step, models: ModelCaller) -> ModelConfig:
+    def _step_config(self, step: Step, models: ModelCaller, namespace: str) -> ModelConfig:
         if step.model == self.name:
             raise self._fail(f"{step.label} calls the ensemble itself")
         try:
-            return models.model_config(step.model, step.version)
+            step.key = models.step_key(namespace, step.model)
+        except InferdError as exc:
+            raise self._fail(f"{step.label} calls a model that is not available: {exc.message}") from None
+        try:
+            return models.model_config(step.key, step.version)
         except InferdError:
             pass
         if not any(entry["name"] == step.model for entry in models.repository_index()):

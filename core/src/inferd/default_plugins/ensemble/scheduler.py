@@ -48,7 +48,7 @@ class EnsembleScheduler(Scheduler):
         config = context.config
         self.plan = Plan.from_config(config)
         # Triton derives the ensemble's transaction policy from its steps.
-        self.decoupled = self.plan.bind(config, self.models)
+        self.decoupled = self.plan.bind(config, self.models, context.namespace)
         config.model_transaction_policy.decoupled = self.decoupled
         limit = config.ensemble_scheduling.max_inflight_requests
         self._limits = {s.index: asyncio.Semaphore(limit) for s in self.plan.steps} if limit > 0 else None
@@ -173,11 +173,12 @@ class EnsembleScheduler(Scheduler):
 
     async def _call(self, run: _Run, step: Step, env: Env) -> InferResponse:
         request = self._step_request(run, step, env)
+        models = self.models
         try:
             if self._limits is None:
-                return await self.models.infer(request)
+                return await models.infer(request, models.resolve_key(step.key, step.version))
             async with self._limits[step.index]:
-                return await self.models.infer(request)
+                return await models.infer(request, models.resolve_key(step.key, step.version))
         except Exception as exc:
             raise self._step_error(step, exc) from None
 
@@ -187,7 +188,7 @@ class EnsembleScheduler(Scheduler):
         branches: list[asyncio.Future[None]] = []
         error: InferdError | None = None
         try:
-            async for response in self.models.stream(request):
+            async for response in self.models.stream(request, self.models.resolve_key(step.key, step.version)):
                 if isinstance(response, InferdError):
                     error = error or self._step_error(step, response)
                     continue

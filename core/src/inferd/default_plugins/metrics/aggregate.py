@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from inferd.workers import merge
 from inferd.workers.merge import add_snapshot
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ class SummedVersion:
         return getattr(self._version, name)
 
 
-def summed(versions: list[ModelVersion], others: dict[tuple[str, str], dict[str, Any]]) -> list[SummedVersion]:
-    """``versions`` with every other worker's counters (snapshots summed by (name, version)) added."""
-    return [SummedVersion(mv, others.get((mv.name, str(mv.version)))) for mv in versions]
+def summed(versions: list[ModelVersion], others: dict[merge.Key, dict[str, Any]]) -> list[SummedVersion]:
+    """``versions`` with every other worker's counters (snapshots summed by ``merge.Key``) added."""
+    found = merge.keys((mv.name, str(mv.version)) for mv in versions)
+    return [SummedVersion(mv, others.get(key)) for mv, key in zip(versions, found, strict=True)]

@@ -1,0 +1,189 @@
+"""``--model-namespacing``: the same model names in two repositories, end to end (HTTP and gRPC).
+
+Two repositories each hold a model ``m`` (adding 1 in ``a``, 2 in ``b``), an ensemble ``e`` and an
+ensemble ``ens_<repo>`` calling ``m``, and a model of their own; ``a`` also holds ``cross``, an
+ensemble calling ``only_b`` (found only in ``b``). Every expected answer below was checked against
+tritonserver 2.51 (CPU, Python backend) started with the same repositories and
+``--model-namespacing=true``, except where a comment says how and why inferd differs.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from inferd.testing import ServerProcess, write_repository
+
+ADD = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() + np.float32({add}))])
+            for r in requests]
+"""
+IO = """max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
+"""
+
+
+def _plain(add: int) -> dict[str, str]:
+    return {"config.pbtxt": 'backend: "python"\n' + IO, "1/model.py": ADD.format(add=add)}
+
+
+def _ensemble(step: str) -> dict[str, str]:
+    return {
+        "config.pbtxt": 'platform: "ensemble"\n'
+        + IO
+        + f"""ensemble_scheduling {{ step [ {{ model_name: "{step}"
+  model_version: -1 input_map {{ key: "INPUT0" value: "INPUT0" }} output_map {{ key: "OUTPUT0" value: "OUTPUT0" }} }} ] }}
+""",
+        "1/.keep": "",
+    }
+
+
+AMBIGUOUS = (
+    "There are 2 identifiers of model '{}' in global map, model namespace must be provided to resolve ambiguity."
+)
+#: Triton 2.51's index: every model of repository a, then of b, each by name; a name in both has a row in each.
+INDEX = ["cross", "e", "ens_a", "m", "only_a", "e", "ens_b", "m", "only_b"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("namespacing")
+    repos = []
+    for repo, add in (("a", 1), ("b", 2)):
+        models = {
+            "m": _plain(add),
+            "e": _ensemble("m"),
+            f"ens_{repo}": _ensemble("m"),
+            f"only_{repo}": _plain(add * 10),
+        }
+        if repo == "a":
+            models["cross"] = _ensemble("only_b")
+        repos.append(write_repository(root / repo, models))
+    # explicit mode with every model loaded at start-up (what mode none loads), so loads and unloads can be asked
+    srv = ServerProcess(repos, ["--model-namespacing=true", "--model-control-mode=explicit", "--load-model=*"])
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def _http(server: ServerProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"http://{server.http_url}{path}", data=data, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            status, text = r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        status, text = exc.code, exc.read()
+    return status, json.loads(text) if text else None
+
+
+def _infer(server: ServerProcess, name: str) -> tuple[int, Any]:
+    body = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [2], "data": [1, 2]}]}
+    status, out = _http(server, "POST", f"/v2/models/{name}/infer", body)
+    return status, out["outputs"][0]["data"] if status == 200 else out
+
+
+def _index(server: ServerProcess) -> list[tuple[str, str, str]]:
+    _, rows = _http(server, "POST", "/v2/repository/index", {})
+    return [(r["name"], r.get("state", ""), r.get("reason", "")) for r in rows]
+
+
+@pytest.fixture(scope="module")
+def grpc(server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    yield client
+    client.close()
+
+
+def _grpc_error(call: Any) -> tuple[str, str]:
+    with pytest.raises(InferenceServerException) as info:
+        call()
+    return str(info.value.status()), info.value.message()
+
+
+def test_every_model_of_both_repositories_loads_and_is_listed(server):
+    assert _index(server) == [(name, "READY", "") for name in INDEX]
+
+
+def test_each_ensemble_calls_its_own_repositorys_model(server, grpc):
+    assert _infer(server, "ens_a") == (200, [2.0, 3.0])  # a's m adds 1
+    assert _infer(server, "ens_b") == (200, [3.0, 4.0])  # b's m adds 2
+    assert _infer(server, "cross") == (200, [21.0, 22.0])  # not in a: the only one, b's
+    assert _infer(server, "only_a") == (200, [11.0, 12.0])
+    inp = grpcclient.InferInput("INPUT0", [2], "FP32")
+    inp.set_data_from_numpy(np.array([1, 2], np.float32))
+    assert grpc.infer("ens_b", [inp]).as_numpy("OUTPUT0").tolist() == [3.0, 4.0]
+    assert grpc.infer("only_b", [inp]).as_numpy("OUTPUT0").tolist() == [21.0, 22.0]
+    assert grpc.is_model_ready("only_b") and grpc.get_model_metadata("only_b").name == "only_b"
+
+
+@pytest.mark.parametrize("name", ["m", "e"])
+def test_a_name_in_both_repositories_is_refused_with_tritons_sentence(server, grpc, name):
+    sentence = AMBIGUOUS.format(name)
+    assert _infer(server, name) == (400, {"error": sentence})
+    assert _http(server, "GET", f"/v2/models/{name}") == (400, {"error": sentence})
+    assert _http(server, "GET", f"/v2/models/{name}/config") == (400, {"error": sentence})
+    assert _http(server, "GET", f"/v2/models/{name}/ready") == (400, {"error": "Model version not ready"})
+    not_available = {"error": f"requested model '{name}' is not available"}
+    assert _http(server, "GET", f"/v2/models/{name}/stats") == (400, not_available)
+    assert _http(server, "GET", f"/v2/models/{name}/versions/1/stats") == (400, not_available)
+    assert _http(server, "GET", f"/v2/models/{name}/trace/setting") == (
+        400,
+        {"error": f"Request for unknown model : {name}"},
+    )
+
+    inp = grpcclient.InferInput("INPUT0", [2], "FP32")
+    inp.set_data_from_numpy(np.array([1, 2], np.float32))
+    invalid = ("StatusCode.INVALID_ARGUMENT", sentence)
+    assert _grpc_error(lambda: grpc.infer(name, [inp])) == invalid
+    assert _grpc_error(lambda: grpc.get_model_metadata(name)) == invalid
+    assert _grpc_error(lambda: grpc.get_model_config(name)) == invalid
+    assert grpc.is_model_ready(name) is False
+    assert _grpc_error(lambda: grpc.get_inference_statistics(name)) == (
+        "StatusCode.INVALID_ARGUMENT", f"requested model '{name}' is not available")  # fmt: skip
+
+
+def test_an_unknown_name_is_answered_as_without_the_flag(server):
+    # Triton 2.51 answers 400 here once the flag is on (its lookup's INVALID_ARG); inferd keeps
+    # the 404 it answers without the flag, so the flag changes nothing for names held once or not at all.
+    assert _infer(server, "nope") == (404, {"error": "Request for unknown model: 'nope' is not found"})
+
+
+def test_statistics_of_every_model_list_both_repositories(server, grpc):
+    # Triton 2.51 fails this call once the flag is on ("Request for unknown model:
+    # '<repository>::cross' is not found"); inferd lists every version, by repository as the index does.
+    status, body = _http(server, "GET", "/v2/models/stats")
+    assert status == 200 and [s["name"] for s in body["model_stats"]] == INDEX
+    assert [s.name for s in grpc.get_inference_statistics().model_stats] == INDEX
+
+
+def test_unload_and_load_by_name_act_on_both_repositories(server):
+    # Last: it leaves the ensembles unloaded. As in Triton 2.51, unloading 'm' unloads both
+    # (and the ensembles calling them), loading 'm' loads both, and the name stays ambiguous.
+    assert _http(server, "POST", "/v2/repository/models/m/unload", {}) == (200, None)
+    after = dict(zip(range(len(INDEX)), _index(server), strict=True))
+    assert [after[i][:2] for i in (3, 7)] == [("m", "UNAVAILABLE")] * 2
+    assert {after[i][1] for i in (1, 2, 5, 6)} == {"UNAVAILABLE"}  # e and ens_* of both
+    assert after[2][2] == "unloaded: it calls 'm', which was unloaded"  # inferd's reason (Triton: "unloaded")
+    assert _infer(server, "cross") == (200, [21.0, 22.0])
+    assert _http(server, "POST", "/v2/repository/models/m/load", {}) == (200, None)
+    assert [row[:2] for row in _index(server) if row[0] == "m"] == [("m", "READY")] * 2
+    assert _infer(server, "m") == (400, {"error": AMBIGUOUS.format("m")})
+    assert _http(server, "POST", "/v2/repository/models/ens_b/load", {}) == (200, None)
+    assert _infer(server, "ens_b") == (200, [3.0, 4.0])
