@@ -8,6 +8,7 @@ tests/e2e/test_shared_memory.py::test_cuda_inputs_and_outputs_on_the_gpu where a
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import enum
 import types
@@ -143,14 +144,14 @@ def test_cuda_regions_reach_every_worker(rt: FakeRuntime) -> None:
         def __init__(self) -> None:
             self.shm = SharedMemory()
 
-        def ask(self, op: str, args: dict[str, Any] | None = None) -> list[Any]:
+        async def ask_each(self, op: str, args: dict[str, Any] | None = None) -> list[Any]:
             assert args is not None
             return [self.shm.apply_locally(args)]
 
     peer = Peer()
     mine = SharedMemory(peer)
     assert "cuda_shared_memory" in mine.extensions()
-    mine.register_cuda("g", handle, 0, 16)
+    asyncio.run(mine.register_cuda("g", handle, 0, 16))
     assert peer.shm.status("cuda") == [{"name": "g", "device_id": 0, "byte_size": 16}]
     restarted = SharedMemory()
     restarted.catch_up(mine.local_state())
