@@ -240,7 +240,7 @@ class Server:
         await asyncio.gather(*(f.stop(grace) for f in self.frontends), return_exceptions=True)
         try:  # what the frontends' drain left of the timeout (a moment at least, to unload idle models)
             await asyncio.wait_for(self.manager.shutdown(), timeout=max(_UNLOAD_MIN_S, deadline - time.monotonic()))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("models still busy after %.0f s; exiting anyway", grace)
             self.drained = False
         self.health.live = False
