@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import time
@@ -80,6 +81,8 @@ class ServerOptions:
     #: Set in each serving process of a ``--workers N`` (N > 1) server: which worker this is (the
     #: ``inferd serve`` process itself is then a :class:`~inferd.workers.supervisor.Supervisor`).
     worker: WorkerSlot | None = None
+    #: ``--ports-file``: once serving, the frontends' ports are written here as JSON (port 0 picks one).
+    ports_file: Path | None = None
     #: Tune the garbage collector for serving once started (``inferd.gc_settings``): what
     #: ``inferd serve`` does; in-process servers (tests, tools) keep the process's settings.
     settle_gc: bool = False
@@ -167,6 +170,8 @@ class Server:
             log.info("started %s frontend at %s", frontend.name, frontend.address())
             self.frontends.append(frontend)
         self.host.startup(self)
+        if self.options.ports_file is not None:
+            write_ports(self.options.ports_file, self.ports())
         if self.options.settle_gc:
             gc_settings.settle()
         self.health.accepting = True
@@ -187,6 +192,15 @@ class Server:
                     self.close_repositories()
                     raise SystemExit(f"error: creating server: Internal - {exc}") from None
                 log.error("%s", exc)
+
+    def ports(self) -> dict[str, int]:
+        """``{frontend name in lower case: the port it listens on}``, e.g. ``{"http": 8000, "grpc": 8001}``."""
+        ports = {}
+        for frontend in self.frontends:
+            _, _, port = frontend.address().rpartition(":")
+            if port.isdigit():
+                ports[frontend.name.lower()] = int(port)
+        return ports
 
     def startup_failures(self) -> list[str]:
         """``failed to load '<model>': <reason>`` for each model start-up should have loaded and
@@ -309,6 +323,13 @@ class Server:
             await stop.wait()
         finally:
             await self.stop()
+
+
+def write_ports(path: Path, ports: dict[str, int]) -> None:
+    """Write ``ports`` to ``path`` as JSON, whole or not at all (a reader polling for it never sees half)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    temporary.write_text(json.dumps(ports))
+    temporary.replace(path)
 
 
 def _repository(value: Path | str) -> Repository:
