@@ -248,7 +248,7 @@ def test_workers_share_the_port_0_the_supervisor_picked(repo, tmp_path):
     try:
         wait_for(lambda: ports_file.exists() or proc.poll() is not None, what="the ports file")
         ports = json.loads(ports_file.read_text())
-        assert set(ports) == {"http", "grpc", "metrics"} and 0 not in ports.values()
+        assert {"http", "grpc", "metrics"} <= set(ports) and 0 not in ports.values()
         assert len(worker_pids(f"127.0.0.1:{ports['http']}")) == 2  # both workers listen on the one port
         with grpcclient.InferenceServerClient(f"127.0.0.1:{ports['grpc']}") as client:
             assert client.is_server_live()

@@ -243,6 +243,7 @@ def _protocol_class(direct: DirectRoutes | None = None) -> type[asyncio.Protocol
 
     if direct is None:
         return Protocol
+    routes = direct
 
     class DirectProtocol(Protocol):
         """Hands the requests ``direct`` takes to a :class:`DirectCycle`, the others to ASGI."""
@@ -260,8 +261,8 @@ def _protocol_class(direct: DirectRoutes | None = None) -> type[asyncio.Protocol
         def _direct_handler(self, raw_path: bytes) -> Handler | None:
             if b"%" in raw_path or not raw_path.isascii():  # an encoded path: ASGI decodes it
                 return None
-            handler = direct.handler(b"POST", raw_path.decode("ascii"))
-            if handler is None or not takes_directly(self.headers, direct.max_body):
+            handler = routes.handler(b"POST", raw_path.decode("ascii"))
+            if handler is None or not takes_directly(self.headers, routes.max_body):
                 return None
             return handler
 
@@ -317,7 +318,7 @@ def _protocol_class(direct: DirectRoutes | None = None) -> type[asyncio.Protocol
             if self.transport.is_closing():
                 return
             idle_since = self._idle_since
-            wait = self.timeout_keep_alive  # busy with a request: look again a whole timeout later
+            wait: float = self.timeout_keep_alive  # busy with a request: look again a whole timeout later
             if idle_since is not None:
                 wait -= self.loop.time() - idle_since
                 if wait <= 0:
@@ -368,7 +369,8 @@ class AsgiServer:
         self.port = self._sock.getsockname()[1]
         config = uvicorn.Config(
             self.app, http=http, interface="asgi3", lifespan="off", log_config=None, access_log=False, proxy_headers=False,
-            timeout_keep_alive=self.keep_alive_secs, server_header=False, date_header=False, ssl_context_factory=tls_factory(context),
+            timeout_keep_alive=self.keep_alive_secs,  # type: ignore[arg-type]  # typed int; call_later takes a float
+            server_header=False, date_header=False, ssl_context_factory=tls_factory(context),
         )  # fmt: skip
         server = uvicorn.Server(config)
         config.load()

@@ -11,8 +11,8 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Protocol, cast
 
 from inferd import config as cfg
 from inferd.backend import Backend, InstanceSpec, Model, ModelClient, ModelLoadContext, process_cores
@@ -127,7 +127,7 @@ class VersionBuilder:
         for reg in self.backends:
             declared = reg.options.get("model_filenames")
             if declared is not None:
-                names = [config.default_model_filename] if config.default_model_filename else list(declared)
+                names = [config.default_model_filename] if config.default_model_filename else list(cast("Iterable[str]", declared))
                 if not any(present(f) for f in names):
                     continue
             try:

@@ -76,7 +76,7 @@ def _seconds(value: str) -> float:
     return number
 
 
-def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # type: ignore[type-arg]
+def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:
     p = sub.add_parser(
         "serve",
         help="serve a model repository over HTTP and gRPC",

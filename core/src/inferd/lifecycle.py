@@ -107,9 +107,9 @@ class ModelManager:
         if files:
             if override is None:
                 raise InvalidArgument(f"{poll_failure(name)}: file overrides need a 'config' parameter too")
-            source = await asyncio.to_thread(self._overrides.write, name, files)
-            await self._load_one(source, override)
-            self._overridden[name] = source
+            written = await asyncio.to_thread(self._overrides.write, name, files)
+            await self._load_one(written, override)
+            self._overridden[name] = written
             return self._check_loaded(name)
         self.table.snapshot = await asyncio.to_thread(self.rescan, False)
         source = self.table.snapshot.models.get(name)

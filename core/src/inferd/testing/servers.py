@@ -19,7 +19,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-
 #: How often a wait polls (a port file, a health endpoint).
 POLL_S = 0.02
 

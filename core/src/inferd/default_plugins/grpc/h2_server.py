@@ -72,7 +72,7 @@ class H2Transport:
             return
         self._server = None
         server.should_exit = True
-        server.config.timeout_graceful_shutdown = grace
+        server.config.timeout_graceful_shutdown = grace  # type: ignore[assignment]  # typed int; asyncio.timeout takes a float
         if self._tick is not None:
             await self._tick
         try:
