@@ -11,16 +11,17 @@ the attribute, the installed version and what inferd uses it for.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 from collections.abc import Iterator
 from importlib.metadata import version
+from types import ModuleType
 from typing import Any
 
 import httptools
 import pytest
 import uvicorn
 import zttp
-from uvicorn.protocols.http import httptools_impl, zttp_h2_impl
 from uvicorn.server import ServerState
 
 # -- uvicorn's HTTP/1.1 protocol (inferd.asgi_server.DirectProtocol, inferd.asgi_direct) -------------
@@ -112,6 +113,14 @@ def _assert_none(missing: list[str]) -> None:
     )
 
 
+def _module(name: str, use: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        _assert_none([f"module {name} ({exc}) (inferd: {use})"])
+        raise
+
+
 def _config() -> uvicorn.Config:
     async def app(scope: Any, receive: Any, send: Any) -> None:  # pragma: no cover - never called
         pass
@@ -129,6 +138,7 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 
 
 def test_httptools_protocol_has_what_direct_routes_use(loop: asyncio.AbstractEventLoop) -> None:
+    httptools_impl = _module("uvicorn.protocols.http.httptools_impl", "the HTTP frontend's protocol")
     cls = httptools_impl.HttpToolsProtocol
     missing = _missing(cls, HTTPTOOLS_METHODS, "HttpToolsProtocol")
     protocol = cls(_config(), ServerState(), {}, _loop=loop)
@@ -146,12 +156,14 @@ def test_httptools_protocol_has_what_direct_routes_use(loop: asyncio.AbstractEve
 
 
 def test_status_lines_are_what_direct_routes_write() -> None:
+    httptools_impl = _module("uvicorn.protocols.http.httptools_impl", "asgi_direct writes its STATUS_LINE")
     status_line = getattr(httptools_impl, "STATUS_LINE", {})
     assert status_line.get(200) == b"HTTP/1.1 200 OK\r\n", f"{_versions()}: httptools_impl.STATUS_LINE[200] changed"
     assert all(code in status_line for code in range(100, 600)), f"{_versions()}: STATUS_LINE lost codes"
 
 
 def test_zttp_h2_protocol_has_what_the_grpc_transport_uses(loop: asyncio.AbstractEventLoop) -> None:
+    zttp_h2_impl = _module("uvicorn.protocols.http.zttp_h2_impl", "--grpc-transport h2's protocol")
     cls = zttp_h2_impl.ZttpH2Protocol
     missing = _missing(cls, ZTTP_H2_METHODS, "ZttpH2Protocol")
     protocol = cls(_config(), ServerState(), {}, _loop=loop)
