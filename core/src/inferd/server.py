@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -326,10 +327,12 @@ class Server:
 
 
 def write_ports(path: Path, ports: dict[str, int]) -> None:
-    """Write ``ports`` to ``path`` as JSON, whole or not at all (a reader polling for it never sees half)."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    temporary.write_text(json.dumps(ports))
-    temporary.replace(path)
+    """Write ``ports`` to ``path`` as JSON, whole or not at all (a reader polling for it never sees
+    half): a new file of a random name beside it (created exclusively: never one planted there),
+    then renamed over it."""
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as f:
+        f.write(json.dumps(ports))
+    os.replace(f.name, path)
 
 
 def _repository(value: Path | str) -> Repository:
