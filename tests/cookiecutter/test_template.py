@@ -57,7 +57,7 @@ def test_generated_plugin_passes_its_tests_in_a_fresh_venv(tmp_path: Path):
     subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     install = [
-        sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--disable-pip-version-check",
+        sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--disable-pip-version-check", "--no-compile",
         "-c", str(CONSTRAINTS), "-e", str(CORE), "-e", str(project), "pytest", "tritonclient[http,grpc]",
     ]  # fmt: skip
     result = subprocess.run(install, capture_output=True, text=True, timeout=600, env=_clean_env())

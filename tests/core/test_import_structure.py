@@ -26,9 +26,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 import inferd
 
 PACKAGE = Path(inferd.__file__).resolve().parent
+#: Every plugin's packages (``plugins/<plugin>/src/<package>``), from this checkout.
+PLUGIN_PACKAGES = sorted(p.parent for p in (PACKAGE.parents[2] / "plugins").glob("*/src/*/__init__.py"))
 MAX_MODULE_P90 = 350
 MAX_FUNCTION_P90 = 25
 
@@ -229,6 +233,16 @@ def _longest(sizes: dict[str, int], n: int = 10) -> str:
 def test_no_import_cycles_among_inferd_modules() -> None:
     cycles = describe_cycles(import_graph(module_files()))
     assert not cycles, "import cycles (TYPE_CHECKING and function-level imports count):\n" + "\n".join(cycles)
+
+
+@pytest.mark.parametrize("package", PLUGIN_PACKAGES, ids=lambda p: p.name)
+def test_no_import_cycles_within_a_plugin(package: Path) -> None:
+    cycles = describe_cycles(import_graph(module_files(package)))
+    assert not cycles, f"import cycles in {package.name}:\n" + "\n".join(cycles)
+
+
+def test_every_plugin_is_checked() -> None:
+    assert {p.parents[1].name for p in PLUGIN_PACKAGES} >= {"backend_python", "backend_pytorch", "backend_tensorrt"}
 
 
 def test_default_scheduler_modules_import_nothing_from_inferd_model() -> None:

@@ -20,7 +20,7 @@ def same(a: object, b: object) -> bool:
     if isinstance(a, float):
         return a == b or (math.isnan(a) and math.isnan(b))
     if isinstance(a, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))  # type: ignore[arg-type]
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))  # type: ignore[arg-type]
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)  # type: ignore[union-attr]
     return a == b

@@ -7,6 +7,7 @@ cache hit, with no inference, execution or compute time; a miss counts a cache m
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import numpy as np
@@ -20,7 +21,7 @@ from inferd.errors import InvalidArgument
 from inferd.plugins import PluginHost
 from inferd.response_cache import request_key
 from inferd.server import Server, ServerOptions
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess, asgi_client, write_repository
 from inferd.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 COUNTED_CONFIG = """
@@ -502,21 +503,28 @@ def test_failed_requests_are_not_cached(http):
 
 def test_lru_eviction_in_a_tiny_cache(tmp_path):
     repo = write_repository(tmp_path / "models", {"counted": counted("counted")})
-    # Each response carries 1000 floats (4 kB of OUT): two fit in 10 kB, three do not.
-    with ServerProcess([repo], ["--cache-config", "local,size=10000"]) as srv:
-        client = httpclient.InferenceServerClient(srv.http_url)
-        a, b, c = (np.full(1000, v, np.float32) for v in (1, 2, 3))
-        big = np.full(3000, 4, np.float32)  # 12 kB: larger than the whole cache, never stored
+    a, b, c = (np.full(1000, v, np.float32) for v in (1, 2, 3))
+    big = np.full(3000, 4, np.float32)  # 12 kB: larger than the whole cache, never stored
 
-        def calls(x) -> int:
-            return int(call(client, "counted", x)[0]["CALLS"][0])
+    async def scenario() -> tuple[list[int], dict]:
+        # Each response carries 1000 floats (4 kB of OUT): two fit in 10 kB, three do not.
+        async with asgi_client([repo], cache_config={"local": {"size": "10000"}}) as (client, _):
 
-        seq = [calls(a), calls(b), calls(a), calls(c), calls(a), calls(b), calls(big), calls(big), calls(a), calls(b)]
-        # a, b miss; a hits; c evicts b; a hits; b misses and evicts c; big misses twice; a and b hit
-        assert seq == [1, 2, 1, 3, 1, 4, 5, 6, 1, 4]
-        stats = counts(cache_stats(client, "counted"))
-        assert stats["hit"] == 4 and stats["miss"] == 6 and stats["execution_count"] == 6
-        client.close()
+            async def calls(x: np.ndarray) -> int:
+                body = {"inputs": [{"name": "IN", "datatype": "FP32", "shape": [len(x)], "data": x.tolist()}]}
+                reply = await client.post("/v2/models/counted/infer", json=body)
+                assert reply.status_code == 200, reply.text
+                return int(next(o["data"][0] for o in reply.json()["outputs"] if o["name"] == "CALLS"))
+
+            seq = [await calls(x) for x in (a, b, a, c, a, b, big, big, a, b)]
+            stats = (await client.get("/v2/models/counted/stats")).json()["model_stats"][0]
+            return seq, stats
+
+    seq, stats = asyncio.run(scenario())
+    # a, b miss; a hits; c evicts b; a hits; b misses and evicts c; big misses twice; a and b hit
+    assert seq == [1, 2, 1, 3, 1, 4, 5, 6, 1, 4]
+    stats = counts(stats)
+    assert stats["hit"] == 4 and stats["miss"] == 6 and stats["execution_count"] == 6
 
 
 def test_model_enabling_the_cache_without_a_server_cache_warns(tmp_path):

@@ -93,3 +93,13 @@ def test_the_facade_imports_none_of_the_libraries() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "[]", out
+
+
+def test_the_versions_checked_are_the_versions_pinned() -> None:
+    """internals.VERSIONS (what every borrowed name was read against) is what constraints.txt pins."""
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        name, sep, version = line.partition("==")
+        if sep:
+            pins[name.strip().lower()] = version.strip()
+    assert {name: pins.get(name) for name in internals.VERSIONS} == internals.VERSIONS

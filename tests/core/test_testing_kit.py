@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -115,15 +116,15 @@ def test_pytest_plugins_exposes_the_fixtures(tmp_path: Path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def _servers_on(port: int) -> list[int]:
-    """Pids of processes whose command line serves HTTP on ``port``."""
+def _servers_of(srv: Any) -> list[int]:
+    """Pids of ``inferd serve`` processes with ``srv``'s command line (its ports file is its own)."""
     pids = []
     for entry in Path("/proc").iterdir():
         try:
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"serve" in cmdline and b"--http-port" in cmdline and str(port).encode() in cmdline:
+        if b"serve" in cmdline and str(srv.ports_path).encode() in cmdline:
             pids.append(int(entry.name))
     return pids
 
@@ -134,6 +135,8 @@ def test_server_process_started_then_entered_is_one_server_and_stops(tmp_path: P
 
     repo = write_repository(tmp_path / "models", {"add_sub": add_sub()})
     with ServerProcess([repo]).start() as srv:
-        assert _servers_on(srv.http_port) == [srv.proc.pid]
+        assert _servers_of(srv) == [srv.proc.pid]
+        ports = {"http": srv.http_port, "grpc": srv.grpc_port, "metrics": srv.metrics_port}
+        assert 0 not in ports.values() and ports.items() <= srv.ports.items()  # the system's picks, read back
     assert srv.proc.poll() is not None
-    assert _servers_on(srv.http_port) == []
+    assert _servers_of(srv) == []

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from inferd.testing import ServerProcess, free_port
+from inferd.testing import ServerProcess
 from tests.plugins.frontend_openai.chat_model import write_chat_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,10 +64,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = copy_add_sub(tmp / "models")
     copy_add_sub(repo, "add_sub_cached", "response_cache { enable: true }\n")
     write_chat_model(repo, "chat")
-    openai_port = free_port()
     args = ["--cache-config", "local,size=1048576", "--metrics-config", "histogram_latencies=true",
-            "--openai-port", str(openai_port)]  # fmt: skip
+            "--openai-port", "0"]  # fmt: skip
     with ServerProcess([repo], args, log_path=tmp / "inferd.log") as srv:
+        openai_port = srv.ports["openai"]
         base = f"http://{srv.http_url}/v2/models"
         for model in ("add_sub", "add_sub", "add_sub_cached", "add_sub_cached"):
             status, body = http_post(f"{base}/{model}/infer", ADD_SUB_BODY)

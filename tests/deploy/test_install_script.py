@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from inferd.testing import ServerProcess
 from tests.deploy.conftest import ADD_SUB_BODY, ADD_SUB_SUM, ROOT, copy_add_sub, http_post
 
@@ -23,6 +25,7 @@ class VenvServer(ServerProcess):
     def __init__(self, venv: Path, repositories: list[Path], log_path: Path) -> None:
         super().__init__(repositories, log_path=log_path)
         self.venv = venv
+        self.env.pop("PYTHONPATH", None)  # the venv's own copy, not a checkout's sources
 
     def command(self) -> list[str]:
         python_m_inferd = 3  # [sys.executable, "-m", "inferd.cli", "serve", ...]
@@ -41,18 +44,20 @@ def test_make_install_and_the_images_run_the_same_script():
         assert re.search(r'^ARG BACKENDS="python onnx', text, re.M)
 
 
+@pytest.mark.slow
 def test_the_script_installs_a_working_server(tmp_path):
     venv = tmp_path / "venv"
     # --no-compile: no bytecode for numpy, grpcio... (the server runs once)
-    env = {**os.environ, "VENV": str(venv), "PYTHON": sys.executable, "PLUGINS": "python", "PIP_ARGS": "--no-compile"}
+    outside = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # what the venv holds, not a checkout
+    env = {**outside, "VENV": str(venv), "PYTHON": sys.executable, "PLUGINS": "python", "PIP_ARGS": "--no-compile"}
     done = subprocess.run(["sh", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    plugins = subprocess.run([str(venv / "bin/inferd"), "plugins"], capture_output=True, text=True, timeout=120)
+    plugins = subprocess.run([str(venv / "bin/inferd"), "plugins"], capture_output=True, text=True, timeout=120, env=outside)
     assert plugins.returncode == 0, plugins.stderr
     assert re.search(r"^python +inferd-backend-python", plugins.stdout, re.M)
     assert "onnxruntime" not in plugins.stdout
     site = subprocess.run([str(venv / "bin/python"), "-c", "import inferd; print(inferd.__file__)"],
-                          capture_output=True, text=True, check=True).stdout  # fmt: skip
+                          capture_output=True, text=True, check=True, env=outside).stdout  # fmt: skip
     assert site.startswith(str(venv))  # a copy in the venv (as in the image), not this checkout
     repo = copy_add_sub(tmp_path / "models")
     with VenvServer(venv, [repo], log_path=tmp_path / "inferd.log") as server:

@@ -81,6 +81,9 @@ def limited(repo: tuple[Path, Path]) -> Iterator[ServerProcess]:
     args = ["--rate-limit=execution_count", "--rate-limit-resource=Q:2", "--exit-on-error=false",
             "--strict-readiness=false"]  # fmt: skip
     with ServerProcess([repo[0]], args) as srv:
+        index = {m["name"]: m for m in httpclient.InferenceServerClient(srv.http_url).get_model_repository_index()}
+        unready = {name: m.get("reason") for name, m in index.items() if name != "greedy" and m["state"] != "READY"}
+        assert not unready, f"models that failed to load (greedy should, alone): {unready}\n{srv.log()}"
         yield srv
 
 

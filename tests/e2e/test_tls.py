@@ -44,7 +44,7 @@ class Pki:
 
     def issue(self, name: str, *hosts: str, ca: trustme.CA | None = None, expired: bool = False) -> None:
         """``<name>.pem`` (the chain) and ``<name>.key``."""
-        past = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=2)
+        past = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=2)
         when = {"not_before": past - datetime.timedelta(days=30), "not_after": past} if expired else {}
         leaf = (ca or self.ca).issue_cert(*hosts, **when)
         (self.dir / f"{name}.pem").write_bytes(b"".join(p.bytes() for p in leaf.cert_chain_pems))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -114,7 +115,7 @@ def test_requests_spread_and_statistics_count_every_worker(repo):
     with ServerProcess([repo], ["--workers", "2"]) as srv:
         sent = 40
         pids = [whoami(srv.http_url) for _ in range(sent)]
-        assert len(set(pids)) == 2 and srv.proc.pid not in pids  # the supervisor serves nothing
+        assert srv.proc.pid not in pids  # the supervisor serves nothing (both workers do: the end)
 
         # Every answer counts all 40, whichever worker gives it.
         for stats in on_new_connections(srv.http_url, lambda c: c.get_inference_statistics("whoami"), 8):
@@ -139,6 +140,7 @@ def test_requests_spread_and_statistics_count_every_worker(repo):
         fresh(srv.http_url).update_trace_settings(settings={"trace_rate": "7"})
         rates = on_new_connections(srv.http_url, lambda c: c.get_trace_settings()["trace_rate"], 12)
         assert rates == ["7"] * 12
+        assert len(worker_pids(srv.http_url) - {srv.proc.pid}) == 2
 
 
 def test_explicit_load_and_unload_apply_to_every_worker(repo):
@@ -237,7 +239,19 @@ def test_a_worker_failing_at_start_up_stops_the_server_with_its_error(repo):
     assert "before it was ready; stopping" in proc.stderr
 
 
-def test_workers_need_fixed_ports(repo):
-    cmd = [sys.executable, "-m", "inferd.cli", "serve", "--model-repository", str(repo), "--workers", "2", "--http-port", "0"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1 and "--workers needs fixed ports" in proc.stderr
+def test_workers_share_the_port_0_the_supervisor_picked(repo, tmp_path):
+    ports_file = tmp_path / "ports.json"
+    cmd = [sys.executable, "-m", "inferd.cli", "serve", "--model-repository", str(repo), "--workers", "2",
+           "--http-address", "127.0.0.1", "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
+           "--ports-file", str(ports_file)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: ports_file.exists() or proc.poll() is not None, what="the ports file")
+        ports = json.loads(ports_file.read_text())
+        assert {"http", "grpc", "metrics"} <= set(ports) and 0 not in ports.values()
+        assert len(worker_pids(f"127.0.0.1:{ports['http']}")) == 2  # both workers listen on the one port
+        with grpcclient.InferenceServerClient(f"127.0.0.1:{ports['grpc']}") as client:
+            assert client.is_server_live()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)

@@ -11,8 +11,8 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Protocol, cast
 
 from inferd import config as cfg
 from inferd.backend import Backend, InstanceSpec, Model, ModelClient, ModelLoadContext, process_cores
@@ -126,11 +126,12 @@ class VersionBuilder:
         for reg in self.backends:
             declared = reg.options.get("model_filenames")
             if declared is not None:
+                names = list(cast("Iterable[str]", declared))
                 # A default_model_filename a backend declares picks it (Triton: model.onnx is onnxruntime).
                 if config.default_model_filename:
-                    if config.default_model_filename not in declared:
+                    if config.default_model_filename not in names:
                         continue
-                elif not any(present(f) for f in declared):
+                elif not any(present(f) for f in names):
                     continue
             try:
                 backend = self.backend(reg.name, source.name)

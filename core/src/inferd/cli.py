@@ -28,7 +28,7 @@ from inferd.serving import HTTP_HEADER_TIMEOUT, HTTP_MAX_HEADER_SIZE, HTTP_MAX_I
 from inferd.tools.analyze import cli as analyze_cli
 from inferd.tools.perf import cli as perf_cli
 from inferd.workers.peers import WorkerSlot
-from inferd.workers.supervisor import HEALTH_TIMEOUT_S, Supervisor
+from inferd.workers.supervisor import HEALTH_TIMEOUT_S, Supervisor, hold_port
 
 _TOOLS = {"perf": perf_cli, "analyze": analyze_cli}  # client tools; their client libraries load in run()
 log = logging.getLogger("inferd.cli")
@@ -84,7 +84,7 @@ def _positive_seconds(value: str) -> float:
     return number
 
 
-def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # type: ignore[type-arg]
+def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:
     p = sub.add_parser(
         "serve",
         help="serve a model repository over HTTP and gRPC",
@@ -159,6 +159,10 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
     o.add_argument("--drain-delay-secs", type=_seconds, default=0.0, metavar="SECS",
                    help="on shutdown, keep serving this long after readiness turned false (default: 0)")
     o.add_argument("--log-verbose", type=int, default=0, metavar="LEVEL", help="verbose logging level (default: 0)")
+    o.add_argument("--ports-file", type=Path, default=None, metavar="PATH",
+                   help="once serving, write the ports the frontends listen on to PATH as JSON, e.g. "
+                        "{\"http\": 8000, \"grpc\": 8001, \"metrics\": 8002}; with port 0 the system picks "
+                        "free ones (for tests and scripts)")
     o.add_argument("--workers", type=_positive, default=1, metavar="N",
                    help="serving processes sharing the HTTP, gRPC and metrics ports; each holds its own "
                         "model instances (default: 1, one process)")
@@ -237,7 +241,7 @@ _OWN_DESTS = {
     "model_unload_timeout_secs", "model_namespacing",
     "http_port", "grpc_port", "metrics_port", "host", "allow_http", "allow_grpc", "allow_metrics",
     "exit_timeout_secs", "drain_delay_secs", "log_verbose", "cache_config", "response_cache_byte_size", "cache_directory",
-    "workers", "worker_index", "worker_dir", "worker_health_timeout", "strict_readiness", "exit_on_error", "backend_config", "server_id",
+    "workers", "worker_index", "worker_dir", "worker_health_timeout", "ports_file", "strict_readiness", "exit_on_error", "backend_config", "server_id",
     "http_restricted_api", "grpc_restricted_protocol", "auth_config",
     "rate_limit", "rate_limit_resource",
 }  # fmt: skip
@@ -303,6 +307,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         rate_limit=args.rate_limit,
         rate_limit_resources=list(args.rate_limit_resource),
         settle_gc=True,
+        ports_file=args.ports_file,
         worker=WorkerSlot(args.worker_index, args.workers, args.worker_dir) if args.worker_index is not None else None,
         extra={k: v for k, v in vars(args).items() if k not in _OWN_DESTS and not triton_flags.is_own_dest(k)},
     )
@@ -335,13 +340,20 @@ def _print_plugins(host: PluginHost) -> int:
 
 
 def _supervise(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    """``--workers N`` (N > 1): this process runs N workers of ``inferd serve <argv>``."""
-    if 0 in (args.http_port, args.grpc_port, args.metrics_port):
-        print("error: --workers needs fixed ports: the workers share them (port 0 would give each its own)",
-              file=sys.stderr)  # fmt: skip
-        return 1
-    grace = args.exit_timeout_secs + args.drain_delay_secs
-    return Supervisor(argv, args.workers, grace, args.worker_health_timeout).run()
+    """``--workers N`` (N > 1): this process runs N workers of ``inferd serve <argv>``. A port given
+    as 0 is picked here and held while they run, so every worker binds the same one."""
+    ports = (("--http-port", args.host, args.http_port, args.allow_http),
+             ("--grpc-port", args.grpc_address or args.host, args.grpc_port, args.allow_grpc),
+             ("--metrics-port", getattr(args, "metrics_address", None) or args.host, args.metrics_port,
+              args.allow_metrics))  # fmt: skip
+    held = [(flag, hold_port(host)) for flag, host, port, allowed in ports if port == 0 and allowed]
+    picked = [part for flag, sock in held for part in (flag, str(sock.getsockname()[1]))]
+    try:
+        grace = args.exit_timeout_secs + args.drain_delay_secs
+        return Supervisor([*argv, *picked], args.workers, grace, args.worker_health_timeout).run()
+    finally:
+        for _, sock in held:
+            sock.close()
 
 
 def _run_serve(args: argparse.Namespace, host: PluginHost, argv: Sequence[str] | None) -> int:

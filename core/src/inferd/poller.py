@@ -89,7 +89,7 @@ class RepositoryPoller:
         while True:
             try:
                 await asyncio.wait_for(self._changed.wait(), timeout=self.poll_secs)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             try:
                 await self._settle_and_apply()

@@ -107,6 +107,10 @@ class RemoteRepository(Protocol):
         """Each model's local directory and fingerprint, fetching what changed (blocking)."""
         ...
 
+    def check(self) -> None:
+        """Raise RuntimeError, saying why, when the repository cannot be read (blocking)."""
+        ...
+
 
 #: A ``--model-repository``: a local directory or a remote repository.
 Repository = Path | RemoteRepository

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
+import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -85,6 +87,8 @@ class ServerOptions:
     #: Set in each serving process of a ``--workers N`` (N > 1) server: which worker this is (the
     #: ``inferd serve`` process itself is then a :class:`~inferd.workers.supervisor.Supervisor`).
     worker: WorkerSlot | None = None
+    #: ``--ports-file``: once serving, the frontends' ports are written here as JSON (port 0 picks one).
+    ports_file: Path | None = None
     #: Tune the garbage collector for serving once started (``inferd.gc_settings``): what
     #: ``inferd serve`` does; in-process servers (tests, tools) keep the process's settings.
     settle_gc: bool = False
@@ -174,6 +178,8 @@ class Server:
             log.info("started %s frontend at %s", frontend.name, frontend.address())
             self.frontends.append(frontend)
         self.host.startup(self)
+        if self.options.ports_file is not None:
+            write_ports(self.options.ports_file, self.ports())
         if self.options.settle_gc:
             gc_settings.settle()
         self.health.accepting = True
@@ -202,6 +208,15 @@ class Server:
                     self.close_repositories()
                     raise SystemExit(f"error: creating server: Internal - {exc}") from None
                 log.error("%s", exc)
+
+    def ports(self) -> dict[str, int]:
+        """``{frontend name in lower case: the port it listens on}``, e.g. ``{"http": 8000, "grpc": 8001}``."""
+        ports = {}
+        for frontend in self.frontends:
+            _, _, port = frontend.address().rpartition(":")
+            if port.isdigit():
+                ports[frontend.name.lower()] = int(port)
+        return ports
 
     def startup_failures(self) -> list[str]:
         """``failed to load '<model>': <reason>`` for each model start-up should have loaded and
@@ -257,7 +272,7 @@ class Server:
         await asyncio.gather(*(f.stop(grace) for f in self.frontends), return_exceptions=True)
         try:  # what the frontends' drain left of the timeout (a moment at least, to unload idle models)
             await asyncio.wait_for(self.manager.shutdown(), timeout=max(_UNLOAD_MIN_S, deadline - time.monotonic()))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("models still busy after %.0f s; exiting anyway", grace)
             self.drained = False
         self.health.live = False
@@ -326,6 +341,15 @@ class Server:
             await stop.wait()
         finally:
             await self.stop()
+
+
+def write_ports(path: Path, ports: dict[str, int]) -> None:
+    """Write ``ports`` to ``path`` as JSON, whole or not at all (a reader polling for it never sees
+    half): a new file of a random name beside it (created exclusively: never one planted there),
+    then renamed over it."""
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as f:
+        f.write(json.dumps(ports))
+    os.replace(f.name, path)
 
 
 def _repository(value: Path | str) -> Repository:

@@ -198,7 +198,7 @@ def _has_certificate(path: str, flag: str, into: ssl.SSLContext | None = None) -
 
 def _signature(files: Sequence[str]) -> tuple[tuple[int, int, int] | None, ...]:
     """What changes when a file is rewritten or replaced (a renamed-in file or a symlink swap too)."""
-    out = []
+    out: list[tuple[int, int, int] | None] = []
     for path in files:
         try:
             st = os.stat(path)

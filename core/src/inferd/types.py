@@ -116,7 +116,7 @@ def serialize_bytes_tensor(array: np.ndarray) -> bytes:
     return b"".join(parts)
 
 
-def deserialize_bytes_tensor(buffer: bytes | memoryview, count: int | None = None) -> np.ndarray:
+def deserialize_bytes_tensor(buffer: bytes | bytearray | memoryview, count: int | None = None) -> np.ndarray:
     """Parse the length-prefixed layout into a 1-D object array of ``bytes``.
 
     Raises InvalidArgument when the buffer is truncated or holds a different number of elements
@@ -149,7 +149,7 @@ def array_to_bytes(array: np.ndarray, wire: str) -> bytes | memoryview:
     if wire == "BYTES":
         return serialize_bytes_tensor(array)
     array = np.ascontiguousarray(array)
-    return memoryview(array).cast("B") if array.size else b""
+    return array.data.cast("B") if array.size else b""
 
 
 def array_from_bytes(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from inferd.testing import ServerProcess, free_port
+from inferd.testing import ServerProcess
 
 from .chat_model import write_chat_model
 
@@ -68,7 +68,6 @@ def openai_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAISe
     root = tmp_path_factory.mktemp("openai")
     repo = root / "models"
     write_repo(repo, root / "tokenizer")
-    port = free_port()
-    process = ServerProcess([repo], ["--openai-port", str(port), "--openai-address", "127.0.0.1"])
+    process = ServerProcess([repo], ["--openai-port", "0", "--openai-address", "127.0.0.1"])
     with process:
-        yield OpenAIServer(process, port)
+        yield OpenAIServer(process, process.ports["openai"])

@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from inferd.testing import free_port, write_repository
+from inferd.testing import write_repository
 from tests.e2e import models
 
 from .chat_model import write_chat_model
@@ -81,14 +81,13 @@ def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Port]:
     write_chat_model(repo, "chat")
     write_chat_model(repo, "plain", template=None)
     (root / "auth.yaml").write_text(CONFIG)
-    openai_port = free_port()
-    args = ["--openai-port", str(openai_port), "--openai-address", "127.0.0.1", f"--auth-config={root / 'auth.yaml'}",
+    args = ["--openai-port", "0", "--openai-address", "127.0.0.1", f"--auth-config={root / 'auth.yaml'}",
             "--http-ssl-certfile", str(root / "server.pem"), "--http-ssl-keyfile", str(root / "server.key"),
             f"--http-max-input-size={LIMIT}", "--http-restricted-api=metadata:openai-admin=s3cret"]  # fmt: skip
     proc = TlsServer([repo], args)
     proc.ca = str(root / "ca.pem")
     with proc:  # __enter__ starts it (proc.start() here started a second server, never stopped)
-        yield Port(openai_port, proc.ca)
+        yield Port(proc.ports["openai"], proc.ca)
 
 
 def error(exc: pytest.ExceptionInfo[openai.APIStatusError]) -> dict[str, object]:

@@ -131,9 +131,9 @@ def test_client_gone_mid_stream_cancels_the_request(openai_server: OpenAIServer)
 def test_openai_tokenizer_flag_serves_every_model_with_that_tokenizer(tmp_path: Path) -> None:
     shared = tmp_path / "tokenizer"
     write_chat_model(tmp_path / "models", "bare", tokenizer=shared)
-    port = free_port()
-    args = ["--openai-port", str(port), "--openai-tokenizer", str(shared)]
-    with ServerProcess([tmp_path / "models"], args):
+    args = ["--openai-port", "0", "--openai-tokenizer", str(shared)]
+    with ServerProcess([tmp_path / "models"], args) as server:
+        port = server.ports["openai"]
         body = {"model": "bare", "messages": MESSAGES, "max_tokens": 1}
         reply = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=30).json()
     prompt_tokens = reply["usage"]["prompt_tokens"]

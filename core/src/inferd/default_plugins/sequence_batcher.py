@@ -384,9 +384,9 @@ class SequenceBatchScheduler(Scheduler):
                 if timer is not None:
                     timer.cancel()
         for lane in self._lanes:
-            for seq in lane.slots:
-                if seq is not None and seq.timer is not None:
-                    seq.timer.cancel()
+            for slot in lane.slots:
+                if slot is not None and slot.timer is not None:
+                    slot.timer.cancel()
         self._active.clear()
         self._backlog.clear()
 

@@ -237,6 +237,7 @@ def _protocol_class(direct: DirectRoutes | None = None, max_header_bytes: int = 
 
     if direct is None:
         return Protocol
+    routes = direct
 
     class DirectProtocol(Protocol):
         """Hands the requests ``direct`` takes to a :class:`DirectCycle`, the others to ASGI."""
@@ -255,8 +256,8 @@ def _protocol_class(direct: DirectRoutes | None = None, max_header_bytes: int = 
         def _direct_handler(self, raw_path: bytes) -> Handler | None:
             if b"%" in raw_path or not raw_path.isascii():  # an encoded path: ASGI decodes it
                 return None
-            handler = direct.handler(b"POST", raw_path.decode("ascii"))
-            if handler is None or not takes_directly(self.headers, direct.max_body):
+            handler = routes.handler(b"POST", raw_path.decode("ascii"))
+            if handler is None or not takes_directly(self.headers, routes.max_body):
                 return None
             return handler
 
@@ -314,7 +315,7 @@ def _protocol_class(direct: DirectRoutes | None = None, max_header_bytes: int = 
             if self.transport.is_closing():
                 return
             idle_since = self._idle_since
-            wait = self.timeout_keep_alive  # busy with a request: look again a whole timeout later
+            wait: float = self.timeout_keep_alive  # busy with a request: look again a whole timeout later
             if idle_since is not None:
                 wait -= self.loop.time() - idle_since
                 if wait <= 0:

@@ -136,7 +136,7 @@ class CudaRegion:
         """The bytes at ``offset``, copied from the device into a new host buffer."""
         host = np.empty(byte_size, np.uint8)
         self.copy(host.ctypes.data, self.pointer + offset, byte_size)
-        return memoryview(host)
+        return host.data  # the array's buffer: a memoryview
 
     def output(self, offset: int, byte_size: int) -> DeviceSink:
         """Where an output of up to ``byte_size`` bytes at ``offset`` is written; the handle

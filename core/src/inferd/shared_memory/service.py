@@ -105,7 +105,7 @@ def register_request(body: Any, kind: str) -> dict[str, Any]:
     for field in fields:
         if field not in body:
             raise InvalidArgument(f"Shared memory register request has no '{field}' field")
-    out = {"byte_size": _unsigned(body, "byte_size")}
+    out: dict[str, Any] = {"byte_size": _unsigned(body, "byte_size")}
     if kind == "system":
         if not isinstance(body["key"], str):
             raise InvalidArgument("Shared memory register request: 'key' must be a string")

@@ -84,7 +84,7 @@ class OutputSinks:
         #: Output name -> (sink, the bytes the client set aside).
         self.sinks = sinks
 
-    def __contains__(self, name: str) -> bool:
+    def __contains__(self, name: object) -> bool:
         return name in self.sinks
 
     def write(self, response: InferResponse) -> None:

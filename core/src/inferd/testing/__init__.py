@@ -1,7 +1,8 @@
 """inferd's test kit for plugin authors: ``pytest_plugins = ["inferd.testing"]``.
 
-It gives real servers on free ports (a subprocess running ``inferd serve``, or an in-process
-server built with plugin objects you pass in), model repositories written from a dict, an
+It gives real servers on ports the system picks (a subprocess running ``inferd serve``, or an
+in-process server built with plugin objects you pass in), an in-process server's HTTP app over
+``httpx.ASGITransport`` (``asgi_client``, no socket), model repositories written from a dict, an
 ``identity`` backend plugin, and a backend contract test class to subclass::
 
     from inferd.testing import BackendContract, ContractModel, InputSpec, write_repository
@@ -10,6 +11,7 @@ The fixtures ``inferd_server`` and ``model_repository`` are defined here, so lis
 in ``pytest_plugins`` makes them available. tritonclient is needed only by the contract tests.
 """
 
+from inferd.testing.asgi import asgi_client
 from inferd.testing.clients import CallError, ProtocolClient
 from inferd.testing.contract import BackendContract, ContractModel, ContractServer, InputSpec, make_inputs
 from inferd.testing.fixtures import inferd_server, model_repository
@@ -18,6 +20,7 @@ from inferd.testing.repository import write_repository
 from inferd.testing.servers import InProcessServer, ServerProcess, free_port, free_ports
 
 __all__ = [
+    "asgi_client",
     "BackendContract",
     "CallError",
     "ContractModel",

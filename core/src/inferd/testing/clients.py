@@ -60,7 +60,7 @@ class ProtocolClient:
 
             self.url = http_url
         else:
-            import tritonclient.grpc as module  # type: ignore[no-redef]
+            import tritonclient.grpc as module
             from tritonclient.utils import InferenceServerException
 
             self.url = grpc_url

@@ -70,7 +70,7 @@ def make_inputs(specs: Sequence[InputSpec], rows: int | None, seed: int = 0) -> 
         dtype = numpy_dtype(spec.datatype)
         if spec.datatype == "BYTES":
             flat = [f"{spec.name}-{seed}-{i}".encode() for i in range(int(np.prod(shape, dtype=np.int64)))]
-            array = np.array(flat, dtype=np.object_).reshape(shape)
+            array: np.ndarray = np.array(flat, dtype=np.object_).reshape(shape)
         elif spec.datatype == "BOOL":
             array = rng.random(shape) > 0.5
         elif dtype.kind == "f":

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -15,6 +18,9 @@ import urllib.request
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+#: How often a wait polls (a port file, a health endpoint).
+POLL_S = 0.02
 
 
 def free_port() -> int:
@@ -45,16 +51,29 @@ def _get(url: str, timeout: float = 2.0) -> int:
         return 0
 
 
+_numbers = itertools.count()
+
+
 class ServerProcess:
-    """``inferd serve`` in a subprocess on free ports; logs go to ``log_path``."""
+    """``inferd serve`` in a subprocess; logs go to ``log_path``.
+
+    The server binds ports the system picks (port 0) and writes them to a ports file
+    (``--ports-file``), which :meth:`start` reads back: ``http_port``, ``grpc_port`` and
+    ``metrics_port`` then say where it listens, and ``ports`` has every frontend's port by name
+    (``{"http": ..., "grpc": ..., "metrics": ..., "openai": ...}``). A port set before :meth:`start`
+    is used as it is; a server started again keeps the ports it had.
+    """
 
     def __init__(self, repositories: Sequence[Path], args: Sequence[str] = (), env: dict[str, str] | None = None,
                  log_path: Path | None = None) -> None:  # fmt: skip
         self.repositories = [Path(r) for r in repositories]
         self.args = list(args)
-        self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
+        self.http_port = self.grpc_port = self.metrics_port = 0
+        self.ports: dict[str, int] = {}
         self.env = {**os.environ, **(env or {})}
-        self.log_path = log_path or Path(self.repositories[0]).parent / f"inferd-{self.http_port}.log"
+        number = f"{os.getpid()}-{next(_numbers)}"
+        self.log_path = log_path or Path(self.repositories[0]).parent / f"inferd-{number}.log"
+        self.ports_path = Path(tempfile.gettempdir()) / f"inferd-ports-{number}.json"
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -70,25 +89,49 @@ class ServerProcess:
         for repo in self.repositories:
             cmd += ["--model-repository", str(repo)]
         cmd += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
-                "--metrics-port", str(self.metrics_port), *self.args]  # fmt: skip
+                "--metrics-port", str(self.metrics_port), "--ports-file", str(self.ports_path), *self.args]  # fmt: skip
         return cmd
 
     def start(self, timeout: float = 120.0, wait_ready: bool = True) -> ServerProcess:
+        self.ports_path.unlink(missing_ok=True)
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+        self.wait_ports(timeout)
         self.wait_live(timeout)
         if wait_ready:
             self.wait_ready(timeout)
         return self
+
+    def wait_ports(self, timeout: float = 120.0) -> dict[str, int]:
+        """Wait until the server wrote its ports file (once every frontend listens) and take its ports."""
+        deadline = time.monotonic() + timeout
+        while not self._read_ports():
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"inferd exited with {self.proc.returncode}:\n{self.log()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"inferd did not listen in {timeout} s (no {self.ports_path}):\n{self.log()}")
+            time.sleep(POLL_S)
+        return self.ports
+
+    def _read_ports(self) -> bool:
+        try:
+            ports = json.loads(self.ports_path.read_text())
+        except (OSError, ValueError):
+            return False
+        self.ports = ports
+        self.http_port = ports.get("http", self.http_port)
+        self.grpc_port = ports.get("grpc", self.grpc_port)
+        self.metrics_port = ports.get("metrics", self.metrics_port)
+        return True
 
     def wait_live(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"inferd exited with {self.proc.returncode}:\n{self.log()}")
-            if _get(f"http://{self.http_url}/v2/health/live") == 200:
+            if (self.http_port or self._read_ports()) and _get(f"http://{self.http_url}/v2/health/live") == 200:
                 return
-            time.sleep(0.05)
+            time.sleep(POLL_S)
         raise TimeoutError(f"inferd did not become live in {timeout} s:\n{self.log()}")
 
     def wait_ready(self, timeout: float = 120.0) -> None:
@@ -98,7 +141,7 @@ class ServerProcess:
                 raise RuntimeError(f"inferd exited with {self.proc.returncode}:\n{self.log()}")
             if _get(f"http://{self.http_url}/v2/health/ready") == 200:
                 return
-            time.sleep(0.05)
+            time.sleep(POLL_S)
         raise TimeoutError(f"inferd did not become ready in {timeout} s:\n{self.log()}")
 
     def log(self) -> str:
@@ -119,6 +162,7 @@ class ServerProcess:
                 self.proc.kill()
                 self.proc.wait()
         self._log.close()
+        self.ports_path.unlink(missing_ok=True)
         return int(self.proc.returncode)
 
     def __enter__(self) -> ServerProcess:
@@ -144,10 +188,11 @@ class InProcessServer:
         from inferd.plugins import PluginHost
         from inferd.server import Server, ServerOptions
 
-        ports = free_ports(3)
-        self.http_port = options.pop("http_port", ports[0])
-        self.grpc_port = options.pop("grpc_port", ports[1])
-        self.metrics_port = options.pop("metrics_port", ports[2])
+        self.http_port = options.pop("http_port", 0)  # 0: a port the system picks, known once started
+        self.grpc_port = options.pop("grpc_port", 0)
+        self.metrics_port = options.pop("metrics_port", 0)
+        #: Every frontend's port by name once started: ``{"http": ..., "grpc": ..., "metrics": ...}``.
+        self.ports: dict[str, int] = {}
         opts = ServerOptions(
             model_repositories=[Path(r) for r in repositories], host="127.0.0.1", http_port=self.http_port,
             grpc_port=self.grpc_port, metrics_port=self.metrics_port, **options,
@@ -192,6 +237,10 @@ class InProcessServer:
             raise TimeoutError("in-process inferd did not start")
         if self._error is not None:
             raise RuntimeError(f"in-process inferd failed to start: {self._error}") from self._error
+        self.ports = self.server.ports()
+        self.http_port = self.ports.get("http", self.http_port)
+        self.grpc_port = self.ports.get("grpc", self.grpc_port)
+        self.metrics_port = self.ports.get("metrics", self.metrics_port)
         return self
 
     def stop(self) -> None:

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -53,6 +54,21 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
         pass
+
+
+def hold_port(host: str) -> socket.socket:
+    """A port the system picks on ``host``, held for the workers: bound with SO_REUSEPORT but not
+    listening, so each worker can bind it too (connections go only to listening sockets) and no
+    other program can take it while the supervisor runs."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, 0))
+    except OSError as exc:
+        sock.close()
+        raise SystemExit(f"error: no free port on {host}: {exc.strerror}") from None
+    return sock
 
 
 def _how(code: int) -> str:

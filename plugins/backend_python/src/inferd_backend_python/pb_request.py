@@ -178,7 +178,7 @@ class InferenceRequest:
             raise TritonModelException("Correlation ID must be integer or string")
         self._inferd: InferRequest | None = None
         self._binding: ModelBinding | None = None
-        self._inputs = list(inputs)
+        self._inputs: list[Tensor] | None = list(inputs)
         self._request_id = request_id
         self._correlation_id = correlation_id
         self._requested = list(dict.fromkeys(requested_output_names))
@@ -205,6 +205,7 @@ class InferenceRequest:
 
     def inputs(self) -> list[Tensor]:
         if self._inputs is None:
+            assert self._inferd is not None  # only a wrapped request converts its inputs lazily
             self._inputs = [Tensor._wrap(t.name, t.data) for t in self._inferd.inputs.values()]
         return self._inputs
 
@@ -251,7 +252,7 @@ class InferenceRequest:
     # -- execute-side API --
 
     def get_response_sender(self) -> InferenceResponseSender:
-        if self._inferd is None:
+        if self._inferd is None or self._binding is None:
             raise TritonModelException("only requests passed to execute() have a response sender")
         if self._sender is None:
             self._sender = InferenceResponseSender(self._inferd, self._binding)
@@ -284,6 +285,7 @@ class InferenceRequest:
         if self._inferd is not None:
             return self._inferd
         inputs: dict[str, InferTensor] = {}
+        assert self._inputs is not None  # a request built by the model has its inputs
         for t in self._inputs:
             if not isinstance(t, Tensor):
                 raise TritonModelException(f"BLS inputs must be pb_utils.Tensor objects, found type '{type(t)}'")

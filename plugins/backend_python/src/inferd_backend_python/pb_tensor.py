@@ -52,7 +52,7 @@ class TritonError(Exception):
         self._message = str(message)
         self._code = int(code)
 
-    def message(self) -> str:  # type: ignore[override]
+    def message(self) -> str:
         return self._message
 
     def code(self) -> int:

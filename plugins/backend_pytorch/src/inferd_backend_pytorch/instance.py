@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -15,7 +16,25 @@ from inferd.types import config_to_wire, numpy_dtype
 from inferd_backend_pytorch.loading import error_summary
 
 if TYPE_CHECKING:
-    from inferd_backend_pytorch.backend import PyTorchModel
+    from pathlib import Path
+
+    from inferd.config import ModelConfig
+    from inferd_backend_pytorch.binding import InputPlan, OutputPlan
+    from inferd_backend_pytorch.options import TorchOptions
+
+
+class LoadedModel(Protocol):
+    """What an instance reads of its model (:class:`~inferd_backend_pytorch.backend.PyTorchModel`)."""
+
+    name: str
+    version: int
+    config: ModelConfig
+    path: Path
+    options: TorchOptions
+    outputs: OutputPlan
+
+    @property
+    def plan(self) -> InputPlan: ...
 
 # Wire arrays are read-only views of the request's bytes. torch.from_numpy shares them without a
 # copy (as Triton's libtorch backend wraps its input buffers) and warns once that writing to such a
@@ -38,7 +57,7 @@ class PyTorchInstance(ArrayInstance):
     """Runs ``forward`` for a batch; inputs are shared with numpy, not copied, on CPU."""
 
     def __init__(
-        self, model: PyTorchModel, module: Callable[..., Any], device: torch.device | None, spec: InstanceSpec
+        self, model: LoadedModel, module: Callable[..., Any], device: torch.device | None, spec: InstanceSpec
     ) -> None:
         super().__init__(model.name, model.version, model.config.max_batch_size)
         self.module = module
@@ -182,7 +201,7 @@ def _execution_setters(options: Any, torchscript: bool, device: torch.device | N
             (options.tensor_fuser, torch._C._jit_set_texpr_fuser_enabled),
         ):
             if value is not None:  # process-wide: only touched when the model sets it, as in Triton
-                setters.append(lambda v=value, f=func: f(v))
+                setters.append(functools.partial(func, value))
     if device is not None and device.type == "cuda":
         cudnn = options.cudnn
         setters.append(lambda: setattr(torch.backends.cudnn, "enabled", cudnn))

@@ -46,7 +46,7 @@ def _load_torchscript(path: Path, device: torch.device | None, what: str) -> Loa
 
 def torchscript_arguments(module: Any) -> tuple[Argument, ...]:
     """The arguments of a ScriptModule's ``forward`` from its schema (``self`` dropped)."""
-    out = []
+    out: list[Argument] = []
     for arg in module.forward.schema.arguments:
         kind_name = arg.type.kind()
         if kind_name == "ClassType" and not out and arg.name == "self":

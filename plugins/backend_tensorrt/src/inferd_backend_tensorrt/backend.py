@@ -112,8 +112,7 @@ class TensorRTBackend(Backend):
             config.backend, config.platform = self.name, platform_for(self.name)
         trt, count = _require(model)
         gpus = list(range(count))
-        complete_groups_only = version_dir is None
-        if complete_groups_only:
+        if version_dir is None:  # complete the instance groups only
             from inferd_backend_tensorrt.autocomplete import complete_instance_groups
 
             complete_instance_groups(config, gpus)

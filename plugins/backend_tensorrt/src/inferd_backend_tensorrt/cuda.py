@@ -28,7 +28,7 @@ def runtime() -> Any:
             from cuda.bindings import runtime as rt
         except ImportError:
             try:
-                from cuda import cudart as rt  # type: ignore[no-redef]  # cuda-python < 12.6
+                from cuda import cudart as rt  # type: ignore[no-redef, unused-ignore]  # cuda-python < 12.6
             except ImportError as exc:
                 raise Unavailable(
                     f"the TensorRT backend needs the CUDA runtime bindings ('cuda-python'), which are not "

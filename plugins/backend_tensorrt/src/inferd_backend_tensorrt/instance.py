@@ -10,7 +10,7 @@ go through pinned host buffers unless the config turns ``optimization.input_pinn
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -21,12 +21,23 @@ from inferd_backend_tensorrt import cuda
 from inferd_backend_tensorrt.engine import choose_profile
 
 if TYPE_CHECKING:
-    from inferd_backend_tensorrt.backend import TensorRTModel
+    from inferd.backend import ModelLoadContext
+    from inferd.config import ModelConfig
+    from inferd_backend_tensorrt.engine import EngineInfo
+
+
+class LoadedModel(Protocol):
+    """What an instance reads of its model (:class:`~inferd_backend_tensorrt.backend.TensorRTModel`)."""
+
+    trt: Any
+    context: ModelLoadContext
+    config: ModelConfig
+    info: EngineInfo | None
 
 ALLOCATION_PARAMETER = "execution_context_allocation_strategy"
 
 
-def _allocation_strategy(trt: Any, model: TensorRTModel) -> Any:
+def _allocation_strategy(trt: Any, model: LoadedModel) -> Any:
     """Triton's ``execution_context_allocation_strategy`` parameter: STATIC (default) or ON_PROFILE_CHANGE."""
     params = model.config.parameters
     value = params[ALLOCATION_PARAMETER].string_value.upper() if ALLOCATION_PARAMETER in params else "STATIC"
@@ -41,7 +52,7 @@ def _allocation_strategy(trt: Any, model: TensorRTModel) -> Any:
 class TensorRTInstance(ArrayInstance):
     """Runs one engine on one GPU, never concurrently with itself."""
 
-    def __init__(self, model: TensorRTModel, engine: Any, spec: InstanceSpec, profiles: list[int]) -> None:
+    def __init__(self, model: LoadedModel, engine: Any, spec: InstanceSpec, profiles: list[int]) -> None:
         config = model.config
         super().__init__(model.context.name, model.context.version, config.max_batch_size)
         assert model.info is not None
@@ -162,7 +173,9 @@ class TensorRTInstance(ArrayInstance):
         cuda.set_device(self.device)
         self.stream.synchronize()
         self.contexts.clear()
-        for buffer in [*self.device_buffers.values(), *self.host_buffers.values()]:
-            buffer.free()
+        for device_buffer in self.device_buffers.values():
+            device_buffer.free()
+        for host_buffer in self.host_buffers.values():
+            host_buffer.free()
         self.stream.close()
         self.engine = None

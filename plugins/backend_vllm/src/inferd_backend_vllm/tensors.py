@@ -6,7 +6,7 @@ Pure numpy and inferd types (no vLLM import), so the config auto-completion stay
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,13 +117,15 @@ def number_tensor(name: str, values: Sequence[float], dtype: type[np.generic], d
     return InferTensor(name, datatype, (len(values),), data)
 
 
-def logprobs_json(steps: Sequence[dict[int, Any]] | None) -> str:
-    """One completion's logprobs as Triton's backend serialises them (``null`` when absent)."""
+def logprobs_json(steps: Iterable[Mapping[int, Any] | None] | None) -> str:
+    """One completion's logprobs as Triton's backend serialises them (``null`` when absent, and
+    for a position vLLM has none for: its FlatLogprobs may hold None)."""
     if steps is None:
         return "null"
     return json.dumps(
         [
+            None if step is None else
             {str(tid): {"logprob": lp.logprob, "rank": lp.rank, "decoded_token": lp.decoded_token} for tid, lp in step.items()}
             for step in steps
         ]
-    )
+    )  # fmt: skip

@@ -45,7 +45,7 @@ def build_tiny_llama(directory: Path, vocab_size: int = 512, hidden: int = 128, 
         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
         bos_token_id=0, eos_token_id=1, tie_word_embeddings=False,
     )  # fmt: skip
-    LlamaForCausalLM(config).to(torch.float32).save_pretrained(directory)
+    LlamaForCausalLM(config).float().save_pretrained(directory)
     return directory
 
 

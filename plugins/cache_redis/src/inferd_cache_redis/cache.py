@@ -9,6 +9,7 @@ the default, keeps it until Redis evicts it under its own ``maxmemory-policy``).
 from __future__ import annotations
 
 import logging
+from typing import cast
 
 import redis
 
@@ -42,7 +43,7 @@ class RedisCache(ResponseCache):
 
     def lookup(self, key: bytes) -> InferResponse | None:
         data = self.client.get(self.redis_key(key))
-        return None if data is None else decode(data)
+        return None if data is None else decode(cast(bytes, data))  # the client does not decode responses
 
     def insert(self, key: bytes, response: InferResponse) -> None:
         self.client.set(self.redis_key(key), encode(response), ex=self.ttl or None)

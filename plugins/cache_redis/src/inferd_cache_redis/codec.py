@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import struct
+from typing import Any
 
 from inferd.types import InferResponse, InferTensor, array_from_bytes, array_to_bytes
 
@@ -32,7 +33,7 @@ def encode(response: InferResponse) -> bytes:
         if t.parameters:
             entry["parameters"] = t.parameters
         outputs.append(entry)
-    header = {"model": response.model_name, "version": response.model_version, "outputs": outputs}
+    header: dict[str, Any] = {"model": response.model_name, "version": response.model_version, "outputs": outputs}
     if response.parameters:
         header["parameters"] = response.parameters
     head = json.dumps(header, separators=(",", ":")).encode()

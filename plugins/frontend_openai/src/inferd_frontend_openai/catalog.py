@@ -24,7 +24,7 @@ class ServingVersion(Protocol):
 
     name: str
     version: int
-    model_dir: Path
+    model_dir: Path | None
     info: ModelInfo
 
 
@@ -79,7 +79,9 @@ class Catalog:
         return tokenizer
 
     async def _load(self, mv: ServingVersion) -> Tokenizer:
-        directory = self.tokenizer_dir or await asyncio.to_thread(find_tokenizer_dir, mv.model_dir, mv.version)
+        directory = self.tokenizer_dir
+        if directory is None and mv.model_dir is not None:
+            directory = await asyncio.to_thread(find_tokenizer_dir, mv.model_dir, mv.version)
         if directory is None:
             raise bad_request(
                 f"model '{mv.name}' has no tokenizer: put tokenizer.json and tokenizer_config.json in "

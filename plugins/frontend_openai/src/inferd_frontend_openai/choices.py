@@ -159,8 +159,8 @@ class ChoiceRunner:
             limit = self.gen.max_tokens
             choice.finish_reason = "length" if limit is not None and choice.completion_tokens >= limit else "stop"
         if self.metrics is not None:
-            first = None if choice.first_at is None else choice.first_at - self.arrival
-            self.metrics.choice_done(self.info.name, choice.prompt_tokens, choice.completion_tokens, first,
+            to_first = None if choice.first_at is None else choice.first_at - self.arrival
+            self.metrics.choice_done(self.info.name, choice.prompt_tokens, choice.completion_tokens, to_first,
                                      choice.last_at - self.arrival)  # fmt: skip
 
     async def events(self) -> AsyncIterator[Event]:

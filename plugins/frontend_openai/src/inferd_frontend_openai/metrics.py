@@ -35,7 +35,8 @@ class Histogram:
 
     def buckets(self) -> list[tuple[str, float]]:
         """Cumulative ``(le, count)`` pairs, ``+Inf`` last."""
-        out, running = [], 0
+        out: list[tuple[str, float]] = []
+        running = 0
         for bound, count in zip((*map(repr, self.bounds), "+Inf"), self.counts, strict=True):
             running += count
             out.append((bound, running))

@@ -53,7 +53,11 @@ class OtelExporter:
 
             span_exporter = OTLPSpanExporter(endpoint=self.url)
         self.provider = TracerProvider(resource=Resource.create(resource))
-        self.provider.add_span_processor(BatchSpanProcessor(span_exporter, **bsp))
+        processor = BatchSpanProcessor(
+            span_exporter, max_queue_size=bsp.get("max_queue_size"), schedule_delay_millis=bsp.get("schedule_delay_millis"),
+            max_export_batch_size=bsp.get("max_export_batch_size"),
+        )  # fmt: skip
+        self.provider.add_span_processor(processor)
         self.tracer = self.provider.get_tracer("inferd")
         self.offset_ns = time.time_ns() - time.monotonic_ns()
 

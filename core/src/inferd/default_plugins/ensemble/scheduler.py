@@ -10,7 +10,7 @@ each send one response of the (then decoupled) ensemble.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,6 +121,7 @@ class EnsembleScheduler(Scheduler):
                             error = exc
                         continue
                     for step in ready:
+                        coro: Coroutine[Any, Any, InferResponse | None]
                         if step.decoupled:
                             below = self.plan.downstream.get(step.index, frozenset())
                             children = [s for s in pending if s.index in below]
@@ -134,9 +135,9 @@ class EnsembleScheduler(Scheduler):
             done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
             for future in done:
                 step = running.pop(future)
-                exc = future.exception()
-                if exc is not None:
-                    error = error or _as_inferd(exc)
+                failure = future.exception()
+                if failure is not None:
+                    error = error or _as_inferd(failure)
                 elif error is None and not step.decoupled:
                     try:
                         self._merge(step, future.result(), env)

@@ -62,7 +62,7 @@ FINAL_RESPONSE = "triton_final_response"
 # -- wire helpers ---------------------------------------------------------------------------------
 
 
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+def _read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         byte = data[pos]
@@ -107,7 +107,7 @@ class WireRequest:
         return self._message
 
 
-def split_infer_request(data: bytes) -> WireRequest:
+def split_infer_request(data: bytes | memoryview) -> WireRequest:
     """gRPC deserializer for ModelInferRequest: raw contents stay views over ``data``.
 
     Never raises: a malformed message comes back with ``error`` set, so the handler can answer
@@ -142,6 +142,7 @@ def split_infer_request(data: bytes) -> WireRequest:
                 raise ValueError(f"unsupported wire type {wire_type}")
         if pos != end:
             raise ValueError("truncated message")
+        header: bytes | memoryview
         if raw:
             kept.append(view[keep_from:])
             header = b"".join(kept)

@@ -73,7 +73,7 @@ class MessageReader:
         self._buffer = bytearray()
         self._need = 0  # length of the message being read; 0 while its prefix is incomplete
 
-    def feed(self, chunk: bytes) -> list[memoryview]:
+    def feed(self, chunk: bytes | bytearray | memoryview) -> list[memoryview]:
         """The messages completed by ``chunk``; a bad prefix raises :class:`GrpcFailure`."""
         buffer = self._buffer
         if not buffer and len(chunk) >= PREFIX_BYTES:
@@ -85,7 +85,7 @@ class MessageReader:
         buffer += chunk
         return self._drain()
 
-    def _whole(self, chunk: bytes) -> tuple[list[memoryview], memoryview]:
+    def _whole(self, chunk: bytes | bytearray | memoryview) -> tuple[list[memoryview], memoryview]:
         """Messages entirely inside ``chunk`` (no copy), and what is left of it."""
         view = memoryview(chunk)
         out: list[memoryview] = []
@@ -115,10 +115,10 @@ class MessageReader:
                 self._need = 0
                 out.append(self._open(flag, message))
                 return out
-            message = bytes(memoryview(buffer)[PREFIX_BYTES : self._need])
+            copied = bytes(memoryview(buffer)[PREFIX_BYTES : self._need])
             del buffer[: self._need]
             self._need = 0
-            out.append(self._open(flag, memoryview(message)))
+            out.append(self._open(flag, memoryview(copied)))
 
     def _open(self, flag: int, message: memoryview) -> memoryview:
         """The message as sent before compression (``flag`` 1), bounded by ``max_bytes``."""

@@ -123,7 +123,7 @@ class GrpcApp:
             await (call if seconds is None else asyncio.wait_for(call, seconds))
         except GrpcFailure as exc:
             await reply.finish(exc.status, exc.message)
-        except (asyncio.TimeoutError, TimeoutError):
+        except TimeoutError:
             await reply.finish(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
         except Disconnected:
             return

@@ -221,7 +221,9 @@ class Endpoints:
             return _json_bytes(error_body(error.message), 400)
         if len(results) != 1:
             return _json_bytes(error_body(NOT_ONE_RESPONSE), 400)
-        return _json_bytes(encode_generate(results[0]))
+        (response,) = results
+        assert not isinstance(response, InferdError)  # answered above
+        return _json_bytes(encode_generate(response))
 
     async def generate_stream(self, request: Request) -> Response:
         """Server-sent events, one per response. The status follows the first response (400

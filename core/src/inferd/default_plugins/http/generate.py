@@ -99,13 +99,15 @@ def _tensor(name: str, value: Any, spec: TensorSpec, info: ModelInfo) -> InferTe
     expected = ((1,) if info.batching else ()) + dims  # a generate request is one row
     data = value if isinstance(value, list) else [value]
     natural = _natural_shape(data)
+    flat: list[Any] | None
+    shape: tuple[int, ...] | None
     if natural is not None and _fits(expected, natural):
         shape = natural
         flat = np.asarray(data, dtype=object).reshape(-1).tolist() if len(natural) > 1 else data
     else:
         flat = np.asarray(data, dtype=object).reshape(-1).tolist() if natural is not None else None
         shape = _resolve(expected, len(flat)) if flat is not None else None
-        if shape is None:
+        if shape is None or flat is None:
             raise InvalidArgument(
                 f"generate: cannot convert input '{name}' of model '{info.name}' to a tensor of shape "
                 f"{_fmt(expected)}: got {_describe(value)}"

@@ -150,7 +150,7 @@ def failure(exc: Exception, path: str) -> Reply:
     return json_reply(status, body, [ACCEPTED_ENCODINGS] if isinstance(exc, UnsupportedEncoding) else None)
 
 
-def json_reply(status: int, body: bytes, extra: Headers | None = None) -> Reply:
+def json_reply(status: int, body: bytes | memoryview, extra: Headers | None = None) -> Reply:
     headers = [(b"content-type", _JSON), (b"content-length", str(len(body)).encode())]
     if extra:
         headers.extend(extra)

@@ -95,6 +95,8 @@ def _bad_kind(
 
 def _out_of_range(flat: list[Any], datatype: str, sentence: str, shape: tuple[int, ...] | None, name: str) -> NoReturn:
     dtype = numpy_dtype(datatype)
+    low: float
+    high: float
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
         low, high = int(info.min), int(info.max)

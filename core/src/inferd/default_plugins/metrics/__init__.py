@@ -204,7 +204,7 @@ class MetricsFrontend(Frontend):
             try:
                 await asyncio.wait_for(self._stop.wait(), timeout=self.interval_s)
                 return
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             try:
                 await self._sample()
@@ -217,7 +217,7 @@ class MetricsFrontend(Frontend):
         for task in self._tasks:
             try:
                 await asyncio.wait_for(task, timeout=grace + 1)
-            except (asyncio.TimeoutError, Exception):
+            except (TimeoutError, Exception):
                 task.cancel()
         if self.server is not None:
             await self.server.stop(grace)

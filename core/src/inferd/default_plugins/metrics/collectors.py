@@ -9,7 +9,7 @@ are left out, as prometheus-cpp does.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, SummaryMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -22,9 +22,19 @@ from inferd.stats import FAILURE_REASONS
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
     from inferd.default_plugins.metrics.system import CpuMetrics, GpuMetrics
-    from inferd.stats import ModelStats
+    from inferd.stats import LatencyObserver
 
 MODEL = ("model", "version")
+
+
+class ServedStats(Protocol):
+    """What the collectors read of a version's :class:`~inferd.stats.ModelStats` (or of its sum
+    over the workers)."""
+
+    @property
+    def observer(self) -> LatencyObserver | None: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
 
 
 class ServedVersion(Protocol):
@@ -32,9 +42,11 @@ class ServedVersion(Protocol):
 
     name: str
     version: int
-    stats: ModelStats
     config: ModelConfig
     decoupled: bool
+
+    @property
+    def stats(self) -> ServedStats: ...
 
 
 _COUNTERS = (

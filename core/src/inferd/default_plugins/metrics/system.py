@@ -90,9 +90,10 @@ class GpuMetrics:
         """Initialise NVML if ``pynvml`` imports and a GPU is there; else an empty collector."""
         if nvml is None:
             try:
-                import pynvml as nvml  # optional: only where NVIDIA's bindings are installed
+                import pynvml  # optional: only where NVIDIA's bindings are installed
             except ImportError:
                 return cls()
+            nvml = pynvml
         try:
             nvml.nvmlInit()
             count = nvml.nvmlDeviceGetCount()

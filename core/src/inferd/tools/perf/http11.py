@@ -93,7 +93,8 @@ class Connection(asyncio.Protocol):
 
     def _dechunk(self) -> bytes | None:
         """The whole body once every chunk (and the trailer) is in; None while incomplete."""
-        buf, pos, parts = self._buf, 0, []
+        buf, pos = self._buf, 0
+        parts: list[bytes] = []
         while True:
             eol = buf.find(b"\r\n", pos)
             if eol < 0:

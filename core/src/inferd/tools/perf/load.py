@@ -84,7 +84,8 @@ class SequenceCursor:
         self.lock = threading.Lock()
         self.busy = False
         self.backlog = 0
-        self._id, self._stream, self._length, self._pos = 0, [], 0, 0
+        self._id, self._length, self._pos = 0, 0, 0
+        self._stream: list[Any] = []
 
     @property
     def open(self) -> bool:
