@@ -58,7 +58,7 @@ async def acall(path: Path, op: str, args: dict[str, Any] | None = None, timeout
 
     try:
         line = await asyncio.wait_for(ask(), timeout)
-    except asyncio.TimeoutError:  # not an OSError before Python 3.11
+    except TimeoutError:
         raise TimeoutError(f"worker at {path} did not answer {op} within {timeout} s") from None
     return _result(path, line)
 
