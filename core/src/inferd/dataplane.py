@@ -272,6 +272,7 @@ class DataPlane:
             "ready": self.health.started,
             "loads": self.loaded_with,
             "serving": sorted({mv.name for mv in self.table.serving()}),
+            "poll_added": sorted(self.table.poll_added),
             "log": {k: v for k, v in self.log_config.as_json().items() if k != "log_file"},
             "trace": {k: v for k, v in self.tracer.settings().items() if k != "trace_file"},
             "shared_memory": self.shared_memory.local_state(),
@@ -292,6 +293,7 @@ class DataPlane:
         except InferdError as exc:
             log.warning("could not take the running workers' log or trace settings: %s", exc.message)
         self.shared_memory.catch_up(state.get("shared_memory", []))
+        self.table.poll_added.update(state.get("poll_added", []))
         for name, parameters in state["loads"].items():
             if name in state["serving"]:
                 try:

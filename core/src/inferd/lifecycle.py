@@ -22,6 +22,7 @@ from inferd import gc_settings
 from inferd.builder import VersionBuilder
 from inferd.dependencies import composing, load_waves, unload_order
 from inferd.errors import InferdError, InvalidArgument, NotFound
+from inferd.health import model_is_ready
 from inferd.model import ModelVersion
 from inferd.model_table import ModelTable
 from inferd.repository import ModelSource, OverrideDirs, Repository, RepositoryDiff, Snapshot, poll_failure, scan
@@ -50,6 +51,9 @@ class LifecycleOptions:
     #: How long an unload waits for a version's in-flight requests before it abandons the
     #: instances still executing (``--model-unload-timeout-secs``).
     unload_timeout_secs: float = 30.0
+    #: ``--strict-readiness``: only for the warning that a model added under poll failed to load
+    #: while the server stays ready (``inferd.health``).
+    strict_readiness: bool = True
 
 
 class ModelManager:
@@ -184,14 +188,27 @@ class ModelManager:
             self.table.records.pop(name, None)
 
     async def apply(self, snapshot: Snapshot, changes: RepositoryDiff) -> None:
-        """Apply a repository diff (poll mode): remove, then load added and modified models."""
+        """Apply a repository diff (poll mode): remove, then load added and modified models.
+
+        Models added here count as added under poll: their failure to load does not make the
+        server unready (:mod:`inferd.health`); a WARNING says so where Triton's readiness would flip."""
         self.table.snapshot = snapshot
         self._report_duplicates(snapshot)
         for name in changes.removed:
+            self.table.poll_added.discard(name)
             if name in self.table.records:
                 await self.unload(name, why=Why.REMOVED)
                 self.table.records.pop(name, None)
+        self.table.poll_added.update(changes.added)
         await self._load_many(changes.added + changes.modified)
+        if self.options.strict_readiness:
+            for name in changes.added:
+                record = self.table.records.get(name)
+                if record is not None and not model_is_ready(record):
+                    log.warning(
+                        "model '%s' appeared under poll and failed to load: it is UNAVAILABLE (its reason is "
+                        "in the repository index) and the server stays ready", name,
+                    )  # fmt: skip
 
     def _scanned_calls(self) -> dict[str, Sequence[str]]:
         """The models each model's steps call, as its scanned config says."""

@@ -24,6 +24,9 @@ class ModelTable:
     def __init__(self) -> None:
         self.records: dict[str, ModelRecord] = {}
         self.snapshot = Snapshot()
+        #: Models that appeared under poll after start-up (the lifecycle writes it): with
+        #: ``--strict-readiness`` their failures leave the server ready (see :mod:`inferd.health`).
+        self.poll_added: set[str] = set()
 
     def resolve(self, name: str, version: str = "") -> ModelVersion:
         """The version serving ``name`` (the highest ready one when ``version`` is empty)."""
