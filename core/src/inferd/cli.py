@@ -358,6 +358,8 @@ def _run_serve(args: argparse.Namespace, host: PluginHost, argv: Sequence[str] |
         return _supervise(args, sys.argv[1:] if argv is None else argv)
     server = Server(options_from_args(args), host=host)
     server.dataplane.access = access
+    if access is not None:
+        access.bind(server.table.names)
     try:
         asgi_server.run(_serve(server))
     except SystemExit as exc:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferd import __version__
 from inferd import config as cfg
+from inferd.auth import ApiGroup, unknown_model, visible_names
 from inferd.errors import InferdError, InvalidArgument, Unavailable
 from inferd.lifecycle import ControlMode
 from inferd.logging_settings import SETTINGS as LOG_SETTINGS
@@ -203,7 +204,7 @@ class DataPlane:
 
     def _check_known(self, name: str) -> None:
         if not self.table.known(name):
-            raise InvalidArgument(f"Request for unknown model : '{name}' is not in the model repository")
+            raise unknown_model(name, ApiGroup.TRACE, visible_names(self.table.names()))
 
     # -- repository -----------------------------------------------------------------------------
 

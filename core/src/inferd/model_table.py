@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from inferd.auth.policy import unknown_model, visible_names
 from inferd.errors import InvalidArgument, NotFound
 from inferd.repository import Snapshot
 from inferd.states import ModelRecord, State
@@ -33,8 +34,9 @@ class ModelTable:
         record = self.records.get(name)
         serving = record.serving if record is not None else None
         if not serving:
-            detail = "is not found" if record is None else "has no available versions"
-            raise NotFound(f"Request for unknown model: '{name}' {detail}")
+            if record is None:
+                raise unknown_model(name, candidates=visible_names(self.names()))
+            raise NotFound(f"Request for unknown model: '{name}' has no available versions")
         if not version:
             return serving[max(serving)]
         try:
@@ -63,6 +65,10 @@ class ModelTable:
             record = self.records.get(n)
             if record is not None:
                 yield from (mv for _, mv in sorted(record.serving.items()))
+
+    def names(self) -> list[str]:
+        """Every model name in the repositories or with a record, sorted."""
+        return sorted(set(self.records) | set(self.snapshot.models))
 
     def known(self, name: str) -> bool:
         """Whether ``name`` is in the repositories or has a record (loaded, failed, unloaded)."""

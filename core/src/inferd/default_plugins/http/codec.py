@@ -27,6 +27,7 @@ from inferd.types import (
     RequestedOutput,
     array_from_bytes,
     array_to_bytes,
+    datatype_hint,
     numpy_dtype,
 )
 
@@ -197,7 +198,7 @@ def _decode_input(
     try:
         numpy_dtype(datatype)
     except InferdError:
-        raise InvalidArgument(f"invalid datatype for input {name}: '{datatype}'") from None
+        raise InvalidArgument(f"invalid datatype for input {name}: '{datatype}'; {datatype_hint(datatype)}") from None
     shape = _shape(raw.get("shape"), name)
     params = raw.get("parameters") or {}
     if REGION in params:

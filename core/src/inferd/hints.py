@@ -1,0 +1,25 @@
+""""Did you mean" for a name someone got wrong (a model, a flag, a datatype). Only ever computed
+on the error path, over names the asker may see."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from itertools import islice
+
+#: Most candidate names compared (a repository of more models is compared on its first ones):
+#: keeps an error answer cheap whatever the repository's size.
+MAX_CANDIDATES = 4096
+
+
+def closest(word: str, candidates: Iterable[str]) -> str | None:
+    """The candidate closest to ``word`` (difflib's ratio, at least 0.6), or None."""
+    names = [c for c in islice(candidates, MAX_CANDIDATES) if c != word]
+    found = difflib.get_close_matches(word, names, n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def did_you_mean(word: str, candidates: Iterable[str], quote: str = "'") -> str:
+    """``did you mean 'x'?``, or "" when no candidate is close."""
+    close = closest(word, candidates)
+    return f"did you mean {quote}{close}{quote}?" if close is not None else ""
