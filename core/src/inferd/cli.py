@@ -1,5 +1,5 @@
-"""``inferd`` command line: ``serve`` (Triton's flag spellings), ``plugins``, and the client tools
-``perf`` and ``analyze``."""
+"""``inferd`` command line: ``serve`` (Triton's flag spellings), ``plugins``, ``check`` (a repository, offline), and the client tools
+``perf``, ``analyze`` and ``health``."""
 
 from __future__ import annotations
 
@@ -24,12 +24,15 @@ from inferd.object_store import is_url
 from inferd.plugins import PluginHost
 from inferd.rate_limiter import parse_resource
 from inferd.server import Server, ServerOptions
+from inferd.tools import check as check_cli
+from inferd.tools import health as health_cli
 from inferd.tools.analyze import cli as analyze_cli
 from inferd.tools.perf import cli as perf_cli
 from inferd.workers.peers import WorkerSlot
 from inferd.workers.supervisor import HEALTH_TIMEOUT_S, Supervisor
 
-_TOOLS = {"perf": perf_cli, "analyze": analyze_cli}  # client tools; their client libraries load in run()
+#: Client and offline tools; their client libraries load in run().
+_TOOLS = {"perf": perf_cli, "analyze": analyze_cli, "check": check_cli, "health": health_cli}
 log = logging.getLogger("inferd.cli")
 
 _SETTING = re.compile(r"\s*[A-Za-z_][\w.-]*\s*=")
@@ -220,6 +223,8 @@ def build_parser(host: PluginHost) -> argparse.ArgumentParser:
     sub.add_parser("plugins", help="list discovered plugins and what they register")
     perf_cli.add_parser(sub)
     analyze_cli.add_parser(sub)
+    check_cli.add_parser(sub)
+    health_cli.add_parser(sub)
     return parser
 
 

@@ -238,8 +238,8 @@ class ModelManager:
             try:
                 config, backend, chosen = await asyncio.to_thread(self._prepare, source, override)
             except Exception as exc:
-                log.error("model '%s' failed to load: %s", source.name, _message(exc))
-                record.fail(_message(exc), list(source.version_dirs()))
+                log.error("model '%s' failed to load: %s", source.name, failure_reason(exc))
+                record.fail(failure_reason(exc), list(source.version_dirs()))
                 return
             record.state = None
             self._swap(record, await self._build(record, source, config, backend, chosen))
@@ -249,17 +249,7 @@ class ModelManager:
             )  # fmt: skip
 
     def _prepare(self, source: ModelSource, override: cfg.ModelConfig | None) -> tuple[cfg.ModelConfig, Backend | None, list[int]]:
-        """The completed config, its backend and the versions its policy picks (blocking)."""
-        config, backend = self.builder.prepare_config(source, override)
-        chosen = cfg.version_policy_select(config, sorted(source.version_dirs()))
-        if backend is None:
-            return config, backend, chosen or [1]  # an ensemble needs no version directory
-        if not chosen:
-            raise InvalidArgument(
-                f"model '{source.name}': no version directory under {source.path} matches its "
-                f"version_policy (at least one numeric version directory is needed)"
-            )
-        return config, backend, chosen
+        return prepare(self.builder, source, override)
 
     async def _build(
         self, record: ModelRecord, source: ModelSource, config: cfg.ModelConfig, backend: Backend | None, chosen: list[int]
@@ -277,12 +267,12 @@ class ModelManager:
                 built[v] = result
                 record.versions[v] = READY
                 continue
-            log.error("model '%s' version %d failed to load: %s", source.name, v, _message(result))
+            log.error("model '%s' version %d failed to load: %s", source.name, v, failure_reason(result))
             if v in record.serving:  # a failed reload keeps the old version serving
                 built[v] = record.serving[v]
-                record.versions[v] = VersionState(State.READY, Why.RELOAD_FAILED, _message(result))
+                record.versions[v] = VersionState(State.READY, Why.RELOAD_FAILED, failure_reason(result))
             else:
-                record.versions[v] = VersionState(State.UNAVAILABLE, Why.LOAD_FAILED, _message(result))
+                record.versions[v] = VersionState(State.UNAVAILABLE, Why.LOAD_FAILED, failure_reason(result))
         return built
 
     def _swap(self, record: ModelRecord, serving: dict[int, ModelVersion]) -> None:
@@ -328,5 +318,24 @@ class ModelManager:
             )
 
 
-def _message(exc: BaseException) -> str:
+def prepare(
+    builder: VersionBuilder, source: ModelSource, override: cfg.ModelConfig | None = None
+) -> tuple[cfg.ModelConfig, Backend | None, list[int]]:
+    """The completed config, its backend and the versions its policy picks (blocking): what a load
+    does before building anything (``inferd check`` runs it offline)."""
+    config, backend = builder.prepare_config(source, override)
+    chosen = cfg.version_policy_select(config, sorted(source.version_dirs()))
+    if backend is None:
+        return config, backend, chosen or [1]  # an ensemble needs no version directory
+    if not chosen:
+        raise InvalidArgument(
+            f"model '{source.name}': no version directory under {source.path} matches its "
+            f"version_policy (at least one numeric version directory is needed)"
+        )
+    return config, backend, chosen
+
+
+def failure_reason(exc: BaseException) -> str:
+    """An exception as a load failure's reason (the repository index shows it)."""
     return exc.message if isinstance(exc, InferdError) else f"{type(exc).__name__}: {exc}"
+
