@@ -117,7 +117,8 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:  # ty
     g.add_argument("--strict-readiness", type=parse_bool, default=True, metavar="BOOL",
                    help="ready only while every model that should be loaded is READY: every model of the "
                         "repositories (modes none, poll) or those loaded by --load-model and the repository "
-                        "API (explicit); false: ready once started (default: true)")
+                        "API (explicit); a model that appears under poll later does not count (its failure is "
+                        "a WARNING and its reason is in the index); false: ready once started (default: true)")
     g.add_argument("--exit-on-error", type=parse_bool, default=True, metavar="BOOL",
                    help="exit (code 1) when a model fails to load at start-up: in modes none and poll any "
                         "model, with --load-model those named (default: true)")
