@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -130,5 +129,5 @@ def run(args: argparse.Namespace) -> int:
         for r in results:
             detail = f"{r.backend or 'ensemble'}, versions {r.versions}" if r.ok else r.error
             print(f"{r.name:<{width}}  {'OK' if r.ok else 'ERROR':<5}  {detail}")
-        print(f"{len(results)} model(s) checked, {len(failed)} with errors", file=sys.stderr if failed else sys.stdout)
+        print(f"{len(results)} model(s) checked, {len(failed)} with errors")
     return 1 if failed else 0
