@@ -150,7 +150,7 @@ class Walk:
         self.logs.append(log)
         self.ran.append(command)
         with open(log, "wb") as out:
-            self.server = subprocess.Popen(["bash", "-c", f"exec {command}"], stdout=out, stderr=subprocess.STDOUT,
+            self.server = subprocess.Popen(["bash", "-c", command], stdout=out, stderr=subprocess.STDOUT,
                                            cwd=ROOT, env=self.environ())  # fmt: skip
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
