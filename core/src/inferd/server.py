@@ -178,7 +178,12 @@ class Server:
         self.health.accepting = True
         log.info("inferd ready in %.2f s", time.monotonic() - self.started_at)
         if self.options.worker is None or self.options.worker.index == 0:  # one block for --workers N
-            log.info("serving:\n%s", startup_summary(self))
+            options = self.options
+            summary = startup_summary(
+                self.table.index(), self.frontends, self.dataplane.access, options.model_control_mode,
+                self.manager.options.repositories, options.repository_poll_secs,
+            )  # fmt: skip
+            log.info("serving:\n%s", summary)
 
     async def _check_repositories(self) -> None:
         """A directory that is none stops the server; so does an object store that cannot be

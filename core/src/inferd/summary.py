@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING
 from inferd.lifecycle import ControlMode
 
 if TYPE_CHECKING:
-    from inferd.server import Server
+    from inferd.auth import AccessControl
+    from inferd.frontend import Frontend
+    from inferd.repository import Repository
 
 #: Longest reason shown in the start-up table (the repository index has it whole).
 _REASON_CHARS = 100
@@ -39,12 +41,20 @@ def model_rows(index: list[dict[str, str]]) -> list[list[str]]:
     return rows
 
 
-def startup_summary(server: Server) -> str:
-    """The block logged after ``inferd ready``."""
-    lines = [ascii_table(("Model", "Version", "Status"), model_rows(server.table.index()) or [["(none)", "", ""]])]
-    lines.extend(_labelled(f.name, f.url()) for f in server.frontends)
-    lines.extend(_access(server))
-    lines.append(_control(server))
+def startup_summary(
+    index: list[dict[str, str]], frontends: Sequence[Frontend], access: AccessControl | None,
+    mode: ControlMode, repositories: Sequence[Repository], poll_secs: float,
+) -> str:
+    """The block logged after ``inferd ready``: the repository index as Triton's table, each
+    frontend's URL, the access rules, and the model control mode with what poll mode watches."""
+    lines = [ascii_table(("Model", "Version", "Status"), model_rows(index) or [["(none)", "", ""]])]
+    lines.extend(_labelled(f.name, f.url()) for f in frontends)
+    lines.extend(_access(access))
+    if mode is ControlMode.POLL:
+        watched = ", ".join(str(getattr(r, "url", r)) for r in repositories)
+        lines.append(_labelled("model control", f"poll on, watching {watched} (rescan every {poll_secs:g} s)"))
+    else:
+        lines.append(_labelled("model control", f"{mode.value} (poll off)"))
     return "\n".join(lines)
 
 
@@ -52,8 +62,7 @@ def _labelled(label: str, text: str) -> str:
     return f"{label + ' ':.<24} {text}"
 
 
-def _access(server: Server) -> list[str]:
-    access = server.dataplane.access
+def _access(access: AccessControl | None) -> list[str]:
     if access is None:
         return [_labelled("access", "open: no API keys (--auth-config), no restricted API groups")]
     lines = []
@@ -66,12 +75,3 @@ def _access(server: Server) -> list[str]:
         groups = ", ".join(sorted(g.value for g in policy.restricted)) or "none"
         lines.append(_labelled(f"restricted groups {proto}", groups))
     return lines
-
-
-def _control(server: Server) -> str:
-    options = server.options
-    mode = options.model_control_mode
-    if mode is not ControlMode.POLL:
-        return _labelled("model control", f"{mode.value} (poll off)")
-    watched = ", ".join(str(getattr(r, "url", r)) for r in server.manager.options.repositories)
-    return _labelled("model control", f"poll on, watching {watched} (rescan every {options.repository_poll_secs:g} s)")
