@@ -64,7 +64,7 @@ def test_check_reports_what_the_server_reports(repo: Path, server: ServerProcess
     text = inferd("check", str(repo))
     lines = text.stdout.splitlines()
     assert lines[0].split() == ["add_sub", "OK", "python,", "versions", "[1]"]
-    assert lines[-1] == "5 model(s) checked, 3 with errors"
+    assert lines[-1] == "4 model(s) checked, 3 with errors"
     assert inferd("check", str(repo / "add_sub" / ".."), "--json").returncode == 1
     good = write_repository(repo.parent / "good", {"add_sub": models.add_sub()})
     assert inferd("check", str(good)).returncode == 0
