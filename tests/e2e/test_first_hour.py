@@ -125,7 +125,9 @@ def _add_model(repo: Path, name: str, files: dict[str, str]) -> None:
 
 def test_a_broken_model_added_under_poll_leaves_the_server_ready(server: TlsServer) -> None:
     repo = server.repositories[0]
-    typo = models.ADD_SUB_CONFIG.replace("TYPE_FP32 dims: [ 4 ] },\n  { name: \"INPUT1\"", "TYPE_STRNG dims: [ 4 ] },\n  { name: \"INPUT1\"")
+    typo = models.ADD_SUB_CONFIG.replace(
+        'TYPE_FP32 dims: [ 4 ] },\n  { name: "INPUT1"', 'TYPE_STRNG dims: [ 4 ] },\n  { name: "INPUT1"'
+    )
     _add_model(repo, "add_typo", {"config.pbtxt": typo, "1/model.py": IDENTITY_PY})
     _add_model(repo, "add_failing", {"config.pbtxt": models.ADD_SUB_CONFIG, "1/model.py": FAILING_PY})
     deadline, rows = time.monotonic() + 60, {}

@@ -1,4 +1,4 @@
-""""Did you mean" for a name someone got wrong (a model, a flag, a datatype). Only ever computed
+""" "Did you mean" for a name someone got wrong (a model, a flag, a datatype). Only ever computed
 on the error path, over names the asker may see."""
 
 from __future__ import annotations

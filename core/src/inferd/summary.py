@@ -42,8 +42,12 @@ def model_rows(index: list[dict[str, str]]) -> list[list[str]]:
 
 
 def startup_summary(
-    index: list[dict[str, str]], frontends: Sequence[Frontend], access: AccessControl | None,
-    mode: ControlMode, repositories: Sequence[Repository], poll_secs: float,
+    index: list[dict[str, str]],
+    frontends: Sequence[Frontend],
+    access: AccessControl | None,
+    mode: ControlMode,
+    repositories: Sequence[Repository],
+    poll_secs: float,
 ) -> str:
     """The block logged after ``inferd ready``: the repository index as Triton's table, each
     frontend's URL, the access rules, and the model control mode with what poll mode watches."""
@@ -68,7 +72,9 @@ def _access(access: AccessControl | None) -> list[str]:
     lines = []
     if access.keys is not None:
         tenants = sorted(access.keys.current().tenants)
-        lines.append(_labelled("API keys", f"on: {len(tenants)} tenant(s) ({', '.join(tenants)}) from {access.keys.path}"))
+        lines.append(
+            _labelled("API keys", f"on: {len(tenants)} tenant(s) ({', '.join(tenants)}) from {access.keys.path}")
+        )
     else:
         lines.append(_labelled("API keys", "off"))
     for proto, policy in (("HTTP", access.http), ("gRPC", access.grpc)):

@@ -43,12 +43,25 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                     "without loading them; exit 1 when a model has an error.",
     )  # fmt: skip
     p.add_argument("repositories", nargs="+", metavar="REPO", help="a model repository directory (one or more)")
-    p.add_argument("--model-config-name", default=None, metavar="NAME",
-                   help="use <model>/configs/NAME.pbtxt where present instead of config.pbtxt")
-    p.add_argument("--disable-auto-complete-config", action="store_true",
-                   help="do not let backends complete missing config fields (as the serve flag)")
-    p.add_argument("--backend-config", action="append", default=[], type=backend_config_setting,
-                   metavar="[BACKEND,]KEY=VALUE", help="a backend setting, as for 'inferd serve' (repeatable)")
+    p.add_argument(
+        "--model-config-name",
+        default=None,
+        metavar="NAME",
+        help="use <model>/configs/NAME.pbtxt where present instead of config.pbtxt",
+    )
+    p.add_argument(
+        "--disable-auto-complete-config",
+        action="store_true",
+        help="do not let backends complete missing config fields (as the serve flag)",
+    )
+    p.add_argument(
+        "--backend-config",
+        action="append",
+        default=[],
+        type=backend_config_setting,
+        metavar="[BACKEND,]KEY=VALUE",
+        help="a backend setting, as for 'inferd serve' (repeatable)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object (for CI)")
     return p
 

@@ -26,13 +26,27 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                     "states. Exit status: 0 ready (with --live: live), 1 live but not ready, 3 not live or not "
                     "reachable.",
     )  # fmt: skip
-    p.add_argument("url", nargs="?", default="localhost:8000",
-                   help="the HTTP port: host:port, http://host:port or https://host:port (default: localhost:8000)")
+    p.add_argument(
+        "url",
+        nargs="?",
+        default="localhost:8000",
+        help="the HTTP port: host:port, http://host:port or https://host:port (default: localhost:8000)",
+    )
     p.add_argument("--live", action="store_true", help="only liveness decides the exit status")
-    p.add_argument("--api-key", default=os.environ.get("INFERD_API_KEY"), metavar="KEY",
-                   help="sent as 'Authorization: Bearer KEY' (default: $INFERD_API_KEY)")
-    p.add_argument("-H", "--header", action="append", default=[], metavar="NAME:VALUE",
-                   help="an extra header, e.g. a restricted API group's (repeatable)")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("INFERD_API_KEY"),
+        metavar="KEY",
+        help="sent as 'Authorization: Bearer KEY' (default: $INFERD_API_KEY)",
+    )
+    p.add_argument(
+        "-H",
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="an extra header, e.g. a restricted API group's (repeatable)",
+    )
     p.add_argument("--cacert", default=None, metavar="FILE", help="CA certificates to verify an https server with")
     p.add_argument("--timeout", type=float, default=5.0, metavar="SECS", help="per request (default: 5)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
