@@ -7,9 +7,9 @@ import difflib
 from collections.abc import Iterable
 from itertools import islice
 
-#: Most candidate names compared (a repository of more models is compared on its first ones):
-#: keeps an error answer cheap whatever the repository's size.
-MAX_CANDIDATES = 4096
+#: Most candidate names compared (of a similar length; a repository of more models is compared on
+#: its first ones): keeps an error answer cheap whatever the repository's size.
+MAX_CANDIDATES = 256
 #: Longest name a suggestion is looked for (a longer one is no typo of a model name).
 MAX_WORD = 256
 
@@ -18,7 +18,9 @@ def closest(word: str, candidates: Iterable[str]) -> str | None:
     """The candidate closest to ``word`` (difflib's ratio, at least 0.6), or None."""
     if len(word) > MAX_WORD:
         return None
-    names = [c for c in islice(candidates, MAX_CANDIDATES) if c != word]
+    slack = max(2, len(word) // 3)  # a ratio of 0.6 allows no larger difference in length
+    near = (c for c in candidates if abs(len(c) - len(word)) <= slack and c != word)
+    names = list(islice(near, MAX_CANDIDATES))
     found = difflib.get_close_matches(word, names, n=1, cutoff=0.6)
     return found[0] if found else None
 
