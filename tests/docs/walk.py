@@ -93,14 +93,16 @@ class Walk:
 
     def run(self, page: Path, timeout: float = 600) -> None:
         found = blocks(page)
-        for i, block in enumerate(found):
-            after = found[i + 1] if i + 1 < len(found) else None
-            where = f"{page.name}:{block.line}"
-            if block.lang in ("bash", "sh"):
-                self.shell(block, after, where, timeout)
-            elif block.lang == "python":
-                self.python(block, after if after is not None and after.lang == "" else None, where, timeout)
-        self.stop()
+        try:
+            for i, block in enumerate(found):
+                after = found[i + 1] if i + 1 < len(found) else None
+                where = f"{page.name}:{block.line}"
+                if block.lang in ("bash", "sh"):
+                    self.shell(block, after, where, timeout)
+                elif block.lang == "python":
+                    self.python(block, after if after is not None and after.lang == "" else None, where, timeout)
+        finally:  # a failed step leaves no server behind
+            self.stop()
 
     def shell(self, block: Block, after: Block | None, where: str, timeout: float) -> None:
         cmds = commands(block.text)
