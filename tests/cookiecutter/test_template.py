@@ -41,6 +41,8 @@ def test_names_derive_from_the_backend_name(tmp_path: Path):
     pyproject = (project / "pyproject.toml").read_text()
     assert 'my_model = "inferd_backend_my_model.hooks"' in pyproject
     assert (project / "example_models" / "my_model_example" / "1" / "model.my_model").is_file()
+    readme = (project / "README.md").read_text()  # says how to get inferd; no link to nowhere
+    assert "pip install -e path/to/inferd/core" in readme and "](https://github.com/)" not in readme
     for path in [p for p in project.rglob("*") if p.is_file()]:
         text = path.read_text()
         assert "{{" not in text and "cookiecutter" not in text, f"unrendered template text in {path}"

@@ -1,5 +1,5 @@
-"""``inferd`` command line: ``serve`` (Triton's flag spellings), ``plugins``, and the client tools
-``perf`` and ``analyze``."""
+"""``inferd`` command line: ``serve`` (Triton's flag spellings), ``plugins``, ``check`` (a repository, offline), and the client tools
+``perf``, ``analyze`` and ``health``."""
 
 from __future__ import annotations
 
@@ -25,12 +25,15 @@ from inferd.plugins import PluginHost
 from inferd.rate_limiter import parse_resource
 from inferd.server import Server, ServerOptions
 from inferd.serving import HTTP_HEADER_TIMEOUT, HTTP_MAX_HEADER_SIZE, HTTP_MAX_INPUT_SIZE
+from inferd.tools import check as check_cli
+from inferd.tools import health as health_cli
 from inferd.tools.analyze import cli as analyze_cli
 from inferd.tools.perf import cli as perf_cli
 from inferd.workers.peers import WorkerSlot
 from inferd.workers.supervisor import HEALTH_TIMEOUT_S, Supervisor, hold_port
 
-_TOOLS = {"perf": perf_cli, "analyze": analyze_cli}  # client tools; their client libraries load in run()
+#: Client and offline tools; their client libraries load in run().
+_TOOLS = {"perf": perf_cli, "analyze": analyze_cli, "check": check_cli, "health": health_cli}
 log = logging.getLogger("inferd.cli")
 
 _SETTING = re.compile(r"\s*[A-Za-z_][\w.-]*\s*=")
@@ -119,7 +122,8 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:
     g.add_argument("--strict-readiness", type=parse_bool, default=True, metavar="BOOL",
                    help="ready only while every model that should be loaded is READY: every model of the "
                         "repositories (modes none, poll) or those loaded by --load-model and the repository "
-                        "API (explicit); false: ready once started (default: true)")
+                        "API (explicit); a model that appears under poll later does not count (its failure is "
+                        "a WARNING and its reason is in the index); false: ready once started (default: true)")
     g.add_argument("--exit-on-error", type=parse_bool, default=True, metavar="BOOL",
                    help="exit (code 1) when a model fails to load at start-up: in modes none and poll any "
                         "model, with --load-model those named (default: true)")
@@ -232,6 +236,8 @@ def build_parser(host: PluginHost) -> argparse.ArgumentParser:
     sub.add_parser("plugins", help="list discovered plugins and what they register")
     perf_cli.add_parser(sub)
     analyze_cli.add_parser(sub)
+    check_cli.add_parser(sub)
+    health_cli.add_parser(sub)
     return parser
 
 
@@ -379,6 +385,8 @@ def _run_serve(args: argparse.Namespace, host: PluginHost, argv: Sequence[str] |
         return _supervise(args, sys.argv[1:] if argv is None else argv)
     server = Server(options_from_args(args), host=host)
     server.dataplane.access = access
+    if access is not None:
+        access.bind(server.table.names)
     try:
         serving.run(_serve(server))
     except SystemExit as exc:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferd import __version__
 from inferd import config as cfg
+from inferd.auth import ApiGroup, unknown_model, visible_names
 from inferd.errors import InferdError, InvalidArgument, Unavailable
 from inferd.lifecycle import ControlMode
 from inferd.logging_settings import SETTINGS as LOG_SETTINGS
@@ -204,7 +205,7 @@ class DataPlane:
 
     def _check_known(self, name: str) -> None:
         if not self.table.known(name):
-            raise InvalidArgument(f"Request for unknown model : {name}")  # Triton's trace-setting sentence
+            raise unknown_model(name, ApiGroup.TRACE, visible_names(self.table.names()))
 
     # -- repository -----------------------------------------------------------------------------
 
@@ -281,6 +282,7 @@ class DataPlane:
             "ready": self.health.started,
             "loads": self.loaded_with,
             "serving": sorted({mv.name for mv in self.table.serving()}),
+            "poll_added": sorted(self.table.poll_added),
             "log": {k: v for k, v in self.log_config.as_json().items() if k != "log_file"},
             "trace": {k: v for k, v in self.tracer.settings().items() if k != "trace_file"},
             "shared_memory": self.shared_memory.local_state(),
@@ -301,6 +303,7 @@ class DataPlane:
         except InferdError as exc:
             log.warning("could not take the running workers' log or trace settings: %s", exc.message)
         self.shared_memory.catch_up(state.get("shared_memory", []))
+        self.table.poll_added.update(state.get("poll_added", []))
         for name, parameters in state["loads"].items():
             if name in state["serving"]:
                 try:

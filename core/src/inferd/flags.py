@@ -96,3 +96,11 @@ class SuggestingParser(argparse.ArgumentParser):
             close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
             parts.append(f"{arg} (did you mean {close[0]}?)" if close else arg)
         self.error(f"unrecognized arguments: {' '.join(parts)}")
+
+    def error(self, message: str) -> NoReturn:
+        """The error (and its suggestion) first, then a one-line usage, not argparse's full usage:
+        ``inferd serve``'s runs to several screens and would push the error out of sight."""
+        usage = " ".join(self.format_usage().split())
+        if len(usage) > 100:
+            usage = f"usage: {self.prog} [OPTIONS]  (all options: {self.prog} --help)"
+        self.exit(2, f"{self.prog}: error: {message}\n{usage}\n")

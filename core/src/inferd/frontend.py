@@ -32,4 +32,9 @@ class Frontend(abc.ABC):
         """Where it listens, for the start-up log line."""
         return ""
 
+    def url(self) -> str:
+        """Where clients reach it, with its scheme (``https://host:port``, ``grpcs://...``), for the
+        start-up summary; a plugin without one shows its :meth:`address`."""
+        return self.address()
+
 

@@ -9,12 +9,18 @@ keeps: in modes ``none`` and ``poll`` every model of the repositories, in mode `
 loaded by ``--load-model`` or through the repository API. A version that was unloaded (or removed
 from the repository) does not count against readiness; one that failed to load does, until a
 later load succeeds, exactly as Triton's ``InferenceServer::IsReady``.
+
+Under poll, a model that appears in the repository after start-up is the exception: its failure
+to load leaves it UNAVAILABLE with its reason in the repository index, and the server ready (one
+typo in a new model would otherwise take every replica out of a load balancer). The models the
+server started with, and those loaded on request, keep Triton's meaning.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -29,6 +35,11 @@ class ModelRecords(Protocol):
 
     @property
     def records(self) -> Mapping[str, ModelRecord]: ...
+
+    @property
+    def poll_added(self) -> AbstractSet[str]:
+        """Models that appeared under poll after start-up: their state does not count."""
+        ...
 
 
 def _version_counts(state: VersionState) -> bool:
@@ -72,4 +83,8 @@ class ServerHealth:
         """``/v2/health/ready``: started, and with ``models`` every model READY (or unloaded)."""
         if not self.started or self.errors:
             return False
-        return self.models is None or not unready_models(self.models.records.values())
+        models = self.models
+        if models is None:
+            return True
+        records, added = list(models.records.values()), models.poll_added  # a copy: see model_is_ready
+        return not unready_models(r for r in records if r.name not in added)

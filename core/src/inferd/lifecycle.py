@@ -23,6 +23,7 @@ from inferd import gc_settings
 from inferd.builder import VersionBuilder
 from inferd.dependencies import composing, load_waves, unload_order
 from inferd.errors import InferdError, InvalidArgument, NotFound
+from inferd.health import model_is_ready
 from inferd.model import ModelVersion
 from inferd.model_table import ModelTable, ambiguous_name
 from inferd.repository import (
@@ -62,6 +63,9 @@ class LifecycleOptions:
     #: ``--model-namespacing``: models are keyed by repository and name, so one name may be in
     #: several repositories (each ensemble calls its own repository's models first).
     namespacing: bool = False
+    #: ``--strict-readiness``: only for the warning that a model added under poll failed to load
+    #: while the server stays ready (``inferd.health``).
+    strict_readiness: bool = True
 
 
 class ModelManager:
@@ -234,14 +238,27 @@ class ModelManager:
             self.table.forget(key)
 
     async def apply(self, snapshot: Snapshot, changes: RepositoryDiff) -> None:
-        """Apply a repository diff (poll mode): remove, then load added and modified models."""
+        """Apply a repository diff (poll mode): remove, then load added and modified models.
+
+        Models added here count as added under poll: their failure to load does not make the
+        server unready (:mod:`inferd.health`); a WARNING says so where Triton's readiness would flip."""
         self.table.snapshot = snapshot
         self._report_duplicates(snapshot)
         for key in changes.removed:
+            self.table.poll_added.discard(key)
             if key in self.table.records:
                 await self._unload_key(key, False, Why.REMOVED)
                 self.table.forget(key)
+        self.table.poll_added.update(changes.added)
         await self._load_many(changes.added + changes.modified)
+        if self.options.strict_readiness:
+            for name in changes.added:
+                record = self.table.records.get(name)
+                if record is not None and not model_is_ready(record):
+                    log.warning(
+                        "model '%s' appeared under poll and failed to load: it is UNAVAILABLE (its reason is "
+                        "in the repository index) and the server stays ready", name,
+                    )  # fmt: skip
 
     def _step_keys(self, namespace: str, names: Iterable[str]) -> list[str]:
         """The keys of the models an ensemble of ``namespace`` calls by these names (a name held by
@@ -287,8 +304,8 @@ class ModelManager:
             try:
                 config, backend, chosen = await asyncio.to_thread(self._prepare, source, override)
             except Exception as exc:
-                log.error("model '%s' failed to load: %s", source.name, _message(exc))
-                record.fail(_message(exc), list(source.version_dirs()))
+                log.error("model '%s' failed to load: %s", source.name, failure_reason(exc))
+                record.fail(failure_reason(exc), list(source.version_dirs()))
                 return
             record.state = None
             self._swap(record, await self._build(record, source, config, backend, chosen))
@@ -298,17 +315,7 @@ class ModelManager:
             )  # fmt: skip
 
     def _prepare(self, source: ModelSource, override: cfg.ModelConfig | None) -> tuple[cfg.ModelConfig, Backend | None, list[int]]:
-        """The completed config, its backend and the versions its policy picks (blocking)."""
-        config, backend = self.builder.prepare_config(source, override)
-        chosen = cfg.version_policy_select(config, sorted(source.version_dirs()))
-        if backend is None:
-            return config, backend, chosen or [1]  # an ensemble needs no version directory
-        if not chosen:
-            raise InvalidArgument(
-                f"model '{source.name}': no version directory under {source.path} matches its "
-                f"version_policy (at least one numeric version directory is needed)"
-            )
-        return config, backend, chosen
+        return prepare(self.builder, source, override)
 
     async def _build(
         self, record: ModelRecord, source: ModelSource, config: cfg.ModelConfig, backend: Backend | None, chosen: list[int]
@@ -326,12 +333,12 @@ class ModelManager:
                 built[v] = result
                 record.versions[v] = READY
                 continue
-            log.error("model '%s' version %d failed to load: %s", source.name, v, _message(result))
+            log.error("model '%s' version %d failed to load: %s", source.name, v, failure_reason(result))
             if v in record.serving:  # a failed reload keeps the old version serving
                 built[v] = record.serving[v]
-                record.versions[v] = VersionState(State.READY, Why.RELOAD_FAILED, _message(result))
+                record.versions[v] = VersionState(State.READY, Why.RELOAD_FAILED, failure_reason(result))
             else:
-                record.versions[v] = VersionState(State.UNAVAILABLE, Why.LOAD_FAILED, _message(result))
+                record.versions[v] = VersionState(State.UNAVAILABLE, Why.LOAD_FAILED, failure_reason(result))
         return built
 
     def _swap(self, record: ModelRecord, serving: dict[int, ModelVersion]) -> None:
@@ -377,5 +384,24 @@ class ModelManager:
             )
 
 
-def _message(exc: BaseException) -> str:
+def prepare(
+    builder: VersionBuilder, source: ModelSource, override: cfg.ModelConfig | None = None
+) -> tuple[cfg.ModelConfig, Backend | None, list[int]]:
+    """The completed config, its backend and the versions its policy picks (blocking): what a load
+    does before building anything (``inferd check`` runs it offline)."""
+    config, backend = builder.prepare_config(source, override)
+    chosen = cfg.version_policy_select(config, sorted(source.version_dirs()))
+    if backend is None:
+        return config, backend, chosen or [1]  # an ensemble needs no version directory
+    if not chosen:
+        raise InvalidArgument(
+            f"model '{source.name}': no version directory under {source.path} matches its "
+            f"version_policy (at least one numeric version directory is needed)"
+        )
+    return config, backend, chosen
+
+
+def failure_reason(exc: BaseException) -> str:
+    """An exception as a load failure's reason (the repository index shows it)."""
     return exc.message if isinstance(exc, InferdError) else f"{type(exc).__name__}: {exc}"
+

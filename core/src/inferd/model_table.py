@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from inferd.auth.policy import unknown_model, visible_names
 from inferd.errors import InvalidArgument, NotFound
 from inferd.repository import Snapshot, model_key
 from inferd.states import ModelRecord, State
@@ -38,6 +39,9 @@ class ModelTable:
         self.ambiguous: dict[str, int] = {}
         #: Each name's keys, among the records and the last scan (with namespacing).
         self._keys: dict[str, list[str]] = {}
+        #: Models (keys) that appeared under poll after start-up (the lifecycle writes it): with
+        #: ``--strict-readiness`` their failures leave the server ready (see :mod:`inferd.health`).
+        self.poll_added: set[str] = set()
 
     # -- writing (the lifecycle) -------------------------------------------------------------------
 
@@ -86,8 +90,10 @@ class ModelTable:
         if record is not None and not version and record.serving:  # the common case, inline
             serving = record.serving
             return serving[max(serving)]
-        if record is None and name in self.ambiguous:
-            raise ambiguous_name(name, self.ambiguous[name])
+        if record is None:
+            if name in self.ambiguous:
+                raise ambiguous_name(name, self.ambiguous[name])
+            raise unknown_model(name, candidates=visible_names(self.names()))
         return _version(record, name, version)
 
     def resolve_key(self, key: str, version: str = "") -> ModelVersion:
@@ -133,6 +139,11 @@ class ModelTable:
             records = sorted(self.records.values(), key=lambda r: (r.namespace, r.name))
         for record in records:
             yield from (mv for _, mv in sorted(record.serving.items()))
+
+    def names(self) -> list[str]:
+        """Every model name in the repositories or with a record, sorted (names, not keys: with
+        namespacing a name in two repositories is listed once)."""
+        return sorted({r.name for r in self.records.values()} | {s.name for s in self._snapshot.models.values()})
 
     def known(self, name: str) -> bool:
         """Whether ``name`` is in the repositories or has a record (loaded, failed, unloaded), and

@@ -29,6 +29,7 @@ from inferd.poller import RepositoryPoller
 from inferd.rate_limiter import RateLimiter
 from inferd.repository import Repository
 from inferd.router import Router
+from inferd.summary import startup_summary
 from inferd.trace import Tracer
 from inferd.workers.control import ControlServer
 from inferd.workers.local import WorkerOps
@@ -156,6 +157,7 @@ class Server:
             load_threads=options.model_load_thread_count,
             unload_timeout_secs=options.model_unload_timeout_secs,
             namespacing=options.model_namespacing,
+            strict_readiness=options.strict_readiness,
         )
 
     async def start(self) -> None:
@@ -166,8 +168,8 @@ class Server:
         await self._check_repositories()
         self._start_control()
         await self.manager.start()
+        restarted = await self.dataplane.catch_up()  # first: it says which models appeared under poll
         await self._exit_on_error()
-        restarted = await self.dataplane.catch_up()
         if self.options.model_control_mode is ControlMode.POLL:
             await self._start_poller(restarted)
         for reg in self.host.registries().frontends:
@@ -175,7 +177,7 @@ class Server:
             if frontend is None:
                 continue
             await frontend.start(self.dataplane)
-            log.info("started %s frontend at %s", frontend.name, frontend.address())
+            log.info("started %s frontend at %s", frontend.name, frontend.url())
             self.frontends.append(frontend)
         self.host.startup(self)
         if self.options.ports_file is not None:
@@ -184,6 +186,13 @@ class Server:
             gc_settings.settle()
         self.health.accepting = True
         log.info("inferd ready in %.2f s", time.monotonic() - self.started_at)
+        if self.options.worker is None or self.options.worker.index == 0:  # one block for --workers N
+            options = self.options
+            summary = startup_summary(
+                self.table.index(), self.frontends, self.dataplane.access, options.model_control_mode,
+                self.manager.options.repositories, options.repository_poll_secs,
+            )  # fmt: skip
+            log.info("serving:\n%s", summary)
 
     async def _check_repositories(self) -> None:
         """A directory that is none stops the server; so does an object store that cannot be
@@ -231,6 +240,8 @@ class Server:
         failures = []
         for name, found in keys.items():
             for key in found:
+                if key in self.table.poll_added:  # a restarted worker: a model that appeared under poll
+                    continue
                 record = records.get(key)
                 if record is None:
                     failures.append(f"failed to load '{name}', failed to poll from model repository")
@@ -256,7 +267,9 @@ class Server:
     async def stop(self) -> None:
         """Report not ready, keep serving for ``--drain-delay-secs``, then stop accepting, let
         in-flight requests finish and unload every model: all of that within
-        ``--exit-timeout-secs`` (past it, :attr:`drained` is false)."""
+        ``--exit-timeout-secs`` (past it, :attr:`drained` is false). Logs each frontend's stop,
+        then how many models it unloaded and how long stopping took."""
+        stopping = time.monotonic()
         self.health.accepting = False
         if self.poller is not None:
             self.poller.stop()
@@ -269,7 +282,8 @@ class Server:
             await asyncio.sleep(self.options.drain_delay_secs)
         grace = self.options.exit_timeout_secs
         deadline = time.monotonic() + grace
-        await asyncio.gather(*(f.stop(grace) for f in self.frontends), return_exceptions=True)
+        await asyncio.gather(*(_stop_frontend(f, grace) for f in self.frontends))
+        loaded = sum(1 for r in list(self.table.records.values()) if r.serving)
         try:  # what the frontends' drain left of the timeout (a moment at least, to unload idle models)
             await asyncio.wait_for(self.manager.shutdown(), timeout=max(_UNLOAD_MIN_S, deadline - time.monotonic()))
         except TimeoutError:
@@ -282,6 +296,8 @@ class Server:
         if self.control is not None:
             self.control.stop()
         self.close_repositories()
+        log.info("unloaded %d model%s; inferd stopped in %.2f s", loaded, "" if loaded == 1 else "s",
+                 time.monotonic() - stopping)  # fmt: skip
 
     def close_repositories(self) -> None:
         """Delete the local mirrors of remote repositories (blocking)."""
@@ -350,6 +366,16 @@ def write_ports(path: Path, ports: dict[str, int]) -> None:
     with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as f:
         f.write(json.dumps(ports))
     os.replace(f.name, path)
+
+
+async def _stop_frontend(frontend: Frontend, grace: float) -> None:
+    """Stop one frontend and say so once, by name (a failure is logged, never raised)."""
+    try:
+        await frontend.stop(grace)
+    except Exception:
+        log.exception("%s frontend did not stop cleanly", frontend.name)
+    else:
+        log.info("stopped %s frontend", frontend.name)
 
 
 def _repository(value: Path | str) -> Repository:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from inferd.errors import InvalidArgument
+from inferd.hints import did_you_mean
 
 # Wire datatype name -> numpy dtype. BYTES is an object array of ``bytes``.
 _WIRE_TO_NUMPY: dict[str, np.dtype] = {
@@ -67,9 +68,17 @@ def numpy_dtype(wire: str) -> np.dtype:
     except KeyError:
         if wire == "BF16":
             raise InvalidArgument("datatype BF16 needs the 'ml_dtypes' package") from None
-        raise InvalidArgument(
-            f"unknown datatype '{wire}'; expected one of {', '.join(WIRE_DATATYPES)}"
-        ) from None
+        raise InvalidArgument(f"unknown datatype '{wire}'; {datatype_hint(wire)}") from None
+
+
+def datatype_hint(wire: str) -> str:
+    """What to send instead of an unknown datatype name: the closest one and the valid ones."""
+    if wire == "BF16":
+        return "datatype BF16 needs the 'ml_dtypes' package"
+    upper = wire.upper().removeprefix("TYPE_")  # fp32, TYPE_FP32, STRING: the config's spellings
+    upper = "BYTES" if upper == "STRING" else upper
+    close = f"did you mean '{upper}'?" if upper in WIRE_DATATYPES else did_you_mean(upper[:64], WIRE_DATATYPES)
+    return f"{close + ' ' if close else ''}expected one of {', '.join(WIRE_DATATYPES)}"
 
 
 def wire_datatype(dtype: np.dtype) -> str:

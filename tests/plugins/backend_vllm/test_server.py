@@ -6,6 +6,8 @@ from __future__ import annotations
 import http.client
 import json
 import queue
+import re
+import signal
 import urllib.request
 from typing import Any
 
@@ -229,3 +231,15 @@ def test_vllm_metrics_beside_tritons(llm_server: ServerProcess) -> None:
     assert metric(llm_server, "vllm:generation_tokens_total", labels) == generated + 4
     assert metric(llm_server, "nv_inference_request_success", 'model="llm"') is not None  # Triton's, beside
     assert metric(llm_server, "vllm:num_requests_running", labels) == 0  # the cancelled ones freed their slot
+
+
+def test_stopping_names_the_model_in_vllms_lines_and_ends_without_a_traceback(llm_server: ServerProcess) -> None:
+    """Last in this module: it stops the server."""
+    assert llm_server.proc is not None
+    llm_server.proc.send_signal(signal.SIGINT)
+    assert llm_server.proc.wait(120) == 0
+    log = llm_server.log()
+    assert "Traceback" not in log and "Exception ignored" not in log, log
+    assert "[model 'llm'] (EngineCore pid=" in log  # vLLM's own lines name the model
+    assert "MPClient" not in log and "Loading weights took" not in log  # its INFO lines: DEBUG to inferd
+    assert re.search(r"unloaded 1 model; inferd stopped in \d+\.\d\d s\n", log), log

@@ -135,6 +135,11 @@ def test_another_tenants_model_answers_as_an_unknown_one(port: Port) -> None:
     assert answers[1] == (unknown, unknown)
     hidden = {**unknown, "message": "The model `plain` does not exist."}
     assert answers[0] == (hidden, hidden)
+    # "did you mean" only among the tenant's models: bob's "plain" is never suggested to alice
+    for model, hint in (("plai", ""), ("chta", " Did you mean `chat`?")):
+        with pytest.raises(openai.NotFoundError) as exc:
+            complete(alice, model)
+        assert error(exc)["message"] == f"The model `{model}` does not exist.{hint}"
 
 
 def test_outside_the_tenants_api_groups_or_a_restricted_group_is_403(port: Port) -> None:

@@ -10,7 +10,7 @@ once per request, and serves the request inside ``with grant.serving():`` (the g
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +29,13 @@ from inferd.auth.policy import (
     AccessPolicy,
     Grant,
     unknown_model,
+    visible_names,
 )
 
 __all__ = [
     "CURRENT", "OPEN", "ROUTE_GROUPS", "RPC_GROUPS", "AccessControl", "AccessDenied", "AccessPolicy",
     "ApiGroup", "AuthConfigError", "Grant", "Restriction", "RestrictionError", "Tenant", "access_from_flags",
-    "digest", "unknown_model", "visible_entries",
+    "digest", "unknown_model", "visible_entries", "visible_names",
 ]  # fmt: skip
 
 
@@ -48,10 +49,17 @@ class AccessControl:
         self.limits = TenantLimits()
         self.http = AccessPolicy(http, keys, self.limits, HTTP_HEADER_PREFIX, "API")
         self.grpc = AccessPolicy(grpc, keys, self.limits, GRPC_HEADER_PREFIX, "protocol")
+        self.model_names: Callable[[], Iterable[str]] = tuple
+
+    def bind(self, model_names: Callable[[], Iterable[str]]) -> None:
+        """Where the policies read the server's model names from, for "did you mean" hints."""
+        self.model_names = self.http.model_names = self.grpc.model_names = model_names
 
     def policy(self, restricted: Mapping[ApiGroup, Restriction] | None = None, header_prefix: str = "") -> AccessPolicy:
         """A policy for a plugin's protocol: the same tenants and limits, its own restrictions."""
-        return AccessPolicy(restricted or {}, self.keys, self.limits, header_prefix, "API")
+        policy = AccessPolicy(restricted or {}, self.keys, self.limits, header_prefix, "API")
+        policy.model_names = self.model_names
+        return policy
 
     def collect(self) -> Iterator[Metric]:
         """``inferd_tenant_requests_total{tenant,outcome}`` and ``inferd_tenant_requests_in_flight``."""

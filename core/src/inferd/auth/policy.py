@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import hmac
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import grpc
@@ -20,6 +20,7 @@ from inferd.auth.groups import ApiGroup, Restriction
 from inferd.auth.keys import KeyFile, Tenant, digest
 from inferd.auth.limits import TenantLimits
 from inferd.errors import InferdError, InvalidArgument, NotFound
+from inferd.hints import did_you_mean
 
 #: Longest ``Authorization`` value looked at (a bearer key is far shorter).
 MAX_AUTHORIZATION = 4096
@@ -42,12 +43,23 @@ class AccessDenied(Exception):
         self.content_type = content_type
 
 
-def unknown_model(model: str, group: ApiGroup = ApiGroup.INFERENCE) -> InferdError:
+def unknown_model(model: str, group: ApiGroup = ApiGroup.INFERENCE, candidates: Iterable[str] = ()) -> InferdError:
     """What an unknown model answers to a request of ``group`` (the data plane's sentences): a
-    model the tenant may not see answers it too."""
+    model the tenant may not see answers it too. Triton's sentence comes first; a "did you mean"
+    among ``candidates`` (only names the asker may see) follows after '; '."""
+    hint = did_you_mean(model, candidates)
+    tail = f"; {hint}" if hint else ""
     if group is ApiGroup.TRACE:
-        return InvalidArgument(f"Request for unknown model : {model}")
-    return NotFound(f"Request for unknown model: '{model}' is not found")
+        return InvalidArgument(f"Request for unknown model : {model}{tail}")
+    return NotFound(f"Request for unknown model: '{model}' is not found{tail}")
+
+
+def visible_names(names: Iterable[str]) -> Iterator[str]:
+    """``names`` the current request's tenant may see (all of them without a tenant)."""
+    grant = CURRENT.get()
+    if grant is None or grant.tenant is None:
+        return iter(names)
+    return (n for n in names if grant.sees(n))
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +107,9 @@ class AccessPolicy:
         self.limits = limits
         self.header_prefix = header_prefix
         self.restricted_word = restricted_word
+        #: The server's model names (set by :meth:`AccessControl.bind`): an unknown-model answer
+        #: suggests the closest one the tenant may see.
+        self.model_names: Callable[[], Iterable[str]] = tuple
 
     def secret_headers(self) -> frozenset[str]:
         """The headers (lowercase) that carry credentials under these rules: the restricted groups'
@@ -126,7 +141,7 @@ class AccessPolicy:
         visible = not model or tenant.sees(model)
         if not visible and group not in (ApiGroup.HEALTH, ApiGroup.MODEL_REPOSITORY):
             self.limits.count(tenant.name, "forbidden")
-            raise unknown_model(model, group)
+            raise unknown_model(model, group, (n for n in self.model_names() if tenant.sees(n)))
         if group is ApiGroup.HEALTH or not slot:
             return Grant(tenant, visible)
         return self.hold(Grant(tenant, visible))

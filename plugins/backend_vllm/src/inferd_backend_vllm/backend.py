@@ -16,6 +16,7 @@ from inferd.backend import Backend, Instance, InstanceSpec, Model, ModelLoadCont
 from inferd.errors import InferdError, InvalidArgument, Unavailable
 from inferd.metric_sources import SOURCES
 from inferd.types import InferRequest, InferResponse
+from inferd_backend_vllm.logs import model_logs
 from inferd_backend_vllm.metrics import VLLM_METRICS
 from inferd_backend_vllm.tensors import INPUTS, OUTPUTS
 
@@ -59,7 +60,8 @@ class VllmBackend(Backend):
                               "load it through a server")  # fmt: skip
         args = read_engine_args(context.version_dir / ENGINE_ARGS_FILENAME, context.name)
         args.setdefault("served_model_name", context.name)  # the model_name label of vllm:* metrics
-        from inferd_backend_vllm.engine import Engine
+        with model_logs(context.name, spawns=False):  # vLLM logs as it is first imported
+            from inferd_backend_vllm.engine import Engine
 
         return VllmModel(Engine(args, context.name, str(context.version), context.loop))
 

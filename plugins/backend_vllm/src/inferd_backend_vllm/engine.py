@@ -22,6 +22,7 @@ from vllm.v1.engine.async_llm import AsyncLLM
 
 from inferd.errors import Cancelled, InferdError, InternalError, Unavailable
 from inferd.types import InferRequest, InferResponse, InferTensor
+from inferd_backend_vllm.logs import model_logs
 from inferd_backend_vllm.sampling import sampling_params
 from inferd_backend_vllm.tensors import GenerateInputs, bytes_tensor, decode_inputs, logprobs_json, number_tensor
 
@@ -38,7 +39,8 @@ class Engine:
         self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
         # Blocking (it starts the engine process): called on the load's worker thread, where no
         # loop runs, so vLLM starts its output handler lazily, on the loop of the first generate.
-        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_args))
+        with model_logs(model_name):
+            self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_args))
 
     def submit(self, request: InferRequest) -> None:
         """Decode ``request`` and hand it to the engine; its responses go to its sender.
@@ -81,16 +83,26 @@ class Engine:
 
     def shutdown(self) -> None:
         """End the requests still generating, then stop the engine and its process (blocking:
-        called on a worker thread while the loop runs)."""
+        called on a worker thread while the loop runs).
+
+        ``AsyncLLM.__del__`` shuts the engine down again; left to the interpreter's exit, it runs
+        once vLLM's module globals are gone and prints a traceback. The engine is stopped here,
+        explicitly, and its second shutdown made a no-op."""
         if not self.loop.is_closed():
             asyncio.run_coroutine_threadsafe(self._end_requests(), self.loop).result()
-        self.engine.shutdown()
+        with model_logs(self.model_name):
+            self.engine.shutdown()
+        self.engine.shutdown = _already_shut_down  # type: ignore[method-assign]
 
     async def _end_requests(self) -> None:
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _already_shut_down(timeout: float | None = None) -> None:
+    """What ``AsyncLLM.shutdown`` does once :meth:`Engine.shutdown` stopped the engine: nothing."""
 
 
 class ResponseBuilder:

@@ -56,3 +56,22 @@ def write_vllm_repository(root: Path, model_dir: Path, name: str = "llm", **engi
     version.mkdir(parents=True, exist_ok=True)
     (version / "model.json").write_text(json.dumps(args))
     return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m inferd_backend_vllm.tiny_model DIR``: build the tiny Llama into ``DIR``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m inferd_backend_vllm.tiny_model",
+        description="Build a tiny random-weight Llama (2 layers, 512-token vocabulary) and its tokenizer into "
+                    "DIR, offline, to try the vLLM backend: it answers fast and says random things.",
+    )  # fmt: skip
+    parser.add_argument("directory", type=Path, metavar="DIR")
+    args = parser.parse_args(argv)
+    print(build_tiny_llama(args.directory))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from inferd.auth import CURRENT
 from inferd.errors import InferdError
+from inferd.hints import closest
 from inferd_frontend_openai.engine import is_text_model
 from inferd_frontend_openai.errors import OpenAIError, bad_request, model_not_found
 from inferd_frontend_openai.tokenizer import Tokenizer, find_tokenizer_dir
@@ -48,11 +49,17 @@ class Catalog:
 
     def listed(self) -> list[dict[str, object]]:
         """``GET /v1/models``'s ``data``: one entry per text model name the request's tenant may see."""
+        return [self.entry(name) for name in self.names()]
+
+    def names(self) -> list[str]:
+        """The text models the request's tenant may see, sorted."""
         grant = CURRENT.get()
         names = sorted({mv.name for mv in self.models.serving() if is_text_model(mv.info)})
-        if grant is not None:
-            names = [name for name in names if grant.sees(name)]
-        return [self.entry(name) for name in names]
+        return [name for name in names if grant.sees(name)] if grant is not None else names
+
+    def not_found(self, name: str) -> OpenAIError:
+        """The 404 for ``name``, suggesting the closest text model the caller may see."""
+        return model_not_found(name, closest(name, self.names()))
 
     def entry(self, name: str) -> dict[str, object]:
         return {"id": name, "object": "model", "created": self.created, "owned_by": "inferd"}
@@ -62,13 +69,13 @@ class Catalog:
         request's tenant may not see it."""
         grant = CURRENT.get()
         if grant is not None and not grant.sees(name):
-            raise model_not_found(name)
+            raise self.not_found(name)
         try:
             mv = self.models.resolve(name)
         except InferdError:
-            raise model_not_found(name) from None
+            raise self.not_found(name) from None
         if not is_text_model(mv.info):
-            raise model_not_found(name)
+            raise self.not_found(name)
         return mv
 
     async def tokenizer(self, mv: ServingVersion) -> Tokenizer:

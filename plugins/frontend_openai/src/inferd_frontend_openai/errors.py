@@ -39,9 +39,11 @@ def bad_request(message: str, param: str | None = None) -> OpenAIError:
     return OpenAIError(400, message, "invalid_request_error", param)
 
 
-def model_not_found(model: str) -> OpenAIError:
-    """A 404, in OpenAI's words."""
-    return OpenAIError(404, f"The model `{model}` does not exist.", "invalid_request_error", "model", "model_not_found")
+def model_not_found(model: str, suggestion: str | None = None) -> OpenAIError:
+    """A 404, in OpenAI's words; then the closest model the caller may see, when one is close."""
+    hint = f" Did you mean `{suggestion}`?" if suggestion else ""
+    return OpenAIError(404, f"The model `{model}` does not exist.{hint}", "invalid_request_error", "model",
+                       "model_not_found")  # fmt: skip
 
 
 def from_inferd(exc: InferdError) -> OpenAIError:

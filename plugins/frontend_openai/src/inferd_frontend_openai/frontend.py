@@ -78,3 +78,8 @@ class OpenAIFrontend(Frontend):
 
     def address(self) -> str:
         return f"{self.host}:{self.port}" if self.server is not None else f"({self.not_serving})"
+
+    def url(self) -> str:
+        if self.server is None:
+            return self.address()
+        return f"{'https' if self.tls else 'http'}://{self.address()}/v1"

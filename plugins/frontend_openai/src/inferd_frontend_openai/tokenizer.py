@@ -1,7 +1,8 @@
 """A model's Hugging Face tokenizer directory: token counts and its chat template.
 
 The directory holds ``tokenizer.json`` (read with ``tokenizers``) and ``tokenizer_config.json``
-(its ``chat_template``, ``bos_token``, ``eos_token``). The template is rendered as
+(its ``chat_template``, ``bos_token``, ``eos_token``); a ``chat_template.jinja`` file, where
+``transformers`` (4.43 on) saves the template, wins over the config's. The template is rendered as
 ``transformers`` renders it: a sandboxed Jinja environment with ``trim_blocks`` and
 ``lstrip_blocks``, ``raise_exception`` and ``tojson``.
 """
@@ -32,7 +33,8 @@ class Tokenizer:
         config: dict[str, Any] = json.loads(config_path.read_text()) if config_path.is_file() else {}
         self.bos_token = _token_text(config.get("bos_token"))
         self.eos_token = _token_text(config.get("eos_token"))
-        self._template = _compile(config.get("chat_template"))
+        jinja = directory / "chat_template.jinja"
+        self._template = _compile(jinja.read_text() if jinja.is_file() else config.get("chat_template"))
 
     @property
     def has_chat_template(self) -> bool:

@@ -86,6 +86,9 @@ class GrpcFrontend(Frontend):
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def url(self) -> str:
+        return f"{'grpcs' if self.tls else 'grpc'}://{self.address()}"
+
 
 def _factory(options: ServerSettings) -> GrpcFrontend | None:
     if not options.allow_grpc:

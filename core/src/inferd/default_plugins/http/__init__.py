@@ -59,6 +59,9 @@ class HttpFrontend(Frontend):
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://{self.address()}"
+
 
 def _factory(options: ServerSettings) -> HttpFrontend | None:
     if not options.allow_http:

@@ -28,6 +28,7 @@ from inferd.types import (
     RequestedOutput,
     array_from_bytes,
     array_to_bytes,
+    datatype_hint,
     numpy_dtype,
 )
 
@@ -228,7 +229,7 @@ def _decode_input(
     try:
         numpy_dtype(datatype)
     except InferdError:
-        raise InvalidArgument(f"invalid datatype for input {name}: '{datatype}'") from None
+        raise InvalidArgument(f"invalid datatype for input {name}: '{datatype}'; {datatype_hint(datatype)}") from None
     shape = _shape(raw.get("shape"), name)
     params = raw.get("parameters") or {}
     for value in params.values() if type(params) is dict else ():

@@ -227,6 +227,9 @@ class MetricsFrontend(Frontend):
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://{self.address()}/metrics"
+
 
 def _header(scope: dict[str, Any], name: bytes) -> str:
     """One request header's value ("" when absent)."""

@@ -1,0 +1,101 @@
+"""vLLM's log lines in the server's log: each names the model it concerns, the noisiest are DEBUG.
+
+A log-record factory (:func:`install`) prefixes every ``vllm.*`` record made in this process with
+``[model '<name>']`` (the model being loaded or unloaded, else the request's) and demotes the lines
+on the :data:`NOISE` list to DEBUG. :func:`route` then replaces the handler vLLM gives its ``vllm``
+logger with one that hands records to the server's handlers (inferd's line layout, and
+``--log-verbose=1`` shows the DEBUG ones); vLLM puts its own back while an engine starts, so it is
+routed again afterwards. The processes vLLM spawns for an engine write their lines themselves,
+prefixed through ``VLLM_LOGGING_PREFIX`` and, unless ``VLLM_LOGGING_LEVEL`` is set, only from
+WARNING up (all of them with ``--log-verbose``): both set while the engine starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from inferd.logging_settings import REQUEST_MODEL
+
+#: The model a load or an unload concerns, while vLLM works for it.
+MODEL: contextvars.ContextVar[str] = contextvars.ContextVar("inferd_vllm_model", default="")
+#: Fragments of the lines a user serving a model does not need: DEBUG.
+NOISE = (
+    "Triton", "weights", "checkpoint", "Checkpoint", "Auto-prefetch", "[shutdown]", "Passing raw prompts",
+    "Enforce eager", "Inductor compilation", "IR op priority", "custom fusions", "Chunked prefill",
+)  # fmt: skip
+
+
+class _Labelled:
+    """A log-record factory: vLLM's records get the model's name and, when noisy, DEBUG."""
+
+    def __init__(self, inner: Callable[..., logging.LogRecord]) -> None:
+        self.inner = inner
+
+    def __call__(self, *args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = self.inner(*args, **kwargs)
+        if record.name == "vllm" or record.name.startswith("vllm."):
+            message = record.getMessage()
+            model = MODEL.get() or REQUEST_MODEL.get()
+            record.msg, record.args = (f"[model '{model}'] " if model else "[vllm] ") + message, None
+            if record.levelno < logging.ERROR and any(n in message for n in NOISE):
+                record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return record
+
+
+class _ToServerLog(logging.Handler):
+    """Hands vLLM's records to the root logger's handlers (the server's log)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        for handler in logging.getLogger().handlers:
+            if record.levelno >= handler.level:
+                handler.handle(record)
+
+
+def install() -> None:
+    """Label vLLM's records from now on (once per process)."""
+    factory = logging.getLogRecordFactory()
+    while factory is not None:  # vLLM wraps the factory it finds in its own
+        if isinstance(factory, _Labelled):
+            return
+        factory = getattr(factory, "_factory", None)
+    logging.setLogRecordFactory(_Labelled(logging.getLogRecordFactory()))
+
+
+def route() -> None:
+    """Send the ``vllm`` logger's records to the server's log (again, if vLLM reset its handler)."""
+    logger = logging.getLogger("vllm")
+    if len(logger.handlers) == 1 and isinstance(logger.handlers[0], _ToServerLog):
+        return
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+    logger.addHandler(_ToServerLog())
+    logger.propagate = False
+
+
+@contextlib.contextmanager
+def model_logs(model: str, spawns: bool = True) -> Iterator[None]:
+    """While vLLM works for ``model``: its lines name the model; with ``spawns``, so do those of the
+    processes it starts meanwhile (not while vLLM is first imported: its layout would keep it)."""
+    install()
+    token = MODEL.set(model)
+    saved = {name: os.environ.get(name) for name in ("VLLM_LOGGING_PREFIX", "VLLM_LOGGING_LEVEL")}
+    if spawns:
+        os.environ["VLLM_LOGGING_PREFIX"] = f"[model '{model}'] "
+        if saved["VLLM_LOGGING_LEVEL"] is None:  # their INFO lines are DEBUG to the server
+            verbose = logging.getLogger().getEffectiveLevel() <= logging.DEBUG
+            os.environ["VLLM_LOGGING_LEVEL"] = "DEBUG" if verbose else "WARNING"
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        MODEL.reset(token)
+        route()
