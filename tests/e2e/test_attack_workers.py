@@ -377,6 +377,7 @@ def test_a_worker_killed_while_starting_is_restarted_not_fatal(tmp_path: Path) -
     slow = {"config.pbtxt": 'backend: "python"\nmax_batch_size: 0\n', "1/model.py": SLOW_PY}
     repo = write_repository(tmp_path / "models", {"slow": slow})
     srv = ServerProcess([repo], ["--workers", "2", *FAST_EXIT])
+    srv.ports_path.unlink(missing_ok=True)
     log_file = open(srv.log_path, "ab")  # started by hand: start() would wait for a server that is up
     srv._log, srv.proc = log_file, subprocess.Popen(srv.command(), stdout=log_file, stderr=subprocess.STDOUT,
                                                     env=srv.env)  # fmt: skip
@@ -385,6 +386,7 @@ def test_a_worker_killed_while_starting_is_restarted_not_fatal(tmp_path: Path) -
         wait_for(lambda: len(_children(supervisor)) == 2, timeout=30, what="two workers")
         victim = _children(supervisor)[0]
         os.kill(victim, signal.SIGKILL)
+        srv.wait_ports(120)
         srv.wait_ready(120)
         assert srv.proc.poll() is None, srv.log()
         assert f"(pid {victim}) was killed by SIGKILL; restarting it" in srv.log(), srv.log()
