@@ -42,7 +42,7 @@ def _deeper_than(value: Any, limit: int, brackets: int) -> bool:
     while depth <= limit:
         if found >= brackets:
             return False  # every container is known, and none lies below this level
-        below = []
+        below: list[Any] = []
         for container in level:
             items = container.values() if type(container) is dict else container
             kinds = set(map(type, items))  # in C: one pass over a row of numbers

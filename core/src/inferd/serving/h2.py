@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import zttp
 from uvicorn.protocols.http.zttp_h2_impl import ZttpH2Protocol
@@ -87,7 +87,7 @@ class GrpcH2Protocol(ZttpH2Protocol):
         conn = self.conn
         cycles = self.cycles
         while True:
-            event = conn.next_event()
+            event: Any = conn.next_event()  # dispatched on its exact type below (narrowed by hand)
             kind = type(event)
             if kind is zttp.Data:
                 cycle = cycles.get(event.stream_id)

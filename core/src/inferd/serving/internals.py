@@ -168,7 +168,7 @@ def _class_trees(cls: type) -> list[ast.ClassDef]:
             source = textwrap.dedent(inspect.getsource(klass))
         except (OSError, TypeError):
             continue
-        trees.append(ast.parse(source).body[0])  # type: ignore[arg-type]
+        trees.append(ast.parse(source).body[0])
     return trees  # type: ignore[return-value]
 
 

@@ -58,7 +58,7 @@ class _ToServerLog(logging.Handler):
 
 def install() -> None:
     """Label vLLM's records from now on (once per process)."""
-    factory = logging.getLogRecordFactory()
+    factory: Any = logging.getLogRecordFactory()
     while factory is not None:  # vLLM wraps the factory it finds in its own
         if isinstance(factory, _Labelled):
             return
