@@ -175,14 +175,19 @@ def installed(gpus: int = 1) -> Iterator[tuple[FakeCudaRuntime, list[ComputeEngi
     """Install the emulated ``tensorrt`` and CUDA runtime for the backend; restore afterwards."""
     from inferd_backend_tensorrt import backend, cuda
 
+    from inferd import builder
+
     engines: list[ComputeEngine] = []
     runtime = FakeCudaRuntime(gpus)
     saved = (sys.modules.get("tensorrt"), backend._trt, cuda._rt, backend._Logger.instance)
     sys.modules["tensorrt"] = fake_tensorrt(engines)
     backend._trt, cuda._rt, backend._Logger.instance = None, runtime, None
+    # The server validates a config's GPU ids against the GPUs the driver shows: these ones.
+    visible_gpus, builder.visible_gpus = builder.visible_gpus, lambda: list(range(gpus))
     try:
         yield runtime, engines
     finally:
+        builder.visible_gpus = visible_gpus
         if saved[0] is None:
             sys.modules.pop("tensorrt", None)
         else:
