@@ -29,7 +29,7 @@ async def asgi_client(repositories: Sequence[Path], plugins: Iterable[Any] | Non
     ``options``: :class:`~inferd.server.ServerOptions` fields."""
     import httpx
 
-    from inferd.asgi_server import HTTP_MAX_INPUT_SIZE, BodyLimit
+    from inferd.serving import HTTP_MAX_INPUT_SIZE, BodyLimit
     from inferd.default_plugins.http.app import HttpApp
     from inferd.plugins import PluginHost
     from inferd.server import Server, ServerOptions
