@@ -39,6 +39,7 @@ class SummedVersion:
         self._version = version
         self.name = version.name
         self.version = version.version
+        self.namespace = version.namespace
         self.config = version.config
         self.decoupled = version.decoupled
         self.stats = SummedStats(version.stats, peers)
