@@ -186,7 +186,8 @@ def _m_successes(server: ServerProcess) -> tuple[float, float]:
     """``nv_inference_request_success`` of ``m`` in repository a and in b: two series, told apart by
     Triton's ``namespace`` label, the repository as given to ``--model-repository``."""
     series = _series(server, "nv_inference_request_success")
-    return tuple(series[f'model="m",namespace="{repo}",version="1"'] for repo in server.repositories)  # type: ignore[return-value]
+    a, b = (series[f'model="m",namespace="{repo}",version="1"'] for repo in server.repositories)
+    return a, b
 
 
 def _wait_for(server: ServerProcess, expected: tuple[float, float]) -> None:
