@@ -105,6 +105,15 @@ def test_with_namespacing_each_repository_keeps_its_own_model_of_a_name(tmp_path
     assert diff(snap, scan([one, two], namespacing=True)).removed == [f"{two}::m"]
 
 
+def test_with_namespacing_a_repository_is_named_as_given(tmp_path):
+    # Triton's namespace (and metrics label) is the --model-repository value as given: 'two/' stays 'two/'.
+    one = write_repository(tmp_path / "one", {"m": {"config.pbtxt": PLAIN}})
+    two = write_repository(tmp_path / "two", {"m": {"config.pbtxt": PLAIN}})
+    snap = scan([one, two], namespacing=True, namespaces=[str(one), "two/"])
+    assert sorted(snap.models) == [f"{one}::m", "two/::m"]
+    assert snap.models["two/::m"].namespace == "two/"
+
+
 def test_version_directories_are_numeric_without_leading_zeros(tmp_path):
     repo = write_repository(tmp_path, {"m": {"1/f": "", "0/f": "", "007/f": "", "12/f": "", "x/f": "", "3": "a file"}})
     assert scan([repo]).models["m"].version_dirs() == {0: repo / "m" / "0", 1: repo / "m" / "1", 12: repo / "m" / "12"}

@@ -34,7 +34,7 @@ def family(kind: str, value: float) -> list[Any]:
 
 def counts(pid: int, successes: int, source: float = 0.0, kind: str = "counter") -> dict[str, Any]:
     s = stats(successes)
-    return {"pid": pid, "stats": [s.as_dict()], "snapshots": [["m", "1", s.snapshot()]],
+    return {"pid": pid, "stats": [s.as_dict()], "snapshots": [["m", "1", s.snapshot(), ""]],
             "sources": [family(kind, source)]}  # fmt: skip
 
 
@@ -69,7 +69,7 @@ def test_a_dead_workers_counts_are_kept_once(tmp_path: Path) -> None:
     assert [success_count(c["stats"]) for c in others] == [10]
     (retired,) = others
     assert retired["pids"] == [101, 102]
-    assert merge.snapshots([retired["snapshots"]])[("m", "1", 0)]["durations"]["success"][0] == 10
+    assert merge.snapshots([retired["snapshots"]])[("m", "1", "")]["durations"]["success"][0] == 10
     assert retired["sources"] == [["custom", "counter", "help", [["custom_total", {"m": "a"}, 8.0]]]]
     retire(tmp_path, 999)  # never reported: nothing to add
     assert mine.others([])[0]["pids"] == [101, 102]

@@ -32,8 +32,8 @@ def test_statistics_and_snapshots_sum_like_one_process():
     summed.pop("last_inference"), expected.pop("last_inference")
     assert summed == expected
 
-    peers = merge.snapshots([json.loads(json.dumps([["m", "1", b.snapshot()]]))])
-    assert merge.add_snapshot(a.snapshot(), peers[("m", "1", 0)]) == everything.snapshot()
+    peers = merge.snapshots([json.loads(json.dumps([["m", "1", b.snapshot(), ""]]))])
+    assert merge.add_snapshot(a.snapshot(), peers[("m", "1", "")]) == everything.snapshot()
 
 
 def test_a_version_only_a_peer_serves_is_left_out():
@@ -54,5 +54,16 @@ def test_one_name_in_two_repositories_is_summed_per_repository():
     assert first["inference_stats"]["success"]["count"] == len(TRAFFIC_A) + len(TRAFFIC_B)
     assert second["inference_stats"]["success"]["count"] == len(TRAFFIC_A)
     assert second["inference_stats"]["fail"]["count"] == 1
-    rows = merge.snapshots([[["m", "1", s.snapshot()] for s in peer]])
-    assert [k for k in rows] == [("m", "1", 0), ("m", "1", 1)]
+    rows = merge.snapshots([[["m", "1", s.snapshot(), ns] for s, ns in zip(peer, ("/r/a", "/r/b"), strict=True)]])
+    assert [k for k in rows] == [("m", "1", "/r/a"), ("m", "1", "/r/b")]
+
+
+def test_metric_snapshots_are_summed_by_namespace_whatever_each_worker_serves():
+    # A peer serving only b's 'm' (a's not loaded there yet): its counts are b's, not the first 'm''s.
+    b_only = ModelStats("m", "1")
+    record(b_only, TRAFFIC_B, 0)
+    rows = merge.snapshots([[["m", "1", b_only.snapshot(), "/r/b"]], [["m", "1", b_only.snapshot(), "/r/b"]]])
+    assert list(rows) == [("m", "1", "/r/b")]
+    assert rows[("m", "1", "/r/b")]["durations"]["success"][0] == 2 * len(TRAFFIC_B)
+    summed = merge.add_snapshot_rows([["m", "1", b_only.snapshot(), "/r/a"]], [["m", "1", b_only.snapshot(), "/r/b"]])
+    assert [(row[0], row[3]) for row in summed] == [("m", "/r/a"), ("m", "/r/b")]

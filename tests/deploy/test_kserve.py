@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import re
-from pathlib import Path
 
 import kubernetes_validate
 import pytest
@@ -73,7 +72,7 @@ def test_the_runtime_command_line_serves_kserves_ports_and_paths():
     (container,) = runtime["spec"]["containers"]
     assert container["name"] == "kserve-container"  # the name KServe injects the model into
     options = image_options(container)
-    assert options.model_repositories == [Path("/mnt/models")]  # where the storage initializer writes
+    assert options.model_repositories == ["/mnt/models"]  # where the storage initializer writes
     assert (options.http_port, options.grpc_port) == (KSERVE_HTTP_PORT, KSERVE_GRPC_PORT)
     assert [p["containerPort"] for p in container["ports"]] == [options.http_port]
     assert int(runtime["metadata"]["annotations"]["prometheus.kserve.io/port"]) == options.metrics_port

@@ -4,8 +4,6 @@ what a real `inferd serve` does."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import kubernetes_validate
 import pytest
 import yaml
@@ -54,7 +52,7 @@ def test_ports_and_probes_are_inferds(overlay):
     options = image_options(container)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"http": options.http_port, "grpc": options.grpc_port, "metrics": options.metrics_port}
-    assert options.model_repositories == [Path("/models")]
+    assert options.model_repositories == ["/models"]
     paths = {}
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         get = container[probe]["httpGet"]

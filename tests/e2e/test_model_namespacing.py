@@ -10,6 +10,8 @@ tritonserver 2.51 (CPU, Python backend) started with the same repositories and
 from __future__ import annotations
 
 import json
+import re
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -171,6 +173,59 @@ def test_statistics_of_every_model_list_both_repositories(server, grpc):
     status, body = _http(server, "GET", "/v2/models/stats")
     assert status == 200 and [s["name"] for s in body["model_stats"]] == INDEX
     assert [s.name for s in grpc.get_inference_statistics().model_stats] == INDEX
+
+
+def _series(server: ServerProcess, family: str) -> dict[str, float]:
+    """The samples of ``family`` on ``/metrics``, by their label text (``model="m",namespace=...``)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=60) as r:
+        text = r.read().decode()
+    return {m[1]: float(m[2]) for m in re.finditer(rf"^{family}{{(.*)}} (\S+)$", text, re.M)}
+
+
+def _m_successes(server: ServerProcess) -> tuple[float, float]:
+    """``nv_inference_request_success`` of ``m`` in repository a and in b: two series, told apart by
+    Triton's ``namespace`` label, the repository as given to ``--model-repository``."""
+    series = _series(server, "nv_inference_request_success")
+    a, b = (series[f'model="m",namespace="{repo}",version="1"'] for repo in server.repositories)
+    return a, b
+
+
+def _wait_for(server: ServerProcess, expected: tuple[float, float]) -> None:
+    deadline = time.monotonic() + 30
+    while _m_successes(server) != expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _m_successes(server) == expected
+
+
+def test_metrics_label_each_series_with_its_repository(server):
+    # As Triton 2.51 with the flag: every per-model series has namespace="<the --model-repository
+    # value>", labels in prometheus-cpp's order (model, namespace[, reason], version).
+    before = _m_successes(server)
+    assert _infer(server, "ens_a") == (200, [2.0, 3.0])
+    for _ in range(3):
+        assert _infer(server, "ens_b") == (200, [3.0, 4.0])
+    _wait_for(server, (before[0] + 1, before[1] + 3))
+    a, b = server.repositories
+    failures = _series(server, "nv_inference_request_failure")
+    assert f'model="m",namespace="{b}",reason="BACKEND",version="1"' in failures
+    assert f'model="only_a",namespace="{a}",reason="OTHER",version="1"' in failures
+    labels = set(_series(server, "nv_inference_count")) | set(_series(server, "nv_inference_exec_count"))
+    in_a = INDEX.index("only_a") + 1  # INDEX: a's models, then b's
+    assert labels == {f'model="{name}",namespace="{a if i < in_a else b}",version="1"' for i, name in enumerate(INDEX)}
+
+
+def test_workers_sum_each_repositorys_series_apart(tmp_path):
+    # --workers 2: every scrape (whichever worker answers) sums both workers' counts, per repository.
+    repos = [write_repository(tmp_path / repo, {"m": _plain(add), f"ens_{repo}": _ensemble("m")})
+             for repo, add in (("a", 1), ("b", 2))]  # fmt: skip
+    with ServerProcess(repos, ["--model-namespacing=true", "--workers", "2"]) as srv:
+        for _ in range(4):  # a new connection each: the kernel deals them out to the workers
+            assert _infer(srv, "ens_a") == (200, [2.0, 3.0])
+        for _ in range(6):
+            assert _infer(srv, "ens_b") == (200, [3.0, 4.0])
+        _wait_for(srv, (4.0, 6.0))
+        for _ in range(6):
+            assert _m_successes(srv) == (4.0, 6.0)
 
 
 def test_unload_and_load_by_name_act_on_both_repositories(server):

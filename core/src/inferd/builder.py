@@ -206,7 +206,7 @@ class VersionBuilder:
             scheduler = self.schedulers.create(scheduler_name(version_config), context)
             labels = {**scheduler.output_labels(), **labels}
             mv = ModelVersion(source.name, version, version_config, model, runners, scheduler, recorder.stats,
-                              source.path, labels)  # fmt: skip
+                              source.path, labels, source.namespace)  # fmt: skip
             if mv.decoupled and version_config.response_cache.enable:  # an ensemble over a decoupled step
                 raise InvalidArgument(
                     f"Response Cache does not currently support model {source.name} with 'decoupled' "

@@ -20,7 +20,6 @@ from inferd.flags import SuggestingParser, backend_config_setting, parse_bool
 from inferd.header_forward import pattern_option
 from inferd.lifecycle import ControlMode
 from inferd.logging_settings import configure_logging
-from inferd.object_store import is_url
 from inferd.plugins import PluginHost
 from inferd.rate_limiter import parse_resource
 from inferd.server import Server, ServerOptions
@@ -286,7 +285,7 @@ def _backend_config(args: argparse.Namespace) -> dict[str, dict[str, str]]:
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
     autocomplete = not args.disable_auto_complete_config and not args.strict_model_config
     return ServerOptions(
-        model_repositories=[p if is_url(p) else Path(p) for p in args.model_repository],
+        model_repositories=list(args.model_repository),  # as given: with namespacing, each one's namespace
         model_control_mode=ControlMode(args.model_control_mode),
         repository_poll_secs=args.repository_poll_secs,
         load_models=args.load_model,

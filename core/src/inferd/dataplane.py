@@ -156,8 +156,8 @@ class DataPlane:
         return stats
 
     def local_snapshots(self) -> list[list[Any]]:
-        """``[name, version, ModelStats.snapshot()]`` of every serving version (for the metrics)."""
-        return [[mv.name, mv.version, mv.stats.snapshot()] for mv in self.table.serving()]
+        """``[name, version, ModelStats.snapshot(), namespace]`` of every serving version (for the metrics)."""
+        return [[mv.name, mv.version, mv.stats.snapshot(), mv.namespace] for mv in self.table.serving()]
 
     def local_counts(self) -> Counts:
         """This worker's counters, as the other workers sum them (see :mod:`inferd.workers.counts`)."""

@@ -66,6 +66,9 @@ class LifecycleOptions:
     #: ``--strict-readiness``: only for the warning that a model added under poll failed to load
     #: while the server stays ready (``inferd.health``).
     strict_readiness: bool = True
+    #: With ``namespacing``, each repository's namespace: the value given for it, as Triton names
+    #: it (the metrics' ``namespace`` label); empty: each one's path or URL.
+    namespaces: list[str] = field(default_factory=list)
 
 
 class ModelManager:
@@ -115,7 +118,8 @@ class ModelManager:
         """Scan the repositories (blocking); with ``reuse``, models whose files did not change
         keep the configs parsed by the last scan."""
         previous = self.table.snapshot if reuse else None
-        return scan(self.options.repositories, self.options.config_name, previous, self.options.namespacing)
+        options = self.options
+        return scan(options.repositories, options.config_name, previous, options.namespacing, options.namespaces)
 
     # -- control --------------------------------------------------------------------------------
 

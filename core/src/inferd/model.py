@@ -37,8 +37,11 @@ class ModelVersion:
         stats: ModelStats,
         model_dir: Path | None = None,
         output_labels: dict[str, list[str]] | None = None,
+        namespace: str = "",
     ) -> None:
         self.name = name
+        #: ``--model-namespacing``: the repository it was loaded from, as given (the metrics' ``namespace``).
+        self.namespace = namespace
         self.version = version
         self.config = config
         self.model = model

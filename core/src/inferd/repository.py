@@ -170,16 +170,17 @@ def _source(
 
 
 def namespace_of(repo: Repository) -> str:
-    """A repository's model namespace under ``--model-namespacing``: its path or URL, as given."""
+    """A repository's model namespace under ``--model-namespacing`` when none is given: its path or URL."""
     return str(repo) if isinstance(repo, Path) else repo.url
 
 
 def scan(
     repositories: Sequence[Repository], config_name: str | None = None, previous: Snapshot | None = None,
-    namespacing: bool = False,
+    namespacing: bool = False, namespaces: Sequence[str] = (),
 ) -> Snapshot:  # fmt: skip
     """Read every repository; a name found in two repositories is reported, not loaded, unless
-    ``namespacing`` (``--model-namespacing``) keys each model by its repository and name.
+    ``namespacing`` (``--model-namespacing``) keys each model by its repository's namespace
+    (``namespaces[i]`` for ``repositories[i]``; its path or URL when not given) and name.
 
     Models whose fingerprint is unchanged since ``previous`` (a scan with the same
     ``config_name``) keep its parsed config instead of being parsed again. A remote repository
@@ -188,12 +189,12 @@ def scan(
     models: dict[str, ModelSource] = {}
     seen: dict[str, list[Path]] = {}
     stale: dict[str, str] = {}
-    namespaces: set[str] = set()
-    for repo in repositories:
-        namespace = namespace_of(repo) if namespacing else ""
-        if namespace and namespace in namespaces:
+    given: set[str] = set()
+    for i, repo in enumerate(repositories):
+        namespace = (namespaces[i] if namespaces else namespace_of(repo)) if namespacing else ""
+        if namespace and namespace in given:
             continue  # a repository given twice (Triton keeps a set of them)
-        namespaces.add(namespace)
+        given.add(namespace)
         for name, path, stamp in _model_dirs(repo):
             key = model_key(namespace, name)
             seen.setdefault(key, []).append(path)

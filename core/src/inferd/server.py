@@ -46,7 +46,8 @@ _UNLOAD_MIN_S = 1.0
 class ServerOptions:
     """Everything ``inferd serve`` accepts; flag names follow Triton's."""
 
-    #: Directories, or ``s3://`` URLs (kept as strings: a Path would fold their "//").
+    #: Directories, or ``s3://`` URLs (kept as strings: a Path would fold their "//"). With
+    #: ``--model-namespacing`` each value, as given, is its repository's namespace (as in Triton).
     model_repositories: list[Path | str]
     model_control_mode: ControlMode = ControlMode.NONE
     repository_poll_secs: float = 15.0
@@ -158,6 +159,7 @@ class Server:
             unload_timeout_secs=options.model_unload_timeout_secs,
             namespacing=options.model_namespacing,
             strict_readiness=options.strict_readiness,
+            namespaces=[str(p) for p in options.model_repositories],
         )
 
     async def start(self) -> None:

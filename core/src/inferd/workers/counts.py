@@ -13,7 +13,7 @@ worker that stops answering (stopped, wedged) would drop out of it. So:
   peer that did not answer, and the retired totals (:func:`others`).
 
 Counts are ``{"pid", "stats", "snapshots", "sources"}``: the worker's ``model_stats`` entries,
-its metric snapshots (``[name, version, snapshot]`` rows) and its plugins' metric families. Only
+its metric snapshots (``[name, version, snapshot, namespace]`` rows) and its plugins' metric families. Only
 counters are summed (see :mod:`inferd.workers.merge`); gauges are the answering worker's.
 """
 

@@ -6,10 +6,16 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-#: (name, version, n): the n-th entry of that name and version in a worker's list. Names repeat
-#: only with ``--model-namespacing`` (one per repository); every worker lists them in the same
-#: order (by repository), so the n-th of one worker is the n-th of another.
+#: (name, version, n): the n-th ``model_stats`` entry of that name and version in a worker's list
+#: (entries, in Triton's shape, do not name their repository). Names repeat only with
+#: ``--model-namespacing`` (one per repository); every worker lists them in the same order (by
+#: repository), so the n-th of one worker is the n-th of another.
 Key = tuple[str, str, int]
+
+
+#: (name, version, namespace) of a metric snapshot row: its model's repository with
+#: ``--model-namespacing`` ("" without), so each repository's series is summed on its own.
+RowKey = tuple[str, str, str]
 
 
 def keys(pairs: Iterable[tuple[str, str]]) -> Iterator[Key]:
@@ -60,12 +66,13 @@ def statistics(local: list[dict[str, Any]], peers: list[list[dict[str, Any]]]) -
     return local
 
 
-def snapshots(peers: list[list[list[Any]]]) -> dict[Key, dict[str, Any]]:
-    """Peers' metric snapshots (``[name, version, snapshot]`` rows) summed per :data:`Key`;
+def snapshots(peers: list[list[list[Any]]]) -> dict[RowKey, dict[str, Any]]:
+    """Peers' metric snapshots (``[name, version, snapshot, namespace]`` rows) summed per :data:`RowKey`;
     durations come back as ``(count, ns)`` tuples, as :meth:`ModelStats.snapshot` gives them."""
-    out: dict[Key, dict[str, Any]] = {}
+    out: dict[RowKey, dict[str, Any]] = {}
     for rows in peers:
-        for key, (_, _, snap) in zip(keys((name, str(version)) for name, version, _ in rows), rows, strict=True):
+        for name, version, snap, namespace in rows:
+            key = (name, str(version), namespace)
             snap["durations"] = {k: {"count": c, "ns": ns} for k, (c, ns) in snap["durations"].items()}
             mine = out.get(key)
             if mine is None:
@@ -105,8 +112,8 @@ def add_statistics(mine: list[dict[str, Any]], other: list[dict[str, Any]]) -> l
 
 
 def add_snapshot_rows(mine: list[list[Any]], other: list[list[Any]]) -> list[list[Any]]:
-    """Two workers' snapshot rows (``[name, version, snapshot]``) summed into one row per version."""
-    return [[name, version, snap] for (name, version, _), snap in snapshots([mine, other]).items()]
+    """Two workers' snapshot rows (``[name, version, snapshot, namespace]``) summed into one row per version."""
+    return [[name, version, snap, ns] for (name, version, ns), snap in snapshots([mine, other]).items()]
 
 
 #: Metric family types whose samples add up over workers (a gauge is the answering worker's).

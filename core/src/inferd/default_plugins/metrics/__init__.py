@@ -153,7 +153,7 @@ class MetricsFrontend(Frontend):
         self.cpu = CpuMetrics() if self.want_cpu else None
         self.gpu = await asyncio.to_thread(GpuMetrics.probe) if self.want_gpu else None
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(ModelCollector(self.served, self.config))
+        self.registry.register(ModelCollector(self.served, self.config, dataplane.table.namespacing))
         self.registry.register(SystemCollector(self.cpu, self.gpu))
         # Families other plugins contribute (Triton's custom metrics), summed over the workers.
         summed = SummedSources(SOURCES, lambda: [c["sources"] for c in self._others])

@@ -39,6 +39,7 @@ class SummedVersion:
         self._version = version
         self.name = version.name
         self.version = version.version
+        self.namespace = version.namespace
         self.config = version.config
         self.decoupled = version.decoupled
         self.stats = SummedStats(version.stats, peers)
@@ -47,7 +48,6 @@ class SummedVersion:
         return getattr(self._version, name)
 
 
-def summed(versions: list[ModelVersion], others: dict[merge.Key, dict[str, Any]]) -> list[SummedVersion]:
-    """``versions`` with every other worker's counters (snapshots summed by ``merge.Key``) added."""
-    found = merge.keys((mv.name, str(mv.version)) for mv in versions)
-    return [SummedVersion(mv, others.get(key)) for mv, key in zip(versions, found, strict=True)]
+def summed(versions: list[ModelVersion], others: dict[merge.RowKey, dict[str, Any]]) -> list[SummedVersion]:
+    """``versions`` with every other worker's counters (snapshots summed by ``merge.RowKey``) added."""
+    return [SummedVersion(mv, others.get((mv.name, str(mv.version), mv.namespace))) for mv in versions]

@@ -3,7 +3,8 @@
 Every per-model number is read from the version's :class:`~inferd.stats.ModelStats` (the object
 the statistics extension reads), so ``/metrics`` and ``/v2/models/stats`` always agree:
 durations are the statistics' nanoseconds divided by 1000, rounded down. Families with no sample
-are left out, as prometheus-cpp does.
+are left out, as prometheus-cpp does. With ``--model-namespacing`` every per-model series has a
+``namespace`` label, the version's repository (as Triton labels them), between ``model`` and the rest.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from inferd.stats import LatencyObserver
 
 MODEL = ("model", "version")
+#: ``--model-namespacing``: Triton's labels then (prometheus-cpp writes them sorted by name).
+MODEL_NS = ("model", "namespace", "version")
 
 
 class ServedStats(Protocol):
@@ -42,6 +45,7 @@ class ServedVersion(Protocol):
 
     name: str
     version: int
+    namespace: str
     config: ModelConfig
     decoupled: bool
 
@@ -92,39 +96,41 @@ def cache_enabled(mv: ServedVersion) -> bool:
 class _ModelFamilies:
     """The per-model families of one scrape, filled one model version at a time."""
 
-    def __init__(self, config: LatencyConfig) -> None:
+    def __init__(self, config: LatencyConfig, namespacing: bool = False) -> None:
         self.config = config
+        self.namespacing = namespacing
+        self.labels = labels = MODEL_NS if namespacing else MODEL
         self.success = CounterMetricFamily("nv_inference_request_success",
-                                           "Number of successful inference requests, all batch sizes", labels=MODEL)  # fmt: skip
+                                           "Number of successful inference requests, all batch sizes", labels=labels)  # fmt: skip
         self.failure = CounterMetricFamily("nv_inference_request_failure",
                                            "Number of failed inference requests, all batch sizes",
-                                           labels=("model", "reason", "version"))  # fmt: skip
+                                           labels=(*labels[:-1], "reason", "version"))  # fmt: skip
         self.count = CounterMetricFamily("nv_inference_count",
-                                         "Number of inferences performed (does not include cached requests)", labels=MODEL)  # fmt: skip
+                                         "Number of inferences performed (does not include cached requests)", labels=labels)  # fmt: skip
         self.execs = CounterMetricFamily("nv_inference_exec_count",
                                          "Number of model executions performed (does not include cached requests)",
-                                         labels=MODEL)  # fmt: skip
-        self.durations = [CounterMetricFamily(name, text, labels=MODEL) for name, _, text in _COUNTERS]
+                                         labels=labels)  # fmt: skip
+        self.durations = [CounterMetricFamily(name, text, labels=labels) for name, _, text in _COUNTERS]
         self.pending = GaugeMetricFamily("nv_inference_pending_request_count",
                                          "Instantaneous number of pending requests awaiting execution per-model.",
-                                         labels=MODEL)  # fmt: skip
-        self.load = GaugeMetricFamily("nv_model_load_duration_secs", "Model load time in seconds", labels=MODEL)
-        self.cache = [CounterMetricFamily(name, text, labels=MODEL) for name, text in _CACHE]
-        self.summaries = [SummaryMetricFamily(name, text, labels=MODEL) for name, _, _, text in _SUMMARIES]
+                                         labels=labels)  # fmt: skip
+        self.load = GaugeMetricFamily("nv_model_load_duration_secs", "Model load time in seconds", labels=labels)
+        self.cache = [CounterMetricFamily(name, text, labels=labels) for name, text in _CACHE]
+        self.summaries = [SummaryMetricFamily(name, text, labels=labels) for name, _, _, text in _SUMMARIES]
         self.histogram = HistogramMetricFamily("nv_inference_first_response_histogram_ms",
-                                               "Duration from request to first response in milliseconds", labels=MODEL)  # fmt: skip
+                                               "Duration from request to first response in milliseconds", labels=labels)  # fmt: skip
 
     def all(self) -> list[Metric]:
         return [self.success, self.failure, self.count, self.execs, *self.durations, self.pending, self.load,
                 *self.cache, *self.summaries, self.histogram]  # fmt: skip
 
     def add(self, mv: ServedVersion) -> None:
-        key = [mv.name, str(mv.version)]
+        key = [mv.name, mv.namespace, str(mv.version)] if self.namespacing else [mv.name, str(mv.version)]
         snap = mv.stats.snapshot()
         d = snap["durations"]
         self.success.add_metric(key, d["success"][0])
         for reason in FAILURE_REASONS:
-            self.failure.add_metric([mv.name, reason, str(mv.version)], snap["failures"][reason])
+            self.failure.add_metric([*key[:-1], reason, key[-1]], snap["failures"][reason])
         self.count.add_metric(key, snap["inference_count"])
         self.execs.add_metric(key, snap["execution_count"])
         self.pending.add_metric(key, _pending(mv))
@@ -136,8 +142,8 @@ class _ModelFamilies:
         windows = mv.stats.observer
         if isinstance(windows, LatencyWindows):
             if self.config.summaries:
-                self._add_summaries(windows, dict(zip(MODEL, key, strict=True)), d, cached)
-            self._add_histogram(windows, dict(zip(MODEL, key, strict=True)))
+                self._add_summaries(windows, dict(zip(self.labels, key, strict=True)), d, cached)
+            self._add_histogram(windows, dict(zip(self.labels, key, strict=True)))
 
     def _add_counters(self, key: list[str], d: dict[str, tuple[int, int]], cached: bool) -> None:
         for family, (_, name, _) in zip(self.durations, _COUNTERS, strict=True):
@@ -182,12 +188,15 @@ def _pending(mv: ServedVersion) -> int:
 class ModelCollector(Collector):
     """``nv_inference_*``, ``nv_cache_*`` and ``nv_model_load_duration_secs`` of every serving version."""
 
-    def __init__(self, versions: Callable[[], Sequence[ServedVersion]], config: LatencyConfig) -> None:
+    def __init__(self, versions: Callable[[], Sequence[ServedVersion]], config: LatencyConfig,
+                 namespacing: bool = False) -> None:  # fmt: skip
         self.versions = versions
         self.config = config
+        #: ``--model-namespacing``: every series has a ``namespace`` label.
+        self.namespacing = namespacing
 
     def collect(self) -> Iterable[Metric]:
-        families = _ModelFamilies(self.config)
+        families = _ModelFamilies(self.config, self.namespacing)
         for mv in self.versions():
             families.add(mv)
         return [f for f in families.all() if f.samples]
