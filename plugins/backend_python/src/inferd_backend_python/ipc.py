@@ -439,12 +439,16 @@ class Channel:
     def recv(self) -> Message | None:
         """The next message; None once the other end is gone. A non-blocking channel raises
         ``BlockingIOError`` when none is waiting; a broken message raises :class:`Malformed`."""
-        try:
-            data, ancillary, flags, _ = self.sock.recvmsg(_RECV_SIZE, _ANCILLARY)
-        except BlockingIOError:
-            raise
-        except OSError:
-            return None
+        while True:
+            try:
+                data, ancillary, flags, _ = self.sock.recvmsg(_RECV_SIZE, _ANCILLARY)
+                break
+            except BlockingIOError:
+                raise
+            except ConnectionResetError:  # the peer left messages of ours unread; what it sent still follows
+                continue
+            except OSError:
+                return None
         fds: list[int] = []
         for level, kind, payload in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
