@@ -541,15 +541,11 @@ class Stub:
         self._log_tokens = min(_LOG_BURST, self._log_tokens + (now - self._log_stamp) * _LOG_RATE)
         self._log_stamp = now
         if self._log_tokens < 1:
+            if not self._log_dropped:
+                self.loop.call_later(1.0, self._report_dropped)
             self._log_dropped += 1
             return
         self._log_tokens -= 1
-        if self._log_dropped:
-            _log.warning(
-                "%s: %d log records of its stub dropped (more than %d at once or %g a second)",
-                self.owner.label, self._log_dropped, _LOG_BURST, _LOG_RATE,
-            )  # fmt: skip
-            self._log_dropped = 0
         if len(message) > _LOG_CHARS:
             message = f"{message[:_LOG_CHARS]}... [{len(message) - _LOG_CHARS} characters cut]"
         if name not in self._log_names:
@@ -558,6 +554,13 @@ class Stub:
             else:
                 self._log_names.add(name)
         logging.getLogger(name).log(level, "%s", message)
+
+    def _report_dropped(self) -> None:
+        _log.warning(
+            "%s: %d log records of its stub dropped (more than %d at once or %g a second)",
+            self.owner.label, self._log_dropped, _LOG_BURST, _LOG_RATE,
+        )  # fmt: skip
+        self._log_dropped = 0
 
     def _bls(self, body: Any, block: ipc.Block) -> None:
         """A BLS call of the model: run through the server's in-process path, the reply sent back."""
