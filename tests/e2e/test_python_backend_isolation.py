@@ -8,6 +8,7 @@ background client keeps both healthy models busy through every crash and must se
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import threading
@@ -278,6 +279,7 @@ CRASHES = [
 def test_crashes_fail_only_their_requests_and_the_instance_comes_back(server):
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
     assert _infer(client, "boom", 10) == 11
+    mapped = _shared_memory(server)
     with _Load(server.http_url) as load:
         for n, cause in CRASHES:
             started = time.monotonic()
@@ -293,6 +295,15 @@ def test_crashes_fail_only_their_requests_and_the_instance_comes_back(server):
     assert load.failures == [], load.failures[:5]
     assert load.ok > 10
     assert client.is_server_live()
+    # the dead stubs' shared rings (and their descriptors) went with them: 7 crashes would leave 14 of each
+    assert all(after <= before + 2 for before, after in zip(mapped, _shared_memory(server), strict=True))
+
+
+def _shared_memory(server) -> tuple[int, int]:
+    """The server's mappings of, and descriptors open on, shared-memory files of the python backend."""
+    maps = Path(f"/proc/{server.proc.pid}/maps").read_text().count("memfd:inferd-python")
+    fds = sum("memfd:inferd-python" in os.readlink(fd) for fd in Path(f"/proc/{server.proc.pid}/fd").iterdir())
+    return maps, fds
 
 
 def test_a_stub_flooding_the_log_is_cut_to_its_budget_and_keeps_serving(server):

@@ -285,6 +285,12 @@ class Ring:
         weakref.finalize(owner, self._release, entry)
         return owner
 
+    def close(self) -> None:
+        try:
+            self.mm.close()
+        except BufferError:  # arrays still view it: unmapped when the last of them goes
+            pass
+
     def _release(self, entry: list[int]) -> None:
         with self._lock:
             entry[1] = 1
@@ -347,11 +353,12 @@ class Channel:
         self._lock = threading.Lock()
         self._drained = threading.Condition(self._lock)
         self._on_backlog = on_backlog
+        self._waits = on_backlog is None
         self._backlog: collections.deque[tuple[bytes, list[int]]] = collections.deque()
         self.closed = False
         #: A received tensor block larger than this is :class:`Malformed` (None: no limit).
         self.block_limit: int | None = None
-        if on_backlog is not None:
+        if not self._waits:
             sock.setblocking(False)
 
     # -- sending --
@@ -360,14 +367,14 @@ class Channel:
         """Send a message, with the tensor block ``tensors`` (in the ring, or a file of its own)."""
         fds: list[int] = []
         with self._lock:
-            if self._on_backlog is not None and wait:
+            if not self._waits and wait:
                 while self._backlog and not self.closed:
                     self._drained.wait()
-            if self.closed:
+            if self.closed or self._on_backlog is None and not self._waits:
                 raise BrokenPipeError("the channel is closed")
             try:
                 data, fds = self._pack(kind, body, tensors)
-                if self._on_backlog is None:
+                if self._waits:
                     self._transmit(data, fds)
                 elif self._backlog or not self._try(data, fds):
                     if len(self._backlog) >= BACKLOG_LIMIT:
@@ -484,8 +491,10 @@ class Channel:
         return kind, body, block
 
     def close(self) -> None:
+        """Close the socket and unmap the rings (a ring that arrays still view goes with the last of them)."""
         with self._lock:
             self.closed = True
+            self._on_backlog = None
             for _, fds in self._backlog:
                 for f in fds:
                     os.close(f)
@@ -496,6 +505,8 @@ class Channel:
         except OSError:
             pass
         self.sock.close()
+        self._out.close()
+        self._in.close()
 
 
 def _loads(data: Any) -> tuple[int, Any, Any]:

@@ -947,7 +947,8 @@ class _Stats:
         labels = ("model", "version", "instance")
         family = PromMetric(
             "inferd_python_stub_crashes_total",
-            "Stub processes of isolated Python models that died, by cause (signal, exit, memory, timeout, restart)",
+            "Stub processes of isolated Python models that died, by cause (signal, exit, memory, timeout, protocol, "
+            "restart)",
             "counter",
         )
         family.name = "inferd_python_stub_crashes_total"
