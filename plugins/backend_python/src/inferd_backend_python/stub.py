@@ -13,6 +13,7 @@ forwarded to the server too. The stub exits when the server closes the socket (o
 from __future__ import annotations
 
 import collections
+import ctypes
 import functools
 import itertools
 import logging
@@ -68,14 +69,34 @@ stub.main(fd, rings, load, dirs[2])
 """
 
 
+#: glibc's mallopt parameters, and the values the stub sets.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_TRIM_THRESHOLD = 64 * 1024 * 1024
+_MMAP_THRESHOLD = 32 * 1024 * 1024
+
+
 def main(fd: int, rings: str, load: Callable[[str, str], None], pb_utils_dir: str) -> None:
     """Serve the server on the socket ``fd`` until it closes it or asks the stub to finish."""
+    _keep_heap()
     load("triton_python_backend_utils", pb_utils_dir)
     in_fd, out_fd, size = (int(n) for n in rings.split(","))
     in_ring, out_ring = ipc.Ring(in_fd, size), ipc.Ring(out_fd, size)
     os.close(in_fd)
     os.close(out_fd)
     Stub(ipc.Channel(socket.socket(fileno=fd), out_ring, in_ring)).run()
+
+
+def _keep_heap() -> None:
+    """Keep freed memory for reuse as a thread's malloc arena does. ``execute`` runs on the main
+    thread, whose glibc arena gives the top of its heap back to the system once 2 MiB are free at
+    its end: a model that allocates and frees a few MiB a request (``a + b`` on 1 MiB arrays) then
+    takes a page fault per 4 KiB on every request, measured 3 ms instead of 0.15 ms here."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+        libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 class _LogForwarder(logging.Handler):
