@@ -203,14 +203,15 @@ class Launcher:
         rings = f"{to_fd},{from_fd},{ipc.Ring.SIZE}"
         command = [self.python, "-c", BOOT, str(theirs.fileno()), rings, str(os.getpid()), *_package_dirs()]
         try:
-            proc = _spawn_thread().submit(
+            started = _spawn_thread().submit(
                 subprocess.Popen,
                 command,
                 stdin=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(), to_fd, from_fd),
                 env=self.variables,
                 process_group=0,  # a terminal's Ctrl-C goes to the server, which stops its stubs
-            ).result()
+            )
+            proc = started.result()
         except OSError:
             ours.close()
             raise
@@ -414,9 +415,25 @@ class Stub:
         return future
 
     def _send_batch(self, batch_id: int, requests: Sequence[InferRequest], wait: bool) -> None:
-        tensors = ipc.Tensors()
-        items = [encode_request(r, tensors) for r in requests]
+        """Send a batch (``wait``: from a worker thread, which may wait for the socket)."""
+        try:
+            tensors = ipc.Tensors()
+            items = [encode_request(r, tensors) for r in requests]
+        except Exception as exc:
+            error = InternalError(
+                f"{self.owner.label}: the batch cannot be sent to its stub: {type(exc).__name__}: {exc}"
+            )
+            if wait:
+                self.loop.call_soon_threadsafe(self._drop_batch, batch_id, error)
+            else:
+                self._drop_batch(batch_id, error)
+            return
         self._send(ipc.EXEC, (batch_id, items), tensors, wait)
+
+    def _drop_batch(self, batch_id: int, error: InferdError) -> None:
+        batch = self._pending.pop(batch_id, None)
+        if batch is not None:
+            self._fail_batch(batch, error)
 
     def _send(self, kind: int, body: Any, tensors: ipc.Tensors | None = None, wait: bool = True) -> None:
         try:
@@ -512,6 +529,8 @@ class Stub:
             batch.timer.cancel()
         results = [decode_outcome(item, block) for item in encoded]
         for index in rescheduled:
+            if not (type(index) is int and 0 <= index < len(batch.requests)):
+                raise ipc.Malformed(f"request {index!r} of a batch of {len(batch.requests)} to reschedule")
             batch.requests[index].context[RESCHEDULE] = True
         if not batch.open:
             del self._pending[batch_id]
@@ -660,7 +679,8 @@ class Stub:
             self._gone.set()
             return
         self._finalized.set()
-        owner.stub_died(self, cause, _cause_kind(code, kind))  # first: once a client hears of the crash, the model says so
+        # first: once a client hears of the crash, the model says so
+        owner.stub_died(self, cause, _cause_kind(code, kind))
         if owner.closing:
             error: InferdError = Unavailable(f"{owner.label} was unloaded while the request ran")
         else:
@@ -677,15 +697,18 @@ class Stub:
         """Fail every request the dead stub held (on the loop)."""
         pending, self._pending = self._pending, {}
         for batch in pending.values():
-            if batch.timer is not None:
-                batch.timer.cancel()
-            if not batch.future.done():
-                batch.future.set_result([] if self._decoupled else [error] * len(batch.requests))
-            for index in sorted(batch.open):
-                sender = batch.requests[index].response_sender
-                if sender is not None:
-                    sender(error, True)
+            self._fail_batch(batch, error)
         self._gone.set()
+
+    def _fail_batch(self, batch: _Batch, error: InferdError) -> None:
+        if batch.timer is not None:
+            batch.timer.cancel()
+        if not batch.future.done():
+            batch.future.set_result([] if self._decoupled else [error] * len(batch.requests))
+        for index in sorted(batch.open):
+            sender = batch.requests[index].response_sender
+            if sender is not None:
+                sender(error, True)
 
     def finalize(self) -> None:
         """Ask the stub to run ``finalize`` and exit; kill it if it takes too long (blocking)."""

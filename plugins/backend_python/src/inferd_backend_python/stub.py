@@ -147,15 +147,17 @@ class _Inbox:
                     cond.wait()
                 else:
                     return
+            message = None
             try:
                 message = self.channel.recv()
             except ipc.Malformed:
-                message = None
-            with cond:
-                self._reading = False
-                if message is not None:
-                    self._file(*message)
-                cond.notify_all()
+                pass
+            finally:
+                with cond:
+                    self._reading = False
+                    if message is not None:
+                        self._file(*message)
+                    cond.notify_all()
             if message is None:
                 _exit(0)  # the server closed the socket: it is unloading us, or gone
 
@@ -226,7 +228,9 @@ class _ServerClient:
             raise decode_error(payload)
         return self._items(call_id, replies)
 
-    def _items(self, call_id: int, replies: collections.deque[tuple[Any, Any]]) -> Iterator[InferResponse | InferdError]:
+    def _items(
+        self, call_id: int, replies: collections.deque[tuple[Any, Any]]
+    ) -> Iterator[InferResponse | InferdError]:
         inbox = self._stub.inbox
         try:
             while True:
