@@ -6,8 +6,11 @@ stub process of its own, and the real Triton 2.51 (``../shared/triton``), whose 
 always runs a stub process. For each it times the model's load (repository API, explicit mode),
 then batch-1 HTTP requests (binary tensors, one keep-alive connection per client thread):
 latency at concurrency 1 (p50/p99) and throughput at concurrency 8. The "overhead" column is the
-p50 minus inferd in-process's: what the process boundary costs a request. Prints numbers; asserts
-nothing.
+p50 minus inferd in-process's: what the process boundary costs a request. "backend µs" is what the
+server itself reports (statistics API: compute input + infer + output per execution, at
+concurrency 1): the model's ``execute`` and, for a stub, the round trip to it, without the
+frontend, so it compares the two stubs whatever the speed of the HTTP servers. Prints numbers;
+asserts nothing.
 
     .venv/bin/python benchmarks/python_isolation.py                   # ~1 minute
     .venv/bin/python benchmarks/python_isolation.py --seconds 5 --servers inferd
@@ -105,6 +108,14 @@ class Server:
             raise SystemExit(f"{self.label}: loading {model} failed: {body.decode()}")
         return time.perf_counter() - started
 
+    def backend_ns(self, model: str) -> tuple[int, int]:
+        """(executions, ns spent in the backend: compute input + infer + output) from the statistics API."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        conn.request("GET", f"/v2/models/{model}/stats")
+        stats = json.loads(conn.getresponse().read())["model_stats"][0]["inference_stats"]
+        ns = sum(int(stats[k]["ns"]) for k in ("compute_input", "compute_infer", "compute_output"))
+        return int(stats["compute_infer"]["count"]), ns
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -194,11 +205,14 @@ def main(argv: list[str]) -> None:
             for suffix, n in SIZES.items():
                 model = f"add_sub_{suffix}"
                 load_s = server.load(model)
+                before = server.backend_ns(model)
                 lat1, count1, err1 = measure(http_port, model, n, 1, args.seconds)
+                after = server.backend_ns(model)
+                backend_us = (after[1] - before[1]) / max(1, after[0] - before[0]) / 1000
                 lat8, count8, err8 = measure(http_port, model, n, 8, args.seconds)
                 rows.append({
                     "server": label, "model": f"{suffix} ({n * 4 * 2 // 1024} KiB in)" if n > 4 else "small (32 B in)",
-                    "load_ms": load_s * 1000, "p50_us": percentile(lat1, 0.5) * 1e6, "p99_us": percentile(lat1, 0.99) * 1e6,
+                    "load_ms": load_s * 1000, "backend_us": backend_us, "p50_us": percentile(lat1, 0.5) * 1e6, "p99_us": percentile(lat1, 0.99) * 1e6,
                     "c1_rps": count1 / args.seconds, "c8_rps": count8 / args.seconds, "errors": len(err1) + len(err8),
                     "error": (err1 + err8)[:1],
                 })  # fmt: skip
@@ -207,12 +221,13 @@ def main(argv: list[str]) -> None:
             server.stop()
     base = {r["model"]: r["p50_us"] for r in rows if r["server"] == "inferd in-process"}
     print(f"\ncores: {len(os.sched_getaffinity(0))}, {args.seconds:g} s per run, HTTP binary tensors, batch 1\n")
-    print(f"{'server':18} {'model':22} {'load ms':>8} {'p50 µs':>8} {'p99 µs':>8} {'overhead µs':>11} "
-          f"{'c=1 inf/s':>9} {'c=8 inf/s':>9} {'errors':>6}")  # fmt: skip
+    print(f"{'server':18} {'model':22} {'load ms':>8} {'backend µs':>10} {'p50 µs':>8} {'p99 µs':>8} "
+          f"{'overhead µs':>11} {'c=1 inf/s':>9} {'c=8 inf/s':>9} {'errors':>6}")  # fmt: skip
     for r in rows:
         overhead = r["p50_us"] - base[r["model"]] if r["model"] in base else float("nan")
-        print(f"{r['server']:18} {r['model']:22} {r['load_ms']:8.0f} {r['p50_us']:8.0f} {r['p99_us']:8.0f} "
-              f"{overhead:11.0f} {r['c1_rps']:9.0f} {r['c8_rps']:9.0f} {r['errors']:6d} {' '.join(r['error'])}")  # fmt: skip
+        print(f"{r['server']:18} {r['model']:22} {r['load_ms']:8.0f} {r['backend_us']:10.0f} {r['p50_us']:8.0f} "
+              f"{r['p99_us']:8.0f} {overhead:11.0f} {r['c1_rps']:9.0f} {r['c8_rps']:9.0f} {r['errors']:6d} "
+              f"{' '.join(r['error'])}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ output [ { name: "INDEX" data_type: TYPE_INT32 dims: [ 1 ] } ]
 instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 MODELS = ("on_loop", "threaded", "mixed")
+#: A non-decoupled model whose non-blocking instance answers with a future, set a little later.
+DEFERRED_CONFIG = CONFIG.replace("model_transaction_policy { decoupled: true }", "")
 
 
 def _count(request: InferRequest) -> int:
@@ -128,13 +130,37 @@ class MixedSender(Instance):
         return []
 
 
+class DeferredEcho(Instance):
+    """Answers each batch with a future the loop sets 20 ms later (work done elsewhere): counts
+    how many of its executions were outstanding at once."""
+
+    blocking: ClassVar[bool] = False
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.outstanding = 0
+        self.most = 0
+
+    def execute(self, requests: Sequence[InferRequest]) -> Any:
+        self.outstanding += 1
+        self.most = max(self.most, self.outstanding)
+        future = self.loop.create_future()
+
+        def answer() -> None:
+            self.outstanding -= 1
+            future.set_result([_response(r, _count(r)) for r in requests])
+
+        self.loop.call_later(0.02, answer)
+        return future
+
+
 class TickerModel(Model):
     def __init__(self, name: str, loop: asyncio.AbstractEventLoop) -> None:
         self.name, self.loop = name, loop
         self.instances: list[Instance] = []
 
     def create_instance(self, spec: InstanceSpec) -> Instance:
-        instance = {"on_loop": LoopTicker, "mixed": MixedSender}.get(self.name)
+        instance = {"on_loop": LoopTicker, "mixed": MixedSender, "deferred": DeferredEcho}.get(self.name)
         made = ThreadTicker() if instance is None else instance(self.loop)
         self.instances.append(made)
         return made
@@ -160,6 +186,7 @@ class Plugin:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
     root = tmp_path_factory.mktemp("models")
     models = {name: {"config.pbtxt": CONFIG % name, "1/.keep": ""} for name in MODELS}
+    models["deferred"] = {"config.pbtxt": DEFERRED_CONFIG % "deferred", "1/.keep": ""}
     started = InProcessServer([write_repository(root, models)], plugins=[Plugin()]).start()
     yield started
     started.stop()
@@ -277,3 +304,20 @@ def test_closing_the_stream_cancels_the_request_on_the_loop(server: InProcessSer
 
 def test_a_response_sent_on_the_loop_stays_behind_one_another_thread_sent_first(server: InProcessServer) -> None:
     assert _stream(server, "mixed", 1) == [(0, False), (1, True)]
+
+
+def test_a_non_blocking_instance_may_answer_with_a_future_and_stays_busy_until_it_is_done(
+    server: InProcessServer,
+) -> None:
+    async def both() -> list[list[tuple[int | str, bool]]]:
+        async def one(count: int) -> list[tuple[int | str, bool]]:
+            return [(int(r.output("INDEX").data[0]), r.final) async for r in server.server.dataplane.stream(
+                _request("deferred", count))]  # fmt: skip
+
+        return list(await asyncio.gather(one(7), one(8), one(9)))
+
+    assert _on_loop(server, both()) == [[(7, True)], [(8, True)], [(9, True)]]
+    deferred = TickerBackend.models["deferred"].instances[0]
+    assert isinstance(deferred, DeferredEcho) and deferred.most == 1  # one execution at a time
+    stats = _on_loop(server, server.server.dataplane.model_statistics("deferred"))[0]["inference_stats"]
+    assert stats["success"]["count"] == 3 and stats["compute_infer"]["ns"] >= 3 * 15_000_000  # timed to the answer

@@ -8,7 +8,9 @@ background client keeps both healthy models busy through every crash and must se
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 import threading
 import time
 import urllib.request
@@ -39,12 +41,27 @@ class TritonPythonModel:
                 .as_numpy() + 1)]) for r in requests]
 """
 
-# IN: 1 segfault, 2 os._exit(7), 3 hold 400 MiB (limit 200 MiB), 4 sleep past the 2 s timeout; else echo+1.
+# IN: 1 segfault, 2 os._exit(7), 3 hold 400 MiB (limit 200 MiB), 4 sleep past the 2 s timeout; 5-7 send the
+# server what a buggy or hostile stub could, on the stub's own socket (argv[1]), for the batch it runs: 5 results
+# whose tensor lies outside the shared ring, 6 results in a shared-memory file it cuts short once sent (mapped
+# as is, reading it would kill the server with SIGBUS), 7 1 GiB of results (a sparse file) past its
+# MEMORY_LIMIT; 8 logs 20000 lines, then answers; else echo+1.
 # While the file GATE (beside config.pbtxt) exists, initialize waits: the test holds a restart with it.
 BOOM_PY = """
-import ctypes, os, time
+import ctypes, fcntl, marshal, os, socket, sys, time
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+def send_raw(body, where=None, fds=()):
+    frame = sys._getframe()
+    while "batch_id" not in frame.f_locals:  # the stub's loop, running this batch
+        frame = frame.f_back
+    sock = socket.socket(fileno=os.dup(int(sys.argv[1])))
+    data = marshal.dumps((12, (frame.f_locals["batch_id"], [body], []), where))
+    socket.send_fds(sock, [data], list(fds)) if fds else sock.send(data)
+
+def result(shape, offset, nbytes):
+    return ("r", "boom", "1", "", [("OUT", ("INT32", shape, offset, nbytes))], {}, True)
 
 class TritonPythonModel:
     def initialize(self, args):
@@ -65,6 +82,24 @@ class TritonPythonModel:
                 time.sleep(30)
             elif n == 4:
                 time.sleep(30)
+            elif n == 5:
+                send_raw(result((1,), 0, 4), where=(1 << 40, 4, 0))
+                time.sleep(30)  # the server kills us now
+            elif n == 6:
+                fd = os.memfd_create("cut")
+                os.write(fd, np.array([6], np.int32).tobytes() * 1024)
+                send_raw(result((1,), 0, 4), fds=[fd])
+                os.ftruncate(fd, 0)
+                time.sleep(30)
+            elif n == 7:
+                fd = os.memfd_create("big", os.MFD_ALLOW_SEALING)
+                os.ftruncate(fd, 1 << 30)
+                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+                send_raw(result((1 << 28,), 0, 1 << 30), fds=[fd])
+                time.sleep(30)
+            elif n == 8:
+                for i in range(20000):
+                    pb_utils.Logger.log_info(f"flood {i}")
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([n + 1], np.int32))]))
         return out
 """
@@ -76,8 +111,8 @@ parameters { key: "EXECUTE_TIMEOUT_SECS" value: { string_value: "2" } }
 parameters { key: "RESTART_LIMIT" value: { string_value: "20" } }
 """
 )
-# Isolated identity for FP32 and BYTES tensors of any size (small ones cross a shared ring, large ones a
-# shared-memory file of their own).
+# Isolated identity for FP32 and BYTES tensors of any size (tiny ones inside the message, small ones through a
+# shared ring, large ones a shared-memory file of their own).
 IDENTITY_CONFIG = """
 backend: "python"
 max_batch_size: 0
@@ -112,6 +147,33 @@ class TritonPythonModel:
                 .as_numpy() + 1)]) for r in requests]
 """
 SLOW_PARAMS = 'parameters { key: "EXECUTE_WARN_SECS" value: { string_value: "1" } }\n'
+# Isolated, on CPU 0 only. IN 0: OUT is the bit mask of the CPUs it may run on. IN 1: polls is_cancelled() for
+# up to 30 s; once it turns true, writes how long that took to CANCELLED (beside config.pbtxt) and fails.
+CANCEL_PY = """
+import os, time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.marker = os.path.join(args["model_repository"], "CANCELLED")
+
+    def execute(self, requests):
+        (r,) = requests
+        if int(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0]) == 0:
+            mask = sum(1 << cpu for cpu in os.sched_getaffinity(0))
+            return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([mask], np.int32))])]
+        started = time.monotonic()
+        while time.monotonic() - started < 30:
+            if r.is_cancelled():
+                with open(self.marker, "w") as f:
+                    f.write("%.2f" % (time.monotonic() - started))
+                error = pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)
+                return [pb_utils.InferenceResponse(error=error)]
+            time.sleep(0.02)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([-1], np.int32))])]
+"""
+CANCEL_PARAMS = PROCESS + 'parameters { key: "CPU_AFFINITY" value: { string_value: "0" } }\n'
 LOOP_PY = """
 import ctypes
 
@@ -133,6 +195,7 @@ def server(tmp_path_factory):
             "loop": {"config.pbtxt": ECHO_CONFIG + LOOP_PARAMS, "1/model.py": LOOP_PY},
             "slow": {"config.pbtxt": ECHO_CONFIG + SLOW_PARAMS, "1/model.py": SLOW_PY},
             "identity": {"config.pbtxt": IDENTITY_CONFIG + PROCESS, "1/model.py": IDENTITY_PY},
+            "cancel": {"config.pbtxt": ECHO_CONFIG + CANCEL_PARAMS, "1/model.py": CANCEL_PY},
         },
     )
     srv = ServerProcess([repo]).start()
@@ -188,7 +251,7 @@ class _Load:
         self._thread.join(timeout=30)
 
 
-@pytest.mark.parametrize("size", [0, 3, 50_000, 2_000_000])
+@pytest.mark.parametrize("size", [0, 3, 50_000, 2_000_000, 3_000_000])
 def test_tensors_of_every_size_cross_both_ways_intact(server, size):
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
     f = np.random.default_rng(size).standard_normal(size).astype(np.float32)
@@ -207,12 +270,16 @@ CRASHES = [
     (2, "exited with code 7"),
     (3, "exceeded its memory limit: RSS"),
     (4, "did not return from execute within 2 s (EXECUTE_TIMEOUT_SECS)"),
+    (5, "sent a malformed message (Malformed: a tensor block at (1099511627776, 4, 0) outside the ring)"),
+    (6, "sent a malformed message (Malformed: a shared-memory file that is not sealed against shrinking)"),
+    (7, "sent a malformed message (Malformed: 1073741824 bytes of tensors, more than the 209715200 allowed)"),
 ]
 
 
 def test_crashes_fail_only_their_requests_and_the_instance_comes_back(server):
-    client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
     assert _infer(client, "boom", 10) == 11
+    mapped = _shared_memory(server)
     with _Load(server.http_url) as load:
         for n, cause in CRASHES:
             started = time.monotonic()
@@ -221,13 +288,38 @@ def test_crashes_fail_only_their_requests_and_the_instance_comes_back(server):
             message = str(failed.value)
             assert "model 'boom'" in message and "Stub process 'boom_0' is not healthy." in message, message
             assert cause in message, message
-            assert time.monotonic() - started < 60  # failed fast, never hung
+            assert time.monotonic() - started < 25  # failed fast, never hung (the stub would sleep 30 s)
             _wait_ready(client, "boom")
             assert _infer(client, "boom", 20 + n) == 21 + n
         time.sleep(0.5)
     assert load.failures == [], load.failures[:5]
     assert load.ok > 10
     assert client.is_server_live()
+    # the dead stubs' shared rings (and their descriptors) went with them: 7 crashes would leave 14 of each
+    assert all(after <= before + 2 for before, after in zip(mapped, _shared_memory(server), strict=True))
+
+
+def _shared_memory(server) -> tuple[int, int]:
+    """The server's mappings of, and descriptors open on, shared-memory files of the python backend."""
+    maps = Path(f"/proc/{server.proc.pid}/maps").read_text().count("memfd:inferd-python")
+    fds = sum("memfd:inferd-python" in os.readlink(fd) for fd in Path(f"/proc/{server.proc.pid}/fd").iterdir())
+    return maps, fds
+
+
+def test_a_stub_flooding_the_log_is_cut_to_its_budget_and_keeps_serving(server):
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+    _wait_ready(client, "boom")
+    with _Load(server.http_url) as load:
+        assert _infer(client, "boom", 8) == 9
+        deadline = time.monotonic() + 30
+        while "log records of its stub dropped" not in server.log():
+            assert _infer(client, "boom", 10) == 11  # a later record reports how many were dropped
+            assert time.monotonic() < deadline, server.log()[-2000:]
+            time.sleep(0.2)
+    assert load.failures == [], load.failures[:5]
+    log = server.log_path.read_text(errors="replace")
+    assert 0 < log.count("flood ") < 5000  # at most the burst (2000) and 500 a second got through
+    assert re.search(r"model 'boom' instance 'boom_0': \d+ log records of its stub dropped", log)
 
 
 def test_a_restarting_instance_is_not_ready_and_says_why(server):
@@ -313,3 +405,23 @@ def test_a_long_in_process_execute_is_reported_once_with_the_model_and_duration(
         time.sleep(0.1)
     assert server.log().count("model 'slow' instance 'slow_0': execute has been running for") == 1
     assert "(EXECUTE_WARN_SECS 1)" in server.log()
+
+
+def test_the_stub_runs_on_the_cpus_of_cpu_affinity(server):
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+    assert _infer(client, "cancel", 0) == 0b1  # CPU_AFFINITY "0": os.sched_getaffinity(0) == {0}
+
+
+def test_a_client_that_goes_away_makes_is_cancelled_true_in_the_stub(server):
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+    marker = Path(server.repo) / "cancel" / "CANCELLED"
+    body = b'{"inputs":[{"name":"IN","shape":[1],"datatype":"INT32","data":[1]}]}'
+    with socket.create_connection(("127.0.0.1", server.http_port)) as sock:
+        sock.sendall(b"POST /v2/models/cancel/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+        time.sleep(1.0)  # the model is polling is_cancelled() now; the client gives up
+    deadline = time.monotonic() + 20
+    while not marker.exists():
+        assert time.monotonic() < deadline, "is_cancelled() never turned true in the stub"
+        time.sleep(0.1)
+    assert _infer(client, "cancel", 0) == 0b1  # the instance is free again at once

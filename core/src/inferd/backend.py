@@ -105,8 +105,10 @@ class Instance(abc.ABC):
     #: ``True`` (default): ``execute`` may take long (it computes); it runs on the instance's own
     #: thread. ``False``: ``execute`` only hands requests off (to an asyncio engine, say) and
     #: returns at once; core calls it on the server's event loop, with no thread hop, and a
-    #: decoupled model's ``response_sender`` called there delivers at once. ``close`` then runs
-    #: on a worker thread.
+    #: decoupled model's ``response_sender`` called there delivers at once. Its ``execute`` may
+    #: also return an ``asyncio.Future`` of the list (work that runs elsewhere, in another process
+    #: say): the instance is busy, and the execution timed, until the future is done. ``close``
+    #: then runs on a worker thread.
     blocking: ClassVar[bool] = True
 
     #: ``True``: ``execute`` is safe on the event loop (it never waits on the server, such as a

@@ -50,7 +50,8 @@ _ESTIMATE_WEIGHT = 0.125
 
 @dataclass(slots=True)
 class Execution:
-    """What one ``execute`` call returned, with its timing (monotonic ns)."""
+    """What one ``execute`` call returned, with its timing (monotonic ns). ``results`` is briefly
+    the future a non-blocking instance may return, until it is done."""
 
     results: list[Outcome]
     start_ns: int
@@ -143,9 +144,14 @@ class InstanceRunner:
         if self._thread is None or (self._inline and self._quick(len(requests))):
             try:
                 execution = self._call(requests)
-            finally:
+            except BaseException:
                 if then is not None:
                     then()
+                raise
+            if isinstance(execution.results, asyncio.Future):
+                execution = await self._settle(requests, execution, then)
+            elif then is not None:
+                then()
         else:
             execution = await self._on_thread(requests, then)
         count = len(execution.results)
@@ -153,6 +159,31 @@ class InstanceRunner:
             execution.results = self._broken(requests, "returned no responses")
         elif count and count != len(requests):
             execution.results = self._broken(requests, f"returned {count} responses for {len(requests)} requests")
+        return execution
+
+    async def _settle(
+        self, requests: Sequence[InferRequest], execution: Execution, then: Callable[[], None] | None
+    ) -> Execution:
+        """The results of a non-blocking instance that answered with a future: the execution ends
+        (and the instance is free again) when the future is done, even if the caller left before."""
+        future: asyncio.Future[list[Outcome]] = execution.results  # type: ignore[assignment]
+
+        def ended(_: asyncio.Future[list[Outcome]]) -> None:
+            execution.end_ns = time.monotonic_ns()
+            if then is not None:
+                then()
+
+        future.add_done_callback(ended)
+        try:
+            execution.results = list(await asyncio.shield(future))
+        except InferdError as exc:
+            execution.results = [exc] * len(requests)
+        except asyncio.CancelledError:
+            if not future.cancelled():
+                raise  # our caller left; the instance stays busy until the future is done
+            execution.results = [InternalError(f"instance '{self.spec.name}' cancelled its execution")] * len(requests)
+        except Exception as exc:
+            execution.results = self._failed(exc, len(requests))
         return execution
 
     def _quick(self, size: int) -> bool:
@@ -226,20 +257,25 @@ class InstanceRunner:
         start = time.monotonic_ns()
         cpu = time.thread_time_ns() if self._inline else 0
         try:
-            results = list(self.instance.execute(requests))
+            results = self.instance.execute(requests)
+            if not isinstance(results, asyncio.Future):  # a non-blocking instance's future: see _settle
+                results = list(results)
         except InferdError as exc:  # raised on purpose (a bad input...): the client's error only
             results = [exc] * len(requests)
         except Exception as exc:
-            name, version = self.recorder.stats.name, self.recorder.stats.version
-            log.exception("model '%s' version %s instance '%s': execute failed", name, version, self.spec.name)
-            error = InternalError(f"instance '{self.spec.name}' failed: {type(exc).__name__}: {exc}")
-            results = [error] * len(requests)
+            results = self._failed(exc, len(requests))
         finally:
             REQUEST_ID.reset(token)
             REQUEST_MODEL.reset(model)
         if self._inline:  # CPU time, not wall: on the instance thread, waits for the GIL would count
             self._learn(time.thread_time_ns() - cpu, len(requests))
         return Execution(results, start, time.monotonic_ns())
+
+    def _failed(self, exc: Exception, count: int) -> list[Outcome]:
+        """An unexpected exception of the backend: logged once with its traceback, each request's error."""
+        name, version = self.recorder.stats.name, self.recorder.stats.version
+        log.error("model '%s' version %s instance '%s': execute failed", name, version, self.spec.name, exc_info=exc)
+        return [InternalError(f"instance '{self.spec.name}' failed: {type(exc).__name__}: {exc}")] * count
 
     def _broken(self, requests: Sequence[InferRequest], what: str) -> list[Outcome]:
         stats = self.recorder.stats

@@ -2,14 +2,20 @@
 
 Control messages travel over a ``SOCK_SEQPACKET`` socket pair: each message is one
 ``marshal``-encoded ``(kind, body)`` tuple (plain data only; ``marshal`` never runs code).
-Tensor bytes never go through the socket: the sender copies a message's tensors into a
+A message's tensors up to :data:`INLINE_TENSORS` bytes travel in it. Larger ones never go through
+the socket: the sender copies them into a
 :class:`Ring` of shared memory both sides mapped at start (one per direction), and the receiver's
 numpy arrays are views of it; the room is reused once the receiver dropped them. A block too
 large for the ring (or sent while it is full) goes into a fresh anonymous shared-memory file
-(``memfd_create``; a ``/dev/shm`` file opened with ``O_EXCL | O_NOFOLLOW`` and unlinked at once
-where memfd is missing) whose descriptor travels with the message (``SCM_RIGHTS``); the receiver's
-arrays then view that mapping. No name is ever left in ``/dev/shm`` and ``multiprocessing``'s
-resource tracker is not involved.
+(``memfd_create``, sealed against shrinking once filled) whose descriptor travels with the message
+(``SCM_RIGHTS``); the receiver's arrays then view that mapping. No name is ever left in
+``/dev/shm`` and ``multiprocessing``'s resource tracker is not involved.
+
+The server never trusts what a stub sends: the sizes and offsets of every tensor are checked
+against the block that holds it before a numpy view is made, a file is mapped only when sealed
+against shrinking (a file cut short under a mapping would kill the server with SIGBUS), and a
+message larger than :data:`MESSAGE_LIMIT` is refused. A malformed message raises
+:class:`Malformed`.
 
 This module imports only the standard library and numpy: the stub of a model with its own
 ``EXECUTION_ENV_PATH`` interpreter imports it too.
@@ -19,15 +25,16 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import fcntl
 import marshal
+import math
 import mmap
 import os
-import secrets
 import socket
 import struct
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,7 +42,7 @@ import numpy as np
 # Server -> stub.
 INIT = 1  # (settings dict) -> READY | FAILED
 EXEC = 2  # (batch id, [request...]) + tensors -> RESULT
-BLS_REPLY = 3  # (call id, what, payload) + tensors
+REPLY = 3  # (call id, what, payload) + tensors: a BLS call's responses, an is_cancelled() answer
 FINALIZE = 4  # () -> FINALIZED, then the stub exits
 AUTOCOMPLETE = 5  # (config json dict, name, path, model dir) -> READY(config dict) | FAILED
 # Stub -> server.
@@ -47,13 +54,24 @@ BLS_CALL = 14  # (call id, decoupled, request) + tensors
 LOG = 15  # (level, logger name, message)
 METRIC = 16  # (operation, ...)
 FINALIZED = 17
+CANCELLED = 18  # (call id, batch id, request index) -> REPLY (call id, "cancelled", bool)
 _LARGE = 99  # the real message is in the attached shared memory (first descriptor)
 
 #: Messages larger than this go through shared memory too (a datagram must fit the socket buffer).
 _INLINE_LIMIT = 60_000
+#: A message's tensors up to this size travel in the message itself: for small tensors a copy
+#: costs less than a view of the ring and its release.
+INLINE_TENSORS = 16 * 1024
 _RECV_SIZE = 65_536
 _MAX_FDS = 2
+_ANCILLARY = socket.CMSG_SPACE(_MAX_FDS * 4)
 _ALIGN = 64
+#: The largest control message (not counting tensors) a side accepts.
+MESSAGE_LIMIT = 64 * 1024 * 1024
+#: A side that sends without waiting refuses to queue more messages than this for a peer that does
+#: not read them (:class:`Backlogged`).
+BACKLOG_LIMIT = 4096
+_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 _LENGTH = struct.Struct("<I")
 
 _BYTES = "BYTES"
@@ -66,21 +84,44 @@ def _align(n: int) -> int:
     return (n + _ALIGN - 1) & ~(_ALIGN - 1)
 
 
+class Malformed(ValueError):
+    """A message that breaks the protocol (sizes, offsets, types, an unsealed file)."""
+
+
+class Backlogged(OSError):
+    """The peer left more than :data:`BACKLOG_LIMIT` messages unread."""
+
+
 def shared_file(size: int) -> int:
-    """A new anonymous shared-memory file of ``size`` bytes; returns its descriptor (close-on-exec)."""
-    try:
-        fd = os.memfd_create("inferd-python", os.MFD_CLOEXEC)
-    except (AttributeError, OSError):
-        path = f"/dev/shm/inferd-python-{os.getpid()}-{secrets.token_hex(8)}"
-        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(path, flags, 0o600)
-        os.unlink(path)
+    """A new anonymous shared-memory file of ``size`` bytes; returns its descriptor (close-on-exec).
+
+    Call :func:`seal` once it is filled: a receiver maps only sealed files."""
+    fd = os.memfd_create("inferd-python", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, size)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def seal(fd: int) -> None:
+    """Fix the size of a file from :func:`shared_file` for good (no side can shrink or grow it)."""
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+
+
+def _map_sealed(fd: int, size: int | None, access: int = mmap.ACCESS_WRITE) -> mmap.mmap:
+    """Map a received file, checked: sealed against shrinking and at least ``size`` bytes."""
+    try:
+        sealed = fcntl.fcntl(fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_SHRINK
+    except OSError:
+        sealed = 0
+    if not sealed:
+        raise Malformed("a shared-memory file that is not sealed against shrinking")
+    actual = os.fstat(fd).st_size
+    if not actual or (size is not None and not 0 < size <= actual):
+        raise Malformed(f"{size} bytes wanted from a file of {actual}")
+    return mmap.mmap(fd, actual if size is None else size, access=access)
 
 
 def _serialize_bytes(array: np.ndarray) -> bytes:
@@ -103,8 +144,12 @@ def _deserialize_bytes(view: memoryview, shape: tuple[int, ...]) -> np.ndarray:
     while offset < end:
         (length,) = unpack(view, offset)
         offset += 4
+        if offset + length > end:
+            raise Malformed(f"a BYTES element of {length} bytes runs past its tensor's {end}")
         items.append(bytes(view[offset : offset + length]))
         offset += length
+    if len(items) != math.prod(shape):
+        raise Malformed(f"a BYTES tensor of shape {list(shape)} holds {len(items)} elements")
     out = np.empty(len(items), dtype=np.object_)
     out[:] = items
     return out.reshape(shape)
@@ -149,12 +194,25 @@ class Tensors:
                 np.copyto(target, data, casting="no")
                 del target
 
-    def seal(self) -> int:
-        """Copy every array into a new shared-memory file of their own; its descriptor."""
+    def to_bytes(self) -> bytes:
+        """Every array copied into one buffer, to travel in the message itself."""
+        parts: list[bytes] = []
+        end = 0
+        for offset, data in self._items:
+            if offset > end:
+                parts.append(bytes(offset - end))
+            chunk = data if isinstance(data, bytes) else data.tobytes()
+            parts.append(chunk)
+            end = offset + len(chunk)
+        return b"".join(parts)
+
+    def to_file(self) -> int:
+        """Copy every array into a new sealed shared-memory file of their own; its descriptor."""
         fd = shared_file(self._size)
         try:
             with mmap.mmap(fd, self._size) as mm:
                 self.fill(mm, 0)
+            seal(fd)
         except BaseException:
             os.close(fd)
             raise
@@ -180,7 +238,7 @@ class Ring:
     _POSITION = struct.Struct("<Q")
 
     def __init__(self, fd: int, size: int) -> None:
-        self.mm = mmap.mmap(fd, size)
+        self.mm = _map_sealed(fd, size)
         self.capacity = size - self.HEADER
         self.head = 0  # writer: bytes handed out so far (logical, never wraps)
         self._held: collections.deque[list[int]] = collections.deque()  # reader: [end, released] in order
@@ -190,7 +248,12 @@ class Ring:
     def create(cls, size: int = SIZE) -> tuple[Ring, int]:
         """A new ring and its descriptor, to hand the other side (then close it)."""
         fd = shared_file(size)
-        return cls(fd, size), fd
+        try:
+            seal(fd)
+            return cls(fd, size), fd
+        except BaseException:
+            os.close(fd)
+            raise
 
     def put(self, tensors: Tensors) -> tuple[int, int, int] | None:
         """Copy the block in: (offset, size, end) for the message, or None when it does not fit."""
@@ -210,12 +273,23 @@ class Ring:
     def take(self, where: tuple[int, int, int]) -> Any:
         """The block as a buffer object over the ring; its room is freed once nothing refers to it."""
         base, size, end = where
+        if not (
+            type(base) is int and type(size) is int and type(end) is int
+            and self.HEADER <= base and 0 < size and base + size <= len(self.mm) and end >= 0
+        ):  # fmt: skip
+            raise Malformed(f"a tensor block at {where!r} outside the ring")
         owner = (ctypes.c_char * size).from_buffer(self.mm, base)
         entry = [end, 0]
         with self._lock:
             self._held.append(entry)
         weakref.finalize(owner, self._release, entry)
         return owner
+
+    def close(self) -> None:
+        try:
+            self.mm.close()
+        except BufferError:  # arrays still view it: unmapped when the last of them goes
+            pass
 
     def _release(self, entry: list[int]) -> None:
         with self._lock:
@@ -228,87 +302,221 @@ class Ring:
 
 
 def view(desc: Sequence[Any], block: Block, dtypes: dict[str, np.dtype]) -> np.ndarray:
-    """The array a descriptor from :meth:`Tensors.add` names: a view of ``block`` (BYTES: decoded)."""
+    """The array a descriptor from :meth:`Tensors.add` names: a view of ``block`` (BYTES: decoded).
+
+    Raises :class:`Malformed` unless the descriptor's shape, size and offset fit the block."""
     datatype, shape, offset, nbytes = desc
-    shape = tuple(shape)
-    if datatype == _BYTES:
+    try:
+        if datatype == _BYTES:
+            data = memoryview(block or b"").cast("B")[offset : offset + nbytes] if nbytes else memoryview(b"")
+            if len(data) != nbytes or offset < 0:
+                raise Malformed(f"a BYTES tensor of {nbytes} bytes at {offset} outside its block")
+            return _deserialize_bytes(data, tuple(shape))
+        dtype = dtypes[datatype]
         if not nbytes:
-            return np.empty(shape, dtype=np.object_)
-        return _deserialize_bytes(memoryview(block).cast("B")[offset : offset + nbytes], shape)
-    dtype = dtypes[datatype]
-    if not nbytes:
-        return np.empty(shape, dtype=dtype)
-    return np.ndarray(shape, dtype, buffer=block, offset=offset)
+            if math.prod(shape) != 0:
+                raise Malformed(f"a {datatype} tensor of shape {list(shape)} in no bytes")
+            return np.empty(shape, dtype=dtype)
+        # numpy refuses a negative offset or dimension, and a view past the end of the block
+        array = np.ndarray(shape, dtype, buffer=block, offset=offset)
+    except (TypeError, ValueError, KeyError, OverflowError, struct.error) as exc:
+        if isinstance(exc, Malformed):
+            raise
+        raise Malformed(f"a {datatype!r} tensor of shape {shape!r}, {nbytes!r} bytes at {offset!r}: {exc}") from None
+    if array.nbytes != nbytes:
+        raise Malformed(f"a {datatype} tensor of shape {list(shape)} in {nbytes} bytes")
+    return array
+
+
+#: A received message: (kind, body, its tensor block or None).
+Message = tuple[int, Any, Block]
 
 
 class Channel:
-    """One end of the control socket: ``send`` from any thread, ``recv`` from one reader thread.
+    """One end of the control socket: ``send`` from any thread, ``recv`` from one thread at a time.
 
     ``out_ring`` carries the small tensor blocks this side sends, ``in_ring`` those it receives.
+    A blocking channel (the stub's) waits in ``send`` while the socket is full. A non-blocking one
+    (the server's; its event loop reads it) never waits there: a message the socket does not take
+    queues, in order, ``on_backlog`` is called when the queue starts (to arrange :meth:`flush` once
+    the socket takes more), and ``send(..., wait=True)`` from another thread first waits until the
+    queue is empty: a peer that reads slowly holds up only those threads. More than
+    :data:`BACKLOG_LIMIT` queued raises :class:`Backlogged`.
     """
 
-    def __init__(self, sock: socket.socket, out_ring: Ring, in_ring: Ring) -> None:
+    def __init__(
+        self, sock: socket.socket, out_ring: Ring, in_ring: Ring, on_backlog: Callable[[], None] | None = None
+    ) -> None:
         self.sock = sock
         self._out = out_ring
         self._in = in_ring
         self._lock = threading.Lock()
+        self._drained = threading.Condition(self._lock)
+        self._on_backlog = on_backlog
+        self._waits = on_backlog is None
+        self._backlog: collections.deque[tuple[bytes, list[int]]] = collections.deque()
+        self.closed = False
+        #: A received tensor block larger than this is :class:`Malformed` (None: no limit).
+        self.block_limit: int | None = None
+        if not self._waits:
+            sock.setblocking(False)
 
-    def send(self, kind: int, body: Any, tensors: Tensors | None = None) -> None:
+    # -- sending --
+
+    def send(self, kind: int, body: Any, tensors: Tensors | None = None, *, wait: bool = True) -> None:
         """Send a message, with the tensor block ``tensors`` (in the ring, or a file of its own)."""
         fds: list[int] = []
+        with self._lock:
+            if not self._waits and wait:
+                while self._backlog and not self.closed:
+                    self._drained.wait()
+            if self.closed or self._on_backlog is None and not self._waits:
+                raise BrokenPipeError("the channel is closed")
+            try:
+                data, fds = self._pack(kind, body, tensors)
+                if self._waits:
+                    self._transmit(data, fds)
+                elif self._backlog or not self._try(data, fds):
+                    if len(self._backlog) >= BACKLOG_LIMIT:
+                        raise Backlogged(f"the peer left {len(self._backlog)} messages unread")
+                    self._backlog.append((data, fds))
+                    fds = []
+                    if len(self._backlog) == 1:
+                        self._on_backlog()
+            finally:
+                for f in fds:
+                    os.close(f)
+
+    def flush(self) -> bool:
+        """Send what queued, as far as the socket takes it; True once nothing is left."""
+        with self._lock:
+            backlog = self._backlog
+            while backlog:
+                data, fds = backlog[0]
+                if not self._try(data, fds):
+                    return False
+                backlog.popleft()
+                for f in fds:
+                    os.close(f)
+            self._drained.notify_all()
+            return True
+
+    def _pack(self, kind: int, body: Any, tensors: Tensors | None) -> tuple[bytes, list[int]]:
+        fds: list[int] = []
         try:
-            with self._lock:
-                where = None
-                if tensors is not None and tensors.size:
+            where: Any = None
+            if tensors is not None and tensors.size:
+                if tensors.size <= INLINE_TENSORS:
+                    where = tensors.to_bytes()
+                else:
                     where = self._out.put(tensors)
                     if where is None:
-                        fds.append(tensors.seal())
-                data = marshal.dumps((kind, body, where))
-                if len(data) > _INLINE_LIMIT:
-                    big = shared_file(len(data))
-                    with mmap.mmap(big, len(data)) as mm:
-                        mm[:] = data
-                    fds.insert(0, big)
-                    data = marshal.dumps((_LARGE, len(data), None))
-                if fds:
-                    socket.send_fds(self.sock, [data], fds)
-                else:
-                    self.sock.send(data)
-        finally:
+                        fds.append(tensors.to_file())
+            data = marshal.dumps((kind, body, where))
+            if len(data) > _INLINE_LIMIT:
+                if len(data) > MESSAGE_LIMIT:
+                    raise ValueError(f"a message of {len(data)} bytes, more than the {MESSAGE_LIMIT} allowed")
+                big = shared_file(len(data))
+                fds.insert(0, big)
+                with mmap.mmap(big, len(data)) as mm:
+                    mm[:] = data
+                seal(big)
+                data = marshal.dumps((_LARGE, len(data), None))
+        except BaseException:
             for f in fds:
                 os.close(f)
+            raise
+        return data, fds
 
-    def recv(self) -> tuple[int, Any, Any] | None:
-        """The next message: (kind, body, its tensor block or None); None once the other end is gone."""
+    def _transmit(self, data: bytes, fds: list[int]) -> None:
+        if fds:
+            socket.send_fds(self.sock, [data], fds)
+        else:
+            self.sock.send(data)
+
+    def _try(self, data: bytes, fds: list[int]) -> bool:
         try:
-            data, fds, _, _ = socket.recv_fds(self.sock, _RECV_SIZE, _MAX_FDS)
-        except (ConnectionError, OSError):
-            return None
+            self._transmit(data, fds)
+        except BlockingIOError:
+            return False
+        return True
+
+    # -- receiving --
+
+    def recv(self) -> Message | None:
+        """The next message; None once the other end is gone. A non-blocking channel raises
+        ``BlockingIOError`` when none is waiting; a broken message raises :class:`Malformed`."""
+        while True:
+            try:
+                data, ancillary, flags, _ = self.sock.recvmsg(_RECV_SIZE, _ANCILLARY)
+                break
+            except BlockingIOError:
+                raise
+            except ConnectionResetError:  # the peer left messages of ours unread; what it sent still follows
+                continue
+            except OSError:
+                return None
+        fds: list[int] = []
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.extend(memoryview(payload[: len(payload) - len(payload) % 4]).cast("i"))
         if not data:
             for f in fds:
                 os.close(f)
             return None
         try:
-            kind, body, where = marshal.loads(data)
+            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+                raise Malformed("a message longer than a datagram, or with too many files")
+            kind, body, where = _loads(data)
             if kind == _LARGE:
-                with mmap.mmap(fds[0], body, access=mmap.ACCESS_READ) as mm:
-                    kind, body, where = marshal.loads(mm[:])
+                if not fds or type(body) is not int or body > MESSAGE_LIMIT:
+                    raise Malformed(f"a large message of {body!r} bytes")
+                with _map_sealed(fds[0], body, mmap.ACCESS_READ) as mm:
+                    kind, body, where = _loads(mm)
                 os.close(fds.pop(0))
-            if where is not None:
-                block: Any = self._in.take(where)
+            if type(where) is bytes:
+                block: Any = bytearray(where)  # the arrays own a (writable) copy: nothing to release
+            elif where is not None:
+                block = self._in.take(where)
+            elif fds:
+                block = _map_sealed(fds[0], None)
             else:
-                block = mmap.mmap(fds[0], 0) if fds else None
+                block = None
+            limit = self.block_limit
+            if limit is not None and block is not None and len(block) > limit:
+                raise Malformed(f"{len(block)} bytes of tensors, more than the {limit} allowed")
         finally:
             for f in fds:
                 os.close(f)
         return kind, body, block
 
     def close(self) -> None:
+        """Close the socket and unmap the rings (a ring that arrays still view goes with the last of them)."""
+        with self._lock:
+            self.closed = True
+            self._on_backlog = None
+            for _, fds in self._backlog:
+                for f in fds:
+                    os.close(f)
+            self._backlog.clear()
+            self._drained.notify_all()
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
         self.sock.close()
+        self._out.close()
+        self._in.close()
+
+
+def _loads(data: Any) -> tuple[int, Any, Any]:
+    try:
+        kind, body, where = marshal.loads(data)
+    except (ValueError, TypeError, EOFError) as exc:
+        raise Malformed(f"undecodable ({exc})") from None
+    if type(kind) is not int:
+        raise Malformed(f"a message of kind {kind!r}")
+    return kind, body, where
 
 
 def plain(value: Any) -> Any:

@@ -12,6 +12,7 @@ UNAVAILABLE, with the reason. Other models are not affected.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import itertools
 import json
@@ -24,11 +25,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from inferd.backend import RESCHEDULE, Instance, InstanceSpec, Model, ModelClient, ModelLoadContext
 from inferd.errors import ErrorKind, InferdError, InternalError, InvalidArgument, Unavailable
@@ -153,6 +154,21 @@ def _package_dirs() -> list[str]:
     return [str(Path(m.__file__).parent) for m in (inferd, inferd_backend_python, triton_python_backend_utils)]
 
 
+_spawner: tuple[int, ThreadPoolExecutor] | None = None
+_spawner_lock = threading.Lock()
+
+
+def _spawn_thread() -> ThreadPoolExecutor:
+    """The one thread of this process that starts stubs. It lives as long as the process: a stub
+    asks the kernel to kill it when the thread that started it ends (``PR_SET_PDEATHSIG``), so a
+    server that dies, even by SIGKILL, leaves no stub behind."""
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None or _spawner[0] != os.getpid():  # a forked worker makes its own
+            _spawner = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="inferd-python-spawner"))
+        return _spawner[1]
+
+
 @dataclass(frozen=True)
 class Launcher:
     """How to start a model's stubs: the interpreter and its environment variables."""
@@ -168,19 +184,34 @@ class Launcher:
         found = environments.prepare(settings.env_path, label)
         return cls(found.python, found.variables, found.source)
 
-    def spawn(self) -> tuple[subprocess.Popen, ipc.Channel]:
+    def spawn(self, on_backlog: Callable[[], None] | None = None) -> tuple[subprocess.Popen, ipc.Channel]:
+        """A new stub and the server's end of its channel (non-blocking when ``on_backlog`` is given)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        to_stub, to_fd = ipc.Ring.create()
-        from_stub, from_fd = ipc.Ring.create()
-        rings = f"{to_fd},{from_fd},{ipc.Ring.SIZE}"
         try:
-            proc = subprocess.Popen(
-                [self.python, "-c", BOOT, str(theirs.fileno()), rings, *_package_dirs()],
+            to_stub, to_fd = ipc.Ring.create()
+        except BaseException:
+            ours.close()
+            theirs.close()
+            raise
+        try:
+            from_stub, from_fd = ipc.Ring.create()
+        except BaseException:
+            os.close(to_fd)
+            ours.close()
+            theirs.close()
+            raise
+        rings = f"{to_fd},{from_fd},{ipc.Ring.SIZE}"
+        command = [self.python, "-c", BOOT, str(theirs.fileno()), rings, str(os.getpid()), *_package_dirs()]
+        try:
+            started = _spawn_thread().submit(
+                subprocess.Popen,
+                command,
                 stdin=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(), to_fd, from_fd),
                 env=self.variables,
-                start_new_session=True,  # a terminal's Ctrl-C goes to the server, which stops its stubs
+                process_group=0,  # a terminal's Ctrl-C goes to the server, which stops its stubs
             )
+            proc = started.result()
         except OSError:
             ours.close()
             raise
@@ -188,7 +219,7 @@ class Launcher:
             theirs.close()
             os.close(to_fd)
             os.close(from_fd)
-        return proc, ipc.Channel(ours, to_stub, from_stub)
+        return proc, ipc.Channel(ours, to_stub, from_stub, on_backlog)
 
     def import_failure(self, detail: str, label: str) -> InferdError:
         if self.env_source is None:
@@ -216,6 +247,8 @@ def autocomplete(
             if kind == ipc.LOG:
                 _log_from_stub(body)
         raise InternalError(f"{label}: the stub running auto_complete_config {_exit_cause(proc.wait(), None)}")
+    except ipc.Malformed as exc:
+        raise InternalError(f"{label}: the stub running auto_complete_config sent a malformed message: {exc}") from None
     finally:
         channel.close()
         if proc.poll() is None:
@@ -257,20 +290,33 @@ def _cause_kind(returncode: int, kind: str | None) -> str:
 
 # --- one stub process -------------------------------------------------------------------------
 
+#: Requests whose tensors add up to more than this are copied to the stub from a worker thread,
+#: not on the event loop.
+_LOOP_COPY_LIMIT = 256 * 1024
+#: Messages the event loop reads from one stub before it serves others (then it comes back).
+_READ_BATCH = 64
+#: Log records a stub may send: a burst of _LOG_BURST, then _LOG_RATE a second; the rest are dropped
+#: (and counted). Each is cut to _LOG_CHARS characters; at most _LOG_NAMES logger names per stub.
+_LOG_BURST = 2000
+_LOG_RATE = 500.0
+_LOG_CHARS = 64 * 1024
+_LOG_NAMES = 256
+
 
 class _Batch:
-    """Requests handed to a stub: done once its ``execute`` returned (or it died)."""
+    """Requests handed to a stub: its future is done once ``execute`` returned (or the stub died)."""
 
-    __slots__ = ("done", "open", "requests", "results")
+    __slots__ = ("future", "open", "requests", "timer")
 
-    def __init__(self, requests: Sequence[InferRequest], decoupled: bool) -> None:
+    def __init__(self, requests: Sequence[InferRequest], future: asyncio.Future, decoupled: bool) -> None:
         self.requests = requests
-        self.results: list[InferResponse | InferdError] = []
-        self.done = threading.Event()
+        self.future = future
+        self.timer: asyncio.TimerHandle | None = None
         #: Decoupled: the requests whose final response has not been sent yet.
-        self.open = set(range(len(requests))) if decoupled else set()
+        self.open = set(range(len(requests))) if decoupled else _NONE
 
 
+_NONE: set[int] = set()
 _bls_pool: ThreadPoolExecutor | None = None
 _bls_lock = threading.Lock()
 
@@ -284,35 +330,57 @@ def _bls_threads() -> ThreadPoolExecutor:
 
 
 class Stub:
-    """One running stub process: its socket, its reader thread, and the batches it holds."""
+    """One running stub process: its channel, read and written by the server's event loop, and
+    the batches it holds.
 
-    def __init__(self, owner: ProcessInstance, proc: subprocess.Popen, channel: ipc.Channel) -> None:
+    Everything about batches happens on the loop: ``submit`` (from the instance's ``execute``)
+    sends a batch, the loop reads the stub's socket as soon as it is readable and resolves the
+    batch's future with the results: no thread between the two. A message that breaks the
+    protocol gets the stub killed ("sent a malformed message"), as does one that leaves the
+    server's messages unread. Its death, seen as the socket closing, fails what it held.
+    """
+
+    def __init__(
+        self, owner: ProcessInstance, proc: subprocess.Popen, channel: ipc.Channel, loop: asyncio.AbstractEventLoop
+    ) -> None:
         self.owner = owner
         self.proc = proc
         self.pid = proc.pid
         self.channel = channel
+        self.loop = loop
         self.rss = 0
+        self._fd = channel.sock.fileno()
         self._decoupled = owner.model.decoupled
-        self._pending: dict[int, _Batch] = {}
+        self._timeout = owner.model.settings.execute_timeout_s
+        self._pending: dict[int, _Batch] = {}  # on the loop only
         self._ids = itertools.count(1)
-        self._lock = threading.Lock()
         self._dead = False
+        self._ignoring = False
+        self._lock = threading.Lock()
         self._kill_reason: str | None = None
         self._kill_kind: str | None = None
         self._started = threading.Event()
         self._start_error: InferdError | None = None
         self._finalized = threading.Event()
+        self._gone = threading.Event()
         self._families: dict[int, MetricFamily] = {}
         self._metrics: dict[int, Metric] = {}
-        self._reader = threading.Thread(target=self._read, name=f"inferd-stub-{owner.name}", daemon=True)
+        self._log_tokens = float(_LOG_BURST)
+        self._log_stamp = time.monotonic()
+        self._log_dropped = 0
+        self._log_names: set[str] = set()
 
     @classmethod
     def start(cls, owner: ProcessInstance) -> Stub:
-        """Start a stub and run the model's ``initialize`` in it; raises when that fails."""
+        """Start a stub and run the model's ``initialize`` in it; raises when that fails (blocking:
+        not on the loop)."""
         model = owner.model
-        proc, channel = model.launcher.spawn()
-        stub = cls(owner, proc, channel)
-        stub._reader.start()
+        holder: list[Stub] = []
+        proc, channel = model.launcher.spawn(lambda: holder[0].wake_writer())
+        channel.block_limit = model.settings.memory_limit
+        stub = cls(owner, proc, channel, model.loop)
+        holder.append(stub)
+        model.loop.call_soon_threadsafe(model.loop.add_reader, stub._fd, stub._readable)
         try:
             channel.send(ipc.INIT, model.init_settings(owner.spec))
         except OSError:
@@ -326,48 +394,120 @@ class Stub:
         WATCHDOG.add(stub)
         return stub
 
-    # -- requests --
+    # -- requests (on the loop) --
 
-    def submit(self, requests: Sequence[InferRequest]) -> _Batch | None:
-        """Hand a batch to the stub (None: it is dead already)."""
-        tensors = ipc.Tensors()
-        items = [encode_request(r, tensors) for r in requests]
-        batch = _Batch(requests, self._decoupled)
-        with self._lock:
-            if self._dead:
-                return None
-            batch_id = next(self._ids)
-            self._pending[batch_id] = batch
+    def submit(self, requests: Sequence[InferRequest]) -> asyncio.Future | None:
+        """Hand a batch to the stub: a future of its results (None: the stub is dead already)."""
+        if self._dead:
+            return None
+        batch_id = next(self._ids)
+        future = self.loop.create_future()
+        self._pending[batch_id] = batch = _Batch(requests, future, self._decoupled)
+        if sum(t.data.nbytes for r in requests for t in r.inputs.values()) > _LOOP_COPY_LIMIT:
+            self.loop.run_in_executor(None, self._send_batch, batch_id, requests, True)
+        else:
+            self._send_batch(batch_id, requests, False)
+        if self._timeout is not None:
+            batch.timer = self.loop.call_later(
+                self._timeout, self.kill,
+                f"did not return from execute within {self._timeout:g} s (EXECUTE_TIMEOUT_SECS)", "timeout",
+            )  # fmt: skip
+        return future
+
+    def _send_batch(self, batch_id: int, requests: Sequence[InferRequest], wait: bool) -> None:
+        """Send a batch (``wait``: from a worker thread, which may wait for the socket)."""
         try:
-            self.channel.send(ipc.EXEC, (batch_id, items), tensors)
+            tensors = ipc.Tensors()
+            items = [encode_request(r, tensors) for r in requests]
+        except Exception as exc:
+            error = InternalError(
+                f"{self.owner.label}: the batch cannot be sent to its stub: {type(exc).__name__}: {exc}"
+            )
+            if wait:
+                self.loop.call_soon_threadsafe(self._drop_batch, batch_id, error)
+            else:
+                self._drop_batch(batch_id, error)
+            return
+        self._send(ipc.EXEC, (batch_id, items), tensors, wait)
+
+    def _drop_batch(self, batch_id: int, error: InferdError) -> None:
+        batch = self._pending.pop(batch_id, None)
+        if batch is not None:
+            self._fail_batch(batch, error)
+
+    def _send(self, kind: int, body: Any, tensors: ipc.Tensors | None = None, wait: bool = True) -> None:
+        try:
+            self.channel.send(kind, body, tensors, wait=wait)
+        except ipc.Backlogged as exc:
+            self.kill(f"stopped reading the server's messages ({exc})", "protocol")
         except OSError:
-            pass  # it died: the reader fails the batch
-        return batch
+            pass  # it died: the loop sees the socket close and fails what it held
 
-    # -- the reader thread --
+    def wake_writer(self) -> None:
+        """Some messages wait for the stub to read (any thread): the loop sends them as the socket
+        takes them."""
+        try:
+            self.loop.call_soon_threadsafe(self._backlogged)
+        except RuntimeError:  # the loop is closed: the server is stopping
+            pass
 
-    def _read(self) -> None:
+    def _backlogged(self) -> None:
+        if not self._dead:
+            self.loop.add_writer(self._fd, self._writable)
+
+    def _writable(self) -> None:
+        try:
+            done = self.channel.flush()
+        except OSError:
+            done = True
+        if done:
+            self.loop.remove_writer(self._fd)
+
+    # -- what the stub sends (on the loop) --
+
+    def _readable(self) -> None:
         channel = self.channel
-        while (message := channel.recv()) is not None:
-            kind, body, block = message
+        for _ in range(_READ_BATCH):
             try:
-                self._dispatch(kind, body, block)
-            except Exception:
-                _log.exception(
-                    "model '%s' instance '%s': bad message from its stub", self.owner.model.name, self.owner.name
-                )
-            del message, body, block
-        self._died()
+                message = channel.recv()
+            except BlockingIOError:
+                return
+            except ipc.Malformed as exc:
+                self._violation(exc)
+                continue
+            if message is None:
+                self._closed()
+                return
+            if self._ignoring:
+                continue
+            try:
+                self._dispatch(*message)
+            except Exception as exc:
+                self._violation(exc)
+            del message
+
+    def _violation(self, exc: Exception) -> None:
+        if self._ignoring:
+            return
+        self._ignoring = True
+        reason = f"sent a malformed message ({type(exc).__name__}: {exc})"
+        _log.error("%s: its stub (pid %d) %s; killing it", self.owner.label, self.pid, reason)
+        self.kill(reason, "protocol")
 
     def _dispatch(self, kind: int, body: Any, block: ipc.Block) -> None:
         if kind == ipc.RESULT:
             self._result(body, block)
         elif kind == ipc.SEND:
-            self._send(body, block)
+            self._send_response(body, block)
+        elif kind == ipc.CANCELLED:
+            call_id, batch_id, index = body
+            batch = self._pending.get(batch_id)
+            cancelled = batch is not None and batch.requests[index].cancelled
+            self._send(ipc.REPLY, (call_id, "cancelled", bool(cancelled)), None, False)
         elif kind == ipc.BLS_CALL:
             _bls_threads().submit(self._bls, body, block)
         elif kind == ipc.LOG:
-            _log_from_stub(body)
+            self._log(body)
         elif kind == ipc.METRIC:
             self._metric(body)
         elif kind == ipc.READY:
@@ -377,39 +517,78 @@ class Stub:
             self._started.set()
         elif kind == ipc.FINALIZED:
             self._finalized.set()
+        else:
+            raise ipc.Malformed(f"a message of unknown kind {kind}")
 
     def _result(self, body: Any, block: ipc.Block) -> None:
         batch_id, encoded, rescheduled = body
-        with self._lock:
-            batch = self._pending.get(batch_id)
-            if batch is None:
-                return
-            if not batch.open:
-                del self._pending[batch_id]
+        batch = self._pending.get(batch_id)
+        if batch is None:
+            raise ipc.Malformed(f"the results of batch {batch_id!r}, which it does not hold")
+        if batch.timer is not None:
+            batch.timer.cancel()
         results = [decode_outcome(item, block) for item in encoded]
         for index in rescheduled:
+            if not (type(index) is int and 0 <= index < len(batch.requests)):
+                raise ipc.Malformed(f"request {index!r} of a batch of {len(batch.requests)} to reschedule")
             batch.requests[index].context[RESCHEDULE] = True
-        batch.results = results  # type: ignore[assignment]
-        batch.done.set()
+        if not batch.open:
+            del self._pending[batch_id]
+        if not batch.future.done():
+            batch.future.set_result(results)
 
-    def _send(self, body: Any, block: ipc.Block) -> None:
+    def _send_response(self, body: Any, block: ipc.Block) -> None:
         batch_id, index, payload, final = body
-        with self._lock:
-            batch = self._pending.get(batch_id)
-            if batch is None or index not in batch.open:
-                return
-            if final:
-                batch.open.discard(index)
-                if not batch.open and batch.done.is_set():
-                    del self._pending[batch_id]
+        batch = self._pending.get(batch_id)
+        if batch is None or index not in batch.open:
+            return
+        outcome = decode_outcome(payload, block)
+        if final:
+            batch.open.discard(index)
+            if not batch.open and batch.future.done():
+                del self._pending[batch_id]
         sender = batch.requests[index].response_sender
         if sender is not None:
-            sender(decode_outcome(payload, block), final)
+            sender(outcome, bool(final))
+
+    def _log(self, body: Any) -> None:
+        """A log record of the model: logged by the server, within the stub's log budget."""
+        level, name, message = body
+        if type(level) is not int or type(name) is not str or type(message) is not str:
+            raise ipc.Malformed("a log record that is not (level, logger name, text)")
+        now = time.monotonic()
+        self._log_tokens = min(_LOG_BURST, self._log_tokens + (now - self._log_stamp) * _LOG_RATE)
+        self._log_stamp = now
+        if self._log_tokens < 1:
+            if not self._log_dropped:
+                self.loop.call_later(1.0, self._report_dropped)
+            self._log_dropped += 1
+            return
+        self._log_tokens -= 1
+        if len(message) > _LOG_CHARS:
+            message = f"{message[:_LOG_CHARS]}... [{len(message) - _LOG_CHARS} characters cut]"
+        if name not in self._log_names:
+            if len(self._log_names) >= _LOG_NAMES:
+                name, message = "inferd.python", f"[{name[:200]}] {message}"
+            else:
+                self._log_names.add(name)
+        logging.getLogger(name).log(level, "%s", message)
+
+    def _report_dropped(self) -> None:
+        _log.warning(
+            "%s: %d log records of its stub dropped (more than %d at once or %g a second)",
+            self.owner.label, self._log_dropped, _LOG_BURST, _LOG_RATE,
+        )  # fmt: skip
+        self._log_dropped = 0
 
     def _bls(self, body: Any, block: ipc.Block) -> None:
         """A BLS call of the model: run through the server's in-process path, the reply sent back."""
-        call_id, decoupled, item = body
-        request = decode_request(item, block)
+        try:
+            call_id, decoupled, item = body
+            request = decode_request(item, block)
+        except Exception as exc:
+            self.loop.call_soon_threadsafe(self._violation, exc)
+            return
         del block
         models: ModelClient | None = self.owner.model.models
         try:
@@ -424,29 +603,20 @@ class Stub:
                 return
             items = models.stream_from_thread(request)
         except Exception as exc:
-            self._reply_raw(call_id, "raise", encode_error(exc))
+            self._send(ipc.REPLY, (call_id, "raise", encode_error(exc)))
             return
-        self._reply_raw(call_id, "started", None)
+        self._send(ipc.REPLY, (call_id, "started", None))
         try:
             for outcome in items:
                 self._reply(call_id, "item", outcome)
         except Exception as exc:
             self._reply(call_id, "item", InferdError(f"{type(exc).__name__}: {exc}", ErrorKind.INTERNAL))
-        self._reply_raw(call_id, "end", None)
+        self._send(ipc.REPLY, (call_id, "end", None))
 
     def _reply(self, call_id: int, what: str, outcome: InferResponse | InferdError) -> None:
         tensors = ipc.Tensors()
         payload = encode_outcome(outcome, tensors)
-        try:
-            self.channel.send(ipc.BLS_REPLY, (call_id, what, payload), tensors)
-        except OSError:
-            pass  # the stub died; its requests fail
-
-    def _reply_raw(self, call_id: int, what: str, payload: Any) -> None:
-        try:
-            self.channel.send(ipc.BLS_REPLY, (call_id, what, payload))
-        except OSError:
-            pass
+        self._send(ipc.REPLY, (call_id, what, payload), tensors)
 
     def _metric(self, body: Sequence[Any]) -> None:
         """A custom-metric change in the stub, applied to the server's copy (what ``/metrics`` shows)."""
@@ -481,8 +651,15 @@ class Stub:
         except OSError:
             pass
 
-    def _died(self) -> None:
-        """The socket closed: the stub is gone. Fail what it held, then tell the instance."""
+    def _closed(self) -> None:
+        """The socket closed (on the loop): the stub is gone. Stop reading; a thread waits for it."""
+        self._dead = True
+        self.loop.remove_reader(self._fd)
+        self.loop.remove_writer(self._fd)
+        threading.Thread(target=self._reap, name=f"inferd-reap-{self.pid}", daemon=True).start()
+
+    def _reap(self) -> None:
+        """Wait for the process, then tell the instance and fail what the stub held."""
         self.channel.close()
         try:
             code = self.proc.wait(timeout=10)
@@ -491,8 +668,6 @@ class Stub:
             code = self.proc.wait()
         WATCHDOG.remove(self)
         with self._lock:
-            self._dead = True
-            pending, self._pending = self._pending, {}
             reason, kind = self._kill_reason, self._kill_kind
         cause = _exit_cause(code, reason)
         owner = self.owner
@@ -501,38 +676,49 @@ class Stub:
                 f"{owner.label}: its stub process {cause} while loading"
             )
             self._started.set()
+            self._gone.set()
             return
         self._finalized.set()
-        kind = _cause_kind(code, kind)
-        owner.stub_died(self, cause, kind)  # first: once a client hears of the crash, the model says so
-        if self.owner.closing:
+        # first: once a client hears of the crash, the model says so
+        owner.stub_died(self, cause, _cause_kind(code, kind))
+        if owner.closing:
             error: InferdError = Unavailable(f"{owner.label} was unloaded while the request ran")
         else:
             error = InternalError(
                 f"Failed to process the request(s) for model '{owner.model.name}', message: Stub process "
                 f"'{owner.name}' is not healthy.; it {cause} (pid {self.pid})"
             )
+        try:
+            self.loop.call_soon_threadsafe(self._fail, error)
+        except RuntimeError:  # the loop is closed: the server is stopping
+            self._gone.set()
+
+    def _fail(self, error: InferdError) -> None:
+        """Fail every request the dead stub held (on the loop)."""
+        pending, self._pending = self._pending, {}
         for batch in pending.values():
-            if not batch.done.is_set():
-                batch.results = [] if self._decoupled else [error] * len(batch.requests)
-                batch.done.set()
-            for index in sorted(batch.open):
-                sender = batch.requests[index].response_sender
-                if sender is not None:
-                    sender(error, True)
+            self._fail_batch(batch, error)
+        self._gone.set()
+
+    def _fail_batch(self, batch: _Batch, error: InferdError) -> None:
+        if batch.timer is not None:
+            batch.timer.cancel()
+        if not batch.future.done():
+            batch.future.set_result([] if self._decoupled else [error] * len(batch.requests))
+        for index in sorted(batch.open):
+            sender = batch.requests[index].response_sender
+            if sender is not None:
+                sender(error, True)
 
     def finalize(self) -> None:
-        """Ask the stub to run ``finalize`` and exit; kill it if it takes too long."""
-        try:
-            self.channel.send(ipc.FINALIZE, None)
-        except OSError:
-            pass
+        """Ask the stub to run ``finalize`` and exit; kill it if it takes too long (blocking)."""
+        self._send(ipc.FINALIZE, None)
         if not self._finalized.wait(FINALIZE_TIMEOUT_S):
             _log.warning(
                 "%s: finalize did not return within %g s; killing its stub", self.owner.label, FINALIZE_TIMEOUT_S
             )
         self.kill("was unloaded", "unload")
-        self._reader.join(timeout=FINALIZE_TIMEOUT_S)
+        self._gone.wait(FINALIZE_TIMEOUT_S)
 
 
 # --- the model and its instances --------------------------------------------------------------
@@ -553,6 +739,9 @@ class ProcessModel(Model):
         self.iterative = bool(context.config.sequence_batching.iterative_sequence)
         self.binding = ModelBinding(self.name, self.version, context.model_dir, self.decoupled, context.models)
         self.model_dir = context.model_dir
+        if context.loop is None:
+            raise InternalError(f"model '{self.name}': an isolated Python model needs a running server's event loop")
+        self.loop = context.loop
         self.launcher = Launcher.for_settings(settings, f"model '{self.name}'")
         self.instances: list[ProcessInstance] = []
         self._args = {
@@ -596,7 +785,12 @@ class ProcessModel(Model):
 
 
 class ProcessInstance(Instance):
-    """One instance of an isolated model: its current stub, restarted when it dies."""
+    """One instance of an isolated model: its current stub, restarted when it dies.
+
+    Non-blocking: ``execute`` runs on the server's loop, hands the batch to the stub and returns
+    the future of its results (no instance thread)."""
+
+    blocking: ClassVar[bool] = False
 
     def __init__(self, model: ProcessModel, spec: InstanceSpec) -> None:
         self.model = model
@@ -610,20 +804,15 @@ class ProcessInstance(Instance):
         self._crashes: collections.deque[float] = collections.deque()
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
-        self._timeout = model.settings.execute_timeout_s
 
-    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+    def execute(self, requests: Sequence[InferRequest]) -> Any:
         stub = self.stub
-        batch = stub.submit(requests) if stub is not None else None
-        if batch is None:
-            return self._refuse(requests)
-        if not batch.done.wait(self._timeout):
-            stub.kill(f"did not return from execute within {self._timeout:g} s (EXECUTE_TIMEOUT_SECS)", "timeout")
-            batch.done.wait()
-        return batch.results
+        future = stub.submit(requests) if stub is not None else None
+        return self._refuse(requests) if future is None else future
 
     def _refuse(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
-        error = Unavailable(f"Stub process '{self.name}' is not healthy.; {self.label} {self.problem or 'is stopped'}")
+        problem = self.problem or "is restarting: its stub process ended"
+        error = Unavailable(f"Stub process '{self.name}' is not healthy.; {self.label} {problem}")
         if self.model.decoupled:
             for request in requests:
                 if request.response_sender is not None:
@@ -781,7 +970,8 @@ class _Stats:
         labels = ("model", "version", "instance")
         family = PromMetric(
             "inferd_python_stub_crashes_total",
-            "Stub processes of isolated Python models that died, by cause (signal, exit, memory, timeout, restart)",
+            "Stub processes of isolated Python models that died, by cause (signal, exit, memory, timeout, protocol, "
+            "restart)",
             "counter",
         )
         family.name = "inferd_python_stub_crashes_total"

@@ -37,6 +37,10 @@ TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
 TRITONSERVER_MEMORY_CPU = 0
 TRITONSERVER_MEMORY_GPU = 2
 
+#: ``request.context`` key of an isolated model's requests: a callable that asks the server
+#: whether the request was cancelled (the stub's copy of the request cannot see the server's flag).
+CANCEL_QUERY = "inferd.python.cancel_query"
+
 # Request parameters that Triton turns into request properties instead of passing them on.
 _RESERVED_PARAMETERS = frozenset(
     ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output")
@@ -76,6 +80,17 @@ def current_binding() -> ModelBinding | None:
 
 
 # --- requests ---------------------------------------------------------------------------------
+
+
+def _cancelled(request: InferRequest | None) -> bool:
+    """Whether the client of ``request`` went away (asking the server, in a stub)."""
+    if request is None:
+        return False
+    if not request.cancelled:
+        ask = request.context.get(CANCEL_QUERY)
+        if ask is not None and ask():
+            request.cancelled = True
+    return request.cancelled
 
 
 class InferenceResponseSender:
@@ -128,7 +143,7 @@ class InferenceResponseSender:
         sender(out, final)
 
     def is_cancelled(self) -> bool:
-        return bool(getattr(self._request, "cancelled", False))
+        return _cancelled(self._request)
 
     @property
     def closed(self) -> bool:
@@ -259,7 +274,7 @@ class InferenceRequest:
         return self._sender
 
     def is_cancelled(self) -> bool:
-        return bool(getattr(self._inferd, "cancelled", False))
+        return _cancelled(self._inferd)
 
     def set_release_flags(self, flags: int) -> None:
         self._release_flags = int(flags)
