@@ -29,10 +29,10 @@ async def asgi_client(repositories: Sequence[Path], plugins: Iterable[Any] | Non
     ``options``: :class:`~inferd.server.ServerOptions` fields."""
     import httpx
 
-    from inferd.serving import HTTP_MAX_INPUT_SIZE, BodyLimit
     from inferd.default_plugins.http.app import HttpApp
     from inferd.plugins import PluginHost
     from inferd.server import Server, ServerOptions
+    from inferd.serving import HTTP_MAX_INPUT_SIZE, BodyLimit
 
     opts = ServerOptions([Path(r) for r in repositories], allow_http=False, allow_grpc=False, allow_metrics=False,
                          **options)  # fmt: skip

@@ -7,40 +7,32 @@ requests (input arrays are not copied) and its responses are turned back into in
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import json
 import logging
-import threading
-import time
-import weakref
-from collections.abc import Sequence
-from concurrent.futures import Future
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from inferd.backend import RESCHEDULE, Backend, Instance, InstanceSpec, Model, ModelLoadContext
-from inferd.errors import ErrorKind, InferdError, InternalError, InvalidArgument, NotFound, Unsupported
+from inferd.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
+from inferd.errors import NotFound
 from inferd.metric_sources import SOURCES
-from inferd.types import InferRequest, InferResponse
+from inferd_backend_python.instance import (
+    BLOCKED,
+    PythonInstance,
+    execute_warn_secs,
+    instance_args,
+    run_auto_complete,
+    start_model_object,
+)
 from inferd_backend_python.loader import check_model_class, forget_package, import_model_file
-from inferd_backend_python.pb_config import ModelConfig as PbModelConfig
 from inferd_backend_python.pb_metrics import FAMILIES
 from inferd_backend_python.pb_request import (
-    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
-    InferenceRequest,
     ModelBinding,
     bind,
 )
-from inferd_backend_python.pb_tensor import TritonError, error_to_inferd, response_to_inferd
 
 _log = logging.getLogger("inferd.backend.python")
 _DEFAULT_FILENAME = "model.py"
-
-
-class _ExecuteError(Exception):
-    """A broken ``execute`` contract (wrong return type or count); the message is Triton's."""
 
 
 class PythonBackend(Backend):
@@ -129,43 +121,6 @@ def _complete(config: Any, hook: Any, name: str, path: Path, model_dir: Path) ->
     config.CopyFrom(config_from_json(completed, f"{path} (auto_complete_config)"))
 
 
-def run_auto_complete(as_json: dict[str, Any], hook: Any, name: str, path: Path | str) -> dict[str, Any]:
-    """The config (JSON form) ``TritonPythonModel.auto_complete_config`` makes of ``as_json``."""
-    try:
-        result = hook(PbModelConfig(as_json))
-    except ValueError as exc:
-        raise InvalidArgument(f"{exc}; raised by auto_complete_config of model '{name}' in '{path}'") from exc
-    except Exception as exc:
-        raise InternalError(
-            f"model '{name}': auto_complete_config in '{path}' failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    if not isinstance(result, PbModelConfig):
-        raise InvalidArgument(
-            f"auto_complete_config function in model '{name}' must return a valid pb.ModelConfig object."
-        )
-    return result.as_dict()
-
-
-def start_model_object(cls: type, args: dict[str, str], binding: ModelBinding, path: Path | str) -> Any:
-    """A ``TritonPythonModel`` object, ``initialize``d with Triton's ``args``; errors name the instance."""
-    bind(binding)
-    instance = args["model_instance_name"]
-    try:
-        model = cls()
-        initialize = getattr(model, "initialize", None)
-        if initialize is not None:
-            result = initialize(args)
-            if inspect.iscoroutine(result):
-                asyncio.run(result)
-    except Exception as exc:
-        _log.exception("model '%s' instance '%s': initialize failed", binding.model_name, instance)
-        raise InternalError(
-            f"model '{binding.model_name}' instance '{instance}': initialize in '{path}' failed: "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
-    return model
-
-
 class PythonModel(Model):
     """One loaded version of a Python model: the imported module, shared by its instances."""
 
@@ -182,7 +137,7 @@ class PythonModel(Model):
         FAMILIES.model_loaded(self.binding)
         #: ``sequence_batching { iterative_sequence: true }``: requests may be rescheduled.
         self.iterative = bool(context.config.sequence_batching.iterative_sequence)
-        self.warn_after = _warn_after(context.config, self.name)
+        self.warn_after = execute_warn_secs(context.config, self.name)
         self._args = {
             "model_config": json.dumps(config_to_json(context.config)),
             "model_repository": str(context.model_dir),
@@ -203,240 +158,3 @@ class PythonModel(Model):
         FAMILIES.model_unloaded(self.binding)
         forget_package(self._module.__name__.rpartition(".")[0])
 
-
-def instance_args(base: dict[str, str], spec: InstanceSpec) -> dict[str, str]:
-    """Triton's ``initialize`` args for one instance: the model's, with the instance's own."""
-    args = dict(base)
-    args["model_instance_kind"] = spec.kind.removeprefix("KIND_")
-    args["model_instance_name"] = spec.name
-    args["model_instance_device_id"] = str(spec.device_id)
-    return args
-
-
-class PythonInstance(Instance):
-    """One ``TritonPythonModel`` object; ``execute`` runs the model's ``execute`` on a batch."""
-
-    def __init__(self, binding: ModelBinding, iterative: bool, obj: Any, name: str) -> None:
-        self._obj = obj
-        self._execute = obj.execute
-        self._binding = binding
-        self._decoupled = binding.decoupled
-        self._iterative = iterative
-        self.name = name
-        self._loop: _LoopThread | None = None
-        #: When the running ``execute`` started (monotonic s; 0: none runs), for :data:`BLOCKED`.
-        self.since = 0.0
-        self.warned = 0.0
-        self.warn_after = 0.0
-
-    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
-        self.since = time.monotonic()
-        try:
-            return self._run(requests)
-        finally:
-            self.since = 0.0
-
-    def _run(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
-        binding = self._binding
-        bind(binding)
-        wrapped = [InferenceRequest._wrap(r, binding) for r in requests]
-        try:
-            result = self._execute(wrapped)
-            if inspect.iscoroutine(result):
-                if self._decoupled:
-                    self._loop_thread().submit(result).add_done_callback(
-                        lambda f: self._async_done(f, requests, wrapped)
-                    )
-                    return []
-                result = self._loop_thread().submit(result).result()
-        except Exception as exc:
-            return self._fail(requests, wrapped, exc)
-        if self._decoupled:
-            if result is not None:
-                self._fail(requests, wrapped, _ExecuteError(
-                    f"Python model '{binding.model_name}' is using the decoupled mode and the "
-                    "execute function must return None."
-                ))  # fmt: skip
-            else:
-                self._reschedule_decoupled(requests, wrapped)
-            return []
-        try:
-            return self._collect(requests, wrapped, result)
-        except Exception as exc:
-            return self._fail(requests, wrapped, exc)
-
-    def _collect(
-        self, requests: Sequence[InferRequest], wrapped: list[InferenceRequest], result: Any
-    ) -> list[InferResponse | InferdError]:
-        name, version = self._binding.model_name, self._binding.model_version
-        if result is None:  # every response went through the response senders
-            result = [None] * len(requests)
-        elif not isinstance(result, (list, tuple)):
-            raise _ExecuteError(f"Expected a list in the execute return, found type '{type(result)}'.")
-        elif len(result) != len(requests):
-            raise _ExecuteError(
-                "Number of InferenceResponse objects do not match the number of "
-                f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, and "
-                f"InferenceResponse(s) size is:{len(result)}"
-            )
-        out: list[InferResponse | InferdError] = []
-        for request, view, response in zip(requests, wrapped, result, strict=True):
-            if response is None:
-                sender = view._sender
-                if sender is not None and sender.response is not None:
-                    response = sender.response
-                elif view._release_flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-                    out.append(self._reschedule(request))
-                    continue
-                else:
-                    raise _ExecuteError(
-                        "Expected an 'InferenceResponse' object in the execute function return "
-                        f"list, found type '{type(None)}'."
-                    )
-            out.append(response_to_inferd(response, request, name, version))
-        return out
-
-    def _reschedule(self, request: InferRequest) -> InferResponse | InferdError:
-        """Hand ``request`` back to the scheduler to run again, when the model is iterative."""
-        if not self._iterative:
-            return Unsupported(
-                f"model '{self._binding.model_name}' released request '{request.id}' with "
-                "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, but request rescheduling needs "
-                "'sequence_batching { iterative_sequence: true }' in its config"
-            )
-        request.context[RESCHEDULE] = True
-        return InferResponse(self._binding.model_name, self._binding.model_version, request.id)
-
-    def _reschedule_decoupled(self, requests: Sequence[InferRequest], wrapped: list[InferenceRequest]) -> None:
-        for request, view in zip(requests, wrapped, strict=True):
-            if view._release_flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-                outcome = self._reschedule(request)
-                if isinstance(outcome, InferdError) and request.response_sender is not None:
-                    request.response_sender(outcome, True)
-
-    def _fail(
-        self, requests: Sequence[InferRequest], wrapped: list[InferenceRequest], exc: BaseException
-    ) -> list[InferResponse | InferdError]:
-        """Every request of the batch gets the error (decoupled: sent to open senders)."""
-        error = self._error_for(exc)
-        if self._decoupled:
-            for request, view in zip(requests, wrapped, strict=True):
-                sender = view._sender
-                if request.response_sender is not None and (sender is None or not sender.closed):
-                    request.response_sender(error, True)
-            return []
-        return [error] * len(requests)
-
-    def _error_for(self, exc: BaseException) -> InferdError:
-        detail = str(exc) if isinstance(exc, _ExecuteError) else f"{type(exc).__name__}: {exc}"
-        message = f"Failed to process the request(s) for model '{self._binding.model_name}', message: {detail}"
-        if isinstance(exc, _ExecuteError):
-            _log.error("%s", message)
-        else:
-            _log.error("%s", message, exc_info=exc)
-        if isinstance(exc, (TritonError, InferdError)):
-            return InferdError(message, error_to_inferd(exc).kind)
-        return InferdError(message, ErrorKind.INTERNAL)
-
-    def _async_done(self, future: Future, requests: Sequence[InferRequest], wrapped: list[InferenceRequest]) -> None:
-        exc = None if future.cancelled() else future.exception()
-        if exc is not None:
-            self._fail(requests, wrapped, exc)
-
-    def _loop_thread(self) -> _LoopThread:
-        if self._loop is None:
-            self._loop = _LoopThread(f"inferd-python-{self.name}")
-        return self._loop
-
-    def close(self) -> None:
-        """Call the model's ``finalize`` (errors are logged) and stop its event loop, if any."""
-        bind(self._binding)
-        finalize = getattr(self._obj, "finalize", None)
-        try:
-            if finalize is not None:
-                result = finalize()
-                if inspect.iscoroutine(result):
-                    asyncio.run(result)
-        except Exception:
-            _log.exception("model '%s' instance '%s': finalize failed", self._binding.model_name, self.name)
-        finally:
-            if self._loop is not None:
-                self._loop.close()
-                self._loop = None
-
-
-#: Seconds an in-process ``execute`` may run before a warning says it is blocking its instance.
-EXECUTE_WARN_SECS = 10.0
-
-
-def _warn_after(config: Any, name: str) -> float:
-    """The model's ``EXECUTE_WARN_SECS`` parameter (0: no warning), or the default."""
-    text = (
-        config.parameters["EXECUTE_WARN_SECS"].string_value.strip() if "EXECUTE_WARN_SECS" in config.parameters else ""
-    )
-    if not text:
-        return EXECUTE_WARN_SECS
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if value < 0:
-        raise InvalidArgument(f"model '{name}': parameter EXECUTE_WARN_SECS is '{text}'; expected seconds (0: off)")
-    return value
-
-
-class _BlockedExecutions:
-    """One thread that warns, once per execution, of an in-process ``execute`` running past its
-    model's ``EXECUTE_WARN_SECS``: such a call holds its instance (and an unload or a shutdown
-    waits for it); an in-process model cannot be interrupted, an isolated one can
-    (``EXECUTE_TIMEOUT_SECS``)."""
-
-    def __init__(self) -> None:
-        self._instances: weakref.WeakSet[PythonInstance] = weakref.WeakSet()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-
-    def add(self, instance: PythonInstance) -> None:
-        with self._lock:
-            self._instances.add(instance)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="inferd-python-blocked", daemon=True)
-                self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            time.sleep(0.5)
-            now = time.monotonic()
-            with self._lock:
-                instances = list(self._instances)
-            for instance in instances:
-                since = instance.since
-                if since and since != instance.warned and now - since >= instance.warn_after:
-                    instance.warned = since
-                    _log.warning(
-                        "model '%s' instance '%s': execute has been running for %.1f s (EXECUTE_WARN_SECS %g); "
-                        "it holds the instance, and unloading the model or stopping the server waits for it. "
-                        "An isolated model (EXECUTION_MODE process) can be stopped with EXECUTE_TIMEOUT_SECS",
-                        instance._binding.model_name, instance.name, now - since, instance.warn_after,
-                    )  # fmt: skip
-
-
-BLOCKED = _BlockedExecutions()
-
-
-class _LoopThread:
-    """An asyncio event loop on a thread of its own, for ``async def execute`` models."""
-
-    def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
-        self.thread.start()
-
-    def submit(self, coro: Any) -> Future:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
-        if not self.thread.is_alive():
-            self.loop.close()

@@ -381,7 +381,7 @@ class Channel:
                         raise Backlogged(f"the peer left {len(self._backlog)} messages unread")
                     self._backlog.append((data, fds))
                     fds = []
-                    if len(self._backlog) == 1:
+                    if len(self._backlog) == 1 and self._on_backlog is not None:
                         self._on_backlog()
             finally:
                 for f in fds:

@@ -37,7 +37,7 @@ from inferd.metric_sources import SOURCES
 from inferd.types import InferRequest, InferResponse
 from inferd_backend_python import env as environments
 from inferd_backend_python import ipc
-from inferd_backend_python.backend import instance_args
+from inferd_backend_python.instance import instance_args
 from inferd_backend_python.pb_metrics import FAMILIES, Metric, MetricFamily
 from inferd_backend_python.pb_request import ModelBinding, bind
 from inferd_backend_python.stub import BOOT
@@ -151,7 +151,7 @@ def _package_dirs() -> list[str]:
     import inferd
     import inferd_backend_python
 
-    return [str(Path(m.__file__).parent) for m in (inferd, inferd_backend_python, triton_python_backend_utils)]
+    return [str(Path(str(m.__file__)).parent) for m in (inferd, inferd_backend_python, triton_python_backend_utils)]
 
 
 _spawner: tuple[int, ThreadPoolExecutor] | None = None
@@ -967,7 +967,7 @@ class _Stats:
         with self._lock:
             crashes, restarts = dict(self._crashes), dict(self._restarts)
             instances = list(self._instances.values())
-        labels = ("model", "version", "instance")
+        labels: tuple[str, ...] = ("model", "version", "instance")
         family = PromMetric(
             "inferd_python_stub_crashes_total",
             "Stub processes of isolated Python models that died, by cause (signal, exit, memory, timeout, protocol, "
@@ -975,20 +975,20 @@ class _Stats:
             "counter",
         )
         family.name = "inferd_python_stub_crashes_total"
-        for key, n in sorted(crashes.items()):
-            family.add_sample(family.name, dict(zip((*labels, "cause"), key, strict=True)), n)
+        for crash, n in sorted(crashes.items()):
+            family.add_sample(family.name, dict(zip((*labels, "cause"), crash, strict=True)), n)
         yield family
         family = PromMetric("inferd_python_stub_restarts_total", "Stub processes restarted after a crash", "counter")
         family.name = "inferd_python_stub_restarts_total"
-        for key, n in sorted(restarts.items()):
-            family.add_sample(family.name, dict(zip(labels, key, strict=True)), n)
+        for restart, n in sorted(restarts.items()):
+            family.add_sample(family.name, dict(zip(labels, restart, strict=True)), n)
         yield family
         family = PromMetric("inferd_python_stub_rss_bytes", "Resident memory of each running stub process", "gauge")
         for instance in instances:
             stub = instance.stub
             if stub is not None and stub.rss:
-                key = (instance.model.name, instance.model.version, instance.name)
-                family.add_sample(family.name, dict(zip(labels, key, strict=True)), stub.rss)
+                which = (instance.model.name, instance.model.version, instance.name)
+                family.add_sample(family.name, dict(zip(labels, which, strict=True)), stub.rss)
         yield family
 
 

@@ -3,7 +3,7 @@
 The server starts it with ``python -c BOOT ...`` (:data:`BOOT`): the server's own interpreter, or
 the one of the model's ``EXECUTION_ENV_PATH``. It imports ``model.py`` with the same loader as the
 in-process backend and runs ``execute`` through the same
-:class:`~inferd_backend_python.backend.PythonInstance`, so ``pb_utils`` behaves the same. Its main
+:class:`~inferd_backend_python.instance.PythonInstance`, so ``pb_utils`` behaves the same. Its main
 thread reads a batch from the socket, executes it and sends the results: no thread hand-off on the
 way. Requests and responses cross :mod:`~inferd_backend_python.ipc` (tensors in shared memory). BLS
 calls and ``is_cancelled()`` go to the server and wait for its reply; logging and custom metrics are
@@ -29,7 +29,7 @@ from inferd.backend import RESCHEDULE
 from inferd.errors import InferdError
 from inferd.types import InferRequest, InferResponse
 from inferd_backend_python import ipc, pb_metrics
-from inferd_backend_python.backend import PythonInstance, run_auto_complete, start_model_object
+from inferd_backend_python.instance import PythonInstance, run_auto_complete, start_model_object
 from inferd_backend_python.loader import check_model_class, import_model_file
 from inferd_backend_python.pb_request import CANCEL_QUERY, ModelBinding, bind
 from inferd_backend_python.wire import decode_error, decode_outcome, decode_request, encode_outcome, encode_request
