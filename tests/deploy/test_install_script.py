@@ -1,6 +1,7 @@
-"""scripts/install.sh is the one install: `make install` and both images run it, and it installs a
-working inferd into a fresh virtual environment (what the image's build stage does, with the
-Python backend only, to keep it short)."""
+"""scripts/install.sh is the one install: every Makefile tier (`make serve`, `make install-llm`,
+`make install`) and both images run it, and it installs a working inferd into a fresh virtual
+environment (what the image's build stage does, with the Python backend only, to keep it short),
+saying what it does in one line per step."""
 
 from __future__ import annotations
 
@@ -32,16 +33,60 @@ class VenvServer(ServerProcess):
         return [str(self.venv / "bin/inferd"), *super().command()[python_m_inferd:]]
 
 
-def test_make_install_and_the_images_run_the_same_script():
-    make = (ROOT / "Makefile").read_text()
-    recipe = re.search(r"^\$\(STAMP\):.*\n((?:\t.*\n)+)", make, re.M)
-    assert recipe is not None and SCRIPT in recipe.group(1)
-    assert "pip" not in recipe.group(1).replace(SCRIPT, "")  # nothing installed beside it
+def make_dry_run(target: str, venv: Path) -> list[str]:
+    """The commands ``make TARGET`` would run for a checkout without a venv (``make -n``)."""
+    done = subprocess.run(["make", "-n", target, f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def install_plugins(lines: list[str]) -> tuple[str, list[str]]:
+    """The one install.sh command among ``lines`` and the plugins it names."""
+    (line,) = [line for line in lines if SCRIPT in line]
+    plugins = re.search(r'PLUGINS="([^"]*)"', line)
+    assert plugins is not None, line
+    return line, plugins.group(1).split()
+
+
+def plugin_dirs(names: list[str]) -> set[str]:
+    """Plugin directory names for install.sh's spellings (``onnx[test]`` is plugins/backend_onnx)."""
+    dirs = set()
+    for name in names:
+        bare = name.split("[")[0]
+        (found,) = [d for d in (bare, f"backend_{bare}") if (ROOT / "plugins" / d / "pyproject.toml").exists()]
+        dirs.add(found)
+    return dirs
+
+
+def test_make_install_and_the_images_run_the_same_script(tmp_path):
+    for target in ("serve", "install-llm", "install", "test"):
+        lines = make_dry_run(target, tmp_path / "venv")
+        install_plugins(lines)  # exactly one install.sh run
+        assert not [line for line in lines if "pip" in line and SCRIPT not in line]  # nothing installed beside it
     for dockerfile in ("Dockerfile", "Dockerfile.gpu"):
         text = (ROOT / dockerfile).read_text()
         (run,) = [line for line in text.splitlines() if line.startswith("RUN") and SCRIPT in line]
         assert 'PLUGINS="$BACKENDS"' in run and "VENV=/opt/inferd" in run
         assert re.search(r'^ARG BACKENDS="python onnx', text, re.M)
+
+
+def test_make_serve_installs_what_the_examples_need_and_no_llm_stack(tmp_path):
+    lines = make_dry_run("serve", tmp_path / "venv")
+    line, plugins = install_plugins(lines)
+    assert plugin_dirs(plugins) == {"backend_python", "backend_onnx", "backend_fil"}
+    assert "onnx[test]" in plugins  # the onnx package: examples/build_models.py writes mlp_onnx with it
+    assert "DEV=1" not in line and "tools" in line  # inferd perf and analyze, as the README's tour runs them
+    assert lines.index(line) < min(i for i, cmd in enumerate(lines) if "examples/build_models.py" in cmd)
+
+
+def test_make_test_installs_every_plugin_and_the_dev_requirements(tmp_path):
+    line, plugins = install_plugins(make_dry_run("test", tmp_path / "venv"))
+    every = {d.name for d in (ROOT / "plugins").iterdir() if (d / "pyproject.toml").exists()}
+    assert plugin_dirs(plugins) == every
+    assert "vllm[cpu]" in plugins and "DEV=1" in line
+    llm_line, llm = install_plugins(make_dry_run("install-llm", tmp_path / "venv"))
+    assert {"backend_pytorch", "backend_vllm", "frontend_openai"} <= plugin_dirs(llm) < every
+    assert "DEV=1" not in llm_line
 
 
 @pytest.mark.slow
@@ -52,6 +97,13 @@ def test_the_script_installs_a_working_server(tmp_path):
     env = {**outside, "VENV": str(venv), "PYTHON": sys.executable, "PLUGINS": "python", "PIP_ARGS": "--no-compile"}
     done = subprocess.run(["sh", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
+    steps = done.stdout.splitlines()  # one line per step, nothing from pip
+    assert [line for line in steps if not line.startswith("install.sh: ")] == [], done.stdout
+    assert f"install.sh: creating {venv}" in steps
+    assert "install.sh: installing inferd[s3] + backend_python ..." in steps
+    assert re.fullmatch(rf"install\.sh: {re.escape(str(venv))} ready in \d+ s", steps[-1])
+    check = subprocess.run([str(venv / "bin/python"), "-m", "pip", "check"], capture_output=True, text=True, env=outside)
+    assert check.returncode == 0, check.stdout  # no conflict among what it installed
     plugins = subprocess.run([str(venv / "bin/inferd"), "plugins"], capture_output=True, text=True, timeout=120, env=outside)
     assert plugins.returncode == 0, plugins.stderr
     assert re.search(r"^python +inferd-backend-python", plugins.stdout, re.M)

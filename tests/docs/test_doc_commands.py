@@ -36,4 +36,4 @@ def test_getting_started_commands(tmp_path: Path) -> None:
 def test_llm_commands(tmp_path: Path) -> None:
     walk = Walk(tmp_path, openai=True, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
     walk.run(ROOT / "docs" / "llm.md")
-    assert walk.skipped == ["pip install -e 'plugins/backend_vllm[cpu]'"]
+    assert walk.skipped == ["make install-llm && . .venv/bin/activate"]
