@@ -125,9 +125,9 @@ def test_the_startup_summary_is_a_block_whose_names_cannot_forge_log_lines(tmp_p
     with ServerProcess([repo], ["--exit-on-error=false", "--strict-readiness=false"]) as srv:
         log = srv.log()
     block = log[log.index("serving:\n") :].split("\n")
-    assert block[1].startswith("+---") and block[3].startswith("+---"), block
-    assert any(re.match(r"\| add_sub +\| 1 +\| READY +\|", line) for line in block), block
-    assert any(line.startswith("| add\\nE0101 00:00:00.000000 1 forged.py:1] FORGED ") for line in block), block
+    assert block[1].startswith("  +---") and block[3].startswith("  +---"), block  # indented, as a traceback
+    assert any(re.match(r"  \| add_sub +\| 1 +\| READY +\|", line) for line in block), block
+    assert any(line.startswith("  | add\\nE0101 00:00:00.000000 1 forged.py:1] FORGED ") for line in block), block
     assert not any(line.startswith(("E0101", "FORGED")) for line in log.split("\n")), log
 
 

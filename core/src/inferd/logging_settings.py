@@ -19,9 +19,8 @@ layouts::
 Text a request controls (model names, ids, header values) reaches messages, so every format
 escapes control characters (C0, DEL, C1, U+2028/2029): ``\n`` becomes the two characters ``\n``,
 ESC ``\x1b``, so one request cannot start a forged log line or drive a terminal. A traceback keeps
-its line breaks, each of its lines indented, so no line of it can pass for a log line. A
-:data:`BLOCK` (the start-up summary) keeps its line breaks too: its text is escaped before its
-lines are joined, and none of them starts as a log line does.
+its line breaks, each of its lines indented, so no line of it can pass for a log line; so does a
+:data:`BLOCK` (the start-up summary), whose text is escaped before its lines are joined.
 Verbose level *n* is Python level ``DEBUG - (n - 1)``: level 1 shows ``log.debug``.
 """
 
@@ -66,7 +65,7 @@ def escape_controls(text: str) -> str:
 
 
 #: ``extra=`` for a message that is a block of lines, each built from escaped text (the start-up
-#: summary): its line breaks are kept, each line escaped.
+#: summary): its line breaks are kept, each line escaped and the lines after the first indented.
 BLOCK = {"inferd_block": True}
 
 
@@ -74,7 +73,7 @@ def _message(record: logging.LogRecord) -> str:
     """The record's message, escaped; a :data:`BLOCK` keeps its line breaks."""
     message = record.getMessage()
     if getattr(record, "inferd_block", False):
-        return "\n".join(escape_controls(line) for line in message.split("\n"))
+        return "\n  ".join(escape_controls(line) for line in message.split("\n"))
     return escape_controls(message)
 
 
