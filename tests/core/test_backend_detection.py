@@ -64,3 +64,32 @@ def test_no_match_names_the_installed_backends(tmp_path):
         detect(tmp_path, "model.gamma")
     assert "alpha" in err.value.message and "beta" in err.value.message
     assert created == []
+
+
+def test_models_loading_on_several_threads_create_their_backend_once(tmp_path):
+    """--model-load-thread-count: models that need a backend not created yet prepare at the same
+    time; the first creates it and the others wait for it (two backends for one name was the
+    old code's race)."""
+    import threading
+    import time
+
+    class Slow(backend_class("slow", "model.slow")):
+        def __init__(self) -> None:
+            time.sleep(0.2)  # a framework import
+            super().__init__()
+
+    class SlowPlugin:
+        @hookimpl
+        def inferd_register_backends(self, register):
+            register("slow", Slow)
+
+    created.clear()
+    host = PluginHost(load_entrypoints=False, plugins=[SlowPlugin()], disabled=())
+    builder = Server(ServerOptions([tmp_path]), host=host).manager.builder
+    got: list[Backend] = []
+    threads = [threading.Thread(target=lambda: got.append(builder.backend("slow", "m"))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert created == ["slow"] and len(got) == 4 and all(b is got[0] for b in got)

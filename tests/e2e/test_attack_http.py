@@ -91,6 +91,32 @@ def test_pipelined_requests_from_a_client_that_does_not_read_hold_bounded_memory
     assert_up(server)
 
 
+@pytest.mark.parametrize(
+    "path, body",
+    [pytest.param(INFER, BODY, id="direct-infer"), pytest.param(b"/v2/repository/index", b"{}", id="asgi-post")],
+)
+def test_a_pipelined_request_whose_body_comes_later_is_answered(server, path, body):
+    """A request pipelined behind one the app answers, its body cut short and the rest sent once the
+    first is answered: the server reads it (the old code left reading paused after starting the
+    queued request, which then waited for its body forever; and a client that closed such a
+    connection was never noticed, holding the server's stop for --exit-timeout-secs)."""
+    first = b"GET /v2/models/add_sub/config HTTP/1.1\r\nHost: x\r\n\r\n"
+    head = b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    cut = len(body) // 2
+    with connect(server) as sock:
+        sock.sendall(first + head % len(body) + body[:cut])
+        received, _ = read_until_closed(sock, 1.0)  # the first answer (the connection stays open)
+        assert received.startswith(b"HTTP/1.1 200"), received
+        sock.sendall(body[cut:])
+        deadline = time.monotonic() + CLOSE_WITHIN
+        while received.count(b"HTTP/1.1 200") < 2 and time.monotonic() < deadline:
+            more, closed = read_until_closed(sock, 0.5)
+            received += more
+            if closed:
+                break
+    assert received.count(b"HTTP/1.1 200") == 2, received
+
+
 def test_a_1mb_header_is_refused_with_431_before_it_is_read(server):
     before = rss_mb(server)
     with connect(server) as sock:

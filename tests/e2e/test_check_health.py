@@ -58,7 +58,7 @@ def test_check_reports_what_the_server_reports(repo: Path, server: ServerProcess
         assert not found[name]["ok"]
         assert found[name]["error"] == index[name]["reason"], name
     assert "unknown value 'TYPE_STRNG'" in found["typo"]["error"]
-    assert "'max_batch_size' must be >= 0, got -1" in found["negative_batch"]["error"]
+    assert "'max_batch_size' must be non-negative value for negative_batch; got -1" in found["negative_batch"]["error"]
     assert "calls a model that is not available: it is not in the model repository" in found["ensemble"]["error"]
 
     text = inferd("check", str(repo))

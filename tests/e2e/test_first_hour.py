@@ -22,7 +22,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing import write_repository
+from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.e2e.test_tls import TlsServer
 
@@ -115,6 +115,20 @@ def test_the_startup_summary_names_models_endpoints_access_and_poll(server: TlsS
     ):
         assert re.search(line, block), line
     assert f"started HTTP frontend at https://127.0.0.1:{server.http_port}" in log
+
+
+def test_the_startup_summary_is_a_block_whose_names_cannot_forge_log_lines(tmp_path: Path) -> None:
+    """The summary keeps its own line breaks (log lines escape control characters); a model whose
+    directory name holds a line break is listed on one row, escaped."""
+    forged = "add\nE0101 00:00:00.000000 1 forged.py:1] FORGED"
+    repo = write_repository(tmp_path / "models", {"add_sub": models.add_sub(), forged: models.add_sub()})
+    with ServerProcess([repo], ["--exit-on-error=false", "--strict-readiness=false"]) as srv:
+        log = srv.log()
+    block = log[log.index("serving:\n") :].split("\n")
+    assert block[1].startswith("  +---") and block[3].startswith("  +---"), block  # indented, as a traceback
+    assert any(re.match(r"  \| add_sub +\| 1 +\| READY +\|", line) for line in block), block
+    assert any(line.startswith("  | add\\nE0101 00:00:00.000000 1 forged.py:1] FORGED ") for line in block), block
+    assert not any(line.startswith(("E0101", "FORGED")) for line in log.split("\n")), log
 
 
 def _add_model(repo: Path, name: str, files: dict[str, str]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol, cast
@@ -72,6 +73,10 @@ class VersionBuilder:
         #: ``--backend-config`` by backend name (``""``: every backend).
         self.backend_config: Mapping[str, Mapping[str, str]] = backend_config or {}
         self._backends: dict[str, Backend] = {}
+        #: Models prepare on several threads (``--model-load-thread-count``): one creates each
+        #: backend, under its name's lock (two frameworks still import side by side).
+        self._creating: dict[str, threading.Lock] = {}
+        self._locks = threading.Lock()
         #: ``--rate-limit=execution_count``: the server's limiter (``None``: off, Triton's default).
         self.rate_limiter = rate_limiter
 
@@ -152,9 +157,17 @@ class VersionBuilder:
         )
 
     def backend(self, name: str, model: str) -> Backend:
+        """The backend ``name``, created on first use (once, whichever load thread asks first)."""
         backend = self._backends.get(name)
         if backend is not None:
             return backend
+        with self._locks:
+            creating = self._creating.setdefault(name, threading.Lock())
+        with creating:
+            backend = self._backends.get(name)
+            return backend if backend is not None else self._create_backend(name, model)
+
+    def _create_backend(self, name: str, model: str) -> Backend:
         for reg in self.backends:  # platform strings (onnxruntime_onnx...) map to backends
             if reg.name == name:
                 break

@@ -19,7 +19,8 @@ layouts::
 Text a request controls (model names, ids, header values) reaches messages, so every format
 escapes control characters (C0, DEL, C1, U+2028/2029): ``\n`` becomes the two characters ``\n``,
 ESC ``\x1b``, so one request cannot start a forged log line or drive a terminal. A traceback keeps
-its line breaks, each of its lines indented, so no line of it can pass for a log line.
+its line breaks, each of its lines indented, so no line of it can pass for a log line; so does a
+:data:`BLOCK` (the start-up summary), whose text is escaped before its lines are joined.
 Verbose level *n* is Python level ``DEBUG - (n - 1)``: level 1 shows ``log.debug``.
 """
 
@@ -63,6 +64,19 @@ def escape_controls(text: str) -> str:
     return _CONTROL.sub(_escape_one, text)
 
 
+#: ``extra=`` for a message that is a block of lines, each built from escaped text (the start-up
+#: summary): its line breaks are kept, each line escaped and the lines after the first indented.
+BLOCK = {"inferd_block": True}
+
+
+def _message(record: logging.LogRecord) -> str:
+    """The record's message, escaped; a :data:`BLOCK` keeps its line breaks."""
+    message = record.getMessage()
+    if getattr(record, "inferd_block", False):
+        return "\n  ".join(escape_controls(line) for line in message.split("\n"))
+    return escape_controls(message)
+
+
 def _traceback_lines(text: str) -> str:
     """A traceback, its lines indented and each escaped: none can pass for a log line."""
     return "\n".join("    " + escape_controls(line) for line in text.split("\n"))
@@ -85,7 +99,7 @@ class TritonFormatter(logging.Formatter):
             head = f"{level}{time.strftime('%m%d %H:%M:%S', t)}.{int(record.created % 1 * 1e6):06d}"
         rid = REQUEST_ID.get()
         prefix = f"[request id: {rid}] " if rid else ""
-        line = escape_controls(f"{head} {self.pid} {record.filename}:{record.lineno}] {prefix}{record.getMessage()}")
+        line = escape_controls(f"{head} {self.pid} {record.filename}:{record.lineno}] {prefix}") + _message(record)
         if record.exc_info:
             line += "\n" + _traceback_lines(self.formatException(record.exc_info))
         return line
@@ -104,7 +118,7 @@ class JsonFormatter(logging.Formatter):
             "time": f"{time.strftime('%Y-%m-%dT%H:%M:%S', t)}.{int(record.created % 1 * 1e6):06d}Z",
             "level": record.levelname if record.levelno >= logging.INFO else f"VERBOSE{logging.DEBUG - record.levelno + 1}",
             "logger": record.name,
-            "message": escape_controls(record.getMessage()),
+            "message": _message(record),
             "request_id": escape_controls(REQUEST_ID.get()) or None,
             "model": escape_controls(REQUEST_MODEL.get()) or None,
             "pid": self.pid,

@@ -22,6 +22,7 @@ from inferd.errors import InferdError
 from inferd.frontend import Frontend
 from inferd.health import ServerHealth, model_is_ready
 from inferd.lifecycle import ControlMode, LifecycleOptions, ModelManager
+from inferd.logging_settings import BLOCK
 from inferd.model_table import ModelTable
 from inferd.object_store import ObjectStoreRepository, is_url
 from inferd.plugins import PluginHost
@@ -194,7 +195,7 @@ class Server:
                 self.table.index(), self.frontends, self.dataplane.access, options.model_control_mode,
                 self.manager.options.repositories, options.repository_poll_secs,
             )  # fmt: skip
-            log.info("serving:\n%s", summary)
+            log.info("serving:\n%s", summary, extra=BLOCK)
 
     async def _check_repositories(self) -> None:
         """A directory that is none stops the server; so does an object store that cannot be

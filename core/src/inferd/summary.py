@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from inferd.lifecycle import ControlMode
+from inferd.logging_settings import escape_controls
 
 if TYPE_CHECKING:
     from inferd.auth import AccessControl
@@ -18,7 +19,9 @@ _REASON_CHARS = 100
 
 
 def ascii_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Rows in Triton's box layout (``+---+`` rules, ``| cell |`` lines)."""
+    """Rows in Triton's box layout (``+---+`` rules, ``| cell |`` lines); a cell's control characters
+    are escaped (a model's name comes from a directory's), so each row is one line."""
+    rows = [[escape_controls(c) for c in r] for r in rows]
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
     rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
 
@@ -49,8 +52,9 @@ def startup_summary(
     repositories: Sequence[Repository],
     poll_secs: float,
 ) -> str:
-    """The block logged after ``inferd ready``: the repository index as Triton's table, each
-    frontend's URL, the access rules, and the model control mode with what poll mode watches."""
+    """The block logged after ``inferd ready`` (as a ``logging_settings.BLOCK``: no line break but
+    its own): the repository index as Triton's table, each frontend's URL, the access rules, and
+    the model control mode with what poll mode watches."""
     lines = [ascii_table(("Model", "Version", "Status"), model_rows(index) or [["(none)", "", ""]])]
     lines.extend(_labelled(f.name, f.url()) for f in frontends)
     lines.extend(_access(access))
@@ -63,7 +67,7 @@ def startup_summary(
 
 
 def _labelled(label: str, text: str) -> str:
-    return f"{label + ' ':.<24} {text}"
+    return f"{label + ' ':.<24} {escape_controls(text)}"
 
 
 def _access(access: AccessControl | None) -> list[str]:

@@ -301,11 +301,14 @@ def _protocol_class(direct: DirectRoutes | None = None, max_header_bytes: int = 
             self.server_state.total_requests += 1
             if self.transport.is_closing():
                 return
-            self.flow.resume_reading()
             if self.pipeline:
                 cycle, app = self.pipeline.pop()
+                # read again once no request waits (ReadingFlow): the one started now may have body
+                # unread, and a DirectCycle (unlike uvicorn's receive()) does not resume reading itself
+                self.flow.resume_reading()
                 self._start_asgi_task(cycle, app)
                 return
+            self.flow.resume_reading()
             self._idle_since = self.loop.time()
             if self.timeout_keep_alive_task is None:
                 self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self._keep_alive_check)

@@ -73,6 +73,10 @@ class _Offline:
         self.snapshot = snapshot
         self.configs = configs
 
+    def step_key(self, namespace: str, name: str) -> str:
+        """A step's model key: its name (the check scans without namespacing)."""
+        return name
+
     def model_config(self, name: str, version: str = "") -> cfg.ModelConfig:
         if name not in self.configs:
             raise NotFound(f"model '{name}' is not available")
