@@ -108,5 +108,6 @@ def forget_package(package: str) -> None:
     if not package:
         return
     prefix = package + "."
-    for name in [n for n in sys.modules if n == package or n.startswith(prefix)]:
+    # list() copies the keys in one step: other threads import (and add modules) meanwhile
+    for name in [n for n in list(sys.modules) if n == package or n.startswith(prefix)]:
         sys.modules.pop(name, None)
