@@ -29,7 +29,7 @@ def test_forgetting_a_model_while_another_thread_imports(tmp_path: Path) -> None
             while not stop.is_set():
                 module = import_model_file("m", 1, tmp_path / "1" / "model.py", tmp_path)
                 forget_package(module.__name__.rpartition(".")[0])
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     def imports() -> None:  # what another model's load does: modules come and go
