@@ -69,10 +69,11 @@ test-deps:
 protos: install
 	$(PY) scripts/gen_protos.py
 
-# ruff everywhere; mypy on core and on every plugin's packages (strict on the contract modules:
+# ruff (lint and format) everywhere; mypy on core and on every plugin's packages (strict on the contract modules:
 # pyproject.toml's [tool.mypy] overrides).
 lint: install
 	$(VENV)/bin/ruff check core plugins tests benchmarks
+	$(VENV)/bin/ruff format --check core plugins tests benchmarks
 	$(VENV)/bin/mypy core/src/inferd $(filter-out %.egg-info/,$(wildcard plugins/*/src/*/))
 
 bench: install

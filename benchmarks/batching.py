@@ -32,14 +32,19 @@ instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
 
 
 def write_repository(root: Path, delay_us: int, instances: int) -> Path:
-    for name, batching in (("mlp_direct", ""), ("mlp_dynamic", f"dynamic_batching {{ max_queue_delay_microseconds: {delay_us} }}")):
+    for name, batching in (
+        ("mlp_direct", ""),
+        ("mlp_dynamic", f"dynamic_batching {{ max_queue_delay_microseconds: {delay_us} }}"),
+    ):
         d = root / name
         build_mlp(d / "1" / "model.onnx")
         (d / "config.pbtxt").write_text(CONFIG.format(mbs=64, inp=IN, out=OUT, instances=instances, batching=batching))
     return root
 
 
-def run_level(url: str, protocol: str, model: str, concurrency: int, seconds: float, tmp: Path) -> tuple[float, float, float]:
+def run_level(
+    url: str, protocol: str, model: str, concurrency: int, seconds: float, tmp: Path
+) -> tuple[float, float, float]:
     """``inferd perf`` at one concurrency: (infer/s, p50 ms, p99 ms). Its load generator costs far
     less CPU per request than tritonclient, which matters when client and server share 2 cores."""
     csv_path = tmp / f"{model}-{protocol}-{concurrency}.csv"

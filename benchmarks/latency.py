@@ -35,7 +35,9 @@ def measure(call, n: int) -> list[float]:
 def report(name: str, times: list[float]) -> None:
     ms = sorted(t * 1000 for t in times)
     p = lambda q: ms[min(len(ms) - 1, int(q * len(ms)))]  # noqa: E731
-    print(f"{name:<28} n={len(ms):<6} mean {statistics.fmean(ms):6.3f} ms  p50 {p(0.5):6.3f}  p90 {p(0.9):6.3f}  p99 {p(0.99):6.3f}  ({1000 / statistics.fmean(ms):7.0f} req/s)")
+    print(
+        f"{name:<28} n={len(ms):<6} mean {statistics.fmean(ms):6.3f} ms  p50 {p(0.5):6.3f}  p90 {p(0.9):6.3f}  p99 {p(0.99):6.3f}  ({1000 / statistics.fmean(ms):7.0f} req/s)"
+    )
 
 
 def main() -> None:
@@ -56,13 +58,25 @@ def main() -> None:
         h_inputs = [httpclient.InferInput("INPUT0", [1, 4], "FP32"), httpclient.InferInput("INPUT1", [1, 4], "FP32")]
         for i in h_inputs:
             i.set_data_from_numpy(a, binary_data=True)
-        h_out = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=True), httpclient.InferRequestedOutput("OUTPUT1", binary_data=True)]
-        report("HTTP  binary, concurrency 1", measure(lambda: http.infer(args.model, h_inputs, outputs=h_out), args.requests))
+        h_out = [
+            httpclient.InferRequestedOutput("OUTPUT0", binary_data=True),
+            httpclient.InferRequestedOutput("OUTPUT1", binary_data=True),
+        ]
+        report(
+            "HTTP  binary, concurrency 1",
+            measure(lambda: http.infer(args.model, h_inputs, outputs=h_out), args.requests),
+        )
         j_inputs = [httpclient.InferInput("INPUT0", [1, 4], "FP32"), httpclient.InferInput("INPUT1", [1, 4], "FP32")]
         for i in j_inputs:
             i.set_data_from_numpy(a, binary_data=False)
-        j_out = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=False), httpclient.InferRequestedOutput("OUTPUT1", binary_data=False)]
-        report("HTTP  JSON,   concurrency 1", measure(lambda: http.infer(args.model, j_inputs, outputs=j_out), args.requests))
+        j_out = [
+            httpclient.InferRequestedOutput("OUTPUT0", binary_data=False),
+            httpclient.InferRequestedOutput("OUTPUT1", binary_data=False),
+        ]
+        report(
+            "HTTP  JSON,   concurrency 1",
+            measure(lambda: http.infer(args.model, j_inputs, outputs=j_out), args.requests),
+        )
         grpc = grpcclient.InferenceServerClient(server.grpc_url)
         g_inputs = [grpcclient.InferInput("INPUT0", [1, 4], "FP32"), grpcclient.InferInput("INPUT1", [1, 4], "FP32")]
         for i in g_inputs:

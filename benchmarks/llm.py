@@ -83,7 +83,9 @@ def generate_stream_target(base: str) -> Target:
     return Target("inferd generate_stream", f"{base}/v2/models/llm/generate_stream", body, tokens, text)
 
 
-async def one_request(client: httpx.AsyncClient, target: Target, prompt: str, max_tokens: int) -> tuple[float, float, int]:
+async def one_request(
+    client: httpx.AsyncClient, target: Target, prompt: str, max_tokens: int
+) -> tuple[float, float, int]:
     """(time to the first event with text, time to the first event, output tokens) of one streamed request."""
     start = time.perf_counter()
     first_text = first_event = None
@@ -107,7 +109,10 @@ async def load(target: Target, concurrency: int, per_client: int, max_tokens: in
         await one_request(client, target, PROMPTS[0], 4)  # warm up
 
         async def worker(i: int) -> list[tuple[float, float, int]]:
-            return [await one_request(client, target, PROMPTS[(i + k) % len(PROMPTS)], max_tokens) for k in range(per_client)]
+            return [
+                await one_request(client, target, PROMPTS[(i + k) % len(PROMPTS)], max_tokens)
+                for k in range(per_client)
+            ]
 
         start = time.perf_counter()
         results = [r for rs in await asyncio.gather(*(worker(i) for i in range(concurrency))) for r in rs]

@@ -282,7 +282,13 @@ def estimate_minutes(args: argparse.Namespace) -> float:
     per_model = len(_csv(args.batching)) * len(_csv(args.concurrency))
     rows = len(protocols) * per_model * ("triton" in chosen)
     builds = 1 + (args.baseline is not None)
-    rows += (http + grpc * len(_csv(args.grpc_transports))) * per_model * len(_csv(args.workers)) * ("inferd" in chosen) * builds
+    rows += (
+        (http + grpc * len(_csv(args.grpc_transports)))
+        * per_model
+        * len(_csv(args.workers))
+        * ("inferd" in chosen)
+        * builds
+    )
     rows += (2 * http + grpc) * len(_csv(args.concurrency)) * ("null" in chosen)
     return args.rounds * (rows * len(_csv(args.models)) * (args.warmup + args.seconds * args.repeat + 1) + 60) / 60
 

@@ -120,8 +120,10 @@ def noise_note(
     timed = [r for r in rows if r.results]
     runs = f"{repeat} run(s) of {seconds:g} s after a {warmup:g} s warm-up"
     if rounds > 1:
-        runs = f"{repeat * rounds} runs ({rounds} rounds of {runs}); vs Triton: the median of the {rounds} " \
-               f"same-round ratios [lowest-highest]"
+        runs = (
+            f"{repeat * rounds} runs ({rounds} rounds of {runs}); vs Triton: the median of the {rounds} "
+            f"same-round ratios [lowest-highest]"
+        )
     lines = [f"noise: each row is the median of {runs}; "
              f"1-minute load average {load[0]:.2f} before, {load[1]:.2f} after."]  # fmt: skip
     spreads = [(r.spread, r) for r in timed if r.spread == r.spread]

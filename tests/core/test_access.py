@@ -213,7 +213,9 @@ def test_token_bucket_refills_at_its_rate():
 def test_counters_are_exposed_per_tenant(access: AccessControl):
     access.http.admit(ApiGroup.INFERENCE, "add_sub", bearer("alice-key")).release()
     families = {f.name: f for f in access.collect()}
-    samples = {(s.labels["tenant"], s.labels["outcome"]): s.value for s in families["inferd_tenant_requests_total"].samples}
+    samples = {
+        (s.labels["tenant"], s.labels["outcome"]): s.value for s in families["inferd_tenant_requests_total"].samples
+    }
     assert samples == {("alice", "admitted"): 1}
 
 

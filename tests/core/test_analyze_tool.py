@@ -147,7 +147,9 @@ def test_without_matplotlib_analyze_names_the_install_before_measuring(tmp_path:
     # matplotlib made unimportable in a child interpreter; the URL is never contacted
     code = ("import sys; sys.modules['matplotlib'] = None; from inferd.cli import main; "
             "sys.exit(main(['analyze', '-m', 'add', '-u', '127.0.0.1:9', '--export-path', sys.argv[1]]))")  # fmt: skip
-    run = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out")], capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "out")], capture_output=True, text=True, timeout=60
+    )
     assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
     assert "needs the 'matplotlib' package" in run.stderr and "pip install 'inferd[tools]'" in run.stderr
     assert not (tmp_path / "out").exists()

@@ -199,7 +199,10 @@ MINIMAL = (
         ('{ name: "b" data_type: TYPE_FP32 dims: [ 0 ] }', r"input 'b'.*>= 1, or -1"),
         ('{ name: "b" data_type: TYPE_FP32 dims: [ -2 ] }', r"input 'b'.*>= 1, or -1"),
         ('{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] }', "more than once"),
-        ('{ name: "b" data_type: TYPE_FP32 dims: [ 2, 3 ] reshape { shape: [ 5 ] } }', "has different size for dims and reshape for m"),
+        (
+            '{ name: "b" data_type: TYPE_FP32 dims: [ 2, 3 ] reshape { shape: [ 5 ] } }',
+            "has different size for dims and reshape for m",
+        ),
         ('{ name: "b" data_type: TYPE_FP32 dims: [ 4 ] format: FORMAT_NHWC }', "3 dims"),
     ],
 )

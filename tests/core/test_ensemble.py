@@ -294,7 +294,10 @@ def test_plan_step_labels_name_the_model_and_version():
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = ServerProcess([repository(tmp_path_factory.mktemp("ensemble") / "models")], ["--exit-on-error=false", "--strict-readiness=false"]).start()
+    srv = ServerProcess(
+        [repository(tmp_path_factory.mktemp("ensemble") / "models")],
+        ["--exit-on-error=false", "--strict-readiness=false"],
+    ).start()
     yield srv
     srv.stop()
 

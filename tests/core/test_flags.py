@@ -139,7 +139,10 @@ def test_defaults_follow_triton_and_options_reach_the_server():
         "--http-thread-count", "8", "--allow-sagemaker=true",
     ))  # fmt: skip
     assert (options.strict_readiness, options.exit_on_error, options.server_id) == (False, False, "edge")
-    assert options.backend_config == {"": {"default-max-batch-size": "2"}, "onnxruntime": {"default-max-batch-size": "5"}}
+    assert options.backend_config == {
+        "": {"default-max-batch-size": "2"},
+        "onnxruntime": {"default-max-batch-size": "5"},
+    }
     assert not any(triton_flags.is_own_dest(k) for k in options.extra)
 
 

@@ -20,7 +20,11 @@ def _forwarded(pattern: str, names: list[str]) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("pattern", "names", "forwarded"),
     [
-        ("MY_HEADER.*", ["my_header_1", "x-my_header", "header_1"], ["my_header_1", "x-my_header"]),  # searched, any case
+        (
+            "MY_HEADER.*",
+            ["my_header_1", "x-my_header", "header_1"],
+            ["my_header_1", "x-my_header"],
+        ),  # searched, any case
         ("(?-i)MY_HEADER.*", ["my_header_1"], []),  # Triton's case-sensitive prefix
         ("^my_header$", ["my_header", "my_header_2"], ["my_header"]),
         ("", ["a", "authorization", "key-bin", "grpc-timeout"], ["a"]),  # empty: all (Triton's "(?i)"), but these
@@ -31,7 +35,9 @@ def test_patterns_match_as_tritons_partial_match(pattern, names, forwarded):
 
 
 def test_a_reserved_name_that_matches_is_refused_one_that_does_not_is_ignored():
-    with pytest.raises(InvalidArgument, match=r"^Header 'triton_x' is reserved for Triton usage and cannot be forwarded\.$"):
+    with pytest.raises(
+        InvalidArgument, match=r"^Header 'triton_x' is reserved for Triton usage and cannot be forwarded\.$"
+    ):
         _forwarded("triton", ["triton_x"])
     assert _forwarded("my_", ["priority", "my_x"]) == {"my_x": "v"}
 

@@ -31,7 +31,13 @@ def test_header_fields_in_order_with_escapes_parameters_and_binary_sizes() -> No
         "parameters": {"p": 1.5},
         "outputs": [
             {"name": out.name, "datatype": "FP32", "shape": [2, 3], "parameters": {"binary_data_size": 24}},
-            {"name": "S", "datatype": "BYTES", "shape": [2], "data": ["a", "\u00fc"], "parameters": {"k": [1, "\u00fc"]}},
+            {
+                "name": "S",
+                "datatype": "BYTES",
+                "shape": [2],
+                "data": ["a", "\u00fc"],
+                "parameters": {"k": [1, "\u00fc"]},
+            },
         ],
     }
     assert b"\\u00fc" in header  # ensure_ascii, as json.dumps by default
@@ -43,7 +49,11 @@ def test_json_only_response_has_no_length_and_the_same_bytes_as_json_dumps() -> 
     response = InferResponse("m", "2", "", [InferTensor("Y", "FP64", (1, 3), data)])
     parts, length = encode_response(response, InferRequest("m"), False)
     assert length is None and len(parts) == 1
-    expected = {"model_name": "m", "model_version": "2", "outputs": [{"name": "Y", "datatype": "FP64", "shape": [1, 3], "data": [0.1, float("nan"), 3.0]}]}
+    expected = {
+        "model_name": "m",
+        "model_version": "2",
+        "outputs": [{"name": "Y", "datatype": "FP64", "shape": [1, 3], "data": [0.1, float("nan"), 3.0]}],
+    }
     assert parts[0] == json.dumps(expected, separators=(",", ":")).encode()
 
 

@@ -15,9 +15,7 @@ def groups(text: str) -> cfg.ModelConfig:
 CPU2 = groups('instance_group [ { name: "m_0" kind: KIND_CPU count: 2 } ]')
 CPU3 = groups('instance_group [ { name: "m_0" kind: KIND_CPU count: 3 } ]')
 CPU1 = groups('instance_group [ { name: "m_0" kind: KIND_CPU count: 1 } ]')
-TWO_GROUPS = groups(
-    'instance_group [ { name: "a" kind: KIND_CPU count: 1 }, { name: "b" kind: KIND_CPU count: 3 } ]'
-)
+TWO_GROUPS = groups('instance_group [ { name: "a" kind: KIND_CPU count: 1 }, { name: "b" kind: KIND_CPU count: 3 } ]')
 GPUS = groups('instance_group [ { name: "g" kind: KIND_GPU count: 1 gpus: [ 0, 1 ] } ]')
 
 

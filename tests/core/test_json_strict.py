@@ -33,8 +33,12 @@ def test_values_of_the_right_kind_are_read(datatype, data, expected):
 @pytest.mark.parametrize(
     "datatype,data,message",
     [
-        ("UINT8", [3, -1], "attempt to access JSON non-unsigned-integer as unsigned-integer (input 'X', UINT8: "
-                           "data[1] is -1, expected an integer >= 0)"),  # fmt: skip
+        (
+            "UINT8",
+            [3, -1],
+            "attempt to access JSON non-unsigned-integer as unsigned-integer (input 'X', UINT8: "
+            "data[1] is -1, expected an integer >= 0)",
+        ),  # fmt: skip
         ("INT64", [2**63], "input 'X': data[0] is 9223372036854775808, out of range for INT64"),
         ("INT16", [False], "non-signed-integer as signed-integer (input 'X', INT16: data[0] is false"),
         ("FP32", [10**400, 1], "input 'X': data[0] is 1000000000000000000000000000000000000..., out of range for FP32"),

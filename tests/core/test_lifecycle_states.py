@@ -138,7 +138,11 @@ def run(repo: Path, scenario: Callable[[ModelManager], Awaitable[None]], config_
 
 
 def rows(manager: ModelManager, name: str) -> list[tuple[str, str, str]]:
-    return [(r.get("version", ""), r.get("state", ""), r.get("reason", "")) for r in manager.table.index() if r["name"] == name]
+    return [
+        (r.get("version", ""), r.get("state", ""), r.get("reason", ""))
+        for r in manager.table.index()
+        if r["name"] == name
+    ]
 
 
 def test_a_version_that_fails_to_load_is_unavailable_with_its_reason(tmp_path):
@@ -208,7 +212,12 @@ def test_unloaded_versions_say_why_and_removed_models_leave_the_index(tmp_path):
 
 def test_ensembles_load_their_steps_first_and_go_down_with_them(tmp_path):
     repo = write_repository(
-        tmp_path, {"step": plain("fine"), "ens": {"config.pbtxt": ensemble("step")}, "top": {"config.pbtxt": ensemble("ens", "IN", "OUT")}}
+        tmp_path,
+        {
+            "step": plain("fine"),
+            "ens": {"config.pbtxt": ensemble("step")},
+            "top": {"config.pbtxt": ensemble("ens", "IN", "OUT")},
+        },
     )
 
     async def scenario(manager: ModelManager) -> None:

@@ -95,7 +95,9 @@ def test_settings_shape_and_updates_over_http(server, client):
 
 def test_log_file_gets_lines_with_request_ids(server, client):
     text = wait_for_text(server.log_file, "inferd ready")
-    assert all(DEFAULT_LINE.match(line) for line in text.splitlines() if line and not line.startswith((" ", "Traceback")))
+    assert all(
+        DEFAULT_LINE.match(line) for line in text.splitlines() if line and not line.startswith((" ", "Traceback"))
+    )
     client.update_log_settings({"log_verbose_level": 1})
     try:
         infer(client, 1, "req-good-1")

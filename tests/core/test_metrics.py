@@ -157,7 +157,9 @@ def test_summaries_and_histogram_agree_with_counters(server, traffic):
     m = parse(scrape(server.metrics_port))
     labels = {"model": "double", "version": "1"}
     assert value(m, "nv_inference_request_summary_us_count", **labels) == N_OK
-    assert value(m, "nv_inference_queue_summary_us_sum", **labels) == value(m, "nv_inference_queue_duration_us", **labels)
+    assert value(m, "nv_inference_queue_summary_us_sum", **labels) == value(
+        m, "nv_inference_queue_duration_us", **labels
+    )
     for q in ("0.5", "0.9", "0.95", "0.99", "0.999"):
         assert value(m, "nv_inference_compute_infer_summary_us", quantile=q, **labels) >= 0
     assert value(m, "nv_inference_first_response_histogram_ms_count", **labels) == N_OK
@@ -191,7 +193,9 @@ def test_pending_gauge_counts_queued_requests_then_returns_to_zero(server, traff
     seen = 0.0
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and seen < 1:
-        seen = value(parse(scrape(server.metrics_port)), "nv_inference_pending_request_count", model="double", version="1")
+        seen = value(
+            parse(scrape(server.metrics_port)), "nv_inference_pending_request_count", model="double", version="1"
+        )
         time.sleep(0.02)
     for p in pending:
         p.get_result()
@@ -253,7 +257,10 @@ def test_failed_execution_counts_execution_not_inference():
 def test_render_escapes_labels_and_orders_them():
     f = GaugeMetricFamily("x_total", "help", labels=["version", "model"])
     f.add_metric(["1", 'a"b\\c'], 3)
-    assert classic_text(SimpleNamespace(collect=lambda: [f])).decode().splitlines()[-1] == 'x_total{model="a\\"b\\\\c",version="1"} 3'
+    assert (
+        classic_text(SimpleNamespace(collect=lambda: [f])).decode().splitlines()[-1]
+        == 'x_total{model="a\\"b\\\\c",version="1"} 3'
+    )
 
 
 def test_summary_quantiles_over_window():
@@ -291,8 +298,18 @@ def test_gpu_metrics_through_nvml_when_present():
     gpu = GpuMetrics.probe(FakeNvml())
     gpu.update()
     s = gpu.samples[0]
-    assert (s.uuid, s.utilization, s.memory_used, s.power_usage, s.power_limit, s.energy) == ("GPU-1234", 0.42, 20, 150.0, 700.0, 0.0)
-    assert GpuMetrics.probe(SimpleNamespace(nvmlInit=lambda: (_ for _ in ()).throw(RuntimeError("no driver")))).samples == []
+    assert (s.uuid, s.utilization, s.memory_used, s.power_usage, s.power_limit, s.energy) == (
+        "GPU-1234",
+        0.42,
+        20,
+        150.0,
+        700.0,
+        0.0,
+    )
+    assert (
+        GpuMetrics.probe(SimpleNamespace(nvmlInit=lambda: (_ for _ in ()).throw(RuntimeError("no driver")))).samples
+        == []
+    )
 
 
 def test_stats_are_thread_safe_under_concurrent_recording():
@@ -309,4 +326,8 @@ def test_stats_are_thread_safe_under_concurrent_recording():
     for t in threads:
         t.join()
     snap = stats.snapshot()
-    assert (snap["inference_count"], snap["execution_count"], snap["durations"]["success"]) == (16000, 8000, (8000, 24000))
+    assert (snap["inference_count"], snap["execution_count"], snap["durations"]["success"]) == (
+        16000,
+        8000,
+        (8000, 24000),
+    )

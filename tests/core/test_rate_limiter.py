@@ -31,7 +31,9 @@ def test_pools_default_to_the_largest_need_and_flags_set_them_per_device():
     # Triton's documented example: R1:10 everywhere, R2 5 on device 0 and 8 on device 1, R3 global.
     limiter = RateLimiter([("R1", 10, ALL_DEVICES), ("R2", 5, 0), ("R2", 8, 1), ("R3", 2, ALL_DEVICES)])
     for device in (0, 1):
-        limiter.gate(f"i{device}", device, _limits(("R1", 4, False), ("R2", 4, False), ("R3", 1, True), ("R4", 3, False)))
+        limiter.gate(
+            f"i{device}", device, _limits(("R1", 4, False), ("R2", 4, False), ("R3", 1, True), ("R4", 3, False))
+        )
     limiter.gate("j", 0, _limits(("R4", 7, False)))
     assert [limiter.units("R1", d) for d in (0, 1)] == [10, 10]
     assert [limiter.units("R2", d) for d in (0, 1)] == [5, 8]

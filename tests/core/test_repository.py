@@ -32,7 +32,9 @@ def bump_mtime(path: Path) -> None:
 
 
 def test_scan_lists_model_directories_with_their_parsed_configs(tmp_path):
-    repo = write_repository(tmp_path, {"plain": {"config.pbtxt": PLAIN, "1/model.py": ""}, "bare": {"1/model.onnx": b""}})
+    repo = write_repository(
+        tmp_path, {"plain": {"config.pbtxt": PLAIN, "1/model.py": ""}, "bare": {"1/model.onnx": b""}}
+    )
     (repo / ".hidden").mkdir()
     (repo / "__pycache__").mkdir()
     (repo / "README.md").write_text("not a model")

@@ -54,7 +54,9 @@ def test_the_list_names_every_private_name_the_package_uses() -> None:
                 defined.add(node.name)
             elif isinstance(node, ast.ClassDef):
                 for statement in node.body:
-                    targets = statement.targets if isinstance(statement, ast.Assign) else [getattr(statement, "target", None)]
+                    targets = (
+                        statement.targets if isinstance(statement, ast.Assign) else [getattr(statement, "target", None)]
+                    )
                     defined.update(target.id for target in targets if isinstance(target, ast.Name))
             elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
                 if isinstance(node.ctx, ast.Store):
@@ -75,8 +77,10 @@ def test_the_list_names_every_private_name_the_package_uses() -> None:
         (internals.Borrowed(internals._H1, "_gone", "attr", "x"), "HttpToolsProtocol has no attribute '_gone'"),
         (internals.Borrowed(internals._H1, "gone", "self", "x"), "HttpToolsProtocol no longer sets self.gone"),
         (internals.Borrowed("uvicorn.config:Config", "gone", "param", "x"), "Config takes no parameter 'gone'"),
-        (internals.Borrowed(internals._H1, "_gone", "calls", "x", "data_received"),
-         "no longer calls self._gone() from data_received()"),  # fmt: skip
+        (
+            internals.Borrowed(internals._H1, "_gone", "calls", "x", "data_received"),
+            "no longer calls self._gone() from data_received()",
+        ),  # fmt: skip
         (internals.Borrowed("zttp:Gone", "stream", "attr", "x"), "zttp:Gone is gone"),
     ],
 )
@@ -87,10 +91,7 @@ def test_the_check_names_what_is_missing(borrowed: internals.Borrowed, says: str
 
 def test_the_facade_imports_none_of_the_libraries() -> None:
     """``import inferd.serving`` (what plugin discovery does) loads no uvicorn, zttp or httptools."""
-    code = (
-        "import sys, inferd.serving; "
-        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {LIBRARIES!r}))"
-    )
+    code = f"import sys, inferd.serving; print(sorted(m for m in sys.modules if m.split('.')[0] in {LIBRARIES!r}))"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "[]", out
 

@@ -151,7 +151,9 @@ def test_registrations_apply_to_every_worker(make: Any) -> None:
     mine = SharedMemory(peer)
     key, _ = make(16)
     asyncio.run(mine.register_system("r", key, 4, 8))
-    assert peer.shm.status("system") == mine.status("system") == [{"name": "r", "key": key, "offset": 4, "byte_size": 8}]
+    assert (
+        peer.shm.status("system") == mine.status("system") == [{"name": "r", "key": key, "offset": 4, "byte_size": 8}]
+    )
     restarted = SharedMemory()
     restarted.catch_up(mine.local_state())
     assert restarted.status("system") == mine.status("system")

@@ -102,9 +102,13 @@ def test_the_script_installs_a_working_server(tmp_path):
     assert f"install.sh: creating {venv}" in steps
     assert "install.sh: installing inferd[s3] + backend_python ..." in steps
     assert re.fullmatch(rf"install\.sh: {re.escape(str(venv))} ready in \d+ s", steps[-1])
-    check = subprocess.run([str(venv / "bin/python"), "-m", "pip", "check"], capture_output=True, text=True, env=outside)
+    check = subprocess.run(
+        [str(venv / "bin/python"), "-m", "pip", "check"], capture_output=True, text=True, env=outside
+    )
     assert check.returncode == 0, check.stdout  # no conflict among what it installed
-    plugins = subprocess.run([str(venv / "bin/inferd"), "plugins"], capture_output=True, text=True, timeout=120, env=outside)
+    plugins = subprocess.run(
+        [str(venv / "bin/inferd"), "plugins"], capture_output=True, text=True, timeout=120, env=outside
+    )
     assert plugins.returncode == 0, plugins.stderr
     assert re.search(r"^python +inferd-backend-python", plugins.stdout, re.M)
     assert "onnxruntime" not in plugins.stdout

@@ -84,8 +84,10 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         "patient": {"config.pbtxt": PATIENT_CONFIG, "1/model.py": PATIENT_PY},
         "stuck": {"config.pbtxt": STUCK_CONFIG, "1/model.py": STUCK_PY.format(marker=str(root / "executing"))},
     })  # fmt: skip
-    tenants = {"one": {"keys": [_sha("one-key")], "concurrency": 1},
-               "admin": {"keys": [_sha("admin-key")], "apis": ["health", "metadata", "inference", "model-repository"]}}
+    tenants = {
+        "one": {"keys": [_sha("one-key")], "concurrency": 1},
+        "admin": {"keys": [_sha("admin-key")], "apis": ["health", "metadata", "inference", "model-repository"]},
+    }
     (root / "auth.json").write_text(json.dumps({"tenants": tenants}))
     proc = ServerProcess([repo], [
         f"--grpc-transport={request.param}", f"--auth-config={root / 'auth.json'}", "--model-control-mode=explicit",

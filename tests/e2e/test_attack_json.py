@@ -54,7 +54,10 @@ def _bodies(depth: int) -> dict[str, tuple[str, str]]:
     deep_object, deep_array = _object(depth), _array(depth)
     return {
         "document": ("/v2/models/add_sub/infer", deep_array),
-        "request parameters": ("/v2/models/add_sub/infer", f'{{"parameters":{{"x":{deep_object}}},"inputs":[{INPUTS}]}}'),
+        "request parameters": (
+            "/v2/models/add_sub/infer",
+            f'{{"parameters":{{"x":{deep_object}}},"inputs":[{INPUTS}]}}',
+        ),
         "output parameters": (
             "/v2/models/add_sub/infer",
             f'{{"inputs":[{INPUTS}],"outputs":[{{"name":"OUTPUT0","parameters":{{"x":{deep_object}}}}}]}}',

@@ -245,6 +245,7 @@ def test_a_stopped_peer_blocks_no_other_request_and_keeps_its_counts(repo: Path)
             # one too, and the loop keeps answering meanwhile (the old code blocked it).
             region = shared_memory.SharedMemory(create=True, size=64)
             try:
+
                 def register() -> None:
                     body = json.dumps({"key": f"/{region.name}", "offset": 0, "byte_size": 64})
                     stats_conn.request("POST", "/v2/systemsharedmemory/region/r/register", body)

@@ -71,8 +71,6 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     proc.stop()
 
 
-
-
 def _infer_body() -> bytes:
     tensor = {"shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}
     return json.dumps({"inputs": [{"name": "INPUT0", **tensor}, {"name": "INPUT1", **tensor}]}).encode()
@@ -304,7 +302,9 @@ def test_grpc_stream_needs_a_key_and_checks_each_model(server):
     assert len(results) == 1 and results[0].status() == "StatusCode.UNAUTHENTICATED"
     assert "missing API key" in results[0].message()
     results.clear()
-    client.start_stream(lambda result, error: results.append(error or result), headers={"authorization": "Bearer alice-key"})
+    client.start_stream(
+        lambda result, error: results.append(error or result), headers={"authorization": "Bearer alice-key"}
+    )
     client.async_stream_infer("add_sub", _inputs())
     client.async_stream_infer("secret", _inputs())
     client.async_stream_infer("nonexistent", _inputs())
@@ -341,6 +341,7 @@ def test_key_file_changes_apply_without_restart_and_a_bad_file_keeps_the_old_key
     keys.write_text(json.dumps({"tenants": {"a": {"keys": [sha("one")]}}}))
     proc = ServerProcess([repo], [f"--auth-config={keys}"]).start()
     try:
+
         def status(key: str) -> int:
             return raw_http(proc, "GET", "/v2/models/add_sub", bearer(key))[0]
 

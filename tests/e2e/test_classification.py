@@ -42,7 +42,9 @@ def expected(x: np.ndarray, k: int, fmt, labels=None) -> np.ndarray:
     rows = []
     for row in x:
         order = np.argsort(-row.astype(np.float64), kind="stable")[:k]
-        rows.append([(f"{fmt(row[i])}:{i}" + (f":{labels[i]}" if labels and i < len(labels) else "")).encode() for i in order])
+        rows.append(
+            [(f"{fmt(row[i])}:{i}" + (f":{labels[i]}" if labels and i < len(labels) else "")).encode() for i in order]
+        )
     return np.array(rows, dtype=np.object_)
 
 

@@ -196,9 +196,14 @@ def test_triton_command_lines_run_with_one_warning_per_flag_that_does_not_apply(
         log = srv.log()
     ignored = [line for line in log.splitlines() if "does not apply to inferd (ignored)" in line]
     assert [line.split("] ", 1)[1].split(" ", 1)[0] for line in ignored] == [
-        "--http-thread-count=8", "--reuse-grpc-port=true", "--grpc-keepalive-time=7200000",
-        "--grpc-keepalive-permit-without-calls=1", "--allow-sagemaker=false", "--backend-directory=/opt/tritonserver/backends",
-        "--pinned-memory-pool-byte-size=268435456", "--cuda-memory-pool-byte-size=0:67108864",
+        "--http-thread-count=8",
+        "--reuse-grpc-port=true",
+        "--grpc-keepalive-time=7200000",
+        "--grpc-keepalive-permit-without-calls=1",
+        "--allow-sagemaker=false",
+        "--backend-directory=/opt/tritonserver/backends",
+        "--pinned-memory-pool-byte-size=268435456",
+        "--cuda-memory-pool-byte-size=0:67108864",
     ]  # fmt: skip  (--rate-limit is a real flag)  (in the order of `tritonserver --help`)
     assert "--backend-config=tensorflow,version=2: no installed backend is named 'tensorflow'; ignored" in log
 
@@ -223,7 +228,9 @@ def _onnx_repository(root: Path) -> Path:
     pytest.importorskip("onnxruntime")
     from tests.plugins.backend_onnx import models as onnx_models
 
-    return write_repository(root / "models", {"auto": {"1/model.onnx": lambda p: onnx_models.save(onnx_models.add_matmul(), p)}})
+    return write_repository(
+        root / "models", {"auto": {"1/model.onnx": lambda p: onnx_models.save(onnx_models.add_matmul(), p)}}
+    )
 
 
 def _configs(srv: ServerProcess, model: str) -> tuple[dict, object]:
@@ -256,7 +263,10 @@ def test_a_bad_backend_setting_fails_the_models_of_that_backend(tmp_path):
 
 
 def test_onnxruntime_global_thread_pool_serves(tmp_path):
-    args = ["--backend-config=onnxruntime,enable-global-threadpool=1", "--backend-config=onnxruntime,intra_op_thread_count=1"]
+    args = [
+        "--backend-config=onnxruntime,enable-global-threadpool=1",
+        "--backend-config=onnxruntime,intra_op_thread_count=1",
+    ]
     with ServerProcess([_onnx_repository(tmp_path)], args) as srv:
         client = httpclient.InferenceServerClient(srv.http_url)
         a = np.arange(8, dtype=np.float32).reshape(2, 4)

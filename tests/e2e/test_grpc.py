@@ -548,7 +548,10 @@ def test_decoupled_last_response_flagged_final(client: grpcclient.InferenceServe
     client.start_stream(callback=lambda result, error: results.put((result, error)))
     try:
         client.async_stream_infer(
-            "repeat", [tensor("COUNT", np.array([-2], np.int32), "INT32")], request_id="g", enable_empty_final_response=True
+            "repeat",
+            [tensor("COUNT", np.array([-2], np.int32), "INT32")],
+            request_id="g",
+            enable_empty_final_response=True,
         )
         items = [results.get(timeout=20) for _ in range(2)]
         time.sleep(0.3)

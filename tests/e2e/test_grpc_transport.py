@@ -113,7 +113,9 @@ def test_compressed_request(server: ServerProcess, algorithm: str) -> None:
         result = client.infer("sleep", sleep_input(0.25), compression_algorithm=algorithm)
         assert result.as_numpy("SECONDS_OUT").tolist() == [0.25]
         results: list[object] = []
-        client.start_stream(callback=lambda result, error: results.append(error or result), compression_algorithm=algorithm)
+        client.start_stream(
+            callback=lambda result, error: results.append(error or result), compression_algorithm=algorithm
+        )
         client.async_stream_infer("sleep", sleep_input(0.0), request_id="zipped")
         client.stop_stream()
         (streamed,) = results
@@ -195,7 +197,11 @@ def test_bad_calls_get_a_status(h2_server: ServerProcess, path: str, body: bytes
     "body, status, says",
     [
         (b"\x01\0\0\0\x04junk", 13, "failed to decompress the request message"),
-        (b"\x01" + len(BOMB).to_bytes(4, "big") + BOMB, 8, f"Received message larger than max (> {MAX_BYTES} decompressed)"),
+        (
+            b"\x01" + len(BOMB).to_bytes(4, "big") + BOMB,
+            8,
+            f"Received message larger than max (> {MAX_BYTES} decompressed)",
+        ),
     ],
 )
 def test_bad_compressed_messages(small_h2: ServerProcess, body: bytes, status: int, says: str) -> None:

@@ -38,7 +38,10 @@ def client(server):
 
 
 def add_sub_inputs(a: np.ndarray, b: np.ndarray, binary: bool = True) -> list[httpclient.InferInput]:
-    inputs = [httpclient.InferInput("INPUT0", list(a.shape), "FP32"), httpclient.InferInput("INPUT1", list(b.shape), "FP32")]
+    inputs = [
+        httpclient.InferInput("INPUT0", list(a.shape), "FP32"),
+        httpclient.InferInput("INPUT1", list(b.shape), "FP32"),
+    ]
     inputs[0].set_data_from_numpy(a, binary_data=binary)
     inputs[1].set_data_from_numpy(b, binary_data=binary)
     return inputs
@@ -85,7 +88,10 @@ def test_infer_values_binary_and_json(client, binary):
     rng = np.random.default_rng(1)
     a = rng.standard_normal((3, 4), dtype=np.float32)
     b = rng.standard_normal((3, 4), dtype=np.float32)
-    outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary), httpclient.InferRequestedOutput("OUTPUT1", binary_data=binary)]
+    outputs = [
+        httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary),
+        httpclient.InferRequestedOutput("OUTPUT1", binary_data=binary),
+    ]
     result = client.infer("add_sub", add_sub_inputs(a, b, binary), outputs=outputs, request_id="req-7")
     np.testing.assert_allclose(result.as_numpy("OUTPUT0"), a + b, rtol=1e-6)
     np.testing.assert_allclose(result.as_numpy("OUTPUT1"), a - b, rtol=1e-6)
@@ -228,7 +234,9 @@ def test_unknown_route_and_method(server):
     assert conn.getresponse().status == 405
 
 
-ADD_SUB_JSON = {"inputs": [{"name": n, "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]} for n in ("INPUT0", "INPUT1")]}
+ADD_SUB_JSON = {
+    "inputs": [{"name": n, "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]} for n in ("INPUT0", "INPUT1")]
+}
 
 
 @pytest.mark.parametrize(

@@ -317,8 +317,10 @@ def test_non_utf8_and_lone_surrogates_are_400_naming_the_field(server):
         ({"parameters": {"priority": "high"}}, "Unable to parse 'priority': attempt to access JSON non-unsigned"),
         ({"parameters": {"timeout": -5}}, "Unable to parse 'timeout': attempt to access JSON non-unsigned-integer"),
         ({"parameters": {"timeout": 2**64}}, "Unable to parse 'timeout': attempt to access JSON non-unsigned-integer"),
-        ({"parameters": {"binary_data_output": "yes"}}, "Unable to parse 'binary_data_output': attempt to access JSON"
-                                                        " non-boolean as boolean"),  # fmt: skip
+        (
+            {"parameters": {"binary_data_output": "yes"}},
+            "Unable to parse 'binary_data_output': attempt to access JSON non-boolean as boolean",
+        ),  # fmt: skip
         ({"parameters": {"sequence_start": 1}}, "Unable to parse 'sequence_start': attempt to access JSON non-boolean"),
         ({"id": 5}, "Unable to parse 'id': attempt to access JSON non-string as string (got 5"),
         ({"parameters": None}, "failed to get request params.: attempt to get members for non-object"),
@@ -350,8 +352,12 @@ def grpc_request(**params: tuple[str, object]) -> pb.ModelInferRequest:
     "key,field,value,first",
     [
         ("priority", "int64_param", -1, "invalid value for 'priority', expected value >= 0."),
-        ("priority", "string_param", "x", "invalid value type for 'priority' parameter, expected int64_param or "
-                                          "uint64_param."),  # fmt: skip
+        (
+            "priority",
+            "string_param",
+            "x",
+            "invalid value type for 'priority' parameter, expected int64_param or uint64_param.",
+        ),  # fmt: skip
         ("timeout", "uint64_param", 5, "invalid value type for 'timeout' parameter, expected int64_param."),
         ("timeout", "int64_param", -1, "invalid value for 'timeout', expected value >= 0."),
         ("sequence_start", "int64_param", 1, "invalid value type for 'sequence_start' parameter, expected bool_param."),
@@ -409,7 +415,9 @@ def test_binary_data_size_must_be_a_byte_count(server):
 
 def test_a_large_response_is_compressed_too(server):
     values = np.arange(100_000, dtype=np.int32)  # 400 kB: compressed off the event loop
-    status, headers, data = post(server, "/v2/models/i32/infer", values.tobytes(), {**RAW, "Accept-Encoding": "deflate"})
+    status, headers, data = post(
+        server, "/v2/models/i32/infer", values.tobytes(), {**RAW, "Accept-Encoding": "deflate"}
+    )
     assert status == 200 and headers["content-encoding"] == "deflate" and len(data) < values.nbytes
     plain = zlib.decompress(data)
     n = int(headers["inference-header-content-length"])

@@ -36,7 +36,10 @@ def wait_for(predicate, timeout: float = 30.0, what: str = "condition") -> None:
 
 
 def index_of(client) -> dict[tuple[str, str], tuple[str, str]]:
-    return {(m["name"], m.get("version", "")): (m.get("state", ""), m.get("reason", "")) for m in client.get_model_repository_index()}
+    return {
+        (m["name"], m.get("version", "")): (m.get("state", ""), m.get("reason", ""))
+        for m in client.get_model_repository_index()
+    }
 
 
 BROKEN_PY = "raise RuntimeError('cannot import this model')\n"
@@ -96,7 +99,9 @@ def test_explicit_mode_load_unload_and_failed_load(tmp_path):
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_poll_mode_add_change_remove_under_traffic(tmp_path, workers):
-    repo = write_repository(tmp_path / "models", {"add_sub": models.add_sub(offset=0), "steady": models.add_sub(offset=5)})
+    repo = write_repository(
+        tmp_path / "models", {"add_sub": models.add_sub(offset=0), "steady": models.add_sub(offset=5)}
+    )
     args = ["--model-control-mode=poll", "--repository-poll-secs=1", f"--workers={workers}"]
     srv = ServerProcess([repo], args).start()
     failures: list[str] = []
@@ -189,7 +194,9 @@ def test_two_repositories_and_duplicate_names(tmp_path):
 
 
 def test_missing_config_with_autocomplete_disabled(tmp_path):
-    repo = write_repository(tmp_path / "models", {"ok": models.add_sub(), "noconf": {"1/model.py": models.ADD_SUB_PY.format(offset=0)}})
+    repo = write_repository(
+        tmp_path / "models", {"ok": models.add_sub(), "noconf": {"1/model.py": models.ADD_SUB_PY.format(offset=0)}}
+    )
     with ServerProcess([repo], ["--disable-auto-complete-config", *STARTS_WITH_A_BROKEN_MODEL]) as srv:
         client = httpclient.InferenceServerClient(srv.http_url)
         state, reason = index_of(client)[("noconf", "1")]
@@ -206,8 +213,8 @@ def test_serve_rejects_a_missing_repository(tmp_path):
 
 
 def test_version_policy_all_and_specific(tmp_path):
-    cfg_all = models.ADD_SUB_CONFIG + 'version_policy: { all: {} }\n'
-    cfg_specific = models.ADD_SUB_CONFIG + 'version_policy: { specific: { versions: [1, 3] } }\n'
+    cfg_all = models.ADD_SUB_CONFIG + "version_policy: { all: {} }\n"
+    cfg_specific = models.ADD_SUB_CONFIG + "version_policy: { specific: { versions: [1, 3] } }\n"
     repo = write_repository(tmp_path / "models", {
         "all": models.add_sub(versions=(1, 2, 3), config=cfg_all),
         "specific": models.add_sub(versions=(1, 2, 3), config=cfg_specific),
@@ -221,8 +228,6 @@ def test_version_policy_all_and_specific(tmp_path):
         assert add_sub_call(client, "all", "2")[0, 0] == 2
         with pytest.raises(InferenceServerException):
             add_sub_call(client, "specific", "2")
-
-
 
 
 def test_load_with_config_and_file_overrides(tmp_path):

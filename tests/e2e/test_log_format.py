@@ -111,7 +111,9 @@ def test_each_version_logs_when_its_load_starts_and_how_long_it_took(server):
 
 
 def test_json_format_can_be_set_and_left_over_the_log_settings_api(tmp_path: Path):
-    repo = write_repository(tmp_path / "models", {"picky": {"config.pbtxt": CONFIG, "1/model.py": MODEL.format(delay=0)}})
+    repo = write_repository(
+        tmp_path / "models", {"picky": {"config.pbtxt": CONFIG, "1/model.py": MODEL.format(delay=0)}}
+    )
     with ServerProcess([repo], ["--log-format=ISO8601"]) as srv:
         client = httpclient.InferenceServerClient(srv.http_url)
         assert client.update_log_settings({"log_format": "json"})["log_format"] == "json"

@@ -42,7 +42,10 @@ def env_with(site: Path, **extra: str) -> dict[str, str]:
 
 def test_inferd_plugins_lists_discovered_plugins_and_broken_ones(site):
     out = subprocess.run(
-        [sys.executable, "-m", "inferd.cli", "plugins"], capture_output=True, text=True, env={**os.environ, **env_with(site)}
+        [sys.executable, "-m", "inferd.cli", "plugins"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env_with(site)},
     )
     lines = {line.split()[0]: line for line in out.stdout.splitlines() if line.strip()}
     assert "inferd-tiny 0.0.1" in lines["tiny"] and "backend: tiny" in lines["tiny"]
@@ -68,7 +71,10 @@ def test_a_failing_registration_hook_is_reported_and_a_hook_wrapper_runs(site, t
     """A plugin raising in its registration hook stops neither the other plugins, nor a hook wrapper
     around them, nor the server."""
     out = subprocess.run(
-        [sys.executable, "-m", "inferd.cli", "plugins"], capture_output=True, text=True, env={**os.environ, **env_with(site)}
+        [sys.executable, "-m", "inferd.cli", "plugins"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env_with(site)},
     )
     lines = {line.split()[0]: line for line in out.stdout.splitlines() if line.strip()}
     assert lines["failing_tiny"].endswith("backend: tiny_half  ERROR: RuntimeError: this registration fails on purpose")
@@ -94,7 +100,10 @@ def test_misspelled_hook_is_reported_and_the_server_starts(site, tmp_path):
         "(did you mean 'inferd_register_backends'?); the plugin is left out"
     )
     out = subprocess.run(
-        [sys.executable, "-m", "inferd.cli", "plugins"], capture_output=True, text=True, env={**os.environ, **env_with(site)}
+        [sys.executable, "-m", "inferd.cli", "plugins"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env_with(site)},
     )
     lines = {line.split()[0]: line for line in out.stdout.splitlines() if line.strip()}
     assert lines["misspelled_tiny"].endswith(f"-  ERROR: {expected}")
@@ -122,7 +131,11 @@ def test_trace_plugins_logs_the_registration_hook_calls(site, tmp_path):
 
 def test_blocked_plugin_is_not_used(site, tmp_path):
     repo = write_repository(tmp_path / "models", {"triple": {"config.pbtxt": TINY_CONFIG, "1/model.tiny": ""}})
-    with ServerProcess([repo], ["--exit-on-error=false", "--strict-readiness=false"], env=env_with(site, INFERD_DISABLE_PLUGINS="tiny,broken_tiny,misnamed_tiny")) as srv:
+    with ServerProcess(
+        [repo],
+        ["--exit-on-error=false", "--strict-readiness=false"],
+        env=env_with(site, INFERD_DISABLE_PLUGINS="tiny,broken_tiny,misnamed_tiny"),
+    ) as srv:
         client = httpclient.InferenceServerClient(srv.http_url)
         index = {m["name"]: m for m in client.get_model_repository_index()}
         assert index["triple"]["state"] == "UNAVAILABLE"

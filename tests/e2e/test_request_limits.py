@@ -160,7 +160,9 @@ def test_a_grpc_message_declaring_more_than_the_limit_is_refused_before_its_byte
     finally:
         conn.close()
     assert answer.trailers[b"grpc-status"] == b"8"  # RESOURCE_EXHAUSTED
-    assert unquote(answer.trailers[b"grpc-message"].decode()) == f"Received message larger than max ({2**30} vs. {LIMIT})"
+    assert (
+        unquote(answer.trailers[b"grpc-message"].decode()) == f"Received message larger than max ({2**30} vs. {LIMIT})"
+    )
     with grpcclient.InferenceServerClient(small.grpc_url) as client:
         assert client.is_server_ready()
 
@@ -171,7 +173,9 @@ def test_a_compressed_body_is_refused_as_it_inflates_past_the_limit(small):
     bomb = gzip.compress(b" " * (64 * LIMIT))  # 64 MiB of spaces in about 64 KiB
     assert len(bomb) < LIMIT
     conn = http.client.HTTPConnection("127.0.0.1", small.http_port, timeout=30)
-    conn.request("POST", "/v2/models/echo/infer", bomb, {"Content-Type": "application/json", "Content-Encoding": "gzip"})
+    conn.request(
+        "POST", "/v2/models/echo/infer", bomb, {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    )
     reply = conn.getresponse()
     assert (reply.status, json.loads(reply.read())["error"]) == (400, (
         f"Request body size (more than {LIMIT} bytes once inflated) exceeds the maximum allowed value of {LIMIT} "

@@ -44,8 +44,6 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     proc.stop()
 
 
-
-
 def _infer_body() -> bytes:
     tensor = {"shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}
     return json.dumps({"inputs": [{"name": "INPUT0", **tensor}, {"name": "INPUT1", **tensor}]}).encode()

@@ -97,7 +97,9 @@ def serve_fails(url: str, args: list[str] = (), env: dict[str, str] | None = Non
     """Run ``inferd serve`` that must exit with an error; its output."""
     cmd = [sys.executable, "-m", "inferd.cli", "serve", "--model-repository", url,
            "--http-port", str(free_port()), "--grpc-port", str(free_port()), "--metrics-port", str(free_port()), *args]  # fmt: skip
-    done = subprocess.run(cmd, env={**os.environ, **CREDENTIALS, **(env or {})}, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        cmd, env={**os.environ, **CREDENTIALS, **(env or {})}, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode != 0, done.stdout + done.stderr
     return done.stderr
 
@@ -250,8 +252,14 @@ def test_wrong_credentials(tmp_path):
     "url, expected",
     [
         ("s3://", "model repository 's3://': no bucket name (expected s3://[host:port/]bucket/path)"),
-        ("s3://https://bucket/path", "model repository 's3://https://bucket/path': 'https://' must be followed by host:port"),
-        ("ftp://host/models", "model repository 'ftp://host/models': unsupported scheme 'ftp://' (inferd reads s3:// URLs)"),
+        (
+            "s3://https://bucket/path",
+            "model repository 's3://https://bucket/path': 'https://' must be followed by host:port",
+        ),
+        (
+            "ftp://host/models",
+            "model repository 'ftp://host/models': unsupported scheme 'ftp://' (inferd reads s3:// URLs)",
+        ),
     ],
 )
 def test_bad_urls_are_refused_naming_the_url(url, expected):

@@ -224,7 +224,9 @@ def test_surrogates_in_id_and_parameters_are_refused(server: ServerProcess) -> N
         (b'{"parameters": {"p": "\xed\xa0\x80"}, "inputs": %s}', "parameter 'p' is not valid UTF-8"),
         (b'{"parameters": {"p": "\\ud800"}, "inputs": %s}', "parameter 'p' is not valid UTF-8"),
     ):
-        status, answer = _http_error(server, "POST", "/v2/models/add_sub/infer", doc % json.dumps(ADD_SUB_INPUTS).encode())
+        status, answer = _http_error(
+            server, "POST", "/v2/models/add_sub/infer", doc % json.dumps(ADD_SUB_INPUTS).encode()
+        )
         assert status == 400 and field in answer["error"], answer
 
 
@@ -256,7 +258,9 @@ def _grpc_error(srv: ServerProcess, request: service_pb2.ModelInferRequest) -> g
 
 def test_grpc_binary_data_output_must_be_a_bool(server: ServerProcess) -> None:
     """(tritonclient refuses to send the reserved parameter, so the request is built by hand)"""
-    request = service_pb2.ModelInferRequest(model_name="add_sub", raw_input_contents=[np.ones(4, np.float32).tobytes()] * 2)
+    request = service_pb2.ModelInferRequest(
+        model_name="add_sub", raw_input_contents=[np.ones(4, np.float32).tobytes()] * 2
+    )
     for name in ("INPUT0", "INPUT1"):
         request.inputs.add(name=name, datatype="FP32", shape=[1, 4])
     request.parameters["binary_data_output"].int64_param = 1

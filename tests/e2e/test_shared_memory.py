@@ -210,7 +210,9 @@ def test_register_status_unregister(client: Client, protocol: str, region: Any) 
             {"name": name, "key": key, "offset": 8, "byte_size": 48},
             {"name": other, "key": other_key, "offset": 0, "byte_size": 16},
         ]
-        assert client.get_system_shared_memory_status(name) == [{"name": name, "key": key, "offset": 8, "byte_size": 48}]
+        assert client.get_system_shared_memory_status(name) == [
+            {"name": name, "key": key, "offset": 8, "byte_size": 48}
+        ]
     else:
         assert status["regions"][name] == {"name": name, "key": key, "offset": "8", "byte_size": "48"}
         assert set(status["regions"]) == {name, other}
@@ -227,7 +229,9 @@ def test_register_errors(client: Client, protocol: str, region: Any) -> None:
     name, key, _ = region(64)
     client.register_system_shared_memory(name, key, 64)
     assert error_of(lambda: client.register_system_shared_memory(name, key, 64)) == (
-        expect(protocol, "400", "ALREADY_EXISTS"), f"shared memory region '{name}' already in manager")
+        expect(protocol, "400", "ALREADY_EXISTS"),
+        f"shared memory region '{name}' already in manager",
+    )
     status, message = error_of(lambda: client.register_system_shared_memory("big", key, 65))
     assert status == expect(protocol, "400", "INVALID_ARGUMENT")
     assert message.startswith("failed to register shared memory region 'big': invalid args; ")
@@ -239,9 +243,14 @@ def test_register_errors(client: Client, protocol: str, region: Any) -> None:
     status, message = error_of(lambda: client.register_system_shared_memory("escape", "/../etc/passwd", 8))
     assert message.startswith("Unable to open shared memory region: '/../etc/passwd'")
     assert error_of(lambda: client.get_system_shared_memory_status("nope")) == (
-        expect(protocol, "404", "NOT_FOUND"), "Unable to find system shared memory region: 'nope'")
-    assert [r["name"] for r in client.get_system_shared_memory_status(as_json=True)["regions"].values()] == [name] \
-        if protocol == "grpc" else [r["name"] for r in client.get_system_shared_memory_status()] == [name]
+        expect(protocol, "404", "NOT_FOUND"),
+        "Unable to find system shared memory region: 'nope'",
+    )
+    assert (
+        [r["name"] for r in client.get_system_shared_memory_status(as_json=True)["regions"].values()] == [name]
+        if protocol == "grpc"
+        else [r["name"] for r in client.get_system_shared_memory_status()] == [name]
+    )
 
 
 def _http(server: ServerProcess, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
@@ -260,14 +269,19 @@ def test_http_routes_and_bodies(server: ServerProcess, region: Any) -> None:
     assert _http(server, "POST", f"{base}/status") == (405, b'{"error":"Method Not Allowed"}')
     assert _http(server, "GET", f"{base}/region/{name}/register") == (405, b'{"error":"Method Not Allowed"}')
     assert _http(server, "POST", f"{base}/region/{name}/register", {"key": key}) == (
-        400, b'{"error":"Shared memory register request has no \'byte_size\' field"}')
+        400,
+        b'{"error":"Shared memory register request has no \'byte_size\' field"}',
+    )
     assert _http(server, "POST", f"{base}/region/{name}/register", {"byte_size": 8}) == (
-        400, b'{"error":"Shared memory register request has no \'key\' field"}')
+        400,
+        b'{"error":"Shared memory register request has no \'key\' field"}',
+    )
     status, body = _http(server, "POST", f"{base}/region/{name}/register", {"key": key, "byte_size": -8})
     assert status == 400 and b"'byte_size' must be an unsigned integer" in body
     assert _http(server, "POST", f"{base}/region/{name}/register", {"key": key, "byte_size": 16}) == (200, b"")
     assert json.loads(_http(server, "GET", f"{base}/region/{name}/status")[1]) == [
-        {"name": name, "key": key, "offset": 0, "byte_size": 16}]
+        {"name": name, "key": key, "offset": 0, "byte_size": 16}
+    ]
     assert _http(server, "POST", f"{base}/unregister") == (200, b"")
     assert _http(server, "GET", f"{base}/status") == (200, b"[]")
 
@@ -283,7 +297,9 @@ def test_infer_inputs_and_outputs_in_regions(client: Client, protocol: str, regi
     np.testing.assert_array_equal(shm.get_contents_as_numpy(out_handle, np.float32, [1, 4], offset=16), A - B)
     response = result.get_response() if protocol == "http" else result.get_response(as_json=True)
     assert [(o["name"], o["datatype"], [int(d) for d in o["shape"]]) for o in response["outputs"]] == [
-        ("OUTPUT0", "FP32", [1, 4]), ("OUTPUT1", "FP32", [1, 4])]
+        ("OUTPUT0", "FP32", [1, 4]),
+        ("OUTPUT1", "FP32", [1, 4]),
+    ]
     assert all("data" not in o and "parameters" not in o for o in response["outputs"])
 
 
@@ -437,7 +453,9 @@ def test_unregister_under_a_request_in_flight(server: ServerProcess, region: Any
 
 def test_http_parameter_errors(server: ServerProcess, region: Any) -> None:
     name, key, _ = region(32)
-    assert _http(server, "POST", f"/v2/systemsharedmemory/region/{name}/register", {"key": key, "byte_size": 32})[0] == 200
+    assert (
+        _http(server, "POST", f"/v2/systemsharedmemory/region/{name}/register", {"key": key, "byte_size": 32})[0] == 200
+    )
     data = {"name": "INPUT1", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}
 
     def infer(first: dict[str, Any], outputs: list[Any] | None = None) -> tuple[int, str]:
@@ -448,34 +466,50 @@ def test_http_parameter_errors(server: ServerProcess, region: Any) -> None:
         return status, json.loads(reply).get("error", "")
 
     in_shm = {"parameters": {"shared_memory_region": name, "shared_memory_byte_size": 16}}
-    assert infer({**in_shm, "data": [1, 2, 3, 4]}) == (400, (
-        "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
-        "'shared_memory_region' in 'parameters'. But set 'data' 'shared_memory_region'"))
+    assert infer({**in_shm, "data": [1, 2, 3, 4]}) == (
+        400,
+        (
+            "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+            "'shared_memory_region' in 'parameters'. But set 'data' 'shared_memory_region'"
+        ),
+    )
     assert infer({"parameters": {"shared_memory_region": 3}})[1].startswith("Unable to parse 'shared_memory_region'")
     assert infer({"parameters": {"shared_memory_region": name, "shared_memory_offset": -4}})[1].startswith(
-        "Unable to parse 'shared_memory_offset'")
+        "Unable to parse 'shared_memory_offset'"
+    )
     out = {"name": "OUTPUT0", "parameters": {"shared_memory_region": name, "shared_memory_byte_size": 16,
                                              "binary_data": True}}  # fmt: skip
-    assert infer({"data": [1, 2, 3, 4]}, [out]) == (400, "Output can't set both 'shared_memory_region' and 'binary_data'")
+    assert infer({"data": [1, 2, 3, 4]}, [out]) == (
+        400,
+        "Output can't set both 'shared_memory_region' and 'binary_data'",
+    )
     assert _http(server, "POST", "/v2/systemsharedmemory/unregister")[0] == 200
 
 
 # -- CUDA shared memory without a GPU ---------------------------------------------------------------
 
 
-@pytest.mark.skipif(unusable_reason() is None, reason="CUDA shared memory works here: test_cuda_inputs_and_outputs_on_the_gpu covers it")
+@pytest.mark.skipif(
+    unusable_reason() is None, reason="CUDA shared memory works here: test_cuda_inputs_and_outputs_on_the_gpu covers it"
+)
 def test_cuda_without_a_gpu(client: Client, protocol: str, server: ServerProcess) -> None:
-    assert "cuda_shared_memory" not in client.get_server_metadata(**({"as_json": True} if protocol == "grpc" else {}))[
-        "extensions"]
-    assert "system_shared_memory" in client.get_server_metadata(**({"as_json": True} if protocol == "grpc" else {}))[
-        "extensions"]
+    assert (
+        "cuda_shared_memory"
+        not in client.get_server_metadata(**({"as_json": True} if protocol == "grpc" else {}))["extensions"]
+    )
+    assert (
+        "system_shared_memory"
+        in client.get_server_metadata(**({"as_json": True} if protocol == "grpc" else {}))["extensions"]
+    )
     status = client.get_cuda_shared_memory_status()
     assert (status == []) if protocol == "http" else (len(status.regions) == 0)
     status, message = error_of(lambda: client.register_cuda_shared_memory("gpu", base64.b64encode(b"\x01" * 64), 0, 16))
     assert status == expect(protocol, "400", "INVALID_ARGUMENT")
     assert message.startswith("failed to register CUDA shared memory region: 'gpu', GPUs not supported; ")
     assert error_of(lambda: client.get_cuda_shared_memory_status("gpu")) == (
-        expect(protocol, "404", "NOT_FOUND"), "Unable to find cuda shared memory region: 'gpu'")
+        expect(protocol, "404", "NOT_FOUND"),
+        "Unable to find cuda shared memory region: 'gpu'",
+    )
     client.unregister_cuda_shared_memory("gpu")
     client.unregister_cuda_shared_memory()
 
@@ -483,7 +517,10 @@ def test_cuda_without_a_gpu(client: Client, protocol: str, server: ServerProcess
 def test_http_cuda_handle_must_be_base64(server: ServerProcess) -> None:
     status, body = _http(server, "POST", "/v2/cudasharedmemory/region/c/register",
                          {"raw_handle": {"b64": "AAAA"}, "device_id": 0, "byte_size": 8})  # fmt: skip
-    assert (status, json.loads(body)) == (400, {"error": "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"})
+    assert (status, json.loads(body)) == (
+        400,
+        {"error": "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"},
+    )
 
 
 def test_status_kinds_are_apart(client: Client, protocol: str, region: Any) -> None:
@@ -491,7 +528,8 @@ def test_status_kinds_are_apart(client: Client, protocol: str, region: Any) -> N
     client.register_system_shared_memory(name, key, 16)
     assert error_of(lambda: client.get_cuda_shared_memory_status(name)) == (
         expect(protocol, "404", "NOT_FOUND"),
-        f"The region named '{name}' is registered as system shared memory, not CUDA shared memory")
+        f"The region named '{name}' is registered as system shared memory, not CUDA shared memory",
+    )
     client.unregister_cuda_shared_memory(name)  # a CUDA unregister leaves system regions alone
     assert name in str(client.get_system_shared_memory_status())
 

@@ -114,7 +114,12 @@ class TlsServer(ServerProcess):
 REFUSED = (ssl.SSLError, ConnectionError, http.client.HTTPException)
 
 #: name -> (gRPC transport, mutual TLS on gRPC and HTTP)
-SERVERS = {"h2": ("h2", False), "h2-mutual": ("h2", True), "grpcio": ("grpcio", False), "grpcio-mutual": ("grpcio", True)}
+SERVERS = {
+    "h2": ("h2", False),
+    "h2-mutual": ("h2", True),
+    "grpcio": ("grpcio", False),
+    "grpcio-mutual": ("grpcio", True),
+}
 
 
 @pytest.fixture(scope="module", params=list(SERVERS))
@@ -142,7 +147,9 @@ def server(request: pytest.FixtureRequest, pki: Pki, tmp_path_factory: pytest.Te
 OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
 
 
-def grpc_client(srv: TlsServer, host: str = "localhost", ca: str | None = None, cert: str | None = "") -> grpcclient.InferenceServerClient:
+def grpc_client(
+    srv: TlsServer, host: str = "localhost", ca: str | None = None, cert: str | None = ""
+) -> grpcclient.InferenceServerClient:
     """A TLS gRPC client; ``cert`` ``""``: the server's usual client certificate, ``None``: none."""
     cert = srv.client_cert if cert == "" else cert
     keys = {"private_key": cert + ".key", "certificate_chain": cert + ".pem"} if cert else {}
@@ -150,10 +157,14 @@ def grpc_client(srv: TlsServer, host: str = "localhost", ca: str | None = None, 
                                             channel_args=OWN_CONNECTION, **keys)  # fmt: skip
 
 
-def http_client(srv: TlsServer, host: str = "localhost", ca: str | None = None, cert: str | None = "") -> httpclient.InferenceServerClient:
+def http_client(
+    srv: TlsServer, host: str = "localhost", ca: str | None = None, cert: str | None = ""
+) -> httpclient.InferenceServerClient:
     cert = srv.client_cert if cert == "" else cert
     factory = client_context(ca or srv.ca, cert)
-    return httpclient.InferenceServerClient(f"{host}:{srv.http_port}", ssl=True, ssl_context_factory=factory, insecure=False)
+    return httpclient.InferenceServerClient(
+        f"{host}:{srv.http_port}", ssl=True, ssl_context_factory=factory, insecure=False
+    )
 
 
 def add_sub(client: httpclient.InferenceServerClient | grpcclient.InferenceServerClient) -> None:
@@ -242,7 +253,10 @@ def test_garbage_and_half_finished_handshakes_leave_the_server_healthy(server: T
         sock.sendall(b"\x16\x03\x01\xff\xffGET / HTTP/1.1\r\n\r\n" + bytes(range(256)) * 8)
         assert b"HTTP" not in drained(sock)  # closed (after a TLS alert at most)
     hello = client_hello()
-    with socket.create_connection(address, timeout=10) as half, socket.create_connection(address, timeout=10) as stopped:
+    with (
+        socket.create_connection(address, timeout=10) as half,
+        socket.create_connection(address, timeout=10) as stopped,
+    ):
         half.sendall(hello[: len(hello) // 2])  # the client hello, cut short
         stopped.sendall(hello)
         assert stopped.recv(5)[:1] == b"\x16"  # the server's handshake answer; the client says no more
@@ -372,14 +386,24 @@ def test_certificate_files_that_cannot_serve_stop_the_start_naming_flag_and_file
 
 def test_inferd_serve_exits_2_on_a_key_that_does_not_match(pki: Pki, tmp_path: Path) -> None:
     repo = write_repository(tmp_path / "models", {"add_sub": models.add_sub()})
-    args = ["--grpc-use-ssl=true", "--grpc-server-cert", pki.path("server.pem"), "--grpc-server-key", pki.path("other-server.key")]
+    args = [
+        "--grpc-use-ssl=true",
+        "--grpc-server-cert",
+        pki.path("server.pem"),
+        "--grpc-server-key",
+        pki.path("other-server.key"),
+    ]
     done = subprocess.run(ServerProcess([repo], args).command(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "the private key does not match the certificate in --grpc-server-cert" in done.stderr
 
 
 def test_grpc_certificate_flags_without_tls_warn_as_triton_ignores_them(pki: Pki) -> None:
-    values = {"grpc_use_ssl": False, "grpc_server_cert": pki.path("server.pem"), "grpc_server_key": pki.path("server.key")}
+    values = {
+        "grpc_use_ssl": False,
+        "grpc_server_cert": pki.path("server.pem"),
+        "grpc_server_key": pki.path("server.key"),
+    }
     assert tls.warnings(values) == [
         "--grpc-server-cert is ignored: gRPC serves clear text unless --grpc-use-ssl=true",
         "--grpc-server-key is ignored: gRPC serves clear text unless --grpc-use-ssl=true",

@@ -122,7 +122,9 @@ IMG_IO = 'input [ { name: "data" data_type: TYPE_FP32 format: FORMAT_NCHW dims: 
 def _control(*controls: tuple[str, str, bool]) -> str:
     """sequence_batching with control inputs (tensor name, kind, with int32_false_true)."""
     items = ", ".join(
-        f'{{ name: "{n}" control [ {{ kind: CONTROL_SEQUENCE_{k}' + (" int32_false_true: [ 0, 1 ]" if v else "") + " } ] }"
+        f'{{ name: "{n}" control [ {{ kind: CONTROL_SEQUENCE_{k}'
+        + (" int32_false_true: [ 0, 1 ]" if v else "")
+        + " } ] }"
         for n, k, v in controls
     )
     return f"max_batch_size: 8 sequence_batching {{ control_input [ {items} ] }} " + SEQ_IO
@@ -132,7 +134,9 @@ def _reshape(kind: str, mbs: int, dims: str, shape: str) -> str:
     """One input or output with a reshape; the other side is [1]."""
     tensor = f'{{ name: "{kind}" data_type: TYPE_FP32 dims: [ {dims} ] reshape {{ shape: [ {shape} ] }} }}'
     other = "output" if kind == "input" else "input"
-    return f'max_batch_size: {mbs} {kind} [ {tensor} ] {other} [ {{ name: "{other}" data_type: TYPE_FP32 dims: [ 1 ] }} ]'
+    return (
+        f'max_batch_size: {mbs} {kind} [ {tensor} ] {other} [ {{ name: "{other}" data_type: TYPE_FP32 dims: [ 1 ] }} ]'
+    )
 
 
 def _dims(kind: str, dims: str) -> str:
@@ -154,10 +158,14 @@ def _noautofill() -> dict[str, tuple[str, list[str]]]:
     cases: dict[str, tuple[str, list[str]]] = {}
     for i, kind in enumerate(BATCH_IN):
         base = f'batch_input [ {{ kind: {kind} target_name: "B" data_type: TYPE_FP32'
-        cases[f"batch_input_less_source{i}"] = (f"{BIO_IO} {base} }} ]",
-                                                [f"batch input kind '{kind}' expects 1 source input, got 0"])
-        cases[f"batch_input_many_source{i}"] = (f'{BIO_IO} {base} source_input: ["INPUT", "INPUT"] }} ]',
-                                                [f"batch input kind '{kind}' expects 1 source input, got 2"])
+        cases[f"batch_input_less_source{i}"] = (
+            f"{BIO_IO} {base} }} ]",
+            [f"batch input kind '{kind}' expects 1 source input, got 0"],
+        )
+        cases[f"batch_input_many_source{i}"] = (
+            f'{BIO_IO} {base} source_input: ["INPUT", "INPUT"] }} ]',
+            [f"batch input kind '{kind}' expects 1 source input, got 2"],
+        )
     bout = "kind: BATCH_SCATTER_WITH_INPUT_SHAPE"
     cases.update({
         "batch_input_unknown_source": (
@@ -407,7 +415,7 @@ def _onnx_expected(name: str, batching: bool = True) -> mc.ModelConfig:
     return text_format.Parse(
         f'name: "{name}" platform: "onnxruntime_onnx" version_policy {{ latest {{ num_versions: 1 }} }} {batch}{ios}'
         f'instance_group {{ name: "{group}" count: 2 kind: KIND_CPU }} default_model_filename: "model.onnx" '
-        'optimization { input_pinned_memory { enable: true } output_pinned_memory { enable: true } } '
+        "optimization { input_pinned_memory { enable: true } output_pinned_memory { enable: true } } "
         'backend: "onnxruntime"',
         mc.ModelConfig(),
     )

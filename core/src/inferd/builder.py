@@ -40,6 +40,7 @@ class ServerModels(ModelCaller, ModelClient, Protocol):
     loop (:class:`~inferd.scheduler.ModelCaller`), Python models from their instance threads
     (:class:`~inferd.backend.ModelClient`). The server's :class:`~inferd.router.Router` is both."""
 
+
 log = logging.getLogger(__name__)
 
 
@@ -80,7 +81,9 @@ class VersionBuilder:
         #: ``--rate-limit=execution_count``: the server's limiter (``None``: off, Triton's default).
         self.rate_limiter = rate_limiter
 
-    def prepare_config(self, source: ModelSource, override: cfg.ModelConfig | None) -> tuple[cfg.ModelConfig, Backend | None]:
+    def prepare_config(
+        self, source: ModelSource, override: cfg.ModelConfig | None
+    ) -> tuple[cfg.ModelConfig, Backend | None]:
         """Auto-complete, normalize and validate a copy of the model's config: ``override``, or
         the one parsed when the repository was scanned (blocking)."""
         config = self._base_config(source, override)
@@ -248,7 +251,12 @@ class VersionBuilder:
         return ModelCache(self.cache, mv.name, mv.version, mv.stats)
 
     def build_version(
-        self, source: ModelSource, config: cfg.ModelConfig, backend: Backend, version: int, recorder: Recorder,
+        self,
+        source: ModelSource,
+        config: cfg.ModelConfig,
+        backend: Backend,
+        version: int,
+        recorder: Recorder,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> tuple[Model, list[InstanceRunner]]:
         """Load the backend model and create its instances (blocking; ``loop``: the server's)."""

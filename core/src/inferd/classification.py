@@ -75,7 +75,11 @@ def _top_k(tensor: InferTensor, k: int, batched: bool, labels: list[str] | None)
 
 def classify(mv: Labelled, request: InferRequest, response: InferResponse) -> InferResponse:
     """Replace each output requested with ``classification`` by its top-k classes."""
-    counts = {o.name: _count(mv.name, o.name, o.parameters[KEY]) for o in request.outputs if o.parameters and KEY in o.parameters}
+    counts = {
+        o.name: _count(mv.name, o.name, o.parameters[KEY])
+        for o in request.outputs
+        if o.parameters and KEY in o.parameters
+    }
     labels = mv.labels()
     outputs = []
     for tensor in response.outputs:
@@ -88,4 +92,6 @@ def classify(mv: Labelled, request: InferRequest, response: InferResponse) -> In
                 f"model '{mv.name}' output '{tensor.name}': classification is not available for datatype {tensor.datatype}"
             )
         outputs.append(_top_k(tensor, k, mv.max_batch_size > 0, labels.get(tensor.name)))
-    return InferResponse(response.model_name, response.model_version, response.id, outputs, response.parameters, response.final)
+    return InferResponse(
+        response.model_name, response.model_version, response.id, outputs, response.parameters, response.final
+    )

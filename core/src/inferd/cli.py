@@ -93,85 +93,206 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:
         description="Serve one or more Triton-layout model repositories over KServe v2 HTTP and gRPC.",
     )
     g = p.add_argument_group("models")
-    g.add_argument("--model-repository", "--model-store", dest="model_repository", action="append", required=True,
-                   metavar="PATH", help="model repository: a directory or s3://[host:port/]bucket/path (repeat for several)")
-    g.add_argument("--model-control-mode", choices=[m.value for m in ControlMode], default="none",
-                   help="none: load everything at start; explicit: load with --load-model and the "
-                        "repository API; poll: also watch the repository and apply changes (default: none)")
-    g.add_argument("--repository-poll-secs", type=float, default=15.0, metavar="SECS",
-                   help="poll mode: rescan interval; file-system events trigger a rescan sooner (default: 15)")
-    g.add_argument("--load-model", action="append", default=[], metavar="NAME",
-                   help="explicit mode: model to load at start-up; '*' loads all (repeatable)")
-    g.add_argument("--disable-auto-complete-config", action="store_true",
-                   help="do not let backends complete missing config fields from the model files")
-    g.add_argument("--strict-model-config", type=parse_bool, default=None, metavar="BOOL",
-                   help="deprecated Triton spelling: true is --disable-auto-complete-config")
-    g.add_argument("--model-config-name", default=None, metavar="NAME",
-                   help="use <model>/configs/NAME.pbtxt where present instead of config.pbtxt")
-    g.add_argument("--model-namespacing", type=parse_bool, default=False, metavar="BOOL",
-                   help="key models by repository and name: the same name may be in several repositories, "
-                        "each ensemble calls its own repository's models first, and a request for a name "
-                        "found more than once is refused (default: false)")
-    g.add_argument("--model-load-thread-count", type=int, default=4, metavar="N",
-                   help="models loaded in parallel (default: 4)")
-    g.add_argument("--model-unload-timeout-secs", type=_seconds, default=30.0, metavar="SECS",
-                   help="how long an unload (or a reload's retiring version) waits for in-flight requests; "
-                        "past it, instances still executing are abandoned (their requests fail with "
-                        "UNAVAILABLE, their threads are left running) and the model unloads (default: 30)")
-    g.add_argument("--strict-readiness", type=parse_bool, default=True, metavar="BOOL",
-                   help="ready only while every model that should be loaded is READY: every model of the "
-                        "repositories (modes none, poll) or those loaded by --load-model and the repository "
-                        "API (explicit); a model that appears under poll later does not count (its failure is "
-                        "a WARNING and its reason is in the index); false: ready once started (default: true)")
-    g.add_argument("--exit-on-error", type=parse_bool, default=True, metavar="BOOL",
-                   help="exit (code 1) when a model fails to load at start-up: in modes none and poll any "
-                        "model, with --load-model those named (default: true)")
-    g.add_argument("--backend-config", action="append", default=[], type=backend_config_setting,
-                   metavar="[BACKEND,]KEY=VALUE",
-                   help="a backend setting, e.g. onnxruntime,default-max-batch-size=8, "
-                        "onnxruntime,enable-global-threadpool=1, pytorch,intra_op_thread_count=4; without "
-                        "BACKEND it applies to every backend (repeatable; see docs/configuration.md)")
+    g.add_argument(
+        "--model-repository",
+        "--model-store",
+        dest="model_repository",
+        action="append",
+        required=True,
+        metavar="PATH",
+        help="model repository: a directory or s3://[host:port/]bucket/path (repeat for several)",
+    )
+    g.add_argument(
+        "--model-control-mode",
+        choices=[m.value for m in ControlMode],
+        default="none",
+        help="none: load everything at start; explicit: load with --load-model and the "
+        "repository API; poll: also watch the repository and apply changes (default: none)",
+    )
+    g.add_argument(
+        "--repository-poll-secs",
+        type=float,
+        default=15.0,
+        metavar="SECS",
+        help="poll mode: rescan interval; file-system events trigger a rescan sooner (default: 15)",
+    )
+    g.add_argument(
+        "--load-model",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="explicit mode: model to load at start-up; '*' loads all (repeatable)",
+    )
+    g.add_argument(
+        "--disable-auto-complete-config",
+        action="store_true",
+        help="do not let backends complete missing config fields from the model files",
+    )
+    g.add_argument(
+        "--strict-model-config",
+        type=parse_bool,
+        default=None,
+        metavar="BOOL",
+        help="deprecated Triton spelling: true is --disable-auto-complete-config",
+    )
+    g.add_argument(
+        "--model-config-name",
+        default=None,
+        metavar="NAME",
+        help="use <model>/configs/NAME.pbtxt where present instead of config.pbtxt",
+    )
+    g.add_argument(
+        "--model-namespacing",
+        type=parse_bool,
+        default=False,
+        metavar="BOOL",
+        help="key models by repository and name: the same name may be in several repositories, "
+        "each ensemble calls its own repository's models first, and a request for a name "
+        "found more than once is refused (default: false)",
+    )
+    g.add_argument(
+        "--model-load-thread-count", type=int, default=4, metavar="N", help="models loaded in parallel (default: 4)"
+    )
+    g.add_argument(
+        "--model-unload-timeout-secs",
+        type=_seconds,
+        default=30.0,
+        metavar="SECS",
+        help="how long an unload (or a reload's retiring version) waits for in-flight requests; "
+        "past it, instances still executing are abandoned (their requests fail with "
+        "UNAVAILABLE, their threads are left running) and the model unloads (default: 30)",
+    )
+    g.add_argument(
+        "--strict-readiness",
+        type=parse_bool,
+        default=True,
+        metavar="BOOL",
+        help="ready only while every model that should be loaded is READY: every model of the "
+        "repositories (modes none, poll) or those loaded by --load-model and the repository "
+        "API (explicit); a model that appears under poll later does not count (its failure is "
+        "a WARNING and its reason is in the index); false: ready once started (default: true)",
+    )
+    g.add_argument(
+        "--exit-on-error",
+        type=parse_bool,
+        default=True,
+        metavar="BOOL",
+        help="exit (code 1) when a model fails to load at start-up: in modes none and poll any "
+        "model, with --load-model those named (default: true)",
+    )
+    g.add_argument(
+        "--backend-config",
+        action="append",
+        default=[],
+        type=backend_config_setting,
+        metavar="[BACKEND,]KEY=VALUE",
+        help="a backend setting, e.g. onnxruntime,default-max-batch-size=8, "
+        "onnxruntime,enable-global-threadpool=1, pytorch,intra_op_thread_count=4; without "
+        "BACKEND it applies to every backend (repeatable; see docs/configuration.md)",
+    )
     n = p.add_argument_group("network")
     n.add_argument("--http-port", type=int, default=8000, help="HTTP port (default: 8000)")
     n.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (default: 8001)")
     n.add_argument("--metrics-port", type=int, default=8002, help="metrics port (default: 8002)")
-    n.add_argument("--http-address", "--address", dest="host", default="0.0.0.0",
-                   help="address the HTTP server binds, and gRPC unless --grpc-address (default: 0.0.0.0)")
-    n.add_argument("--grpc-address", default=None, metavar="ADDRESS",
-                   help="address the gRPC server binds (default: the --http-address)")
+    n.add_argument(
+        "--http-address",
+        "--address",
+        dest="host",
+        default="0.0.0.0",
+        help="address the HTTP server binds, and gRPC unless --grpc-address (default: 0.0.0.0)",
+    )
+    n.add_argument(
+        "--grpc-address",
+        default=None,
+        metavar="ADDRESS",
+        help="address the gRPC server binds (default: the --http-address)",
+    )
     n.add_argument("--allow-http", type=parse_bool, default=True, metavar="BOOL", help="serve HTTP (default: true)")
     n.add_argument("--allow-grpc", type=parse_bool, default=True, metavar="BOOL", help="serve gRPC (default: true)")
-    n.add_argument("--allow-metrics", type=parse_bool, default=True, metavar="BOOL", help="serve metrics (default: true)")
-    n.add_argument("--http-header-forward-pattern", type=pattern_option, default=None, metavar="REGEX",
-                   help="HTTP infer request headers whose names match REGEX (searched, case-insensitive unless it "
-                        "starts with (?-i)) reach the model as string request parameters, as Triton forwards them")
+    n.add_argument(
+        "--allow-metrics", type=parse_bool, default=True, metavar="BOOL", help="serve metrics (default: true)"
+    )
+    n.add_argument(
+        "--http-header-forward-pattern",
+        type=pattern_option,
+        default=None,
+        metavar="REGEX",
+        help="HTTP infer request headers whose names match REGEX (searched, case-insensitive unless it "
+        "starts with (?-i)) reach the model as string request parameters, as Triton forwards them",
+    )
     c = p.add_argument_group("response cache")
-    c.add_argument("--cache-config", action="append", default=[], type=_cache_settings,
-                   metavar="NAME,KEY=VALUE",
-                   help="response cache and one of its settings, e.g. local,size=1048576 or "
-                        "redis,host=127.0.0.1 (repeatable; models opt in with response_cache { enable: true })")
-    c.add_argument("--response-cache-byte-size", type=int, default=None, metavar="BYTES",
-                   help="deprecated Triton spelling of --cache-config local,size=BYTES (not with --cache-config)")
-    c.add_argument("--cache-directory", "--cache-dir", dest="cache_directory", default=None, metavar="PATH",
-                   help="accepted for Triton compatibility and ignored: caches are plugins, not shared libraries")
+    c.add_argument(
+        "--cache-config",
+        action="append",
+        default=[],
+        type=_cache_settings,
+        metavar="NAME,KEY=VALUE",
+        help="response cache and one of its settings, e.g. local,size=1048576 or "
+        "redis,host=127.0.0.1 (repeatable; models opt in with response_cache { enable: true })",
+    )
+    c.add_argument(
+        "--response-cache-byte-size",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="deprecated Triton spelling of --cache-config local,size=BYTES (not with --cache-config)",
+    )
+    c.add_argument(
+        "--cache-directory",
+        "--cache-dir",
+        dest="cache_directory",
+        default=None,
+        metavar="PATH",
+        help="accepted for Triton compatibility and ignored: caches are plugins, not shared libraries",
+    )
     o = p.add_argument_group("process")
-    o.add_argument("--id", dest="server_id", default="inferd", metavar="NAME",
-                   help="the server's name in server metadata (default: inferd)")
-    o.add_argument("--exit-timeout-secs", type=float, default=30.0, metavar="SECS",
-                   help="on shutdown, how long in-flight requests may take to finish (default: 30)")
-    o.add_argument("--drain-delay-secs", type=_seconds, default=0.0, metavar="SECS",
-                   help="on shutdown, keep serving this long after readiness turned false (default: 0)")
+    o.add_argument(
+        "--id",
+        dest="server_id",
+        default="inferd",
+        metavar="NAME",
+        help="the server's name in server metadata (default: inferd)",
+    )
+    o.add_argument(
+        "--exit-timeout-secs",
+        type=float,
+        default=30.0,
+        metavar="SECS",
+        help="on shutdown, how long in-flight requests may take to finish (default: 30)",
+    )
+    o.add_argument(
+        "--drain-delay-secs",
+        type=_seconds,
+        default=0.0,
+        metavar="SECS",
+        help="on shutdown, keep serving this long after readiness turned false (default: 0)",
+    )
     o.add_argument("--log-verbose", type=int, default=0, metavar="LEVEL", help="verbose logging level (default: 0)")
-    o.add_argument("--ports-file", type=Path, default=None, metavar="PATH",
-                   help="once serving, write the ports the frontends listen on to PATH as JSON, e.g. "
-                        "{\"http\": 8000, \"grpc\": 8001, \"metrics\": 8002}; with port 0 the system picks "
-                        "free ones (for tests and scripts)")
-    o.add_argument("--workers", type=_positive, default=1, metavar="N",
-                   help="serving processes sharing the HTTP, gRPC and metrics ports; each holds its own "
-                        "model instances (default: 1, one process)")
-    o.add_argument("--worker-health-timeout", type=_seconds, default=HEALTH_TIMEOUT_S, metavar="SECS",
-                   help="with --workers N: a worker whose event loop does not answer the supervisor for this "
-                        f"long is killed and restarted; 0: never (default: {HEALTH_TIMEOUT_S:g})")
+    o.add_argument(
+        "--ports-file",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="once serving, write the ports the frontends listen on to PATH as JSON, e.g. "
+        '{"http": 8000, "grpc": 8001, "metrics": 8002}; with port 0 the system picks '
+        "free ones (for tests and scripts)",
+    )
+    o.add_argument(
+        "--workers",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="serving processes sharing the HTTP, gRPC and metrics ports; each holds its own "
+        "model instances (default: 1, one process)",
+    )
+    o.add_argument(
+        "--worker-health-timeout",
+        type=_seconds,
+        default=HEALTH_TIMEOUT_S,
+        metavar="SECS",
+        help="with --workers N: a worker whose event loop does not answer the supervisor for this "
+        f"long is killed and restarted; 0: never (default: {HEALTH_TIMEOUT_S:g})",
+    )
     o.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)  # set by the supervisor
     o.add_argument("--worker-dir", type=Path, default=None, help=argparse.SUPPRESS)
     _add_access(p)
@@ -184,16 +305,29 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:
 def _add_access(p: argparse.ArgumentParser) -> None:
     """Triton's restricted API groups and inferd's API keys (``inferd.auth``)."""
     a = p.add_argument_group("access", "restricted API groups (Triton's) and API keys with tenants (docs/security.md)")
-    a.add_argument("--http-restricted-api", action="append", default=[], metavar="<API>[,<API>...]:<KEY>=<VALUE>",
-                   help="HTTP requests to these API groups must carry header KEY: VALUE (repeatable; groups: "
-                        "health, metadata, inference, shared-memory, model-config, model-repository, "
-                        "statistics, trace, logging)")
-    a.add_argument("--grpc-restricted-protocol", action="append", default=[],
-                   metavar="<API>[,<API>...]:<KEY>=<VALUE>",
-                   help="gRPC calls to these API groups must carry metadata triton-grpc-protocol-KEY: VALUE")
-    a.add_argument("--auth-config", default=None, metavar="FILE",
-                   help="API keys (sha256) -> tenants, each with its models, API groups and limits (YAML or "
-                        "JSON; re-read when it changes); requests then need 'Authorization: Bearer <key>'")
+    a.add_argument(
+        "--http-restricted-api",
+        action="append",
+        default=[],
+        metavar="<API>[,<API>...]:<KEY>=<VALUE>",
+        help="HTTP requests to these API groups must carry header KEY: VALUE (repeatable; groups: "
+        "health, metadata, inference, shared-memory, model-config, model-repository, "
+        "statistics, trace, logging)",
+    )
+    a.add_argument(
+        "--grpc-restricted-protocol",
+        action="append",
+        default=[],
+        metavar="<API>[,<API>...]:<KEY>=<VALUE>",
+        help="gRPC calls to these API groups must carry metadata triton-grpc-protocol-KEY: VALUE",
+    )
+    a.add_argument(
+        "--auth-config",
+        default=None,
+        metavar="FILE",
+        help="API keys (sha256) -> tenants, each with its models, API groups and limits (YAML or "
+        "JSON; re-read when it changes); requests then need 'Authorization: Bearer <key>'",
+    )
 
 
 def _rate_limit_resource(value: str) -> tuple[str, int, int]:
@@ -206,24 +340,48 @@ def _rate_limit_resource(value: str) -> tuple[str, int, int]:
 def _add_limits(p: argparse.ArgumentParser) -> None:
     """Triton's rate limiter and the HTTP request size limit."""
     r = p.add_argument_group("limits")
-    r.add_argument("--rate-limit", choices=["off", "execution_count"], default="off",
-                   help="execution_count: an instance runs only when the resources its instance_group.rate_limiter "
-                        "names are free (shared by every model), in priority order; off: run as soon as an "
-                        "instance is free (default: off)")
-    r.add_argument("--rate-limit-resource", action="append", default=[], type=_rate_limit_resource,
-                   metavar="NAME:COUNT[:DEVICE]",
-                   help="units of a rate-limiter resource (on DEVICE, else on every device; a resource a model "
-                        "marks global has one pool); default: the most any loaded instance asks for (repeatable)")
-    r.add_argument("--http-max-input-size", type=_positive, default=HTTP_MAX_INPUT_SIZE, metavar="BYTES",
-                   help="largest HTTP request body; a larger one is refused with 400 before it is read "
-                        f"(default: {HTTP_MAX_INPUT_SIZE}, 64 MiB, as Triton)")
-    r.add_argument("--http-max-header-size", type=_positive, default=HTTP_MAX_HEADER_SIZE, metavar="BYTES",
-                   help="largest HTTP request head (request line and headers); a larger one is answered 431 and "
-                        f"its connection closed (default: {HTTP_MAX_HEADER_SIZE}, 100 KiB)")
-    r.add_argument("--http-header-timeout-secs", type=_positive_seconds, default=HTTP_HEADER_TIMEOUT, metavar="SECS",
-                   help="an HTTP connection whose request head takes longer to arrive (from the connection's "
-                        "opening, or the head's first byte), or whose request body stops for that long, is closed "
-                        f"(default: {HTTP_HEADER_TIMEOUT:g})")
+    r.add_argument(
+        "--rate-limit",
+        choices=["off", "execution_count"],
+        default="off",
+        help="execution_count: an instance runs only when the resources its instance_group.rate_limiter "
+        "names are free (shared by every model), in priority order; off: run as soon as an "
+        "instance is free (default: off)",
+    )
+    r.add_argument(
+        "--rate-limit-resource",
+        action="append",
+        default=[],
+        type=_rate_limit_resource,
+        metavar="NAME:COUNT[:DEVICE]",
+        help="units of a rate-limiter resource (on DEVICE, else on every device; a resource a model "
+        "marks global has one pool); default: the most any loaded instance asks for (repeatable)",
+    )
+    r.add_argument(
+        "--http-max-input-size",
+        type=_positive,
+        default=HTTP_MAX_INPUT_SIZE,
+        metavar="BYTES",
+        help="largest HTTP request body; a larger one is refused with 400 before it is read "
+        f"(default: {HTTP_MAX_INPUT_SIZE}, 64 MiB, as Triton)",
+    )
+    r.add_argument(
+        "--http-max-header-size",
+        type=_positive,
+        default=HTTP_MAX_HEADER_SIZE,
+        metavar="BYTES",
+        help="largest HTTP request head (request line and headers); a larger one is answered 431 and "
+        f"its connection closed (default: {HTTP_MAX_HEADER_SIZE}, 100 KiB)",
+    )
+    r.add_argument(
+        "--http-header-timeout-secs",
+        type=_positive_seconds,
+        default=HTTP_HEADER_TIMEOUT,
+        metavar="SECS",
+        help="an HTTP connection whose request head takes longer to arrive (from the connection's "
+        "opening, or the head's first byte), or whose request body stops for that long, is closed "
+        f"(default: {HTTP_HEADER_TIMEOUT:g})",
+    )
 
 
 def build_parser(host: PluginHost) -> argparse.ArgumentParser:

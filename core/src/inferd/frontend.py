@@ -36,5 +36,3 @@ class Frontend(abc.ABC):
         """Where clients reach it, with its scheme (``https://host:port``, ``grpcs://...``), for the
         start-up summary; a plugin without one shows its :meth:`address`."""
         return self.address()
-
-

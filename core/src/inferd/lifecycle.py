@@ -318,11 +318,18 @@ class ModelManager:
                 source.name, sorted(record.serving) or "none", time.monotonic() - started,
             )  # fmt: skip
 
-    def _prepare(self, source: ModelSource, override: cfg.ModelConfig | None) -> tuple[cfg.ModelConfig, Backend | None, list[int]]:
+    def _prepare(
+        self, source: ModelSource, override: cfg.ModelConfig | None
+    ) -> tuple[cfg.ModelConfig, Backend | None, list[int]]:
         return prepare(self.builder, source, override)
 
     async def _build(
-        self, record: ModelRecord, source: ModelSource, config: cfg.ModelConfig, backend: Backend | None, chosen: list[int]
+        self,
+        record: ModelRecord,
+        source: ModelSource,
+        config: cfg.ModelConfig,
+        backend: Backend | None,
+        chosen: list[int],
     ) -> dict[int, ModelVersion]:
         """The versions to serve next: those built, and the old ones whose rebuild failed."""
         for v in chosen:
@@ -408,4 +415,3 @@ def prepare(
 def failure_reason(exc: BaseException) -> str:
     """An exception as a load failure's reason (the repository index shows it)."""
     return exc.message if isinstance(exc, InferdError) else f"{type(exc).__name__}: {exc}"
-

@@ -116,7 +116,9 @@ class JsonFormatter(logging.Formatter):
         t = time.gmtime(record.created)
         line: dict[str, Any] = {
             "time": f"{time.strftime('%Y-%m-%dT%H:%M:%S', t)}.{int(record.created % 1 * 1e6):06d}Z",
-            "level": record.levelname if record.levelno >= logging.INFO else f"VERBOSE{logging.DEBUG - record.levelno + 1}",
+            "level": record.levelname
+            if record.levelno >= logging.INFO
+            else f"VERBOSE{logging.DEBUG - record.levelno + 1}",
             "logger": record.name,
             "message": _message(record),
             "request_id": escape_controls(REQUEST_ID.get()) or None,
@@ -258,9 +260,7 @@ def _parse(name: str, value: Any) -> Any:
                 f"(log setting 'log_verbose_level' must be an integer >= 0, got {value!r})"
             )
         if value > MAX_VERBOSE_LEVEL:
-            raise InvalidArgument(
-                f"log setting 'log_verbose_level' must be at most {MAX_VERBOSE_LEVEL}, got {value}"
-            )
+            raise InvalidArgument(f"log setting 'log_verbose_level' must be at most {MAX_VERBOSE_LEVEL}, got {value}")
         return value
     if name == "log_format":
         if not isinstance(value, str):

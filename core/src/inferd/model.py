@@ -57,9 +57,7 @@ class ModelVersion:
         self.validator = RequestValidator(config, name)
         #: Set by the builder when the server has a cache and the config enables it.
         self.cache: ModelCache | None = None
-        self._reshapes = {
-            t.name: tuple(t.reshape.shape) for t in config.input if t.HasField("reshape")
-        }
+        self._reshapes = {t.name: tuple(t.reshape.shape) for t in config.input if t.HasField("reshape")}
         #: What frontends see of this version (built once; it refers back to it weakly).
         self.info = describe(self)
 

@@ -187,7 +187,9 @@ class PluginHost:
         with self._lock:
             if self._registries is None:
                 self._registries = Registries(
-                    self._collect(Registry("backend", ("model_filenames", "settings")), self.pm.hook.inferd_register_backends),
+                    self._collect(
+                        Registry("backend", ("model_filenames", "settings")), self.pm.hook.inferd_register_backends
+                    ),
                     self._collect(Registry("scheduler"), self.pm.hook.inferd_register_schedulers),
                     self._collect(Registry("cache"), self.pm.hook.inferd_register_caches),
                     self._collect(Registry("frontend"), self.pm.hook.inferd_register_frontends),

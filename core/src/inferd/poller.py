@@ -114,6 +114,11 @@ class RepositoryPoller:
             snapshot = again
         changes = diff(self.manager.snapshot, snapshot)
         if changes:
-            log.info("repository changed: added %s, removed %s, modified %s", changes.added, changes.removed, changes.modified)
+            log.info(
+                "repository changed: added %s, removed %s, modified %s",
+                changes.added,
+                changes.removed,
+                changes.modified,
+            )
         if changes or snapshot.stale != self.manager.snapshot.stale:  # a store became (un)readable
             await self.manager.apply(snapshot, changes)

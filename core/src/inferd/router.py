@@ -256,6 +256,7 @@ def _response_sender(
             loop.call_soon(put, item)
         else:
             put(item)
+
     state = [time.monotonic_ns(), 0]  # when the previous response was sent, responses so far
 
     def sender(response: InferResponse | InferdError | None, final: bool) -> None:

@@ -321,4 +321,3 @@ class InstanceRunner:
         finally:
             self._jobs.put(None)
             self._thread.join()
-

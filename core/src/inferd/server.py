@@ -144,8 +144,11 @@ class Server:
             if options.rate_limit_resources:
                 log.warning("--rate-limit-resource is ignored: the rate limiter is off (--rate-limit=execution_count)")
             return None
-        log.info("rate limiter on (execution_count): resources %s", ", ".join(
-            f"{n}:{c}" + ("" if d < 0 else f":{d}") for n, c, d in options.rate_limit_resources) or "sized by the models")
+        log.info(
+            "rate limiter on (execution_count): resources %s",
+            ", ".join(f"{n}:{c}" + ("" if d < 0 else f":{d}") for n, c, d in options.rate_limit_resources)
+            or "sized by the models",
+        )
         return RateLimiter(options.rate_limit_resources)
 
     def _lifecycle_options(self) -> LifecycleOptions:

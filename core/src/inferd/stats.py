@@ -36,7 +36,16 @@ class Duration:
         return {"count": self.count, "ns": self.ns}
 
 
-_INFER_FIELDS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss")
+_INFER_FIELDS = (
+    "success",
+    "fail",
+    "queue",
+    "compute_input",
+    "compute_infer",
+    "compute_output",
+    "cache_hit",
+    "cache_miss",
+)
 _RESPONSE_FIELDS = ("compute_infer", "compute_output", "success", "fail", "empty_response", "cancel")
 #: Triton's failure reasons (the ``reason`` label of ``nv_inference_request_failure``).
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")

@@ -71,20 +71,42 @@ class TlsConfig:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The TLS flags of ``inferd serve``."""
     g = parser.add_argument_group("TLS", "certificate files are PEM; see docs/security.md")
-    g.add_argument("--grpc-use-ssl", type=parse_bool, default=False, metavar="BOOL",
-                   help="serve gRPC over TLS with --grpc-server-cert and --grpc-server-key (default: false)")
-    g.add_argument("--grpc-use-ssl-mutual", type=parse_bool, default=False, metavar="BOOL",
-                   help="serve gRPC over TLS and require a client certificate signed by --grpc-root-cert; "
-                        "implies --grpc-use-ssl (default: false)")
+    g.add_argument(
+        "--grpc-use-ssl",
+        type=parse_bool,
+        default=False,
+        metavar="BOOL",
+        help="serve gRPC over TLS with --grpc-server-cert and --grpc-server-key (default: false)",
+    )
+    g.add_argument(
+        "--grpc-use-ssl-mutual",
+        type=parse_bool,
+        default=False,
+        metavar="BOOL",
+        help="serve gRPC over TLS and require a client certificate signed by --grpc-root-cert; "
+        "implies --grpc-use-ssl (default: false)",
+    )
     g.add_argument("--grpc-server-cert", default=None, metavar="FILE", help="the gRPC server's certificate (chain)")
     g.add_argument("--grpc-server-key", default=None, metavar="FILE", help="the gRPC server's private key")
-    g.add_argument("--grpc-root-cert", default=None, metavar="FILE",
-                   help="CA certificates that sign the clients' certificates (mutual TLS)")
-    g.add_argument("--http-ssl-certfile", default=None, metavar="FILE",
-                   help="serve HTTP and metrics over TLS with this certificate (chain; may hold the key too)")
+    g.add_argument(
+        "--grpc-root-cert",
+        default=None,
+        metavar="FILE",
+        help="CA certificates that sign the clients' certificates (mutual TLS)",
+    )
+    g.add_argument(
+        "--http-ssl-certfile",
+        default=None,
+        metavar="FILE",
+        help="serve HTTP and metrics over TLS with this certificate (chain; may hold the key too)",
+    )
     g.add_argument("--http-ssl-keyfile", default=None, metavar="FILE", help="the HTTP server's private key")
-    g.add_argument("--http-ssl-ca-certs", default=None, metavar="FILE",
-                   help="CA certificates that sign the HTTP clients' certificates")
+    g.add_argument(
+        "--http-ssl-ca-certs",
+        default=None,
+        metavar="FILE",
+        help="CA certificates that sign the HTTP clients' certificates",
+    )
     g.add_argument("--http-ssl-verify-client", type=parse_bool, default=False, metavar="BOOL",
                    help="require an HTTP client certificate signed by --http-ssl-ca-certs (default: false)")  # fmt: skip
 
@@ -145,7 +167,9 @@ def warnings(values: Mapping[str, Any]) -> list[str]:
     """gRPC certificate flags given while gRPC serves clear text (Triton ignores them too)."""
     if values.get("grpc_use_ssl") or values.get("grpc_use_ssl_mutual"):
         return []
-    given = [f"--grpc-{n.replace('_', '-')}" for n in ("server_cert", "server_key", "root_cert") if values.get(f"grpc_{n}")]
+    given = [
+        f"--grpc-{n.replace('_', '-')}" for n in ("server_cert", "server_key", "root_cert") if values.get(f"grpc_{n}")
+    ]
     return [f"{flag} is ignored: gRPC serves clear text unless --grpc-use-ssl=true" for flag in given]
 
 
@@ -238,7 +262,9 @@ class CertificateWatch(Generic[T]):
         try:
             value = self._build(self.config)
         except TlsError as exc:
-            log.error("%s: the new TLS certificate files were not loaded (the old ones stay in use): %s", self.what, exc)
+            log.error(
+                "%s: the new TLS certificate files were not loaded (the old ones stay in use): %s", self.what, exc
+            )
             return False
         self.value = value
         self.generation += 1
@@ -246,7 +272,9 @@ class CertificateWatch(Generic[T]):
         return True
 
 
-def listening_context(config: TlsConfig, alpn: Sequence[str], what: str) -> tuple[ssl.SSLContext, CertificateWatch[ssl.SSLContext]]:
+def listening_context(
+    config: TlsConfig, alpn: Sequence[str], what: str
+) -> tuple[ssl.SSLContext, CertificateWatch[ssl.SSLContext]]:
     """The context a listening socket keeps, and the watch behind it (reloaded on SIGHUP until
     :func:`forget`); a file that does not load stops the start, naming ``what``.
 

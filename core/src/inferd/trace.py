@@ -79,10 +79,14 @@ def parse_setting(name: str, value: Any) -> Any:
     if name == "trace_level":
         items = [value] if isinstance(value, str) else value
         if not isinstance(items, list) or not all(isinstance(i, str) for i in items) or not items:
-            raise InvalidArgument(f"trace setting 'trace_level' must be a list of strings from {list(LEVELS)}, got {value!r}")
+            raise InvalidArgument(
+                f"trace setting 'trace_level' must be a list of strings from {list(LEVELS)}, got {value!r}"
+            )
         bad = [i for i in items if i.upper() not in LEVELS]
         if bad:
-            raise InvalidArgument(f"trace setting 'trace_level': unknown level '{bad[0]}'; expected one of {list(LEVELS)}")
+            raise InvalidArgument(
+                f"trace setting 'trace_level': unknown level '{bad[0]}'; expected one of {list(LEVELS)}"
+            )
         levels = tuple(dict.fromkeys(i.upper() for i in items if i.upper() != "OFF"))
         return levels or ("OFF",)
     if name in ("trace_rate", "trace_count", "log_frequency"):
@@ -123,7 +127,9 @@ class RequestTrace:
 
     def mark(self, name: str, ns: int | None = None) -> None:
         """Record timestamp ``name`` (e.g. QUEUE_START) at ``ns`` (monotonic; default now)."""
-        self.events.append({"id": self.id, "timestamps": [{"name": name, "ns": time.monotonic_ns() if ns is None else ns}]})
+        self.events.append(
+            {"id": self.id, "timestamps": [{"name": name, "ns": time.monotonic_ns() if ns is None else ns}]}
+        )
 
     def compute(self, start_ns: int, input_end_ns: int, output_start_ns: int, end_ns: int) -> None:
         """The four compute timestamps of one execution, as schedulers measure them."""
@@ -177,7 +183,9 @@ class _Scope:
     def valid(self, exporter: bool) -> bool:
         """Whether this scope may sample: a level, traces left, a rate, somewhere to write."""
         v = self.values
-        return v.level != ("OFF",) and v.count != 0 and v.rate > 0 and (bool(v.file) if v.mode == "triton" else exporter)
+        return (
+            v.level != ("OFF",) and v.count != 0 and v.rate > 0 and (bool(v.file) if v.mode == "triton" else exporter)
+        )
 
 
 class TraceFiles:
@@ -252,7 +260,9 @@ class Tracer:
             if mode == "opentelemetry":
                 self.otel.append((raw_key.strip(), value))
             elif mode not in ("", "triton"):
-                raise InvalidArgument(f"--trace-config '{item}': unknown trace mode '{mode}'; expected one of {list(MODES)}")
+                raise InvalidArgument(
+                    f"--trace-config '{item}': unknown trace mode '{mode}'; expected one of {list(MODES)}"
+                )
             else:
                 self._configure_one(v, item, key, value)
         if v.level != ("OFF",) and not v.file and v.mode == "triton":
@@ -356,7 +366,9 @@ class Tracer:
         scope.taken += 1
         return self._new_trace(request, model, version, scope, 0)
 
-    def _new_trace(self, request: InferRequest, model: str, version: int, scope: _Scope, parent_id: int) -> RequestTrace:
+    def _new_trace(
+        self, request: InferRequest, model: str, version: int, scope: _Scope, parent_id: int
+    ) -> RequestTrace:
         trace = RequestTrace(self._next_id, model, version, request.id, scope, parent_id)
         self._next_id += 1
         request.context[TRACE_KEY] = trace
@@ -381,7 +393,9 @@ class Tracer:
         if not scope.pending:
             return
         traces, scope.pending = scope.pending, []
-        self.files.save(scope.values.file, traces, bool(scope.values.log_frequency) if indexed is None else indexed, wait)
+        self.files.save(
+            scope.values.file, traces, bool(scope.values.log_frequency) if indexed is None else indexed, wait
+        )
 
     def close(self) -> None:
         """Write every unwritten trace (at shutdown)."""

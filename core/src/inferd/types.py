@@ -141,8 +141,7 @@ def deserialize_bytes_tensor(buffer: bytes | bytearray | memoryview, count: int 
         offset += 4
         if offset + length > end:
             raise InvalidArgument(
-                f"BYTES tensor data is truncated: an element declares {length} bytes "
-                f"but only {end - offset} remain"
+                f"BYTES tensor data is truncated: an element declares {length} bytes but only {end - offset} remain"
             )
         items.append(bytes(view[offset : offset + length]))
         offset += length

@@ -34,14 +34,18 @@ def _sample(model: str, model_dir: Path | None, name: str, spec: Any, rng: np.ra
         try:
             raw = path.read_bytes()
         except OSError as exc:
-            raise InvalidArgument(f"model '{model}': warmup input '{name}': cannot read {path}: {exc.strerror}") from None
+            raise InvalidArgument(
+                f"model '{model}': warmup input '{name}': cannot read {path}: {exc.strerror}"
+            ) from None
         try:
             return array_from_bytes(raw, wire, dims).copy()
         except InvalidArgument as exc:
             raise InvalidArgument(f"model '{model}': warmup input '{name}' file {path}: {exc.message}") from None
     if wire == "BYTES":
         out = np.empty(count, dtype=np.object_)
-        out[:] = [b"0" if choice != "random_data" else bytes(rng.integers(97, 123, 8, dtype=np.uint8)) for _ in range(count)]
+        out[:] = [
+            b"0" if choice != "random_data" else bytes(rng.integers(97, 123, 8, dtype=np.uint8)) for _ in range(count)
+        ]
         return out.reshape(dims)
     dtype = numpy_dtype(wire)
     if choice == "random_data":

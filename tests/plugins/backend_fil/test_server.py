@@ -68,7 +68,9 @@ def server(tmp_path_factory: pytest.TempPathFactory, boosters: dict[str, xgboost
             "wrong_features": {"config.pbtxt": _config(5, 1, model_type="xgboost_json"), "1/xgboost.json": save(reg)},
         },
     )  # fmt: skip
-    srv = ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=*", "--exit-on-error=false", "--strict-readiness=false"]).start()
+    srv = ServerProcess(
+        [repo], ["--model-control-mode=explicit", "--load-model=*", "--exit-on-error=false", "--strict-readiness=false"]
+    ).start()
     yield srv
     srv.stop()
 

@@ -162,7 +162,8 @@ def test_check_config(text: str, needle: str | None) -> None:
 def test_check_config_hints_at_max_batch_size() -> None:
     cfg = config('input [{name: "A" data_type: TYPE_FP32 dims: [4]}]')
     with pytest.raises(
-        ConfigError, match="specifies 1 dimensions \\(shape \\[4\\]\\); the model's first dimension is dynamic: set max_batch_size > 0"
+        ConfigError,
+        match="specifies 1 dimensions \\(shape \\[4\\]\\); the model's first dimension is dynamic: set max_batch_size > 0",
     ):
         check_config(cfg, "m", GRAPH_IN, [])
 
@@ -177,7 +178,10 @@ def test_bf16_is_refused_at_load() -> None:
 def test_check_config_batching_needs_a_dynamic_first_dim() -> None:
     fixed = [TensorInfo("A", "TYPE_FP32", (2, 4), "tensor(float)")]
     cfg = config('max_batch_size: 2 input [{name: "A" data_type: TYPE_FP32 dims: [4]}]')
-    with pytest.raises(ConfigError, match="for the model to support batching the shape should have at least 1 dimension and the first dimension must be -1"):
+    with pytest.raises(
+        ConfigError,
+        match="for the model to support batching the shape should have at least 1 dimension and the first dimension must be -1",
+    ):
         check_config(cfg, "m", fixed, [])
 
 
@@ -208,7 +212,10 @@ def test_autocomplete_keeps_what_the_config_says(tmp_path: Path) -> None:
 
 def test_autocomplete_refuses_batching_for_fixed_shapes(tmp_path: Path) -> None:
     model_dir = write(tmp_path, "fixed", m.fixed_int(), None)
-    with pytest.raises(ConfigError, match="model does not support batching while non-zero max_batch_size is specified; max_batch_size is 8"):
+    with pytest.raises(
+        ConfigError,
+        match="model does not support batching while non-zero max_batch_size is specified; max_batch_size is 8",
+    ):
         OnnxBackend().autocomplete_config(config("max_batch_size: 8", "fixed"), model_dir, model_dir / "1")
 
 

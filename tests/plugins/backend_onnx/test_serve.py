@@ -81,11 +81,18 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
 #: Model -> text its UNAVAILABLE reason must contain.
 BROKEN = {
     # Triton's onnxruntime backend's sentences first; inferd's hint (which config entry) after
-    "bad_name": ["unexpected inference input 'NOPE', allowed inputs are: A, B; model 'bad_name', configuration input[1]"],
-    "bad_dtype": ["unable to load model 'bad_dtype', configuration expects datatype TYPE_FP16 for input 'B', model "
-                  "provides TYPE_FP32"],
-    "bad_dims": ["model 'bad_dims', tensor 'MM': the model expects 2 dimensions (shape [-1,3]) but the model "
-                 "configuration specifies 2 dimensions", "making complete shape [-1,5])"],
+    "bad_name": [
+        "unexpected inference input 'NOPE', allowed inputs are: A, B; model 'bad_name', configuration input[1]"
+    ],
+    "bad_dtype": [
+        "unable to load model 'bad_dtype', configuration expects datatype TYPE_FP16 for input 'B', model "
+        "provides TYPE_FP32"
+    ],
+    "bad_dims": [
+        "model 'bad_dims', tensor 'MM': the model expects 2 dimensions (shape [-1,3]) but the model "
+        "configuration specifies 2 dimensions",
+        "making complete shape [-1,5])",
+    ],
     "corrupt": ["corrupt", "onnxruntime cannot load", "model.onnx"],
     "corrupt_auto": ["corrupt_auto", "onnxruntime cannot load"],
 }

@@ -48,9 +48,7 @@ def write_model(
     return model_dir
 
 
-def context_for(
-    model_dir: Path, version: int = 1, models: Any = None, autocomplete: bool = False
-) -> ModelLoadContext:
+def context_for(model_dir: Path, version: int = 1, models: Any = None, autocomplete: bool = False) -> ModelLoadContext:
     text = (model_dir / "config.pbtxt").read_text()
     config = parse_config_text(text, str(model_dir / "config.pbtxt"))
     if autocomplete:

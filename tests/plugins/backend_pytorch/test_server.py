@@ -64,7 +64,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
             "broken": {"config.pbtxt": ADD_SUB, "1/model.pt": b"this is not a TorchScript archive"},
         },
     )
-    srv = ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=*", "--exit-on-error=false", "--strict-readiness=false"]).start()
+    srv = ServerProcess(
+        [repo], ["--model-control-mode=explicit", "--load-model=*", "--exit-on-error=false", "--strict-readiness=false"]
+    ).start()
     yield srv
     srv.stop()
 

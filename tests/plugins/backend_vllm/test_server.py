@@ -88,7 +88,12 @@ def test_generate_stream_deltas_add_up_to_the_whole_text(llm_server: ServerProce
     status, raw = post(
         llm_server,
         "generate_stream",
-        {"text_input": PROMPT, "stream": True, "sampling_parameters": sampling(max_tokens=9), "return_num_output_tokens": True},
+        {
+            "text_input": PROMPT,
+            "stream": True,
+            "sampling_parameters": sampling(max_tokens=9),
+            "return_num_output_tokens": True,
+        },
     )
     assert status == 200, raw
     events = sse_events(raw)
@@ -99,7 +104,9 @@ def test_generate_stream_deltas_add_up_to_the_whole_text(llm_server: ServerProce
 
 
 def test_stop_string_ends_the_text_before_it(llm_server: ServerProcess) -> None:
-    text = generate(llm_server, sampling_parameters=sampling(max_tokens=16), exclude_input_in_output=True)["text_output"]
+    text = generate(llm_server, sampling_parameters=sampling(max_tokens=16), exclude_input_in_output=True)[
+        "text_output"
+    ]
     clean = [i for i in range(2, len(text) - 2) if "\ufffd" not in text[i : i + 2]]
     assert clean, f"no printable pair in {text!r}"
     stop = text[clean[0] : clean[0] + 2]
@@ -200,9 +207,15 @@ def test_generate_stream_disconnect_is_aborted_in_the_engine(llm_server: ServerP
         ({"sampling_parameters": "{bad"}, "input 'sampling_parameters' is not valid JSON"),
         ({"sampling_parameters": "[1]"}, "input 'sampling_parameters' must be a JSON object"),
         ({"sampling_parameters": '{"max_tokenz": 3}'}, "unknown sampling parameter 'max_tokenz'"),
-        ({"sampling_parameters": '{"temperature": -1}'}, "input 'sampling_parameters': temperature must be non-negative"),
+        (
+            {"sampling_parameters": '{"temperature": -1}'},
+            "input 'sampling_parameters': temperature must be non-negative",
+        ),
         ({"sampling_parameters": '{"max_tokens": "many"}'}, "'max_tokens' must be int, got 'many'"),
-        ({"stream": True, "exclude_input_in_output": False}, "When streaming, `exclude_input_in_output` = False is not allowed."),
+        (
+            {"stream": True, "exclude_input_in_output": False},
+            "When streaming, `exclude_input_in_output` = False is not allowed.",
+        ),
     ],
 )
 def test_bad_input_is_a_400_naming_the_tensor(llm_server: ServerProcess, body: dict[str, Any], fragment: str) -> None:

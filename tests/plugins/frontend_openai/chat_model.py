@@ -21,7 +21,7 @@ CHAT_TEMPLATE = (
 #: What the model says, from word ``seed % 10`` on: its first word is its prompt's token count.
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
 
-MODEL_PY = '''
+MODEL_PY = """
 import json
 import os
 import threading
@@ -80,9 +80,9 @@ class TritonPythonModel:
             if "slowly" in prompt:
                 time.sleep(0.01)
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-'''
+"""
 
-CONFIG = '''
+CONFIG = """
 name: "{name}"
 backend: "python"
 max_batch_size: 0
@@ -95,7 +95,7 @@ input [
 ]
 output [ {{ name: "text_output" data_type: TYPE_STRING dims: [ -1 ] }}{extra_output} ]
 parameters {{ key: "tokenizer" value {{ string_value: "{tokenizer}" }} }}
-'''
+"""
 
 
 def write_tokenizer(folder: Path, template: str | None = CHAT_TEMPLATE) -> Path:

@@ -17,13 +17,13 @@ from inferd.testing import ServerProcess
 
 from .chat_model import write_chat_model
 
-ADD_ONE = '''
+ADD_ONE = """
 import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def execute(self, requests):
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", r.inputs()[0].as_numpy() + 1)]) for r in requests]
-'''
+"""
 
 
 @dataclass
@@ -54,13 +54,15 @@ def write_repo(repo: Path, elsewhere: Path) -> None:
     add_one = repo / "add_one"
     (add_one / "1").mkdir(parents=True)
     (add_one / "1" / "model.py").write_text(textwrap.dedent(ADD_ONE))
-    (add_one / "config.pbtxt").write_text(textwrap.dedent('''
+    (add_one / "config.pbtxt").write_text(
+        textwrap.dedent("""
         name: "add_one"
         backend: "python"
         max_batch_size: 0
         input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
         output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
-    '''))
+    """)
+    )
 
 
 @pytest.fixture(scope="package")

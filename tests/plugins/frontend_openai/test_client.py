@@ -176,7 +176,9 @@ def test_chat_logprobs_from_the_model(client: openai.OpenAI) -> None:
     pieces = reply.choices[0].message.content.split(" ")
     pieces = [pieces[0]] + [" " + p for p in pieces[1:]]
     assert reply.choices[0].logprobs is not None
-    assert reply.choices[0].logprobs.model_dump()["content"] == [{**_probs(p), "top_logprobs": [_probs(p)]} for p in pieces]
+    assert reply.choices[0].logprobs.model_dump()["content"] == [
+        {**_probs(p), "top_logprobs": [_probs(p)]} for p in pieces
+    ]
     stream = client.chat.completions.create(model="chat_logprobs", messages=MESSAGES, max_tokens=3, logprobs=True,
                                             stream=True)  # fmt: skip
     streamed = [c.choices[0].logprobs.model_dump()["content"] for c in stream if c.choices[0].delta.content]
@@ -185,7 +187,7 @@ def test_chat_logprobs_from_the_model(client: openai.OpenAI) -> None:
 
 def test_completion_logprobs_from_the_model(client: openai.OpenAI) -> None:
     reply = client.completions.create(model="chat_logprobs", prompt="hi", max_tokens=3, logprobs=2, echo=True)
-    text = reply.choices[0].text[len("hi"):]
+    text = reply.choices[0].text[len("hi") :]
     pieces = text.split(" ")
     pieces = [pieces[0]] + [" " + p for p in pieces[1:]]
     assert reply.choices[0].logprobs is not None

@@ -21,7 +21,9 @@ def test_token_counters_and_latency_histograms(openai_server: OpenAIServer) -> N
     body = {"model": "chat_folder", "prompt": "the quick brown fox", "max_tokens": 4, "n": 3, "stream": True,
             "stream_options": {"include_usage": True}}  # fmt: skip
     raw = httpx.post(f"{openai_server.base_url}/completions", json=body, timeout=30).text
-    usage = httpx.post(f"{openai_server.base_url}/completions", json={**body, "stream": False, "stream_options": None}, timeout=30).json()["usage"]
+    usage = httpx.post(
+        f"{openai_server.base_url}/completions", json={**body, "stream": False, "stream_options": None}, timeout=30
+    ).json()["usage"]
     assert f'"usage":{{"prompt_tokens":{usage["prompt_tokens"]},' in raw  # both requests count the same
     after = samples(openai_server)
     label = '{model="chat_folder"}'
@@ -35,14 +37,19 @@ def test_token_counters_and_latency_histograms(openai_server: OpenAIServer) -> N
     assert grew("inferd_llm_time_to_first_token_seconds_count") == 6
     assert grew("inferd_llm_time_per_output_token_seconds_count") == 6
     inf = '{model="chat_folder",le="+Inf"}'
-    assert after["inferd_llm_time_to_first_token_seconds_bucket" + inf] == after["inferd_llm_time_to_first_token_seconds_count" + label]
+    assert (
+        after["inferd_llm_time_to_first_token_seconds_bucket" + inf]
+        == after["inferd_llm_time_to_first_token_seconds_count" + label]
+    )
     assert 0 < grew("inferd_llm_time_to_first_token_seconds_sum") < 6 * 30
 
 
 def test_openmetrics_scrape_parses(openai_server: OpenAIServer) -> None:
     from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-    httpx.post(f"{openai_server.base_url}/completions", json={"model": "chat", "prompt": "hi", "max_tokens": 2}, timeout=30)
+    httpx.post(
+        f"{openai_server.base_url}/completions", json={"model": "chat", "prompt": "hi", "max_tokens": 2}, timeout=30
+    )
     accept = {"Accept": "application/openmetrics-text; version=1.0.0"}
     text = httpx.get(f"http://127.0.0.1:{openai_server.process.metrics_port}/metrics", headers=accept, timeout=10).text
     kinds = {f.name: f.type for f in text_string_to_metric_families(text) if f.name.startswith("inferd_llm_")}

@@ -203,5 +203,3 @@ def test_clear_text_is_refused_on_the_openai_port(port: Port) -> None:
     with pytest.raises(httpx.TransportError):
         httpx.get(port.base_url.replace("https", "http") + "/models", timeout=5)
     assert complete(port.client("alice-key"))
-
-

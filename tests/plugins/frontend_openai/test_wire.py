@@ -27,7 +27,7 @@ def events(raw: bytes) -> list[bytes]:
     assert raw.endswith(b"\n\n")
     parts = raw[:-2].split(b"\n\n")
     assert all(p.startswith(b"data: ") for p in parts), raw
-    return [p[len(b"data: "):] for p in parts]
+    return [p[len(b"data: ") :] for p in parts]
 
 
 def test_chat_stream_on_the_wire(openai_server: OpenAIServer) -> None:
@@ -59,7 +59,9 @@ def test_completion_stream_with_usage_on_the_wire(openai_server: OpenAIServer) -
     ]
     assert [c["usage"] is None for c in chunks] == [True, True, False]
     usage = chunks[-1]["usage"]
-    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] and usage["completion_tokens"] == 1
+    assert (
+        usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] and usage["completion_tokens"] == 1
+    )
     assert all(c["object"] == "text_completion" for c in chunks)
 
 
@@ -174,7 +176,9 @@ def test_default_port_in_use_starts_without_the_api(tmp_path: Path, monkeypatch:
         monkeypatch.setattr(hooks, "DEFAULT_PORT", taken.getsockname()[1])  # stands in for 9000 taken
         with InProcessServer([tmp_path / "models"], plugins=[hooks, python_backend]) as server:
             assert httpx.get(f"http://{server.http_url}/v2/health/ready", timeout=10).status_code == 200
-    assert any("serving without the OpenAI API (set --openai-port to serve it)" in r.getMessage() for r in caplog.records)
+    assert any(
+        "serving without the OpenAI API (set --openai-port to serve it)" in r.getMessage() for r in caplog.records
+    )
 
 
 def test_default_port_is_not_opened_without_a_model_it_serves(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

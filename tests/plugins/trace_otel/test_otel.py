@@ -85,7 +85,9 @@ def test_server_exports_spans_over_otlp_http(tmp_path):
     collector = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
     threading.Thread(target=collector.serve_forever, daemon=True).start()
     url = f"127.0.0.1:{collector.server_address[1]}/v1/traces"
-    repo = write_repository(tmp_path / "models", {"ident": {"config.pbtxt": IDENTITY_CONFIG, "1/model.py": IDENTITY_PY}})
+    repo = write_repository(
+        tmp_path / "models", {"ident": {"config.pbtxt": IDENTITY_CONFIG, "1/model.py": IDENTITY_PY}}
+    )
     srv = ServerProcess([repo], [
         "--trace-config", "mode=opentelemetry", "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1",
         "--trace-config", f"opentelemetry,url={url}", "--trace-config", "opentelemetry,bsp_schedule_delay=50",

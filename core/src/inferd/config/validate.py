@@ -130,9 +130,7 @@ def _validate_tensors(config: ModelConfig, kind: str, tensors: Iterable[Any], fa
         if not tensor.dims:
             fail(f"{what} must specify 'dims'")
         if tensor.HasField("reshape") and not tensor.reshape.shape and config.max_batch_size == 0:
-            fail(
-                f"{what} cannot have empty reshape for non-batching model as scalar tensors are not supported"
-            )
+            fail(f"{what} cannot have empty reshape for non-batching model as scalar tensors are not supported")
         if any(d < 1 and d != -1 for d in tensor.dims):
             fail(f"{what} dimension must be integer >= 1, or -1 to indicate a variable-size dimension")
         if tensor.HasField("reshape"):

@@ -21,8 +21,6 @@ if TYPE_CHECKING:
     from inferd.server import Server
 
 
-
-
 def _log_format(value: str) -> str:
     if value not in FORMATS:
         raise argparse.ArgumentTypeError(f"expected default, ISO8601 or json, got '{value}'")
@@ -44,10 +42,15 @@ def trace_items(extra: dict[str, Any]) -> list[str]:
 @hookimpl
 def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     t = parser.add_argument_group("tracing")
-    t.add_argument("--trace-config", action="append", default=[], metavar="[MODE,]KEY=VALUE",
-                   help="level=OFF|TIMESTAMPS|TENSORS (repeatable), rate=N (trace every N-th request; default 1000), "
-                        "count=N (-1: no limit), mode=triton|opentelemetry, triton,file=PATH, "
-                        "triton,log-frequency=N (write every N traces to PATH.<k>; 0: at shutdown to PATH)")
+    t.add_argument(
+        "--trace-config",
+        action="append",
+        default=[],
+        metavar="[MODE,]KEY=VALUE",
+        help="level=OFF|TIMESTAMPS|TENSORS (repeatable), rate=N (trace every N-th request; default 1000), "
+        "count=N (-1: no limit), mode=triton|opentelemetry, triton,file=PATH, "
+        "triton,log-frequency=N (write every N traces to PATH.<k>; 0: at shutdown to PATH)",
+    )
     t.add_argument("--trace-file", default=None, help=argparse.SUPPRESS)
     t.add_argument("--trace-level", action="append", default=[], help=argparse.SUPPRESS)
     t.add_argument("--trace-rate", default=None, help=argparse.SUPPRESS)
@@ -56,7 +59,9 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("logging")
     g.add_argument("--log-file", default="", metavar="PATH", help="write the log to PATH instead of the console")
     g.add_argument("--log-info", type=parse_bool, default=True, metavar="BOOL", help="log INFO lines (default: true)")
-    g.add_argument("--log-warning", type=parse_bool, default=True, metavar="BOOL", help="log WARNING lines (default: true)")
+    g.add_argument(
+        "--log-warning", type=parse_bool, default=True, metavar="BOOL", help="log WARNING lines (default: true)"
+    )
     g.add_argument("--log-error", type=parse_bool, default=True, metavar="BOOL", help="log ERROR lines (default: true)")
     g.add_argument("--log-format", type=_log_format, default="default", metavar="FORMAT",
                    help="default (Triton's layout), ISO8601, or json: one JSON object per line with time, level, "

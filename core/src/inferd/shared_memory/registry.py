@@ -86,7 +86,9 @@ class Regions:
         if region.kind != kind:
             other = "CUDA" if region.kind == "cuda" else "system"
             mine = "CUDA" if kind == "cuda" else "system"
-            raise NotFound(f"The region named '{name}' is registered as {other} shared memory, not {mine} shared memory")
+            raise NotFound(
+                f"The region named '{name}' is registered as {other} shared memory, not {mine} shared memory"
+            )
         return [region.status()]
 
     def checked(self, name: str, offset: int, byte_size: int) -> Region:

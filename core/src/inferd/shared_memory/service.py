@@ -136,4 +136,3 @@ def _unsigned(body: dict[str, Any], field: str) -> int:
     if type(value) is not int or value < 0:
         raise InvalidArgument(f"Shared memory register request: '{field}' must be an unsigned integer, got {value!r}")
     return value
-

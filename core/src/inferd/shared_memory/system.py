@@ -54,7 +54,8 @@ def open_shm(name: str, key: str) -> int:
 def _cannot_open(name: str, key: str, why: str) -> InferdError:
     """Triton's error for a key ``shm_open`` cannot open (an internal error, as Triton answers it)."""
     return InferdError(
-        f"Unable to open shared memory region: '{shown(key)}'; registering region '{shown(name)}': {why}", ErrorKind.INTERNAL
+        f"Unable to open shared memory region: '{shown(key)}'; registering region '{shown(name)}': {why}",
+        ErrorKind.INTERNAL,
     )
 
 

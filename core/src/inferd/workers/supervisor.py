@@ -119,7 +119,9 @@ def remove_stale_directories(parent: Path) -> list[Path]:
 class Supervisor:
     """Runs ``count`` workers of ``inferd serve <argv>`` until SIGINT or SIGTERM."""
 
-    def __init__(self, argv: Sequence[str], count: int, grace_s: float, health_timeout_s: float = HEALTH_TIMEOUT_S) -> None:
+    def __init__(
+        self, argv: Sequence[str], count: int, grace_s: float, health_timeout_s: float = HEALTH_TIMEOUT_S
+    ) -> None:
         self.argv = list(argv)
         self.count = count
         self.grace_s = grace_s

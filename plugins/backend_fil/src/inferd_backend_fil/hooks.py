@@ -19,4 +19,8 @@ def _make_backend() -> Backend:
 @hookimpl
 def inferd_register_backends(register: BackendRegister) -> None:
     """Register the "fil" backend."""
-    register("fil", _make_backend, model_filenames=("xgboost.json", "xgboost.ubj", "xgboost.model", "checkpoint.tl", "model.txt"))
+    register(
+        "fil",
+        _make_backend,
+        model_filenames=("xgboost.json", "xgboost.ubj", "xgboost.model", "checkpoint.tl", "model.txt"),
+    )

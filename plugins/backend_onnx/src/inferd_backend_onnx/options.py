@@ -54,7 +54,12 @@ _ARENA_STRATEGY = {0: "kNextPowerOfTwo", 1: "kSameAsRequested"}
 
 
 #: The ``--backend-config=onnxruntime,<key>=<value>`` keys this backend reads (Triton's names).
-BACKEND_SETTINGS = ("default-max-batch-size", "enable-global-threadpool", "intra_op_thread_count", "inter_op_thread_count")
+BACKEND_SETTINGS = (
+    "default-max-batch-size",
+    "enable-global-threadpool",
+    "intra_op_thread_count",
+    "inter_op_thread_count",
+)
 
 
 @dataclass(frozen=True)

@@ -157,4 +157,3 @@ class PythonModel(Model):
     def unload(self) -> None:
         FAMILIES.model_unloaded(self.binding)
         forget_package(self._module.__name__.rpartition(".")[0])
-

@@ -36,6 +36,7 @@ class LoadedModel(Protocol):
     @property
     def plan(self) -> InputPlan: ...
 
+
 # Wire arrays are read-only views of the request's bytes. torch.from_numpy shares them without a
 # copy (as Triton's libtorch backend wraps its input buffers) and warns once that writing to such a
 # tensor is undefined; a model that writes into its inputs would change only its own request's data.

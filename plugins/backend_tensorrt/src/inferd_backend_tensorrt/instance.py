@@ -34,6 +34,7 @@ class LoadedModel(Protocol):
     config: ModelConfig
     info: EngineInfo | None
 
+
 ALLOCATION_PARAMETER = "execution_context_allocation_strategy"
 
 

@@ -52,8 +52,7 @@ class VllmBackend(Backend):
     def load_model(self, context: ModelLoadContext) -> Model:
         if not context.config.model_transaction_policy.decoupled:
             raise InvalidArgument(
-                f"model '{context.name}': the vLLM backend must be configured to use decoupled model "
-                "transaction policy"
+                f"model '{context.name}': the vLLM backend must be configured to use decoupled model transaction policy"
             )
         if context.loop is None:
             raise Unavailable(f"model '{context.name}': the vLLM backend runs on the server's event loop; "
@@ -69,7 +68,9 @@ class VllmBackend(Backend):
 def read_engine_args(path: Path, model: str) -> dict[str, Any]:
     """The engine arguments of ``model.json`` (a JSON object), with errors naming the file."""
     if not path.is_file():
-        raise InvalidArgument(f"model '{model}': '{ENGINE_ARGS_FILENAME}' containing vllm engine args must be provided in '{path.parent}'")
+        raise InvalidArgument(
+            f"model '{model}': '{ENGINE_ARGS_FILENAME}' containing vllm engine args must be provided in '{path.parent}'"
+        )
     try:
         args = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

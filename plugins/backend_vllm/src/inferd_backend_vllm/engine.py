@@ -33,7 +33,9 @@ Sender = Callable[[InferResponse | InferdError | None, bool], None]
 class Engine:
     """One ``AsyncLLM`` whose requests run as tasks on ``loop`` (the server's)."""
 
-    def __init__(self, engine_args: dict[str, Any], model_name: str, version: str, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, engine_args: dict[str, Any], model_name: str, version: str, loop: asyncio.AbstractEventLoop
+    ) -> None:
         self.model_name, self.version = model_name, version
         self.loop = loop
         self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
@@ -134,5 +136,7 @@ class ResponseBuilder:
         if "num_input_tokens" in extras:
             tensors.append(number_tensor("num_input_tokens", [len(out.prompt_token_ids or ())], np.uint32, "UINT32"))
         if "num_output_tokens" in extras:
-            tensors.append(number_tensor("num_output_tokens", [len(c.token_ids) for c in out.outputs], np.uint32, "UINT32"))
+            tensors.append(
+                number_tensor("num_output_tokens", [len(c.token_ids) for c in out.outputs], np.uint32, "UINT32")
+            )
         return tensors

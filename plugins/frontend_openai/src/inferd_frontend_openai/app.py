@@ -39,7 +39,9 @@ class OpenAIApp:
             Route("/v1/completions", self.completions, methods=["POST"]),
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
         ]
-        self.app = Starlette(routes=routes, exception_handlers={OpenAIError: _error, 404: _not_found, 405: _not_allowed})
+        self.app = Starlette(
+            routes=routes, exception_handlers={OpenAIError: _error, 404: _not_found, 405: _not_allowed}
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.app(scope, receive, send)

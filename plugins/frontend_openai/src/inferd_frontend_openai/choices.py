@@ -119,7 +119,9 @@ class ChoiceRunner:
                 text = scanner.feed(piece.text)
                 offset = len(choice.text)
                 choice.text += text
-                tokens = lp.parse(piece.logprobs, gen.logprobs or 0) if piece.logprobs and gen.logprobs is not None else []
+                tokens = (
+                    lp.parse(piece.logprobs, gen.logprobs or 0) if piece.logprobs and gen.logprobs is not None else []
+                )
                 choice.tokens += tokens
                 if piece.output_tokens is not None:
                     choice.backend_tokens = (choice.backend_tokens or 0) + piece.output_tokens
@@ -193,4 +195,8 @@ class ChoiceRunner:
         prompts = {c.index // self.gen.n: c.prompt_tokens for c in self.choices}
         prompt_tokens = sum(prompts.values())
         completion = sum(c.completion_tokens for c in self.choices)
-        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
+        return {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": prompt_tokens + completion,
+        }

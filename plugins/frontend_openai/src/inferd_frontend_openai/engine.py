@@ -28,7 +28,9 @@ class StreamingDataPlane(Protocol):
     """The part of inferd's data plane this frontend calls."""
 
     def resolve(self, name: str, version: str = "") -> ModelInfo: ...
-    def stream(self, request: InferRequest, model: ModelInfo | None = None) -> AsyncIterator[InferResponse | InferdError]: ...
+    def stream(
+        self, request: InferRequest, model: ModelInfo | None = None
+    ) -> AsyncIterator[InferResponse | InferdError]: ...
 
 
 def is_text_model(info: ModelInfo) -> bool:

@@ -80,6 +80,8 @@ def inferd_startup(server: _Frontends) -> None:
     from inferd_frontend_openai.frontend import OpenAIFrontend
 
     openai = next((f for f in server.frontends if isinstance(f, OpenAIFrontend)), None)
-    registry: _Registry | None = next((getattr(f, "registry", None) for f in server.frontends if f.name == "metrics"), None)
+    registry: _Registry | None = next(
+        (getattr(f, "registry", None) for f in server.frontends if f.name == "metrics"), None
+    )
     if openai is not None and registry is not None:
         registry.register(openai.metrics)

@@ -45,6 +45,7 @@ def _token(entry: dict[str, Any]) -> str:
 
 def chat(tokens: list[TokenLogprob]) -> dict[str, Any]:
     """A chat choice's ``logprobs``: ``{"content": [{token, logprob, bytes, top_logprobs}]}``."""
+
     def one(token: str, logprob: float) -> dict[str, Any]:
         return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
 

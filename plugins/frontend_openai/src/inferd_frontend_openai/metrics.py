@@ -74,7 +74,9 @@ class LlmMetrics:
         """The four families; none before a request was served (no family goes out empty)."""
         if not self.models:
             return
-        prompt = CounterMetricFamily("inferd_llm_prompt_tokens", "Prompt tokens of OpenAI API requests", labels=["model"])
+        prompt = CounterMetricFamily(
+            "inferd_llm_prompt_tokens", "Prompt tokens of OpenAI API requests", labels=["model"]
+        )
         generated = CounterMetricFamily("inferd_llm_generation_tokens", "Tokens generated for OpenAI API requests",
                                         labels=["model"])  # fmt: skip
         ttft = HistogramMetricFamily("inferd_llm_time_to_first_token_seconds",

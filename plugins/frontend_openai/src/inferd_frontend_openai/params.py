@@ -91,7 +91,9 @@ def decode(body: object, prompts: list[str], chat: bool) -> Generation:
     options = body.get("stream_options")
     if options is not None:
         if not stream:
-            raise bad_request("The 'stream_options' parameter is only allowed when 'stream' is enabled.", "stream_options")
+            raise bad_request(
+                "The 'stream_options' parameter is only allowed when 'stream' is enabled.", "stream_options"
+            )
         if not isinstance(options, dict):
             raise bad_request("'stream_options' must be an object", "stream_options")
     include_usage = _bool(options or {}, "include_usage", "stream_options.include_usage")

@@ -123,13 +123,23 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--grpc-max-message-bytes", type=int, default=MAX_MESSAGE_BYTES, metavar="BYTES",
                    help="largest gRPC message received or sent; larger ones fail with RESOURCE_EXHAUSTED "
                         f"(default: {MAX_MESSAGE_BYTES})")  # fmt: skip
-    g.add_argument("--grpc-header-forward-pattern", type=pattern_option, default=None, metavar="REGEX",
-                   help="gRPC metadata of ModelInfer calls and ModelStreamInfer streams whose keys match REGEX "
-                        "(searched, case-insensitive unless it starts with (?-i)) reach the model as string "
-                        "request parameters, as Triton forwards them")
-    g.add_argument("--grpc-stream-max-inflight", type=_positive, default=None, metavar="N",
-                   help="requests one ModelStreamInfer stream runs at once; past them the stream is not read "
-                        "until one is answered, and its responses wait in a queue of as many (default: 64)")
+    g.add_argument(
+        "--grpc-header-forward-pattern",
+        type=pattern_option,
+        default=None,
+        metavar="REGEX",
+        help="gRPC metadata of ModelInfer calls and ModelStreamInfer streams whose keys match REGEX "
+        "(searched, case-insensitive unless it starts with (?-i)) reach the model as string "
+        "request parameters, as Triton forwards them",
+    )
+    g.add_argument(
+        "--grpc-stream-max-inflight",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="requests one ModelStreamInfer stream runs at once; past them the stream is not read "
+        "until one is answered, and its responses wait in a queue of as many (default: 64)",
+    )
 
 
 def _positive(value: str) -> int:

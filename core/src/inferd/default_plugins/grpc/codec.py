@@ -300,7 +300,9 @@ def decode_request(wire: WireRequest, regions: Regions | None = None) -> InferRe
         try:
             numpy_dtype(datatype)
         except InferdError:
-            raise InvalidArgument(f"invalid datatype for input '{name}': '{datatype}'; {datatype_hint(datatype)}") from None
+            raise InvalidArgument(
+                f"invalid datatype for input '{name}': '{datatype}'; {datatype_hint(datatype)}"
+            ) from None
         params = params_to_dict(tensor.parameters) if tensor.parameters else {}
         if REGION in params:
             if name in request.inputs:

@@ -58,8 +58,7 @@ def check_encoding(encoding: str) -> None:
     if encoding not in ENCODINGS:
         raise GrpcFailure(
             grpc.StatusCode.UNIMPLEMENTED,
-            f"grpc-encoding '{encoding}' is not supported: this server decodes "
-            f"{ACCEPT_ENCODING.decode()}",
+            f"grpc-encoding '{encoding}' is not supported: this server decodes {ACCEPT_ENCODING.decode()}",
         )
 
 
@@ -131,7 +130,8 @@ class MessageReader:
             raise GrpcFailure(grpc.StatusCode.INTERNAL, f"failed to decompress the request message: {exc}") from None
         if len(data) > self.max_bytes:
             raise GrpcFailure(
-                grpc.StatusCode.RESOURCE_EXHAUSTED, f"Received message larger than max (> {self.max_bytes} decompressed)"
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"Received message larger than max (> {self.max_bytes} decompressed)",
             )
         return memoryview(data)
 

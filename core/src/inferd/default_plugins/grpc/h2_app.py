@@ -45,6 +45,7 @@ class Unary(Protocol):
 
     def __call__(self, data: memoryview, headers: Mapping[str, str] | None = None) -> Awaitable[Parts]: ...
 
+
 STREAM_PATH = f"/{SERVICE}/ModelStreamInfer"
 
 
@@ -63,7 +64,9 @@ async def _run(svc: InferenceService, rpc: str, method: Callable[[Any], Awaitabl
         raise GrpcFailure(exc.grpc_status, exc.message) from None
 
 
-def _protobuf_method(svc: InferenceService, rpc: str, method: Callable[[Any], Awaitable[Any]], request_type: Any) -> Unary:
+def _protobuf_method(
+    svc: InferenceService, rpc: str, method: Callable[[Any], Awaitable[Any]], request_type: Any
+) -> Unary:
     async def call(data: memoryview, headers: Mapping[str, str] | None = None) -> Parts:
         try:
             request = request_type.FromString(data)

@@ -431,7 +431,9 @@ class InferenceService:
         await self.shm.unregister("system", request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
-    async def CudaSharedMemoryStatus(self, request: pb.CudaSharedMemoryStatusRequest) -> pb.CudaSharedMemoryStatusResponse:
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest
+    ) -> pb.CudaSharedMemoryStatusResponse:
         status = pb.CudaSharedMemoryStatusResponse.RegionStatus
         regions = {r["name"]: status(**r) for r in self.shm.status("cuda", request.name)}
         return pb.CudaSharedMemoryStatusResponse(regions=regions)
@@ -452,6 +454,8 @@ class InferenceService:
 
     async def Check(self, request: health_pb2.HealthCheckRequest) -> health_pb2.HealthCheckResponse:
         status = (
-            health_pb2.HealthCheckResponse.SERVING if await self.dp.is_ready() else health_pb2.HealthCheckResponse.NOT_SERVING
+            health_pb2.HealthCheckResponse.SERVING
+            if await self.dp.is_ready()
+            else health_pb2.HealthCheckResponse.NOT_SERVING
         )
         return health_pb2.HealthCheckResponse(status=status)

@@ -286,7 +286,9 @@ class Endpoints:
         if kind == "system":
             await self.dp.shared_memory.register_system(name, fields["key"], fields["offset"], fields["byte_size"])
         else:
-            await self.dp.shared_memory.register_cuda(name, fields["raw_handle"], fields["device_id"], fields["byte_size"])
+            await self.dp.shared_memory.register_cuda(
+                name, fields["raw_handle"], fields["device_id"], fields["byte_size"]
+            )
         return Response(status_code=200)
 
     async def shm_unregister(self, request: Request) -> Response:

@@ -48,9 +48,7 @@ def decode_generate(body: bytes, info: ModelInfo, model_version: str) -> InferRe
             request.inputs[key] = _tensor(key, value, spec, info)
         elif key == "parameters":
             if not isinstance(value, dict):
-                raise InvalidArgument(
-                    f"Expected JSON object for keyword: 'parameters'; got {show(value)}"
-                )
+                raise InvalidArgument(f"Expected JSON object for keyword: 'parameters'; got {show(value)}")
             for name, param in value.items():
                 request.parameters[name] = _parameter(name, param)
         else:

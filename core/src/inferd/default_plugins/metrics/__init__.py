@@ -270,14 +270,33 @@ def inferd_register_frontends(register: FrontendRegister) -> None:
 @hookimpl
 def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("metrics")
-    g.add_argument("--metrics-address", default=None, metavar="ADDRESS",
-                   help="address the metrics server binds (default: the --http-address)")
-    g.add_argument("--metrics-interval-ms", type=int, default=2000, metavar="MS",
-                   help="how often CPU and GPU metrics are sampled, in milliseconds (default: 2000)")
-    g.add_argument("--allow-cpu-metrics", type=parse_bool, default=True, metavar="BOOL",
-                   help="report CPU utilization and memory from /proc (default: true)")
-    g.add_argument("--allow-gpu-metrics", type=parse_bool, default=True, metavar="BOOL",
-                   help="report GPU metrics through NVML when pynvml and a GPU are present (default: true)")
+    g.add_argument(
+        "--metrics-address",
+        default=None,
+        metavar="ADDRESS",
+        help="address the metrics server binds (default: the --http-address)",
+    )
+    g.add_argument(
+        "--metrics-interval-ms",
+        type=int,
+        default=2000,
+        metavar="MS",
+        help="how often CPU and GPU metrics are sampled, in milliseconds (default: 2000)",
+    )
+    g.add_argument(
+        "--allow-cpu-metrics",
+        type=parse_bool,
+        default=True,
+        metavar="BOOL",
+        help="report CPU utilization and memory from /proc (default: true)",
+    )
+    g.add_argument(
+        "--allow-gpu-metrics",
+        type=parse_bool,
+        default=True,
+        metavar="BOOL",
+        help="report GPU metrics through NVML when pynvml and a GPU are present (default: true)",
+    )
     g.add_argument("--metrics-config", action="append", default=[], type=_setting, metavar="KEY=VALUE",
                    help="counter_latencies=BOOL (default true), summary_latencies=BOOL, histogram_latencies=BOOL, "
                         "summary_quantiles=Q:E,... (repeatable)")  # fmt: skip

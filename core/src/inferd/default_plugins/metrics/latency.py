@@ -62,7 +62,9 @@ class LatencyWindows:
     ``observe`` is called with the stats lock held, from any thread; reads take their own lock.
     """
 
-    def __init__(self, config: LatencyConfig, decoupled: bool, buckets_ms: tuple[float, ...] = DEFAULT_BUCKETS_MS) -> None:
+    def __init__(
+        self, config: LatencyConfig, decoupled: bool, buckets_ms: tuple[float, ...] = DEFAULT_BUCKETS_MS
+    ) -> None:
         self.config = config
         self.decoupled = decoupled
         self.windows: dict[str, deque[tuple[float, float]]] = {k: deque(maxlen=MAX_SAMPLES) for k in SUMMARY_KINDS}
