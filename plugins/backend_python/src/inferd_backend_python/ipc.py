@@ -39,6 +39,9 @@ from typing import Any
 
 import numpy as np
 
+from inferd.errors import InvalidArgument
+from inferd.types import deserialize_bytes_tensor, serialize_bytes_tensor
+
 # Server -> stub.
 INIT = 1  # (settings dict) -> READY | FAILED
 EXEC = 2  # (batch id, [request...]) + tensors -> RESULT
@@ -72,7 +75,6 @@ MESSAGE_LIMIT = 64 * 1024 * 1024
 #: not read them (:class:`Backlogged`).
 BACKLOG_LIMIT = 4096
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
-_LENGTH = struct.Struct("<I")
 
 _BYTES = "BYTES"
 
@@ -124,35 +126,12 @@ def _map_sealed(fd: int, size: int | None, access: int = mmap.ACCESS_WRITE) -> m
     return mmap.mmap(fd, actual if size is None else size, access=access)
 
 
-def _serialize_bytes(array: np.ndarray) -> bytes:
-    parts: list[bytes] = []
-    pack = _LENGTH.pack
-    for item in array.reshape(-1):
-        if isinstance(item, str):
-            item = item.encode("utf-8")
-        elif not isinstance(item, (bytes, bytearray, memoryview)):
-            item = str(item).encode("utf-8")
-        parts.append(pack(len(item)))
-        parts.append(bytes(item))
-    return b"".join(parts)
-
-
 def _deserialize_bytes(view: memoryview, shape: tuple[int, ...]) -> np.ndarray:
-    items: list[bytes] = []
-    offset, end = 0, len(view)
-    unpack = _LENGTH.unpack_from
-    while offset < end:
-        (length,) = unpack(view, offset)
-        offset += 4
-        if offset + length > end:
-            raise Malformed(f"a BYTES element of {length} bytes runs past its tensor's {end}")
-        items.append(bytes(view[offset : offset + length]))
-        offset += length
-    if len(items) != math.prod(shape):
-        raise Malformed(f"a BYTES tensor of shape {list(shape)} holds {len(items)} elements")
-    out = np.empty(len(items), dtype=np.object_)
-    out[:] = items
-    return out.reshape(shape)
+    """A BYTES tensor from a stub (the wire layout inferd.types reads), or :class:`Malformed`."""
+    try:
+        return deserialize_bytes_tensor(view, math.prod(shape)).reshape(shape)
+    except InvalidArgument as exc:
+        raise Malformed(exc.message) from None
 
 
 class Tensors:
@@ -167,7 +146,7 @@ class Tensors:
     def add(self, array: np.ndarray, datatype: str) -> tuple[str, tuple[int, ...], int, int]:
         """Reserve room for ``array``; returns its descriptor (datatype, shape, offset, bytes)."""
         if datatype == _BYTES or array.dtype.kind in ("O", "S", "U"):
-            data: np.ndarray | bytes = _serialize_bytes(array)
+            data: np.ndarray | bytes = serialize_bytes_tensor(array)
             nbytes = len(data)
             datatype = _BYTES
         else:
