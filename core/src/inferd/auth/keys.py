@@ -25,7 +25,7 @@ DEFAULT_APIS = frozenset({ApiGroup.HEALTH, ApiGroup.METADATA, ApiGroup.INFERENCE
                           ApiGroup.STATISTICS})  # fmt: skip
 _HEX = re.compile(r"(?:sha256:)?([0-9a-fA-F]{64})")
 _TENANT_FIELDS = {"keys", "models", "apis", "rate", "burst", "concurrency", "priority", "queue_timeout_ms",
-                  "max_prompt_tokens", "tokens_per_minute"}
+                  "max_prompt_tokens", "tokens_per_minute"}  # fmt: skip
 
 
 class AuthConfigError(ValueError):
