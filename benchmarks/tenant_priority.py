@@ -1,0 +1,146 @@
+"""Two tenants flooding one model: the high-priority tenant's p99 stays near its unloaded p99
+while the low-priority tenant absorbs the queueing (docs/traffic.md, "Tenant priorities").
+
+One server, one model (a Python model that sleeps ``--service-ms`` per request; ``--instances``
+instances behind the dynamic batcher, batch size 1), and ``--auth-config`` with two tenants:
+``interactive`` (priority 1) and ``batch`` (priority 2). Each tenant's p99 is measured alone
+alone with its clients (unloaded: ``--interactive-clients`` and ``--batch-clients`` closed-loop
+clients, each in its own process), then with both tenants' clients at once (loaded). The same load is run again with both tenants at priority 1 (the auth
+config is re-read live), to show what the priority buys. It prints numbers only. Reproduce with:
+
+    .venv/bin/python benchmarks/tenant_priority.py --seconds 5
+
+The target (issue 24): interactive's loaded p99 within 2x of its unloaded p99, batch's grows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from inferd.testing import ServerProcess, write_repository
+
+MODEL_PY = """
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.seconds = {service_ms} / 1000
+
+    def execute(self, requests):
+        time.sleep(self.seconds * len(requests))
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", r.inputs()[0].as_numpy())]) for r in requests]
+"""
+CONFIG = """
+name: "work"
+backend: "python"
+max_batch_size: 1
+input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
+dynamic_batching {{ }}
+"""
+#: One closed-loop client: sends requests for ``seconds``, prints its latencies (JSON, seconds).
+CLIENT = """
+import http.client, json, sys, time
+address, key, seconds, start = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+body = json.dumps({"inputs": [{"name": "IN", "shape": [1, 1], "datatype": "FP32", "data": [1.0]}]})
+headers = {"Authorization": "Bearer " + key}
+conn = http.client.HTTPConnection(address, timeout=60)
+while time.time() < start:
+    time.sleep(0.001)
+end, times = time.monotonic() + seconds, []
+while time.monotonic() < end:
+    t0 = time.perf_counter()
+    conn.request("POST", "/v2/models/work/infer", body, headers)
+    response = conn.getresponse()
+    response.read()
+    if response.status == 200:
+        times.append(time.perf_counter() - t0)
+print(json.dumps(times))
+"""
+
+
+def sha(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def auth(interactive: int, batch: int) -> str:
+    return json.dumps({"tenants": {"interactive": {"keys": [sha("interactive-key")], "priority": interactive},
+                                   "batch": {"keys": [sha("batch-key")], "priority": batch}}})  # fmt: skip
+
+
+def run(server: ServerProcess, clients: dict[str, int], seconds: float) -> dict[str, list[float]]:
+    """Start ``clients[key]`` closed-loop clients per key at once; their latencies by key."""
+    start = time.time() + 1.0  # every process started before any sends
+    procs = [(key, subprocess.Popen([sys.executable, "-c", CLIENT, server.http_url, key, str(seconds), str(start)],
+                                    stdout=subprocess.PIPE, text=True))  # fmt: skip
+             for key, count in clients.items() for _ in range(count)]  # fmt: skip
+    out: dict[str, list[float]] = {key: [] for key in clients}
+    for key, proc in procs:
+        stdout, _ = proc.communicate(timeout=seconds + 60)
+        out[key] += json.loads(stdout)
+    return out
+
+
+def set_priorities(path: Path, server: ServerProcess, interactive: int, batch: int) -> None:
+    """Write the auth config and wait until the server has read it (looked at once a second)."""
+    path.write_text(auth(interactive, batch))
+    time.sleep(1.5)
+    run(server, {"interactive-key": 1}, 0.2)
+
+
+def p99(times: list[float]) -> float:
+    return statistics.quantiles(times, n=100)[98] * 1000 if len(times) >= 2 else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of each phase")
+    parser.add_argument("--service-ms", type=float, default=10.0, help="the model's time per request")
+    parser.add_argument("--instances", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the phases; medians are printed")
+    parser.add_argument("--interactive-clients", type=int, default=2, help="closed-loop clients of interactive")
+    parser.add_argument("--batch-clients", type=int, default=4, help="closed-loop clients of batch")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        model = {"config.pbtxt": CONFIG.format(instances=args.instances),
+                 "1/model.py": MODEL_PY.format(service_ms=args.service_ms)}  # fmt: skip
+        repo = write_repository(root / "models", {"work": model})
+        (root / "auth.json").write_text(auth(1, 2))
+        with ServerProcess([repo], [f"--auth-config={root / 'auth.json'}"]) as server:
+            run(server, {"interactive-key": 1}, 1.0)  # warm up
+            both = {"interactive-key": args.interactive_clients, "batch-key": args.batch_clients}
+            rounds: dict[str, dict[str, list[float]]] = {"unloaded": {}, "loaded": {}, "equal": {}}
+            for _ in range(args.rounds):  # the median of the rounds: the machine may be busy with other work
+                for key, count in both.items():
+                    rounds["unloaded"].setdefault(key, []).append(p99(run(server, {key: count}, args.seconds)[key]))
+                for key, times in run(server, both, args.seconds).items():
+                    rounds["loaded"].setdefault(key, []).append(p99(times))
+                set_priorities(root / "auth.json", server, 1, 1)  # the same load, no priority between them
+                for key, times in run(server, both, args.seconds).items():
+                    rounds["equal"].setdefault(key, []).append(p99(times))
+                set_priorities(root / "auth.json", server, 1, 2)
+    unloaded, loaded, equal = ({k: statistics.median(v) for k, v in rounds[phase].items()}
+                               for phase in ("unloaded", "loaded", "equal"))  # fmt: skip
+    print(f"model: {args.instances} instance(s), {args.service_ms:g} ms a request; closed-loop clients: "
+          f"{args.interactive_clients} interactive, {args.batch_clients} batch; {args.seconds:g} s a phase; "
+          f"median p99 of {args.rounds} rounds")  # fmt: skip
+    print(f"{'tenant':<24}{'unloaded p99 ms':>16}{'loaded p99 ms':>15}{'ratio':>7}{'same priority p99 ms':>22}")
+    for key, label in (("interactive-key", "interactive (prio 1)"), ("batch-key", "batch (prio 2)")):
+        print(f"{label:<24}{unloaded[key]:>16.1f}{loaded[key]:>15.1f}{loaded[key] / unloaded[key]:>7.2f}"
+              f"{equal[key]:>22.1f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
