@@ -25,6 +25,7 @@ from inferd.testing import ServerProcess, write_repository
 from tests.plugins.frontend_openai.chat_model import write_chat_model
 
 WORDS_PY = """
+import os
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -39,7 +40,7 @@ class TritonPythonModel:
             words = text.split()
             answer = " ".join(w.upper() for w in words) + " DONE"
             tensor = pb_utils.Tensor("text_output", np.array([answer.encode()], dtype=np.object_))
-            counts = {"prompt_tokens": len(words), "completion_tokens": len(words) + 1}
+            counts = {"prompt_tokens": len(words), "completion_tokens": len(words) + 1, "pid": os.getpid()}
             out.append(pb_utils.InferenceResponse([tensor], parameters=counts))
         return out
 """
@@ -125,7 +126,8 @@ def test_tokens_are_counted_exactly_per_tenant_and_model(server):
     # KServe HTTP infer: the counts are the response's parameters
     tensor = {"name": "text_input", "shape": [1], "datatype": "BYTES", "data": ["four five"]}
     status, _, raw = _post(server.http_url, "/v2/models/words/infer", "alice-key", {"inputs": [tensor]})
-    assert status == 200 and json.loads(raw)["parameters"] == {"prompt_tokens": 2, "completion_tokens": 3}
+    params = json.loads(raw)["parameters"]
+    assert status == 200 and (params["prompt_tokens"], params["completion_tokens"]) == (2, 3), params
     # gRPC
     client = grpcclient.InferenceServerClient(server.grpc_url)
     inp = grpcclient.InferInput("text_input", [1], "BYTES")
@@ -207,3 +209,24 @@ def test_usage_without_tenants_is_empty(tmp_path: Path):
     with ServerProcess([repo]) as proc:
         with urllib.request.urlopen(f"http://{proc.http_url}/v2/usage", timeout=10) as response:
             assert json.loads(response.read()) == {"tenants": {}}
+
+
+def test_counts_are_the_whole_servers_under_workers(tmp_path: Path):
+    """Requests spread over two workers (new connections): /metrics and /v2/usage count them all."""
+    repo = write_repository(tmp_path / "models", {"words": {"config.pbtxt": WORDS_CONFIG, "1/model.py": WORDS_PY}})
+    (tmp_path / "auth.json").write_text(json.dumps(AUTH))
+    with ServerProcess([repo], ["--workers", "2", f"--auth-config={tmp_path / 'auth.json'}"]) as proc:
+        pids, sent = set(), 0
+        while len(pids) < 2 or sent < 6:
+            assert sent < 60, f"the requests did not reach both workers: {pids}"
+            status, _, body = _generate(proc, "alice-key", "one two")  # a new connection each
+            assert status == 200
+            pids.add(body["pid"])
+            sent += 1
+        prompt = _metric(proc, "inferd_tenant_tokens_total", tenant="alice", model="words", kind="prompt")
+        completion = _metric(proc, "inferd_tenant_tokens_total", tenant="alice", model="words", kind="completion")
+        assert (prompt, completion) == (2 * sent, 3 * sent)
+        status, usage = _usage(proc, "admin-key")
+        assert status == 200
+        assert usage["tenants"]["alice"]["totals"] == {
+            "success_requests": sent, "failure_requests": 0, "prompt_tokens": 2 * sent, "completion_tokens": 3 * sent}  # fmt: skip
