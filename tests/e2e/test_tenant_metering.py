@@ -185,7 +185,8 @@ def test_tokens_per_minute_answers_429_with_retry_after_on_every_port(server):
     status, headers, raw = _openai(server, "metered-key", {"model": "chat", "prompt": "hello", "max_tokens": 2})
     error = json.loads(raw)["error"]
     assert status == 429 and int(headers["retry-after"]) >= 1
-    assert error["code"] == "rate_limit_exceeded" and "tokens per minute" in error["message"]
+    assert (error["type"], error["code"]) == ("tokens", "rate_limit_exceeded")
+    assert "tokens per minute" in error["message"]
     client = grpcclient.InferenceServerClient(server.grpc_url)
     inp = grpcclient.InferInput("text_input", [1], "BYTES")
     inp.set_data_from_numpy(np.array([b"x"], dtype=np.object_))
