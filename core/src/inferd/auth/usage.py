@@ -110,7 +110,7 @@ class Usage:
     def meter(self, dataplane: DataPlane) -> None:
         """Count the requests frontends send through ``dataplane.infer`` and ``dataplane.stream``
         (ensemble steps and models calling models go to the router directly: not counted)."""
-        infer, stream = dataplane.infer, dataplane.stream
+        infer, stream, resolve = dataplane.infer, dataplane.stream, dataplane.resolve
         record = self.record
 
         async def metered_infer(request: InferRequest, model: ModelInfo | None = None) -> InferResponse:
@@ -118,7 +118,9 @@ class Usage:
             tenant = grant.tenant if grant is not None else None
             if tenant is None:
                 return await infer(request, model)
-            name = model.name if model is not None else request.model_name
+            if model is None:  # an unknown model fails here, uncounted: the series stay the served models'
+                model = resolve(request.model_name, request.model_version)
+            name = model.name
             try:
                 response = await infer(request, model)
             except BaseException:
@@ -128,20 +130,19 @@ class Usage:
             record(tenant, name, prompt, completion, True)
             return response
 
-        async def metered_stream(
+        def metered_stream(
             request: InferRequest, model: ModelInfo | None = None
         ) -> AsyncIterator[InferResponse | InferdError]:
             grant = CURRENT.get()
             tenant = grant.tenant if grant is not None else None
-            inner = stream(request, model)
             if tenant is None or METERED in request.context:
-                try:
-                    async for item in inner:
-                        yield item
-                finally:
-                    await inner.aclose()  # type: ignore[attr-defined]
-                return
-            name = model.name if model is not None else request.model_name
+                return stream(request, model)  # no layer in between
+            if model is None:
+                model = resolve(request.model_name, request.model_version)
+            return counted(tenant, model, stream(request, model))
+
+        async def counted(tenant: Tenant, model: ModelInfo, inner: AsyncIterator[InferResponse | InferdError]
+                          ) -> AsyncIterator[InferResponse | InferdError]:  # fmt: skip
             prompt = completion = 0
             failed = False
             try:
@@ -159,7 +160,7 @@ class Usage:
                 raise
             finally:
                 await inner.aclose()  # type: ignore[attr-defined]
-                record(tenant, name, prompt, completion, not failed)
+                record(tenant, model.name, prompt, completion, not failed)
 
         dataplane.infer = metered_infer  # type: ignore[method-assign]
         dataplane.stream = metered_stream  # type: ignore[method-assign]
