@@ -195,7 +195,7 @@ def test_a_high_priority_sequence_takes_the_next_free_slot(server):
     calls = _Calls()
     _hold_gate(proc, folder, "gate_sequence", calls, sequence=(100, True, True))
     calls.send("low", proc, "gate_sequence", "batch-key", 1, sequence=(101, True, True))
-    time.sleep(0.2)  # only orders the two sends; the assertion does not depend on it
+    _wait(lambda: _pending(proc, "gate_sequence") >= 1, "the low-priority sequence to wait for the slot")
     calls.send("high", proc, "gate_sequence", "interactive-key", 1, sequence=(102, True, True))
     _wait(lambda: _pending(proc, "gate_sequence") >= 2, "both sequences to wait for the slot")
     (folder / "gate_sequence" / "release").touch()
