@@ -26,13 +26,10 @@ class TokenBucket:
 
     def take(self) -> float:
         """0.0 when a token was spent, else the seconds until one is there."""
-        now = time.monotonic()
-        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
-        if self.tokens >= 1.0:
+        wait = self.wait()
+        if wait == 0.0:
             self.tokens -= 1.0
-            return 0.0
-        return (1.0 - self.tokens) / self.rate
+        return wait
 
     def wait(self) -> float:
         """0.0 while there is a token left (none is spent), else the seconds until there is one."""
