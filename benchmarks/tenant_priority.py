@@ -5,7 +5,8 @@ One server, one model (a Python model that sleeps ``--service-ms`` per request; 
 instances behind the dynamic batcher, batch size 1), and ``--auth-config`` with two tenants:
 ``interactive`` (priority 1) and ``batch`` (priority 2). Each tenant's p99 is measured alone
 alone with its clients (unloaded: ``--interactive-clients`` and ``--batch-clients`` closed-loop
-clients, each in its own process), then with both tenants' clients at once (loaded). The same load is run again with both tenants at priority 1 (the auth
+clients, each in its own process; the interactive ones pause a random 0 to 2 service times between
+requests, the batch ones flood), then with both tenants' clients at once (loaded). The same load is run again with both tenants at priority 1 (the auth
 config is re-read live), to show what the priority buys. It prints numbers only. Reproduce with:
 
     .venv/bin/python benchmarks/tenant_priority.py --seconds 5
@@ -49,10 +50,11 @@ output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] }} ]
 instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
 dynamic_batching {{ }}
 """
-#: One closed-loop client: sends requests for ``seconds``, prints its latencies (JSON, seconds).
+#: One closed-loop client: sends requests for ``seconds``, pausing a random 0..``think`` seconds
+#: after each answer, prints its latencies (JSON, seconds).
 CLIENT = """
-import http.client, json, sys, time
-address, key, seconds, start = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+import http.client, json, random, sys, time
+address, key, seconds, start, think = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
 body = json.dumps({"inputs": [{"name": "IN", "shape": [1, 1], "datatype": "FP32", "data": [1.0]}]})
 headers = {"Authorization": "Bearer " + key}
 conn = http.client.HTTPConnection(address, timeout=60)
@@ -66,6 +68,8 @@ while time.monotonic() < end:
     response.read()
     if response.status == 200:
         times.append(time.perf_counter() - t0)
+    if think:
+        time.sleep(random.uniform(0, think))
 print(json.dumps(times))
 """
 
@@ -79,10 +83,13 @@ def auth(interactive: int, batch: int) -> str:
                                    "batch": {"keys": [sha("batch-key")], "priority": batch}}})  # fmt: skip
 
 
-def run(server: ServerProcess, clients: dict[str, int], seconds: float) -> dict[str, list[float]]:
-    """Start ``clients[key]`` closed-loop clients per key at once; their latencies by key."""
+def run(server: ServerProcess, clients: dict[str, int], seconds: float, think: float = 0.0) -> dict[str, list[float]]:
+    """Start ``clients[key]`` closed-loop clients per key at once; their latencies by key. The
+    interactive clients pause up to ``think`` seconds between requests (arriving at random
+    moments, not just as an instance frees); the batch clients flood."""
     start = time.time() + 1.0  # every process started before any sends
-    procs = [(key, subprocess.Popen([sys.executable, "-c", CLIENT, server.http_url, key, str(seconds), str(start)],
+    procs = [(key, subprocess.Popen([sys.executable, "-c", CLIENT, server.http_url, key, str(seconds), str(start),
+                                     str(think if key == "interactive-key" else 0.0)],
                                     stdout=subprocess.PIPE, text=True))  # fmt: skip
              for key, count in clients.items() for _ in range(count)]  # fmt: skip
     out: dict[str, list[float]] = {key: [] for key in clients}
@@ -122,14 +129,15 @@ def main() -> None:
         with ServerProcess([repo], [f"--auth-config={root / 'auth.json'}"]) as server:
             run(server, {"interactive-key": 1}, 1.0)  # warm up
             both = {"interactive-key": args.interactive_clients, "batch-key": args.batch_clients}
+            think = 2 * args.service_ms / 1000
             rounds: dict[str, dict[str, list[list[float]]]] = {"unloaded": {}, "loaded": {}, "equal": {}}
             for _ in range(args.rounds):  # the median of the rounds: the machine may be busy with other work
                 for key, count in both.items():
-                    rounds["unloaded"].setdefault(key, []).append(run(server, {key: count}, args.seconds)[key])
-                for key, times in run(server, both, args.seconds).items():
+                    rounds["unloaded"].setdefault(key, []).append(run(server, {key: count}, args.seconds, think)[key])
+                for key, times in run(server, both, args.seconds, think).items():
                     rounds["loaded"].setdefault(key, []).append(times)
                 set_priorities(root / "auth.json", server, 1, 1)  # the same load, no priority between them
-                for key, times in run(server, both, args.seconds).items():
+                for key, times in run(server, both, args.seconds, think).items():
                     rounds["equal"].setdefault(key, []).append(times)
                 set_priorities(root / "auth.json", server, 1, 2)
     table = {(phase, key, q): statistics.median(quantile(times, q) for times in runs)
