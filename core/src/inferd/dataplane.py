@@ -176,6 +176,20 @@ class DataPlane:
         assert self.peers is not None and self.counts is not None
         return await asyncio.to_thread(self.counts.others, await self.peers.ask_each("counts"))
 
+    async def tenant_usage(self) -> dict[str, Any]:
+        """``GET /v2/usage``: requests and tokens by tenant and model (``inferd.auth.usage``), the whole server's."""
+        from inferd.auth import usage_json
+        from inferd.metric_sources import MetricSources, SummedSources
+
+        local = MetricSources()
+        if self.access is not None:
+            local.add(self.access.usage)
+        if self.peers is None:
+            return usage_json(local.collect())
+        others = await self.other_counts()
+        await self.save_counts()
+        return usage_json(SummedSources(local, lambda: [c["sources"] for c in others]).collect())
+
     # -- trace and logging extensions -------------------------------------------------------------
 
     def trace_settings(self, model: str = "") -> dict[str, Any]:

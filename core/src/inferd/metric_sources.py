@@ -79,9 +79,11 @@ class SummedSources:
         from prometheus_client.metrics_core import Metric as PromMetric
 
         added: dict[tuple[str, str, tuple[tuple[str, str], ...]], float] = {}
+        peer_families: dict[str, tuple[str, str]] = {}
         for snapshot in self.peers():
-            for name, kind, _, samples in snapshot:
+            for name, kind, doc, samples in snapshot:
                 if kind in SUMMED_TYPES:
+                    peer_families.setdefault(name, (kind, doc))
                     for sample, labels, value in samples:
                         key = (name, sample, tuple(sorted(labels.items())))
                         added[key] = added.get(key, 0) + value
@@ -89,11 +91,23 @@ class SummedSources:
             if family.type not in SUMMED_TYPES:
                 yield family
                 continue
+            peer_families.pop(family.name, None)
             out = PromMetric(family.name, family.documentation, family.type)
             out.name = family.name  # as the source named it (prometheus_client drops a counter's "_total")
             for s in family.samples:
-                extra = added.get((family.name, s.name, tuple(sorted(s.labels.items()))), 0)
+                extra = added.pop((family.name, s.name, tuple(sorted(s.labels.items()))), 0)
                 out.add_sample(s.name, s.labels, s.value + extra)
+            for (name, sample, labels), value in list(added.items()):  # series only other workers have
+                if name == family.name:
+                    out.add_sample(sample, dict(labels), value)
+                    del added[name, sample, labels]
+            yield out
+        for name, (kind, doc) in peer_families.items():  # families only other workers have
+            out = PromMetric(name, doc, kind)
+            out.name = name
+            for (family_name, sample, labels), value in added.items():
+                if family_name == name:
+                    out.add_sample(sample, dict(labels), value)
             yield out
 
 

@@ -57,6 +57,7 @@ ROUTE_GROUPS: dict[str, ApiGroup] = {
     "repository_index": ApiGroup.MODEL_REPOSITORY,
     "load": ApiGroup.MODEL_REPOSITORY,
     "unload": ApiGroup.MODEL_REPOSITORY,
+    "usage": ApiGroup.MODEL_REPOSITORY,  # every tenant's requests and tokens: an administrator's view
     "trace_get": ApiGroup.TRACE,
     "trace_post": ApiGroup.TRACE,
     "logging_get": ApiGroup.LOGGING,

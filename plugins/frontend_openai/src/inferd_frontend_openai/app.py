@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from inferd.auth import CURRENT
 from inferd.json_depth import TOO_DEEP, depth_problem
 from inferd_frontend_openai import engine, params
 from inferd_frontend_openai.catalog import Catalog, ServingVersion
@@ -75,28 +76,57 @@ class OpenAIApp:
             raise bad_request(f"model '{gen.model}' does not give logprobs: it has no 'return_logprobs' input and "
                               f"'logprobs' output (Triton's vLLM backend's)", "logprobs")  # fmt: skip
         reply = Reply(gen.model, chat, gen.logprobs is not None)
-        runner = ChoiceRunner(self.dataplane, mv.info, gen, await self.catalog.tokenizer(mv), self.metrics, reply.id)
+        tokenizer = await self.catalog.tokenizer(mv)
+        grant = CURRENT.get()
+        tenant = grant.tenant if grant is not None else None
+        if tenant is not None and tenant.max_prompt_tokens is not None:
+            _check_prompt(gen, tokenizer.count, tenant.name, tenant.max_prompt_tokens, chat)
+        runner = ChoiceRunner(self.dataplane, mv.info, gen, tokenizer, self.metrics, reply.id)
+        access = getattr(self.dataplane, "access", None) if tenant is not None else None
+
+        def meter(ok: bool) -> None:
+            """Count the request and its usage for its tenant (``inferd.auth.usage``)."""
+            if access is not None and tenant is not None:
+                usage = runner.usage()
+                access.usage.record(tenant, mv.info.name, usage["prompt_tokens"], usage["completion_tokens"], ok)
+
         events = runner.events()
         if not gen.stream:
             try:
                 async for event in events:
                     if event.error is not None:
+                        meter(False)
                         raise from_inferd(event.error)
             finally:
                 await events.aclose()  # type: ignore[attr-defined]
+            meter(True)
             prefix = {c.index: c.prompt for c in runner.choices} if gen.echo and not chat else {}
             return JSONResponse(reply.whole(runner.choices, runner.usage(), prefix))
         first = await anext(events)
         if first.error is not None and len(runner.choices) == 1:
             await events.aclose()  # type: ignore[attr-defined]
+            meter(False)
             raise from_inferd(first.error)
-        return StreamingResponse(_sse(reply, runner, first, events), media_type="text/event-stream")
+        return StreamingResponse(_sse(reply, runner, first, events, meter), media_type="text/event-stream")
 
 
-async def _sse(reply: Reply, runner: ChoiceRunner, first: Event, events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
-    """The chunks of a streamed response; an error after the start is an error event."""
+def _check_prompt(gen: params.Generation, count: Callable[[str], int], tenant: str, limit: int, chat: bool) -> None:
+    """A tenant's ``max_prompt_tokens``: a longer prompt is refused before it reaches the model (400:
+    retrying the same prompt cannot succeed)."""
+    tokens = sum(count(prompt) for prompt in gen.prompts)
+    if tokens > limit:
+        raise OpenAIError(400, f"the prompt has {tokens} tokens, more than the {limit} tenant '{tenant}' may send "
+                               "in one request (its max_prompt_tokens)", "invalid_request_error",
+                          "messages" if chat else "prompt", "prompt_too_long")  # fmt: skip
+
+
+async def _sse(reply: Reply, runner: ChoiceRunner, first: Event, events: AsyncIterator[Event],
+               meter: Callable[[bool], None]) -> AsyncIterator[bytes]:  # fmt: skip
+    """The chunks of a streamed response; an error after the start is an error event. The
+    request is metered once its events end (or the client goes away)."""
     gen = runner.gen
     usage = gen.include_usage
+    failed = False
     for choice in runner.choices:
         if reply.chat:
             yield sse(reply.chunk(choice.index, None, role=True, usage=usage))
@@ -106,6 +136,7 @@ async def _sse(reply: Reply, runner: ChoiceRunner, first: Event, events: AsyncIt
         event: Event | None = first
         while event is not None:
             if event.error is not None:
+                failed = True
                 yield sse(from_inferd(event.error).body())
             else:
                 if event.text:
@@ -116,6 +147,7 @@ async def _sse(reply: Reply, runner: ChoiceRunner, first: Event, events: AsyncIt
             event = await anext(events, None)
     finally:
         await events.aclose()  # type: ignore[attr-defined]
+        meter(not failed)
     if usage:
         yield sse(reply.usage_chunk(runner.usage()))
     yield DONE

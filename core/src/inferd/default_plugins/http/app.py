@@ -59,6 +59,7 @@ ROUTES: tuple[tuple[str, str, str], ...] = (
     ("/v2/repository/{repo}/models/{model}/load", "POST", "load"),
     ("/v2/repository/models/{model}/unload", "POST", "unload"),
     ("/v2/repository/{repo}/models/{model}/unload", "POST", "unload"),
+    ("/v2/usage", "GET", "usage"),  # tenants' requests and tokens (docs/traffic.md)
     *(
         (prefix + suffix, method, name)
         for prefix in (_M, _MV)
@@ -263,6 +264,9 @@ class Endpoints:
         dependents = bool(parameters.get("unload_dependents", False))
         await self.dp.unload_model(request.path_params["model"], dependents)
         return Response(status_code=200)
+
+    async def usage(self, request: Request) -> Response:
+        return _json(await self.dp.tenant_usage())
 
     async def trace_get(self, request: Request) -> Response:
         return _json(self.dp.trace_settings(request.path_params.get("model", "")))
