@@ -133,10 +133,12 @@ class DataPlane:
     async def model_statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
         """Triton's ``model_stats`` list: every ready version, or those of one model."""
         stats = self.local_statistics(name, version)
-        if self.peers is None:
-            return stats
-        await self.save_counts()  # after reading ours: what it saves is never less than what we answer
-        return merge.statistics(stats, [c["stats"] for c in await self.other_counts()])
+        if self.peers is not None:
+            await self.save_counts()  # after reading ours: what it saves is never less than what we answer
+            stats = merge.statistics(stats, [c["stats"] for c in await self.other_counts()])
+        if self.table.traffic.splits:
+            self.table.traffic.mark_stats(stats)
+        return stats
 
     def local_statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
         """This worker's :meth:`model_statistics`."""
@@ -273,6 +275,35 @@ class DataPlane:
         for error in theirs if isinstance(theirs, list) else [theirs]:
             if error is not None:
                 raise error
+
+    # -- traffic (weighted versions) ------------------------------------------------------------
+
+    def traffic(self, name: str) -> dict[str, Any]:
+        """``name``'s traffic split, each version's state and the canary policy's figures."""
+        self._serving_versions(name)
+        return self.table.traffic.get(name)
+
+    async def set_traffic(self, name: str, weights: Any) -> dict[str, Any]:
+        """Set ``name``'s weights live (``{"1": 99, "2": 1}``), on every worker."""
+        serving = self._serving_versions(name)
+        shown = self.table.traffic.set(name, weights, serving, self.table.resolve(name, str(serving[-1])).config)
+        if self.peers is not None:
+            await self.peers.ask_each("traffic", {"name": name, "wire": self.table.traffic.splits[name].wire()})
+        return shown
+
+    def apply_traffic(self, name: str, wire: dict[str, Any]) -> None:
+        """Take the split another worker set or decided."""
+        serving = self.table.ready_versions(name)
+        if serving:
+            self.table.traffic.apply_wire(name, wire, self.table.resolve(name, str(serving[-1])).config)
+
+    def _serving_versions(self, name: str) -> list[int]:
+        serving = self.table.ready_versions(name)
+        if not serving:
+            if self.table.known(name):
+                raise Unavailable(f"model '{name}' has no available versions")
+            self.table.resolve(name)  # Triton's 'unknown model' error
+        return serving
 
     # -- workers --------------------------------------------------------------------------------
 

@@ -1,0 +1,202 @@
+"""Weighted versions and the canary policy, against a real ``inferd serve`` (docs/traffic.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from inferd.testing import ServerProcess, write_repository
+
+# V = the version that answered (read from the version directory's name), X echoed.
+CONFIG = """
+name: "{name}"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "X" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [ {{ name: "V" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+{parameters}
+"""
+MODEL_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.version = int(args["model_version"])
+        self.fail_every = {fail_every}
+        self.seen = 0
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            self.seen += 1
+            if self.fail_every and self.seen % self.fail_every == 0:
+                out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("canary broke")))
+                continue
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("V", np.array([self.version], np.int32))]))
+        return out
+"""
+
+
+def parameters(**values: str) -> str:
+    return "\n".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}' for k, v in values.items())
+
+
+def model_files(name: str, versions: dict[int, int], **params: str) -> dict[str, str]:
+    """A model whose version ``v`` fails every ``versions[v]``-th request (0: never)."""
+    files = {"config.pbtxt": CONFIG.format(name=name, parameters=parameters(**params))}
+    files.update({f"{v}/model.py": MODEL_PY.format(fail_every=f) for v, f in versions.items()})
+    files["config.pbtxt"] += "version_policy: { all: {} }\n"
+    return files
+
+
+def call(server: ServerProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://{server.http_url}{path}", data=data, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def infer_body(request_id: str = "") -> bytes:
+    body: dict[str, Any] = {"inputs": [{"name": "X", "datatype": "INT32", "shape": [1], "data": [1]}]}
+    if request_id:
+        body["id"] = request_id
+    return json.dumps(body).encode()
+
+
+def pipelined(server: ServerProcess, model: str, bodies: list[bytes], depth: int = 256) -> list[tuple[int, bytes]]:
+    """(status, body) of each request, sent pipelined ``depth`` at a time on one HTTP/1.1 connection."""
+    out: list[tuple[int, bytes]] = []
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=60) as sock:
+        reader = sock.makefile("rb")
+        for start in range(0, len(bodies), depth):
+            chunk = bodies[start : start + depth]
+            sock.sendall(b"".join(
+                f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(b)}\r\n\r\n".encode() + b for b in chunk
+            ))  # fmt: skip
+            for _ in chunk:
+                status = int(reader.readline().split()[1])
+                length = 0
+                while (line := reader.readline()) not in (b"\r\n", b""):
+                    name, _, value = line.partition(b":")
+                    if name.lower() == b"content-length":
+                        length = int(value)
+                out.append((status, reader.read(length)))
+    return out
+
+
+def versions_of(replies: list[tuple[int, bytes]]) -> list[str]:
+    """The ``model_version`` of each reply ("failed" for a non-200)."""
+    found = re.compile(rb'"model_version":"(\d+)"')
+    return [found.search(body).group(1).decode() if status == 200 else "failed" for status, body in replies]
+
+
+@pytest.fixture
+def start(tmp_path: Path):
+    servers: list[ServerProcess] = []
+
+    def run(models: dict[str, dict[str, str]], *args: str) -> ServerProcess:
+        server = ServerProcess([write_repository(tmp_path / "models", models)], list(args))
+        servers.append(server.start())
+        return server
+
+    yield run
+    for server in servers:
+        server.stop()
+
+
+def test_99_1_split_within_binomial_bounds_and_ids_stick(start) -> None:
+    server = start({"m": model_files("m", {1: 0, 2: 0}, traffic_split="1:99,2:1")})
+    n = 20_000
+    counts: dict[str, int] = {}
+    for v in versions_of(pipelined(server, "m", [infer_body()] * n)):
+        counts[v] = counts.get(v, 0) + 1
+    assert "failed" not in counts
+    p, sigma = 0.01, math.sqrt(n * 0.01 * 0.99)  # canary share 1 %: mean 200, sigma ~14
+    assert abs(counts.get("2", 0) - n * p) <= 5 * sigma, counts
+    # the same id lands on the same version, every time and over gRPC too
+    ids = [f"user-{i}" for i in range(400)]
+    first = versions_of(pipelined(server, "m", [infer_body(i) for i in ids]))
+    again = versions_of(pipelined(server, "m", [infer_body(i) for i in ids]))
+    assert first == again and set(first) == {"1", "2"}, first
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    x = grpcclient.InferInput("X", [1], "INT32")
+    x.set_data_from_numpy(np.array([1], np.int32))
+    for request_id, version in list(zip(ids, first, strict=True))[:40]:
+        result = client.infer("m", [x], request_id=request_id)
+        assert result.get_response().model_version == version
+        assert int(result.as_numpy("V")[0]) == int(version)
+    # a request naming a version goes to it
+    status, body = pipelined(server, "m", [infer_body()], 1)[0]
+    assert status == 200
+    code, shown = call(server, "GET", "/v2/models/m/traffic")
+    assert code == 200 and shown["weights"] == {"1": 99, "2": 1}
+    assert shown["versions"]["1"]["state"] == "stable" and shown["versions"]["2"]["state"] == "canary"
+    assert shown["source"] == "config"
+
+
+def test_weight_change_under_traffic_fails_nothing(start) -> None:
+    server = start({"m": model_files("m", {1: 0, 2: 0})})
+    code, shown = call(server, "POST", "/v2/models/m/traffic", {"weights": {"1": 100, "2": 0}})
+    assert code == 200, shown
+    replies: list[tuple[int, bytes]] = []
+    stop = threading.Event()
+
+    def traffic() -> None:
+        while not stop.is_set():
+            replies.extend(pipelined(server, "m", [infer_body()] * 50, 50))
+
+    thread = threading.Thread(target=traffic)
+    thread.start()
+    try:
+        time.sleep(0.5)
+        for weights in ({"1": 50, "2": 50}, {"1": 0, "2": 100}, {"1": 90, "2": 10}, {"1": 0, "2": 1}):
+            assert call(server, "POST", "/v2/models/m/traffic", {"weights": weights})[0] == 200
+            time.sleep(0.3)
+    finally:
+        stop.set()
+        thread.join()
+    seen = versions_of(replies)
+    assert "failed" not in seen and {"1", "2"} <= set(seen)
+    # after the last change every unversioned request goes to version 2
+    assert set(versions_of(pipelined(server, "m", [infer_body()] * 200))) == {"2"}
+
+
+def test_bad_traffic_requests_are_refused(start) -> None:
+    server = start({"m": model_files("m", {1: 0, 2: 0})})
+    cases = [
+        ("m", {"weights": {"3": 1, "1": 1}}, 404, "version 3 is not found"),
+        ("m", {"weights": {"1": -1, "2": 1}}, 400, "must be an integer >= 0"),
+        ("m", {"weights": {"1": 1.5, "2": 1}}, 400, "must be an integer >= 0"),
+        ("m", {"weights": {"x": 1}}, 400, "must be an integer > 0"),
+        ("m", {"weights": {"1": 0, "2": 0}}, 400, "all 0"),
+        ("m", {"weights": {}}, 400, "non-empty"),
+        ("m", {"split": 1}, 400, '"weights"'),
+        ("nope", {"weights": {"1": 1}}, 404, "nope"),
+    ]
+    for model, body, status, text in cases:
+        code, reply = call(server, "POST", f"/v2/models/{model}/traffic", body)
+        assert code == status and text in reply["error"], (body, code, reply)
+    code, reply = call(server, "GET", "/v2/models/nope/traffic")
+    assert code == 404 and "nope" in reply["error"]
+    code, reply = call(server, "GET", "/v2/models/m/traffic")
+    assert code == 200 and reply["weights"] == {}
