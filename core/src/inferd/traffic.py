@@ -259,7 +259,9 @@ class Traffic:
         weights = {int(v): int(w) for v, w in wire["weights"].items()}
         split = self.splits.get(model)
         if split is None:
-            split = self.splits[model] = TrafficSplit(model, weights, Policy.from_config(ModelParameters(config, model)))
+            split = self.splits[model] = TrafficSplit(
+                model, weights, Policy.from_config(ModelParameters(config, model))
+            )
         split.set_weights(weights, {int(v): s for v, s in wire["states"].items()})
         split.decisions, split.source = wire["decisions"], wire["source"]
 
@@ -268,8 +270,9 @@ class Traffic:
         split = self.splits.get(model)
         if self.peers is None or split is None:
             return
-        task = asyncio.get_running_loop().create_task(self.peers.ask_each("traffic", {"name": model,
-                                                                                     "wire": split.wire()}))
+        task = asyncio.get_running_loop().create_task(
+            self.peers.ask_each("traffic", {"name": model, "wire": split.wire()})
+        )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
