@@ -200,3 +200,72 @@ def test_bad_traffic_requests_are_refused(start) -> None:
     assert code == 404 and "nope" in reply["error"]
     code, reply = call(server, "GET", "/v2/models/m/traffic")
     assert code == 200 and reply["weights"] == {}
+
+
+def metric(server: ServerProcess, name: str, **labels: str) -> float:
+    """One sample of ``/metrics`` (0 when absent)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{{wanted}}} "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def until(condition, what: str, server: ServerProcess, model: str, timeout: float = 90.0) -> list[tuple[int, bytes]]:
+    """Send unversioned requests in batches until ``condition()`` holds; every reply."""
+    replies: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, (
+            f"{what}: not within {timeout} s: {call(server, 'GET', '/v2/models/' + model + '/traffic')}"
+        )
+        replies.extend(pipelined(server, model, [infer_body()] * 100, 100))
+    return replies
+
+
+def test_failing_canary_is_rolled_back(start) -> None:
+    params = {"canary_window_s": "4", "canary_min_requests": "60"}
+    server = start({"c": model_files("c", {1: 0, 2: 10}, traffic_split="1:50,2:50", **params)})
+
+    def rolled_back() -> bool:
+        return call(server, "GET", "/v2/models/c/traffic")[1]["versions"]["2"]["state"] == "rolled back"
+
+    replies = until(rolled_back, "the canary rolled back", server, "c")
+    assert any(status != 200 for status, _ in replies)  # the canary did fail some
+    after = pipelined(server, "c", [infer_body()] * 300)
+    assert set(versions_of(after)) == {"1"}  # weight 0: nothing reaches it, nothing fails
+    shown = call(server, "GET", "/v2/models/c/traffic")[1]
+    assert shown["weights"] == {"1": 50, "2": 0} and shown["versions"]["2"]["rollbacks"] == 1
+    decision = shown["decisions"][-1]
+    assert decision["action"] == "rollback" and decision["canary_version"] == 2 and decision["window_s"] == 4
+    assert decision["canary"]["failure_rate"] > 0.05 and decision["stable"]["failures"] == 0
+    assert "failure rate" in decision["verdict"] and "roll back when" in decision["rule"]
+    # the stable version failed nothing; the event is in the stats, the index, the metric and the log
+    stats = {s["version"]: s for s in call(server, "GET", "/v2/models/c/stats")[1]["model_stats"]}
+    assert stats["1"]["inference_stats"]["fail"]["count"] == 0 and stats["1"]["inference_stats"]["success"]["count"]
+    assert stats["2"]["traffic"] == {"state": "rolled back", "weight": 0, "rollbacks": 1, "promotions": 0}
+    index = {r["version"]: r for r in call(server, "POST", "/v2/repository/index", {})[1]}
+    assert index["2"]["traffic"] == "rolled back (weight 0)" and "failure rate" in index["2"]["reason"]
+    assert index["1"]["traffic"] == "stable (weight 50)"
+    assert metric(server, "inferd_canary_rollbacks_total", model="c", version="2") == 1
+    assert metric(server, "inferd_traffic_weight", model="c", version="2") == 0
+    assert re.search(r"model 'c': canary version 2 rolled back: failure rate", server.log())
+
+
+def test_healthy_canary_is_promoted_step_by_step(start) -> None:
+    params = {"canary_window_s": "2", "canary_min_requests": "10", "canary_promote_steps": "1,5,25,100"}
+    server = start({"p": model_files("p", {1: 0, 2: 0}, traffic_split="1:99,2:1", **params)})
+
+    def promoted() -> bool:
+        return call(server, "GET", "/v2/models/p/traffic")[1]["versions"]["2"]["state"] == "promoted"
+
+    replies = until(promoted, "the canary promoted", server, "p", timeout=120)
+    assert all(status == 200 for status, _ in replies)
+    shown = call(server, "GET", "/v2/models/p/traffic")[1]
+    steps = [d["weights"] for d in shown["decisions"] if d["action"] == "promote"]
+    assert steps == [{"1": 95, "2": 5}, {"1": 75, "2": 25}, {"1": 0, "2": 100}], steps
+    assert shown["versions"]["1"]["state"] == "off" and shown["versions"]["2"]["promotions"] == 3
+    assert set(versions_of(pipelined(server, "p", [infer_body()] * 200))) == {"2"}
+    assert metric(server, "inferd_canary_promotions_total", model="p", version="2") == 3

@@ -20,7 +20,7 @@ from bisect import bisect_right
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from inferd.canary import Policy, Window, now
 from inferd.config.parameters import ModelParameters
@@ -300,19 +300,26 @@ class Traffic:
                 row["reason"] = f"canary rolled back: {last.get('verdict', '')}"
 
     def collect(self) -> Iterator[Any]:
-        rollbacks = CounterMetricFamily("inferd_canary_rollbacks", "Canary versions rolled back by the canary policy",
-                                        labels=["model", "version"])  # fmt: skip
-        promotions = CounterMetricFamily("inferd_canary_promotions", "Promotion steps taken by the canary policy",
-                                         labels=["model", "version"])  # fmt: skip
-        weight = GaugeMetricFamily("inferd_traffic_weight", "Share of unversioned requests a version receives (0-1)",
-                                   labels=["model", "version"])  # fmt: skip
+        """``inferd_canary_rollbacks_total``, ``inferd_canary_promotions_total`` (this worker's decisions)
+        and ``inferd_traffic_weight``, by model and version."""
+        families = [
+            _family("inferd_canary_rollbacks_total", "Canary versions rolled back by the canary policy", "counter"),
+            _family("inferd_canary_promotions_total", "Promotion steps the canary policy took", "counter"),
+            _family("inferd_traffic_weight", "Share of unversioned requests a version receives (0-1)", "gauge"),
+        ]
         for model, split in sorted(self.splits.items()):
             for v, w in split.weights.items():
-                labels = [model, str(v)]
-                weight.add_metric(labels, w / split._total())
-                rollbacks.add_metric(labels, split.rollbacks.get(v, 0))
-                promotions.add_metric(labels, split.promotions.get(v, 0))
-        yield from (rollbacks, promotions, weight)
+                labels = {"model": model, "version": str(v)}
+                values = (split.rollbacks.get(v, 0), split.promotions.get(v, 0), w / split._total())
+                for family, value in zip(families, values, strict=True):
+                    family.add_sample(family.name, labels, value)
+        yield from families
+
+
+def _family(name: str, text: str, kind: str) -> Metric:
+    family = Metric(name, text, kind)
+    family.name = name  # as named: prometheus_client would drop a counter's "_total"
+    return family
 
 
 _ALL: weakref.WeakSet[Traffic] = weakref.WeakSet()
