@@ -269,3 +269,65 @@ def test_healthy_canary_is_promoted_step_by_step(start) -> None:
     assert shown["versions"]["1"]["state"] == "off" and shown["versions"]["2"]["promotions"] == 3
     assert set(versions_of(pipelined(server, "p", [infer_body()] * 200))) == {"2"}
     assert metric(server, "inferd_canary_promotions_total", model="p", version="2") == 3
+
+
+ENSEMBLE = """
+name: "ens"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "V" data_type: TYPE_INT32 dims: [ 1 ] } ]
+ensemble_scheduling { step [ {
+  model_name: "m" model_version: -1
+  input_map { key: "X" value: "X" } output_map { key: "V" value: "V" }
+} ] }
+"""
+
+
+@pytest.mark.parametrize("transport", ["grpcio", "h2"])
+def test_grpc_traffic_service_and_ensemble_steps_follow_the_split(start, transport: str) -> None:
+    import grpc
+
+    from inferd.default_plugins.grpc import traffic_pb2, traffic_pb2_grpc
+
+    models = {"m": model_files("m", {1: 0, 2: 0}), "ens": {"config.pbtxt": ENSEMBLE, "1/.keep": ""}}
+    server = start(models, "--grpc-transport", transport)
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = traffic_pb2_grpc.TrafficStub(channel)
+        reply = stub.ModelTraffic(traffic_pb2.ModelTrafficRequest(name="m", weights={"1": 0, "2": 5}))
+        assert dict(reply.weights) == {"1": 0, "2": 5} and reply.states["2"] == "stable"
+        assert json.loads(reply.json)["versions"]["2"]["share"] == 1.0
+        assert dict(stub.ModelTraffic(traffic_pb2.ModelTrafficRequest(name="m")).weights) == {"1": 0, "2": 5}
+        bad = [({"name": "m", "weights": {"7": 1}}, grpc.StatusCode.NOT_FOUND, "version 7 is not found"),
+               ({"name": "m", "weights": {"1": 0, "2": 0}}, grpc.StatusCode.INVALID_ARGUMENT, "all 0"),
+               ({"name": "m", "weights": {"1": -3}}, grpc.StatusCode.INVALID_ARGUMENT, "integer >= 0"),
+               ({"name": "nope"}, grpc.StatusCode.NOT_FOUND, "nope")]  # fmt: skip
+        for fields, code, text in bad:
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.ModelTraffic(traffic_pb2.ModelTrafficRequest(**fields))
+            assert caught.value.code() == code and text in caught.value.details(), caught.value
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    x = grpcclient.InferInput("X", [1], "INT32")
+    x.set_data_from_numpy(np.array([1], np.int32))
+    for _ in range(20):  # unary, and through the ensemble's step that names no version
+        result = client.infer("m", [x])
+        assert result.get_response().model_version == "2" and int(result.as_numpy("V")[0]) == 2
+        assert int(client.infer("ens", [x]).as_numpy("V")[0]) == 2
+    assert int(client.infer("m", [x], model_version="1").as_numpy("V")[0]) == 1  # a named version is kept
+    answers: list[Any] = []
+    client.start_stream(callback=lambda result, error: answers.append(error or result))
+    for _ in range(20):
+        client.async_stream_infer("m", [x])
+    client.stop_stream()
+    assert [a.get_response().model_version for a in answers] == ["2"] * 20
+
+
+def test_workers_share_the_split(start) -> None:
+    server = start({"m": model_files("m", {1: 0, 2: 0})}, "--workers", "2")
+    assert call(server, "POST", "/v2/models/m/traffic", {"weights": {"1": 0, "2": 1}})[0] == 200
+    seen = set()
+    for _ in range(40):  # a new connection each time: the kernel deals them to both workers
+        status, body = pipelined(server, "m", [infer_body()], 1)[0]
+        seen.add(versions_of([(status, body)])[0])
+        assert call(server, "GET", "/v2/models/m/traffic")[1]["weights"] == {"1": 0, "2": 1}
+    assert seen == {"2"}

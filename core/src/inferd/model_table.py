@@ -99,6 +99,17 @@ class ModelTable:
             raise unknown_model(name, candidates=visible_names(self.names()))
         return _version(record, name, version)
 
+    def routed(self, name: str, request_id: str = "") -> ModelVersion:
+        """The version a request for ``name`` that names no version runs on: the one its traffic
+        split picks (:mod:`inferd.traffic`), else the highest ready one."""
+        split = self.traffic.splits.get(name)
+        record = self.by_name.get(name) if split is not None else None
+        if split is not None and record is not None:
+            mv = record.serving.get(split.pick(request_id))
+            if mv is not None:
+                return mv
+        return self.resolve(name)
+
     def resolve_key(self, key: str, version: str = "") -> ModelVersion:
         """:meth:`resolve` for a model key (an ensemble's step, resolved when it loaded)."""
         record = self.records.get(key)
