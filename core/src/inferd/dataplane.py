@@ -317,6 +317,7 @@ class DataPlane:
             "log": {k: v for k, v in self.log_config.as_json().items() if k != "log_file"},
             "trace": {k: v for k, v in self.tracer.settings().items() if k != "trace_file"},
             "shared_memory": self.shared_memory.local_state(),
+            "traffic": {name: split.wire() for name, split in self.table.traffic.splits.items()},
         }
 
     async def catch_up(self) -> bool:
@@ -341,6 +342,8 @@ class DataPlane:
                     await self.load_locally(name, parameters)
                 except InferdError as exc:
                     log.warning("could not load '%s' as the running workers have it: %s", name, exc.message)
+        for name, wire in state.get("traffic", {}).items():  # after the loads: the versions serve
+            self.apply_traffic(name, wire)
         return True
 
 
