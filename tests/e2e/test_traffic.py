@@ -169,7 +169,7 @@ def test_weight_change_under_traffic_fails_nothing(start) -> None:
     thread.start()
     try:
         time.sleep(0.5)
-        for weights in ({"1": 50, "2": 50}, {"1": 0, "2": 100}, {"1": 90, "2": 10}, {"1": 0, "2": 1}):
+        for weights in ({"1": 50, "2": 50}, {"1": 0, "2": 100}, {"1": 90, "2": 10}, {"1": 1, "2": 0}):
             assert call(server, "POST", "/v2/models/m/traffic", {"weights": weights})[0] == 200
             time.sleep(0.3)
     finally:
@@ -177,8 +177,8 @@ def test_weight_change_under_traffic_fails_nothing(start) -> None:
         thread.join()
     seen = versions_of(replies)
     assert "failed" not in seen and {"1", "2"} <= set(seen)
-    # after the last change every unversioned request goes to version 2
-    assert set(versions_of(pipelined(server, "m", [infer_body()] * 200))) == {"2"}
+    # after the last change every unversioned request goes to version 1 (not the highest)
+    assert set(versions_of(pipelined(server, "m", [infer_body()] * 200))) == {"1"}
 
 
 def test_bad_traffic_requests_are_refused(start) -> None:
@@ -294,10 +294,10 @@ def test_grpc_traffic_service_and_ensemble_steps_follow_the_split(start, transpo
     server = start(models, "--grpc-transport", transport)
     with grpc.insecure_channel(server.grpc_url) as channel:
         stub = traffic_pb2_grpc.TrafficStub(channel)
-        reply = stub.ModelTraffic(traffic_pb2.ModelTrafficRequest(name="m", weights={"1": 0, "2": 5}))
-        assert dict(reply.weights) == {"1": 0, "2": 5} and reply.states["2"] == "stable"
-        assert json.loads(reply.json)["versions"]["2"]["share"] == 1.0
-        assert dict(stub.ModelTraffic(traffic_pb2.ModelTrafficRequest(name="m")).weights) == {"1": 0, "2": 5}
+        reply = stub.ModelTraffic(traffic_pb2.ModelTrafficRequest(name="m", weights={"1": 5, "2": 0}))
+        assert dict(reply.weights) == {"1": 5, "2": 0} and reply.states["1"] == "stable"
+        assert json.loads(reply.json)["versions"]["1"]["share"] == 1.0
+        assert dict(stub.ModelTraffic(traffic_pb2.ModelTrafficRequest(name="m")).weights) == {"1": 5, "2": 0}
         bad = [({"name": "m", "weights": {"7": 1}}, grpc.StatusCode.NOT_FOUND, "version 7 is not found"),
                ({"name": "m", "weights": {"1": 0, "2": 0}}, grpc.StatusCode.INVALID_ARGUMENT, "all 0"),
                ({"name": "m", "weights": {"1": -3}}, grpc.StatusCode.INVALID_ARGUMENT, "integer >= 0"),
@@ -309,25 +309,50 @@ def test_grpc_traffic_service_and_ensemble_steps_follow_the_split(start, transpo
     client = grpcclient.InferenceServerClient(server.grpc_url)
     x = grpcclient.InferInput("X", [1], "INT32")
     x.set_data_from_numpy(np.array([1], np.int32))
-    for _ in range(20):  # unary, and through the ensemble's step that names no version
+    for _ in range(20):  # unary, and through the ensemble's step that names no version (not the highest: 2)
         result = client.infer("m", [x])
-        assert result.get_response().model_version == "2" and int(result.as_numpy("V")[0]) == 2
-        assert int(client.infer("ens", [x]).as_numpy("V")[0]) == 2
-    assert int(client.infer("m", [x], model_version="1").as_numpy("V")[0]) == 1  # a named version is kept
+        assert result.get_response().model_version == "1" and int(result.as_numpy("V")[0]) == 1
+        assert int(client.infer("ens", [x]).as_numpy("V")[0]) == 1
+    assert int(client.infer("m", [x], model_version="2").as_numpy("V")[0]) == 2  # a named version is kept
     answers: list[Any] = []
     client.start_stream(callback=lambda result, error: answers.append(error or result))
     for _ in range(20):
         client.async_stream_infer("m", [x])
     client.stop_stream()
-    assert [a.get_response().model_version for a in answers] == ["2"] * 20
+    assert [a.get_response().model_version for a in answers] == ["1"] * 20
 
 
 def test_workers_share_the_split(start) -> None:
     server = start({"m": model_files("m", {1: 0, 2: 0})}, "--workers", "2")
-    assert call(server, "POST", "/v2/models/m/traffic", {"weights": {"1": 0, "2": 1}})[0] == 200
+    assert call(server, "POST", "/v2/models/m/traffic", {"weights": {"1": 1, "2": 0}})[0] == 200
     seen = set()
     for _ in range(40):  # a new connection each time: the kernel deals them to both workers
         status, body = pipelined(server, "m", [infer_body()], 1)[0]
         seen.add(versions_of([(status, body)])[0])
-        assert call(server, "GET", "/v2/models/m/traffic")[1]["weights"] == {"1": 0, "2": 1}
-    assert seen == {"2"}
+        assert call(server, "GET", "/v2/models/m/traffic")[1]["weights"] == {"1": 1, "2": 0}
+    assert seen == {"1"}
+
+
+def test_openai_model_name_follows_the_split(start, tmp_path: Path) -> None:
+    from tests.plugins.frontend_openai.chat_model import write_chat_model
+
+    root = tmp_path / "chat_repo" / "chat"
+    root.mkdir(parents=True)
+    model_dir = write_chat_model(tmp_path / "chat_repo", "chat", tokenizer=root)  # the tokenizer: in the model's folder
+    (model_dir / "2").mkdir()
+    (model_dir / "2" / "model.py").write_text((model_dir / "1" / "model.py").read_text())
+    config = model_dir / "config.pbtxt"
+    config.write_text(config.read_text() + "\nversion_policy: { all: {} }\n" + parameters(traffic_split="1:1,2:0"))
+    files = {str(p.relative_to(model_dir)): p.read_bytes() for p in model_dir.rglob("*") if p.is_file()}
+    server = start({"chat": files}, "--openai-port", "0", "--openai-address", "127.0.0.1")
+    body = json.dumps({"model": "chat", "prompt": "the quick brown fox", "max_tokens": 3}).encode()
+    for _ in range(5):
+        req = urllib.request.Request(f"http://127.0.0.1:{server.ports['openai']}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                assert resp.status == 200
+        except urllib.error.HTTPError as exc:
+            raise AssertionError(exc.read()) from None
+    stats = {s["version"]: s["inference_count"] for s in call(server, "GET", "/v2/models/chat/stats")[1]["model_stats"]}
+    assert stats == {"1": 5, "2": 0}, stats  # without the split, the highest version (2) would answer

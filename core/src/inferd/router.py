@@ -86,18 +86,22 @@ class Router:
         return mv.info if mv is not None else info
 
     async def _run_split(self, info: ModelInfo, request: InferRequest) -> InferResponse:
-        """:meth:`infer` on the version the split picked; its outcome feeds the canary policy."""
+        """:meth:`_run` on the version the split picked; its outcome feeds the canary policy
+        (a cancelled request, or one whose client went away, says nothing of the version)."""
         start = time.perf_counter_ns()
-        ok = True
         try:
-            return await self._run(info, request)
+            response = await self._run(info, request)
         except InferdError as exc:
-            ok = exc.kind is ErrorKind.CANCELLED
+            if exc.kind is not ErrorKind.CANCELLED:
+                self._observe(info, False, start)
             raise
-        finally:
-            split = self.splits.get(info.name)
-            if split is not None and split.observe(info.version, ok, time.perf_counter_ns() - start):
-                self.table.traffic.decided(info.name)
+        self._observe(info, True, start)
+        return response
+
+    def _observe(self, info: ModelInfo, ok: bool, start: int) -> None:
+        split = self.splits.get(info.name)
+        if split is not None and split.observe(info.version, ok, time.perf_counter_ns() - start):
+            self.table.traffic.decided(info.name)
 
     @staticmethod
     def _servable(info: ModelInfo) -> Servable:
