@@ -323,7 +323,9 @@ def test_grpc_traffic_service_and_ensemble_steps_follow_the_split(start, transpo
 
 
 def test_workers_share_the_split(start) -> None:
-    server = start({"m": model_files("m", {1: 0, 2: 0})}, "--workers", "2")
+    params = {"canary_window_s": "4", "canary_min_requests": "30", "traffic_split": "1:50,2:50"}
+    models = {"m": model_files("m", {1: 0, 2: 0}), "c": model_files("c", {1: 0, 2: 10}, **params)}
+    server = start(models, "--workers", "2")
     assert call(server, "POST", "/v2/models/m/traffic", {"weights": {"1": 1, "2": 0}})[0] == 200
     seen = set()
     for _ in range(40):  # a new connection each time: the kernel deals them to both workers
@@ -331,6 +333,14 @@ def test_workers_share_the_split(start) -> None:
         seen.add(versions_of([(status, body)])[0])
         assert call(server, "GET", "/v2/models/m/traffic")[1]["weights"] == {"1": 1, "2": 0}
     assert seen == {"1"}
+    # a rollback one worker decides applies on every worker
+    until(lambda: call(server, "GET", "/v2/models/c/traffic")[1]["weights"]["2"] == 0, "rolled back", server, "c")
+    time.sleep(0.5)  # the deciding worker sends the split on at once; leave it a moment to arrive
+    for _ in range(20):
+        shown = call(server, "GET", "/v2/models/c/traffic")[1]
+        assert shown["versions"]["2"]["state"] == "rolled back" and shown["versions"]["2"]["rollbacks"] >= 1
+        assert set(versions_of(pipelined(server, "c", [infer_body()] * 20))) == {"1"}
+    assert metric(server, "inferd_canary_rollbacks_total", model="c", version="2") >= 1
 
 
 def test_openai_model_name_follows_the_split(start, tmp_path: Path) -> None:

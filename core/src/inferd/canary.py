@@ -138,5 +138,5 @@ class Policy:
         return "; ".join(worse)
 
 
-def now() -> float:
-    return time.monotonic()
+#: The clock windows use (seconds).
+now = time.monotonic
