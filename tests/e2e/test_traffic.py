@@ -335,7 +335,10 @@ def test_workers_share_the_split(start) -> None:
     assert seen == {"1"}
     # a rollback one worker decides applies on every worker
     until(lambda: call(server, "GET", "/v2/models/c/traffic")[1]["weights"]["2"] == 0, "rolled back", server, "c")
-    time.sleep(0.5)  # the deciding worker sends the split on at once; leave it a moment to arrive
+    deadline, agreeing = time.monotonic() + 30, 0  # the deciding worker sends the split on without waiting
+    while agreeing < 10:
+        assert time.monotonic() < deadline, "the workers do not agree on the rollback"
+        agreeing = agreeing + 1 if call(server, "GET", "/v2/models/c/traffic")[1]["weights"]["2"] == 0 else 0
     for _ in range(20):
         shown = call(server, "GET", "/v2/models/c/traffic")[1]
         assert shown["versions"]["2"]["state"] == "rolled back" and shown["versions"]["2"]["rollbacks"] >= 1
