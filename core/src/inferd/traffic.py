@@ -48,7 +48,7 @@ def parse_split(text: str, model: str) -> dict[int, int]:
     return check_weights(weights, model)
 
 
-def check_weights(weights: Mapping[str, Any], model: str, serving: list[int] | None = None) -> dict[int, int]:
+def check_weights(weights: Mapping[Any, Any], model: str, serving: list[int] | None = None) -> dict[int, int]:
     """Versions (integers > 0, among ``serving`` when given) -> weights (integers >= 0, not all 0)."""
     if not isinstance(weights, Mapping) or not weights:
         raise InvalidArgument(f"model '{model}': traffic weights must be a non-empty object of version: weight")
@@ -296,7 +296,9 @@ class Traffic:
             state = split.states.get(int(version), OFF)
             row["traffic"] = f"{state} (weight {split.weights[int(version)]})"
             if state == ROLLED_BACK and not row.get("reason"):
-                last = next((d for d in reversed(split.decisions) if d.get("canary_version") == int(version)), {})
+                last: dict[str, Any] = next(
+                    (d for d in reversed(split.decisions) if d.get("canary_version") == int(version)), {}
+                )
                 row["reason"] = f"canary rolled back: {last.get('verdict', '')}"
 
     def collect(self) -> Iterator[Any]:
