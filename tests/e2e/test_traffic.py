@@ -369,3 +369,61 @@ def test_openai_model_name_follows_the_split(start, tmp_path: Path) -> None:
             raise AssertionError(exc.read()) from None
     stats = {s["version"]: s["inference_count"] for s in call(server, "GET", "/v2/models/chat/stats")[1]["model_stats"]}
     assert stats == {"1": 5, "2": 0}, stats  # without the split, the highest version (2) would answer
+
+
+DECOUPLED_CONFIG = """
+name: "llm"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "V" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 4 } ]
+version_policy: { all: {} }
+"""
+DECOUPLED_PY = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.version = int(args["model_version"])
+
+    def execute(self, requests):
+        for r in requests:
+            sender = r.get_response_sender()
+            time.sleep({first_s})  # before the first response: the time to first token
+            for _ in range(2):
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("V", np.array([self.version], np.int32))]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
+def test_slow_first_token_canary_is_rolled_back_over_grpc_streams(start) -> None:
+    params = parameters(traffic_split="1:50,2:50", canary_window_s="8", canary_min_requests="8",
+                        canary_p95_slack_ms="100")  # fmt: skip
+    files = {"config.pbtxt": DECOUPLED_CONFIG + params, "1/model.py": DECOUPLED_PY.format(first_s=0),
+             "2/model.py": DECOUPLED_PY.format(first_s=0.4)}  # fmt: skip
+    server = start({"llm": files})
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    x = grpcclient.InferInput("X", [1], "INT32")
+    x.set_data_from_numpy(np.array([1], np.int32))
+    errors: list[Any] = []
+    client.start_stream(callback=lambda result, error: errors.append(error) if error else None)
+    deadline = time.monotonic() + 90
+    try:
+        while call(server, "GET", "/v2/models/llm/traffic")[1]["versions"]["2"]["state"] != "rolled back":
+            assert time.monotonic() < deadline, call(server, "GET", "/v2/models/llm/traffic")
+            for _ in range(8):
+                client.async_stream_infer("llm", [x])
+            time.sleep(0.2)
+    finally:
+        client.stop_stream()
+    assert errors == []
+    decision = call(server, "GET", "/v2/models/llm/traffic")[1]["decisions"][-1]
+    assert decision["action"] == "rollback" and "p95" in decision["verdict"], decision
+    assert decision["canary"]["p95_ms"] >= 300 > decision["stable"]["p95_ms"], decision

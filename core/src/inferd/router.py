@@ -98,9 +98,9 @@ class Router:
         self._observe(info, True, start)
         return response
 
-    def _observe(self, info: ModelInfo, ok: bool, start: int) -> None:
+    def _observe(self, info: ModelInfo, ok: bool, start: int, end: int = 0) -> None:
         split = self.splits.get(info.name)
-        if split is not None and split.observe(info.version, ok, time.perf_counter_ns() - start):
+        if split is not None and split.observe(info.version, ok, (end or time.perf_counter_ns()) - start):
             self.table.traffic.decided(info.name)
 
     @staticmethod
@@ -160,8 +160,29 @@ class Router:
             except InferdError as exc:
                 yield exc
             return
+        if split:
+            async for item in self._judged_stream(info, request):
+                yield item
+            return
         async for item in self._stream_decoupled(info, request):
             yield item
+
+    async def _judged_stream(
+        self, info: ModelInfo, request: InferRequest
+    ) -> AsyncIterator[InferResponse | InferdError]:
+        """A decoupled request on the version the split picked: the canary policy judges its time to
+        the first response (an LLM's time to first token) and whether any response was an error;
+        a stream its caller closed early says nothing of the version."""
+        start = time.perf_counter_ns()
+        first = 0
+        ok = True
+        async for item in self._stream_decoupled(info, request):
+            if not first:
+                first = time.perf_counter_ns()
+            if isinstance(item, InferdError) and item.kind is not ErrorKind.CANCELLED:
+                ok = False
+            yield item
+        self._observe(info, ok, start, first)
 
     async def _stream_decoupled(
         self, info: ModelInfo, request: InferRequest
