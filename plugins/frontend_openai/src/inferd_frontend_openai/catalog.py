@@ -33,6 +33,7 @@ class Models(Protocol):
     """The server's model table: what serves a name now, and every serving version."""
 
     def resolve(self, name: str, version: str = "") -> ServingVersion: ...
+    def routed(self, name: str) -> ServingVersion: ...
     def serving(self, name: str = "") -> Iterator[ServingVersion]: ...
 
 
@@ -71,7 +72,7 @@ class Catalog:
         if grant is not None and not grant.sees(name):
             raise self.not_found(name)
         try:
-            mv = self.models.resolve(name)
+            mv = self.models.routed(name)  # a model name names no version: the traffic split picks
         except InferdError:
             raise self.not_found(name) from None
         if not is_text_model(mv.info):

@@ -72,6 +72,8 @@ ROUTES: tuple[tuple[str, str, str], ...] = (
             ("/generate_stream", "POST", "generate_stream"),
         )
     ),
+    ("/v2/models/{model}/traffic", "GET", "traffic_get"),  # weighted versions (inferd's own)
+    ("/v2/models/{model}/traffic", "POST", "traffic_post"),
     ("/v2/trace/setting", "GET", "trace_get"),  # the trace and logging extensions
     ("/v2/trace/setting", "POST", "trace_post"),
     ("/v2/models/{model}/trace/setting", "GET", "trace_get"),
@@ -267,6 +269,15 @@ class Endpoints:
 
     async def usage(self, request: Request) -> Response:
         return _json(await self.dp.tenant_usage())
+
+    async def traffic_get(self, request: Request) -> Response:
+        return _json(self.dp.traffic(request.path_params["model"]))
+
+    async def traffic_post(self, request: Request) -> Response:
+        body = await _json_body(request)
+        if not isinstance(body, dict) or "weights" not in body:
+            raise InvalidArgument('traffic request must be a JSON object with "weights": {"<version>": <weight>}')
+        return _json(await self.dp.set_traffic(request.path_params["model"], body["weights"]))
 
     async def trace_get(self, request: Request) -> Response:
         return _json(self.dp.trace_settings(request.path_params.get("model", "")))
