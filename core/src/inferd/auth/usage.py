@@ -162,8 +162,8 @@ class Usage:
                 await inner.aclose()  # type: ignore[attr-defined]
                 record(tenant, model.name, prompt, completion, not failed)
 
-        dataplane.infer = metered_infer  # type: ignore[method-assign]
-        dataplane.stream = metered_stream  # type: ignore[method-assign]
+        dataplane.infer = metered_infer
+        dataplane.stream = metered_stream
 
 
 def usage_json(families: Iterator[Metric]) -> dict[str, Any]:
