@@ -92,7 +92,6 @@ class GrpcH2Protocol(asyncio.Protocol):
     (:func:`protocol_class`).
     """
 
-    alpn_protocols: ClassVar[list[str]] = ["h2"]
     streams_per_connection: ClassVar[int] = STREAMS_PER_CONNECTION
     #: What the connections serve (set by :func:`protocol_class`).
     served: ClassVar[Served]
