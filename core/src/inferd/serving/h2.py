@@ -224,9 +224,6 @@ class GrpcH2Protocol(asyncio.Protocol):
         if self._last_stream is not None and stream_id > self._last_stream:
             self.conn.stream(stream_id).reset(_REFUSED_STREAM)
             return
-        if not event.target.isascii():
-            self.conn.stream(stream_id).reset(_PROTOCOL_ERROR)  # RFC 9113 8.1.1
-            return
         self._taken += 1
         if self.shutdown_requested:
             self._unavailable(stream_id)
@@ -254,6 +251,9 @@ class GrpcH2Protocol(asyncio.Protocol):
         return True
 
     def _start_asgi(self, event: zttp.Request) -> None:
+        if not event.target.isascii():
+            self.conn.stream(event.stream_id).reset(_PROTOCOL_ERROR)  # RFC 9113 8.1.1
+            return
         raw_path = event.path
         scope: dict[str, Any] = {
             "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "2",
