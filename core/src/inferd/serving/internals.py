@@ -10,11 +10,14 @@ Kinds of borrowing:
 - ``param``: a parameter of a library callable;
 - ``calls``: a library method that must still call the hook inferd overrides (``name`` is called
   from ``by``), or the override is never reached;
-- ``text``: a string the library's module must still contain (a logger name).
+- ``text``: a string the library's module must still contain (a logger name, the keywords a
+  protocol is built with, a call).
 
-Beside the names, :data:`CYCLES`: inferd's stand-ins for uvicorn's ``RequestResponseCycle`` must
-have every attribute uvicorn's protocol touches on a cycle; :func:`check` reads that set from
-uvicorn's source.
+Beside the names, :data:`CYCLES`: inferd's stand-in for uvicorn's HTTP/1.1 ``RequestResponseCycle``
+must have every attribute uvicorn's protocol touches on a cycle; :func:`check` reads that set from
+uvicorn's source. The HTTP/2 protocol (:mod:`inferd.serving.h2`) subclasses nothing of uvicorn's:
+it borrows only how uvicorn's ``Server`` builds and shuts down a connection's protocol, and zttp's
+public API.
 
 Upgrading a library: install the new version, run the test; fix what :func:`check` names (read
 the library's code for each borrowed name: same meaning, same callers?), run the HTTP and gRPC
