@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client.metrics_core import Metric
 
@@ -27,7 +27,6 @@ from inferd.auth.policy import CURRENT
 from inferd.errors import InferdError
 
 if TYPE_CHECKING:
-    from inferd.dataplane import DataPlane
     from inferd.model_info import ModelInfo
     from inferd.types import InferRequest, InferResponse
 
@@ -40,6 +39,19 @@ COMPLETION_TOKENS = "completion_tokens"
 _OUTPUTS = ("num_input_tokens", "num_output_tokens")
 TOKENS = "inferd_tenant_tokens_total"
 REQUESTS = "inferd_tenant_model_requests_total"
+
+
+class Meterable(Protocol):
+    """What :meth:`Usage.meter` wraps: the data plane's entry points (a protocol, so that ``auth``
+    does not import the data plane, which imports ``auth``)."""
+
+    async def infer(self, request: InferRequest, model: ModelInfo | None = None) -> InferResponse: ...
+
+    def stream(
+        self, request: InferRequest, model: ModelInfo | None = None
+    ) -> AsyncIterator[InferResponse | InferdError]: ...
+
+    def resolve(self, name: str, version: str = "") -> ModelInfo: ...
 
 
 @dataclass(slots=True)
@@ -107,7 +119,7 @@ class Usage:
         yield tokens
         yield requests
 
-    def meter(self, dataplane: DataPlane) -> None:
+    def meter(self, dataplane: Meterable) -> None:
         """Count the requests frontends send through ``dataplane.infer`` and ``dataplane.stream``
         (ensemble steps and models calling models go to the router directly: not counted)."""
         infer, stream, resolve = dataplane.infer, dataplane.stream, dataplane.resolve
@@ -162,8 +174,8 @@ class Usage:
                 await inner.aclose()  # type: ignore[attr-defined]
                 record(tenant, model.name, prompt, completion, not failed)
 
-        dataplane.infer = metered_infer
-        dataplane.stream = metered_stream
+        dataplane.infer = metered_infer  # type: ignore[method-assign]
+        dataplane.stream = metered_stream  # type: ignore[method-assign]
 
 
 def usage_json(families: Iterator[Metric]) -> dict[str, Any]:
