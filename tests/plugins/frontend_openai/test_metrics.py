@@ -26,7 +26,7 @@ def test_token_counters_and_latency_histograms(openai_server: OpenAIServer) -> N
     ).json()["usage"]
     assert f'"usage":{{"prompt_tokens":{usage["prompt_tokens"]},' in raw  # both requests count the same
     after = samples(openai_server)
-    label = '{model="chat_folder"}'
+    label = '{model="chat_folder",version="1"}'
 
     def grew(name: str) -> float:
         return after[name + label] - before.get(name + label, 0.0)
@@ -36,7 +36,7 @@ def test_token_counters_and_latency_histograms(openai_server: OpenAIServer) -> N
     assert grew("inferd_llm_generation_tokens") == 2 * usage["completion_tokens"]
     assert grew("inferd_llm_time_to_first_token_seconds_count") == 6
     assert grew("inferd_llm_time_per_output_token_seconds_count") == 6
-    inf = '{model="chat_folder",le="+Inf"}'
+    inf = '{model="chat_folder",version="1",le="+Inf"}'
     assert (
         after["inferd_llm_time_to_first_token_seconds_bucket" + inf]
         == after["inferd_llm_time_to_first_token_seconds_count" + label]
