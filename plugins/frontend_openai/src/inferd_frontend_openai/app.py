@@ -84,9 +84,10 @@ class OpenAIApp:
         if not engine.is_text_model(mv.info):
             raise bad_request(f"model '{gen.model}' is an embedding model: it serves /v1/embeddings, not "
                               f"{'chat completions' if chat else 'completions'}", "model")  # fmt: skip
-        lora = self.catalog.resolve(gen.model)[1]
-        if lora is not None:
-            gen.sampling["lora_name"] = lora  # Triton's vLLM backend's parameter
+        if gen.model != mv.name:  # maybe a LoRA adapter of mv (a model's own name resolves to itself)
+            lora = self.catalog.resolve(gen.model)[1]
+            if lora is not None:
+                gen.sampling["lora_name"] = lora  # Triton's vLLM backend's parameter
         if gen.logprobs is not None and not engine.gives_logprobs(mv.info):
             raise bad_request(f"model '{gen.model}' does not give logprobs: it has no 'return_logprobs' input and "
                               f"'logprobs' output (Triton's vLLM backend's)", "logprobs")  # fmt: skip

@@ -72,6 +72,9 @@ class OpenAIFrontend(Frontend):
         self.port = server.port
 
     async def stop(self, grace: float) -> None:
+        from inferd.metric_sources import SOURCES
+
+        SOURCES.remove(self.metrics)  # added by the plugin's inferd_startup
         if self.server is not None:
             await self.server.stop(grace)
 
