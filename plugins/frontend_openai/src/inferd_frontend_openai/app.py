@@ -53,7 +53,8 @@ class OpenAIApp:
 
     async def model(self, request: Request) -> Response:
         name = request.path_params["model"]
-        return JSONResponse(self.catalog.entry(self.catalog.version(name).name))
+        mv, lora = self.catalog.resolve(name)
+        return JSONResponse(self.catalog.entry(lora or mv.name))
 
     async def completions(self, request: Request) -> Response:
         body = await _body(request)
