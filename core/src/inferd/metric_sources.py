@@ -79,36 +79,42 @@ class SummedSources:
         from prometheus_client.metrics_core import Metric as PromMetric
 
         added: dict[tuple[str, str, tuple[tuple[str, str], ...]], float] = {}
-        peer_families: dict[str, tuple[str, str]] = {}
+        #: Each summed family of the other workers: its type, help and sample keys (in order).
+        peer_families: dict[str, tuple[str, str, list[tuple[str, str, tuple[tuple[str, str], ...]]]]] = {}
         for snapshot in self.peers():
-            for name, kind, doc, samples in snapshot:
+            for name, kind, text, samples in snapshot:
                 if kind in SUMMED_TYPES:
-                    peer_families.setdefault(name, (kind, doc))
+                    keys = peer_families.setdefault(name, (kind, text, []))[2]
                     for sample, labels, value in samples:
                         key = (name, sample, tuple(sorted(labels.items())))
+                        if key not in added:
+                            keys.append(key)
                         added[key] = added.get(key, 0) + value
+        seen: set[tuple[str, str, tuple[tuple[str, str], ...]]] = set()
+        written: set[str] = set()
         for family in self.local.collect():
             if family.type not in SUMMED_TYPES:
                 yield family
                 continue
-            peer_families.pop(family.name, None)
             out = PromMetric(family.name, family.documentation, family.type)
             out.name = family.name  # as the source named it (prometheus_client drops a counter's "_total")
             for s in family.samples:
-                extra = added.pop((family.name, s.name, tuple(sorted(s.labels.items()))), 0)
-                out.add_sample(s.name, s.labels, s.value + extra)
-            for (name, sample, labels), value in list(added.items()):  # series only other workers have
-                if name == family.name:
-                    out.add_sample(sample, dict(labels), value)
-                    del added[name, sample, labels]
+                key = (family.name, s.name, tuple(sorted(s.labels.items())))
+                seen.add(key)
+                out.add_sample(s.name, s.labels, s.value + added.get(key, 0))
+            written.add(family.name)
+            # The samples only other workers have (a model this worker did not serve yet).
+            for key in peer_families.get(family.name, ("", "", []))[2]:
+                if key not in seen:
+                    out.add_sample(key[1], dict(key[2]), added[key])
             yield out
-        for name, (kind, doc) in peer_families.items():  # families only other workers have
-            out = PromMetric(name, doc, kind)
-            out.name = name
-            for (family_name, sample, labels), value in added.items():
-                if family_name == name:
-                    out.add_sample(sample, dict(labels), value)
-            yield out
+        for name, (kind, text, keys) in peer_families.items():  # families only other workers have (yet)
+            if name not in written:
+                out = PromMetric(name, text, kind)
+                out.name = name
+                for key in keys:
+                    out.add_sample(key[1], dict(key[2]), added[key])
+                yield out
 
 
 #: The process's metric sources, read by the metrics frontend.

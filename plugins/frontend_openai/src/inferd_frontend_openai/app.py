@@ -1,4 +1,5 @@
-"""The routes: ``/v1/models``, ``/v1/models/{model}``, ``/v1/completions``, ``/v1/chat/completions``."""
+"""The routes: ``/v1/models``, ``/v1/models/{model}``, ``/v1/completions``, ``/v1/chat/completions``,
+``/v1/embeddings``."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from starlette.types import Receive, Scope, Send
 
 from inferd.auth import CURRENT
 from inferd.json_depth import TOO_DEEP, depth_problem
-from inferd_frontend_openai import engine, params
+from inferd_frontend_openai import embeddings, engine, params
 from inferd_frontend_openai.catalog import Catalog, ServingVersion
 from inferd_frontend_openai.choices import ChoiceRunner, Event
 from inferd_frontend_openai.engine import StreamingDataPlane
@@ -39,6 +40,7 @@ class OpenAIApp:
             Route("/v1/models/{model:path}", self.model, methods=["GET"]),
             Route("/v1/completions", self.completions, methods=["POST"]),
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/embeddings", self.embeddings, methods=["POST"]),
         ]
         self.app = Starlette(
             routes=routes, exception_handlers={OpenAIError: _error, 404: _not_found, 405: _not_allowed}
@@ -52,7 +54,8 @@ class OpenAIApp:
 
     async def model(self, request: Request) -> Response:
         name = request.path_params["model"]
-        return JSONResponse(self.catalog.entry(self.catalog.version(name).name))
+        mv, lora = self.catalog.resolve(name)
+        return JSONResponse(self.catalog.entry(lora or mv.name))
 
     async def completions(self, request: Request) -> Response:
         body = await _body(request)
@@ -71,7 +74,22 @@ class OpenAIApp:
             raise bad_request(f"model '{gen.model}': {exc}", "messages") from None
         return await self._generate(gen, mv, chat=True)
 
+    async def embeddings(self, request: Request) -> Response:
+        emb = embeddings.decode(await _body(request))
+        mv, lora = self.catalog.resolve(emb.model)
+        if not embeddings.is_embedding_model(mv.info):
+            raise bad_request(f"model '{emb.model}' does not serve embeddings: it generates text; serve an embedding "
+                              "model with vLLM's pooling runner (\"runner\": \"pooling\" in its model.json)", "model")  # fmt: skip
+        return JSONResponse(await embeddings.run(self.dataplane, mv.info, emb, lora))
+
     async def _generate(self, gen: params.Generation, mv: ServingVersion, chat: bool) -> Response:
+        if not engine.is_text_model(mv.info):
+            raise bad_request(f"model '{gen.model}' is an embedding model: it serves /v1/embeddings, not "
+                              f"{'chat completions' if chat else 'completions'}", "model")  # fmt: skip
+        if gen.model != mv.name:  # maybe a LoRA adapter of mv (a model's own name resolves to itself)
+            lora = self.catalog.resolve(gen.model)[1]
+            if lora is not None:
+                gen.sampling["lora_name"] = lora  # Triton's vLLM backend's parameter
         if gen.logprobs is not None and not engine.gives_logprobs(mv.info):
             raise bad_request(f"model '{gen.model}' does not give logprobs: it has no 'return_logprobs' input and "
                               f"'logprobs' output (Triton's vLLM backend's)", "logprobs")  # fmt: skip
