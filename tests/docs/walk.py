@@ -1,9 +1,11 @@
 """Run the commands of a Markdown page as written, in order, against real servers.
 
 Every fenced ``bash``/``sh`` and ``python`` block of the page runs, in the repository's root, with
-three substitutions so that the walk neither needs the default ports nor touches shared paths:
-``localhost:8000`` (``:8001``, ``:8002``, ``:9000``) become free ports, ``/tmp/`` becomes a
-private directory, and ``.venv/bin/`` the running interpreter's. An ``inferd serve`` line starts
+four substitutions so that the walk neither needs the default ports nor touches shared paths nor
+takes longer than it must: ``localhost:8000`` (``:8001``, ``:8002``, ``:9000``) become free ports,
+``/tmp/`` becomes a private directory, ``.venv/bin/`` the running interpreter's, and an
+``inferd perf`` or ``inferd analyze`` run measures short windows (:data:`MEASURE`: three 0.25 s
+windows a level at most; the page's 1 s windows until stable take up to 10 s a level). An ``inferd serve`` line starts
 a server in the background (stopping the one before) and waits for it to be ready; install
 commands (``make``, ``pip install``, ``python -m venv``) are listed, not run. A ``json`` block
 right after a command's block is its expected output (lists of index rows compared on the models
@@ -31,6 +33,10 @@ ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 SERVE = re.compile(r"^(?:[A-Z_]+=\S+ )*(?:\S*/)?inferd serve\b")
 INSTALL = re.compile(r"^(make |pip install |python -m venv )")
+#: A measuring ``inferd perf``/``inferd analyze`` command (not ``--help``) and what the walk appends to it
+#: (argparse keeps the last value: these override the page's ``-p``).
+MEASURING = re.compile(r"^(?:\S*/)?inferd (perf|analyze) (?!--help)")
+MEASURE = " -p 250 -r 3"
 
 
 @dataclass
@@ -116,6 +122,8 @@ class Walk:
                 continue
             expected = _expected(after) if n == len(cmds) - 1 else None
             self.ran.append(first)
+            if MEASURING.match(first):
+                command = command.split("#")[0].rstrip() + MEASURE
             self.check(self.sub(command), expected, where, timeout)
 
     def check(self, command: str, expected: Any, where: str, timeout: float) -> None:
@@ -129,7 +137,7 @@ class Walk:
             actual = _last_json(done.stdout)
             if same(expected, actual) or time.monotonic() > deadline:
                 break
-            time.sleep(0.5)
+            time.sleep(0.1)
         assert same(expected, actual), f"{where}: {command}\nexpected {expected}\ngot {done.stdout}"
         self.compared += 1
 
@@ -159,7 +167,7 @@ class Walk:
             assert self.server.poll() is None, f"{where}: {command} exited\n{self.log()}"
             if _status(f"http://localhost:{http}/v2/health/ready") == 200:
                 return
-            time.sleep(0.2)
+            time.sleep(0.05)
         raise AssertionError(f"{where}: {command} not ready in {timeout} s\n{self.log()}")
 
     def stop(self) -> None:
