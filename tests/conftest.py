@@ -27,6 +27,9 @@ def python_model_files(config: str, model_py: str, versions: tuple[int, ...] = (
 #: Folders whose tests are end to end (real servers, installs, generated projects): marked ``e2e``.
 E2E_FOLDERS = {"e2e", "deploy", "docs", "cookiecutter"}
 TESTS = Path(__file__).resolve().parent
+#: Files that run one after another on one xdist worker, by path prefix (from the root): each vLLM
+#: engine on the CPU takes every core, so two at once (one per worker) slow both to a crawl.
+XDIST_GROUPS = {"tests/plugins/backend_vllm/": "vllm", "tests/docs/test_doc_commands.py": "vllm"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -43,6 +46,22 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):
         for src in [ROOT / "core" / "src", *sorted((ROOT / "plugins").glob("*/src"))]:
             compileall.compile_dir(src, quiet=1)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadfile`` with :data:`XDIST_GROUPS`: a file is a unit of work, and a group of files
+    is one unit."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class GroupedFileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return next((group for prefix, group in XDIST_GROUPS.items() if file.startswith(prefix)), file)
+
+    return GroupedFileScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
