@@ -58,10 +58,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
     class GroupedFileScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            file = nodeid.split("::", 1)[0]
-            return next((group for prefix, group in XDIST_GROUPS.items() if file.startswith(prefix)), file)
+            return xdist_unit(nodeid)
 
     return GroupedFileScheduling(config, log)
+
+
+def xdist_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to under ``--dist loadfile``: its group, else its file."""
+    file = nodeid.split("::", 1)[0]
+    return next((group for prefix, group in XDIST_GROUPS.items() if file.startswith(prefix)), file)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
