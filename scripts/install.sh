@@ -86,7 +86,7 @@ if ! test -x "$VENV/bin/python"; then
 fi
 
 pip_sources() {  # pip's configuration (files, PIP_* variables) as uv arguments, one a line
-  $pip config list | while IFS= read -r line; do
+  "$VENV/bin/python" -m pip config list | while IFS= read -r line; do
     key=${line%%=*}; key=${key#*.}; value=${line#*=}; value=${value#[\'\"]}; value=${value%[\'\"]}
     case $key in
       cert) echo "SSL_CERT_FILE=$value" ;;
