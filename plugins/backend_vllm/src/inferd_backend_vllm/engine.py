@@ -17,10 +17,13 @@ from typing import Any
 
 import numpy as np
 from vllm.engine.arg_utils import AsyncEngineArgs
+from vllm.exceptions import VLLMClientError
+from vllm.inputs import TokensPrompt
 from vllm.outputs import RequestOutput
+from vllm.renderers import TokenizeParams
 from vllm.v1.engine.async_llm import AsyncLLM
 
-from inferd.errors import Cancelled, InferdError, InternalError, Unavailable
+from inferd.errors import Cancelled, InferdError, InternalError, InvalidArgument, Unavailable
 from inferd.types import InferRequest, InferResponse, InferTensor
 from inferd_backend_vllm.logs import model_logs
 from inferd_backend_vllm.sampling import sampling_params
@@ -43,6 +46,7 @@ class Engine:
         # loop runs, so vLLM starts its output handler lazily, on the loop of the first generate.
         with model_logs(model_name):
             self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_args))
+        self.max_model_len: int = self.engine.model_config.max_model_len
 
     def submit(self, request: InferRequest) -> None:
         """Decode ``request`` and hand it to the engine; its responses go to its sender.
@@ -53,6 +57,7 @@ class Engine:
         try:
             inputs = decode_inputs(request)
             params = sampling_params(inputs.sampling, inputs.sampling_from_tensor, inputs.stream)
+            self._check_limits(params.max_tokens)
         except InferdError as exc:
             sender(exc, True)
             return
@@ -60,12 +65,21 @@ class Engine:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _check_limits(self, max_tokens: int | None) -> None:
+        """``max_tokens`` beyond the context is refused as ``vllm serve`` refuses it (its words)."""
+        try:
+            TokenizeParams(max_total_tokens=self.max_model_len, max_output_tokens=max_tokens or 0,
+                           max_total_tokens_param="max_model_len", max_output_tokens_param="max_tokens")  # fmt: skip
+        except VLLMClientError as exc:
+            raise InvalidArgument(str(exc)) from None
+
     async def _generate(self, request: InferRequest, inputs: GenerateInputs, params: Any, sender: Sender) -> None:
         request_id = f"{request.id or 'req'}-{uuid.uuid4().hex}"
         outputs = ResponseBuilder(self.model_name, self.version, request.id, inputs)
         last: RequestOutput | None = None
+        prompt: Any = inputs.prompt if inputs.token_ids is None else TokensPrompt(prompt_token_ids=inputs.token_ids)
         try:
-            async for out in self.engine.generate(inputs.prompt, params, request_id):
+            async for out in self.engine.generate(prompt, params, request_id):
                 if request.cancelled:
                     await self.engine.abort(request_id)
                     log.debug("model '%s': request %s cancelled, aborted in the engine", self.model_name, request_id)
@@ -79,6 +93,8 @@ class Engine:
         except asyncio.CancelledError:  # the model unloads under the request
             sender(Unavailable(f"model '{self.model_name}' version {self.version} was unloaded"), True)
             raise
+        except VLLMClientError as exc:  # the request's fault (a prompt beyond the context): a 400, as vLLM's
+            sender(InvalidArgument(str(exc)), True)
         except Exception as exc:
             log.exception("model '%s': generation failed", self.model_name)
             sender(InternalError(f"Error generating stream: {exc}"), True)
