@@ -74,10 +74,12 @@ class VllmChat:
             request = ChatCompletionRequest.model_validate(body)
         except VLLMValidationError as exc:
             raise BadRequest(str(exc), exc.parameter) from None
-        except ValueError as exc:  # pydantic's ValidationError: name the first field it names
+        except ValueError as exc:  # pydantic's ValidationError: its first error, naming the field
             errors = getattr(exc, "errors", lambda: [])()
-            where = ".".join(str(p) for p in errors[0]["loc"]) if errors else None
-            raise BadRequest(str(exc).replace("\n", "; "), where) from None
+            if not errors:
+                raise BadRequest(str(exc)) from None
+            where = ".".join(str(p) for p in errors[0]["loc"] if "(" not in str(p))
+            raise BadRequest(f"{errors[0]['msg']} - '{where}'", where) from None
         choice = request.tool_choice
         named = isinstance(choice, ChatCompletionNamedToolChoiceParam)
         mode = "" if not request.tools or choice in (None, "none") else "named" if named else str(choice)
@@ -92,7 +94,10 @@ class VllmChat:
             except (VLLMClientError, ValueError) as exc:
                 raise BadRequest(str(exc), "tool_choice") from None
         tools = [t.model_dump() for t in request.tools] if request.tools and choice != "none" else None
-        return ToolRequest(request, _as_json(request.extract_structured_outputs()), tools, mode, parser)
+        structured = _as_json(request.extract_structured_outputs())
+        if structured is not None and isinstance(structured.get("json"), dict):
+            _check_schema(structured["json"], "structured_outputs.json" if mode else _schema_field(body))
+        return ToolRequest(request, structured, tools, mode, parser)
 
     def tool_calls(self, prepared: ToolRequest, text: str) -> tuple[str | None, list[dict[str, Any]]]:
         """The content and the tool calls in a finished output ``text`` (vLLM's parser's reading)."""
@@ -132,3 +137,20 @@ def _as_json(params: Any) -> dict[str, Any] | None:
         for f in dataclasses.fields(params)
         if not f.name.startswith("_") and (value := getattr(params, f.name)) != f.default
     }
+
+
+def _schema_field(body: dict[str, Any]) -> str:
+    fmt = body.get("response_format")
+    return "response_format.json_schema.schema" if isinstance(fmt, dict) and fmt.get("type") == "json_schema" else (
+        "structured_outputs.json"
+    )  # fmt: skip
+
+
+def _check_schema(schema: dict[str, Any], where: str) -> None:
+    """A JSON schema that is no valid schema is the request's fault (a 400 naming ``where``), not the engine's."""
+    import jsonschema
+
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise BadRequest(f"'{where}' is not a valid JSON schema: {exc.message}", where) from None
