@@ -46,7 +46,13 @@ WEATHER = {
     "function": {
         "name": "get_weather",
         "description": "the weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 6}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+        "strict": True,  # the arguments follow the schema (not only "some JSON"), even from a random model
     },
 }
 GREEDY: dict[str, Any] = {"temperature": 0, "max_tokens": 8}
@@ -171,16 +177,14 @@ def test_json_schema_response_validates_against_the_schema(servers: Servers) -> 
     }
     fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
     for stream in (False, True):
-        kwargs: dict[str, Any] = {"response_format": fmt, "max_tokens": 100, "stream": stream,
-                                  "extra_body": {"structured_outputs": {"disable_any_whitespace": True}}}  # fmt: skip
+        kwargs: dict[str, Any] = {"response_format": fmt, "max_tokens": 200, "stream": stream}
         reply = servers.inferd.chat.completions.create(model="llm", messages=[{"role": "user", "content": "hi"}],
                                                        temperature=0, **kwargs)  # fmt: skip
         text = "".join(c.choices[0].delta.content or "" for c in reply) if stream else reply.choices[0].message.content
         jsonschema.validate(json.loads(text), schema)
     objects = servers.inferd.chat.completions.create(model="llm", messages=[{"role": "user", "content": "hi"}],
                                                      response_format={"type": "json_object"}, temperature=0,
-                                                     max_tokens=100,
-                                                     extra_body={"structured_outputs": {"disable_any_whitespace": True}})  # fmt: skip
+                                                     max_tokens=200)  # fmt: skip
     assert isinstance(json.loads(objects.choices[0].message.content), dict)
 
 

@@ -15,8 +15,8 @@ from typing import Any
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionNamedToolChoiceParam, ChatCompletionRequest
 from vllm.exceptions import VLLMClientError, VLLMValidationError
 from vllm.parser import ParserManager
-from vllm.renderers.chat_utils import make_tool_call_id
-from vllm.renderers.hf import _detect_content_format, safe_apply_chat_template
+from vllm.renderers.chat_utils import make_tool_call_id, parse_chat_messages
+from vllm.renderers.hf import resolve_chat_template_content_format, safe_apply_chat_template
 
 
 class TemplateRejected(ValueError):
@@ -93,7 +93,9 @@ class VllmChat:
                                  chat_template_kwargs=request.chat_template_kwargs or {}).adjust_request(request)  # fmt: skip
             except (VLLMClientError, ValueError) as exc:
                 raise BadRequest(str(exc), "tool_choice") from None
-        tools = [t.model_dump() for t in request.tools] if request.tools and choice != "none" else None
+        tools = (
+            [t.model_dump() for t in request.tools] if request.tools else None
+        )  # vllm serve passes them even with "none"
         structured = _as_json(request.extract_structured_outputs())
         if structured is not None and isinstance(structured.get("json"), dict):
             _check_schema(structured["json"], "structured_outputs.json" if mode else _schema_field(body))
@@ -113,19 +115,19 @@ class VllmChat:
         ]  # fmt: skip
         return content, out
 
-    def render(self, conversation: list[dict[str, Any]], **kwargs: Any) -> str:
-        """The prompt text for ``conversation`` (``kwargs``: the template's: ``chat_template``,
-        ``tools``, ``add_generation_prompt``, ``continue_final_message``, ...)."""
+    def render(self, messages: list[dict[str, Any]], **kwargs: Any) -> str:
+        """The prompt text for the request's ``messages`` (``kwargs``: the template's: ``chat_template``,
+        ``tools``, ``add_generation_prompt``, ``continue_final_message``, ...), as ``vllm serve``
+        renders them: vLLM's message parsing (content parts joined or kept as parts, as the template
+        reads them: ``--chat-template-content-format auto``), then its template application."""
         try:
-            return safe_apply_chat_template(self.model_config, self.tokenizer, conversation, tokenize=False, **kwargs)
+            content_format = resolve_chat_template_content_format(
+                kwargs.get("chat_template"), kwargs.get("tools"), "auto", self.tokenizer, model_config=self.model_config
+            )
+            conversation, _, _ = parse_chat_messages(messages, self.model_config, content_format)  # type: ignore[arg-type]
+            return safe_apply_chat_template(self.model_config, self.tokenizer, conversation, tokenize=False, **kwargs)  # type: ignore[arg-type]
         except (VLLMClientError, ValueError) as exc:
             raise TemplateRejected(str(exc)) from None
-
-    @staticmethod
-    def content_format(template: str) -> str:
-        """``"openai"`` when ``template`` loops over a message's content parts, else ``"string"``
-        (vLLM's detection, as ``--chat-template-content-format auto``)."""
-        return _detect_content_format(template, default="string")
 
 
 def _as_json(params: Any) -> dict[str, Any] | None:

@@ -16,8 +16,9 @@ VERSION = "0.32.0"
 
 #: (module, attribute path, private?, what for). Private names (a leading underscore) are the risk.
 BORROWED: tuple[tuple[str, str, bool, str], ...] = (
-    ("vllm.renderers.hf", "_detect_content_format", True,
-     "chat.VllmChat.content_format: whether a template loops over content parts (vllm serve's 'auto')"),
+    ("vllm.renderers.hf", "resolve_chat_template_content_format", False,
+     "chat.VllmChat.render: whether a template loops over content parts (vllm serve's 'auto')"),
+    ("vllm.renderers.chat_utils", "parse_chat_messages", False, "chat.VllmChat.render: vllm serve's message parsing"),
     ("vllm.renderers.hf", "safe_apply_chat_template", False, "chat.VllmChat.render: vllm serve's chat rendering"),
     ("vllm.renderers", "TokenizeParams", False, "engine.Engine._check_limits: max_tokens beyond max_model_len"),
     ("vllm.inputs", "TokensPrompt", False, "engine: the input_ids prompt"),

@@ -4,9 +4,9 @@ A vLLM model offers its engine's tokenizer and ``vllm serve``'s own chat renderi
 ``VllmModel.openai``, read duck-typed: :class:`EngineChat`); any other text model gets the Hugging
 Face tokenizer of its folder through ``transformers`` (its fast tokenizer, which reads
 ``chat_template.jinja``, ``additional_chat_templates/`` and named templates) and its
-``apply_chat_template``. Either way the template is compiled once (the libraries cache it) and
-messages reach it as ``vllm serve`` passes them: text parts joined with newlines, or kept as parts
-when the template loops over them.
+``apply_chat_template``. Either way the template is compiled once (the libraries cache it); a vLLM
+model's messages are parsed by vLLM, others reach the template as ``vllm serve`` passes them to a
+template that reads content as a string (text parts joined with newlines).
 """
 
 from __future__ import annotations
@@ -32,8 +32,7 @@ class EngineChat(Protocol):
     tokenizer: Any
     max_model_len: int
 
-    def render(self, conversation: list[dict[str, Any]], **kwargs: Any) -> str: ...
-    def content_format(self, template: str) -> str: ...
+    def render(self, messages: list[dict[str, Any]], **kwargs: Any) -> str: ...
 
 
 @dataclass
@@ -61,12 +60,7 @@ class Tokenizer:
         self.tool_call_parser: str | None = None
         #: The model's context length context length, where the backend knows it (None: unknown).
         self.max_model_len = engine.max_model_len if engine is not None else None
-        default = getattr(hf, "chat_template", None)
-        template = chat_template or (default.get("default") if isinstance(default, dict) else default)
-        self.has_chat_template = bool(chat_template or default)
-        self.parts = bool(
-            engine is not None and isinstance(template, str) and engine.content_format(template) == "openai"
-        )
+        self.has_chat_template = bool(chat_template or getattr(hf, "chat_template", None))
 
     def count(self, text: str) -> int:
         """Tokens in ``text`` (special tokens written in the text count as themselves)."""
@@ -82,7 +76,6 @@ class Tokenizer:
         """The prompt for ``messages``, rendered as ``vllm serve`` renders it."""
         if not self.has_chat_template:
             raise TemplateError("the model's tokenizer has no chat_template")
-        conversation = [self._message(m) for m in messages]
         kwargs: dict[str, Any] = {
             **options.template_kwargs,
             "add_generation_prompt": options.add_generation_prompt,
@@ -93,26 +86,27 @@ class Tokenizer:
         if options.documents is not None:
             kwargs["documents"] = options.documents
         try:
-            if self.engine is not None:
-                return self.engine.render(conversation, **kwargs)
+            if self.engine is not None:  # vLLM parses the messages itself
+                return self.engine.render(messages, **kwargs)
+            conversation = [_message(m) for m in messages]
             return str(self.hf.apply_chat_template(conversation, tokenize=False, **kwargs))
         except Exception as exc:  # the template's raise_exception, jinja's errors, transformers' ValueError
             raise TemplateError(f"the chat template failed: {exc}") from None
 
-    def _message(self, message: dict[str, Any]) -> dict[str, Any]:
-        """One message as vLLM hands it to the template: text parts joined with newlines (or kept
-        as parts when the template iterates them), tool-call arguments parsed into objects."""
-        out = dict(message)
-        content = message.get("content")
-        if isinstance(content, list):
-            texts = [p["text"] for p in content]
-            out["content"] = [{"type": "text", "text": t} for t in texts] if self.parts else "\n".join(texts)
-        elif content is None and message.get("role") != "assistant":
-            out["content"] = ""
-        calls = message.get("tool_calls")
-        if isinstance(calls, list):
-            out["tool_calls"] = [_parsed_arguments(c) for c in calls]
-        return out
+
+def _message(message: dict[str, Any]) -> dict[str, Any]:
+    """One message as ``vllm serve`` hands it to a template that reads content as a string: text
+    parts joined with newlines, null content as ``""``, tool-call arguments parsed into objects."""
+    out = dict(message)
+    content = message.get("content")
+    if isinstance(content, list):
+        out["content"] = "\n".join(p["text"] for p in content)
+    elif content is None:
+        out["content"] = ""
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        out["tool_calls"] = [_parsed_arguments(c) for c in calls]
+    return out
 
 
 def _parsed_arguments(call: Any) -> Any:
