@@ -135,6 +135,9 @@ def _sampling(body: dict[str, Any], gen: Generation) -> dict[str, Any]:
         if not low <= value <= high:
             raise bad_request(f"'{name}' must be between {low:g} and {high:g}, got {value}", name)
         sampling[name] = value
+    bias = body.get("logit_bias")
+    if bias is not None:
+        sampling["logit_bias"] = _logit_bias(bias)
     if gen.max_tokens is not None:
         sampling["max_tokens"] = gen.max_tokens
     if gen.stop:
@@ -142,6 +145,21 @@ def _sampling(body: dict[str, Any], gen: Generation) -> dict[str, Any]:
     if gen.logprobs is not None:
         sampling["logprobs"] = gen.logprobs
     return sampling
+
+
+def _logit_bias(bias: object) -> dict[str, float]:
+    """OpenAI's ``logit_bias``: token ids (as strings) to a bias in [-100, 100]."""
+    ok = isinstance(bias, dict) and all(
+        isinstance(k, str)
+        and k.isdigit()
+        and isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        and -100 <= v <= 100
+        for k, v in bias.items()
+    )
+    if not ok:
+        raise bad_request("'logit_bias' must map token ids to numbers between -100 and 100", "logit_bias")
+    return bias  # type: ignore[return-value]
 
 
 def completion_prompts(body: object) -> list[str | list[int]]:
