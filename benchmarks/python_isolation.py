@@ -9,11 +9,14 @@ latency at concurrency 1 (p50/p99) and throughput at concurrency 8. The "overhea
 p50 minus inferd in-process's: what the process boundary costs a request. "backend µs" is what the
 server itself reports (statistics API: compute input + infer + output per execution, at
 concurrency 1): the model's ``execute`` and, for a stub, the round trip to it, without the
-frontend, so it compares the two stubs whatever the speed of the HTTP servers. Prints numbers;
-asserts nothing.
+frontend, so it compares the two stubs whatever the speed of the HTTP servers. "CPU µs/inf" is
+the CPU time (user + system) the server's processes (its stubs included) spent per inference: a
+measure a busy machine disturbs less than wall-clock times. All servers run at once and take
+turns, ``--rounds`` times: the noise of a shared machine falls on each of them alike; each cell
+is the median over the rounds, with their range. Prints numbers; asserts nothing.
 
-    .venv/bin/python benchmarks/python_isolation.py                   # ~1 minute
-    .venv/bin/python benchmarks/python_isolation.py --seconds 5 --servers inferd
+    .venv/bin/python benchmarks/python_isolation.py                   # ~2 minutes
+    .venv/bin/python benchmarks/python_isolation.py --seconds 5 --rounds 5 --servers inferd
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ import http.client
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -175,9 +180,48 @@ def percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
+def process_tree(root: int) -> list[int]:
+    """``root`` and its descendants (a stub process, Triton's start script's server and its stubs)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of ``pids`` so far."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def spread(values: list[float]) -> str:
+    """The median, and the range when there is more than one value: ``540 (510-620)``."""
+    if len(values) == 1:
+        return f"{values[0]:.0f}"
+    return f"{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
+
+
 def main(argv: list[str]) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seconds", type=float, default=4.0, help="length of each timed run (default 4)")
+    p.add_argument("--seconds", type=float, default=3.0, help="length of each timed run (default 3)")
+    p.add_argument("--rounds", type=int, default=3, help="timed runs per server, model and concurrency (default 3)")
     p.add_argument("--servers", default="inferd,triton", help="inferd, triton (default both)")
     p.add_argument("--triton-dir", type=Path, default=Path("/work/shared/triton"))
     args = p.parse_args(argv)
@@ -188,46 +232,79 @@ def main(argv: list[str]) -> None:
         setups += [("inferd in-process", False), ("inferd process", True)]
     if "triton" in servers:
         setups.append(("triton stub", None))
-    rows = []
-    for label, process in setups:
-        repo = tmp / label.replace(" ", "_")
-        write_repo(repo, bool(process))
-        http_port, grpc_port, metrics_port = free_ports(3)
-        if process is None:
-            server = Server(label, ["bash", str(args.triton_dir / "start.sh"), str(repo), str(http_port),
-                                    str(grpc_port), str(metrics_port), "--model-control-mode=explicit"], http_port)  # fmt: skip
-        else:
-            server = Server(label, [sys.executable, "-m", "inferd.cli", "serve", "--model-repository", str(repo),
-                                    "--http-port", str(http_port), "--grpc-port", str(grpc_port),
-                                    "--metrics-port", str(metrics_port), "--model-control-mode", "explicit"],
-                            http_port)  # fmt: skip
-        try:
-            for suffix, n in SIZES.items():
-                model = f"add_sub_{suffix}"
-                load_s = server.load(model)
-                before = server.backend_ns(model)
-                lat1, count1, err1 = measure(http_port, model, n, 1, args.seconds)
-                after = server.backend_ns(model)
-                backend_us = (after[1] - before[1]) / max(1, after[0] - before[0]) / 1000
-                lat8, count8, err8 = measure(http_port, model, n, 8, args.seconds)
-                rows.append({
-                    "server": label, "model": f"{suffix} ({n * 4 * 2 // 1024} KiB in)" if n > 4 else "small (32 B in)",
-                    "load_ms": load_s * 1000, "backend_us": backend_us, "p50_us": percentile(lat1, 0.5) * 1e6, "p99_us": percentile(lat1, 0.99) * 1e6,
-                    "c1_rps": count1 / args.seconds, "c8_rps": count8 / args.seconds, "errors": len(err1) + len(err8),
-                    "error": (err1 + err8)[:1],
-                })  # fmt: skip
-                print(f"  {label:18} {model:15} done", file=sys.stderr)
-        finally:
+    running: list[Server] = []
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    try:
+        for label, process in setups:
+            repo = tmp / label.replace(" ", "_")
+            write_repo(repo, bool(process))
+            http_port, grpc_port, metrics_port = free_ports(3)
+            if process is None:
+                server = Server(label, ["bash", str(args.triton_dir / "start.sh"), str(repo), str(http_port),
+                                        str(grpc_port), str(metrics_port), "--model-control-mode=explicit"], http_port)  # fmt: skip
+            else:
+                server = Server(label, [sys.executable, "-m", "inferd.cli", "serve", "--model-repository", str(repo),
+                                        "--http-port", str(http_port), "--grpc-port", str(grpc_port),
+                                        "--metrics-port", str(metrics_port), "--model-control-mode", "explicit"],
+                                http_port)  # fmt: skip
+            running.append(server)
+            for suffix in SIZES:
+                rows[(label, suffix)] = {"load_ms": server.load(f"add_sub_{suffix}") * 1000, "backend_us": [],
+                                         "p50_us": [], "p99_us": [], "c1_rps": [], "c8_rps": [], "cpu1_us": [],
+                                         "cpu8_us": [], "errors": 0, "error": []}  # fmt: skip
+        # the servers take turns, round after round: a busy machine's noise falls on all of them alike
+        for round_ in range(args.rounds):
+            for server in running:
+                pids = process_tree(server.proc.pid)
+                for suffix, n in SIZES.items():
+                    model, row = f"add_sub_{suffix}", rows[(server.label, suffix)]
+                    before, cpu0 = server.backend_ns(model), cpu_seconds(pids)
+                    lat1, count1, err1 = measure(server.port, model, n, 1, args.seconds)
+                    after, cpu1 = server.backend_ns(model), cpu_seconds(pids)
+                    lat8, count8, err8 = measure(server.port, model, n, 8, args.seconds)
+                    cpu8 = cpu_seconds(pids)
+                    row["backend_us"].append((after[1] - before[1]) / max(1, after[0] - before[0]) / 1000)
+                    row["p50_us"].append(percentile(lat1, 0.5) * 1e6)
+                    row["p99_us"].append(percentile(lat1, 0.99) * 1e6)
+                    row["c1_rps"].append(count1 / args.seconds)
+                    row["c8_rps"].append(count8 / args.seconds)
+                    row["cpu1_us"].append((cpu1 - cpu0) / max(1, count1) * 1e6)
+                    row["cpu8_us"].append((cpu8 - cpu1) / max(1, count8) * 1e6)
+                    row["errors"] += len(err1) + len(err8)
+                    row["error"] = row["error"] or (err1 + err8)[:1]
+            print(f"  round {round_ + 1} of {args.rounds} done", file=sys.stderr)
+    finally:
+        for server in running:
             server.stop()
-    base = {r["model"]: r["p50_us"] for r in rows if r["server"] == "inferd in-process"}
-    print(f"\ncores: {len(os.sched_getaffinity(0))}, {args.seconds:g} s per run, HTTP binary tensors, batch 1\n")
-    print(f"{'server':18} {'model':22} {'load ms':>8} {'backend µs':>10} {'p50 µs':>8} {'p99 µs':>8} "
-          f"{'overhead µs':>11} {'c=1 inf/s':>9} {'c=8 inf/s':>9} {'errors':>6}")  # fmt: skip
-    for r in rows:
-        overhead = r["p50_us"] - base[r["model"]] if r["model"] in base else float("nan")
-        print(f"{r['server']:18} {r['model']:22} {r['load_ms']:8.0f} {r['backend_us']:10.0f} {r['p50_us']:8.0f} "
-              f"{r['p99_us']:8.0f} {overhead:11.0f} {r['c1_rps']:9.0f} {r['c8_rps']:9.0f} {r['errors']:6d} "
-              f"{' '.join(r['error'])}")  # fmt: skip
+    base = {
+        suffix: statistics.median(r["p50_us"]) for (label, suffix), r in rows.items() if label == "inferd in-process"
+    }
+    print(f"\ncores: {len(os.sched_getaffinity(0))}, load {os.getloadavg()[0]:.1f}, {args.rounds} rounds of "
+          f"{args.seconds:g} s per run, HTTP binary tensors, batch 1; median (min-max) over the rounds\n")  # fmt: skip
+    columns = (
+        "load ms",
+        "backend µs",
+        "p50 µs",
+        "p99 µs",
+        "overhead µs",
+        "c=1 inf/s",
+        "c=8 inf/s",
+        "CPU µs/inf c=1",
+        "c=8",
+    )
+    widths = (8, 16, 16, 18, 11, 16, 16, 16, 12)
+    print(
+        f"{'server':18} {'model':20} " + " ".join(f"{c:>{w}}" for c, w in zip(columns, widths, strict=True)) + " errors"
+    )
+    for (label, suffix), r in rows.items():
+        n = SIZES[suffix]
+        model = f"{suffix} ({n * 4 * 2 // 1024} KiB in)" if n > 4 else "small (32 B in)"
+        overhead = statistics.median(r["p50_us"]) - base[suffix] if suffix in base else float("nan")
+        cells = (f"{r['load_ms']:.0f}", spread(r["backend_us"]), spread(r["p50_us"]), spread(r["p99_us"]),
+                 f"{overhead:.0f}", spread(r["c1_rps"]), spread(r["c8_rps"]), spread(r["cpu1_us"]),
+                 spread(r["cpu8_us"]))  # fmt: skip
+        print(f"{label:18} {model:20} " + " ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True))
+              + f" {r['errors']:6d} {' '.join(r['error'])}")  # fmt: skip
 
 
 if __name__ == "__main__":

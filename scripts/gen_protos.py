@@ -3,7 +3,7 @@
 Runs ``grpc_tools.protoc`` on
 
 * ``core/src/inferd/config/model_config.proto`` -> ``model_config_pb2.py`` (+ ``.pyi``)
-* ``core/src/inferd/default_plugins/grpc/{grpc_service,health}.proto`` -> ``*_pb2.py``,
+* ``core/src/inferd/default_plugins/grpc/{grpc_service,health,traffic}.proto`` -> ``*_pb2.py``,
   ``*_pb2_grpc.py`` (+ ``.pyi``)
 
 and rewrites the generated code so that
@@ -38,6 +38,7 @@ PROTOS = [
     (CONFIG, "model_config.proto", False),
     (GRPC, "grpc_service.proto", True),
     (GRPC, "health.proto", True),
+    (GRPC, "traffic.proto", True),
 ]
 
 _DEFAULT_POOL = "_descriptor_pool.Default()"
@@ -65,6 +66,13 @@ REWRITES: dict[str, list[tuple[str, str]]] = {
         ),
     ],
     "health_pb2.py": [(_DEFAULT_POOL, "_descriptor_pool.DescriptorPool()")],
+    "traffic_pb2.py": [(_DEFAULT_POOL, "_descriptor_pool.DescriptorPool()")],
+    "traffic_pb2_grpc.py": [
+        (
+            "import traffic_pb2 as traffic__pb2",
+            "from inferd.default_plugins.grpc import traffic_pb2 as traffic__pb2",
+        ),
+    ],
     "health_pb2_grpc.py": [
         (
             "import health_pb2 as health__pb2",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import compileall
+import os
+import sys
 import textwrap
 from pathlib import Path
 
@@ -24,6 +27,46 @@ def python_model_files(config: str, model_py: str, versions: tuple[int, ...] = (
 #: Folders whose tests are end to end (real servers, installs, generated projects): marked ``e2e``.
 E2E_FOLDERS = {"e2e", "deploy", "docs", "cookiecutter"}
 TESTS = Path(__file__).resolve().parent
+#: Files that run one after another on one xdist worker, by path prefix (from the root): each vLLM
+#: engine on the CPU takes every core, so two at once (one per worker) slow both to a crawl.
+XDIST_GROUPS = {"tests/plugins/backend_vllm/": "vllm", "tests/docs/test_doc_commands.py": "vllm"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep the file order under xdist; let every ``inferd serve`` the tests start read its modules'
+    bytecode instead of compiling them: with PYTHONDONTWRITEBYTECODE set (as in some shells and
+    images) each of the ~150 server starts compiled inferd's and the plugins' sources again (about
+    0.15 s of CPU each). The controller writes the bytecode once; the servers may write it too."""
+    if getattr(config.option, "dist", "no") in ("loadfile", "loadscope"):
+        # xdist would hand out files by their number of tests (most first): the order
+        # pytest_collection_modifyitems sets (longest files first) is the one wanted.
+        config.option.loadscopereorder = False
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
+    if not hasattr(config, "workerinput"):
+        for src in [ROOT / "core" / "src", *sorted((ROOT / "plugins").glob("*/src"))]:
+            compileall.compile_dir(src, quiet=1)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadfile`` with :data:`XDIST_GROUPS`: a file is a unit of work, and a group of files
+    is one unit."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class GroupedFileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_unit(nodeid)
+
+    return GroupedFileScheduling(config, log)
+
+
+def xdist_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to under ``--dist loadfile``: its group, else its file."""
+    file = nodeid.split("::", 1)[0]
+    return next((group for prefix, group in XDIST_GROUPS.items() if file.startswith(prefix)), file)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -114,3 +114,42 @@ def test_run_executes_on_a_free_instance_and_frees_it(runners: list[InstanceRunn
         assert await pool.acquire() is runners[0]
 
     asyncio.run(main())
+
+
+class Pipelined(Instance):
+    """A non-blocking instance that queues batches itself (as an isolated Python model's stub does)."""
+
+    blocking = False
+    pipeline_depth = 2
+
+    def __init__(self) -> None:
+        self.held: list[tuple[Sequence[InferRequest], asyncio.Future]] = []
+
+    def execute(self, requests: Sequence[InferRequest]) -> asyncio.Future:  # type: ignore[override]
+        future = asyncio.get_running_loop().create_future()
+        self.held.append((requests, future))
+        return future
+
+    def answer(self) -> None:
+        requests, future = self.held.pop(0)
+        future.set_result([InferResponse("m", "1", r.id) for r in requests])
+
+
+def test_an_instance_with_a_pipeline_depth_gets_that_many_batches_at_once() -> None:
+    async def main() -> None:
+        instance = Pipelined()
+        runner = InstanceRunner(instance, InstanceSpec("m_0", "KIND_CPU", 0, 0, "m"), Recorder(ModelStats("m", "1"), 0))
+        pool = InstancePool([runner])
+        calls = [asyncio.ensure_future(pool.run([InferRequest("m", id=str(i))])) for i in range(3)]
+        await _settle()
+        assert len(instance.held) == 2  # the second batch is handed over while the first executes
+        assert runner.executing == 2
+        instance.answer()
+        await _settle()
+        assert calls[0].done() and len(instance.held) == 2  # the third takes the freed turn
+        instance.answer()
+        instance.answer()
+        assert [(await c)[0].id for c in calls] == ["0", "1", "2"]
+        runner.close()
+
+    asyncio.run(main())

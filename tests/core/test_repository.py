@@ -136,6 +136,18 @@ def test_fingerprint_changes_with_any_file_under_the_model_and_only_then(tmp_pat
     assert fingerprint(model) not in (first, second, third)
 
 
+def test_importing_a_model_py_does_not_change_the_fingerprint(tmp_path):
+    """Python writes ``1/__pycache__`` when a stub imports model.py (unless PYTHONDONTWRITEBYTECODE
+    is set): a new entry in ``1``, so a newer mtime of ``1`` itself, and the files are unchanged."""
+    repo = write_repository(tmp_path, {"m": {"config.pbtxt": PLAIN, "1/model.py": "x = 1\n"}})
+    model = repo / "m"
+    before = fingerprint(model)
+    (model / "1" / "__pycache__").mkdir()
+    (model / "1" / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"\0" * 64)
+    bump_mtime(model / "1")
+    assert fingerprint(model) == before
+
+
 def test_diff_reports_added_removed_and_modified_models(tmp_path):
     repo = write_repository(
         tmp_path, {"keep": {"config.pbtxt": PLAIN}, "edit": {"config.pbtxt": PLAIN}, "gone": {"config.pbtxt": PLAIN}}

@@ -74,6 +74,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
             assert status == 200, body
         status, _ = http_post(f"{base}/add_sub/infer", b'{"inputs": []}')
         assert status == 400
+        status, body = http_post(f"{base}/add_sub/traffic", b'{"weights": {"1": 1}}')  # the canary families
+        assert status == 200, body
         completion = json.dumps({"model": "chat", "prompt": "the quick brown fox", "max_tokens": 4, "stream": True})
         status, body = http_post(f"http://127.0.0.1:{openai_port}/v1/completions", completion.encode(), timeout=30)
         assert status == 200 and b"data: [DONE]" in body, body

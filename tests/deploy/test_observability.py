@@ -63,15 +63,18 @@ def test_the_dashboard_covers_what_operators_watch():
                  "nv_inference_queue_duration_us", "nv_inference_exec_count", "nv_inference_count",
                  "nv_cache_num_hits_per_model", "nv_cpu_utilization", "nv_gpu_utilization",
                  "nv_inference_first_response_histogram_ms_bucket", "inferd_llm_generation_tokens",
-                 "inferd_llm_time_to_first_token_seconds_bucket"):  # fmt: skip
+                 "inferd_llm_time_to_first_token_seconds_bucket", "inferd_traffic_weight",
+                 "inferd_canary_rollbacks_total", "inferd_canary_promotions_total"):  # fmt: skip
         assert name in used, name
     failures = [e for _, e in _dashboard_exprs() if "nv_inference_request_failure" in e]
     assert any("by (model, reason)" in e for e in failures)
+    assert any("by (model, version)" in e for e in failures)  # the canary row: stable vs canary
 
 
 def test_the_alerting_rules_read_only_exposed_metrics(exposed):
     rules = _rule_exprs()
-    assert {a for a, _ in rules} >= {"InferdHighErrorRate", "InferdHighQueueTime", "InferdNotReady"}
+    assert {a for a, _ in rules} >= {"InferdHighErrorRate", "InferdHighQueueTime", "InferdNotReady",
+                                     "InferdCanaryRolledBack"}  # fmt: skip
     for alert, expr in rules:
         names = metric_names(expr)
         assert names, (alert, expr)

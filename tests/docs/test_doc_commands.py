@@ -1,5 +1,6 @@
-"""Every command of README.md, docs/getting-started.md and docs/llm.md, run as written (see
-``tests/docs/walk.py``): one page per test, one server at a time. The install commands are the
+"""Every command of README.md and docs/llm.md, run as written (see ``tests/docs/walk.py``): one
+page per test, one server at a time (docs/getting-started.md's walk, the longest, has a file of
+its own so that xdist runs it beside these). The install commands are the
 Makefile's (``make serve``, ``make test``) or pip's and are not run here; each test names them, so
 a new one in a page is noticed."""
 
@@ -20,18 +21,7 @@ def test_readme_commands(tmp_path: Path) -> None:
     assert len(walk.logs) == 1 and "inferd perf" in " ".join(walk.ran)
 
 
-def test_getting_started_commands(tmp_path: Path) -> None:
-    walk = Walk(tmp_path)
-    walk.run(ROOT / "docs" / "getting-started.md")
-    assert walk.skipped == [
-        "make serve", "make test", "python -m venv .venv && . .venv/bin/activate",
-        "pip install ./core ./plugins/backend_onnx", "pip install ./core ./plugins/backend_python",
-        "pip install -c constraints.txt ./core ./plugins/backend_pytorch",
-    ]  # fmt: skip
-    assert (tmp_path / "analyze-results" / "report.html").exists()
-    assert len(walk.logs) == 5 and walk.compared == 9
-
-
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not importable")
 def test_llm_commands(tmp_path: Path) -> None:
     walk = Walk(tmp_path, openai=True, env={"VLLM_CPU_KVCACHE_SPACE": "1"})

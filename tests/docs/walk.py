@@ -1,14 +1,18 @@
 """Run the commands of a Markdown page as written, in order, against real servers.
 
 Every fenced ``bash``/``sh`` and ``python`` block of the page runs, in the repository's root, with
-three substitutions so that the walk neither needs the default ports nor touches shared paths:
-``localhost:8000`` (``:8001``, ``:8002``, ``:9000``) become free ports, ``/tmp/`` becomes a
-private directory, and ``.venv/bin/`` the running interpreter's. An ``inferd serve`` line starts
-a server in the background (stopping the one before) and waits for it to be ready; install
-commands (``make``, ``pip install``, ``python -m venv``) are listed, not run. A ``json`` block
-right after a command's block is its expected output (lists of index rows compared on the models
-they name; abbreviated blocks with ``...`` are not compared), retried for a while as the poller
-applies changes; an unlabelled block right after a ``python`` block is its expected stdout.
+four substitutions so that the walk neither needs the default ports nor touches shared paths nor
+takes longer than it must: ``localhost:8000`` (``:8001``, ``:8002``, ``:9000``) become the ports
+the page's current server bound (it is started on port 0 and writes them to a ``--ports-file``),
+``/tmp/`` becomes a private directory, ``.venv/bin/`` the running interpreter's, and an
+``inferd perf`` or ``inferd analyze`` run measures short windows (:data:`MEASURE`: three 0.25 s
+windows a level at most, where the page's 1 s windows until stable take up to 10 s a level). An
+``inferd serve`` line starts a server in the background (stopping the one before) and waits for it
+to be ready; install commands (``make``, ``pip install``, ``python -m venv``) are listed, not run.
+A ``json`` block right after a command's block is its expected output (lists of index rows
+compared on the models they name; abbreviated blocks with ``...`` are not compared), retried for a
+while as the poller applies changes; an unlabelled block right after a ``python`` block is its
+expected stdout.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 SERVE = re.compile(r"^(?:[A-Z_]+=\S+ )*(?:\S*/)?inferd serve\b")
 INSTALL = re.compile(r"^(make |pip install |python -m venv )")
+#: A measuring ``inferd perf``/``inferd analyze`` command (not ``--help``) and what the walk appends to it
+#: (argparse keeps the last value: these override the page's ``-p``).
+MEASURING = re.compile(r"^(?:\S*/)?inferd (perf|analyze) (?!--help)")
+MEASURE = " -p 250 -r 3"
 
 
 @dataclass
@@ -74,6 +82,7 @@ class Walk:
     tmp: Path
     openai: bool = False
     env: dict[str, str] = field(default_factory=dict)
+    #: The current server's HTTP, gRPC, metrics and OpenAI ports (free ones before the first server).
     ports: list[int] = field(default_factory=lambda: free_ports(4))
     server: subprocess.Popen[bytes] | None = None
     skipped: list[str] = field(default_factory=list)
@@ -116,6 +125,8 @@ class Walk:
                 continue
             expected = _expected(after) if n == len(cmds) - 1 else None
             self.ran.append(first)
+            if MEASURING.match(first):
+                command = command.split("#")[0].rstrip() + MEASURE
             self.check(self.sub(command), expected, where, timeout)
 
     def check(self, command: str, expected: Any, where: str, timeout: float) -> None:
@@ -129,7 +140,7 @@ class Walk:
             actual = _last_json(done.stdout)
             if same(expected, actual) or time.monotonic() > deadline:
                 break
-            time.sleep(0.5)
+            time.sleep(0.1)
         assert same(expected, actual), f"{where}: {command}\nexpected {expected}\ngot {done.stdout}"
         self.compared += 1
 
@@ -143,11 +154,13 @@ class Walk:
             self.compared += 1
 
     def serve(self, command: str, where: str, timeout: float) -> None:
+        """Start the page's server on ports the system picks (``--ports-file``: no port is picked
+        before the server binds it); the commands after it are given those ports."""
         self.stop()
-        http, grpc, metrics, openai = self.ports
-        command += f" --http-port {http} --grpc-port {grpc} --metrics-port {metrics}"
+        ports_file = self.tmp / f"ports-{len(self.logs)}.json"
+        command += f" --http-port 0 --grpc-port 0 --metrics-port 0 --ports-file {ports_file}"
         if self.openai:
-            command += f" --openai-port {openai}"
+            command += " --openai-port 0"
         log = self.tmp / f"server-{len(self.logs)}.log"
         self.logs.append(log)
         self.ran.append(command)
@@ -157,9 +170,11 @@ class Walk:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.server.poll() is None, f"{where}: {command} exited\n{self.log()}"
-            if _status(f"http://localhost:{http}/v2/health/ready") == 200:
+            ports = _ports(ports_file)
+            if ports and _status(f"http://localhost:{ports['http']}/v2/health/ready") == 200:
+                self.ports = [ports.get(name, 0) for name in ("http", "grpc", "metrics", "openai")]
                 return
-            time.sleep(0.2)
+            time.sleep(0.05)
         raise AssertionError(f"{where}: {command} not ready in {timeout} s\n{self.log()}")
 
     def stop(self) -> None:
@@ -174,6 +189,14 @@ class Walk:
 
     def log(self) -> str:
         return self.logs[-1].read_text(errors="replace")[-6000:] if self.logs else ""
+
+
+def _ports(path: Path) -> dict[str, int]:
+    """The ports a server wrote to its ``--ports-file`` once every frontend listens; {} before."""
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return {}
 
 
 def _status(url: str) -> int:

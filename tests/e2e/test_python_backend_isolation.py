@@ -100,6 +100,8 @@ class TritonPythonModel:
             elif n == 8:
                 for i in range(20000):
                     pb_utils.Logger.log_info(f"flood {i}")
+            elif n == 9:
+                time.sleep(1.2)
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([n + 1], np.int32))]))
         return out
 """
@@ -304,6 +306,29 @@ def _shared_memory(server) -> tuple[int, int]:
     maps = Path(f"/proc/{server.proc.pid}/maps").read_text().count("memfd:inferd-python")
     fds = sum("memfd:inferd-python" in os.readlink(fd) for fd in Path(f"/proc/{server.proc.pid}/fd").iterdir())
     return maps, fds
+
+
+def test_a_batch_waiting_in_the_stub_is_timed_from_when_it_starts(server):
+    """The stub gets the next request while one executes (pipelined): the execute timeout (2 s) of the
+    second one counts from when the first returned, not from when it was sent (1.2 s + 1.2 s)."""
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+    _wait_ready(client, "boom")
+    answers: list[int | str] = []
+
+    def call() -> None:
+        try:
+            answers.append(_infer(httpclient.InferenceServerClient(server.http_url, network_timeout=60), "boom", 9))
+        except InferenceServerException as exc:
+            answers.append(str(exc))
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=call) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert answers == [10, 10], answers
+    assert time.monotonic() - started >= 2.4  # one after the other in the stub
 
 
 def test_a_stub_flooding_the_log_is_cut_to_its_budget_and_keeps_serving(server):

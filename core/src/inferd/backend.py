@@ -118,6 +118,13 @@ class Instance(abc.ABC):
     #: for a small model, the two thread hand-offs cost more than its compute.
     may_run_inline: ClassVar[bool] = False
 
+    #: How many batches core may hand this instance at once (the direct scheduler; the dynamic and
+    #: sequence batchers keep one, to form larger batches). More than 1 only for a
+    #: non-blocking instance whose ``execute`` returns a future and that runs the batches one at a
+    #: time, in order, itself: a stub process starts the next batch as soon as the last one ended,
+    #: without waiting for the server's event loop to hand it over.
+    pipeline_depth: ClassVar[int] = 1
+
     @abc.abstractmethod
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
         """Run a batch of requests; return one response or error per request, in order.

@@ -544,6 +544,8 @@ def _run_serve(args: argparse.Namespace, host: PluginHost, argv: Sequence[str] |
     server.dataplane.access = access
     if access is not None:
         access.bind(server.table.names)
+        if access.keys is not None:  # tenants: meter their requests and tokens
+            access.usage.meter(server.dataplane)
     try:
         serving.run(_serve(server))
     except SystemExit as exc:

@@ -133,10 +133,12 @@ class DataPlane:
     async def model_statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
         """Triton's ``model_stats`` list: every ready version, or those of one model."""
         stats = self.local_statistics(name, version)
-        if self.peers is None:
-            return stats
-        await self.save_counts()  # after reading ours: what it saves is never less than what we answer
-        return merge.statistics(stats, [c["stats"] for c in await self.other_counts()])
+        if self.peers is not None:
+            await self.save_counts()  # after reading ours: what it saves is never less than what we answer
+            stats = merge.statistics(stats, [c["stats"] for c in await self.other_counts()])
+        if self.table.traffic.splits:
+            self.table.traffic.mark_stats(stats)
+        return stats
 
     def local_statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
         """This worker's :meth:`model_statistics`."""
@@ -175,6 +177,20 @@ class DataPlane:
         asked at once, none blocking the event loop."""
         assert self.peers is not None and self.counts is not None
         return await asyncio.to_thread(self.counts.others, await self.peers.ask_each("counts"))
+
+    async def tenant_usage(self) -> dict[str, Any]:
+        """``GET /v2/usage``: requests and tokens by tenant and model (``inferd.auth.usage``), the whole server's."""
+        from inferd.auth import usage_json
+        from inferd.metric_sources import MetricSources, SummedSources
+
+        local = MetricSources()
+        if self.access is not None:
+            local.add(self.access.usage)
+        if self.peers is None:
+            return usage_json(local.collect())
+        others = await self.other_counts()
+        await self.save_counts()
+        return usage_json(SummedSources(local, lambda: [c["sources"] for c in others]).collect())
 
     # -- trace and logging extensions -------------------------------------------------------------
 
@@ -274,6 +290,35 @@ class DataPlane:
             if error is not None:
                 raise error
 
+    # -- traffic (weighted versions) ------------------------------------------------------------
+
+    def traffic(self, name: str) -> dict[str, Any]:
+        """``name``'s traffic split, each version's state and the canary policy's figures."""
+        self._serving_versions(name)
+        return self.table.traffic.get(name)
+
+    async def set_traffic(self, name: str, weights: Any) -> dict[str, Any]:
+        """Set ``name``'s weights live (``{"1": 99, "2": 1}``), on every worker."""
+        serving = self._serving_versions(name)
+        shown = self.table.traffic.set(name, weights, serving, self.table.resolve(name, str(serving[-1])).config)
+        if self.peers is not None:
+            await self.peers.ask_each("traffic", {"name": name, "wire": self.table.traffic.splits[name].wire()})
+        return shown
+
+    def apply_traffic(self, name: str, wire: dict[str, Any]) -> None:
+        """Take the split another worker set or decided."""
+        serving = self.table.ready_versions(name)
+        if serving:
+            self.table.traffic.apply_wire(name, wire, self.table.resolve(name, str(serving[-1])).config)
+
+    def _serving_versions(self, name: str) -> list[int]:
+        serving = self.table.ready_versions(name)
+        if not serving:
+            if self.table.known(name):
+                raise Unavailable(f"model '{name}' has no available versions")
+            self.table.resolve(name)  # Triton's 'unknown model' error
+        return serving
+
     # -- workers --------------------------------------------------------------------------------
 
     def local_state(self) -> dict[str, Any]:
@@ -286,6 +331,7 @@ class DataPlane:
             "log": {k: v for k, v in self.log_config.as_json().items() if k != "log_file"},
             "trace": {k: v for k, v in self.tracer.settings().items() if k != "trace_file"},
             "shared_memory": self.shared_memory.local_state(),
+            "traffic": {name: split.wire() for name, split in self.table.traffic.splits.items()},
         }
 
     async def catch_up(self) -> bool:
@@ -310,6 +356,8 @@ class DataPlane:
                     await self.load_locally(name, parameters)
                 except InferdError as exc:
                     log.warning("could not load '%s' as the running workers have it: %s", name, exc.message)
+        for name, wire in state.get("traffic", {}).items():  # after the loads: the versions serve
+            self.apply_traffic(name, wire)
         return True
 
 

@@ -313,6 +313,7 @@ class ModelManager:
                 return
             record.state = None
             self._swap(record, await self._build(record, source, config, backend, chosen))
+            self.table.traffic.configured(record.name, config, sorted(record.serving))
             log.info(
                 "model '%s' versions %s ready in %.2f s",
                 source.name, sorted(record.serving) or "none", time.monotonic() - started,
@@ -369,6 +370,7 @@ class ModelManager:
         async with record.lock:
             old = record.serving
             record.serving = {}
+            self.table.traffic.forget(record.name)
             for v in old:
                 record.versions[v] = UNLOADING
             await self._retire(list(old.values()))

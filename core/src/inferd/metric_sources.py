@@ -79,12 +79,19 @@ class SummedSources:
         from prometheus_client.metrics_core import Metric as PromMetric
 
         added: dict[tuple[str, str, tuple[tuple[str, str], ...]], float] = {}
+        #: Each summed family of the other workers: its type, help and sample keys (in order).
+        peer_families: dict[str, tuple[str, str, list[tuple[str, str, tuple[tuple[str, str], ...]]]]] = {}
         for snapshot in self.peers():
-            for name, kind, _, samples in snapshot:
+            for name, kind, text, samples in snapshot:
                 if kind in SUMMED_TYPES:
+                    keys = peer_families.setdefault(name, (kind, text, []))[2]
                     for sample, labels, value in samples:
                         key = (name, sample, tuple(sorted(labels.items())))
+                        if key not in added:
+                            keys.append(key)
                         added[key] = added.get(key, 0) + value
+        seen: set[tuple[str, str, tuple[tuple[str, str], ...]]] = set()
+        written: set[str] = set()
         for family in self.local.collect():
             if family.type not in SUMMED_TYPES:
                 yield family
@@ -92,9 +99,22 @@ class SummedSources:
             out = PromMetric(family.name, family.documentation, family.type)
             out.name = family.name  # as the source named it (prometheus_client drops a counter's "_total")
             for s in family.samples:
-                extra = added.get((family.name, s.name, tuple(sorted(s.labels.items()))), 0)
-                out.add_sample(s.name, s.labels, s.value + extra)
+                key = (family.name, s.name, tuple(sorted(s.labels.items())))
+                seen.add(key)
+                out.add_sample(s.name, s.labels, s.value + added.get(key, 0))
+            written.add(family.name)
+            # The samples only other workers have (a model this worker did not serve yet).
+            for key in peer_families.get(family.name, ("", "", []))[2]:
+                if key not in seen:
+                    out.add_sample(key[1], dict(key[2]), added[key])
             yield out
+        for name, (kind, text, keys) in peer_families.items():  # families only other workers have (yet)
+            if name not in written:
+                out = PromMetric(name, text, kind)
+                out.name = name
+                for key in keys:
+                    out.add_sample(key[1], dict(key[2]), added[key])
+                yield out
 
 
 #: The process's metric sources, read by the metrics frontend.

@@ -19,6 +19,7 @@ from inferd.auth.policy import unknown_model, visible_names
 from inferd.errors import InvalidArgument, NotFound
 from inferd.repository import Snapshot, model_key
 from inferd.states import ModelRecord, State
+from inferd.traffic import Traffic
 
 if TYPE_CHECKING:
     from inferd.model import ModelVersion
@@ -28,9 +29,11 @@ if TYPE_CHECKING:
 class ModelTable:
     """Model records by key, and the repository snapshot they were loaded from."""
 
-    def __init__(self, namespacing: bool = False) -> None:
+    def __init__(self, namespacing: bool = False, traffic: Traffic | None = None) -> None:
         #: ``--model-namespacing``: the same name may be found in several repositories.
         self.namespacing = namespacing
+        #: Weighted versions: how requests naming no version are split (:mod:`inferd.traffic`).
+        self.traffic = traffic or Traffic()
         self.records: dict[str, ModelRecord] = {}
         self._snapshot = Snapshot()
         #: The record each name a request may use resolves to: ``records`` itself without namespacing.
@@ -95,6 +98,17 @@ class ModelTable:
                 raise ambiguous_name(name, self.ambiguous[name])
             raise unknown_model(name, candidates=visible_names(self.names()))
         return _version(record, name, version)
+
+    def routed(self, name: str, request_id: str = "") -> ModelVersion:
+        """The version a request for ``name`` that names no version runs on: the one its traffic
+        split picks (:mod:`inferd.traffic`), else the highest ready one."""
+        split = self.traffic.splits.get(name)
+        record = self.by_name.get(name) if split is not None else None
+        if split is not None and record is not None:
+            mv = record.serving.get(split.pick(request_id))
+            if mv is not None:
+                return mv
+        return self.resolve(name)
 
     def resolve_key(self, key: str, version: str = "") -> ModelVersion:
         """:meth:`resolve` for a model key (an ensemble's step, resolved when it loaded)."""
@@ -163,6 +177,8 @@ class ModelTable:
             if key in snapshot.stale:  # serving from the cached copy of an unreadable store
                 found = [{**row, "reason": row.get("reason") or snapshot.stale[key]} for row in found]
             rows.extend(found)
+        if self.traffic.splits:
+            self.traffic.mark_index(rows)
         return [r for r in rows if r.get("state") == State.READY.value] if ready_only else rows
 
 

@@ -127,22 +127,27 @@ class RepositoryDiff:
 
 
 def fingerprint(path: Path) -> str:
-    """A hash of the relative path, size and mtime of every file and directory under ``path``.
+    """A hash of the relative path, size and mtime of every file, and the relative path of every
+    directory, under ``path``.
 
-    Python's bytecode caches (``__pycache__``, written when a model.py is imported) are left out:
-    loading a model must not make its files look changed.
+    Python's bytecode caches (``__pycache__``, written when a model.py is imported) are left out,
+    and so are directories' own mtimes (writing ``1/__pycache__`` changes ``1``'s): loading a model
+    must not make its files look changed. A file added, removed or changed still changes the hash.
     """
     digest = hashlib.blake2b(digest_size=16)
     for root, dirs, files in os.walk(path):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         rel_root = os.path.relpath(root, path)
-        for name in sorted(files) + dirs:
-            full = os.path.join(root, name)
+        for name in sorted(files):
             try:
-                st = os.stat(full)
+                st = os.stat(os.path.join(root, name))
             except OSError:
                 continue  # vanished while scanning; the next scan sees the settled tree
             digest.update(f"{rel_root}/{name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        for name in dirs:
+            full = os.path.join(root, name)
+            target = os.readlink(full) if os.path.islink(full) else ""  # os.walk does not follow links
+            digest.update(f"{rel_root}/{name}/\0{target}\n".encode())
     return digest.hexdigest()
 
 

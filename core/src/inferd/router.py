@@ -40,6 +40,8 @@ class Router:
         self.table = table
         self.tracer = tracer
         self.health = health
+        #: Weighted versions by model name (the table's; empty when no model has a split).
+        self.splits = table.traffic.splits
 
     def resolve(self, name: str, version: str = "") -> ModelInfo:
         """The version that serves a request for ``name``/``version`` now; pass it to :meth:`infer`
@@ -71,7 +73,35 @@ class Router:
                 f"model '{info.name}' is decoupled (it may send any number of responses): "
                 f"call it through gRPC ModelStreamInfer or the generate_stream route"
             )
+        if self.splits and not request.model_version and info.name in self.splits:
+            return await self._run_split(self._pick(info, request), request)
         return await self._run(info, request)
+
+    def _pick(self, info: ModelInfo, request: InferRequest) -> ModelInfo:
+        """The version the model's traffic split picks for a request naming none (``info`` when
+        the picked version is not serving)."""
+        version = self.splits[info.name].pick(request.id)
+        record = self.table.by_name.get(info.name)
+        mv = record.serving.get(version) if record is not None else None
+        return mv.info if mv is not None else info
+
+    async def _run_split(self, info: ModelInfo, request: InferRequest) -> InferResponse:
+        """:meth:`_run` on the version the split picked; its outcome feeds the canary policy
+        (a cancelled request, or one whose client went away, says nothing of the version)."""
+        start = time.perf_counter_ns()
+        try:
+            response = await self._run(info, request)
+        except InferdError as exc:
+            if exc.kind is not ErrorKind.CANCELLED:
+                self._observe(info, False, start)
+            raise
+        self._observe(info, True, start)
+        return response
+
+    def _observe(self, info: ModelInfo, ok: bool, start: int, end: int = 0) -> None:
+        split = self.splits.get(info.name)
+        if split is not None and split.observe(info.version, ok, (end or time.perf_counter_ns()) - start):
+            self.table.traffic.decided(info.name)
 
     @staticmethod
     def _servable(info: ModelInfo) -> Servable:
@@ -121,14 +151,38 @@ class Router:
         """Yield every response of a request on ``model`` (resolved from the request when not
         given): one for ordinary models, 0..N for decoupled ones."""
         info = model or self.resolve(request.model_name, request.model_version)
+        split = bool(self.splits) and not request.model_version and info.name in self.splits
+        if split:
+            info = self._pick(info, request)
         if not info.decoupled:
             try:
-                yield await self._run(info, request)
+                yield await (self._run_split(info, request) if split else self._run(info, request))
             except InferdError as exc:
                 yield exc
             return
+        if split:
+            async for item in self._judged_stream(info, request):
+                yield item
+            return
         async for item in self._stream_decoupled(info, request):
             yield item
+
+    async def _judged_stream(
+        self, info: ModelInfo, request: InferRequest
+    ) -> AsyncIterator[InferResponse | InferdError]:
+        """A decoupled request on the version the split picked: the canary policy judges its time to
+        the first response (an LLM's time to first token) and whether any response was an error;
+        a stream its caller closed early says nothing of the version."""
+        start = time.perf_counter_ns()
+        first = 0
+        ok = True
+        async for item in self._stream_decoupled(info, request):
+            if not first:
+                first = time.perf_counter_ns()
+            if isinstance(item, InferdError) and item.kind is not ErrorKind.CANCELLED:
+                ok = False
+            yield item
+        self._observe(info, ok, start, first)
 
     async def _stream_decoupled(
         self, info: ModelInfo, request: InferRequest
@@ -168,7 +222,7 @@ class Router:
                 "using the decoupled transaction policy. Please use 'decoupled=True' argument to the 'exec' or "
                 "'async_exec' calls for decoupled models."
             )
-        return await self._run(info, request)
+        return await self.infer(request, info)
 
     def stream_from_thread(self, request: InferRequest) -> Iterator[InferResponse | InferdError]:
         """:meth:`stream` for code on a worker thread: started now, each response as it comes.

@@ -76,7 +76,11 @@ class InstanceRunner:
         self.gate = gate
         #: Requests handed to this instance and not yet answered (``pending()`` leaves them out).
         self.executing = 0
-        self._turn = asyncio.Lock()
+        #: How many batches may execute at once (``Instance.pipeline_depth``; the instance orders them).
+        self.depth = max(1, int(getattr(instance, "pipeline_depth", 1))) if not instance.blocking else 1
+        self._turn: asyncio.Lock | asyncio.Semaphore = (
+            asyncio.Lock() if self.depth == 1 else asyncio.Semaphore(self.depth)
+        )
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         #: The execution on the thread now: its future, what to call when it ends, how many

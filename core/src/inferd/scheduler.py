@@ -179,6 +179,9 @@ class Scheduler(abc.ABC):
 class InstancePool:
     """Free instances of a model version; ``acquire`` waits for one, first come first served.
 
+    An instance with a ``depth`` of N (``Instance.pipeline_depth``) is free N times over; each
+    instance's first turn is handed out before any instance's second.
+
     A released instance is handed straight to the oldest waiter, so a request that just arrived
     can never take it from one that has been waiting (``asyncio.Queue`` lets it, and under load
     that starves unlucky requests for seconds).
@@ -186,7 +189,10 @@ class InstancePool:
 
     def __init__(self, runners: Sequence[InstanceRunner]) -> None:
         self.runners = list(runners)
-        self._free: deque[InstanceRunner] = deque(self.runners)
+        depth = max((getattr(r, "depth", 1) for r in self.runners), default=1)
+        self._free: deque[InstanceRunner] = deque(
+            r for turn in range(depth) for r in self.runners if turn < getattr(r, "depth", 1)
+        )
         self._waiters: deque[asyncio.Future[InstanceRunner]] = deque()
 
     async def acquire(self) -> InstanceRunner:

@@ -32,6 +32,7 @@ from inferd.repository import Repository
 from inferd.router import Router
 from inferd.summary import startup_summary
 from inferd.trace import Tracer
+from inferd.traffic import Traffic
 from inferd.workers.control import ControlServer
 from inferd.workers.local import WorkerOps
 from inferd.workers.peers import Peers, WorkerSlot
@@ -111,7 +112,8 @@ class Server:
         self.options = options
         self.host = host or PluginHost(plugins=plugins)
         registries = self.host.registries()
-        self.table = ModelTable(options.model_namespacing)
+        self.peers = Peers(options.worker) if options.worker is not None else None
+        self.table = ModelTable(options.model_namespacing, Traffic(self.peers))
         self.health = ServerHealth(models=self.table if options.strict_readiness else None)
         self.tracer = Tracer()
         self.router = Router(self.table, self.tracer, self.health)
@@ -125,7 +127,6 @@ class Server:
             (options.worker.index, options.worker.count) if options.worker is not None else (0, 1),
         )  # fmt: skip
         self.manager = ModelManager(self._lifecycle_options(), self.table, builder)
-        self.peers = Peers(options.worker) if options.worker is not None else None
         self.dataplane = DataPlane(
             self.manager, self.router, self.health, self.tracer, server_name=options.server_id, peers=self.peers
         )

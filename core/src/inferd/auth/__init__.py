@@ -31,9 +31,10 @@ from inferd.auth.policy import (
     unknown_model,
     visible_names,
 )
+from inferd.auth.usage import METERED, Usage, usage_json
 
 __all__ = [
-    "CURRENT", "OPEN", "ROUTE_GROUPS", "RPC_GROUPS", "AccessControl", "AccessDenied", "AccessPolicy",
+    "CURRENT", "METERED", "OPEN", "Usage", "usage_json", "ROUTE_GROUPS", "RPC_GROUPS", "AccessControl", "AccessDenied", "AccessPolicy",
     "ApiGroup", "AuthConfigError", "Grant", "Restriction", "RestrictionError", "Tenant", "access_from_flags",
     "digest", "unknown_model", "visible_entries", "visible_names",
 ]  # fmt: skip
@@ -47,6 +48,8 @@ class AccessControl:
                  keys: KeyFile | None) -> None:  # fmt: skip
         self.keys = keys
         self.limits = TenantLimits()
+        #: Requests and tokens by tenant and model (``inferd.auth.usage``).
+        self.usage = Usage(self.limits)
         self.http = AccessPolicy(http, keys, self.limits, HTTP_HEADER_PREFIX, "API")
         self.grpc = AccessPolicy(grpc, keys, self.limits, GRPC_HEADER_PREFIX, "protocol")
         self.model_names: Callable[[], Iterable[str]] = tuple
@@ -62,7 +65,8 @@ class AccessControl:
         return policy
 
     def collect(self) -> Iterator[Metric]:
-        """``inferd_tenant_requests_total{tenant,outcome}`` and ``inferd_tenant_requests_in_flight``."""
+        """``inferd_tenant_requests_total{tenant,outcome}``, ``inferd_tenant_requests_in_flight`` and
+        the metering families (:meth:`Usage.collect`)."""
         name = "inferd_tenant_requests_total"  # a family of that very name, as Triton names none
         total = Metric(name, "Requests by tenant and access outcome", "counter")
         for (tenant, outcome), count in sorted(self.limits.counts.items()):
@@ -73,6 +77,7 @@ class AccessControl:
             in_flight.add_metric([name], state.in_flight)
         yield total
         yield in_flight
+        yield from self.usage.collect()
 
 
 def visible_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:

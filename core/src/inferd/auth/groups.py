@@ -36,6 +36,7 @@ RPC_GROUPS: dict[str, ApiGroup] = {
     "RepositoryIndex": ApiGroup.MODEL_REPOSITORY,
     "RepositoryModelLoad": ApiGroup.MODEL_REPOSITORY,
     "RepositoryModelUnload": ApiGroup.MODEL_REPOSITORY,
+    "ModelTraffic": ApiGroup.MODEL_REPOSITORY,
     "TraceSetting": ApiGroup.TRACE,
     "LogSettings": ApiGroup.LOGGING,
     **{f"{kind}SharedMemory{op}": ApiGroup.SHARED_MEMORY
@@ -57,6 +58,9 @@ ROUTE_GROUPS: dict[str, ApiGroup] = {
     "repository_index": ApiGroup.MODEL_REPOSITORY,
     "load": ApiGroup.MODEL_REPOSITORY,
     "unload": ApiGroup.MODEL_REPOSITORY,
+    "usage": ApiGroup.MODEL_REPOSITORY,  # every tenant's requests and tokens: an administrator's view
+    "traffic_get": ApiGroup.MODEL_REPOSITORY,
+    "traffic_post": ApiGroup.MODEL_REPOSITORY,
     "trace_get": ApiGroup.TRACE,
     "trace_post": ApiGroup.TRACE,
     "logging_get": ApiGroup.LOGGING,

@@ -24,7 +24,8 @@ CHECK_SECONDS = 1.0
 DEFAULT_APIS = frozenset({ApiGroup.HEALTH, ApiGroup.METADATA, ApiGroup.INFERENCE, ApiGroup.MODEL_CONFIG,
                           ApiGroup.STATISTICS})  # fmt: skip
 _HEX = re.compile(r"(?:sha256:)?([0-9a-fA-F]{64})")
-_TENANT_FIELDS = {"keys", "models", "apis", "rate", "burst", "concurrency"}
+_TENANT_FIELDS = {"keys", "models", "apis", "rate", "burst", "concurrency", "priority", "queue_timeout_ms",
+                  "max_prompt_tokens", "tokens_per_minute"}  # fmt: skip
 
 
 class AuthConfigError(ValueError):
@@ -41,6 +42,14 @@ class Tenant:
     rate: float | None = None
     burst: float | None = None
     concurrency: int | None = None
+    #: Batcher priority level (1 highest, as Triton's); None: the model's default level.
+    priority: int | None = None
+    #: Default queue timeout of the tenant's requests, in microseconds (0: none).
+    queue_timeout_us: int = 0
+    #: Most prompt tokens one request may carry (None: no limit; checked where the prompt is tokenized).
+    max_prompt_tokens: int | None = None
+    #: Tokens (prompt + completion) the tenant may spend a minute (None: no limit).
+    tokens_per_minute: int | None = None
     _seen: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
 
     def sees(self, model: str) -> bool:
@@ -102,6 +111,16 @@ def _number(entry: dict[str, Any], name: str, where: str) -> float | None:
     return float(value)
 
 
+def _integer(entry: dict[str, Any], name: str, tenant: str, where: str) -> int | None:
+    """A whole number >= 1 (``priority``, token limits), or None when absent."""
+    value = entry.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise AuthConfigError(f"{where}: tenant '{tenant}': '{name}' must be an integer >= 1, got {value!r}")
+    return value
+
+
 def _tenant(name: str, entry: Any, where: str) -> tuple[Tenant, list[str]]:
     if not isinstance(entry, dict):
         raise AuthConfigError(f"{where}: tenant '{name}' must be a mapping with 'keys'")
@@ -127,7 +146,14 @@ def _tenant(name: str, entry: Any, where: str) -> tuple[Tenant, list[str]]:
         raise AuthConfigError(f"{where}: tenant '{name}': {exc}") from None
     rate, burst, limit = (_number(entry, n, where) for n in ("rate", "burst", "concurrency"))
     concurrency = None if limit is None else int(limit)
-    return Tenant(name, tuple(models), groups, rate, burst, concurrency), digests
+    priority, prompt_limit, per_minute = (_integer(entry, n, name, where)
+                                          for n in ("priority", "max_prompt_tokens", "tokens_per_minute"))  # fmt: skip
+    timeout = entry.get("queue_timeout_ms")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise AuthConfigError(f"{where}: tenant '{name}': 'queue_timeout_ms' must be a number > 0, got {timeout!r}")
+    timeout_us = 0 if timeout is None else max(1, round(timeout * 1000))
+    return Tenant(name, tuple(models), groups, rate, burst, concurrency, priority, timeout_us, prompt_limit,
+                  per_minute), digests  # fmt: skip
 
 
 def parse_config(path: Path, text: str) -> AuthConfig:

@@ -34,8 +34,11 @@ class AccessDenied(Exception):
     """A refused request: HTTP status, gRPC status, message, and extra HTTP headers."""
 
     def __init__(self, http_status: int, grpc_status: grpc.StatusCode, message: str,
-                 headers: tuple[tuple[str, str], ...] = (), content_type: str = "application/json") -> None:  # fmt: skip
+                 headers: tuple[tuple[str, str], ...] = (), content_type: str = "application/json",
+                 reason: str = "") -> None:  # fmt: skip
         super().__init__(message)
+        #: A limit's outcome (``rate_limited``, ``token_limited``...), "" for other refusals.
+        self.reason = reason
         self.http_status = http_status
         self.grpc_status = grpc_status
         self.message = message
@@ -154,7 +157,7 @@ class AccessPolicy:
         limited = self.limits.acquire(grant.tenant)
         if limited is not None:
             raise AccessDenied(429, grpc.StatusCode.RESOURCE_EXHAUSTED, limited.message,
-                               (("retry-after", str(max(limited.retry_after, 1))),))  # fmt: skip
+                               (("retry-after", str(max(limited.retry_after, 1))),), reason=limited.outcome)  # fmt: skip
         return Grant(grant.tenant, grant.visible, self.limits)
 
     def _check_restricted(self, restriction: Restriction, headers: Mapping[str, str]) -> None:

@@ -4,6 +4,12 @@ Requests wait in one :class:`PriorityQueue` shared by every instance of a model 
 is served first. Within a level, requests keep arrival order; requests whose timeout expired
 under ``timeout_action: DELAY`` move behind the level's unexpired requests, and under ``REJECT``
 leave the queue with Triton's "Request timeout expired" error.
+
+With ``--auth-config``, a tenant's ``priority`` and ``queue_timeout_ms`` apply (docs/traffic.md,
+"Tenant priorities"): its requests enter at its level, clamped into the model's
+``priority_levels``; a request's own ``priority`` may only lower it. A model that defines no
+levels gets levels as its tenants need them (up to :data:`IMPLICIT_LEVELS`), all with its default
+queue policy; requests of tenants without a priority stay at level 1, as every request does today.
 """
 
 from __future__ import annotations
@@ -14,10 +20,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from inferd.auth.policy import CURRENT
 from inferd.errors import InvalidArgument
 from inferd.scheduler import Rejected
 
 if TYPE_CHECKING:
+    from inferd.auth.keys import Tenant
     from inferd.config import ModelConfig
     from inferd.types import InferRequest
 
@@ -25,6 +33,8 @@ _DELAY = 1  # ModelQueuePolicy.TimeoutAction.DELAY
 
 #: Triton's message for a request rejected after waiting past its timeout (UNAVAILABLE, HTTP 503).
 TIMEOUT_MESSAGE = "Request timeout expired"
+#: Levels a model without ``priority_levels`` gets for its tenants' priorities (lower ones share the last).
+IMPLICIT_LEVELS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,13 +55,16 @@ class QueuePolicy:
             max_queue_size=int(policy.max_queue_size),
         )
 
-    def timeout_us(self, requested_us: int) -> int:
+    def timeout_us(self, requested_us: int, tenant_us: int = 0) -> int:
         """The timeout a request gets; 0 means none.
 
         As in Triton, a request's own timeout only applies when the policy allows overrides and
-        it is shorter than the policy's default (so with no default it is ignored).
+        it is shorter than the policy's default (so with no default it is ignored). A tenant's
+        ``queue_timeout_ms`` is its requests' default when the policy has none or a longer one.
         """
         timeout = self.default_timeout_us
+        if tenant_us and (not timeout or tenant_us < timeout):
+            timeout = tenant_us
         if self.allow_timeout_override and 0 < requested_us < timeout:
             timeout = requested_us
         return timeout
@@ -108,6 +121,7 @@ class PriorityQueue:
         overrides = {int(k): QueuePolicy.from_proto(v) for k, v in batching.priority_queue_policy.items()}
         count = max(1, self.level_count)
         self.levels = [_Level(overrides.get(i, default)) for i in range(1, count + 1)]
+        self._default_policy = default
         self._expired = expired
         self._size = 0
 
@@ -120,25 +134,38 @@ class PriorityQueue:
             yield from level.queue
             yield from level.delayed
 
-    def level_of(self, request: InferRequest) -> int:
-        """The 0-based level index; priority 0 or one past ``priority_levels`` takes the default."""
-        if self.level_count <= 1:
-            return 0
-        priority = uint_parameter(request, "priority", self.model)
-        if priority == 0 or priority > self.level_count:
-            priority = self.default_level
-        return priority - 1
+    def level_of(self, request: InferRequest, tenant: Tenant | None = None) -> int:
+        """The 0-based level index; priority 0 or one past ``priority_levels`` takes the default.
+        A ``tenant`` with a priority sets the level (clamped into the model's levels); the
+        request's own ``priority`` may only lower it."""
+        ceiling = tenant.priority if tenant is not None else None
+        if ceiling is None:
+            if self.level_count <= 1:
+                return 0
+            priority = uint_parameter(request, "priority", self.model)
+            if priority == 0 or priority > self.level_count:
+                priority = self.default_level
+            return priority - 1
+        priority = max(ceiling, uint_parameter(request, "priority", self.model))
+        if self.level_count:
+            return min(priority, self.level_count) - 1
+        index = min(priority, IMPLICIT_LEVELS) - 1
+        while len(self.levels) <= index:  # a model without levels: one per tenant level met
+            self.levels.append(_Level(self._default_policy))
+        return index
 
     def push(self, item: Pending) -> None:
         """Queue ``item``; raises :class:`~inferd.scheduler.Rejected` when its level is full."""
         request = item.request
-        index = self.level_of(request)
+        grant = CURRENT.get()
+        tenant = grant.tenant if grant is not None else None
+        index = self.level_of(request, tenant)
         level = self.levels[index]
         policy = level.policy
         if policy.max_queue_size and len(level) >= policy.max_queue_size:
             raise Rejected(f"[request id: {request.id or '<id_unknown>'}] Exceeds maximum queue size")
         requested = uint_parameter(request, "timeout", self.model) if policy.allow_timeout_override else 0
-        timeout_us = policy.timeout_us(requested)
+        timeout_us = policy.timeout_us(requested, tenant.queue_timeout_us if tenant is not None else 0)
         item.level = index
         level.queue.append(item)
         self._size += 1

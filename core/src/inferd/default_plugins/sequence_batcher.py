@@ -5,7 +5,9 @@ of one instance for its lifetime; with no free slot it waits in a backlog. Each 
 batch at a time, taking at most the next request of each of its sequences, so the requests of a
 sequence run strictly in order. The ``direct`` strategy (the default) batches the ready slots in
 slot order; ``oldest`` keeps ``max_candidate_sequences`` per instance and batches the oldest ready
-requests as the dynamic batcher would. Control tensors and implicit state are added to each
+requests as the dynamic batcher would. With ``--auth-config``, a sequence waiting for a slot
+waits at its tenant's ``priority``: a freed slot goes to the first sequence of the highest level,
+and its tenant's ``queue_timeout_ms`` is its backlog timeout when its request names none. Control tensors and implicit state are added to each
 request as it goes to its instance (:mod:`~inferd.default_plugins.sequence_controls`).
 """
 
@@ -20,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from inferd.auth.policy import CURRENT
 from inferd.backend import RESCHEDULE
 from inferd.default_plugins.batching import Wakeup, answer, plan_batch, ragged_inputs, shape_key
 from inferd.default_plugins.sequence_controls import ImplicitState, SequenceControls, sequence_parameters
@@ -67,6 +70,10 @@ class _Sequence:
     done: bool = False
     timer: asyncio.TimerHandle | None = None
     backlog_timer: asyncio.TimerHandle | None = None
+    #: Its tenant's priority level (1 highest; 1 without one), for its turn in the backlog.
+    level: int = 1
+    #: Its tenant's queue timeout in microseconds (0: none), when its request names no ``timeout``.
+    tenant_timeout_us: int = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -109,6 +116,7 @@ class SequenceBatchScheduler(Scheduler):
         self._lanes = [_Lane(r, [None] * slots) for r in context.runners]
         self._active: dict[int | str, _Sequence] = {}
         self._backlog: deque[_Sequence] = deque()
+        self._leveled = False  # a sequence of a tenant with a priority below 1 was opened
         self._closed = False
         #: ``iterative_sequence``: one request is a whole sequence, run again while the model reschedules it.
         self._iterative = bool(sequencing.iterative_sequence)
@@ -171,6 +179,12 @@ class SequenceBatchScheduler(Scheduler):
             for lane in self._lanes:
                 lane.task = asyncio.ensure_future(self._lane_worker(lane))
         seq = _Sequence(cid, self._controls.corrid(cid))
+        grant = CURRENT.get()
+        tenant = grant.tenant if grant is not None else None
+        if tenant is not None:
+            seq.level = tenant.priority or 1
+            seq.tenant_timeout_us = tenant.queue_timeout_us
+            self._leveled = self._leveled or seq.level > 1
         self._active[cid] = seq
         if not self._assign(seq):
             self._backlog.append(seq)
@@ -224,10 +238,19 @@ class SequenceBatchScheduler(Scheduler):
         lane.slots[index] = None
         seq.lane = None
         while self._backlog:
-            waiting = self._backlog.popleft()
+            waiting = self._next_waiting()
             if not waiting.done:
                 self._assign(waiting)
                 break
+
+    def _next_waiting(self) -> _Sequence:
+        """Take the sequence whose turn it is: the first of the highest tenant level."""
+        backlog = self._backlog
+        if not self._leveled:
+            return backlog.popleft()
+        first = min(backlog, key=_level)  # min keeps the earliest of equal levels
+        backlog.remove(first)
+        return first
 
     def _check_idle(self, seq: _Sequence) -> None:
         seq.timer = None
@@ -246,6 +269,8 @@ class SequenceBatchScheduler(Scheduler):
 
     def _arm_backlog_timeout(self, seq: _Sequence, request: InferRequest) -> None:
         timeout = request.parameters.get("timeout")
+        if timeout is None:
+            timeout = seq.tenant_timeout_us
         if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0 or seq.backlog_timer:
             return
         seq.backlog_timer = asyncio.get_running_loop().call_later(timeout / 1e6, self._expire_backlog, seq)
@@ -389,6 +414,10 @@ class SequenceBatchScheduler(Scheduler):
                     slot.timer.cancel()
         self._active.clear()
         self._backlog.clear()
+
+
+def _level(seq: _Sequence) -> int:
+    return seq.level
 
 
 @hookimpl

@@ -1,20 +1,25 @@
-"""uvicorn's zttp HTTP/2 protocol, with connections rotated before zttp's per-connection stream cap.
+"""inferd's HTTP/2 protocol: an ``asyncio.Protocol`` that drives zttp's sans-IO connection itself.
 
-zttp 0.0.35 answers a connection's 4097th stream with GOAWAY ENHANCE_YOUR_CALM ("HTTP/2 flood
-detected") and drops it, failing the calls in flight on it. So after :data:`STREAMS_PER_CONNECTION`
-streams the server sends a graceful GOAWAY (NO_ERROR, naming the last stream it takes), answers
-the streams it took, and leaves the closing to the client (gRPC clients close a connection that
-went away once its calls end), closing it itself once it is idle; a stream the client opened in
+Bytes read are fed to zttp's ``H2Connection``; its events go to the stream they name: a new
+stream's request to a unary route (:mod:`inferd.serving.h2_stream`, no ASGI) or to the ASGI app
+(:class:`~inferd.serving.h2_stream.AsgiStream`); its bytes to send are written through one
+:class:`~inferd.serving.writes.HeldWrites` per connection (gathered, one send per loop turn). Only
+uvicorn's ``Server`` (listening socket, graceful shutdown) and ``FlowControl`` are borrowed
+(:mod:`inferd.serving.internals`).
+
+zttp 0.0.35's connection answers its 4097th stream with GOAWAY ENHANCE_YOUR_CALM ("HTTP/2 flood
+detected") and drops it, failing the calls in flight on it; the count is in the sans-IO connection
+(streams closed still count) and has no setting. So after :data:`STREAMS_PER_CONNECTION` streams
+the server sends a graceful GOAWAY (NO_ERROR, naming the last stream it takes), answers the
+streams it took, and leaves the closing to the client (gRPC clients close a connection that went
+away once its calls end), closing it itself once it is idle; a stream the client opened in
 between is refused (REFUSED_STREAM), which gRPC clients retry on their new connection.
-
-uvicorn writes each ASGI send (headers, body, trailers) to the socket at once: three writes per
-call. Here a connection's writes are gathered (:class:`~inferd.serving.writes.HeldWrites`) and
-written once per event-loop iteration, so a call costs one write, and the responses of one batch share it.
 
 A peer's cost is bounded as nghttp2 and grpc bound it: a connection is not read while what the
 server wrote to it is unsent past the transport's high-water mark (a peer that sends PINGs or
 SETTINGS, which zttp acknowledges, or calls, without reading the answers, cannot make the server
-buffer more); and control frames (SETTINGS, PING, WINDOW_UPDATE, RST_STREAM) beyond a budget
+buffer more), nor while a stream holds a body over :data:`HIGH_WATER_LIMIT` its call has not
+taken; and control frames (SETTINGS, PING, WINDOW_UPDATE, RST_STREAM) beyond a budget
 (:data:`CONTROL_FRAME_BURST`, refilled at :data:`CONTROL_FRAMES_PER_SECOND`) close the connection
 with GOAWAY ENHANCE_YOUR_CALM (CVE-2019-9512, -9515 and kin). zttp itself bounds a request's
 header list (it advertises and enforces SETTINGS_MAX_HEADER_LIST_SIZE 65,536: a larger header
@@ -25,6 +30,10 @@ zttp refuses a stream whose headers break RFC 9113 8.2 (RST_STREAM PROTOCOL_ERRO
 value that begins or ends with a space or tab among them (8.2.1), and has no setting to relax
 that; grpcio and Triton accept and keep such values. The refusal is logged (once per connection),
 since the client sees only the reset; ``--grpc-transport grpcio`` serves such clients.
+
+Graceful shutdown (uvicorn's ``Server.shutdown`` calls :meth:`GrpcH2Protocol.shutdown`): an idle
+connection gets GOAWAY and closes; on a busy one new streams are answered HTTP 503 (gRPC clients
+read UNAVAILABLE) and it closes once its last call ends.
 """
 
 from __future__ import annotations
@@ -32,13 +41,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
+from urllib.parse import unquote
 
 import zttp
-from uvicorn.protocols.http.zttp_h2_impl import ZttpH2Protocol
 
 from inferd.serving.flow import HIGH_WATER_LIMIT, ReadingFlow
-from inferd.serving.h2_stream import Headers, UnaryRoute, UnaryStream
+from inferd.serving.h2_stream import AsgiApp, AsgiStream, Headers, UnaryRoute, UnaryStream
 from inferd.serving.writes import HeldWrites
 
 #: Streams a connection takes before it is rotated (zttp's cap is 4096; leave room for races).
@@ -56,55 +66,142 @@ CONTROL_FRAMES_PER_SECOND = 5_000
 #: (a peer that does not read would hold it forever).
 CLOSE_GRACE_SECONDS = 2.0
 _CONTROL = (zttp.Settings, zttp.Ping, zttp.WindowUpdate)
+_UNAVAILABLE = [(b"content-type", b"text/plain; charset=utf-8")]
 
 log = logging.getLogger(__name__)
+Stream = UnaryStream | AsgiStream
 
 
-class GrpcH2Protocol(ZttpH2Protocol):
-    """HTTP/2 only (gRPC clients speak it with prior knowledge); one connection per 4000 calls."""
+@dataclass(frozen=True)
+class Served:
+    """What a server's connections serve."""
 
-    alpn_protocols: ClassVar[list[str]] = ["h2"]
-    streams_per_connection: ClassVar[int] = STREAMS_PER_CONNECTION
+    #: The ASGI app that answers what no unary route takes.
+    app: AsgiApp
     #: The requests answered without ASGI, by raw path (:mod:`inferd.serving.h2_stream`).
-    unary_routes: ClassVar[Mapping[bytes, UnaryRoute] | None] = None
+    unary: Mapping[bytes, UnaryRoute] | None
+    #: An idle connection is closed (GOAWAY) after this long.
+    keep_alive_secs: float
 
-    _streams = 0
-    _last_stream: int | None = None
-    #: The newest stream a request came from; a refusal of a later one is zttp's (:meth:`_refused`).
-    _newest = 0
-    _told_refusal = False
-    #: Control frames the peer may still send now, and when that was counted.
-    _allowance = float(CONTROL_FRAME_BURST)
-    _counted_at = 0.0
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+class GrpcH2Protocol(asyncio.Protocol):
+    """One HTTP/2 connection (prior knowledge, or ALPN ``h2``); rotated after 4000 calls.
+
+    Built by uvicorn's ``Server`` for each connection it accepts (keyword arguments ``config``,
+    ``server_state``, ``app_state``, ``_loop``); what it serves is on the class
+    (:func:`protocol_class`).
+    """
+
+    streams_per_connection: ClassVar[int] = STREAMS_PER_CONNECTION
+    #: What the connections serve (set by :func:`protocol_class`).
+    served: ClassVar[Served]
+
+    transport: HeldWrites
+    flow: ReadingFlow
+    client: tuple[str, int] | None = None
+
+    def __init__(self, server_state: Any, _loop: asyncio.AbstractEventLoop | None = None, **_: Any) -> None:
+        self.loop = _loop or asyncio.get_running_loop()
+        self.server_state = server_state
+        self.connections: set[Any] = server_state.connections
+        #: Every call's task (uvicorn's shutdown waits for them, cancels them past the grace).
+        self.tasks: set[asyncio.Task[None]] = server_state.tasks
+        self.conn: zttp.H2Connection = zttp.Connection(zttp.SERVER, protocol=zttp.HTTP2)
+        #: The streams whose call runs, by id.
+        self.streams: dict[int, Stream] = {}
+        self.shutdown_requested = False
+        self._scheme = "http"
+        self._server: tuple[str, int] | None = None
+        self._taken = 0
+        self._last_stream: int | None = None
+        #: The newest stream a request came from; a refusal of a later one is zttp's (:meth:`_refused`).
+        self._newest = 0
+        self._told_refusal = False
+        #: Control frames the peer may still send now, and when that was counted.
+        self._allowance = float(CONTROL_FRAME_BURST)
+        self._counted_at = 0.0
+        #: When the peer last sent something; the idle timer looks at it.
+        self._active_at = 0.0
+        self._idle_timer: asyncio.TimerHandle | None = None
+
+    # asyncio's side
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvloop's is none
+        self.connections.add(self)
         self.flow = ReadingFlow(transport)
-        self.transport = HeldWrites(transport)  # type: ignore[assignment]
+        self.transport = HeldWrites(transport)
+        self.client = _address(transport.get_extra_info("peername"))
+        self._server = _address(transport.get_extra_info("sockname"))
+        if transport.get_extra_info("sslcontext") is not None:
+            self._scheme = "https"
+        self.conn.initiate_connection()
+        self.flush()
+        self._active_at = self.loop.time()
+        self._idle_timer = self.loop.call_later(self.served.keep_alive_secs, self._idle_check)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.connections.discard(self)
+        for stream in self.streams.values():
+            if not stream.response_complete:
+                stream.disconnected = True
+            stream.message_event.set()
+        self.flow.resume_writing()
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        if exc is None:
+            self.transport.close()
+
+    def eof_received(self) -> None:
+        pass  # the transport closes; connection_lost follows
+
+    def pause_writing(self) -> None:
+        self.flow.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.flow.resume_writing()
+
+    def data_received(self, data: bytes) -> None:
+        self._active_at = self.loop.time()
+        try:
+            self.conn.receive_data(data)
+            self.handle_events()
+        except zttp.RemoteProtocolError as exc:
+            log.warning("%s: invalid HTTP/2 frame received: %s", self.client, exc)
+            self.flush()
+            self.transport.close()
+            return
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what zttp has to send (acks, the preface, DATA released by a WINDOW_UPDATE)."""
+        self.transport.write(self.conn.data_to_send())
+
+    # zttp's side
 
     def handle_events(self) -> None:
-        """uvicorn's dispatch of zttp's events, with control frames counted against the allowance."""
+        """zttp's events, each to its stream; control frames counted against the allowance."""
         conn = self.conn
-        cycles = self.cycles
+        streams = self.streams
         while True:
             event: Any = conn.next_event()  # dispatched on its exact type below (narrowed by hand)
             kind = type(event)
             if kind is zttp.Data:
-                cycle = cycles.get(event.stream_id)
-                if cycle is None or cycle.response_complete:
+                stream = streams.get(event.stream_id)
+                if stream is None or stream.response_complete:
                     continue
-                cycle.body += event.data
-                if len(cycle.body) > HIGH_WATER_LIMIT:
+                stream.body += event.data
+                if len(stream.body) > HIGH_WATER_LIMIT:
                     self.flow.pause_reading()
-                cycle.message_event.set()
+                stream.message_event.set()
             elif kind is zttp.Request:
                 self.handle_request(event)
             elif kind is zttp.EndOfMessage:
-                cycle = cycles.get(event.stream_id)
-                if cycle is None or cycle.response_complete:
+                stream = streams.get(event.stream_id)
+                if stream is None or stream.response_complete:
                     continue
-                cycle.more_body = False
-                cycle.message_event.set()
+                stream.more_body = False
+                stream.message_event.set()
             elif kind is zttp.NeedData or kind is zttp.ConnectionClosed:
                 return
             elif kind in _CONTROL:  # zttp answers them (acks, send windows); they only cost here
@@ -113,13 +210,83 @@ class GrpcH2Protocol(ZttpH2Protocol):
             elif kind is zttp.RstStream:
                 if event.error_code == _PROTOCOL_ERROR and event.stream_id > self._newest:
                     self._refused(event.stream_id)
-                self.handle_rst_stream(event)
+                self._reset(event.stream_id)
                 if not self._allow():
                     return
             elif kind is zttp.GoAway:
                 self.shutdown_requested = True
-                if not cycles:
-                    self._close_connection()
+                if not streams:
+                    self._close()
+
+    def handle_request(self, event: zttp.Request) -> None:
+        stream_id = event.stream_id
+        self._newest = stream_id
+        if self._last_stream is not None and stream_id > self._last_stream:
+            self.conn.stream(stream_id).reset(_REFUSED_STREAM)
+            return
+        self._taken += 1
+        if self.shutdown_requested:
+            self._unavailable(stream_id)
+        elif not self._start_unary(event):
+            self._start_asgi(event)
+        if self._taken >= self.streams_per_connection and self._last_stream is None:
+            self._last_stream = stream_id
+            self.conn.close(0, stream_id)
+            self.loop.call_later(IDLE_CHECK_SECONDS, self._close_when_idle)
+
+    def _start_unary(self, event: zttp.Request) -> bool:
+        """Answer a request its route takes without ASGI (:mod:`inferd.serving.h2_stream`); False: not one."""
+        routes = self.served.unary
+        if routes is None:
+            return False
+        route = routes.get(event.path)
+        if route is None:
+            return False
+        handler = route(event.method, _header_list(event.headers))
+        if handler is None:
+            return False
+        stream = UnaryStream(self.conn, event, self.transport, self.flow, self.resume_reading_if_idle)
+        self.streams[event.stream_id] = stream
+        self._run(stream.run(handler, self.on_response_complete))
+        return True
+
+    def _start_asgi(self, event: zttp.Request) -> None:
+        if not event.target.isascii():
+            self.conn.stream(event.stream_id).reset(_PROTOCOL_ERROR)  # RFC 9113 8.1.1
+            return
+        raw_path = event.path
+        scope: dict[str, Any] = {
+            "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "2",
+            "server": self._server, "client": self.client, "scheme": self._scheme,
+            "method": event.method.decode("ascii"), "root_path": "", "path": unquote(raw_path.decode("ascii")),
+            "raw_path": raw_path, "query_string": event.query, "headers": _header_list(event.headers),
+            "extensions": {"http.response.trailers": {}},
+        }  # fmt: skip
+        stream = AsgiStream(scope, self.conn, event, self.transport, self.flow, self.resume_reading_if_idle)
+        self.streams[event.stream_id] = stream
+        self._run(stream.run(self.served.app, self.on_response_complete))
+
+    def _run(self, call: Any) -> None:
+        task = self.loop.create_task(call)
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+
+    def _unavailable(self, stream_id: int) -> None:
+        """A stream opened after shutdown began: HTTP 503 (gRPC clients read UNAVAILABLE)."""
+        stream = self.conn.stream(stream_id)
+        stream.send_response(503, _UNAVAILABLE)
+        stream.send_data(b"Service Unavailable")
+        stream.end_message()
+
+    def _reset(self, stream_id: int) -> None:
+        """The client reset a stream: its call, if it still runs, learns it went away."""
+        stream = self.streams.pop(stream_id, None)
+        if stream is None:
+            return
+        if not stream.response_complete:
+            stream.disconnected = True
+            stream.message_event.set()
+        self._stream_closed()
 
     def _allow(self) -> bool:
         """Count one control frame; past the allowance, close the connection (ENHANCE_YOUR_CALM)."""
@@ -150,53 +317,83 @@ class GrpcH2Protocol(ZttpH2Protocol):
             self.client, stream_id,
         )  # fmt: skip
 
-    def handle_request(self, event: zttp.Request) -> None:
-        self._newest = event.stream_id
-        if self._last_stream is not None and event.stream_id > self._last_stream:
-            self.conn.stream(event.stream_id).reset(_REFUSED_STREAM)
-            return
-        self._streams += 1
-        if not self._start_unary(event):
-            super().handle_request(event)
-        if self._streams >= self.streams_per_connection and self._last_stream is None:
-            self._last_stream = event.stream_id
-            self.conn.close(0, event.stream_id)
-            self.loop.call_later(IDLE_CHECK_SECONDS, self._close_when_idle)
+    # the streams' side
 
-    def _start_unary(self, event: zttp.Request) -> bool:
-        """Answer a request its route takes without ASGI (:mod:`inferd.serving.h2_stream`); False: not one."""
-        routes = self.unary_routes
-        if self.shutdown_requested or routes is None:
-            return False
-        route = routes.get(event.path)
-        if route is None:
-            return False
-        handler = route(event.method, _header_list(event.headers))
-        if handler is None:
-            return False
-        stream = UnaryStream(self.conn, event, self.transport, self.flow, self.resume_reading_if_idle)
-        self.cycles[event.stream_id] = stream  # type: ignore[assignment]
-        task = self.loop.create_task(stream.run(handler, self.on_response_complete))
-        task.add_done_callback(self.tasks.discard)
-        self.tasks.add(task)
-        return True
+    def resume_reading_if_idle(self) -> None:
+        """Read again, unless a stream still holds a body over the high-water mark its call has not taken."""
+        for stream in self.streams.values():
+            if len(stream.body) > HIGH_WATER_LIMIT:
+                return
+        self.flow.resume_reading()
+
+    def on_response_complete(self, stream_id: int) -> None:
+        """A stream's call ended (answered, failed or gone)."""
+        self.server_state.total_requests += 1
+        if self.streams.pop(stream_id, None) is not None:
+            self._stream_closed()
+
+    def _stream_closed(self) -> None:
+        if self.transport.is_closing():
+            return
+        self.resume_reading_if_idle()
+        if not self.streams:
+            self._active_at = self.loop.time()
+            if self.shutdown_requested:
+                self._close()
+
+    # closing
+
+    def shutdown(self) -> None:
+        """Graceful shutdown (uvicorn's ``Server.shutdown``): close now when idle; else refuse new
+        streams (503) and close once the last call ends."""
+        self.shutdown_requested = True
+        if not self.streams:
+            self._close()
+
+    def _close(self) -> None:
+        """GOAWAY, then close once it is sent."""
+        if self.transport.is_closing():
+            return
+        self.conn.close()
+        self.flush()
+        self.transport.close()
+
+    def _idle_check(self) -> None:
+        """Close a connection idle for ``keep_alive_secs``; otherwise look again when it could be."""
+        if self.transport.is_closing():
+            return
+        keep_alive = self.served.keep_alive_secs
+        idle = self.loop.time() - self._active_at
+        if not self.streams and idle >= keep_alive:
+            self._close()
+            return
+        self._idle_timer = self.loop.call_later(max(keep_alive - idle, IDLE_CHECK_SECONDS), self._idle_check)
 
     def _close_when_idle(self) -> None:
         if self.transport.is_closing():
             return
-        if self.cycles:
+        if self.streams:
             self.loop.call_later(IDLE_CHECK_SECONDS, self._close_when_idle)
             return
-        self._close_connection()
+        self._close()
+
+
+def _address(name: Any) -> tuple[str, int] | None:
+    """A socket's (host, port), as ASGI's ``client`` and ``server`` (None: not an IP socket)."""
+    if isinstance(name, tuple | list) and len(name) >= 2:
+        return str(name[0]), int(name[1])
+    return None
 
 
 def _header_list(headers: zttp.HeaderBlock | Headers) -> Headers:
-    """A request's headers as pairs with lower-case names (as uvicorn gives them to ASGI)."""
+    """A request's headers as pairs with lower-case names (as ASGI gives them)."""
     if isinstance(headers, zttp.HeaderBlock):
         return headers.to_list(lowercase_names=True)
     return [(name.lower(), value) for name, value in headers]
 
 
-def protocol_class(unary: Mapping[bytes, UnaryRoute] | None) -> type[GrpcH2Protocol]:
-    """:class:`GrpcH2Protocol` answering ``unary``'s requests without ASGI."""
-    return type("GrpcH2Protocol", (GrpcH2Protocol,), {"unary_routes": unary})
+def protocol_class(
+    app: AsgiApp, unary: Mapping[bytes, UnaryRoute] | None, keep_alive_secs: float
+) -> type[GrpcH2Protocol]:
+    """:class:`GrpcH2Protocol` serving ``app``, answering ``unary``'s requests without ASGI."""
+    return type("GrpcH2Protocol", (GrpcH2Protocol,), {"served": Served(app, unary, keep_alive_secs)})

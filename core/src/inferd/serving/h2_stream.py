@@ -1,4 +1,5 @@
-"""The HTTP/2 short path's seam: a request answered whole, straight from its stream, without ASGI.
+"""An HTTP/2 stream's call: answered whole without ASGI (:class:`UnaryStream`), or by an ASGI app
+(:class:`AsgiStream`).
 
 An app served by :class:`~inferd.serving.runner.H2Server` may give it :data:`UnaryRoute` s by the
 request's raw path. For a new stream on one of those paths the protocol calls the route with the
@@ -7,17 +8,18 @@ method and headers; a :data:`UnaryHandler` it returns answers the stream through
 request to the ASGI app. The app knows its protocol (gRPC's messages and statuses); the stream
 knows HTTP/2 (zttp's stream API, flow control, the connection's writes).
 
-:class:`UnaryStream` also stands in for uvicorn's request/response cycle in the protocol's
-bookkeeping (it has the attributes the protocol reads and writes: ``body``, ``more_body``,
-``message_event``, ``disconnected``, ``response_complete``); the protocol setting ``disconnected``
-(the client reset the stream or went away) cancels the handler.
+Both have what the protocol (:mod:`inferd.serving.h2`) reads and writes on a stream: ``body``,
+``more_body``, ``message_event``, ``disconnected``, ``response_complete``; on a
+:class:`UnaryStream` the protocol setting ``disconnected`` (the client reset the stream or went
+away) cancels the handler.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import zttp
@@ -30,6 +32,17 @@ UnaryRoute = Callable[[bytes, Headers], "UnaryHandler | None"]
 #: Looks at the body's parts received so far and the size before the last one; returns the size.
 #: May raise to refuse the request before the rest of its body is read.
 BodyCheck = Callable[[list[bytearray], int], int]
+AsgiMessage = MutableMapping[str, Any]
+#: An ASGI 3 app: (scope, receive, send).
+AsgiApp = Callable[
+    [AsgiMessage, Callable[[], Awaitable[AsgiMessage]], Callable[[AsgiMessage], Awaitable[None]]], Awaitable[None]
+]
+
+#: Headers RFC 9113 8.2.2 forbids in HTTP/2 (zttp refuses to send them): dropped from an ASGI answer.
+FORBIDDEN_HEADERS = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"})
+_INTERNAL_ERROR = [(b"content-type", b"text/plain; charset=utf-8")]
+
+log = logging.getLogger(__name__)
 
 
 class _Flow(Protocol):
@@ -143,3 +156,151 @@ class UnaryStream:
         self.response_complete = True
         self.message_event.set()
         self.transport.write(self.conn.data_to_send())
+
+
+class AsgiStream:
+    """One HTTP/2 stream answered by an ASGI app (HTTP response trailers included), run by :meth:`run`.
+
+    ``stream`` (zttp's, whose ``pending_bytes`` wait for the client's window), ``disconnected``
+    and :meth:`abort_stream` are what the gRPC app's streaming reply looks at (``send.__self__``).
+    """
+
+    def __init__(
+        self,
+        scope: AsgiMessage,
+        conn: zttp.H2Connection,
+        event: zttp.Request,
+        transport: _Writer,
+        flow: _Flow,
+        resume_reading: Callable[[], None],
+    ) -> None:
+        self.scope = scope
+        self.conn = conn
+        self.stream = conn.stream(event.stream_id)
+        self.transport = transport
+        self.flow = flow
+        self.resume_reading = resume_reading
+        self.body = bytearray()
+        self.more_body = not event.end_stream
+        self.message_event = asyncio.Event()
+        if not self.more_body:
+            self.message_event.set()
+        self.disconnected = False
+        self.response_started = False
+        self.response_complete = False
+        self._body_complete = False
+        self._trailers_expected = False
+        self._trailers: Headers = []
+        #: Trailers are sent only to a client that said it takes them (``te: trailers``), as uvicorn does.
+        self._send_trailers = any(
+            name == b"te" and value.lower().strip() == b"trailers" for name, value in scope["headers"]
+        )
+        self._on_done: Callable[[int], None] = _nothing
+
+    async def run(self, app: AsgiApp, on_done: Callable[[int], None]) -> None:
+        """``app`` on this stream; an app that fails or ends without an answer gets a 500 or a reset;
+        ``on_done(stream_id)`` once the answer is complete, or at the end, whichever comes first."""
+        self._on_done = on_done
+        try:
+            await app(self.scope, self.receive, self.send)
+        except BaseException as exc:
+            log.error("Exception in ASGI application", exc_info=exc)
+            if not self.response_started:
+                await self._internal_error()
+            else:
+                self.abort_stream()
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            if not self.response_started and not self.disconnected:
+                log.error("ASGI callable returned without starting response.")
+                await self._internal_error()
+            elif not self.response_complete and not self.disconnected:
+                log.error("ASGI callable returned without completing response.")
+                self.abort_stream()
+        finally:
+            self._done()
+
+    def _done(self) -> None:
+        on_done, self._on_done = self._on_done, _nothing
+        on_done(self.stream.stream_id)
+
+    async def _internal_error(self) -> None:
+        await self.send({"type": "http.response.start", "status": 500, "headers": _INTERNAL_ERROR})
+        await self.send({"type": "http.response.body", "body": b"Internal Server Error", "more_body": False})
+
+    def abort_stream(self) -> None:
+        """Reset this stream; the connection's other streams go on."""
+        if self.transport.is_closing():
+            return
+        self.stream.reset()
+        self.transport.write(self.conn.data_to_send())
+        self.disconnected = True
+
+    async def receive(self) -> AsgiMessage:
+        if not self.disconnected and not self.response_complete:
+            self.resume_reading()
+            await self.message_event.wait()
+            self.message_event.clear()
+        if self.disconnected or self.response_complete:
+            return {"type": "http.disconnect"}
+        body, self.body = self.body, bytearray()
+        return {"type": "http.request", "body": bytes(body), "more_body": self.more_body}
+
+    async def send(self, message: AsgiMessage) -> None:
+        if self.flow.write_paused and not self.disconnected:
+            await self.flow.drain()
+        if self.disconnected:
+            return
+        kind = message["type"]
+        stream = self.stream
+        if not self.response_started:
+            if kind != "http.response.start":
+                raise RuntimeError(f"Expected ASGI message 'http.response.start', but got '{kind}'.")
+            self.response_started = True
+            self._trailers_expected = message.get("trailers", False)
+            stream.send_response(message["status"], _allowed(message.get("headers", ())))
+        elif not self._body_complete:
+            if kind != "http.response.body":
+                raise RuntimeError(f"Expected ASGI message 'http.response.body', but got '{kind}'.")
+            body = message.get("body", b"")
+            if body:
+                stream.send_data(body)
+            if not message.get("more_body", False):
+                self._body_complete = True
+                if not self._trailers_expected:
+                    stream.end_message()
+                    self.response_complete = True
+        elif not self.response_complete:
+            if kind != "http.response.trailers":
+                raise RuntimeError(f"Expected ASGI message 'http.response.trailers', but got '{kind}'.")
+            for name, value in message["headers"]:
+                name = name.lower()
+                if name.startswith(b":"):
+                    raise RuntimeError("Pseudo headers are not allowed in HTTP response trailers")
+                if self._send_trailers and name not in FORBIDDEN_HEADERS and name != b"te":
+                    self._trailers.append((name, value))
+            if not message.get("more_trailers", False):
+                stream.end_message(self._trailers or None)
+                self.response_complete = True
+        else:
+            raise RuntimeError(f"Unexpected ASGI message '{kind}' sent, after response already completed.")
+        self.transport.write(self.conn.data_to_send())
+        if self.response_complete:
+            self.message_event.set()
+            self._done()
+
+
+def _allowed(headers: Any) -> Headers:
+    """An ASGI answer's headers, lower-cased, without those HTTP/2 forbids (``te`` only as ``trailers``)."""
+    allowed = []
+    for name, value in headers:
+        name = name.lower()
+        if name in FORBIDDEN_HEADERS or (name == b"te" and value.lower().strip() != b"trailers"):
+            continue
+        allowed.append((name, value))
+    return allowed
+
+
+def _nothing(_stream_id: int) -> None:
+    pass

@@ -10,11 +10,14 @@ Kinds of borrowing:
 - ``param``: a parameter of a library callable;
 - ``calls``: a library method that must still call the hook inferd overrides (``name`` is called
   from ``by``), or the override is never reached;
-- ``text``: a string the library's module must still contain (a logger name).
+- ``text``: a string the library's module must still contain (a logger name, the keywords a
+  protocol is built with, a call).
 
-Beside the names, :data:`CYCLES`: inferd's stand-ins for uvicorn's ``RequestResponseCycle`` must
-have every attribute uvicorn's protocol touches on a cycle; :func:`check` reads that set from
-uvicorn's source.
+Beside the names, :data:`CYCLES`: inferd's stand-in for uvicorn's HTTP/1.1 ``RequestResponseCycle``
+must have every attribute uvicorn's protocol touches on a cycle; :func:`check` reads that set from
+uvicorn's source. The HTTP/2 protocol (:mod:`inferd.serving.h2`) subclasses nothing of uvicorn's:
+it borrows only how uvicorn's ``Server`` builds and shuts down a connection's protocol, and zttp's
+public API.
 
 Upgrading a library: install the new version, run the test; fix what :func:`check` names (read
 the library's code for each borrowed name: same meaning, same callers?), run the HTTP and gRPC
@@ -35,7 +38,6 @@ from dataclasses import dataclass
 VERSIONS = {"uvicorn": "0.55.0", "zttp": "0.0.35", "httptools": "0.9.0"}
 
 _H1 = "uvicorn.protocols.http.httptools_impl:HttpToolsProtocol"
-_H2 = "uvicorn.protocols.http.zttp_h2_impl:ZttpH2Protocol"
 
 
 @dataclass(frozen=True)
@@ -60,8 +62,8 @@ uvicorn.config:Config | attr | load | runner.Runner loads the config before star
 uvicorn.config:Config | self | lifespan_class timeout_graceful_shutdown | runner.Runner: the lifespan _serve builds; the grace
 uvicorn.config:Config | param | http interface lifespan log_config access_log proxy_headers timeout_keep_alive \
     server_header date_header ssl_context_factory | runner.Runner: Config with inferd's protocol class and TLS context
-uvicorn.server:ServerState | self | connections total_requests default_headers | TLS shutdown sweep; request count; \
-    direct replies' default headers
+uvicorn.server:ServerState | self | connections total_requests default_headers | TLS shutdown sweep, h2's \
+    connections; request count; direct replies' default headers
 uvicorn.protocols.http.flow_control:FlowControl | self | write_paused | DirectCycle, UnaryStream drain before writing
 uvicorn.protocols.http.flow_control:FlowControl | attr | drain pause_reading resume_reading | back-pressure: direct \
     cycles, pipelining, HTTP/2 body reads
@@ -71,7 +73,7 @@ uvicorn.protocols.http.flow_control:FlowControl | self | read_paused _transport 
     replaces uvicorn's (not while writes or pipelined requests wait); http1: a paused body is not late
 uvicorn.protocols.http.flow_control:FlowControl | param | transport | flow.ReadingFlow(transport) replaces self.flow
 uvicorn.protocols.http.flow_control | attr | HIGH_WATER_LIMIT | h2.GrpcH2Protocol.handle_events: a stream's body \
-    over it pauses reading, as uvicorn's does
+    over it pauses reading
 {H1} | attr | connection_made connection_lost on_headers_complete on_body on_message_complete on_response_complete \
     | http1 overrides them (DirectProtocol.on_response_complete without super())
 {H1} | attr | data_received on_message_begin | http1.Protocol overrides them, with super(): a request head's size \
@@ -88,29 +90,27 @@ uvicorn.protocols.http.httptools_impl:RequestResponseCycle | self | keep_alive r
     timeout_keep_alive_task timeout_keep_alive | http1.DirectProtocol: request head, cycles, flow control, keep-alive
 uvicorn.protocols.http.httptools_impl | text | uvicorn.error | direct.log: a direct handler's exception is logged \
     where uvicorn logs an app's
-{H2} | attr | connection_made handle_request | h2.GrpcH2Protocol overrides them, with super()
-{H2} | attr | handle_events | h2.GrpcH2Protocol replaces it: uvicorn's dispatch of zttp's events (same body), with \
-    control frames counted
-{H2} | calls | handle_events<data_received pause_writing<pause_writing resume_writing<resume_writing | h2: the \
-    override is reached on every read; back-pressure reaches flow.ReadingFlow
-{H2} | attr | handle_rst_stream flush | h2.GrpcH2Protocol.handle_events: a reset stream; the GOAWAY of a flood
-{H2} | self | client | h2.GrpcH2Protocol logs a connection closed for a control-frame flood
-uvicorn.protocols.http.zttp_h2_impl:RequestResponseCycle | self | body more_body message_event response_complete | \
-    h2.GrpcH2Protocol.handle_events hands a stream's DATA and end to its cycle, as uvicorn's does
-{H2} | attr | alpn_protocols resume_reading_if_idle on_response_complete | h2: ALPN; UnaryStream reads; its end
-{H2} | attr | _close_connection | h2.GrpcH2Protocol closes a rotated connection once idle
-{H2} | self | conn cycles tasks loop transport flow shutdown_requested | h2: zttp's connection, stream bookkeeping, \
-    flow control, graceful shutdown
-zttp:H2Connection | attr | stream close data_to_send | h2, h2_stream: refuse or reset a stream, GOAWAY, bytes to write
-zttp:H2Connection | attr | next_event | h2.GrpcH2Protocol.handle_events reads the events (NEED_DATA, of type \
-    NeedData, at the end)
-zttp | attr | Data EndOfMessage NeedData NEED_DATA ConnectionClosed Settings Ping WindowUpdate RstStream GoAway | \
-    h2.GrpcH2Protocol.handle_events: each event's kind, by type
+uvicorn.server | text | server_state=self.server_state _loop=_loop | h2.GrpcH2Protocol.__init__: the keywords \
+    Server.startup builds a connection's protocol with (the rest, config and app_state, are not read)
+uvicorn.server | text | connection.shutdown() | h2.GrpcH2Protocol.shutdown: Server.shutdown starts each \
+    connection's graceful close with it
+uvicorn.server:ServerState | self | tasks | h2.GrpcH2Protocol: each call's task, which Server.shutdown waits for \
+    (and cancels past the grace)
+zttp | attr | Connection SERVER HTTP2 RemoteProtocolError | h2.GrpcH2Protocol: a connection's zttp state; a \
+    malformed frame closes the connection
+zttp:H2Connection | attr | initiate_connection receive_data next_event data_to_send stream close | \
+    h2.GrpcH2Protocol drives it: preface, bytes read, events (NEED_DATA, of type NeedData, at the end), bytes to \
+    write, a stream's handle, GOAWAY
+zttp | attr | Request Data EndOfMessage NeedData NEED_DATA ConnectionClosed Settings Ping WindowUpdate RstStream \
+    GoAway | h2.GrpcH2Protocol.handle_events: each event's kind, by type
 zttp:Data | attr | stream_id data | h2.GrpcH2Protocol.handle_events: a stream's body
 zttp:EndOfMessage | attr | stream_id | h2.GrpcH2Protocol.handle_events: a stream's end
 zttp:RstStream | attr | stream_id error_code | h2.GrpcH2Protocol.handle_events: a reset stream; a refused one logged
-zttp:Stream | attr | reset send_response send_data end_message stream_id | h2_stream.UnaryStream writes its answer
-zttp:Request | attr | stream_id path method headers end_stream | h2: a new stream's request
+zttp:Stream | attr | reset send_response send_data end_message stream_id | h2_stream.UnaryStream, AsgiStream write \
+    their answers
+zttp:Stream | attr | pending_bytes | grpc h2_reply: a streamed call's answers waiting for the client's window
+zttp:Request | attr | stream_id path method headers end_stream target query | h2: a new stream's request (and \
+    its ASGI scope)
 zttp:HeaderBlock | attr | to_list | h2: a request's headers as pairs for a unary route
 httptools | attr | parse_url | http1.DirectProtocol: a request's path
 httptools:HttpRequestParser | attr | get_method get_http_version should_keep_alive should_upgrade | http1.DirectProtocol: \
@@ -120,7 +120,7 @@ httptools:HttpRequestParser | attr | get_method get_http_version should_keep_ali
 
 def _parse(table: str) -> list[Borrowed]:
     rows = []
-    for line in table.format(H1=_H1, H2=_H2).strip().splitlines():
+    for line in table.format(H1=_H1).strip().splitlines():
         where, kind, names, use = (" ".join(cell.split()) for cell in line.split(" | "))
         for name in names.split():
             name, _, by = name.partition("<")
@@ -134,8 +134,8 @@ BORROWED = _parse(_TABLE)
 #: Behaviour inferd works around (or lives with), checked by tests rather than by name.
 WORKAROUNDS = {
     "zttp": (
-        "0.0.35 answers a connection's 4097th stream with GOAWAY ENHANCE_YOUR_CALM: h2.STREAMS_PER_CONNECTION rotates "
-        "connections first (tests/e2e/test_grpc_transport.py::test_one_channel_outlives_the_streams_a_connection_takes)",
+        "0.0.35's sans-IO H2Connection raises RemoteProtocolError ('HTTP/2 flood detected', GOAWAY ENHANCE_YOUR_CALM) "
+        "on its 4097th stream, closed ones counted, with no setting: h2.STREAMS_PER_CONNECTION rotates connections first (tests/e2e/test_grpc_transport.py::test_one_channel_outlives_the_streams_a_connection_takes)",
         "0.0.35 refuses (RST_STREAM PROTOCOL_ERROR) a stream whose header value begins or ends with a space or tab "
         "(RFC 9113 8.2.1), with no setting to relax it; grpcio and Triton accept such metadata: h2.GrpcH2Protocol logs "
         "the refusal (tests/e2e/test_header_forwarding.py::test_padded_metadata_value)",
@@ -145,7 +145,6 @@ WORKAROUNDS = {
 #: (uvicorn protocol, inferd's stand-in for its cycle, the protocol's methods that never see the stand-in).
 CYCLES = [
     (_H1, "inferd.serving.direct:DirectCycle", ("on_body", "on_message_complete", "on_response_complete")),
-    (_H2, "inferd.serving.h2_stream:UnaryStream", ("handle_request",)),
 ]
 
 _CYCLE_NAMES = ("cycle", "existing_cycle")

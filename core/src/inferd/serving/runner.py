@@ -185,4 +185,4 @@ class H2Server(Runner):
             raise SystemExit("error: --grpc-transport h2 needs the zttp package (pip install zttp)") from None
         from inferd.serving.h2 import protocol_class
 
-        return protocol_class(self.unary)
+        return protocol_class(self.app, self.unary, self.keep_alive_secs)

@@ -36,6 +36,7 @@ class WorkerOps:
             "state": lambda args: self.dp.local_state(),
             "load": lambda args: self._on_loop(self.dp.load_locally(args["name"], args["parameters"])),
             "unload": lambda args: self._on_loop(self.dp.unload_locally(args["name"], args["unload_dependents"])),
+            "traffic": lambda args: self.loop.call_soon_threadsafe(self.dp.apply_traffic, args["name"], args["wire"]),
             "rescan": lambda args: self._on_loop(rescan_and_apply(self.dp.manager)),
             self.dp.shared_memory.OP: self.dp.shared_memory.apply_locally,
         }

@@ -306,12 +306,13 @@ _LOG_NAMES = 256
 class _Batch:
     """Requests handed to a stub: its future is done once ``execute`` returned (or the stub died)."""
 
-    __slots__ = ("future", "open", "requests", "timer")
+    __slots__ = ("future", "open", "requests", "returned")
 
     def __init__(self, requests: Sequence[InferRequest], future: asyncio.Future, decoupled: bool) -> None:
         self.requests = requests
         self.future = future
-        self.timer: asyncio.TimerHandle | None = None
+        #: Its ``execute`` returned (the stub sent its results), or it failed.
+        self.returned = False
         #: Decoupled: the requests whose final response has not been sent yet.
         self.open = set(range(len(requests))) if decoupled else _NONE
 
@@ -353,6 +354,10 @@ class Stub:
         self._decoupled = owner.model.decoupled
         self._timeout = owner.model.settings.execute_timeout_s
         self._pending: dict[int, _Batch] = {}  # on the loop only
+        #: Batches sent whose ``execute`` has not returned yet: the stub runs them one after the
+        #: other, in the order they reach it (``pipeline_depth``: the next one waits there).
+        self._executing = 0
+        self._timer: asyncio.TimerHandle | None = None
         self._ids = itertools.count(1)
         self._dead = False
         self._ignoring = False
@@ -402,17 +407,37 @@ class Stub:
             return None
         batch_id = next(self._ids)
         future = self.loop.create_future()
-        self._pending[batch_id] = batch = _Batch(requests, future, self._decoupled)
+        self._pending[batch_id] = _Batch(requests, future, self._decoupled)
         if sum(t.data.nbytes for r in requests for t in r.inputs.values()) > _LOOP_COPY_LIMIT:
             self.loop.run_in_executor(None, self._send_batch, batch_id, requests, True)
         else:
             self._send_batch(batch_id, requests, False)
-        if self._timeout is not None:
-            batch.timer = self.loop.call_later(
-                self._timeout, self.kill,
-                f"did not return from execute within {self._timeout:g} s (EXECUTE_TIMEOUT_SECS)", "timeout",
-            )  # fmt: skip
+        self._executing += 1
+        if self._timeout is not None and self._executing == 1:
+            self._arm()
         return future
+
+    def _arm(self) -> None:
+        """Kill the stub unless the batch it runs now returns within ``EXECUTE_TIMEOUT_SECS``
+        (re-armed as each batch returns while others wait behind it)."""
+        timeout = self._timeout or 0.0
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_later(
+            timeout, self.kill, f"did not return from execute within {timeout:g} s (EXECUTE_TIMEOUT_SECS)", "timeout"
+        )
+
+    def _returned(self, batch: _Batch) -> None:
+        """``batch`` is out of the stub's hands (its ``execute`` returned, or it failed): time the next one."""
+        if batch.returned:
+            return
+        batch.returned = True
+        self._executing -= 1
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            if self._executing and not self._dead:
+                self._arm()
 
     def _send_batch(self, batch_id: int, requests: Sequence[InferRequest], wait: bool) -> None:
         """Send a batch (``wait``: from a worker thread, which may wait for the socket)."""
@@ -525,8 +550,9 @@ class Stub:
         batch = self._pending.get(batch_id)
         if batch is None:
             raise ipc.Malformed(f"the results of batch {batch_id!r}, which it does not hold")
-        if batch.timer is not None:
-            batch.timer.cancel()
+        if batch.returned:
+            raise ipc.Malformed(f"the results of batch {batch_id!r} twice")
+        self._returned(batch)
         results = [decode_outcome(item, block) for item in encoded]
         for index in rescheduled:
             if not (type(index) is int and 0 <= index < len(batch.requests)):
@@ -701,8 +727,7 @@ class Stub:
         self._gone.set()
 
     def _fail_batch(self, batch: _Batch, error: InferdError) -> None:
-        if batch.timer is not None:
-            batch.timer.cancel()
+        self._returned(batch)
         if not batch.future.done():
             batch.future.set_result([] if self._decoupled else [error] * len(batch.requests))
         for index in sorted(batch.open):
@@ -791,6 +816,9 @@ class ProcessInstance(Instance):
     the future of its results (no instance thread)."""
 
     blocking: ClassVar[bool] = False
+    #: The next batch waits in the stub's socket while one executes: the stub starts it as soon as
+    #: it sent the last one's results, without waiting for the server's loop to hand it over.
+    pipeline_depth: ClassVar[int] = 2
 
     def __init__(self, model: ProcessModel, spec: InstanceSpec) -> None:
         self.model = model

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from inferd import gc_settings
 from inferd.backend import RESCHEDULE
 from inferd.errors import InferdError
 from inferd.types import InferRequest, InferResponse
@@ -269,6 +270,7 @@ class Stub:
             return
         if kind != ipc.INIT or not self._reply(lambda: self._init(body)):
             return
+        gc_settings.settle()  # as the server does once started: fewer young collections, the model frozen
         self._work()
 
     def _reply(self, work: Callable[[], Any]) -> bool:

@@ -75,7 +75,7 @@ class VllmChat:
         except VLLMValidationError as exc:
             raise BadRequest(str(exc), exc.parameter) from None
         except ValueError as exc:  # pydantic's ValidationError: its first error, naming the field
-            errors = getattr(exc, "errors", lambda: [])()
+            errors: list[Any] = getattr(exc, "errors", lambda: [])()
             if not errors:
                 raise BadRequest(str(exc)) from None
             where = ".".join(str(p) for p in errors[0]["loc"] if "(" not in str(p))
@@ -125,7 +125,7 @@ class VllmChat:
                 kwargs.get("chat_template"), kwargs.get("tools"), "auto", self.tokenizer, model_config=self.model_config
             )
             conversation, _, _ = parse_chat_messages(messages, self.model_config, content_format)  # type: ignore[arg-type]
-            return safe_apply_chat_template(self.model_config, self.tokenizer, conversation, tokenize=False, **kwargs)  # type: ignore[arg-type]
+            return safe_apply_chat_template(self.model_config, self.tokenizer, conversation, tokenize=False, **kwargs)
         except (VLLMClientError, ValueError) as exc:
             raise TemplateRejected(str(exc)) from None
 

@@ -16,36 +16,58 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import torch
+from prometheus_client import CollectorRegistry
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.exceptions import VLLMClientError
 from vllm.inputs import TokensPrompt
-from vllm.outputs import RequestOutput
+from vllm.lora.request import LoRARequest
+from vllm.outputs import PoolingRequestOutput, RequestOutput
 from vllm.renderers import TokenizeParams
 from vllm.v1.engine.async_llm import AsyncLLM
 
 from inferd.errors import Cancelled, InferdError, InternalError, InvalidArgument, Unavailable
 from inferd.types import InferRequest, InferResponse, InferTensor
 from inferd_backend_vllm.logs import model_logs
-from inferd_backend_vllm.sampling import sampling_params
-from inferd_backend_vllm.tensors import GenerateInputs, bytes_tensor, decode_inputs, logprobs_json, number_tensor
+from inferd_backend_vllm.metrics import VLLM_METRICS, stat_logger_for
+from inferd_backend_vllm.sampling import pooling_params, sampling_params
+from inferd_backend_vllm.tensors import (
+    GenerateInputs,
+    bytes_tensor,
+    decode_inputs,
+    decode_pooling_inputs,
+    logprobs_json,
+    number_tensor,
+)
 
 log = logging.getLogger("inferd.backend.vllm")
 Sender = Callable[[InferResponse | InferdError | None, bool], None]
 
 
 class Engine:
-    """One ``AsyncLLM`` whose requests run as tasks on ``loop`` (the server's)."""
+    """One ``AsyncLLM`` whose requests run as tasks on ``loop`` (the server's).
 
-    def __init__(
-        self, engine_args: dict[str, Any], model_name: str, version: str, loop: asyncio.AbstractEventLoop
-    ) -> None:
+    ``pooling``: the engine runs vLLM's pooling runner (``"runner": "pooling"``): requests are
+    embedded, not generated. ``loras``: the LoRA adapters a request may name (``lora_name``), by
+    name -> path (``multi_lora.json``)."""
+
+    def __init__(self, engine_args: dict[str, Any], model_name: str, version: str, loop: asyncio.AbstractEventLoop,
+                 loras: dict[str, str] | None = None) -> None:  # fmt: skip
         self.model_name, self.version = model_name, version
         self.loop = loop
+        self.pooling = engine_args.get("runner") == "pooling"
+        # Ids from 1 in the file's order, as Triton's vLLM backend numbers them.
+        self.loras = {name: LoRARequest(name, i, path) for i, (name, path) in enumerate((loras or {}).items(), 1)}
         self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
+        #: This engine's vllm:* metrics (see :mod:`inferd_backend_vllm.metrics`).
+        self.metrics = CollectorRegistry(auto_describe=True)
         # Blocking (it starts the engine process): called on the load's worker thread, where no
         # loop runs, so vLLM starts its output handler lazily, on the loop of the first generate.
         with model_logs(model_name):
-            self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_args))
+            self.engine = AsyncLLM.from_engine_args(
+                AsyncEngineArgs(**engine_args), stat_loggers=[stat_logger_for(self.metrics)]
+            )
+        VLLM_METRICS.add(self.metrics)
         self.max_model_len: int = self.engine.model_config.max_model_len
 
     def submit(self, request: InferRequest) -> None:
@@ -55,13 +77,21 @@ class Engine:
         sender = request.response_sender
         assert sender is not None, "the vLLM backend is decoupled: the data plane sets a sender"
         try:
-            inputs = decode_inputs(request)
-            params = sampling_params(inputs.sampling, inputs.sampling_from_tensor, inputs.stream)
-            self._check_limits(params.max_tokens)
+            if self.pooling:
+                inputs = decode_pooling_inputs(request)
+                lora = self._lora(inputs.sampling)
+                job = self._embed(request, inputs, pooling_params(inputs.sampling, inputs.sampling_from_tensor), lora,
+                                  sender)  # fmt: skip
+            else:
+                inputs = decode_inputs(request)
+                lora = self._lora(inputs.sampling)
+                params = sampling_params(inputs.sampling, inputs.sampling_from_tensor, inputs.stream)
+                self._check_limits(params.max_tokens)
+                job = self._generate(request, inputs, params, lora, sender)
         except InferdError as exc:
             sender(exc, True)
             return
-        task = self.loop.create_task(self._generate(request, inputs, params, sender))
+        task = self.loop.create_task(job)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -73,13 +103,53 @@ class Engine:
         except VLLMClientError as exc:
             raise InvalidArgument(str(exc)) from None
 
-    async def _generate(self, request: InferRequest, inputs: GenerateInputs, params: Any, sender: Sender) -> None:
+    def _lora(self, values: dict[str, Any]) -> LoRARequest | None:
+        """The adapter ``lora_name`` names (taken out of ``values``), as Triton's vLLM backend reads it."""
+        name = values.pop("lora_name", None)
+        if name is None:
+            return None
+        if not self.loras:
+            raise InvalidArgument(f"LoRA feature is not enabled.; model '{self.model_name}' has no LoRA adapters "
+                                  "('enable_lora' and multi_lora.json beside model.json)")  # fmt: skip
+        lora = self.loras.get(name) if isinstance(name, str) else None
+        if lora is None:
+            raise InvalidArgument(f"LoRA {name} is not supported, we currently support {list(self.loras)}; "
+                                  f"model '{self.model_name}': 'lora_name' must name an adapter of its multi_lora.json")  # fmt: skip
+        return lora
+
+    async def _embed(self, request: InferRequest, inputs: GenerateInputs, params: Any, lora: LoRARequest | None,
+                     sender: Sender) -> None:  # fmt: skip
+        request_id = f"{request.id or 'req'}-{uuid.uuid4().hex}"
+        last: PoolingRequestOutput | None = None
+        try:
+            async for out in self.engine.encode(inputs.prompt, params, request_id, lora_request=lora):
+                last = out
+            if last is None:
+                raise InternalError(f"model '{self.model_name}': the engine returned no embedding")
+            vector = last.outputs.data.to(dtype=torch.float32).numpy().reshape(-1)
+            tensors = [InferTensor("embedding", "FP32", (vector.size,), vector)]
+            if "num_input_tokens" in inputs.extras:
+                tensors.append(number_tensor("num_input_tokens", [len(last.prompt_token_ids)], np.uint32, "UINT32"))
+            sender(InferResponse(self.model_name, self.version, request.id, tensors), True)
+        except asyncio.CancelledError:
+            sender(Unavailable(f"model '{self.model_name}' version {self.version} was unloaded"), True)
+            raise
+        except InferdError as exc:
+            sender(exc, True)
+        except (ValueError, TypeError, VLLMClientError) as exc:  # vLLM's checks of the request (dimensions...)
+            sender(InvalidArgument(f"model '{self.model_name}': {exc}"), True)
+        except Exception as exc:
+            log.exception("model '%s': embedding failed", self.model_name)
+            sender(InternalError(f"Error embedding: {exc}"), True)
+
+    async def _generate(self, request: InferRequest, inputs: GenerateInputs, params: Any, lora: LoRARequest | None,
+                        sender: Sender) -> None:  # fmt: skip
         request_id = f"{request.id or 'req'}-{uuid.uuid4().hex}"
         outputs = ResponseBuilder(self.model_name, self.version, request.id, inputs)
         last: RequestOutput | None = None
         prompt: Any = inputs.prompt if inputs.token_ids is None else TokensPrompt(prompt_token_ids=inputs.token_ids)
         try:
-            async for out in self.engine.generate(prompt, params, request_id):
+            async for out in self.engine.generate(prompt, params, request_id, lora_request=lora):
                 if request.cancelled:
                     await self.engine.abort(request_id)
                     log.debug("model '%s': request %s cancelled, aborted in the engine", self.model_name, request_id)
@@ -106,6 +176,7 @@ class Engine:
         ``AsyncLLM.__del__`` shuts the engine down again; left to the interpreter's exit, it runs
         once vLLM's module globals are gone and prints a traceback. The engine is stopped here,
         explicitly, and its second shutdown made a no-op."""
+        VLLM_METRICS.discard(self.metrics)
         if not self.loop.is_closed():
             asyncio.run_coroutine_threadsafe(self._end_requests(), self.loop).result()
         with model_logs(self.model_name):

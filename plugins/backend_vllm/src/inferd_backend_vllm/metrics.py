@@ -1,31 +1,57 @@
-"""vLLM's own metrics (``vllm:*``) on inferd's metrics endpoint.
+"""vLLM's own metrics (``vllm:*``) on inferd's metrics endpoint, one set per engine.
 
-vLLM's Prometheus stat logger registers its families in ``prometheus_client``'s default registry
-of the process that runs ``AsyncLLM`` (this one); this source hands the metrics frontend those
-whose names start with ``vllm:``, read at each scrape (in memory, no I/O), under the names vLLM's own
-server writes (a counter's samples keep ``_total``; the ``_created`` timestamps are left out).
+vLLM's Prometheus stat logger registers its families in ``prometheus_client``'s default registry,
+and each new one first unregisters every ``vllm:`` collector there (``unregister_vllm_metrics``):
+with two engines in one process only the last would report. So each engine gets
+:func:`stat_logger_for` its own registry: the logger is built as vLLM builds it, under a lock,
+and the collectors it registered are then moved out of the default registry into the engine's
+(where vLLM's next logger cannot unregister them). This source hands the metrics frontend every
+live engine's families merged by name (each sample keeps vLLM's ``model_name`` label), read at
+each scrape (in memory, no I/O), under the names vLLM's own server writes (a counter's samples
+keep ``_total``; the ``_created`` timestamps are left out). With ``--workers N`` the metrics
+frontend sums counters and histograms over the workers (:class:`inferd.metric_sources.SummedSources`).
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
+    from prometheus_client.registry import CollectorRegistry
 
 PREFIX = "vllm:"
+_BUILD_LOCK = threading.Lock()  # one vLLM stat logger built at a time (parallel loads)
 
 
 class VllmMetrics:
-    """A :class:`inferd.metric_sources.MetricsSource` of the engines' ``vllm:`` families."""
+    """A :class:`inferd.metric_sources.MetricsSource` of the live engines' ``vllm:`` families."""
+
+    def __init__(self) -> None:
+        #: Each live engine's registry (the engine's logger holds it; gone when the engine is).
+        self._registries: weakref.WeakSet[CollectorRegistry] = weakref.WeakSet()
+
+    def add(self, registry: CollectorRegistry) -> None:
+        self._registries.add(registry)
+
+    def discard(self, registry: CollectorRegistry) -> None:
+        self._registries.discard(registry)
 
     def collect(self) -> Iterator[Metric]:
-        from prometheus_client import REGISTRY
-
-        for family in REGISTRY.collect():
-            if family.name.startswith(PREFIX):
-                yield _vllm_names(family)
+        merged: dict[str, Metric] = {}
+        for registry in list(self._registries):
+            for family in registry.collect():
+                if not family.name.startswith(PREFIX):
+                    continue
+                out = merged.get(family.name)
+                if out is None:
+                    merged[family.name] = _vllm_names(family)
+                else:
+                    out.samples.extend(s for s in family.samples if not s.name.endswith("_created"))
+        yield from merged.values()
 
 
 def _vllm_names(family: Metric) -> Metric:
@@ -37,6 +63,25 @@ def _vllm_names(family: Metric) -> Metric:
     out.name = name  # prometheus_client strips a counter's "_total" from the family name
     out.samples = [s for s in family.samples if not s.name.endswith("_created")]
     return out
+
+
+def stat_logger_for(registry: CollectorRegistry) -> type:
+    """vLLM's ``PrometheusStatLogger`` whose collectors end up in ``registry`` (a factory for
+    ``AsyncLLM``'s ``stat_loggers``: given one, vLLM adds no default Prometheus logger)."""
+    from prometheus_client import REGISTRY
+    from vllm.v1.metrics.loggers import PrometheusStatLogger
+
+    class EngineStatLogger(PrometheusStatLogger):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            with _BUILD_LOCK:
+                super().__init__(*args, **kwargs)
+                for collector in list(REGISTRY._collector_to_names):  # vLLM's own way to find them
+                    if getattr(collector, "_name", "").startswith(PREFIX):
+                        REGISTRY.unregister(collector)
+                        registry.register(collector)
+            self.registry = registry  # keeps it alive as long as the engine
+
+    return EngineStatLogger
 
 
 VLLM_METRICS = VllmMetrics()

@@ -1,11 +1,11 @@
-"""vLLM ``SamplingParams`` from a request's JSON, with errors that name the tensor and field."""
+"""vLLM ``SamplingParams`` (and ``PoolingParams``) from a request's JSON, with errors that name the tensor and field."""
 
 from __future__ import annotations
 
 import typing
 from typing import Any
 
-from vllm import SamplingParams
+from vllm import PoolingParams, SamplingParams
 from vllm.exceptions import VLLMClientError
 from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
@@ -54,3 +54,32 @@ def sampling_params(values: dict[str, Any], from_tensor: bool, stream: bool) -> 
         return SamplingParams(**kwargs, output_kind=kind)
     except (TypeError, ValueError, VLLMClientError) as exc:
         raise InvalidArgument(f"{where}: {exc}") from None
+
+
+#: The pooling parameters a client may set (those of ``/v1/embeddings``), with their types.
+_POOLING_FIELDS: dict[str, type] = {"dimensions": int, "use_activation": bool}
+
+
+def pooling_params(values: dict[str, Any], from_tensor: bool) -> PoolingParams:
+    """vLLM's ``PoolingParams`` for an embedding (task ``embed``, as ``vllm serve``'s ``/v1/embeddings``);
+    unknown keys are an error only from the ``pooling_parameters`` tensor."""
+    where = "input 'pooling_parameters'" if from_tensor else "request parameters"
+    kwargs: dict[str, Any] = {}
+    for name, value in values.items():
+        kind = _POOLING_FIELDS.get(name)
+        if kind is None:
+            if from_tensor:
+                raise InvalidArgument(
+                    f"{where}: unknown pooling parameter '{name}' (known: dimensions, use_activation)"
+                )
+            continue
+        if value is None:
+            continue
+        if kind is bool and isinstance(value, str):
+            value = value.strip().lower() == "true"
+        elif kind is int and isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            value = int(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise InvalidArgument(f"{where}: '{name}' must be {kind.__name__}, got {value!r}")
+        kwargs[name] = value
+    return PoolingParams(task="embed", **kwargs)

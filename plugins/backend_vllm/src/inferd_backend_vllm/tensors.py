@@ -15,9 +15,9 @@ import numpy as np
 from inferd.errors import InvalidArgument
 from inferd.types import InferRequest, InferTensor
 
-#: (name, data type, dims): Triton's vLLM backend's inputs (no ``image``, no ``embedding_request``:
-#: this backend generates text only), and ``input_ids``: the prompt as token ids (``text_input`` is
-#: then ignored; the OpenAI API sends a chat's rendered tokens, and token-id prompts, through it).
+#: (name, data type, dims): Triton's vLLM backend's inputs (no ``image``), and ``input_ids``: the
+#: prompt as token ids (``text_input`` is then ignored; the OpenAI API sends a chat's rendered
+#: tokens, and token-id prompts, through it).
 INPUTS: tuple[tuple[str, str, int], ...] = (
     ("text_input", "TYPE_STRING", 1),
     ("stream", "TYPE_BOOL", 1),
@@ -37,6 +37,17 @@ OUTPUTS: tuple[tuple[str, str, int], ...] = (
     ("logprobs", "TYPE_STRING", -1),
     ("num_input_tokens", "TYPE_UINT32", 1),
     ("num_output_tokens", "TYPE_UINT32", -1),
+)
+#: A pooling model's (``"runner": "pooling"`` in model.json, as ``vllm serve --runner pooling``):
+#: the text in, its embedding out (``pooling_parameters``: vLLM's ``dimensions``, ``use_activation``).
+POOLING_INPUTS: tuple[tuple[str, str, int], ...] = (
+    ("text_input", "TYPE_STRING", 1),
+    ("pooling_parameters", "TYPE_STRING", 1),
+    ("return_num_input_tokens", "TYPE_BOOL", 1),
+)
+POOLING_OUTPUTS: tuple[tuple[str, str, int], ...] = (
+    ("embedding", "TYPE_FP32", -1),
+    ("num_input_tokens", "TYPE_UINT32", 1),
 )
 EXTRA_OUTPUTS = ("finish_reason", "cumulative_logprob", "logprobs", "num_input_tokens", "num_output_tokens")
 STREAM_WITH_INPUT = "When streaming, `exclude_input_in_output` = False is not allowed."
@@ -89,7 +100,7 @@ def decode_inputs(request: InferRequest) -> GenerateInputs:
     if prepend and stream:
         raise InvalidArgument(STREAM_WITH_INPUT)
     extras = frozenset(n for n in EXTRA_OUTPUTS if bool(_first(request, "return_" + n) or False))
-    sampling, from_tensor = _sampling(request)
+    sampling, from_tensor = _parameters(request, "sampling_parameters")
     ids = request.inputs.get("input_ids")
     token_ids = np.asarray(ids.data).reshape(-1).tolist() if ids is not None else None
     if token_ids is not None and not token_ids:
@@ -97,19 +108,32 @@ def decode_inputs(request: InferRequest) -> GenerateInputs:
     return GenerateInputs(_text(prompt, "text_input"), token_ids, stream, prepend, sampling, from_tensor, extras)
 
 
-def _sampling(request: InferRequest) -> tuple[dict[str, Any], bool]:
-    """The sampling parameters: the ``sampling_parameters`` JSON tensor, else the request's
-    parameters (there, keys that are not sampling parameters are left to their owners)."""
-    raw = _first(request, "sampling_parameters")
+def decode_pooling_inputs(request: InferRequest) -> GenerateInputs:
+    """Read a pooling model's inputs (``text_input``, ``pooling_parameters``); ``sampling`` holds
+    the pooling parameters."""
+    prompt = _first(request, "text_input")
+    if prompt is None:
+        raise InvalidArgument("input 'text_input' is required")
+    extras = (
+        frozenset(("num_input_tokens",)) if bool(_first(request, "return_num_input_tokens") or False) else frozenset()
+    )
+    values, from_tensor = _parameters(request, "pooling_parameters")
+    return GenerateInputs(_text(prompt, "text_input"), None, False, False, values, from_tensor, extras)
+
+
+def _parameters(request: InferRequest, tensor: str) -> tuple[dict[str, Any], bool]:
+    """The parameters of ``tensor`` (a JSON object), else the request's parameters (there, keys
+    that are not the engine's parameters are left to their owners)."""
+    raw = _first(request, tensor)
     if raw is None:
         return dict(request.parameters), False
-    text = _text(raw, "sampling_parameters")
+    text = _text(raw, tensor)
     try:
         value = json.loads(text) if text.strip() else {}
     except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"input 'sampling_parameters' is not valid JSON: {exc}") from None
+        raise InvalidArgument(f"input '{tensor}' is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
-        raise InvalidArgument(f"input 'sampling_parameters' must be a JSON object, got {type(value).__name__}")
+        raise InvalidArgument(f"input '{tensor}' must be a JSON object, got {type(value).__name__}")
     return value, True
 
 

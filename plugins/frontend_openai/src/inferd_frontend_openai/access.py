@@ -46,6 +46,8 @@ class Guarded:
             grant = self.policy.admit(group, model, headers)
         except AccessDenied as exc:
             type_, code = _KINDS.get(exc.http_status, ("invalid_request_error", None))
+            if exc.reason == "token_limited":  # OpenAI's type for a tokens-per-minute limit
+                type_ = "tokens"
             return await answer(send, OpenAIError(exc.http_status, exc.message, type_, None, code), exc.headers)
         except InferdError:  # a model the tenant may not see
             return await answer(send, model_not_found(model))

@@ -1,11 +1,11 @@
 """The routes: ``/v1/models``, ``/v1/models/{model}``, ``/v1/completions``, ``/v1/chat/completions``,
-and vLLM's ``/tokenize`` and ``/detokenize``."""
+``/v1/embeddings``, and vLLM's ``/tokenize`` and ``/detokenize``."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -14,8 +14,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from inferd.auth import CURRENT
 from inferd.json_depth import TOO_DEEP, depth_problem
-from inferd_frontend_openai import engine, params
+from inferd_frontend_openai import embeddings, engine, params
 from inferd_frontend_openai.catalog import Catalog, ServingVersion
 from inferd_frontend_openai.choices import ChoiceRunner, Event
 from inferd_frontend_openai.engine import StreamingDataPlane
@@ -39,6 +40,7 @@ class OpenAIApp:
             Route("/v1/models/{model:path}", self.model, methods=["GET"]),
             Route("/v1/completions", self.completions, methods=["POST"]),
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/embeddings", self.embeddings, methods=["POST"]),
             Route("/tokenize", self.tokenize, methods=["POST"]),
             Route("/detokenize", self.detokenize, methods=["POST"]),
         ]
@@ -54,7 +56,8 @@ class OpenAIApp:
 
     async def model(self, request: Request) -> Response:
         name = request.path_params["model"]
-        return JSONResponse(self.catalog.entry(self.catalog.version(name).name))
+        mv, lora = self.catalog.resolve(name)
+        return JSONResponse(self.catalog.entry(lora or mv.name))
 
     async def completions(self, request: Request) -> Response:
         body = await _body(request)
@@ -98,6 +101,14 @@ class OpenAIApp:
                           else None]  # fmt: skip
         return await self._generate(gen, mv, chat=True)
 
+    async def embeddings(self, request: Request) -> Response:
+        emb = embeddings.decode(await _body(request))
+        mv, lora = self.catalog.resolve(emb.model)
+        if not embeddings.is_embedding_model(mv.info):
+            raise bad_request(f"model '{emb.model}' does not serve embeddings: it generates text; serve an embedding "
+                              "model with vLLM's pooling runner (\"runner\": \"pooling\" in its model.json)", "model")  # fmt: skip
+        return JSONResponse(await embeddings.run(self.dataplane, mv.info, emb, lora))
+
     async def tokenize(self, request: Request) -> Response:
         """vLLM's ``/tokenize``: a ``prompt`` or chat ``messages`` as token ids."""
         body = await _body(request)
@@ -134,32 +145,69 @@ class OpenAIApp:
         return JSONResponse({"prompt": tokenizer.decode(tokens)})
 
     async def _generate(self, gen: params.Generation, mv: ServingVersion, chat: bool) -> Response:
+        if not engine.is_text_model(mv.info):
+            raise bad_request(f"model '{gen.model}' is an embedding model: it serves /v1/embeddings, not "
+                              f"{'chat completions' if chat else 'completions'}", "model")  # fmt: skip
+        if gen.model != mv.name:  # maybe a LoRA adapter of mv (a model's own name resolves to itself)
+            lora = self.catalog.resolve(gen.model)[1]
+            if lora is not None:
+                gen.sampling["lora_name"] = lora  # Triton's vLLM backend's parameter
         if gen.logprobs is not None and not engine.gives_logprobs(mv.info):
             raise bad_request(f"model '{gen.model}' does not give logprobs: it has no 'return_logprobs' input and "
                               f"'logprobs' output (Triton's vLLM backend's)", "logprobs")  # fmt: skip
         reply = Reply(gen.model, chat, gen.logprobs is not None)
-        runner = ChoiceRunner(self.dataplane, mv.info, gen, await self.catalog.tokenizer(mv), self.metrics, reply.id)
+        tokenizer = await self.catalog.tokenizer(mv)
+        grant = CURRENT.get()
+        tenant = grant.tenant if grant is not None else None
+        if tenant is not None and tenant.max_prompt_tokens is not None:
+            _check_prompt(gen, tokenizer.count, tenant.name, tenant.max_prompt_tokens, chat)
+        runner = ChoiceRunner(self.dataplane, mv.info, gen, tokenizer, self.metrics, reply.id)
+        access = getattr(self.dataplane, "access", None) if tenant is not None else None
+
+        def meter(ok: bool) -> None:
+            """Count the request and its usage for its tenant (``inferd.auth.usage``)."""
+            if access is not None and tenant is not None:
+                usage = runner.usage()
+                access.usage.record(tenant, mv.info.name, usage["prompt_tokens"], usage["completion_tokens"], ok)
+
         events = runner.events()
         if not gen.stream:
             try:
                 async for event in events:
                     if event.error is not None:
+                        meter(False)
                         raise from_inferd(event.error)
             finally:
                 await events.aclose()  # type: ignore[attr-defined]
+            meter(True)
             prefix = {c.index: c.prompt for c in runner.choices} if gen.echo and not chat else {}
             return JSONResponse(reply.whole(runner.choices, runner.usage(), prefix))
         first = await anext(events)
         if first.error is not None and len(runner.choices) == 1:
             await events.aclose()  # type: ignore[attr-defined]
+            meter(False)
             raise from_inferd(first.error)
-        return StreamingResponse(_sse(reply, runner, first, events), media_type="text/event-stream")
+        return StreamingResponse(_sse(reply, runner, first, events, meter), media_type="text/event-stream")
 
 
-async def _sse(reply: Reply, runner: ChoiceRunner, first: Event, events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
-    """The chunks of a streamed response; an error after the start is an error event."""
+def _check_prompt(gen: params.Generation, count: Callable[[str], int], tenant: str, limit: int, chat: bool) -> None:
+    """A tenant's ``max_prompt_tokens``: a longer prompt is refused before it reaches the model (400:
+    retrying the same prompt cannot succeed)."""
+    ids = gen.prompt_ids or [None] * len(gen.prompts)
+    tokens = sum(len(i) if i is not None else count(p) for p, i in zip(gen.prompts, ids, strict=False))
+    if tokens > limit:
+        raise OpenAIError(400, f"the prompt has {tokens} tokens, more than the {limit} tenant '{tenant}' may send "
+                               "in one request (its max_prompt_tokens)", "invalid_request_error",
+                          "messages" if chat else "prompt", "prompt_too_long")  # fmt: skip
+
+
+async def _sse(reply: Reply, runner: ChoiceRunner, first: Event, events: AsyncIterator[Event],
+               meter: Callable[[bool], None]) -> AsyncIterator[bytes]:  # fmt: skip
+    """The chunks of a streamed response; an error after the start is an error event. The
+    request is metered once its events end (or the client goes away)."""
     gen = runner.gen
     usage = gen.include_usage
+    failed = False
     for choice in runner.choices:
         if reply.chat:
             yield sse(reply.chunk(choice.index, None, role=True, usage=usage))
@@ -169,6 +217,7 @@ async def _sse(reply: Reply, runner: ChoiceRunner, first: Event, events: AsyncIt
         event: Event | None = first
         while event is not None:
             if event.error is not None:
+                failed = True
                 yield sse(from_inferd(event.error).body())
             else:
                 if event.text and not gen.tool_mode:  # with tools, the text is read whole once it ends
@@ -184,6 +233,7 @@ async def _sse(reply: Reply, runner: ChoiceRunner, first: Event, events: AsyncIt
             event = await anext(events, None)
     finally:
         await events.aclose()  # type: ignore[attr-defined]
+        meter(not failed)
     if usage:
         yield sse(reply.usage_chunk(runner.usage()))
     yield DONE

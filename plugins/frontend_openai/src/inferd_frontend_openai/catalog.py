@@ -1,4 +1,10 @@
-"""The models the OpenAI API serves (every ready text model), and their tokenizers."""
+"""The models the OpenAI API serves (every ready text or embedding model, and each LoRA adapter of
+one), and their tokenizers.
+
+A LoRA adapter is served under its own name, as ``vllm serve --lora-modules`` serves it: a backend
+whose ``Model`` lists ``lora_adapters`` (names; the vLLM backend's ``multi_lora.json``) answers a
+request naming one with the ``lora_name`` parameter (Triton's vLLM backend's). A model's own name
+wins over an adapter of the same name."""
 
 from __future__ import annotations
 
@@ -7,11 +13,12 @@ import time
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from inferd.auth import CURRENT
 from inferd.errors import InferdError
 from inferd.hints import closest
+from inferd_frontend_openai.embeddings import is_embedding_model
 from inferd_frontend_openai.engine import is_text_model
 from inferd_frontend_openai.errors import OpenAIError, bad_request, model_not_found
 from inferd_frontend_openai.tokenizer import Tokenizer, find_tokenizer_dir, load, model_options, read_template
@@ -27,14 +34,26 @@ class ServingVersion(Protocol):
     version: int
     model_dir: Path | None
     info: ModelInfo
-    #: The backend's model object: a vLLM model's has ``openai`` (see :class:`~inferd_frontend_openai.tokenizer.EngineChat`).
-    model: object
+    #: The backend's model (None for an ensemble): may list ``lora_adapters``; a vLLM model's has
+    #: ``openai`` (see :class:`~inferd_frontend_openai.tokenizer.EngineChat`).
+    model: Any
+
+
+def served(info: ModelInfo) -> bool:
+    """Whether this API serves ``info``: a text model (completions, chat) or an embedding model."""
+    return is_text_model(info) or is_embedding_model(info)
+
+
+def adapters(mv: ServingVersion) -> tuple[str, ...]:
+    """The LoRA adapters ``mv``'s backend serves (none when it lists none)."""
+    return getattr(getattr(mv, "model", None), "lora_adapters", ())
 
 
 class Models(Protocol):
     """The server's model table: what serves a name now, and every serving version."""
 
     def resolve(self, name: str, version: str = "") -> ServingVersion: ...
+    def routed(self, name: str) -> ServingVersion: ...
     def serving(self, name: str = "") -> Iterator[ServingVersion]: ...
 
 
@@ -62,10 +81,15 @@ class Catalog:
         return [self.entry(name) for name in self.names()]
 
     def names(self) -> list[str]:
-        """The text models the request's tenant may see, sorted."""
+        """The models (and their LoRA adapters) the request's tenant may see, sorted; an adapter is
+        seen by whoever sees its model."""
         grant = CURRENT.get()
-        names = sorted({mv.name for mv in self.models.serving() if is_text_model(mv.info)})
-        return [name for name in names if grant.sees(name)] if grant is not None else names
+        names: set[str] = set()
+        for mv in self.models.serving():
+            if served(mv.info) and (grant is None or grant.sees(mv.name)):
+                names.add(mv.name)
+                names.update(adapters(mv))
+        return sorted(names)
 
     def not_found(self, name: str) -> OpenAIError:
         """The 404 for ``name``, suggesting the closest text model the caller may see."""
@@ -84,18 +108,28 @@ class Catalog:
         return entry
 
     def version(self, name: str) -> ServingVersion:
-        """The version serving ``name`` now; a 404 when there is none, it is no text model, or the
-        request's tenant may not see it."""
+        """The version serving ``name`` now (the base model of an adapter); a 404 when there is none,
+        this API does not serve it, or the request's tenant may not see it."""
+        return self.resolve(name)[0]
+
+    def resolve(self, name: str) -> tuple[ServingVersion, str | None]:
+        """:meth:`version`, and the LoRA adapter ``name`` names (None when it names a model)."""
         grant = CURRENT.get()
-        if grant is not None and not grant.sees(name):
-            raise self.not_found(name)
         try:
-            mv = self.models.resolve(name)
+            mv = self.models.routed(name)  # a model name names no version: the traffic split picks
         except InferdError:
-            raise self.not_found(name) from None
-        if not is_text_model(mv.info):
+            return self._adapter(name)
+        if not served(mv.info) or (grant is not None and not grant.sees(name)):
             raise self.not_found(name)
-        return mv
+        return mv, None
+
+    def _adapter(self, name: str) -> tuple[ServingVersion, str]:
+        """The version whose backend serves LoRA adapter ``name`` (a scan: adapters only)."""
+        grant = CURRENT.get()
+        for mv in self.models.serving():
+            if name in adapters(mv) and served(mv.info) and (grant is None or grant.sees(mv.name)):
+                return mv, name
+        raise self.not_found(name)
 
     async def tokenizer(self, mv: ServingVersion) -> Tokenizer:
         """``--openai-tokenizer``, else the tokenizer found in the model's directory."""

@@ -181,7 +181,7 @@ class ChoiceRunner:
             choice.finish_reason = "tool_calls" if called else choice.finish_reason
         if self.metrics is not None:
             to_first = None if choice.first_at is None else choice.first_at - self.arrival
-            self.metrics.choice_done(self.info.name, choice.prompt_tokens, choice.completion_tokens, to_first,
+            self.metrics.choice_done(self.info.name, str(self.info.version), choice.prompt_tokens, choice.completion_tokens, to_first,
                                      choice.last_at - self.arrival)  # fmt: skip
 
     async def events(self) -> AsyncIterator[Event]:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from inferd.auth import METERED
 from inferd.errors import InferdError
 from inferd.types import InferRequest, InferResponse, InferTensor
 
@@ -80,6 +81,7 @@ def build_request(info: ModelInfo, prompt: str, sampling: dict[str, object], str
     """The inferd request for one choice (``id``: the OpenAI response's, for logs and traces;
     ``ids``: the prompt's token ids, for a model that :func:`takes_ids`)."""
     request = InferRequest(info.name, str(info.version), id)
+    request.context[METERED] = True  # the app meters the OpenAI usage it answers (inferd.auth.usage)
     values: tuple[tuple[str, object, str], ...] = (
         ("text_input", prompt.encode(), "BYTES"),
         ("stream", stream, "BOOL"),

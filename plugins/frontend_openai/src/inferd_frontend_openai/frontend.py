@@ -54,10 +54,9 @@ class OpenAIFrontend(Frontend):
     async def start(self, dataplane: DataPlane) -> None:
         from inferd_frontend_openai.access import Guarded, OpenAIBodyLimit
         from inferd_frontend_openai.app import OpenAIApp
-        from inferd_frontend_openai.catalog import Catalog
-        from inferd_frontend_openai.engine import is_text_model
+        from inferd_frontend_openai.catalog import Catalog, served
 
-        if self.fallback and not any(is_text_model(mv.info) for mv in dataplane.table.serving()):
+        if self.fallback and not any(served(mv.info) for mv in dataplane.table.serving()):
             self.not_serving = "not serving: no model it serves is loaded; set --openai-port to serve it"
             log.info("OpenAI API not served: no loaded model follows its convention (decoupled, text_input and "
                      "text_output BYTES) and no --openai-port was given")  # fmt: skip
@@ -81,6 +80,9 @@ class OpenAIFrontend(Frontend):
         self.port = server.port
 
     async def stop(self, grace: float) -> None:
+        from inferd.metric_sources import SOURCES
+
+        SOURCES.remove(self.metrics)  # added by the plugin's inferd_startup
         if self._warming is not None:
             self._warming.cancel()
         if self.server is not None:

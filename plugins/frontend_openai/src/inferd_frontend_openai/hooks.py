@@ -13,8 +13,6 @@ from inferd.flags import parse_bool
 from inferd.hookspecs import FrontendRegister, hookimpl
 
 if TYPE_CHECKING:
-    from prometheus_client.registry import Collector
-
     from inferd.frontend import Frontend
     from inferd.hookspecs import ServerSettings
     from inferd_frontend_openai.frontend import OpenAIFrontend
@@ -75,10 +73,6 @@ def inferd_register_frontends(register: FrontendRegister) -> None:
     register("openai", _factory)
 
 
-class _Registry(Protocol):
-    def register(self, collector: Collector) -> None: ...
-
-
 class _Frontends(Protocol):
     """The running server, as :func:`inferd_startup` reads it here: its started frontends."""
 
@@ -88,13 +82,11 @@ class _Frontends(Protocol):
 
 @hookimpl
 def inferd_startup(server: _Frontends) -> None:
-    """Show the OpenAI API's LLM metrics on ``/metrics``: its collector joins the metrics
-    frontend's registry (both started by now)."""
+    """Show the OpenAI API's LLM metrics on ``/metrics``: a metrics source (with ``--workers N``
+    the answering worker sums every worker's counters and histograms)."""
+    from inferd.metric_sources import SOURCES
     from inferd_frontend_openai.frontend import OpenAIFrontend
 
     openai = next((f for f in server.frontends if isinstance(f, OpenAIFrontend)), None)
-    registry: _Registry | None = next(
-        (getattr(f, "registry", None) for f in server.frontends if f.name == "metrics"), None
-    )
-    if openai is not None and registry is not None:
-        registry.register(openai.metrics)
+    if openai is not None:
+        SOURCES.add(openai.metrics)

@@ -34,6 +34,10 @@ class EngineChat(Protocol):
 
     def render(self, messages: list[dict[str, Any]], **kwargs: Any) -> str: ...
 
+    def tool_request(self, body: dict[str, Any], tool_parser: str | None) -> Any: ...
+
+    def tool_calls(self, prepared: Any, text: str) -> tuple[str | None, list[dict[str, Any]]]: ...
+
 
 @dataclass
 class ChatOptions:

@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 
 from inferd.auth import AccessDenied
-from inferd.default_plugins.grpc import health_pb2
+from inferd.default_plugins.grpc import health_pb2, traffic_pb2
 from inferd.default_plugins.grpc.codec import (
     WireRequest,
     serialize_infer,
@@ -22,6 +22,7 @@ from inferd.default_plugins.grpc.codec import (
 from inferd.default_plugins.grpc.service import (
     HEALTH_SERVICE,
     SERVICE,
+    TRAFFIC_SERVICE,
     UNARY,
     InferenceService,
     metadata_dict,
@@ -258,7 +259,15 @@ def build_handlers(svc: InferenceService) -> list[grpc.GenericRpcHandler]:
             response_serializer=health_pb2.HealthCheckResponse.SerializeToString,
         )
     }
+    traffic = {
+        "ModelTraffic": unary(
+            _unary(svc.ModelTraffic, guard, "ModelTraffic"),
+            request_deserializer=traffic_pb2.ModelTrafficRequest.FromString,
+            response_serializer=traffic_pb2.ModelTrafficResponse.SerializeToString,
+        )
+    }
     return [
         grpc.method_handlers_generic_handler(SERVICE, methods),
         grpc.method_handlers_generic_handler(HEALTH_SERVICE, health),
+        grpc.method_handlers_generic_handler(TRAFFIC_SERVICE, traffic),
     ]

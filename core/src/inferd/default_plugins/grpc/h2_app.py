@@ -17,13 +17,14 @@ from typing import Any, Protocol
 import grpc
 
 from inferd.auth import AccessDenied
-from inferd.default_plugins.grpc import health_pb2
+from inferd.default_plugins.grpc import health_pb2, traffic_pb2
 from inferd.default_plugins.grpc.codec import WireRequest, response_parts, serialize_stream, split_infer_request
 from inferd.default_plugins.grpc.framing import GrpcFailure, MessageReader, check_encoding, parse_timeout
 from inferd.default_plugins.grpc.h2_reply import Reply
 from inferd.default_plugins.grpc.service import (
     HEALTH_SERVICE,
     SERVICE,
+    TRAFFIC_SERVICE,
     UNARY,
     InferenceService,
     status_of,
@@ -82,6 +83,8 @@ def unary_methods(svc: InferenceService) -> dict[str, Unary]:
     """Every unary RPC of the inference and health services, by request path."""
     methods = {f"/{SERVICE}/{name}": _protobuf_method(svc, name, getattr(svc, name), req) for name, req, _ in UNARY}
     methods[f"/{HEALTH_SERVICE}/Check"] = _protobuf_method(svc, "Check", svc.Check, health_pb2.HealthCheckRequest)
+    traffic = _protobuf_method(svc, "ModelTraffic", svc.ModelTraffic, traffic_pb2.ModelTrafficRequest)
+    methods[f"/{TRAFFIC_SERVICE}/ModelTraffic"] = traffic
 
     async def model_infer(data: memoryview, headers: Mapping[str, str] | None = None) -> Parts:
         if svc.policy is None:

@@ -38,7 +38,7 @@ class Reply:
         self.max_message_bytes = max_message_bytes
         self.started = False
         self.done = False
-        #: uvicorn's request/response cycle whose ``send`` this is (its HTTP/2 stream says how many
+        #: The serving package's stream (AsgiStream) whose ``send`` this is (its HTTP/2 stream says how many
         #: bytes wait for the client's window); None under another server.
         self._cycle = getattr(send, "__self__", None)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -12,7 +13,7 @@ from google.protobuf import json_format
 
 from inferd.auth import CURRENT, RPC_GROUPS, AccessDenied, ApiGroup, Grant, unknown_model, visible_entries
 from inferd.default_plugins.grpc import grpc_service_pb2 as pb
-from inferd.default_plugins.grpc import health_pb2
+from inferd.default_plugins.grpc import health_pb2, traffic_pb2
 from inferd.default_plugins.grpc.codec import (
     ENABLE_EMPTY_FINAL,
     WireRequest,
@@ -37,6 +38,8 @@ log = logging.getLogger(__name__)
 
 SERVICE = "inference.GRPCInferenceService"
 HEALTH_SERVICE = "grpc.health.v1.Health"
+#: inferd's own service (Triton has no traffic RPC): weighted versions, docs/traffic.md.
+TRAFFIC_SERVICE = "inferd.Traffic"
 
 #: Error kind -> gRPC status, as Triton maps TRITONSERVER_Error_Code.
 STATUS: dict[ErrorKind, grpc.StatusCode] = {
@@ -80,7 +83,7 @@ STREAM_MAX_INFLIGHT = 64
 #: The field of each RPC's request that names a model (ModelInfer's is in ``WireRequest.message``).
 MODEL_FIELD = {"ModelReady": "name", "ModelMetadata": "name", "ModelConfig": "name", "ModelStatistics": "name",
                "RepositoryModelLoad": "model_name", "RepositoryModelUnload": "model_name",
-               "TraceSetting": "model_name"}  # fmt: skip
+               "TraceSetting": "model_name", "ModelTraffic": "name"}  # fmt: skip
 
 
 def model_of(rpc: str, request: Any) -> str:
@@ -355,6 +358,15 @@ class InferenceService:
                 for e in visible_entries(self.dp.repository_index(request.ready))
             ]
         )
+
+    async def ModelTraffic(self, request: traffic_pb2.ModelTrafficRequest) -> traffic_pb2.ModelTrafficResponse:
+        """inferd.Traffic/ModelTraffic: read a model's split, or set it when weights are given."""
+        if request.weights:
+            shown = await self.dp.set_traffic(request.name, dict(request.weights))
+        else:
+            shown = self.dp.traffic(request.name)
+        states = {v: d["state"] for v, d in shown["versions"].items()}
+        return traffic_pb2.ModelTrafficResponse(weights=shown["weights"], states=states, json=json.dumps(shown))
 
     async def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest) -> pb.RepositoryModelLoadResponse:
         check_repository_name(request.repository_name)

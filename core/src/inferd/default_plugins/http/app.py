@@ -59,6 +59,7 @@ ROUTES: tuple[tuple[str, str, str], ...] = (
     ("/v2/repository/{repo}/models/{model}/load", "POST", "load"),
     ("/v2/repository/models/{model}/unload", "POST", "unload"),
     ("/v2/repository/{repo}/models/{model}/unload", "POST", "unload"),
+    ("/v2/usage", "GET", "usage"),  # tenants' requests and tokens (docs/traffic.md)
     *(
         (prefix + suffix, method, name)
         for prefix in (_M, _MV)
@@ -71,6 +72,8 @@ ROUTES: tuple[tuple[str, str, str], ...] = (
             ("/generate_stream", "POST", "generate_stream"),
         )
     ),
+    ("/v2/models/{model}/traffic", "GET", "traffic_get"),  # weighted versions (inferd's own)
+    ("/v2/models/{model}/traffic", "POST", "traffic_post"),
     ("/v2/trace/setting", "GET", "trace_get"),  # the trace and logging extensions
     ("/v2/trace/setting", "POST", "trace_post"),
     ("/v2/models/{model}/trace/setting", "GET", "trace_get"),
@@ -263,6 +266,18 @@ class Endpoints:
         dependents = bool(parameters.get("unload_dependents", False))
         await self.dp.unload_model(request.path_params["model"], dependents)
         return Response(status_code=200)
+
+    async def usage(self, request: Request) -> Response:
+        return _json(await self.dp.tenant_usage())
+
+    async def traffic_get(self, request: Request) -> Response:
+        return _json(self.dp.traffic(request.path_params["model"]))
+
+    async def traffic_post(self, request: Request) -> Response:
+        body = await _json_body(request)
+        if not isinstance(body, dict) or "weights" not in body:
+            raise InvalidArgument('traffic request must be a JSON object with "weights": {"<version>": <weight>}')
+        return _json(await self.dp.set_traffic(request.path_params["model"], body["weights"]))
 
     async def trace_get(self, request: Request) -> Response:
         return _json(self.dp.trace_settings(request.path_params.get("model", "")))

@@ -95,6 +95,7 @@ class MetricsFrontend(Frontend):
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.server: AsgiServer | None = None
+        self._access: Any = None  # the AccessControl added to the metric sources
 
     def versions(self) -> list[ModelVersion]:
         """Every serving model version, by name then version."""
@@ -158,8 +159,9 @@ class MetricsFrontend(Frontend):
         # Families other plugins contribute (Triton's custom metrics), summed over the workers.
         summed = SummedSources(SOURCES, lambda: [c["sources"] for c in self._others])
         self.registry.register(SOURCES if self.workers is None else summed)
-        if dataplane.access is not None:  # per-tenant request counters (inferd.auth)
-            self.registry.register(dataplane.access)
+        if dataplane.access is not None:  # per-tenant counters (inferd.auth), summed over the workers
+            SOURCES.add(dataplane.access)
+            self._access = dataplane.access
         await self._sample()
         self._attach(self.versions())
         self.server = AsgiServer(self._app, self.host, self.port, "metrics frontend", dataplane.shares_ports, self.tls)
@@ -223,6 +225,10 @@ class MetricsFrontend(Frontend):
             await self.server.stop(grace)
         if self.gpu is not None:
             self.gpu.close()
+        if self._access is not None:
+            from inferd.metric_sources import SOURCES
+
+            SOURCES.remove(self._access)
 
     def address(self) -> str:
         return f"{self.host}:{self.port}"

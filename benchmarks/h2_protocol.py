@@ -1,0 +1,171 @@
+"""The HTTP/2 protocol's own CPU time per gRPC unary call, in process, without sockets.
+
+Drives ``inferd.serving.h2``'s protocol class as uvicorn's ``Server`` builds it, through a
+transport that only collects what is written, with a zttp client sending one call at a time (a
+message of 64 bytes; a route that answers at once through the unary short path, as
+``h2load -m1 -c1`` against a plain ModelInfer would, minus the model), connections rotated as the
+server rotates them. It prints the process's CPU time per call (``time.process_time``: a busy
+machine slows the run but barely moves the number). ``--baseline DIR`` runs the same in another
+checkout's sources (e.g. the commit before a change to ``serving/``), in turn, round after round,
+and prints both medians: a before/after that a noisy machine does not drown.
+
+    .venv/bin/python benchmarks/h2_protocol.py --calls 20000 --rounds 10 --baseline /path/to/other/checkout
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HEADERS = [(b"content-type", b"application/grpc"), (b"te", b"trailers")]
+MESSAGE = b"\0\0\0\0\x40" + bytes(64)
+#: Calls per connection: under the server's rotation (4000), so no connection is rotated mid-run.
+PER_CONNECTION = 3000
+
+
+class Collector:
+    """A transport that keeps what is written, for the client to read."""
+
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+        self.wrote = asyncio.Event()
+        self.closing = False
+
+    def write(self, data: bytes) -> None:
+        self.out.append(bytes(data))
+        self.wrote.set()
+
+    def writelines(self, data: list[bytes]) -> None:
+        self.out.extend(bytes(part) for part in data)
+        self.wrote.set()
+
+    def take(self) -> bytes:
+        data = b"".join(self.out)
+        self.out.clear()
+        return data
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+    abort = close
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 50000), "sockname": ("127.0.0.1", 8001)}.get(name, default)
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+async def _calls(n: int) -> float:
+    """CPU microseconds per call over ``n`` calls."""
+    import uvicorn
+    import zttp
+    from uvicorn.server import ServerState
+
+    from inferd.serving import h2
+
+    async def handler(stream: Any) -> None:
+        await stream.read_body(lambda chunks, size: size + len(chunks[-1]))
+        await stream.answer([(b"content-type", b"application/grpc")], MESSAGE, [(b"grpc-status", b"0")])
+
+    routes = {b"/x": lambda method, headers: handler}
+    try:
+        protocol = h2.protocol_class(None, routes, 7200)  # type: ignore[arg-type]
+    except TypeError:  # a checkout whose protocol_class takes only the routes
+        protocol = h2.protocol_class(routes)  # type: ignore[call-arg]
+    config = uvicorn.Config(None, http=protocol, lifespan="off", log_config=None)
+    config.load()
+    state = ServerState()
+    loop = asyncio.get_running_loop()
+    started, done = time.process_time(), 0
+    while done < n:
+        server = protocol(config=config, server_state=state, app_state={}, _loop=loop)  # type: ignore[call-arg]
+        transport = Collector()
+        server.connection_made(transport)  # type: ignore[arg-type]
+        client = zttp.Connection(zttp.CLIENT, zttp.HTTP2)
+        client.initiate_connection()
+        await asyncio.sleep(0)
+        client.receive_data(transport.take())
+        _events(client)
+        for _ in range(min(PER_CONNECTION, n - done)):
+            stream = client.send_request(b"POST", b"/x", b"localhost", HEADERS)
+            stream.send_data(MESSAGE)
+            stream.end_message()
+            server.data_received(client.data_to_send())
+            while True:
+                await transport.wrote.wait()
+                transport.wrote.clear()
+                client.receive_data(transport.take())
+                if any(type(event) is zttp.EndOfMessage for event in _events(client)):
+                    break
+            done += 1
+        server.connection_lost(None)
+    return (time.process_time() - started) / n * 1e6
+
+
+def _events(conn: Any) -> list[Any]:
+    import zttp
+
+    events = []
+    while type(event := conn.next_event()) is not zttp.NeedData:
+        events.append(event)
+    return events
+
+
+def _run(calls: int, checkout: Path | None) -> float:
+    """One measurement in a fresh process (this checkout's sources, or ``checkout``'s first)."""
+    env = dict(os.environ)
+    if checkout is not None:
+        paths = [checkout / "core" / "src", *sorted(checkout.glob("plugins/*/src"))]
+        env["PYTHONPATH"] = os.pathsep.join(str(p.resolve()) for p in paths)
+    out = subprocess.run([sys.executable, __file__, "--one", str(calls)], env=env, check=True,
+                         capture_output=True, text=True).stdout  # fmt: skip
+    return float(out.split()[-1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--calls", type=int, default=20000, help="calls per measurement (default 20000)")
+    p.add_argument("--rounds", type=int, default=6, help="measurements of each checkout, in turn (default 6)")
+    p.add_argument("--baseline", type=Path, default=None, help="another checkout of inferd, measured in turn")
+    p.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.one is not None:
+        import uvloop
+
+        print(f"{uvloop.run(_calls(args.one)):.2f}")
+        return
+    builds: list[tuple[str, Path | None]] = [("this", None)]
+    if args.baseline is not None:
+        builds.append(("baseline", args.baseline))
+    results: dict[str, list[float]] = {name: [] for name, _ in builds}
+    for round_ in range(args.rounds):
+        for name, checkout in builds if round_ % 2 == 0 else builds[::-1]:
+            results[name].append(_run(args.calls, checkout))
+        print(f"round {round_ + 1}: " + ", ".join(f"{name} {values[-1]:.1f} us" for name, values in results.items()))
+    print(f"\nCPU time per gRPC unary call in the HTTP/2 protocol, median of {args.rounds} x {args.calls} calls:")
+    for name, values in results.items():
+        print(f"  {name}: {statistics.median(values):.1f} us  (all: {', '.join(f'{v:.1f}' for v in sorted(values))})")
+    if args.baseline is not None:
+        ratios = [a / b for a, b in zip(results["this"], results["baseline"], strict=True)]
+        print(f"  this/baseline: {statistics.median(ratios):.3f} (median of the same-round ratios)")
+
+
+if __name__ == "__main__":
+    main()

