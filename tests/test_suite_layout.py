@@ -20,4 +20,3 @@ def test_files_with_slow_tests_come_first(request: pytest.FixtureRequest):
     files = list(dict.fromkeys(str(item.path) for item in request.session.items))
     slow = {str(item.path) for item in request.session.items if item.get_closest_marker("slow")}
     assert files[: len(slow)] == [f for f in files if f in slow]
-

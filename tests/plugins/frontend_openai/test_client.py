@@ -204,3 +204,41 @@ def test_logprobs_bounds(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model="chat_logprobs", messages=MESSAGES, top_logprobs=2)
     assert info.value.param == "top_logprobs"
+
+
+@pytest.mark.parametrize(
+    ("messages", "extra", "rendered"),
+    [
+        ([{"role": "user", "content": [{"type": "text", "text": "say"}, {"type": "text", "text": "hello"}]}], {},
+         "<|user|>\nsay\nhello<|end|>\n<|assistant|>\n"),
+        (MESSAGES[1:], {"add_generation_prompt": False}, "<|user|>\nsay hello<|end|>\n"),
+        ([*MESSAGES[1:], {"role": "assistant", "content": "hello"}],
+         {"add_generation_prompt": False, "continue_final_message": True}, "<|user|>\nsay hello<|end|>\n<|assistant|>\nhello"),
+    ],
+)  # fmt: skip
+def test_chat_renders_as_vllm_serve_does(client: openai.OpenAI, tokenizer: Tokenizer, messages: list[dict[str, object]],
+                                         extra: dict[str, object], rendered: str) -> None:  # fmt: skip
+    """Text parts joined with newlines, no generation prompt, the final message continued (its end cut)."""
+    reply = client.chat.completions.create(model="chat", messages=messages, max_tokens=2, extra_body=extra)  # type: ignore[arg-type]
+    assert reply.usage is not None and reply.usage.prompt_tokens == count(tokenizer, rendered)
+    assert reply.choices[0].message.content == expected_text(count(tokenizer, rendered), 2)
+
+
+def test_chat_with_both_prompt_flags_or_a_request_template_is_400(client: openai.OpenAI) -> None:
+    for extra, param in (({"continue_final_message": True}, "continue_final_message"),
+                         ({"chat_template": "{{ messages }}"}, "chat_template")):  # fmt: skip
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(model="chat", messages=MESSAGES, extra_body=extra)
+        assert info.value.body["param"] == param  # type: ignore[index]
+
+
+def test_tools_on_a_model_without_structured_outputs_are_400(client: openai.OpenAI) -> None:
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    for kwargs, param in (
+        ({"tools": [tool]}, "tools"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+    ):
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(model="chat", messages=MESSAGES, **kwargs)  # type: ignore[arg-type]
+        assert info.value.body["param"] == param  # type: ignore[index]
+        assert "does not serve" in info.value.message

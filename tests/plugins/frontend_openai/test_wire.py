@@ -81,7 +81,7 @@ def test_error_after_the_stream_started_is_an_error_event(openai_server: OpenAIS
         ("POST", "/chat/completions", b"{not json", 400, "We could not parse the JSON body of your request"),
         ("POST", "/chat/completions", b"[1]", 400, "the request body must be a JSON object"),
         ("POST", "/completions", b'{"prompt": "x"}', 400, "you must provide a model parameter"),
-        ("POST", "/completions", b'{"model": "chat", "prompt": [1, 2]}', 400, "'prompt' as token ids is not supported"),
+        ("POST", "/completions", b'{"model": "chat", "prompt": [1, 2]}', 400, "model 'chat' takes no token ids"),
         ("GET", "/nowhere", b"", 404, "Invalid URL (GET /v1/nowhere)"),
         ("GET", "/completions", b"", 405, "Method GET is not allowed on /v1/completions"),
     ],

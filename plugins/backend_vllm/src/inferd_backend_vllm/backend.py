@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from inferd_backend_vllm.engine import Engine
 
 ENGINE_ARGS_FILENAME = "model.json"
+#: Keys of ``model.json`` the OpenAI frontend reads (``vllm serve``'s ``--chat-template`` and
+#: ``--tool-call-parser``), kept out of the engine arguments.
+FRONTEND_KEYS = ("chat_template", "tool_call_parser")
 #: Triton's vLLM backend's LoRA adapters, beside model.json: ``{"name": "/path/to/adapter", ...}``.
 MULTI_LORA_FILENAME = "multi_lora.json"
 
@@ -123,6 +126,8 @@ def read_engine_args(path: Path, model: str) -> dict[str, Any]:
         raise InvalidArgument(f"model '{model}': cannot read '{path}': {exc}") from None
     if not isinstance(args, dict) or not isinstance(args.get("model"), str):
         raise InvalidArgument(f"model '{model}': '{path}' must be a JSON object with a 'model' string")
+    for key in FRONTEND_KEYS:  # the OpenAI frontend's, as vllm serve's flags: no engine arguments
+        args.pop(key, None)
     model_path = Path(args["model"])
     if not model_path.is_absolute() and (path.parent / model_path).exists():
         args["model"] = str(path.parent / model_path)  # a directory beside model.json
@@ -130,10 +135,14 @@ def read_engine_args(path: Path, model: str) -> dict[str, Any]:
 
 
 class VllmModel(Model):
-    """One engine per model version; its instances share it."""
+    """One engine per model version; its instances share it. ``openai``: what the OpenAI frontend
+    reads of it (the engine's tokenizer, context length and chat rendering)."""
 
     def __init__(self, engine: Engine) -> None:
+        from inferd_backend_vllm.chat import VllmChat
+
         self.engine = engine
+        self.openai = VllmChat(engine.engine)
         #: The LoRA adapters a request may name (the OpenAI API serves each as a model name).
         self.lora_adapters: tuple[str, ...] = tuple(engine.loras)
         #: Whether the engine embeds (vLLM's pooling runner) rather than generates.

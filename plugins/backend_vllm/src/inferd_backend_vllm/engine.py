@@ -20,8 +20,10 @@ import torch
 from prometheus_client import CollectorRegistry
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.exceptions import VLLMClientError
+from vllm.inputs import TokensPrompt
 from vllm.lora.request import LoRARequest
 from vllm.outputs import PoolingRequestOutput, RequestOutput
+from vllm.renderers import TokenizeParams
 from vllm.v1.engine.async_llm import AsyncLLM
 
 from inferd.errors import Cancelled, InferdError, InternalError, InvalidArgument, Unavailable
@@ -66,6 +68,7 @@ class Engine:
                 AsyncEngineArgs(**engine_args), stat_loggers=[stat_logger_for(self.metrics)]
             )
         VLLM_METRICS.add(self.metrics)
+        self.max_model_len: int = self.engine.model_config.max_model_len
 
     def submit(self, request: InferRequest) -> None:
         """Decode ``request`` and hand it to the engine; its responses go to its sender.
@@ -83,6 +86,7 @@ class Engine:
                 inputs = decode_inputs(request)
                 lora = self._lora(inputs.sampling)
                 params = sampling_params(inputs.sampling, inputs.sampling_from_tensor, inputs.stream)
+                self._check_limits(params.max_tokens)
                 job = self._generate(request, inputs, params, lora, sender)
         except InferdError as exc:
             sender(exc, True)
@@ -90,6 +94,14 @@ class Engine:
         task = self.loop.create_task(job)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _check_limits(self, max_tokens: int | None) -> None:
+        """``max_tokens`` beyond the context is refused as ``vllm serve`` refuses it (its words)."""
+        try:
+            TokenizeParams(max_total_tokens=self.max_model_len, max_output_tokens=max_tokens or 0,
+                           max_total_tokens_param="max_model_len", max_output_tokens_param="max_tokens")  # fmt: skip
+        except VLLMClientError as exc:
+            raise InvalidArgument(str(exc)) from None
 
     def _lora(self, values: dict[str, Any]) -> LoRARequest | None:
         """The adapter ``lora_name`` names (taken out of ``values``), as Triton's vLLM backend reads it."""
@@ -135,8 +147,9 @@ class Engine:
         request_id = f"{request.id or 'req'}-{uuid.uuid4().hex}"
         outputs = ResponseBuilder(self.model_name, self.version, request.id, inputs)
         last: RequestOutput | None = None
+        prompt: Any = inputs.prompt if inputs.token_ids is None else TokensPrompt(prompt_token_ids=inputs.token_ids)
         try:
-            async for out in self.engine.generate(inputs.prompt, params, request_id, lora_request=lora):
+            async for out in self.engine.generate(prompt, params, request_id, lora_request=lora):
                 if request.cancelled:
                     await self.engine.abort(request_id)
                     log.debug("model '%s': request %s cancelled, aborted in the engine", self.model_name, request_id)
@@ -150,6 +163,8 @@ class Engine:
         except asyncio.CancelledError:  # the model unloads under the request
             sender(Unavailable(f"model '{self.model_name}' version {self.version} was unloaded"), True)
             raise
+        except VLLMClientError as exc:  # the request's fault (a prompt beyond the context): a 400, as vLLM's
+            sender(InvalidArgument(str(exc)), True)
         except Exception as exc:
             log.exception("model '%s': generation failed", self.model_name)
             sender(InternalError(f"Error generating stream: {exc}"), True)

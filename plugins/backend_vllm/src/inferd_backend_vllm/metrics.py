@@ -71,7 +71,7 @@ def stat_logger_for(registry: CollectorRegistry) -> type:
     from prometheus_client import REGISTRY
     from vllm.v1.metrics.loggers import PrometheusStatLogger
 
-    class EngineStatLogger(PrometheusStatLogger):  # type: ignore[misc]
+    class EngineStatLogger(PrometheusStatLogger):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             with _BUILD_LOCK:
                 super().__init__(*args, **kwargs)

@@ -24,6 +24,11 @@ for _name in SamplingParams.__struct_fields__:
 def _convert(name: str, value: Any, where: str) -> Any:
     if name == "structured_outputs" and isinstance(value, dict):
         return StructuredOutputsParams(**value)
+    if name == "logit_bias" and isinstance(value, dict):  # JSON keys are strings; vLLM's are token ids
+        try:
+            return {int(k): float(v) for k, v in value.items()}
+        except (TypeError, ValueError):
+            raise InvalidArgument(f"{where}: 'logit_bias' must map token ids to numbers") from None
     kind = _FIELDS[name]
     if kind is None or isinstance(value, kind) or value is None:
         return value

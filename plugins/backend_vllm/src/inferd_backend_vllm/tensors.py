@@ -15,7 +15,9 @@ import numpy as np
 from inferd.errors import InvalidArgument
 from inferd.types import InferRequest, InferTensor
 
-#: (name, data type, dims): Triton's vLLM backend's inputs (no ``image``).
+#: (name, data type, dims): Triton's vLLM backend's inputs (no ``image``), and ``input_ids``: the
+#: prompt as token ids (``text_input`` is then ignored; the OpenAI API sends a chat's rendered
+#: tokens, and token-id prompts, through it).
 INPUTS: tuple[tuple[str, str, int], ...] = (
     ("text_input", "TYPE_STRING", 1),
     ("stream", "TYPE_BOOL", 1),
@@ -26,6 +28,7 @@ INPUTS: tuple[tuple[str, str, int], ...] = (
     ("return_logprobs", "TYPE_BOOL", 1),
     ("return_num_input_tokens", "TYPE_BOOL", 1),
     ("return_num_output_tokens", "TYPE_BOOL", 1),
+    ("input_ids", "TYPE_INT64", -1),
 )
 OUTPUTS: tuple[tuple[str, str, int], ...] = (
     ("text_output", "TYPE_STRING", -1),
@@ -55,6 +58,8 @@ class GenerateInputs:
     """One request's inputs, decoded: the prompt, the mode, the raw sampling parameters."""
 
     prompt: str
+    #: The prompt as token ids (the ``input_ids`` input), or None: ``prompt`` is the text.
+    token_ids: list[int] | None
     stream: bool
     prepend_input: bool
     sampling: dict[str, Any]
@@ -96,7 +101,11 @@ def decode_inputs(request: InferRequest) -> GenerateInputs:
         raise InvalidArgument(STREAM_WITH_INPUT)
     extras = frozenset(n for n in EXTRA_OUTPUTS if bool(_first(request, "return_" + n) or False))
     sampling, from_tensor = _parameters(request, "sampling_parameters")
-    return GenerateInputs(_text(prompt, "text_input"), stream, prepend, sampling, from_tensor, extras)
+    ids = request.inputs.get("input_ids")
+    token_ids = np.asarray(ids.data).reshape(-1).tolist() if ids is not None else None
+    if token_ids is not None and not token_ids:
+        raise InvalidArgument("input 'input_ids' is empty")
+    return GenerateInputs(_text(prompt, "text_input"), token_ids, stream, prepend, sampling, from_tensor, extras)
 
 
 def decode_pooling_inputs(request: InferRequest) -> GenerateInputs:
@@ -109,7 +118,7 @@ def decode_pooling_inputs(request: InferRequest) -> GenerateInputs:
         frozenset(("num_input_tokens",)) if bool(_first(request, "return_num_input_tokens") or False) else frozenset()
     )
     values, from_tensor = _parameters(request, "pooling_parameters")
-    return GenerateInputs(_text(prompt, "text_input"), False, False, values, from_tensor, extras)
+    return GenerateInputs(_text(prompt, "text_input"), None, False, False, values, from_tensor, extras)
 
 
 def _parameters(request: InferRequest, tensor: str) -> tuple[dict[str, Any], bool]:

@@ -1,5 +1,5 @@
 """The routes: ``/v1/models``, ``/v1/models/{model}``, ``/v1/completions``, ``/v1/chat/completions``,
-``/v1/embeddings``."""
+``/v1/embeddings``, and vLLM's ``/tokenize`` and ``/detokenize``."""
 
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ class OpenAIApp:
             Route("/v1/completions", self.completions, methods=["POST"]),
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
             Route("/v1/embeddings", self.embeddings, methods=["POST"]),
+            Route("/tokenize", self.tokenize, methods=["POST"]),
+            Route("/detokenize", self.detokenize, methods=["POST"]),
         ]
         self.app = Starlette(
             routes=routes, exception_handlers={OpenAIError: _error, 404: _not_found, 405: _not_allowed}
@@ -60,18 +62,43 @@ class OpenAIApp:
     async def completions(self, request: Request) -> Response:
         body = await _body(request)
         gen = params.decode(body, params.completion_prompts(body), chat=False)
-        return await self._generate(gen, self.catalog.version(gen.model), chat=False)
+        mv = self.catalog.version(gen.model)
+        if any(ids is not None for ids in gen.prompt_ids):
+            if not engine.takes_ids(mv.info):
+                raise bad_request(f"model '{gen.model}' takes no token ids: it has no 'input_ids' INT64 input "
+                                  "(the vLLM backend's); send text", "prompt")  # fmt: skip
+            tokenizer = await self.catalog.tokenizer(mv)
+            gen.prompts = [tokenizer.decode(ids) if ids is not None else text
+                           for text, ids in zip(gen.prompts, gen.prompt_ids, strict=True)]  # fmt: skip
+        return await self._generate(gen, mv, chat=False)
 
     async def chat_completions(self, request: Request) -> Response:
         body = await _body(request)
         messages = params.chat_messages(body)
+        options = params.chat_options(body)
         gen = params.decode(body, [], chat=True)
         mv = self.catalog.version(gen.model)
         tokenizer = await self.catalog.tokenizer(mv)
+        wanted = params.wants_structure(body)
+        if wanted is not None:
+            if tokenizer.engine is None:
+                raise bad_request(f"model '{gen.model}' does not serve '{wanted}': it has no structured-output "
+                                  "backend (models of the vLLM backend do)", wanted)  # fmt: skip
+            try:
+                gen.tool = tokenizer.engine.tool_request(body, tokenizer.tool_call_parser)
+            except ValueError as exc:  # the backend's BadRequest, naming the field
+                raise bad_request(f"model '{gen.model}': {exc}", getattr(exc, "param", None) or wanted) from None
+            options.tools = gen.tool.tools
+            if gen.tool.structured_outputs:
+                gen.sampling["structured_outputs"] = gen.tool.structured_outputs
         try:
-            gen.prompts = [tokenizer.apply_chat_template(messages)]
+            prompt = tokenizer.render(messages, options)
         except TemplateError as exc:
             raise bad_request(f"model '{gen.model}': {exc}", "messages") from None
+        gen.prompts = [prompt]
+        # vLLM's tokens for the rendered prompt (no special tokens added), as vllm serve sends them
+        gen.prompt_ids = [tokenizer.encode(prompt) if tokenizer.engine is not None and engine.takes_ids(mv.info)
+                          else None]  # fmt: skip
         return await self._generate(gen, mv, chat=True)
 
     async def embeddings(self, request: Request) -> Response:
@@ -81,6 +108,41 @@ class OpenAIApp:
             raise bad_request(f"model '{emb.model}' does not serve embeddings: it generates text; serve an embedding "
                               "model with vLLM's pooling runner (\"runner\": \"pooling\" in its model.json)", "model")  # fmt: skip
         return JSONResponse(await embeddings.run(self.dataplane, mv.info, emb, lora))
+
+    async def tokenize(self, request: Request) -> Response:
+        """vLLM's ``/tokenize``: a ``prompt`` or chat ``messages`` as token ids."""
+        body = await _body(request)
+        gen_model = params.decode({"model": body.get("model")}, [], chat=False).model
+        mv = self.catalog.version(gen_model)
+        tokenizer = await self.catalog.tokenizer(mv)
+        special = body.get("add_special_tokens")
+        if "messages" in body:
+            messages = params.chat_messages(body)
+            try:
+                text = tokenizer.render(messages, params.chat_options(body))
+            except TemplateError as exc:
+                raise bad_request(f"model '{gen_model}': {exc}", "messages") from None
+            ids = tokenizer.encode(text, bool(special) if special is not None else False)
+        else:
+            prompt = body.get("prompt")
+            if not isinstance(prompt, str):
+                raise bad_request("'prompt' must be a string", "prompt")
+            ids = tokenizer.encode(prompt, special if isinstance(special, bool) else True)
+        answer: dict[str, Any] = {"count": len(ids), "max_model_len": tokenizer.max_model_len, "tokens": ids,
+                                  "token_strs": None}  # fmt: skip
+        if body.get("return_token_strs"):
+            answer["token_strs"] = tokenizer.hf.convert_ids_to_tokens(ids)
+        return JSONResponse(answer)
+
+    async def detokenize(self, request: Request) -> Response:
+        """vLLM's ``/detokenize``: token ids as text."""
+        body = await _body(request)
+        model = params.decode({"model": body.get("model")}, [], chat=False).model
+        tokenizer = await self.catalog.tokenizer(self.catalog.version(model))
+        tokens = body.get("tokens")
+        if not isinstance(tokens, list) or not all(params.is_id(t) for t in tokens):
+            raise bad_request("'tokens' must be an array of token ids (non-negative integers)", "tokens")
+        return JSONResponse({"prompt": tokenizer.decode(tokens)})
 
     async def _generate(self, gen: params.Generation, mv: ServingVersion, chat: bool) -> Response:
         if not engine.is_text_model(mv.info):
@@ -131,7 +193,8 @@ class OpenAIApp:
 def _check_prompt(gen: params.Generation, count: Callable[[str], int], tenant: str, limit: int, chat: bool) -> None:
     """A tenant's ``max_prompt_tokens``: a longer prompt is refused before it reaches the model (400:
     retrying the same prompt cannot succeed)."""
-    tokens = sum(count(prompt) for prompt in gen.prompts)
+    ids = gen.prompt_ids or [None] * len(gen.prompts)
+    tokens = sum(len(i) if i is not None else count(p) for p, i in zip(gen.prompts, ids, strict=False))
     if tokens > limit:
         raise OpenAIError(400, f"the prompt has {tokens} tokens, more than the {limit} tenant '{tenant}' may send "
                                "in one request (its max_prompt_tokens)", "invalid_request_error",
@@ -157,9 +220,14 @@ async def _sse(reply: Reply, runner: ChoiceRunner, first: Event, events: AsyncIt
                 failed = True
                 yield sse(from_inferd(event.error).body())
             else:
-                if event.text:
+                if event.text and not gen.tool_mode:  # with tools, the text is read whole once it ends
                     yield sse(reply.chunk(event.choice.index, event.text, usage=usage, tokens=event.tokens,
                                           offset=event.offset))  # fmt: skip
+                if event.finished and gen.tool_mode:
+                    if event.choice.text:
+                        yield sse(reply.chunk(event.choice.index, event.choice.text, usage=usage))
+                    if event.choice.tool_calls:
+                        yield sse(reply.tool_calls_chunk(event.choice, usage))
                 if event.finished:
                     yield sse(reply.chunk(event.choice.index, None, event.choice.finish_reason, usage=usage))
             event = await anext(events, None)

@@ -21,7 +21,7 @@ from inferd.hints import closest
 from inferd_frontend_openai.embeddings import is_embedding_model
 from inferd_frontend_openai.engine import is_text_model
 from inferd_frontend_openai.errors import OpenAIError, bad_request, model_not_found
-from inferd_frontend_openai.tokenizer import Tokenizer, find_tokenizer_dir
+from inferd_frontend_openai.tokenizer import Tokenizer, find_tokenizer_dir, load, model_options, read_template
 
 if TYPE_CHECKING:
     from inferd.model_info import ModelInfo
@@ -34,7 +34,8 @@ class ServingVersion(Protocol):
     version: int
     model_dir: Path | None
     info: ModelInfo
-    #: The backend's model (None for an ensemble): may list ``lora_adapters``.
+    #: The backend's model (None for an ensemble): may list ``lora_adapters``; a vLLM model's has
+    #: ``openai`` (see :class:`~inferd_frontend_openai.tokenizer.EngineChat`).
     model: Any
 
 
@@ -59,13 +60,21 @@ class Models(Protocol):
 class Catalog:
     """Lists text models and hands out each one's tokenizer (loaded once, off the event loop)."""
 
-    def __init__(self, models: Models, tokenizer_dir: Path | None = None) -> None:
+    def __init__(self, models: Models, tokenizer_dir: Path | None = None, chat_template: str | None = None,
+                 tool_call_parser: str | None = None) -> None:  # fmt: skip
         self.models = models
         self.tokenizer_dir = tokenizer_dir
+        #: ``--chat-template`` (its text) and ``--tool-call-parser``: every model's, unless its model.json says.
+        self.chat_template = chat_template
+        self.tool_call_parser = tool_call_parser
         self.created = int(time.time())
-        self._tokenizers: dict[Path, Tokenizer] = {}
+        self._tokenizers: dict[Path, object] = {}  # transformers tokenizers, by directory
         #: Each loaded version's tokenizer, looked up once (a reload makes a new version object).
         self._by_version: weakref.WeakKeyDictionary[ServingVersion, Tokenizer] = weakref.WeakKeyDictionary()
+        #: The loads under way (a request and the start-up warming share one).
+        self._loading: weakref.WeakKeyDictionary[ServingVersion, asyncio.Future[Tokenizer]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def listed(self) -> list[dict[str, object]]:
         """``GET /v1/models``'s ``data``: one entry per text model name the request's tenant may see."""
@@ -87,7 +96,16 @@ class Catalog:
         return model_not_found(name, closest(name, self.names()))
 
     def entry(self, name: str) -> dict[str, object]:
-        return {"id": name, "object": "model", "created": self.created, "owned_by": "inferd"}
+        """A model as ``/v1/models`` lists it; ``max_model_len`` where the backend knows it (vLLM's)."""
+        entry: dict[str, object] = {"id": name, "object": "model", "created": self.created, "owned_by": "inferd",
+                                    "root": name, "parent": None}  # fmt: skip
+        try:
+            engine = getattr(self.models.resolve(name).model, "openai", None)
+        except InferdError:
+            engine = None
+        if engine is not None:
+            entry["max_model_len"] = engine.max_model_len
+        return entry
 
     def version(self, name: str) -> ServingVersion:
         """The version serving ``name`` now (the base model of an adapter); a 404 when there is none,
@@ -116,11 +134,45 @@ class Catalog:
     async def tokenizer(self, mv: ServingVersion) -> Tokenizer:
         """``--openai-tokenizer``, else the tokenizer found in the model's directory."""
         tokenizer = self._by_version.get(mv)
-        if tokenizer is None:
-            tokenizer = self._by_version[mv] = await self._load(mv)
+        if tokenizer is not None:
+            return tokenizer
+        loading = self._loading.get(mv)
+        if loading is None:
+            loading = self._loading[mv] = asyncio.ensure_future(self._load(mv))
+        try:
+            tokenizer = self._by_version[mv] = await asyncio.shield(loading)
+        finally:
+            if loading.done():
+                self._loading.pop(mv, None)
         return tokenizer
 
+    async def warm(self) -> None:
+        """Load every serving text model's tokenizer now (at start-up, in the background), so the
+        first request does not wait for ``transformers`` to import; a failure waits for a request."""
+        for mv in list(self.models.serving()):
+            if is_text_model(mv.info):
+                try:
+                    await self.tokenizer(mv)
+                except OpenAIError:
+                    pass
+
     async def _load(self, mv: ServingVersion) -> Tokenizer:
+        tokenizer = await self._tokenizer(mv)
+        options = model_options(mv.model_dir, mv.version) if mv.model_dir is not None else {}
+        tokenizer.tool_call_parser = options.get("tool_call_parser") or self.tool_call_parser
+        return tokenizer
+
+    async def _tokenizer(self, mv: ServingVersion) -> Tokenizer:
+        options = model_options(mv.model_dir, mv.version) if mv.model_dir is not None else {}
+        template = self.chat_template
+        if "chat_template" in options:
+            try:
+                template = await asyncio.to_thread(read_template, options["chat_template"], mv.model_dir)
+            except ValueError as exc:
+                raise OpenAIError(500, f"model '{mv.name}': model.json: {exc}", "server_error") from None
+        engine = getattr(mv.model, "openai", None)
+        if engine is not None and self.tokenizer_dir is None:  # the engine's own tokenizer and renderer
+            return Tokenizer(engine.tokenizer, engine, template)
         directory = self.tokenizer_dir
         if directory is None and mv.model_dir is not None:
             directory = await asyncio.to_thread(find_tokenizer_dir, mv.model_dir, mv.version)
@@ -130,12 +182,11 @@ class Catalog:
                 f"{mv.model_dir} (or its version folder, or a 'tokenizer' folder), or pass --openai-tokenizer",
                 "model",
             )
-        tokenizer = self._tokenizers.get(directory)
-        if tokenizer is None:
+        hf = self._tokenizers.get(directory)
+        if hf is None:
             try:
-                tokenizer = await asyncio.to_thread(Tokenizer, directory)
-            except Exception as exc:  # tokenizers raises its own exception types
+                hf = self._tokenizers[directory] = await asyncio.to_thread(load, directory)
+            except Exception as exc:  # transformers and tokenizers raise their own exception types
                 raise OpenAIError(500, f"model '{mv.name}': cannot load the tokenizer in {directory}: {exc}",
                                   "server_error") from None  # fmt: skip
-            self._tokenizers[directory] = tokenizer
-        return tokenizer
+        return Tokenizer(hf, None, template)

@@ -60,6 +60,8 @@ class Choice:
 
     index: int
     prompt: str
+    #: The prompt's token ids, where known (sent as the model's ``input_ids``).
+    prompt_ids: list[int] | None = None
     text: str = ""
     finish_reason: str | None = None
     backend_tokens: int | None = None
@@ -70,6 +72,10 @@ class Choice:
     last_at: float = 0.0
     #: Its tokens' log-probabilities, when asked for.
     tokens: list[lp.TokenLogprob] = field(default_factory=list)
+    #: The prompt's token count the backend reported (``num_input_tokens``).
+    backend_prompt_tokens: int | None = None
+    #: The tool calls read from its text (a chat with tools), OpenAI's ``tool_calls`` entries.
+    tool_calls: list[dict[str, object]] = field(default_factory=list)
 
 
 @dataclass
@@ -97,8 +103,9 @@ class ChoiceRunner:
         self.info = info
         self.gen = gen
         self.tokenizer = tokenizer
+        ids = gen.prompt_ids or [None] * len(gen.prompts)
         self.choices = [
-            Choice(p * gen.n + i, prompt) for p, prompt in enumerate(gen.prompts) for i in range(gen.n)
+            Choice(p * gen.n + i, prompt, ids[p]) for p, prompt in enumerate(gen.prompts) for i in range(gen.n)
         ]  # fmt: skip
 
     def _sampling(self, choice: Choice) -> dict[str, object]:
@@ -111,7 +118,7 @@ class ChoiceRunner:
         """The events of one choice, its last one ``finished`` (an error ends it too)."""
         gen = self.gen
         request = engine.build_request(self.info, choice.prompt, self._sampling(choice), gen.stream, self.request_id,
-                                       gen.logprobs is not None)  # fmt: skip
+                                       gen.logprobs is not None, choice.prompt_ids)  # fmt: skip
         scanner = StopScanner(self.gen.stop)
         pieces = engine.run(self.dataplane, self.info, request)
         try:
@@ -125,6 +132,8 @@ class ChoiceRunner:
                 choice.tokens += tokens
                 if piece.output_tokens is not None:
                     choice.backend_tokens = (choice.backend_tokens or 0) + piece.output_tokens
+                if piece.input_tokens is not None:
+                    choice.backend_prompt_tokens = piece.input_tokens
                 choice.finish_reason = piece.finish_reason or choice.finish_reason
                 if text:
                     choice.last_at = time.monotonic()
@@ -154,12 +163,22 @@ class ChoiceRunner:
     def _finish(self, choice: Choice) -> None:
         """Token counts from the tokenizer (the backend's output count when it gives one)."""
         first = self.choices[choice.index - choice.index % self.gen.n]  # the first choice of its prompt
-        choice.prompt_tokens = first.prompt_tokens or self.tokenizer.count(choice.prompt)
+        choice.prompt_tokens = (
+            choice.backend_prompt_tokens
+            or first.prompt_tokens
+            or (len(choice.prompt_ids) if choice.prompt_ids is not None else self.tokenizer.count(choice.prompt))
+        )
         backend = choice.backend_tokens
         choice.completion_tokens = backend if backend is not None else self.tokenizer.count(choice.text)
         if choice.finish_reason not in ("stop", "length"):
             limit = self.gen.max_tokens
             choice.finish_reason = "length" if limit is not None and choice.completion_tokens >= limit else "stop"
+        mode = self.gen.tool_mode
+        if mode and self.tokenizer.engine is not None:  # vLLM's tool-call parser reads the whole text
+            content, choice.tool_calls = self.tokenizer.engine.tool_calls(self.gen.tool, choice.text)
+            choice.text = content or ""
+            called = (mode == "auto" and choice.tool_calls) or (mode == "required" and choice.finish_reason == "stop")
+            choice.finish_reason = "tool_calls" if called else choice.finish_reason
         if self.metrics is not None:
             to_first = None if choice.first_at is None else choice.first_at - self.arrival
             self.metrics.choice_done(self.info.name, str(self.info.version), choice.prompt_tokens, choice.completion_tokens, to_first,

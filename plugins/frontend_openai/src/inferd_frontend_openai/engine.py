@@ -3,7 +3,9 @@
 The model follows Triton's vLLM tensor convention: ``text_input`` (BYTES), and when declared
 ``stream`` and ``exclude_input_in_output`` (BOOL), ``sampling_parameters`` (BYTES, JSON),
 ``return_finish_reason`` / ``return_num_output_tokens`` (BOOL); it answers ``text_output``
-(BYTES: the new text of each response), and ``finish_reason`` / ``num_output_tokens`` when asked.
+(BYTES: the new text of each response), and ``finish_reason`` / ``num_output_tokens`` /
+``num_input_tokens`` when asked. A model that declares ``input_ids`` (INT64, the vLLM backend's)
+takes a prompt as token ids there.
 Closing the iterator early (a stop string, a client gone) closes the inferd stream, which marks
 the request cancelled for the model.
 """
@@ -41,6 +43,12 @@ def is_text_model(info: ModelInfo) -> bool:
     return info.decoupled and spec is not None and spec.datatype == "BYTES" and outputs.get("text_output") == "BYTES"
 
 
+def takes_ids(info: ModelInfo) -> bool:
+    """Whether the model takes a prompt as token ids (an ``input_ids`` INT64 input)."""
+    spec = info.input_spec("input_ids")
+    return spec is not None and spec.datatype == "INT64"
+
+
 def gives_logprobs(info: ModelInfo) -> bool:
     """Whether the model can send token log-probabilities (``return_logprobs`` -> ``logprobs``)."""
     return info.input_spec("return_logprobs") is not None and any(t.name == "logprobs" for t in info.outputs)
@@ -55,6 +63,7 @@ class Piece:
     finish_reason: str | None = None
     output_tokens: int | None = None
     logprobs: str | None = None
+    input_tokens: int | None = None
 
 
 def _tensor(info: ModelInfo, name: str, value: object, datatype: str) -> InferTensor | None:
@@ -68,8 +77,9 @@ def _tensor(info: ModelInfo, name: str, value: object, datatype: str) -> InferTe
 
 
 def build_request(info: ModelInfo, prompt: str, sampling: dict[str, object], stream: bool, id: str = "",
-                  logprobs: bool = False) -> InferRequest:  # fmt: skip
-    """The inferd request for one choice (``id``: the OpenAI response's, for logs and traces)."""
+                  logprobs: bool = False, ids: list[int] | None = None) -> InferRequest:  # fmt: skip
+    """The inferd request for one choice (``id``: the OpenAI response's, for logs and traces;
+    ``ids``: the prompt's token ids, for a model that :func:`takes_ids`)."""
     request = InferRequest(info.name, str(info.version), id)
     request.context[METERED] = True  # the app meters the OpenAI usage it answers (inferd.auth.usage)
     values: tuple[tuple[str, object, str], ...] = (
@@ -79,12 +89,16 @@ def build_request(info: ModelInfo, prompt: str, sampling: dict[str, object], str
         ("exclude_input_in_output", True, "BOOL"),
         ("return_finish_reason", True, "BOOL"),
         ("return_num_output_tokens", True, "BOOL"),
+        ("return_num_input_tokens", True, "BOOL"),
         ("return_logprobs", logprobs, "BOOL"),
     )
     for name, value, datatype in values:
         tensor = _tensor(info, name, value, datatype)
         if tensor is not None:
             request.inputs[name] = tensor
+    if ids is not None:
+        shape = ((1,) if info.batching else ()) + (len(ids),)
+        request.inputs["input_ids"] = InferTensor("input_ids", "INT64", shape, np.asarray(ids, np.int64).reshape(shape))
     return request
 
 
@@ -98,11 +112,15 @@ def _text(response: InferResponse, name: str) -> str | None:
 
 def piece(response: InferResponse) -> Piece:
     """The :class:`Piece` one response carries."""
-    count = response.output("num_output_tokens")
-    tokens = int(count.data.reshape(-1)[0]) if count is not None and count.data.size else None
     reason = _text(response, "finish_reason")
     reason = reason if reason not in ("", "None") else None
-    return Piece(_text(response, "text_output") or "", reason, tokens, _text(response, "logprobs"))
+    return Piece(_text(response, "text_output") or "", reason, _count(response, "num_output_tokens"),
+                 _text(response, "logprobs"), _count(response, "num_input_tokens"))  # fmt: skip
+
+
+def _count(response: InferResponse, name: str) -> int | None:
+    tensor = response.output(name)
+    return int(tensor.data.reshape(-1)[0]) if tensor is not None and tensor.data.size else None
 
 
 async def run(dataplane: StreamingDataPlane, info: ModelInfo, request: InferRequest) -> AsyncIterator[Piece]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,7 +21,8 @@ log = logging.getLogger(__name__)
 
 
 class OpenAIFrontend(Frontend):
-    """Serves the OpenAI API on ``host:port``; ``tokenizer`` (a directory) overrides every model's.
+    """Serves the OpenAI API on ``host:port``; ``tokenizer`` (a directory) overrides every model's,
+    so do ``chat_template`` (its text) and ``tool_call_parser`` unless a model's ``model.json`` sets them.
 
     ``fallback``: the port is the default one (no ``--openai-port``), so the port is opened only when
     a model this API serves is loaded at start-up, and a port in use is a warning (the server runs
@@ -32,14 +34,18 @@ class OpenAIFrontend(Frontend):
     name = "OpenAI"
 
     def __init__(self, host: str, port: int, tokenizer: Path | None = None, fallback: bool = False,
-                 tls: TlsConfig | None = None, max_input_size: int = HTTP_MAX_INPUT_SIZE) -> None:  # fmt: skip
+                 tls: TlsConfig | None = None, max_input_size: int = HTTP_MAX_INPUT_SIZE,
+                 chat_template: str | None = None, tool_call_parser: str | None = None) -> None:  # fmt: skip
         self.host = host
+        self.chat_template = chat_template
+        self.tool_call_parser = tool_call_parser
         self.port = port
         self.tokenizer = tokenizer
         self.fallback = fallback
         self.tls = tls
         self.max_input_size = max_input_size
         self.server: AsgiServer | None = None
+        self._warming: asyncio.Future[None] | None = None
         #: Why the port is not open, for the log (once :meth:`start` decided not to open it).
         self.not_serving = ""
         #: What ``/metrics`` shows of the requests served here (see :mod:`inferd_frontend_openai.metrics`).
@@ -55,7 +61,9 @@ class OpenAIFrontend(Frontend):
             log.info("OpenAI API not served: no loaded model follows its convention (decoupled, text_input and "
                      "text_output BYTES) and no --openai-port was given")  # fmt: skip
             return
-        app: ASGIApp = OpenAIApp(dataplane, Catalog(dataplane.table, self.tokenizer), self.metrics)
+        catalog = Catalog(dataplane.table, self.tokenizer, self.chat_template, self.tool_call_parser)
+        self._warming = asyncio.ensure_future(catalog.warm())
+        app: ASGIApp = OpenAIApp(dataplane, catalog, self.metrics)
         if dataplane.access is not None:  # no rules: nothing on the request path
             app = Guarded(app, dataplane.access.http)
         app = OpenAIBodyLimit(app, self.max_input_size)
@@ -75,6 +83,8 @@ class OpenAIFrontend(Frontend):
         from inferd.metric_sources import SOURCES
 
         SOURCES.remove(self.metrics)  # added by the plugin's inferd_startup
+        if self._warming is not None:
+            self._warming.cancel()
         if self.server is not None:
             await self.server.stop(grace)
 

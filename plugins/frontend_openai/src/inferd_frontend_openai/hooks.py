@@ -1,4 +1,5 @@
-"""Registration: ``--openai-port``, ``--openai-address``, ``--openai-tokenizer``, ``--allow-openai``
+"""Registration: ``--openai-port``, ``--openai-address``, ``--openai-tokenizer``, ``--chat-template``,
+``--tool-call-parser``, ``--allow-openai``
 and the ``openai`` frontend. Imports nothing of the API until the server starts it."""
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--openai-tokenizer", default="", metavar="<path>",
                        help="a Hugging Face tokenizer directory used for every model (default: each "
                             "model's own)")  # fmt: skip
+    group.add_argument("--chat-template", default="", metavar="<path>",
+                       help="a Jinja chat template file (or the template itself) for every model, as vllm serve's "
+                            "(default: each model's own; a vLLM model's model.json 'chat_template' wins)")  # fmt: skip
+    group.add_argument("--tool-call-parser", default="", metavar="<string>",
+                       help="vLLM's tool-call parser for 'auto' tool choice (e.g. hermes), as vllm serve's "
+                            "(default: none; a vLLM model's model.json 'tool_call_parser' wins)")  # fmt: skip
 
 
 def _factory(options: ServerSettings) -> OpenAIFrontend | None:
@@ -43,16 +50,22 @@ def _factory(options: ServerSettings) -> OpenAIFrontend | None:
     from inferd.serving import HTTP_MAX_INPUT_SIZE
     from inferd.tls import http_config, settings
     from inferd_frontend_openai.frontend import OpenAIFrontend
+    from inferd_frontend_openai.tokenizer import read_template
 
     tokenizer = Path(extra["openai_tokenizer"]) if extra.get("openai_tokenizer") else None
     if tokenizer is not None and not (tokenizer / "tokenizer.json").is_file():
         raise SystemExit(f"error: --openai-tokenizer {tokenizer}: no tokenizer.json in that directory")
+    try:
+        template = read_template(extra["chat_template"]) if extra.get("chat_template") else None
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"error: --chat-template: {exc}") from None
     port = extra.get("openai_port")
     host = extra.get("openai_address") or options.host
     tls = settings(http_config, extra)  # the HTTP port's certificates, as the metrics port's
     max_input_size = int(extra.get("http_max_input_size", HTTP_MAX_INPUT_SIZE))
     return OpenAIFrontend(host, DEFAULT_PORT if port is None else int(port), tokenizer, fallback=port is None,
-                          tls=tls, max_input_size=max_input_size)  # fmt: skip
+                          tls=tls, max_input_size=max_input_size, chat_template=template,
+                          tool_call_parser=extra.get("tool_call_parser") or None)  # fmt: skip
 
 
 @hookimpl

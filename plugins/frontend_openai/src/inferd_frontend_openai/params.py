@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferd_frontend_openai.errors import bad_request
+from inferd_frontend_openai.tokenizer import ChatOptions
 
 #: OpenAI's number fields passed through to the backend, with their allowed range.
 _NUMBERS: dict[str, tuple[float, float]] = {
@@ -28,6 +29,7 @@ class Generation:
     """One request, decoded: the prompts to run and how to sample them."""
 
     model: str
+    #: Each prompt's text (a token-id prompt's decoded text, for ``echo``).
     prompts: list[str]
     n: int = 1
     stream: bool = False
@@ -40,6 +42,16 @@ class Generation:
     logprobs: int | None = None
     #: The ``sampling_parameters`` for the backend (seed per choice is added when it runs).
     sampling: dict[str, Any] = field(default_factory=dict)
+    #: Each prompt's token ids, where known (a token-id prompt, a rendered chat for a vLLM model):
+    #: sent as the model's ``input_ids``.
+    prompt_ids: list[list[int] | None] = field(default_factory=list)
+    #: A chat request with tools or structured outputs, as the backend checked it (its ``ToolRequest``).
+    tool: Any = None
+
+    @property
+    def tool_mode(self) -> str:
+        """How the output is read for tool calls: ``""`` (not), ``auto``, ``required`` or ``named``."""
+        return self.tool.mode if self.tool is not None else ""
 
 
 def _int(body: dict[str, Any], name: str, minimum: int) -> int | None:
@@ -81,7 +93,7 @@ def _stop(body: dict[str, Any]) -> list[str]:
     return stops
 
 
-def decode(body: object, prompts: list[str], chat: bool) -> Generation:
+def decode(body: object, prompts: list[str | list[int]], chat: bool) -> Generation:
     """The :class:`Generation` a request body asks for, its ``prompts`` already worked out."""
     assert isinstance(body, dict)
     model = body.get("model")
@@ -103,7 +115,9 @@ def decode(body: object, prompts: list[str], chat: bool) -> Generation:
     max_tokens = _int(body, "max_completion_tokens", 1)
     if max_tokens is None:
         max_tokens = _int(body, "max_tokens", 1)
-    gen = Generation(model, prompts, n, stream, include_usage, max_tokens, _stop(body), _int(body, "seed", -(2**63)))
+    texts = [p if isinstance(p, str) else "" for p in prompts]
+    gen = Generation(model, texts, n, stream, include_usage, max_tokens, _stop(body), _int(body, "seed", -(2**63)))
+    gen.prompt_ids = [p if isinstance(p, list) else None for p in prompts]
     gen.echo = _bool(body, "echo")
     gen.logprobs = logprobs(body, chat)
     gen.sampling = _sampling(body, gen)
@@ -121,6 +135,9 @@ def _sampling(body: dict[str, Any], gen: Generation) -> dict[str, Any]:
         if not low <= value <= high:
             raise bad_request(f"'{name}' must be between {low:g} and {high:g}, got {value}", name)
         sampling[name] = value
+    bias = body.get("logit_bias")
+    if bias is not None:
+        sampling["logit_bias"] = _logit_bias(bias)
     if gen.max_tokens is not None:
         sampling["max_tokens"] = gen.max_tokens
     if gen.stop:
@@ -130,47 +147,108 @@ def _sampling(body: dict[str, Any], gen: Generation) -> dict[str, Any]:
     return sampling
 
 
-def completion_prompts(body: object) -> list[str]:
-    """``prompt`` of a completion: a string or an array of strings (token arrays are refused)."""
+def _logit_bias(bias: object) -> dict[str, float]:
+    """OpenAI's ``logit_bias``: token ids (as strings) to a bias in [-100, 100]."""
+    ok = isinstance(bias, dict) and all(
+        isinstance(k, str)
+        and k.isdigit()
+        and isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        and -100 <= v <= 100
+        for k, v in bias.items()
+    )
+    if not ok:
+        raise bad_request("'logit_bias' must map token ids to numbers between -100 and 100", "logit_bias")
+    return bias  # type: ignore[return-value]
+
+
+def completion_prompts(body: object) -> list[str | list[int]]:
+    """``prompt`` of a completion: a string, token ids, or an array of either."""
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object")
     prompt = body.get("prompt")
     if isinstance(prompt, str):
         return [prompt]
-    if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-        return list(prompt)
     if isinstance(prompt, list) and prompt:
-        raise bad_request("'prompt' as token ids is not supported: send text", "prompt")
-    raise bad_request("'prompt' must be a string or a non-empty array of strings", "prompt")
+        if all(isinstance(p, str) for p in prompt):
+            return list(prompt)
+        if all(is_id(t) for t in prompt):
+            return [prompt]
+        if all(isinstance(p, list) and p and all(is_id(t) for t in p) for p in prompt):
+            return list(prompt)
+    raise bad_request("'prompt' must be a string, an array of token ids (non-negative integers), or a non-empty "
+                      "array of either", "prompt")  # fmt: skip
+
+
+def is_id(value: object) -> bool:
+    """Whether ``value`` is a token id (a non-negative integer)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def chat_messages(body: object) -> list[dict[str, Any]]:
-    """``messages`` of a chat request, each with its ``content`` as text (text parts joined)."""
+    """``messages`` of a chat request, checked: each an object with a ``role``, its ``content`` a
+    string, null or an array of text parts."""
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("'messages' must be a non-empty array", "messages")
-    out = []
     for i, message in enumerate(messages):
         where = f"messages.[{i}]"
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise bad_request(f"'{where}' must be an object with a 'role'", where)
-        out.append({**message, "content": _content(message.get("content"), f"{where}.content")})
-    return out
+        _check_content(message.get("content"), f"{where}.content")
+    return messages
 
 
-def _content(content: object, where: str) -> str:
+def _check_content(content: object, where: str) -> None:
     if content is None or isinstance(content, str):
-        return content or ""
+        return
     if isinstance(content, list):
-        texts = []
         for part in content:
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise bad_request(f"'{where}': only text content parts are supported", where)
-            texts.append(part["text"])
-        return "".join(texts)
+        return
     raise bad_request(f"'{where}' must be a string or an array of content parts", where)
+
+
+def chat_options(body: dict[str, Any]) -> ChatOptions:
+    """How to render the chat: vLLM's ``add_generation_prompt``, ``continue_final_message``,
+    ``chat_template_kwargs``, ``documents``, and the ``tools`` passed to the template."""
+    add = body.get("add_generation_prompt", True)
+    if not isinstance(add, bool):
+        raise bad_request(f"'add_generation_prompt' must be a boolean, got {json_type(add)}", "add_generation_prompt")
+    final = _bool(body, "continue_final_message")
+    if final and add:
+        raise bad_request("Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+                          "continue_final_message")  # fmt: skip
+    kwargs = body.get("chat_template_kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs")
+    if body.get("chat_template") is not None or kwargs.get("chat_template") is not None:
+        raise bad_request("Chat template is passed with request, but --trust-request-chat-template is not set. "
+                          "Refused request with untrusted chat template.", "chat_template")  # fmt: skip
+    documents = body.get("documents")
+    if documents is not None and not isinstance(documents, list):
+        raise bad_request("'documents' must be an array of objects", "documents")
+    tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise bad_request("'tools' must be an array", "tools")
+    return ChatOptions(add, final, tools or None, documents, kwargs)
+
+
+#: Fields only a backend with structured outputs (vLLM's) can serve.
+STRUCTURED = ("tools", "tool_choice", "response_format", "structured_outputs")
+
+
+def wants_structure(body: dict[str, Any]) -> str | None:
+    """The first field asking for tools or structured outputs (a ``text`` response format asks none)."""
+    for name in STRUCTURED:
+        value = body.get(name)
+        if value is not None and not (name == "response_format" and isinstance(value, dict)
+                                      and value.get("type") == "text"):  # fmt: skip
+            return name
+    return None
 
 
 def logprobs(body: dict[str, Any], chat: bool) -> int | None:

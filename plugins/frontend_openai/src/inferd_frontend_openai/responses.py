@@ -53,7 +53,9 @@ class Reply:
     def _whole_choice(self, choice: Choice, prefix: str) -> dict[str, Any]:
         probs = self._logprobs(choice.tokens, len(prefix))
         if self.chat:
-            message = {"role": "assistant", "content": choice.text}
+            message: dict[str, Any] = {"role": "assistant", "content": choice.text}
+            if choice.tool_calls:
+                message["tool_calls"] = choice.tool_calls
             return {"index": choice.index, "message": message, "logprobs": probs, "finish_reason": choice.finish_reason}
         text = prefix + choice.text
         return {"index": choice.index, "text": text, "logprobs": probs, "finish_reason": choice.finish_reason}
@@ -78,6 +80,17 @@ class Reply:
         else:
             choice = {"index": index, "text": text or "", "logprobs": probs, "finish_reason": finish_reason}
         body["choices"] = [choice]
+        if usage:
+            body["usage"] = None
+        return body
+
+    def tool_calls_chunk(self, choice: Choice, usage: bool = False) -> dict[str, Any]:
+        """The chunk carrying a choice's tool calls, whole, in OpenAI's delta shape (each with its ``index``)."""
+        calls = [{"index": i, **call} for i, call in enumerate(choice.tool_calls)]
+        body = self._head(chunk=True)
+        body["choices"] = [
+            {"index": choice.index, "delta": {"tool_calls": calls}, "logprobs": None, "finish_reason": None}
+        ]
         if usage:
             body["usage"] = None
         return body

@@ -1,90 +1,158 @@
-"""A model's Hugging Face tokenizer directory: token counts and its chat template.
+"""A model's tokenizer and chat template, from the libraries that own them.
 
-The directory holds ``tokenizer.json`` (read with ``tokenizers``) and ``tokenizer_config.json``
-(its ``chat_template``, ``bos_token``, ``eos_token``); a ``chat_template.jinja`` file, where
-``transformers`` (4.43 on) saves the template, wins over the config's. The template is rendered as
-``transformers`` renders it: a sandboxed Jinja environment with ``trim_blocks`` and
-``lstrip_blocks``, ``raise_exception`` and ``tojson``.
+A vLLM model offers its engine's tokenizer and ``vllm serve``'s own chat rendering (the backend's
+``VllmModel.openai``, read duck-typed: :class:`EngineChat`); any other text model gets the Hugging
+Face tokenizer of its folder through ``transformers`` (its fast tokenizer, which reads
+``chat_template.jinja``, ``additional_chat_templates/`` and named templates) and its
+``apply_chat_template``. Either way the template is compiled once (the libraries cache it); a vLLM
+model's messages are parsed by vLLM, others reach the template as ``vllm serve`` passes them to a
+template that reads content as a string (text parts joined with newlines).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 #: Where a model's tokenizer is looked for, relative to its model directory (``{v}``: its version).
 _CANDIDATES = ("{v}/tokenizer", "tokenizer", "{v}", ".")
+#: ``model.json`` keys the frontend reads (``vllm serve``'s ``--chat-template`` and ``--tool-call-parser``).
+MODEL_JSON_KEYS = ("chat_template", "tool_call_parser")
 
 
 class TemplateError(ValueError):
-    """The chat template failed on these messages (its ``raise_exception``, or a Jinja error)."""
+    """The chat template failed on these messages (its ``raise_exception``), or there is none."""
+
+
+class EngineChat(Protocol):
+    """What a backend's model may offer the frontend as its ``openai`` attribute (the vLLM backend does)."""
+
+    tokenizer: Any
+    max_model_len: int
+
+    def render(self, messages: list[dict[str, Any]], **kwargs: Any) -> str: ...
+
+    def tool_request(self, body: dict[str, Any], tool_parser: str | None) -> Any: ...
+
+    def tool_calls(self, prepared: Any, text: str) -> tuple[str | None, list[dict[str, Any]]]: ...
+
+
+@dataclass
+class ChatOptions:
+    """How to render one chat request (vLLM's request fields of the same names)."""
+
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    tools: list[dict[str, Any]] | None = None
+    documents: list[dict[str, Any]] | None = None
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 class Tokenizer:
-    """Counts tokens and applies the chat template of one tokenizer directory."""
+    """Counts, encodes and decodes tokens and renders chat prompts for one model.
 
-    def __init__(self, directory: Path) -> None:
-        from tokenizers import Tokenizer as HfTokenizer
+    ``hf``: a ``transformers`` tokenizer; ``engine``: the backend's renderer (None: transformers');
+    ``chat_template``: the ``--chat-template`` / ``model.json`` override (None: the tokenizer's)."""
 
-        self.directory = directory
-        self._tokenizer = HfTokenizer.from_file(str(directory / "tokenizer.json"))
-        config_path = directory / "tokenizer_config.json"
-        config: dict[str, Any] = json.loads(config_path.read_text()) if config_path.is_file() else {}
-        self.bos_token = _token_text(config.get("bos_token"))
-        self.eos_token = _token_text(config.get("eos_token"))
-        jinja = directory / "chat_template.jinja"
-        self._template = _compile(jinja.read_text() if jinja.is_file() else config.get("chat_template"))
-
-    @property
-    def has_chat_template(self) -> bool:
-        return self._template is not None
+    def __init__(self, hf: Any, engine: EngineChat | None = None, chat_template: str | None = None) -> None:
+        self.hf = hf
+        self.engine = engine
+        self.chat_template = chat_template
+        #: The name of the model's vLLM tool-call parser (``--tool-call-parser``, ``model.json``), or None.
+        self.tool_call_parser: str | None = None
+        #: The model's context length context length, where the backend knows it (None: unknown).
+        self.max_model_len = engine.max_model_len if engine is not None else None
+        self.has_chat_template = bool(chat_template or getattr(hf, "chat_template", None))
 
     def count(self, text: str) -> int:
         """Tokens in ``text`` (special tokens written in the text count as themselves)."""
-        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+        return len(self.encode(text))
 
-    def apply_chat_template(self, messages: list[dict[str, Any]]) -> str:
-        """The prompt for ``messages``, ending with the assistant's generation prompt."""
-        if self._template is None:
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return list(self.hf.encode(text, add_special_tokens=add_special_tokens))
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self.hf.decode(ids))
+
+    def render(self, messages: list[dict[str, Any]], options: ChatOptions) -> str:
+        """The prompt for ``messages``, rendered as ``vllm serve`` renders it."""
+        if not self.has_chat_template:
             raise TemplateError("the model's tokenizer has no chat_template")
-        from jinja2 import TemplateError as JinjaError
-
+        kwargs: dict[str, Any] = {
+            **options.template_kwargs,
+            "add_generation_prompt": options.add_generation_prompt,
+            "continue_final_message": options.continue_final_message,
+            "tools": options.tools,
+            "chat_template": self.chat_template,
+        }
+        if options.documents is not None:
+            kwargs["documents"] = options.documents
         try:
-            return self._template.render(
-                messages=messages, add_generation_prompt=True, bos_token=self.bos_token, eos_token=self.eos_token
-            )
-        except JinjaError as exc:
+            if self.engine is not None:  # vLLM parses the messages itself
+                return self.engine.render(messages, **kwargs)
+            conversation = [_message(m) for m in messages]
+            return str(self.hf.apply_chat_template(conversation, tokenize=False, **kwargs))
+        except Exception as exc:  # the template's raise_exception, jinja's errors, transformers' ValueError
             raise TemplateError(f"the chat template failed: {exc}") from None
 
 
-def _token_text(value: object) -> str:
-    """A special token as tokenizer_config.json writes it: text, or ``{"content": text, ...}``."""
-    if isinstance(value, dict):
-        return str(value.get("content", ""))
-    return value if isinstance(value, str) else ""
+def _message(message: dict[str, Any]) -> dict[str, Any]:
+    """One message as ``vllm serve`` hands it to a template that reads content as a string: text
+    parts joined with newlines, null content as ``""``, tool-call arguments parsed into objects."""
+    out = dict(message)
+    content = message.get("content")
+    if isinstance(content, list):
+        out["content"] = "\n".join(p["text"] for p in content)
+    elif content is None:
+        out["content"] = ""
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        out["tool_calls"] = [_parsed_arguments(c) for c in calls]
+    return out
 
 
-def _compile(source: object) -> Any:
-    """The compiled Jinja template (``chat_template`` may be a list of named templates)."""
-    if isinstance(source, list):
-        named = {t.get("name"): t.get("template") for t in source if isinstance(t, dict)}
-        source = named.get("default")
-    if not isinstance(source, str):
-        return None
-    from jinja2 import TemplateError as JinjaError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+def _parsed_arguments(call: Any) -> Any:
+    function = call.get("function") if isinstance(call, dict) else None
+    if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+        try:
+            return {**call, "function": {**function, "arguments": json.loads(function["arguments"])}}
+        except ValueError:
+            return call
+    return call
 
-    def raise_exception(message: str) -> None:
-        raise TemplateError(message)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    env.globals["raise_exception"] = raise_exception
-    env.filters["tojson"] = lambda value, indent=None: json.dumps(value, indent=indent, ensure_ascii=False)
+def load(directory: Path) -> Any:
+    """The ``transformers`` fast tokenizer saved in ``directory`` (blocking: run it off the event loop).
+    ``PreTrainedTokenizerFast`` reads the folder as ``AutoTokenizer`` does (``tokenizer.json``, the
+    config's special tokens, ``chat_template.jinja``) without importing a model framework."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast.from_pretrained(str(directory), local_files_only=True)
+
+
+def read_template(value: str, base: Path | None = None) -> str:
+    """``--chat-template`` as vLLM reads it: a file (relative to ``base``), else the template itself."""
+    for path in (Path(value), (base / value) if base is not None else None):
+        try:
+            if path is not None and path.is_file():
+                return path.read_text(encoding="utf-8")
+        except OSError:
+            continue
+    if "{" not in value:
+        raise ValueError(f"chat template '{value}': no such file (and it is not a Jinja template)")
+    return value
+
+
+def model_options(model_dir: Path, version: int) -> dict[str, Any]:
+    """The frontend's keys of a vLLM ``model.json`` (:data:`MODEL_JSON_KEYS`), if it has one."""
+    path = model_dir / str(version) / "model.json"
     try:
-        return env.from_string(source)
-    except JinjaError as exc:
-        raise ValueError(f"tokenizer_config.json: chat_template does not compile: {exc}") from None
+        args = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    return {k: args[k] for k in MODEL_JSON_KEYS if isinstance(args, dict) and isinstance(args.get(k), str)}
 
 
 def find_tokenizer_dir(model_dir: Path, version: int) -> Path | None:

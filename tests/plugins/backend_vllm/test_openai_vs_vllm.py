@@ -1,0 +1,292 @@
+"""The OpenAI API of ``inferd serve`` and of ``vllm serve``, side by side on the same tiny random Llama
+folder (transformers 5.x layout: its chat template only in ``chat_template.jinja``), called with the
+official ``openai`` client: the same prompts, token counts, greedy completions, limit errors and
+tokenizer routes; structured outputs and forced tool calls that parse.
+
+Each server starts once for the module (both at once); the module is marked ``vllm_serve`` so the
+suite can group (or skip) it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from inferd.testing import ServerProcess, free_port
+from tests.plugins.backend_vllm.conftest import ENV, SKIP
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.vllm_serve,
+    pytest.mark.timeout(1200),
+    pytest.mark.skipif(SKIP is not None, reason=SKIP or ""),
+]
+
+#: A template that loops over content parts and renders ``tools`` (vLLM then passes parts as parts).
+TEMPLATE = (
+    "{% if tools %}<|system|>tools: {{ tools | tojson }}</s>{% endif %}"
+    "{% for m in messages %}<|{{ m['role'] }}|>"
+    "{% if m['content'] is string %}{{ m['content'] }}"
+    "{% else %}{% for part in m['content'] %}[{{ part['text'] }}]{% endfor %}{% endif %}</s>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+MAX_MODEL_LEN = 512
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "the weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 6}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+        "strict": True,  # the arguments follow the schema (not only "some JSON"), even from a random model
+    },
+}
+GREEDY: dict[str, Any] = {"temperature": 0, "max_tokens": 8}
+
+
+class Servers:
+    """Both servers' clients and base URLs."""
+
+    def __init__(self, inferd_port: int, vllm_port: int) -> None:
+        self.inferd_base = f"http://127.0.0.1:{inferd_port}"
+        self.vllm_base = f"http://127.0.0.1:{vllm_port}"
+        self.inferd = openai.OpenAI(base_url=self.inferd_base + "/v1", api_key="x", timeout=120, max_retries=0)
+        self.vllm = openai.OpenAI(base_url=self.vllm_base + "/v1", api_key="x", timeout=120, max_retries=0)
+
+    def both(self) -> list[openai.OpenAI]:
+        return [self.inferd, self.vllm]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from inferd_backend_vllm.tiny_model import build_tiny_llama
+
+    directory = build_tiny_llama(tmp_path_factory.mktemp("tiny-llama-chat"))
+    assert "chat_template" not in json.loads((directory / "tokenizer_config.json").read_text())
+    (directory / "chat_template.jinja").write_text(TEMPLATE)
+    return directory
+
+
+def _wait_healthy(proc: subprocess.Popen[bytes], base: str, log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vllm serve exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"vllm serve did not become healthy in {timeout} s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory, folder: Path) -> Iterator[Servers]:
+    from inferd_backend_vllm.tiny_model import write_vllm_repository
+
+    work = tmp_path_factory.mktemp("vs-vllm")
+    vllm_port, openai_port = free_port(), free_port()
+    log = work / "vllm-serve.log"
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder), "--port",
+           str(vllm_port), "--host", "127.0.0.1", "--served-model-name", "llm", "--dtype", "float32",
+           "--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager", "--enable-auto-tool-choice",
+           "--tool-call-parser", "hermes"]  # fmt: skip
+    with open(log, "wb") as out:
+        vllm = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **ENV})
+    repo = write_vllm_repository(work / "repo", folder, max_model_len=MAX_MODEL_LEN, tool_call_parser="hermes")
+    inferd = ServerProcess([repo], ["--openai-port", str(openai_port), "--openai-address", "127.0.0.1"], env=ENV)
+    try:
+        inferd.start(timeout=900)
+        _wait_healthy(vllm, f"http://127.0.0.1:{vllm_port}", log, 900)
+        yield Servers(openai_port, vllm_port)
+    except Exception:
+        print(inferd.log())
+        raise
+    finally:
+        inferd.stop()
+        vllm.terminate()
+        try:
+            vllm.wait(60)
+        except subprocess.TimeoutExpired:
+            vllm.kill()
+
+
+def chat(client: openai.OpenAI, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+    extra = {k: kwargs.pop(k) for k in ("add_generation_prompt", "continue_final_message") if k in kwargs}
+    return client.chat.completions.create(model="llm", messages=messages, extra_body=extra or None,  # type: ignore[arg-type]
+                                          **{**GREEDY, **kwargs})  # fmt: skip
+
+
+MESSAGE_SETS: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]] = {
+    "one user message": ([{"role": "user", "content": "hello world"}], {}),
+    "system and user": ([{"role": "system", "content": "the quick brown fox"}, {"role": "user", "content": "hi"}], {}),
+    "content parts": (
+        [{"role": "user", "content": [{"type": "text", "text": "hello"}, {"type": "text", "text": "world"}]}],
+        {},
+    ),  # fmt: skip
+    "no generation prompt": ([{"role": "user", "content": "a tiny model"}], {"add_generation_prompt": False}),
+    "continue final message": (
+        [{"role": "user", "content": "say"}, {"role": "assistant", "content": "the quick"}],
+        {"add_generation_prompt": False, "continue_final_message": True},
+    ),
+    "tools passed to the template": (
+        [{"role": "user", "content": "weather?"}],
+        {"tools": [WEATHER], "tool_choice": "none"},
+    ),  # fmt: skip
+}
+
+
+def test_chat_on_a_folder_whose_template_is_only_in_chat_template_jinja(servers: Servers) -> None:
+    messages = [{"role": "user", "content": "hello world"}]
+    ours, theirs = (chat(c, messages) for c in servers.both())
+    assert ours.choices[0].message.content == theirs.choices[0].message.content
+    assert ours.choices[0].finish_reason == theirs.choices[0].finish_reason == "length"
+
+
+@pytest.mark.parametrize("name", list(MESSAGE_SETS))
+def test_prompt_tokens_and_greedy_answers_equal_vllms(servers: Servers, name: str) -> None:
+    messages, kwargs = MESSAGE_SETS[name]
+    ours, theirs = (chat(c, messages, **kwargs) for c in servers.both())
+    assert ours.usage.prompt_tokens == theirs.usage.prompt_tokens, name
+    assert ours.choices[0].message.content == theirs.choices[0].message.content, name
+
+
+def no_whitespace(servers: Servers) -> dict[str, int]:
+    """``logit_bias`` that keeps a random model from spending its tokens on the whitespace a JSON
+    grammar allows anywhere (so the constrained answer ends within ``max_tokens``)."""
+    bias = {}
+    for char in (" ", "\n", "\t", "\r"):
+        body = {"model": "llm", "prompt": char, "add_special_tokens": False}
+        for token in httpx.post(servers.inferd_base + "/tokenize", json=body, timeout=60).json()["tokens"]:
+            bias[str(token)] = -100
+    return bias
+
+
+def test_json_schema_response_validates_against_the_schema(servers: Servers) -> None:
+    import jsonschema
+
+    schema = {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0, "maximum": 9}},
+        "required": ["ok", "n"],
+        "additionalProperties": False,
+    }
+    fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+    for stream in (False, True):
+        kwargs: dict[str, Any] = {"response_format": fmt, "max_tokens": 200, "stream": stream,
+                                  "logit_bias": no_whitespace(servers)}  # fmt: skip
+        reply = servers.inferd.chat.completions.create(model="llm", messages=[{"role": "user", "content": "hi"}],
+                                                       temperature=0, **kwargs)  # fmt: skip
+        text = "".join(c.choices[0].delta.content or "" for c in reply) if stream else reply.choices[0].message.content
+        jsonschema.validate(json.loads(text), schema)
+
+
+@pytest.mark.parametrize("choice", ["named", "required"])
+def test_forced_tool_call_has_json_arguments_streamed_and_not(servers: Servers, choice: str) -> None:
+    tool_choice: Any = {"type": "function", "function": {"name": "get_weather"}} if choice == "named" else "required"
+    messages = [{"role": "user", "content": "weather in paris?"}]
+    kwargs: dict[str, Any] = {"tools": [WEATHER], "tool_choice": tool_choice, "temperature": 0, "max_tokens": 120,
+                              "logit_bias": no_whitespace(servers)}  # fmt: skip
+    whole = servers.inferd.chat.completions.create(model="llm", messages=messages, **kwargs)  # type: ignore[arg-type]
+    calls = whole.choices[0].message.tool_calls
+    assert calls and calls[0].function.name == "get_weather" and calls[0].type == "function"
+    assert isinstance(json.loads(calls[0].function.arguments), dict)
+    assert calls[0].id
+    chunks = list(servers.inferd.chat.completions.create(model="llm", messages=messages, stream=True, **kwargs))  # type: ignore[arg-type]
+    deltas = [d for c in chunks if c.choices for d in (c.choices[0].delta.tool_calls or [])]
+    assert deltas and deltas[0].index == 0 and deltas[0].function.name == "get_weather" and deltas[0].id
+    arguments = "".join(d.function.arguments or "" for d in deltas)
+    assert json.loads(arguments) == json.loads(calls[0].function.arguments)
+    theirs = servers.vllm.chat.completions.create(model="llm", messages=messages, **kwargs)  # type: ignore[arg-type]
+    assert whole.choices[0].finish_reason == theirs.choices[0].finish_reason
+    assert calls[0].function.arguments == theirs.choices[0].message.tool_calls[0].function.arguments
+
+
+def test_token_id_prompts_give_vllms_completions(servers: Servers) -> None:
+    ids = httpx.post(servers.vllm_base + "/tokenize", json={"model": "llm", "prompt": "hello world"}, timeout=60)
+    tokens = ids.json()["tokens"]
+    prompts: list[Any] = [tokens, [tokens, tokens[:1]]]
+    for prompt in prompts:
+        ours, theirs = (c.completions.create(model="llm", prompt=prompt, **GREEDY) for c in servers.both())
+        assert [c.text for c in ours.choices] == [c.text for c in theirs.choices]
+        assert ours.usage.prompt_tokens == theirs.usage.prompt_tokens
+
+
+def _status(client: openai.OpenAI, **kwargs: Any) -> tuple[int, dict[str, Any]]:
+    try:
+        client.completions.create(model="llm", **kwargs)
+    except openai.APIStatusError as exc:
+        return exc.status_code, exc.response.json()["error"]
+    return 200, {}
+
+
+def test_limit_errors_match_vllms_statuses(servers: Servers) -> None:
+    cases = {
+        "max_tokens beyond the context": {"prompt": "hello", "max_tokens": MAX_MODEL_LEN + 1},
+        "prompt beyond the context": {"prompt": [5] * (MAX_MODEL_LEN + 10), "max_tokens": 1},
+        "prompt filling the context": {"prompt": [5] * MAX_MODEL_LEN, "max_tokens": 1},
+    }
+    for name, kwargs in cases.items():
+        (ours, error), (theirs, _) = (_status(c, **kwargs) for c in servers.both())
+        assert ours == theirs == 400, name
+        assert set(error) == {"message", "type", "param", "code"} and error["type"] == "invalid_request_error"
+    _, error = _status(servers.inferd, prompt="hello", max_tokens=MAX_MODEL_LEN + 1)
+    assert error["message"].startswith(f"max_tokens={MAX_MODEL_LEN + 1} cannot be greater than max_model_len")
+
+
+def test_models_carry_max_model_len(servers: Servers) -> None:
+    ours, theirs = (c.models.list().data[0] for c in servers.both())
+    assert ours.id == theirs.id == "llm"
+    assert ours.max_model_len == theirs.max_model_len == MAX_MODEL_LEN  # type: ignore[attr-defined]
+
+
+def test_tokenize_and_detokenize_as_vllm_serves_them(servers: Servers) -> None:
+    bodies = [
+        {"model": "llm", "prompt": "hello world"},
+        {"model": "llm", "prompt": "hello world", "add_special_tokens": False, "return_token_strs": True},
+        {"model": "llm", "messages": [{"role": "user", "content": "hello"}]},
+    ]
+    for body in bodies:
+        ours, theirs = (httpx.post(base + "/tokenize", json=body, timeout=60)
+                        for base in (servers.inferd_base, servers.vllm_base))  # fmt: skip
+        assert ours.status_code == theirs.status_code == 200
+        mine, vllms = ours.json(), theirs.json()
+        for key in ("count", "max_model_len", "tokens", "token_strs"):
+            assert mine[key] == vllms[key], (body, key)
+    tokens = httpx.post(servers.vllm_base + "/tokenize", json=bodies[0], timeout=60).json()["tokens"]
+    ours, theirs = (httpx.post(base + "/detokenize", json={"model": "llm", "tokens": tokens}, timeout=60).json()
+                    for base in (servers.inferd_base, servers.vllm_base))  # fmt: skip
+    assert ours == theirs == {"prompt": "hello world"}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "param"),
+    [
+        ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}},
+         "response_format.json_schema.schema"),
+        ({"response_format": {"type": "json_schema"}}, "response_format"),
+    ],
+)  # fmt: skip
+def test_bad_tools_and_schemas_are_400_naming_the_field(servers: Servers, kwargs: dict[str, Any], param: str) -> None:
+    messages = [{"role": "user", "content": "hi"}]
+    with pytest.raises(openai.BadRequestError) as exc:
+        servers.inferd.chat.completions.create(model="llm", messages=messages, max_tokens=4, **kwargs)  # type: ignore[arg-type]
+    assert exc.value.body["param"] == param  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError):  # vllm serve refuses it too
+        servers.vllm.chat.completions.create(model="llm", messages=messages, max_tokens=4, **kwargs)  # type: ignore[arg-type]
