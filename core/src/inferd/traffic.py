@@ -315,7 +315,8 @@ class Traffic:
                 values = (split.rollbacks.get(v, 0), split.promotions.get(v, 0), w / split._total())
                 for family, value in zip(families, values, strict=True):
                     family.add_sample(family.name, labels, value)
-        yield from families
+        if self.splits:  # no empty families: the text exposition drops them, OpenMetrics would not
+            yield from families
 
 
 def _family(name: str, text: str, kind: str) -> Metric:
