@@ -372,6 +372,9 @@ def test_openai_model_name_follows_the_split(start, tmp_path: Path) -> None:
             raise AssertionError(exc.read()) from None
     stats = {s["version"]: s["inference_count"] for s in call(server, "GET", "/v2/models/chat/stats")[1]["model_stats"]}
     assert stats == {"1": 5, "2": 0}, stats  # without the split, the highest version (2) would answer
+    # the frontend picked the version itself (for its tokenizer): the canary policy judged them all the same
+    window = call(server, "GET", "/v2/models/chat/traffic")[1]["versions"]["1"]["window"]
+    assert window["requests"] == 5 and window["failures"] == 0, window
 
 
 DECOUPLED_CONFIG = """

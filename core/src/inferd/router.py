@@ -21,6 +21,7 @@ from inferd.errors import ErrorKind, InferdError, InternalError, Unavailable, Un
 from inferd.logging_settings import REQUEST_ID, REQUEST_MODEL
 from inferd.recorder import FAILED_KEY
 from inferd.trace import TRACE_KEY, RequestTrace, Tracer
+from inferd.traffic import PICKED
 from inferd.types import InferRequest, InferResponse
 
 if TYPE_CHECKING:
@@ -73,8 +74,11 @@ class Router:
                 f"model '{info.name}' is decoupled (it may send any number of responses): "
                 f"call it through gRPC ModelStreamInfer or the generate_stream route"
             )
-        if self.splits and not request.model_version and info.name in self.splits:
-            return await self._run_split(self._pick(info, request), request)
+        if self.splits and info.name in self.splits:
+            if not request.model_version:
+                return await self._run_split(self._pick(info, request), request)
+            if PICKED in request.context:  # the caller picked through the split: judged all the same
+                return await self._run_split(info, request)
         return await self._run(info, request)
 
     def _pick(self, info: ModelInfo, request: InferRequest) -> ModelInfo:
@@ -151,8 +155,10 @@ class Router:
         """Yield every response of a request on ``model`` (resolved from the request when not
         given): one for ordinary models, 0..N for decoupled ones."""
         info = model or self.resolve(request.model_name, request.model_version)
-        split = bool(self.splits) and not request.model_version and info.name in self.splits
-        if split:
+        split = (
+            bool(self.splits) and info.name in self.splits and (not request.model_version or PICKED in request.context)
+        )
+        if split and not request.model_version:
             info = self._pick(info, request)
         if not info.decoupled:
             try:

@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 STABLE, CANARY, ROLLED_BACK, PROMOTED, OFF = "stable", "canary", "rolled back", "promoted", "off"
 #: Decisions kept per model (shown by GET .../traffic).
 KEEP_DECISIONS = 20
+#: ``request.context`` key set by a caller that picked the request's version through the model's
+#: split itself (:meth:`ModelTable.routed`: the OpenAI frontend, which needs the version's tokenizer
+#: first): the request names that version, and the canary policy still judges it.
+PICKED = "inferd.split_picked"
 
 
 def parse_split(text: str, model: str) -> dict[int, int]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from inferd.errors import InferdError
+from inferd.traffic import PICKED
 from inferd.types import InferRequest, InferTensor
 from inferd_frontend_openai.errors import bad_request, from_inferd
 from inferd_frontend_openai.params import json_type
@@ -74,6 +75,7 @@ def decode(body: dict[str, Any]) -> Embedding:
 
 def _request(info: ModelInfo, text: str, parameters: dict[str, Any], request_id: str) -> InferRequest:
     request = InferRequest(info.name, str(info.version), request_id)
+    request.context[PICKED] = True  # the catalog picked the version through the model's split: judge it
     request.inputs["text_input"] = _one(info, "text_input", text.encode(), "BYTES")
     if parameters and info.input_spec("pooling_parameters") is not None:
         request.inputs["pooling_parameters"] = _one(

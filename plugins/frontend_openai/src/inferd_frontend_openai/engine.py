@@ -21,6 +21,7 @@ import numpy as np
 
 from inferd.auth import METERED
 from inferd.errors import InferdError
+from inferd.traffic import PICKED
 from inferd.types import InferRequest, InferResponse, InferTensor
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ def build_request(info: ModelInfo, prompt: str, sampling: dict[str, object], str
     ``ids``: the prompt's token ids, for a model that :func:`takes_ids`)."""
     request = InferRequest(info.name, str(info.version), id)
     request.context[METERED] = True  # the app meters the OpenAI usage it answers (inferd.auth.usage)
+    request.context[PICKED] = True  # the catalog picked the version through the model's split: judge it
     values: tuple[tuple[str, object, str], ...] = (
         ("text_input", prompt.encode(), "BYTES"),
         ("stream", stream, "BOOL"),
