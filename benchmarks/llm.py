@@ -126,10 +126,13 @@ async def load(target: Target, concurrency: int, per_client: int, max_tokens: in
     }
 
 
-def start_inferd(model: Path, workdir: Path) -> tuple[ServerProcess | subprocess.Popen[bytes], Target]:
+def start_inferd(
+    model: Path, workdir: Path, **engine: object
+) -> tuple[ServerProcess | subprocess.Popen[bytes], Target]:
+    """inferd serving ``model`` with the vLLM backend (``engine``: more model.json keys)."""
     from inferd_backend_vllm.tiny_model import write_vllm_repository
 
-    repo = write_vllm_repository(workdir / "repo", model, **ENGINE)
+    repo = write_vllm_repository(workdir / "repo", model, **{**ENGINE, **engine})
     if importlib.util.find_spec("inferd_frontend_openai") is None:
         server = ServerProcess([repo], env=ENV).start(timeout=600)
         return server, generate_stream_target(f"http://{server.http_url}")
@@ -139,11 +142,12 @@ def start_inferd(model: Path, workdir: Path) -> tuple[ServerProcess | subprocess
     return server, openai_target("inferd openai", f"http://127.0.0.1:{port}", "llm")
 
 
-def start_vllm(model: Path, workdir: Path) -> tuple[subprocess.Popen[bytes], Target]:
+def start_vllm(model: Path, workdir: Path, *args: str) -> tuple[subprocess.Popen[bytes], Target]:
+    """``vllm serve`` on ``model`` (``args``: more of its flags)."""
     port = free_port()
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--port", str(port),
            "--host", "127.0.0.1", "--served-model-name", "llm", "--dtype", "float32", "--max-model-len", "256",
-           "--enforce-eager"]  # fmt: skip
+           "--enforce-eager", *args]  # fmt: skip
     log = open(workdir / "vllm-serve.log", "wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ENV})
     base = f"http://127.0.0.1:{port}"
