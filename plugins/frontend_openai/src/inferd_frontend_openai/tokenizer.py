@@ -12,11 +12,16 @@ template that reads content as a string (text parts joined with newlines).
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 #: Where a model's tokenizer is looked for, relative to its model directory (``{v}``: its version).
+#: One tokenizer load at a time: transformers' lazy module is not safe to import from two threads at
+#: once (the second can see it half-initialized: "cannot import name 'PreTrainedTokenizerFast'"), and
+#: the start-up warming and a first request may load at the same moment.
+_LOADING = threading.Lock()
 _CANDIDATES = ("{v}/tokenizer", "tokenizer", "{v}", ".")
 #: ``model.json`` keys the frontend reads (``vllm serve``'s ``--chat-template`` and ``--tool-call-parser``).
 MODEL_JSON_KEYS = ("chat_template", "tool_call_parser")
@@ -127,9 +132,10 @@ def load(directory: Path) -> Any:
     """The ``transformers`` fast tokenizer saved in ``directory`` (blocking: run it off the event loop).
     ``PreTrainedTokenizerFast`` reads the folder as ``AutoTokenizer`` does (``tokenizer.json``, the
     config's special tokens, ``chat_template.jinja``) without importing a model framework."""
-    from transformers import PreTrainedTokenizerFast
+    with _LOADING:
+        from transformers import PreTrainedTokenizerFast
 
-    return PreTrainedTokenizerFast.from_pretrained(str(directory), local_files_only=True)
+        return PreTrainedTokenizerFast.from_pretrained(str(directory), local_files_only=True)
 
 
 def read_template(value: str, base: Path | None = None) -> str:
