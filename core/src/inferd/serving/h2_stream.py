@@ -57,8 +57,9 @@ class _Writer(Protocol):
     def is_closing(self) -> bool: ...
 
 
-class UnaryStream:
-    """One HTTP/2 stream answered by a :data:`UnaryHandler`, run by :meth:`run` as a task."""
+class _Stream:
+    """What the protocol keeps of every stream it hands to inferd: the connection, the stream, where
+    to write, and the request body read so far (``message_event`` is set when more arrived)."""
 
     def __init__(
         self,
@@ -77,6 +78,20 @@ class UnaryStream:
         self.body = bytearray()
         self.more_body = not event.end_stream
         self.message_event = asyncio.Event()
+
+
+class UnaryStream(_Stream):
+    """One HTTP/2 stream answered by a :data:`UnaryHandler`, run by :meth:`run` as a task."""
+
+    def __init__(
+        self,
+        conn: zttp.H2Connection,
+        event: zttp.Request,
+        transport: _Writer,
+        flow: _Flow,
+        resume_reading: Callable[[], None],
+    ) -> None:
+        super().__init__(conn, event, transport, flow, resume_reading)
         self._disconnected = False
         self.response_complete = False
         #: The task running the handler, while it runs: a client that goes away cancels it.
@@ -158,7 +173,7 @@ class UnaryStream:
         self.transport.write(self.conn.data_to_send())
 
 
-class AsgiStream:
+class AsgiStream(_Stream):
     """One HTTP/2 stream answered by an ASGI app (HTTP response trailers included), run by :meth:`run`.
 
     ``stream`` (zttp's, whose ``pending_bytes`` wait for the client's window), ``disconnected``
@@ -174,15 +189,8 @@ class AsgiStream:
         flow: _Flow,
         resume_reading: Callable[[], None],
     ) -> None:
+        super().__init__(conn, event, transport, flow, resume_reading)
         self.scope = scope
-        self.conn = conn
-        self.stream = conn.stream(event.stream_id)
-        self.transport = transport
-        self.flow = flow
-        self.resume_reading = resume_reading
-        self.body = bytearray()
-        self.more_body = not event.end_stream
-        self.message_event = asyncio.Event()
         if not self.more_body:
             self.message_event.set()
         self.disconnected = False
