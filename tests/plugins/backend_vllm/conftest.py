@@ -32,12 +32,17 @@ def llm_server(tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path) -> It
     from inferd_backend_vllm.tiny_model import write_vllm_repository
 
     repo = write_vllm_repository(tmp_path_factory.mktemp("vllm-repo"), tiny_llama)
-    server = ServerProcess([repo], env=ENV)
+    server = started(ServerProcess([repo], env=ENV), 240)
+    yield server
+    server.stop()
+
+
+def started(server: ServerProcess, timeout: float) -> ServerProcess:
+    """``server`` started; when it does not come up, its log is printed (vLLM says why there) and it is stopped."""
     try:
-        server.start(timeout=240)
+        server.start(timeout=timeout)
     except Exception:
         print(server.log())
         server.stop()
         raise
-    yield server
-    server.stop()
+    return server

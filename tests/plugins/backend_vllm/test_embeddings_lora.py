@@ -27,7 +27,7 @@ import openai
 import pytest
 
 from inferd.testing import ServerProcess
-from tests.plugins.backend_vllm.conftest import ENV, SKIP
+from tests.plugins.backend_vllm.conftest import ENV, SKIP, started
 
 #: Three servers start here, one after another (about a minute each on a quiet 2-core machine).
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(SKIP is not None, reason=SKIP or ""), pytest.mark.timeout(1800)]
@@ -71,13 +71,7 @@ def inferd(tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path, lora: Pat
     write_vllm_repository(repo, tiny_llama, "llm", enable_lora="true", max_lora_rank=8)  # as Triton's samples write it
     (repo / "llm" / "1" / "multi_lora.json").write_text(json.dumps({"sql": str(lora)}))
     write_vllm_repository(repo, tiny_llama, "embed", runner="pooling")
-    server = ServerProcess([repo], ["--openai-port", "0", "--openai-address", "127.0.0.1"], env=ENV)
-    try:
-        server.start(timeout=START_S)
-    except Exception:
-        print(server.log())
-        server.stop()
-        raise
+    server = started(ServerProcess([repo], ["--openai-port", "0", "--openai-address", "127.0.0.1"], env=ENV), START_S)
     yield server
     server.stop()
 
