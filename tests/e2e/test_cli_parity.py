@@ -159,14 +159,28 @@ def test_workers_are_ready_only_together_and_strictly(tmp_path):
 # -- --exit-timeout-secs ----------------------------------------------------------------------------
 
 
+#: The slow model, saying when it executes: it creates ``executing`` beside its ``model.py`` first.
+MARKED_SLOW_PY = models.SLOW_PY.replace(
+    "    def execute(self, requests):\n",
+    "    def initialize(self, args):\n"
+    "        import os\n"
+    "        self.marker = os.path.join(args['model_repository'], args['model_version'], 'executing')\n\n"
+    "    def execute(self, requests):\n"
+    "        open(self.marker, 'w').close()\n",
+)
+
+
 def test_exit_timeout_bounds_the_drain_at_shutdown(tmp_path):
-    repo = write_repository(tmp_path / "models", {"slow": models.simple(models.SLOW_CONFIG, models.SLOW_PY)})
+    repo = write_repository(tmp_path / "models", {"slow": models.simple(models.SLOW_CONFIG, MARKED_SLOW_PY)})
     srv = ServerProcess([repo], ["--exit-timeout-secs", "1"]).start()
     client = httpclient.InferenceServerClient(srv.http_url)
     inp = httpclient.InferInput("MS", [1], "INT32")
     inp.set_data_from_numpy(np.array([20000], np.int32))
     client.async_infer("slow", [inp])
-    time.sleep(0.5)  # the request is executing (nothing to poll: statistics count it once it ends)
+    marker, deadline = repo / "slow" / "1" / "executing", time.monotonic() + 60
+    while not marker.exists():  # the request is executing (statistics would count it only once it ends)
+        assert time.monotonic() < deadline, "the slow request never started executing"
+        time.sleep(0.05)
     stopped = time.monotonic()
     os.kill(srv.proc.pid, signal.SIGTERM)
     assert srv.proc.wait(30) == 1  # Triton's exit code when the timeout expires

@@ -1,15 +1,16 @@
-"""A flooding tenant does not slow another tenant: its requests over its limits are refused
-before they reach a model, so a polite tenant's p99 stays within 2x of its unloaded p99."""
+"""A flooding tenant does not take another tenant's share: its requests over its limits are refused
+before they reach a model (the model executes only what was admitted) and the polite tenant's
+requests all succeed meanwhile. What that does to the polite tenant's latency is measured, beside
+the real Triton, by ``benchmarks/tenant_priority.py``: a timed assertion here would fail on a busy
+machine for reasons that are not the server's."""
 
 from __future__ import annotations
 
 import hashlib
 import http.client
 import json
-import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -56,33 +57,39 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc.stop()
 
 
-def _p99(server: ServerProcess, count: int) -> float:
+def _polite(server: ServerProcess, count: int) -> None:
+    """``count`` requests of the polite tenant, one after another; each must succeed."""
     conn = http.client.HTTPConnection(server.http_url, timeout=30)
     body, headers = _body().encode(), {"Authorization": "Bearer polite-key"}
-    times = []
     for _ in range(count):
-        start = time.perf_counter()
         conn.request("POST", "/v2/models/add_sub/infer", body=body, headers=headers)
         response = conn.getresponse()
         response.read()
-        times.append(time.perf_counter() - start)
-        assert response.status == 200
+        assert response.status == 200, response.status
     conn.close()
-    return statistics.quantiles(times, n=100)[98]
 
 
-def test_a_flooding_tenant_does_not_slow_a_polite_one(server):
-    _p99(server, 50)  # warm up
-    ratios, refused = [], 0
-    for _ in range(5):  # the median of 5: the machine running the suite is busy
-        unloaded = _p99(server, 300)
-        flood = subprocess.Popen([sys.executable, "-c", FLOOD, server.http_url, "3", _body()],
-                                 stdout=subprocess.PIPE, text=True)  # fmt: skip
-        time.sleep(0.3)  # the flood is under way
-        loaded = _p99(server, 300)
-        out, _ = flood.communicate(timeout=60)
-        admitted, refused = map(int, out.split())
-        ratios.append(loaded / unloaded)
-        assert admitted <= 20 + 20 * 4  # its burst, then its rate
+def _inference_count(server: ServerProcess) -> int:
+    conn = http.client.HTTPConnection(server.http_url, timeout=30)
+    conn.request("GET", "/v2/models/add_sub/stats", headers={"Authorization": "Bearer polite-key"})
+    response = conn.getresponse()
+    stats = json.loads(response.read())
+    assert response.status == 200, stats
+    conn.close()
+    return int(stats["model_stats"][0]["inference_count"])
+
+
+def test_a_flooding_tenant_does_not_reach_the_model_beyond_its_limits(server):
+    _polite(server, 20)
+    before = _inference_count(server)
+    flood = subprocess.Popen([sys.executable, "-c", FLOOD, server.http_url, "3", _body()],
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    polite = 0
+    while flood.poll() is None:  # the polite tenant keeps calling while the flood lasts
+        _polite(server, 10)
+        polite += 10
+    out, _ = flood.communicate(timeout=60)
+    admitted, refused = map(int, out.split())
+    assert 0 < admitted <= 20 + 20 * 4  # its burst, then its rate (3 s at 20/s, with room for a slow start)
     assert refused > 2 * admitted  # it did flood: most of its requests were over its limits
-    assert statistics.median(ratios) <= 2.0, ratios
+    assert _inference_count(server) - before == polite + admitted  # the refused ones never reached the model
