@@ -114,6 +114,7 @@ class PluginHost:
         self.pm.add_hookspecs(hookspecs)
         self.blocked = set(disabled_from_env() if disabled is None else disabled)
         self._infos: dict[str, PluginInfo] = {}
+        self._versions: dict[str, str] = {}
         for name in self.blocked:
             self.pm.set_blocked(name)
         for name, module in DEFAULT_PLUGINS:
@@ -135,17 +136,27 @@ class PluginHost:
     def _info(self, name: str) -> PluginInfo:
         return self._infos.setdefault(name, PluginInfo(name))
 
-    def _register(self, plugin: object, name: str, distribution: str) -> None:
+    def _register(self, plugin: object, name: str, distribution: str, version: str | None = None) -> None:
+        """Register ``plugin``; ``version`` is its distribution's (looked up once per distribution when not given)."""
         if name in self.blocked or self.pm.is_blocked(name):
             return
         self.pm.register(plugin, name=name)
-        version = ""
-        if distribution:
-            try:
-                version = importlib.metadata.version(distribution)
-            except importlib.metadata.PackageNotFoundError:
-                pass
+        if version is None:
+            version = self._version(distribution)
         self._infos[name] = PluginInfo(name, distribution, version)
+
+    def _version(self, distribution: str) -> str:
+        """The installed version of ``distribution`` ("" when none): each lookup searches sys.path
+        (about 1 ms), and the default plugins all come from ``inferd``."""
+        if distribution not in self._versions:
+            version = ""
+            if distribution:
+                try:
+                    version = importlib.metadata.version(distribution)
+                except importlib.metadata.PackageNotFoundError:
+                    pass
+            self._versions[distribution] = version
+        return self._versions[distribution]
 
     def _load_entrypoints(self) -> None:
         for ep in importlib.metadata.entry_points(group=ENTRYPOINT_GROUP):
@@ -158,7 +169,7 @@ class PluginHost:
                 self._broken(ep, dist, "failed to import", exc)
                 continue
             try:
-                self._register(plugin, ep.name, dist)
+                self._register(plugin, ep.name, dist, ep.dist.version if ep.dist is not None else None)
             except Exception as exc:  # e.g. a hook with a misspelled parameter (pluggy validation)
                 self._broken(ep, dist, "cannot be registered", exc)
 
