@@ -39,17 +39,14 @@ class Reply:
     parts: list[bytes | memoryview]
 
 
-def _status_line(status: int) -> bytes:
+def _status_line(status: int, phrases: dict[int, str]) -> bytes:
     """uvicorn's status line for ``status`` (``httptools_impl._get_status_line``: the same bytes)."""
-    try:
-        phrase = http.HTTPStatus(status).phrase.encode()
-    except ValueError:
-        phrase = b""
-    return b"".join([b"HTTP/1.1 ", str(status).encode(), b" ", phrase, b"\r\n"])
+    return b"".join([b"HTTP/1.1 ", str(status).encode(), b" ", phrases.get(status, "").encode(), b"\r\n"])
 
 
+_PHRASES = {s.value: s.phrase for s in http.HTTPStatus}  # not HTTPStatus(n) per n: 440 ValueErrors at import
 #: Every status's line, as uvicorn's ``STATUS_LINE`` (owned here: one private name fewer to borrow).
-STATUS_LINE = {status: _status_line(status) for status in range(100, 600)}
+STATUS_LINE = {status: _status_line(status, _PHRASES) for status in range(100, 600)}
 
 #: A direct route's handler: the request's headers (lower-case names) and whole body -> its reply.
 Handler = Callable[[Headers, bytes], Awaitable[Reply]]
