@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd import gc_settings
 from inferd.backend import process_cores
@@ -26,7 +26,6 @@ from inferd.logging_settings import BLOCK
 from inferd.model_table import ModelTable
 from inferd.object_store import ObjectStoreRepository, is_url
 from inferd.plugins import PluginHost
-from inferd.poller import RepositoryPoller
 from inferd.rate_limiter import RateLimiter
 from inferd.repository import Repository
 from inferd.router import Router
@@ -37,6 +36,9 @@ from inferd.workers.control import ControlServer
 from inferd.workers.local import WorkerOps
 from inferd.workers.peers import Peers, WorkerSlot
 from inferd.workers.repositories import SharedRepositories
+
+if TYPE_CHECKING:
+    from inferd.poller import RepositoryPoller
 
 log = logging.getLogger(__name__)
 
@@ -314,6 +316,8 @@ class Server:
 
     async def _start_poller(self, restarted: bool) -> None:
         """Poll mode: this process polls; of several workers, worker 0 polls for all of them."""
+        from inferd.poller import RepositoryPoller  # watchdog: only in poll mode
+
         slot = self.options.worker
         repositories = self.manager.options.repositories
         if self.peers is None or slot is None:
