@@ -52,8 +52,6 @@ class OpenAIFrontend(Frontend):
         self.metrics = LlmMetrics()
 
     async def start(self, dataplane: DataPlane) -> None:
-        from inferd_frontend_openai.access import Guarded, OpenAIBodyLimit
-        from inferd_frontend_openai.app import OpenAIApp
         from inferd_frontend_openai.catalog import Catalog, served
 
         if self.fallback and not any(served(mv.info) for mv in dataplane.table.serving()):
@@ -61,6 +59,9 @@ class OpenAIFrontend(Frontend):
             log.info("OpenAI API not served: no loaded model follows its convention (decoupled, text_input and "
                      "text_output BYTES) and no --openai-port was given")  # fmt: skip
             return
+        from inferd_frontend_openai.access import Guarded, OpenAIBodyLimit  # the app: only when it is served
+        from inferd_frontend_openai.app import OpenAIApp
+
         catalog = Catalog(dataplane.table, self.tokenizer, self.chat_template, self.tool_call_parser)
         self._warming = asyncio.ensure_future(catalog.warm())
         app: ASGIApp = OpenAIApp(dataplane, catalog, self.metrics)
