@@ -70,7 +70,7 @@ def command(repo: Path, ports: Path, python_flags: list[str] = []) -> list[str]:
 def cpu_seconds(pid: int) -> float:
     """utime + stime of one process (fields 14 and 15 of /proc/PID/stat)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
@@ -114,7 +114,7 @@ def importtime(repo: Path, ports: Path, log: Path) -> None:
     rows = []
     for line in log.read_text().splitlines():
         if line.startswith("import time:") and "|" in line and "cumulative" not in line:
-            _, cumulative, name = line[len("import time:"):].split("|")
+            _, cumulative, name = line[len("import time:") :].split("|")
             rows.append((int(cumulative), name.rstrip()))
     total = sum(c for c, name in rows if not name.startswith("  "))  # one space: a top-level import
     print(f"top-level imports: {total / 1e6:.3f} s (wall, under -X importtime)")
