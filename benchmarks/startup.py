@@ -6,12 +6,14 @@ model (``add_sub``, in-process). "Ready" is the moment the ports file appears (e
 loaded, every frontend listening); the CPU is the server process's own utime + stime from
 ``/proc/PID/stat`` read at that moment, then the server is stopped. Prints the medians and the
 range; asserts nothing. Like the test suite (tests/conftest.py), it compiles the checkout's sources
-to bytecode first and lets the servers read it, whatever PYTHONDONTWRITEBYTECODE says. ``--importtime`` prints the 25 slowest cumulative imports of one start
+to bytecode first and lets the servers read it, whatever PYTHONDONTWRITEBYTECODE says.
+``--importtime`` prints the 25 slowest cumulative imports of one start
 (``python -X importtime``) instead.
 
     .venv/bin/python benchmarks/startup.py                 # ~15 s on 2 idle cores
     .venv/bin/python benchmarks/startup.py --runs 21 --repos empty
     .venv/bin/python benchmarks/startup.py --importtime
+    .venv/bin/python benchmarks/startup.py --runs 15 --baseline ../main   # before/after, start by start
 """
 
 from __future__ import annotations
@@ -74,12 +76,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def start_once(repo: Path, ports: Path, log: Path, timeout: float = 60.0) -> tuple[float, float]:
+def sources(checkout: Path) -> list[Path]:
+    """The source folders of a checkout: core's and each plugin's."""
+    return [checkout / "core" / "src", *sorted((checkout / "plugins").glob("*/src"))]
+
+
+def start_once(repo: Path, ports: Path, log: Path, env: dict[str, str] | None = None,
+               timeout: float = 60.0) -> tuple[float, float]:  # fmt: skip
     """(CPU s, wall s) of one start until its ports file appears."""
     ports.unlink(missing_ok=True)
     began = time.monotonic()
     with open(log, "wb") as out:
-        proc = subprocess.Popen(command(repo, ports), stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(command(repo, ports), stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = began + timeout
         while not (ports.exists() and ports.stat().st_size):
@@ -127,9 +135,16 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7, help="starts per repository (default 7)")
     parser.add_argument("--repos", default="empty,python", help="comma-separated: empty, python")
     parser.add_argument("--importtime", action="store_true", help="print the slowest imports of one start")
+    parser.add_argument("--baseline", type=Path, metavar="DIR",
+                        help="another checkout (e.g. a `git worktree` of main) started in turn with this one, "
+                             "start after start, each from its own sources (load skews both alike)")  # fmt: skip
     args = parser.parse_args()
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    for src in [ROOT / "core" / "src", *sorted((ROOT / "plugins").glob("*/src"))]:
+    checkouts: dict[str, dict[str, str] | None] = {"this": None}  # None: as installed (or as PYTHONPATH says)
+    if args.baseline is not None:
+        checkouts = {name: {**os.environ, "PYTHONPATH": os.pathsep.join(str(s) for s in sources(checkout))}
+                     for name, checkout in (("baseline", args.baseline.resolve()), ("this", ROOT))}  # fmt: skip
+    for src in sources(ROOT) + (sources(args.baseline) if args.baseline else []):
         compileall.compile_dir(src, quiet=1)
     with tempfile.TemporaryDirectory(prefix="inferd-startup-") as tmp:
         root = Path(tmp)
@@ -138,12 +153,17 @@ def main() -> None:
         if args.importtime:
             importtime(repos["empty"], ports, log)
             return
-        print(f"{'repository':<12} {'CPU s (median)':>15} {'range':>13} {'wall s (median)':>16} {'range':>13}")
+        print(f"{'checkout':<9} {'repository':<11} {'CPU s (median)':>15} {'range':>13} "
+              f"{'wall s (median)':>16} {'range':>13}")  # fmt: skip
         for name in args.repos.split(","):
-            results = [start_once(repos[name], ports, log) for _ in range(args.runs)]
-            cpu, wall = [r[0] for r in results], [r[1] for r in results]
-            print(f"{name:<12} {statistics.median(cpu):>15.3f} {min(cpu):>6.2f}-{max(cpu):<6.2f}"
-                  f" {statistics.median(wall):>16.3f} {min(wall):>6.2f}-{max(wall):<6.2f}")  # fmt: skip
+            results: dict[str, list[tuple[float, float]]] = {checkout: [] for checkout in checkouts}
+            for _ in range(args.runs):
+                for checkout, env in checkouts.items():
+                    results[checkout].append(start_once(repos[name], ports, log, env))
+            for checkout, runs in results.items():
+                cpu, wall = [r[0] for r in runs], [r[1] for r in runs]
+                print(f"{checkout:<9} {name:<11} {statistics.median(cpu):>15.3f} {min(cpu):>6.2f}-{max(cpu):<6.2f}"
+                      f" {statistics.median(wall):>16.3f} {min(wall):>6.2f}-{max(wall):<6.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":
