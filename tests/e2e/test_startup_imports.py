@@ -35,8 +35,8 @@ NOT_AT_START = (
     # the backends' implementations (the python model's backend is used: not listed)
     "inferd_backend_onnx.backend", "inferd_backend_pytorch.backend", "inferd_backend_vllm.backend",
     "inferd_backend_fil.backend", "inferd_backend_tensorrt.backend",
-    # WebSockets (inferd serves none), the poller (--model-control-mode poll), the OpenAI app (no LLM loaded)
-    "websockets", "watchdog", "inferd_frontend_openai.app",
+    # the poller (--model-control-mode poll), the OpenAI app (no LLM loaded)
+    "watchdog", "inferd_frontend_openai.app",
 )  # fmt: skip
 IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", re.MULTILINE)
 
