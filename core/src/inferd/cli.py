@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import logging
 import os
 import re
@@ -564,5 +565,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _run_serve(args, host, argv)
 
 
+def console_main() -> None:
+    """The ``inferd`` command: :func:`main`, then the process ends without the interpreter's teardown.
+
+    Once ``serve`` has stopped (models unloaded, frontends closed, logs written), freeing every module
+    it loaded serves nobody, and with torch and vLLM loaded it took 3-4 s of CPU. The exit functions
+    still run first (log handlers flushed, temporary directories removed, exporters flushed); an
+    error exit (``SystemExit``) leaves as usual."""
+    code = main()
+    atexit._run_exitfuncs()  # CPython's own: what Py_Finalize runs before tearing the modules down
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    console_main()

@@ -163,7 +163,7 @@ class Supervisor:
 
     def _spawn(self, index: int) -> subprocess.Popen[bytes]:
         slot = WorkerSlot(index, self.count, self.directory)
-        cmd = [sys.executable, "-c", "import sys; from inferd.cli import main; sys.exit(main())", *self.argv,
+        cmd = [sys.executable, "-c", "from inferd.cli import console_main; console_main()", *self.argv,
                "--worker-index", str(index), "--worker-dir", str(slot.directory)]  # fmt: skip
         self.ready[index] = False
         self.answered[index] = self.next_check[index] = time.monotonic()
