@@ -111,8 +111,9 @@ BOOM_PARAMS = (
 parameters { key: "MEMORY_LIMIT" value: { string_value: "200M" } }
 parameters { key: "EXECUTE_TIMEOUT_SECS" value: { string_value: "2" } }
 parameters { key: "RESTART_LIMIT" value: { string_value: "20" } }
+parameters { key: "RESTART_WINDOW_SECS" value: { string_value: "1" } }
 """
-)
+)  # crashes over a second apart count alone: each restart waits the first backoff (0.25 s), not up to 10 s
 # Isolated identity for FP32 and BYTES tensors of any size (tiny ones inside the message, small ones through a
 # shared ring, large ones a shared-memory file of their own).
 IDENTITY_CONFIG = """
