@@ -31,19 +31,25 @@ DTYPES = _dtypes()
 
 
 def encode_request(request: InferRequest, tensors: Tensors) -> tuple[Any, ...]:
-    inputs = [(t.name, tensors.add(t.data, t.datatype)) for t in request.inputs.values()]
+    params = request.parameters
     return (
         request.model_name,
         request.model_version,
         request.id,
-        inputs,
-        [o.name for o in request.outputs],
-        plain(request.parameters),
+        [(t.name, tensors.add(t.data, t.datatype)) for t in request.inputs.values()],
+        [o.name for o in request.outputs] if request.outputs else (),
+        plain(params) if params else {},
         request.response_sender is not None,
     )
 
 
-def decode_request(item: tuple[Any, ...], block: Block, sender: Callable[..., None] | None = None) -> InferRequest:
+def decode_request(
+    item: tuple[Any, ...],
+    block: Block,
+    sender: Callable[..., None] | None = None,
+    context: dict[str, Any] | None = None,
+) -> InferRequest:
+    """The request ``item`` names (its tensors: views of ``block``), with ``context`` (default: empty)."""
     name, version, rid, inputs, outputs, params, _ = item
     tensors = {}
     for tname, desc in inputs:
@@ -57,6 +63,7 @@ def decode_request(item: tuple[Any, ...], block: Block, sender: Callable[..., No
         outputs=[RequestedOutput(o) for o in outputs],
         parameters=params,
         response_sender=sender,
+        context={} if context is None else context,
     )
 
 
