@@ -291,6 +291,17 @@ def view(desc: Sequence[Any], block: Block, dtypes: dict[str, np.dtype]) -> np.n
 
     Raises :class:`Malformed` unless the descriptor's shape, size and offset fit the block."""
     datatype, shape, offset, nbytes = desc
+    if block is not None and nbytes and datatype != _BYTES:
+        # numpy refuses a negative offset or dimension, and a view past the end of the block
+        try:
+            array = np.ndarray(shape, dtypes[datatype], block, offset)
+        except (TypeError, ValueError, KeyError, OverflowError) as exc:
+            raise Malformed(
+                f"a {datatype!r} tensor of shape {shape!r}, {nbytes!r} bytes at {offset!r}: {exc}"
+            ) from None
+        if array.nbytes != nbytes:
+            raise Malformed(f"a {datatype} tensor of shape {list(shape)} in {nbytes} bytes")
+        return array
     try:
         if datatype == _BYTES:
             data = memoryview(block or b"").cast("B")[offset : offset + nbytes] if nbytes else memoryview(b"")
@@ -302,7 +313,8 @@ def view(desc: Sequence[Any], block: Block, dtypes: dict[str, np.dtype]) -> np.n
             if math.prod(shape) != 0:
                 raise Malformed(f"a {datatype} tensor of shape {list(shape)} in no bytes")
             return np.empty(shape, dtype=dtype)
-        # numpy refuses a negative offset or dimension, and a view past the end of the block
+        if block is None:
+            raise Malformed(f"a {datatype} tensor of {nbytes!r} bytes in a message without tensors")
         array = np.ndarray(shape, dtype, buffer=block, offset=offset)
     except (TypeError, ValueError, KeyError, OverflowError, struct.error) as exc:
         if isinstance(exc, Malformed):
@@ -355,6 +367,29 @@ class Channel:
 
     def send(self, kind: int, body: Any, tensors: Tensors | None = None, *, wait: bool = True) -> None:
         """Send a message, with the tensor block ``tensors`` (in the ring, or a file of its own)."""
+        size = 0 if tensors is None else tensors._size
+        if size <= INLINE_TENSORS:  # the common case: one datagram, no descriptor
+            data = marshal.dumps((kind, body, tensors.to_bytes() if tensors is not None and size else None))
+            if len(data) <= _INLINE_LIMIT:
+                with self._lock:
+                    if self._waits:
+                        if self.closed:
+                            raise BrokenPipeError("the channel is closed")
+                        self.sock.send(data)
+                        return
+                    if wait:
+                        while self._backlog and not self.closed:
+                            self._drained.wait()
+                    if self.closed or self._on_backlog is None:
+                        raise BrokenPipeError("the channel is closed")
+                    if not self._backlog:
+                        try:
+                            self.sock.send(data)
+                            return
+                        except BlockingIOError:
+                            pass
+                    self._queue(data, [])
+                return
         fds: list[int] = []
         with self._lock:
             if not self._waits and wait:
@@ -367,15 +402,19 @@ class Channel:
                 if self._waits:
                     self._transmit(data, fds)
                 elif self._backlog or not self._try(data, fds):
-                    if len(self._backlog) >= BACKLOG_LIMIT:
-                        raise Backlogged(f"the peer left {len(self._backlog)} messages unread")
-                    self._backlog.append((data, fds))
+                    self._queue(data, fds)
                     fds = []
-                    if len(self._backlog) == 1 and self._on_backlog is not None:
-                        self._on_backlog()
             finally:
                 for f in fds:
                     os.close(f)
+
+    def _queue(self, data: bytes, fds: list[int]) -> None:
+        """Queue a message the socket did not take (the lock held); it owns ``fds`` once queued."""
+        if len(self._backlog) >= BACKLOG_LIMIT:
+            raise Backlogged(f"the peer left {len(self._backlog)} messages unread")
+        self._backlog.append((data, fds))
+        if len(self._backlog) == 1 and self._on_backlog is not None:
+            self._on_backlog()
 
     def flush(self) -> bool:
         """Send what queued, as far as the socket takes it; True once nothing is left."""
@@ -458,7 +497,12 @@ class Channel:
         try:
             if flags & _TRUNCATED:
                 raise Malformed("a message longer than a datagram, or with too many files")
-            kind, body, where = _loads(self._buffer[:size])
+            try:
+                kind, body, where = marshal.loads(self._buffer[:size])
+            except (ValueError, TypeError, EOFError) as exc:
+                raise Malformed(f"undecodable ({exc})") from None
+            if type(kind) is not int:
+                raise Malformed(f"a message of kind {kind!r}")
             if kind == _LARGE:
                 if not fds or type(body) is not int or body > MESSAGE_LIMIT:
                     raise Malformed(f"a large message of {body!r} bytes")

@@ -133,16 +133,17 @@ class _Inbox:
         self.jobs: collections.deque[tuple[Any, Any] | None] = collections.deque()
         #: Replies by call id: a deque per call waiting for one.
         self.replies: dict[int, collections.deque[tuple[Any, Any]]] = {}
-        self._ready = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # ``with`` on it directly: a Condition's own ``with`` is Python code
+        self._ready = threading.Condition(self._lock)
         self._reading = False
         #: Threads waiting in ``_ready`` for what another thread reads (none: no notify to send).
         self._waiting = 0
 
     def wait(self, filed: collections.deque[Any]) -> None:
         """Return once ``filed`` holds something, reading messages meanwhile when no other thread is."""
-        cond = self._ready
+        cond, lock = self._ready, self._lock
         while True:
-            with cond:
+            with lock:
                 while not filed:
                     if not self._reading:
                         self._reading = True
@@ -160,7 +161,7 @@ class _Inbox:
             except ipc.Malformed:
                 pass
             finally:
-                with cond:
+                with lock:
                     self._reading = False
                     if message is not None:
                         self._file(*message)

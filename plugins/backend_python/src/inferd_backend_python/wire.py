@@ -83,10 +83,16 @@ def encode_outcome(outcome: InferResponse | InferdError | None, tensors: Tensors
         return None
     if isinstance(outcome, InferdError):
         return encode_error(outcome)
-    outputs = [(t.name, tensors.add(t.data, t.datatype)) for t in outcome.outputs]
+    params = outcome.parameters
     return (
-        "r", outcome.model_name, outcome.model_version, outcome.id, outputs, plain(outcome.parameters), outcome.final,
-    )  # fmt: skip
+        "r",
+        outcome.model_name,
+        outcome.model_version,
+        outcome.id,
+        [(t.name, tensors.add(t.data, t.datatype)) for t in outcome.outputs],
+        plain(params) if params else {},
+        outcome.final,
+    )
 
 
 def decode_outcome(item: tuple[Any, ...] | None, block: Block) -> InferResponse | InferdError | None:
