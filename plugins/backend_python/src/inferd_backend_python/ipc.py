@@ -314,7 +314,7 @@ def view(desc: Sequence[Any], block: Block, dtypes: dict[str, np.dtype]) -> np.n
                 raise Malformed(f"a {datatype} tensor of shape {list(shape)} in no bytes")
             return np.empty(shape, dtype=dtype)
         if block is None:
-            raise Malformed(f"a {datatype} tensor of {nbytes!r} bytes in a message without tensors")
+            raise Malformed(f"a tensor ({datatype}, {nbytes!r} bytes) in a message without a tensor block")
         array = np.ndarray(shape, dtype, buffer=block, offset=offset)
     except (TypeError, ValueError, KeyError, OverflowError, struct.error) as exc:
         if isinstance(exc, Malformed):
