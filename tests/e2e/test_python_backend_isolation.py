@@ -45,7 +45,8 @@ class TritonPythonModel:
 # server what a buggy or hostile stub could, on the stub's own socket (argv[1]), for the batch it runs: 5 results
 # whose tensor lies outside the shared ring, 6 results in a shared-memory file it cuts short once sent (mapped
 # as is, reading it would kill the server with SIGBUS), 7 1 GiB of results (a sparse file) past its
-# MEMORY_LIMIT; 8 logs 20000 lines, then answers; else echo+1.
+# MEMORY_LIMIT; 11 results that describe a 64 MiB tensor and send no tensor block (the server once made up the
+# array, garbage past the memory limit, and answered with it); 8 logs 20000 lines, then answers; else echo+1.
 # While the file GATE (beside config.pbtxt) exists, initialize waits: the test holds a restart with it.
 BOOM_PY = """
 import ctypes, fcntl, marshal, os, socket, sys, time
@@ -96,6 +97,9 @@ class TritonPythonModel:
                 os.ftruncate(fd, 1 << 30)
                 fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
                 send_raw(result((1 << 28,), 0, 1 << 30), fds=[fd])
+                time.sleep(30)
+            elif n == 11:
+                send_raw(result((1 << 24,), 0, 1 << 26))
                 time.sleep(30)
             elif n == 8:
                 for i in range(20000):
@@ -276,6 +280,7 @@ CRASHES = [
     (5, "sent a malformed message (Malformed: a tensor block at (1099511627776, 4, 0) outside the ring)"),
     (6, "sent a malformed message (Malformed: a shared-memory file that is not sealed against shrinking)"),
     (7, "sent a malformed message (Malformed: 1073741824 bytes of tensors, more than the 209715200 allowed)"),
+    (11, "sent a malformed message (Malformed: a tensor (INT32, 67108864 bytes) in a message without a tensor block)"),
 ]
 
 
@@ -298,7 +303,7 @@ def test_crashes_fail_only_their_requests_and_the_instance_comes_back(server):
     assert load.failures == [], load.failures[:5]
     assert load.ok > 10
     assert client.is_server_live()
-    # the dead stubs' shared rings (and their descriptors) went with them: 7 crashes would leave 14 of each
+    # the dead stubs' shared rings (and their descriptors) went with them: 8 crashes would leave 16 of each
     assert all(after <= before + 2 for before, after in zip(mapped, _shared_memory(server), strict=True))
 
 

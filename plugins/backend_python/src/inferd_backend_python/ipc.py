@@ -23,6 +23,7 @@ This module imports only the standard library and numpy: the stub of a model wit
 
 from __future__ import annotations
 
+import array
 import collections
 import ctypes
 import fcntl
@@ -32,6 +33,7 @@ import mmap
 import os
 import socket
 import struct
+import termios
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -68,6 +70,10 @@ INLINE_TENSORS = 16 * 1024
 _RECV_SIZE = 65_536
 _MAX_FDS = 2
 _ANCILLARY = socket.CMSG_SPACE(_MAX_FDS * 4)
+# plain ints: the socket module's flags are enums, and an operation on them costs a microsecond or two
+_TRUNCATED = int(socket.MSG_TRUNC) | int(socket.MSG_CTRUNC)
+_SOL_SOCKET = int(socket.SOL_SOCKET)
+_SCM_RIGHTS = int(socket.SCM_RIGHTS)
 _ALIGN = 64
 #: The largest control message (not counting tensors) a side accepts.
 MESSAGE_LIMIT = 64 * 1024 * 1024
@@ -285,6 +291,17 @@ def view(desc: Sequence[Any], block: Block, dtypes: dict[str, np.dtype]) -> np.n
 
     Raises :class:`Malformed` unless the descriptor's shape, size and offset fit the block."""
     datatype, shape, offset, nbytes = desc
+    if block is not None and nbytes and datatype != _BYTES:
+        # numpy refuses a negative offset or dimension, and a view past the end of the block
+        try:
+            array = np.ndarray(shape, dtypes[datatype], block, offset)
+        except (TypeError, ValueError, KeyError, OverflowError) as exc:
+            raise Malformed(
+                f"a {datatype!r} tensor of shape {shape!r}, {nbytes!r} bytes at {offset!r}: {exc}"
+            ) from None
+        if array.nbytes != nbytes:
+            raise Malformed(f"a {datatype} tensor of shape {list(shape)} in {nbytes} bytes")
+        return array
     try:
         if datatype == _BYTES:
             data = memoryview(block or b"").cast("B")[offset : offset + nbytes] if nbytes else memoryview(b"")
@@ -296,7 +313,8 @@ def view(desc: Sequence[Any], block: Block, dtypes: dict[str, np.dtype]) -> np.n
             if math.prod(shape) != 0:
                 raise Malformed(f"a {datatype} tensor of shape {list(shape)} in no bytes")
             return np.empty(shape, dtype=dtype)
-        # numpy refuses a negative offset or dimension, and a view past the end of the block
+        if block is None:
+            raise Malformed(f"a tensor ({datatype}, {nbytes!r} bytes) in a message without a tensor block")
         array = np.ndarray(shape, dtype, buffer=block, offset=offset)
     except (TypeError, ValueError, KeyError, OverflowError, struct.error) as exc:
         if isinstance(exc, Malformed):
@@ -339,11 +357,39 @@ class Channel:
         self.block_limit: int | None = None
         if not self._waits:
             sock.setblocking(False)
+        self._fd = sock.fileno()
+        #: Where ``recv`` reads (one reader at a time): ``marshal`` copies what it decodes out of it.
+        self._buffer = memoryview(bytearray(_RECV_SIZE))
+        self._into = [self._buffer]
+        self._count = array.array("i", [0])
 
     # -- sending --
 
     def send(self, kind: int, body: Any, tensors: Tensors | None = None, *, wait: bool = True) -> None:
         """Send a message, with the tensor block ``tensors`` (in the ring, or a file of its own)."""
+        size = 0 if tensors is None else tensors._size
+        if size <= INLINE_TENSORS:  # the common case: one datagram, no descriptor
+            data = marshal.dumps((kind, body, tensors.to_bytes() if tensors is not None and size else None))
+            if len(data) <= _INLINE_LIMIT:
+                with self._lock:
+                    if self._waits:
+                        if self.closed:
+                            raise BrokenPipeError("the channel is closed")
+                        self.sock.send(data)
+                        return
+                    if wait:
+                        while self._backlog and not self.closed:
+                            self._drained.wait()
+                    if self.closed or self._on_backlog is None:
+                        raise BrokenPipeError("the channel is closed")
+                    if not self._backlog:
+                        try:
+                            self.sock.send(data)
+                            return
+                        except BlockingIOError:
+                            pass
+                    self._queue(data, [])
+                return
         fds: list[int] = []
         with self._lock:
             if not self._waits and wait:
@@ -356,15 +402,19 @@ class Channel:
                 if self._waits:
                     self._transmit(data, fds)
                 elif self._backlog or not self._try(data, fds):
-                    if len(self._backlog) >= BACKLOG_LIMIT:
-                        raise Backlogged(f"the peer left {len(self._backlog)} messages unread")
-                    self._backlog.append((data, fds))
+                    self._queue(data, fds)
                     fds = []
-                    if len(self._backlog) == 1 and self._on_backlog is not None:
-                        self._on_backlog()
             finally:
                 for f in fds:
                     os.close(f)
+
+    def _queue(self, data: bytes, fds: list[int]) -> None:
+        """Queue a message the socket did not take (the lock held); it owns ``fds`` once queued."""
+        if len(self._backlog) >= BACKLOG_LIMIT:
+            raise Backlogged(f"the peer left {len(self._backlog)} messages unread")
+        self._backlog.append((data, fds))
+        if len(self._backlog) == 1 and self._on_backlog is not None:
+            self._on_backlog()
 
     def flush(self) -> bool:
         """Send what queued, as far as the socket takes it; True once nothing is left."""
@@ -427,7 +477,7 @@ class Channel:
         ``BlockingIOError`` when none is waiting; a broken message raises :class:`Malformed`."""
         while True:
             try:
-                data, ancillary, flags, _ = self.sock.recvmsg(_RECV_SIZE, _ANCILLARY)
+                size, ancillary, flags, _ = self.sock.recvmsg_into(self._into, _ANCILLARY)
                 break
             except BlockingIOError:
                 raise
@@ -436,31 +486,35 @@ class Channel:
             except OSError:
                 return None
         fds: list[int] = []
-        for level, kind, payload in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds.extend(memoryview(payload[: len(payload) - len(payload) % 4]).cast("i"))
-        if not data:
+        if ancillary:
+            for level, kind, payload in ancillary:
+                if level == _SOL_SOCKET and kind == _SCM_RIGHTS:
+                    fds.extend(memoryview(payload[: len(payload) - len(payload) % 4]).cast("i"))
+        if not size:
             for f in fds:
                 os.close(f)
             return None
         try:
-            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+            if flags & _TRUNCATED:
                 raise Malformed("a message longer than a datagram, or with too many files")
-            kind, body, where = _loads(data)
+            try:
+                kind, body, where = marshal.loads(self._buffer[:size])
+            except (ValueError, TypeError, EOFError) as exc:
+                raise Malformed(f"undecodable ({exc})") from None
+            if type(kind) is not int:
+                raise Malformed(f"a message of kind {kind!r}")
             if kind == _LARGE:
                 if not fds or type(body) is not int or body > MESSAGE_LIMIT:
                     raise Malformed(f"a large message of {body!r} bytes")
                 with _map_sealed(fds[0], body, mmap.ACCESS_READ) as mm:
                     kind, body, where = _loads(mm)
                 os.close(fds.pop(0))
-            if type(where) is bytes:
-                block: Any = bytearray(where)  # the arrays own a (writable) copy: nothing to release
-            elif where is not None:
-                block = self._in.take(where)
-            elif fds:
-                block = _map_sealed(fds[0], None)
+            if where is None:
+                block: Any = _map_sealed(fds[0], None) if fds else None
+            elif type(where) is bytes:
+                block = bytearray(where)  # the arrays own a (writable) copy: nothing to release
             else:
-                block = None
+                block = self._in.take(where)
             limit = self.block_limit
             if limit is not None and block is not None and len(block) > limit:
                 raise Malformed(f"{len(block)} bytes of tensors, more than the {limit} allowed")
@@ -468,6 +522,15 @@ class Channel:
             for f in fds:
                 os.close(f)
         return kind, body, block
+
+    def waiting(self) -> bool:
+        """Whether a message (or the end of the stream) may wait to be read: False only when none does
+        (one ``ioctl``, cheaper than a ``recv`` that fails)."""
+        try:
+            fcntl.ioctl(self._fd, termios.FIONREAD, self._count)
+        except OSError:
+            return True
+        return self._count[0] > 0
 
     def close(self) -> None:
         """Close the socket and unmap the rings (a ring that arrays still view goes with the last of them)."""

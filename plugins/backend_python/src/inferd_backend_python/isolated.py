@@ -408,7 +408,11 @@ class Stub:
         batch_id = next(self._ids)
         future = self.loop.create_future()
         self._pending[batch_id] = _Batch(requests, future, self._decoupled)
-        if sum(t.data.nbytes for r in requests for t in r.inputs.values()) > _LOOP_COPY_LIMIT:
+        nbytes = 0
+        for request in requests:
+            for tensor in request.inputs.values():
+                nbytes += tensor.data.nbytes
+        if nbytes > _LOOP_COPY_LIMIT:
             self.loop.run_in_executor(None, self._send_batch, batch_id, requests, True)
         else:
             self._send_batch(batch_id, requests, False)
@@ -503,13 +507,19 @@ class Stub:
             if message is None:
                 self._closed()
                 return
-            if self._ignoring:
-                continue
-            try:
-                self._dispatch(*message)
-            except Exception as exc:
-                self._violation(exc)
-            del message
+            if not self._ignoring:
+                kind, body, block = message
+                del message
+                try:
+                    if kind == ipc.RESULT:
+                        self._result(body, block)
+                    else:
+                        self._dispatch(kind, body, block)
+                except Exception as exc:
+                    self._violation(exc)
+                del body, block
+            if not channel.waiting():
+                return
 
     def _violation(self, exc: Exception) -> None:
         if self._ignoring:
@@ -520,9 +530,7 @@ class Stub:
         self.kill(reason, "protocol")
 
     def _dispatch(self, kind: int, body: Any, block: ipc.Block) -> None:
-        if kind == ipc.RESULT:
-            self._result(body, block)
-        elif kind == ipc.SEND:
+        if kind == ipc.SEND:
             self._send_response(body, block)
         elif kind == ipc.CANCELLED:
             call_id, batch_id, index = body

@@ -133,19 +133,26 @@ class _Inbox:
         self.jobs: collections.deque[tuple[Any, Any] | None] = collections.deque()
         #: Replies by call id: a deque per call waiting for one.
         self.replies: dict[int, collections.deque[tuple[Any, Any]]] = {}
-        self._ready = threading.Condition()
+        self._lock = threading.Lock()  # ``with`` on it directly: a Condition's own ``with`` is Python code
+        self._ready = threading.Condition(self._lock)
         self._reading = False
+        #: Threads waiting in ``_ready`` for what another thread reads (none: no notify to send).
+        self._waiting = 0
 
-    def wait(self, ready: Callable[[], Any]) -> None:
-        """Return once ``ready()`` is true, reading messages meanwhile when no other thread is."""
-        cond = self._ready
+    def wait(self, filed: collections.deque[Any]) -> None:
+        """Return once ``filed`` holds something, reading messages meanwhile when no other thread is."""
+        cond, lock = self._ready, self._lock
         while True:
-            with cond:
-                while not ready():
+            with lock:
+                while not filed:
                     if not self._reading:
                         self._reading = True
                         break
-                    cond.wait()
+                    self._waiting += 1
+                    try:
+                        cond.wait()
+                    finally:
+                        self._waiting -= 1
                 else:
                     return
             message = None
@@ -154,11 +161,12 @@ class _Inbox:
             except ipc.Malformed:
                 pass
             finally:
-                with cond:
+                with lock:
                     self._reading = False
                     if message is not None:
                         self._file(*message)
-                    cond.notify_all()
+                    if self._waiting:
+                        cond.notify_all()
             if message is None:
                 _exit(0)  # the server closed the socket: it is unloading us, or gone
 
@@ -175,7 +183,7 @@ class _Inbox:
     def next_job(self) -> tuple[Any, Any] | None:
         jobs = self.jobs
         if not jobs:
-            self.wait(lambda: jobs)
+            self.wait(jobs)
         return jobs.popleft()
 
     def call(self, call_id: int) -> collections.deque[tuple[Any, Any]]:
@@ -188,7 +196,7 @@ class _Inbox:
     def reply(self, replies: collections.deque[tuple[Any, Any]]) -> tuple[Any, Any]:
         """The next reply filed in ``replies`` (waiting for it)."""
         if not replies:
-            self.wait(lambda: replies)
+            self.wait(replies)
         return replies.popleft()
 
     def forget(self, call_id: int) -> None:
@@ -251,6 +259,7 @@ class Stub:
         self.inbox = _Inbox(channel)
         self.instance: PythonInstance | None = None
         self._ids = itertools.count(1)
+        self._iterative = False
 
     def new_call(self) -> tuple[int, collections.deque[tuple[Any, Any]]]:
         call_id = next(self._ids)
@@ -299,7 +308,8 @@ class Stub:
         cls = check_model_class(module, f"model '{name}'", path)
         args = settings["args"]
         obj = start_model_object(cls, args, binding, path)
-        self.instance = PythonInstance(binding, settings["iterative"], obj, args["model_instance_name"])
+        self._iterative = bool(settings["iterative"])
+        self.instance = PythonInstance(binding, self._iterative, obj, args["model_instance_name"])
         return os.getpid()
 
     def _autocomplete(self, config: dict[str, Any], name: str, path: str, model_dir: str, version: str) -> Any:
@@ -326,13 +336,18 @@ class Stub:
         instance = self.instance
         assert instance is not None
         send = self.channel.send
-        while (job := self.inbox.next_job()) is not None:
+        next_job = self.inbox.next_job
+        cancelled = self._cancelled
+        iterative = self._iterative
+        while (job := next_job()) is not None:
             (batch_id, items), block = job
-            senders = [self._sender(batch_id, i) if item[6] else None for i, item in enumerate(items)]
-            requests = [decode_request(item, block, s) for item, s in zip(items, senders, strict=True)]
-            for index, request in enumerate(requests):
-                request.context[CANCEL_QUERY] = functools.partial(self._cancelled, batch_id, index)
-            del job, block  # the input arrays keep the mapping alive as long as the model holds them
+            del job
+            requests = []
+            for index, item in enumerate(items):
+                sender = self._sender(batch_id, index) if item[6] else None
+                query = functools.partial(cancelled, batch_id, index)
+                requests.append(decode_request(item, block, sender, {CANCEL_QUERY: query}))
+            del block  # the input arrays keep the mapping alive as long as the model holds them
             try:
                 results = instance.execute(requests)
             except BaseException as exc:  # SystemExit and the like: fail the batch, keep serving
@@ -340,13 +355,13 @@ class Stub:
                     f"Failed to process the request(s) for model '{requests[0].model_name}', message: "
                     f"{type(exc).__name__}: {exc}"
                 )
-                results = [] if senders[0] is not None else [error] * len(requests)
-                for sender in senders:
-                    if sender is not None:
-                        sender(error, True)
+                results = [] if requests[0].response_sender is not None else [error] * len(requests)
+                for request in requests:
+                    if request.response_sender is not None:
+                        request.response_sender(error, True)
             tensors = ipc.Tensors()
             encoded = [encode_outcome(r, tensors) for r in results]
-            rescheduled = [i for i, r in enumerate(requests) if r.context.get(RESCHEDULE)]
+            rescheduled = [i for i, r in enumerate(requests) if r.context.get(RESCHEDULE)] if iterative else ()
             send(ipc.RESULT, (batch_id, encoded, rescheduled), tensors)
         instance.close()
         send(ipc.FINALIZED, None)

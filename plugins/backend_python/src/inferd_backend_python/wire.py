@@ -31,19 +31,25 @@ DTYPES = _dtypes()
 
 
 def encode_request(request: InferRequest, tensors: Tensors) -> tuple[Any, ...]:
-    inputs = [(t.name, tensors.add(t.data, t.datatype)) for t in request.inputs.values()]
+    params = request.parameters
     return (
         request.model_name,
         request.model_version,
         request.id,
-        inputs,
-        [o.name for o in request.outputs],
-        plain(request.parameters),
+        [(t.name, tensors.add(t.data, t.datatype)) for t in request.inputs.values()],
+        [o.name for o in request.outputs] if request.outputs else (),
+        plain(params) if params else {},
         request.response_sender is not None,
     )
 
 
-def decode_request(item: tuple[Any, ...], block: Block, sender: Callable[..., None] | None = None) -> InferRequest:
+def decode_request(
+    item: tuple[Any, ...],
+    block: Block,
+    sender: Callable[..., None] | None = None,
+    context: dict[str, Any] | None = None,
+) -> InferRequest:
+    """The request ``item`` names (its tensors: views of ``block``), with ``context`` (default: empty)."""
     name, version, rid, inputs, outputs, params, _ = item
     tensors = {}
     for tname, desc in inputs:
@@ -57,6 +63,7 @@ def decode_request(item: tuple[Any, ...], block: Block, sender: Callable[..., No
         outputs=[RequestedOutput(o) for o in outputs],
         parameters=params,
         response_sender=sender,
+        context={} if context is None else context,
     )
 
 
@@ -76,10 +83,16 @@ def encode_outcome(outcome: InferResponse | InferdError | None, tensors: Tensors
         return None
     if isinstance(outcome, InferdError):
         return encode_error(outcome)
-    outputs = [(t.name, tensors.add(t.data, t.datatype)) for t in outcome.outputs]
+    params = outcome.parameters
     return (
-        "r", outcome.model_name, outcome.model_version, outcome.id, outputs, plain(outcome.parameters), outcome.final,
-    )  # fmt: skip
+        "r",
+        outcome.model_name,
+        outcome.model_version,
+        outcome.id,
+        [(t.name, tensors.add(t.data, t.datatype)) for t in outcome.outputs],
+        plain(params) if params else {},
+        outcome.final,
+    )
 
 
 def decode_outcome(item: tuple[Any, ...] | None, block: Block) -> InferResponse | InferdError | None:
