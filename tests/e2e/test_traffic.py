@@ -370,10 +370,16 @@ def test_openai_model_name_follows_the_split(start, tmp_path: Path) -> None:
                 assert resp.status == 200
         except urllib.error.HTTPError as exc:
             raise AssertionError(exc.read()) from None
-    stats = {s["version"]: s["inference_count"] for s in call(server, "GET", "/v2/models/chat/stats")[1]["model_stats"]}
+    deadline = time.monotonic() + 30
+    while True:  # a request is counted once its response is on its way: the last one may still be counting
+        stats = {row["version"]: row["inference_count"]
+                 for row in call(server, "GET", "/v2/models/chat/stats")[1]["model_stats"]}  # fmt: skip
+        window = call(server, "GET", "/v2/models/chat/traffic")[1]["versions"]["1"]["window"]
+        if (sum(stats.values()) >= 5 and window["requests"] >= 5) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert stats == {"1": 5, "2": 0}, stats  # without the split, the highest version (2) would answer
     # the frontend picked the version itself (for its tokenizer): the canary policy judged them all the same
-    window = call(server, "GET", "/v2/models/chat/traffic")[1]["versions"]["1"]["window"]
     assert window["requests"] == 5 and window["failures"] == 0, window
 
 
