@@ -30,27 +30,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TICKS = os.sysconf("SC_CLK_TCK")
-
-MODEL_PY = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            a = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(r, "INPUT1").as_numpy()
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
-        return out
-"""
-CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
-instance_group [ { kind: KIND_CPU count: 1 } ]
-"""
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from python_isolation import CONFIG, MODEL_PY, cpu_seconds  # noqa: E402 (the benchmarks folder, just added)
 
 
 def repositories(root: Path) -> dict[str, Path]:
@@ -58,7 +39,7 @@ def repositories(root: Path) -> dict[str, Path]:
     empty.mkdir()
     python = root / "python"
     (python / "add_sub" / "1").mkdir(parents=True)
-    (python / "add_sub" / "config.pbtxt").write_text(CONFIG)
+    (python / "add_sub" / "config.pbtxt").write_text(CONFIG.format(n=4, extra=""))
     (python / "add_sub" / "1" / "model.py").write_text(MODEL_PY)
     return {"empty": empty, "python": python}
 
@@ -67,13 +48,6 @@ def command(repo: Path, ports: Path, python_flags: list[str] = []) -> list[str]:
     return [sys.executable, *python_flags, "-m", "inferd.cli", "serve", "--http-address", "127.0.0.1",
             "--model-repository", str(repo), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
             "--ports-file", str(ports)]  # fmt: skip
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of one process (fields 14 and 15 of /proc/PID/stat)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def sources(checkout: Path) -> list[Path]:
@@ -97,7 +71,7 @@ def start_once(repo: Path, ports: Path, log: Path, env: dict[str, str] | None = 
                 raise TimeoutError(f"inferd did not write {ports} in {timeout} s:\n{log.read_text()}")
             time.sleep(0.005)
         wall = time.monotonic() - began
-        return cpu_seconds(proc.pid), wall
+        return cpu_seconds([proc.pid]), wall
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

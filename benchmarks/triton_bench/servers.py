@@ -1,6 +1,6 @@
 """Start the servers under test on free ports, wait until they are ready, stop them.
 
-inferd (``.venv/bin/inferd serve``), the real Triton (``start.sh`` of the shared reference) and the
+inferd (``.venv/bin/python -m inferd.cli serve``), the real Triton (``start.sh`` of the shared reference) and the
 null stacks (``null_servers.py``) all run as child processes in their own process group, so the
 whole tree (Triton's stubs, inferd's workers) stops together.
 """
@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-INFERD = ROOT / ".venv" / "bin" / "inferd"
+#: ``inferd`` as a module of the venv's Python: whichever checkout PYTHONPATH puts first is the one that
+#: runs (the ``inferd`` script names an entry function a ``--baseline`` checkout may not have).
+INFERD = [str(ROOT / ".venv" / "bin" / "python"), "-m", "inferd.cli"]
 
 
 def free_ports(n: int) -> list[int]:
@@ -128,7 +130,7 @@ def checkout_env(checkout: Path) -> dict[str, str]:
 
 def inferd_flags(env: dict[str, str] | None = None) -> set[str]:
     """The long options ``inferd serve --help`` offers (run with ``env``)."""
-    out = subprocess.run([str(INFERD), "serve", "--help"], capture_output=True, text=True, check=True, env=env).stdout
+    out = subprocess.run([*INFERD, "serve", "--help"], capture_output=True, text=True, check=True, env=env).stdout
     return set(re.findall(r"--[a-z][a-z0-9-]*", out))
 
 
@@ -137,7 +139,7 @@ def inferd(repo: Path, workers: int | None, transport: str | None, work: Path, n
     """An ``inferd serve`` on ``repo``; ``workers``/``transport`` None leave that flag out; ``env``
     (:func:`checkout_env`) runs another checkout's sources."""
     h, g, m = free_ports(3)
-    cmd = [str(INFERD), "serve", "--model-repository", str(repo), "--http-address", "127.0.0.1",
+    cmd = [*INFERD, "serve", "--model-repository", str(repo), "--http-address", "127.0.0.1",
            "--http-port", str(h), "--grpc-port", str(g), "--metrics-port", str(m)]  # fmt: skip
     if workers is not None:
         cmd += ["--workers", str(workers)]
