@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from inferd import __version__
 from inferd import config as cfg
-from inferd.auth import ApiGroup, unknown_model, visible_names
+from inferd.auth import ApiGroup, unknown_model, usage_json, visible_names
 from inferd.errors import InferdError, InvalidArgument, Unavailable
 from inferd.lifecycle import ControlMode
 from inferd.logging_settings import SETTINGS as LOG_SETTINGS
-from inferd.metric_sources import SOURCES
+from inferd.metric_sources import SOURCES, MetricSources, SummedSources
 from inferd.names import name_problem, shown
 from inferd.repository import check_model_name, poll_failure
 from inferd.shared_memory import SharedMemory
@@ -180,9 +180,6 @@ class DataPlane:
 
     async def tenant_usage(self) -> dict[str, Any]:
         """``GET /v2/usage``: requests and tokens by tenant and model (``inferd.auth.usage``), the whole server's."""
-        from inferd.auth import usage_json
-        from inferd.metric_sources import MetricSources, SummedSources
-
         local = MetricSources()
         if self.access is not None:
             local.add(self.access.usage)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from inferd.flags import parse_bool
 from inferd.frontend import Frontend
 from inferd.hookspecs import FrontendRegister, hookimpl
+from inferd.metric_sources import SOURCES, SummedSources
 from inferd.serving import AsgiServer
 from inferd.tls import TlsConfig, http_config, settings
 from inferd.workers import merge
@@ -147,7 +148,6 @@ class MetricsFrontend(Frontend):
 
         from inferd.default_plugins.metrics.collectors import ModelCollector, SystemCollector
         from inferd.default_plugins.metrics.system import CpuMetrics, GpuMetrics
-        from inferd.metric_sources import SOURCES, SummedSources
 
         self.models = dataplane.table
         self.workers = dataplane if dataplane.peers is not None else None
@@ -226,8 +226,6 @@ class MetricsFrontend(Frontend):
         if self.gpu is not None:
             self.gpu.close()
         if self._access is not None:
-            from inferd.metric_sources import SOURCES
-
             SOURCES.remove(self._access)
 
     def address(self) -> str:
