@@ -154,12 +154,8 @@ class SideBySide:
     - ``vllm_embed``: ``vllm serve --runner pooling`` as ``embed``.
     """
 
-    def __init__(self, inferd: ServerProcess, vllm_llm: VllmServe, vllm_embed: VllmServe, lora: Path) -> None:
-        self.inferd, self.vllm_llm, self.vllm_embed, self.lora = inferd, vllm_llm, vllm_embed, lora
-
-    @property
-    def inferd_openai(self) -> str:
-        return f"http://127.0.0.1:{self.inferd.ports['openai']}"
+    def __init__(self, inferd: ServerProcess, vllm_llm: VllmServe, vllm_embed: VllmServe) -> None:
+        self.inferd, self.vllm_llm, self.vllm_embed = inferd, vllm_llm, vllm_embed
 
 
 @pytest.fixture(scope="session")
@@ -195,7 +191,7 @@ def side_by_side(tmp_path_factory: pytest.TempPathFactory, chat_llama: Path) -> 
     inferd = ServerProcess([repo], ["--openai-port", "0", "--openai-address", "127.0.0.1"], env=ENV)
     try:
         started(inferd, START_S)
-        yield SideBySide(inferd, vllm_llm.wait(), vllm_embed.wait(), lora)
+        yield SideBySide(inferd, vllm_llm.wait(), vllm_embed.wait())
     finally:  # all three stop at once
         vllm_llm.terminate()
         vllm_embed.terminate()
