@@ -368,28 +368,11 @@ class Channel:
     def send(self, kind: int, body: Any, tensors: Tensors | None = None, *, wait: bool = True) -> None:
         """Send a message, with the tensor block ``tensors`` (in the ring, or a file of its own)."""
         size = 0 if tensors is None else tensors._size
-        if size <= INLINE_TENSORS:  # the common case: one datagram, no descriptor
+        data = None
+        if size <= INLINE_TENSORS:  # the common case: one datagram, no descriptor, marshalled outside the lock
             data = marshal.dumps((kind, body, tensors.to_bytes() if tensors is not None and size else None))
-            if len(data) <= _INLINE_LIMIT:
-                with self._lock:
-                    if self._waits:
-                        if self.closed:
-                            raise BrokenPipeError("the channel is closed")
-                        self.sock.send(data)
-                        return
-                    if wait:
-                        while self._backlog and not self.closed:
-                            self._drained.wait()
-                    if self.closed or self._on_backlog is None:
-                        raise BrokenPipeError("the channel is closed")
-                    if not self._backlog:
-                        try:
-                            self.sock.send(data)
-                            return
-                        except BlockingIOError:
-                            pass
-                    self._queue(data, [])
-                return
+            if len(data) > _INLINE_LIMIT:
+                data = None
         fds: list[int] = []
         with self._lock:
             if not self._waits and wait:
@@ -398,7 +381,8 @@ class Channel:
             if self.closed or self._on_backlog is None and not self._waits:
                 raise BrokenPipeError("the channel is closed")
             try:
-                data, fds = self._pack(kind, body, tensors)
+                if data is None:
+                    data, fds = self._pack(kind, body, tensors)
                 if self._waits:
                     self._transmit(data, fds)
                 elif self._backlog or not self._try(data, fds):
@@ -497,12 +481,7 @@ class Channel:
         try:
             if flags & _TRUNCATED:
                 raise Malformed("a message longer than a datagram, or with too many files")
-            try:
-                kind, body, where = marshal.loads(self._buffer[:size])
-            except (ValueError, TypeError, EOFError) as exc:
-                raise Malformed(f"undecodable ({exc})") from None
-            if type(kind) is not int:
-                raise Malformed(f"a message of kind {kind!r}")
+            kind, body, where = _loads(self._buffer[:size])
             if kind == _LARGE:
                 if not fds or type(body) is not int or body > MESSAGE_LIMIT:
                     raise Malformed(f"a large message of {body!r} bytes")
