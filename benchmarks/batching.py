@@ -49,7 +49,7 @@ def run_level(
     less CPU per request than tritonclient, which matters when client and server share 2 cores."""
     csv_path = tmp / f"{model}-{protocol}-{concurrency}.csv"
     subprocess.run(
-        [sys.executable, "-m", "inferd.cli", "perf", "-m", model, "-i", protocol, "-u", url,
+        [sys.executable, "-m", "inferd.host.cli", "perf", "-m", model, "-i", protocol, "-u", url,
          "--concurrency-range", f"{concurrency}:{concurrency}", "-p", str(int(seconds * 1000)), "-r", "3",
          "-f", str(csv_path)],
         check=True, stdout=subprocess.DEVNULL,

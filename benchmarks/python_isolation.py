@@ -243,7 +243,7 @@ def main(argv: list[str]) -> None:
                 server = Server(label, ["bash", str(args.triton_dir / "start.sh"), str(repo), str(http_port),
                                         str(grpc_port), str(metrics_port), "--model-control-mode=explicit"], http_port)  # fmt: skip
             else:
-                server = Server(label, [sys.executable, "-m", "inferd.cli", "serve", "--model-repository", str(repo),
+                server = Server(label, [sys.executable, "-m", "inferd.host.cli", "serve", "--model-repository", str(repo),
                                         "--http-port", str(http_port), "--grpc-port", str(grpc_port),
                                         "--metrics-port", str(metrics_port), "--model-control-mode", "explicit"],
                                 http_port)  # fmt: skip

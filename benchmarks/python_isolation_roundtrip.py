@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from inferd.backend import InstanceSpec, ModelLoadContext
 from inferd.config.parse import load_config
-from inferd.types import InferRequest, InferTensor, RequestedOutput
+from inferd.contracts.backend import InstanceSpec, ModelLoadContext
+from inferd.contracts.types import InferRequest, InferTensor, RequestedOutput
 from inferd_backend_python import ipc
 from inferd_backend_python.backend import PythonBackend
 

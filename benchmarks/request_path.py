@@ -28,8 +28,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from triton_bench import models, wire
 
-from inferd.default_plugins.http.infer import InferEndpoint, RequestHead
-from inferd.server import Server, ServerOptions
+from inferd.frontends.http.infer import InferEndpoint, RequestHead
+from inferd.host.server import Server, ServerOptions
 from inferd.serving import run
 
 TICKS = os.sysconf("SC_CLK_TCK")

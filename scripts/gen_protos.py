@@ -3,7 +3,7 @@
 Runs ``grpc_tools.protoc`` on
 
 * ``core/src/inferd/config/model_config.proto`` -> ``model_config_pb2.py`` (+ ``.pyi``)
-* ``core/src/inferd/default_plugins/grpc/{grpc_service,health,traffic}.proto`` -> ``*_pb2.py``,
+* ``core/src/inferd/frontends/grpc/{grpc_service,health,traffic}.proto`` -> ``*_pb2.py``,
   ``*_pb2_grpc.py`` (+ ``.pyi``)
 
 and rewrites the generated code so that
@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "core" / "src"
 CONFIG = Path("inferd/config")
-GRPC = Path("inferd/default_plugins/grpc")
+GRPC = Path("inferd/frontends/grpc")
 
 # (package dir, proto file, with gRPC stubs)
 PROTOS = [
@@ -62,7 +62,7 @@ REWRITES: dict[str, list[tuple[str, str]]] = {
     "grpc_service_pb2_grpc.py": [
         (
             "import grpc_service_pb2 as grpc__service__pb2",
-            "from inferd.default_plugins.grpc import grpc_service_pb2 as grpc__service__pb2",
+            "from inferd.frontends.grpc import grpc_service_pb2 as grpc__service__pb2",
         ),
     ],
     "health_pb2.py": [(_DEFAULT_POOL, "_descriptor_pool.DescriptorPool()")],
@@ -70,13 +70,13 @@ REWRITES: dict[str, list[tuple[str, str]]] = {
     "traffic_pb2_grpc.py": [
         (
             "import traffic_pb2 as traffic__pb2",
-            "from inferd.default_plugins.grpc import traffic_pb2 as traffic__pb2",
+            "from inferd.frontends.grpc import traffic_pb2 as traffic__pb2",
         ),
     ],
     "health_pb2_grpc.py": [
         (
             "import health_pb2 as health__pb2",
-            "from inferd.default_plugins.grpc import health_pb2 as health__pb2",
+            "from inferd.frontends.grpc import health_pb2 as health__pb2",
         ),
     ],
 }

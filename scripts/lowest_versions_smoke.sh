@@ -75,7 +75,7 @@ import json, os, sys, time, urllib.request
 import grpc
 import numpy as np
 
-from inferd.default_plugins.grpc import grpc_service_pb2 as pb, grpc_service_pb2_grpc as rpc
+from inferd.frontends.grpc import grpc_service_pb2 as pb, grpc_service_pb2_grpc as rpc
 
 ports_file, transport = sys.argv[1], sys.argv[2]
 deadline = time.monotonic() + 60

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 
 import grpc
 
-from inferd.default_plugins.grpc import grpc_service_pb2 as pb
+from inferd.frontends.grpc import grpc_service_pb2 as pb
 
 Scope = MutableMapping[str, object]
 Receive = Callable[[], Awaitable[MutableMapping[str, object]]]

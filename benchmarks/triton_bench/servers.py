@@ -1,6 +1,6 @@
 """Start the servers under test on free ports, wait until they are ready, stop them.
 
-inferd (``.venv/bin/python -m inferd.cli serve``), the real Triton (``start.sh`` of the shared reference) and the
+inferd (``.venv/bin/python -m inferd.host.cli serve``), the real Triton (``start.sh`` of the shared reference) and the
 null stacks (``null_servers.py``) all run as child processes in their own process group, so the
 whole tree (Triton's stubs, inferd's workers) stops together.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 #: ``inferd`` as a module of the venv's Python: whichever checkout PYTHONPATH puts first is the one that
 #: runs (the ``inferd`` script names an entry function a ``--baseline`` checkout may not have).
-INFERD = [str(ROOT / ".venv" / "bin" / "python"), "-m", "inferd.cli"]
+INFERD = [str(ROOT / ".venv" / "bin" / "python"), "-m", "inferd.host.cli"]
 
 
 def free_ports(n: int) -> list[int]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import grpc
 import numpy as np
 
-from inferd.default_plugins.grpc import grpc_service_pb2 as pb
+from inferd.frontends.grpc import grpc_service_pb2 as pb
 
 PROTOCOLS = ("http-binary", "http-json", "grpc")
 GRPC_PATH = "/inference.GRPCInferenceService/ModelInfer"

@@ -9,11 +9,11 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from inferd.cache import ResponseCache
-from inferd.errors import InvalidArgument
-from inferd.hookspecs import CacheRegister, hookimpl
-from inferd.response_cache import frozen_copy
-from inferd.types import InferResponse
+from inferd.contracts.cache import ResponseCache
+from inferd.contracts.errors import InvalidArgument
+from inferd.contracts.hookspecs import CacheRegister, hookimpl
+from inferd.engine.response_cache import frozen_copy
+from inferd.contracts.types import InferResponse
 
 
 class DictCache(ResponseCache):

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from inferd.errors import InferdError, InvalidArgument
-from inferd.frontend import Frontend
-from inferd.hookspecs import FrontendRegister, ServerSettings, hookimpl
-from inferd.types import InferRequest, InferTensor, numpy_dtype
+from inferd.contracts.errors import InferdError, InvalidArgument
+from inferd.contracts.frontend import Frontend
+from inferd.contracts.hookspecs import FrontendRegister, ServerSettings, hookimpl
+from inferd.contracts.types import InferRequest, InferTensor, numpy_dtype
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from inferd.backend import ArrayInstance, Backend, Instance, InstanceSpec, Model, ModelLoadContext
-from inferd.errors import ConfigError
-from inferd.hookspecs import BackendRegister, hookimpl
+from inferd.contracts.backend import ArrayInstance, Backend, Instance, InstanceSpec, Model, ModelLoadContext
+from inferd.contracts.errors import ConfigError
+from inferd.contracts.hookspecs import BackendRegister, hookimpl
 
 
 class ScaleInstance(ArrayInstance):

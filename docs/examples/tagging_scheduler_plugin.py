@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import itertools
 
-from inferd.errors import InferdError
-from inferd.hookspecs import SchedulerRegister, hookimpl
-from inferd.scheduler import Scheduler, SchedulerContext
-from inferd.types import InferRequest, InferResponse
+from inferd.contracts.errors import InferdError
+from inferd.contracts.hookspecs import SchedulerRegister, hookimpl
+from inferd.contracts.scheduler import Scheduler, SchedulerContext
+from inferd.contracts.types import InferRequest, InferResponse
 
 
 class TaggingScheduler(Scheduler):

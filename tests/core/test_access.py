@@ -23,7 +23,7 @@ from inferd.auth import (
 from inferd.auth.groups import ROUTE_GROUPS, RPC_GROUPS, parse_restrictions
 from inferd.auth.keys import KeyFile, parse_config
 from inferd.auth.limits import TokenBucket
-from inferd.errors import NotFound
+from inferd.contracts.errors import NotFound
 
 
 def sha(key: str) -> str:

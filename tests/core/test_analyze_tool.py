@@ -52,7 +52,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def analyze(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "inferd.cli", "analyze", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "inferd.host.cli", "analyze", *args], capture_output=True, text=True,
                           timeout=180)  # fmt: skip
 
 
@@ -145,7 +145,7 @@ def test_plot_is_an_inline_matplotlib_png() -> None:
 
 def test_without_matplotlib_analyze_names_the_install_before_measuring(tmp_path: Path) -> None:
     # matplotlib made unimportable in a child interpreter; the URL is never contacted
-    code = ("import sys; sys.modules['matplotlib'] = None; from inferd.cli import main; "
+    code = ("import sys; sys.modules['matplotlib'] = None; from inferd.host.cli import main; "
             "sys.exit(main(['analyze', '-m', 'add', '-u', '127.0.0.1:9', '--export-path', sys.argv[1]]))")  # fmt: skip
     run = subprocess.run(
         [sys.executable, "-c", code, str(tmp_path / "out")], capture_output=True, text=True, timeout=60

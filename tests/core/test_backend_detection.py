@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from inferd.backend import Backend
-from inferd.errors import InvalidArgument
-from inferd.hookspecs import hookimpl
-from inferd.plugins import PluginHost
-from inferd.repository import scan
-from inferd.server import Server, ServerOptions
+from inferd.contracts.backend import Backend
+from inferd.contracts.errors import InvalidArgument
+from inferd.contracts.hookspecs import hookimpl
+from inferd.host.plugins import PluginHost
+from inferd.host.server import Server, ServerOptions
+from inferd.repository.scan import scan
 
 created: list[str] = []
 

@@ -20,7 +20,7 @@ from inferd.config import (
     validate,
     version_policy_select,
 )
-from inferd.errors import ConfigError
+from inferd.contracts.errors import ConfigError
 
 REALISTIC = """
 name: "resnet"

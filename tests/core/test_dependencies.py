@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inferd.dependencies import Unload, callers, composing, load_waves, unload_order
+from inferd.lifecycle.dependencies import Unload, callers, composing, load_waves, unload_order
 
 # pre -> (a, b); pipe -> (pre, c); top -> (pipe,); a, b, c are plain models.
 GRAPH = {"a": (), "b": (), "c": (), "pre": ("a", "b"), "pipe": ("pre", "c"), "top": ("pipe",)}

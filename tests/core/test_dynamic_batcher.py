@@ -22,18 +22,18 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.backend import Instance, InstanceSpec
 from inferd.config import parse_config_text
-from inferd.default_plugins.batching import plan_batch
-from inferd.default_plugins.dynamic_batcher import DynamicBatchScheduler
-from inferd.errors import Unavailable
-from inferd.model import ModelVersion
-from inferd.recorder import Recorder
-from inferd.runner import InstanceRunner
-from inferd.scheduler import SchedulerContext
-from inferd.stats import ModelStats
+from inferd.contracts.backend import Instance, InstanceSpec
+from inferd.contracts.errors import Unavailable
+from inferd.contracts.recorder import Recorder
+from inferd.contracts.runner import InstanceRunner
+from inferd.contracts.scheduler import SchedulerContext
+from inferd.contracts.stats import ModelStats
+from inferd.contracts.types import InferRequest, InferResponse, InferTensor
+from inferd.engine.version import ModelVersion
+from inferd.schedulers.batching.batches import plan_batch
+from inferd.schedulers.dynamic import DynamicBatchScheduler
 from inferd.testing import ServerProcess, write_repository
-from inferd.types import InferRequest, InferResponse, InferTensor
 
 # -- batch planning ------------------------------------------------------------------------------
 

@@ -19,8 +19,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.config import parse_config_text
-from inferd.default_plugins.ensemble.plan import Plan
-from inferd.errors import ConfigError
+from inferd.contracts.errors import ConfigError
+from inferd.schedulers.ensemble.plan import Plan
 from inferd.testing import ServerProcess, write_repository
 
 # -- models --------------------------------------------------------------------------------------

@@ -15,11 +15,11 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
-from inferd.errors import InferdError, InvalidArgument
-from inferd.hookspecs import BackendRegister, hookimpl
+from inferd.contracts.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
+from inferd.contracts.errors import InferdError, InvalidArgument
+from inferd.contracts.hookspecs import BackendRegister, hookimpl
+from inferd.contracts.types import InferRequest, InferResponse
 from inferd.testing import InProcessServer, write_repository
-from inferd.types import InferRequest, InferResponse
 
 BATCHES: list[int] = []
 

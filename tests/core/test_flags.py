@@ -7,15 +7,15 @@ import argparse
 
 import pytest
 
-from inferd import triton_flags
-from inferd.builder import backend_config_warnings, backend_settings
-from inferd.cli import build_parser, options_from_args
-from inferd.errors import ConfigError
-from inferd.flags import SuggestingParser, backend_config_setting, setting_flag, setting_integer
-from inferd.health import ServerHealth, model_is_ready, unready_models
-from inferd.plugins import PluginHost
-from inferd.registry import Registry
-from inferd.states import LOADING, READY, UNLOADED, UNLOADING, ModelRecord, State, VersionState, Why
+from inferd.contracts.errors import ConfigError
+from inferd.contracts.flags import SuggestingParser, backend_config_setting, setting_flag, setting_integer
+from inferd.contracts.registry import Registry
+from inferd.engine.health import ServerHealth, model_is_ready, unready_models
+from inferd.engine.states import LOADING, READY, UNLOADED, UNLOADING, ModelRecord, State, VersionState, Why
+from inferd.host import triton_flags
+from inferd.host.cli import build_parser, options_from_args
+from inferd.host.plugins import PluginHost
+from inferd.lifecycle.builder import backend_config_warnings, backend_settings
 
 #: ``tritonserver --help`` of Triton 2.51 (the reference binary), every long option it lists.
 TRITON_251_FLAGS = """

@@ -7,7 +7,7 @@ import zlib
 import grpc
 import pytest
 
-from inferd.default_plugins.grpc.framing import GrpcFailure, MessageReader, frame, parse_timeout, percent_encode
+from inferd.frontends.grpc.framing import GrpcFailure, MessageReader, frame, parse_timeout, percent_encode
 
 
 def prefixed(payload: bytes) -> bytes:

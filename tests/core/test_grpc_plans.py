@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inferd.default_plugins.grpc import grpc_service_pb2 as pb
-from inferd.default_plugins.grpc.codec import decode_request, split_infer_request
-from inferd.default_plugins.grpc.plans import RequestPlans
-from inferd.errors import InvalidArgument
+from inferd.contracts.errors import InvalidArgument
+from inferd.frontends.grpc import grpc_service_pb2 as pb
+from inferd.frontends.grpc.codec import decode_request, split_infer_request
+from inferd.frontends.grpc.plans import RequestPlans
 
 Tensor = pb.ModelInferRequest.InferInputTensor
 Output = pb.ModelInferRequest.InferRequestedOutputTensor

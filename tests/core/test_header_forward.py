@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from inferd.cli import build_parser, options_from_args
-from inferd.errors import InvalidArgument
-from inferd.header_forward import HeaderForward
-from inferd.plugins import PluginHost
+from inferd.contracts.errors import InvalidArgument
+from inferd.frontends.header_forward import HeaderForward
+from inferd.host.cli import build_parser, options_from_args
+from inferd.host.plugins import PluginHost
 
 
 def _forwarded(pattern: str, names: list[str]) -> dict[str, str]:

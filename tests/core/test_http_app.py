@@ -7,9 +7,9 @@ import json
 
 import numpy as np
 
-from inferd.default_plugins.http import infer as infer_module
-from inferd.default_plugins.http.app import HttpApp
-from inferd.server import Server
+from inferd.frontends.http import infer as infer_module
+from inferd.frontends.http.app import HttpApp
+from inferd.host.server import Server
 from tests.core.test_model_info import A, B, http_post, serve
 
 INFER = json.dumps({"inputs": [{"name": n, "datatype": "FP32", "shape": [1, 4], "data": d}

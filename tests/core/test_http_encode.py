@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from inferd.default_plugins.http.codec import encode_response
-from inferd.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from inferd.contracts.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from inferd.frontends.http.codec import encode_response
 
 
 def _canonical(header: bytes) -> bytes:

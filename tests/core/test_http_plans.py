@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from inferd.default_plugins.http.codec import decode_request, parse_json
-from inferd.default_plugins.http.plans import HeaderPlans
-from inferd.errors import InvalidArgument
+from inferd.contracts.errors import InvalidArgument
+from inferd.frontends.http.codec import decode_request, parse_json
+from inferd.frontends.http.plans import HeaderPlans
 
 
 def _header(**extra: object) -> bytes:

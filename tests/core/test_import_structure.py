@@ -21,6 +21,7 @@ How imports become edges:
 from __future__ import annotations
 
 import ast
+import re
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -36,15 +37,29 @@ PLUGIN_PACKAGES = sorted(p.parent for p in (PACKAGE.parents[2] / "plugins").glob
 MAX_MODULE_P90 = 350
 MAX_FUNCTION_P90 = 25
 
-SCHEDULER_MODULES = (
-    "inferd.default_plugins.schedulers",
-    "inferd.default_plugins.dynamic_batcher",
-    "inferd.default_plugins.sequence_batcher",
-    "inferd.default_plugins.batching",
-    "inferd.default_plugins.sequence_controls",
-    "inferd.default_plugins.queue_policy",
-    "inferd.default_plugins.ensemble",  # and every module under it
-)
+#: The layers of ``inferd``, lowest first (docs/architecture.md's picture): a module imports, at run
+#: time, only from its own layer or lower ones (an import under ``if TYPE_CHECKING:`` names a type
+#: for an annotation and may point up; it still counts for cycles).
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("contracts", ("inferd", "inferd.contracts", "inferd.api", "inferd.moved")),
+    ("config", ("inferd.config",)),
+    ("services", ("inferd.auth", "inferd.serving", "inferd.shared_memory", "inferd.repository")),
+    ("engine", ("inferd.engine",)),
+    ("lifecycle", ("inferd.lifecycle",)),
+    ("dataplane", ("inferd.workers", "inferd.dataplane")),
+    ("built-in plugins", ("inferd.frontends", "inferd.schedulers", "inferd.caches")),
+    ("host", ("inferd.host",)),
+    ("tools", ("inferd.tools",)),
+    ("command line", ("inferd.host.cli",)),
+    ("testing", ("inferd.testing",)),
+]
+#: What the built-in plugins may import besides their own package: what a third-party plugin may
+#: (:mod:`inferd.api`'s list) and the contracts underneath it.
+BUILT_IN_PLUGINS = ("inferd.frontends", "inferd.schedulers", "inferd.caches")
+#: The modules a plugin under ``plugins/`` (and the cookiecutter template) may import: inferd.api's list.
+PUBLIC = ("inferd", "inferd.api", "inferd.config", "inferd.config.model_config_pb2", "inferd.dataplane", "inferd.serving",
+          "inferd.serving.tls", "inferd.auth", "inferd.shared_memory", "inferd.testing")  # fmt: skip
+BUILT_IN_MAY_IMPORT = (*(m for m in PUBLIC if m != "inferd"), "inferd.contracts")
 
 
 @dataclass(frozen=True)
@@ -54,6 +69,7 @@ class Import:
     importer: str
     target: str
     line: int
+    typing_only: bool = False
 
 
 def module_files(root: Path = PACKAGE) -> dict[str, Path]:
@@ -106,6 +122,7 @@ def _with_packages(target: str, importer: str, modules: dict[str, Path]) -> Iter
 def imports_of(importer: str, modules: dict[str, Path]) -> list[Import]:
     """Every import of ``importer`` that lands in the package, TYPE_CHECKING and function-level included."""
     tree = ast.parse(modules[importer].read_text(), str(modules[importer]))
+    typing_only = _under_type_checking(tree)
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -113,8 +130,22 @@ def imports_of(importer: str, modules: dict[str, Path]) -> list[Import]:
         for named in _named(node, importer, modules):
             for target in _with_packages(named, importer, modules):
                 if target in modules and target != importer:
-                    found.append(Import(importer, target, node.lineno))
+                    found.append(Import(importer, target, node.lineno, id(node) in typing_only))
     return found
+
+
+def _under_type_checking(tree: ast.Module) -> set[int]:
+    """The ids of the import statements inside ``if TYPE_CHECKING:`` blocks."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        test = node.test if isinstance(node, ast.If) else None
+        if (
+            isinstance(test, ast.Name)
+            and test.id == "TYPE_CHECKING"
+            or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        ):
+            inside.update(id(sub) for stmt in node.body for sub in ast.walk(stmt))  # type: ignore[attr-defined]
+    return inside
 
 
 def import_graph(modules: dict[str, Path]) -> dict[str, dict[str, int]]:
@@ -245,17 +276,112 @@ def test_every_plugin_is_checked() -> None:
     assert {p.parents[1].name for p in PLUGIN_PACKAGES} >= {"backend_python", "backend_pytorch", "backend_tensorrt"}
 
 
-def test_default_scheduler_modules_import_nothing_from_inferd_model() -> None:
+def _under(module: str, prefixes: Iterable[str]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def layer_of(module: str) -> int:
+    """The index in :data:`LAYERS` of the layer holding ``module`` (the most specific prefix wins)."""
+    best, rank = -1, -1
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if _under(module, [prefix]) and prefix.count(".") > best and (prefix != "inferd" or module == "inferd"):
+                best, rank = prefix.count("."), index
+    return rank
+
+
+def test_every_module_has_a_layer() -> None:
+    missing = [m for m in module_files() if layer_of(m) < 0]
+    assert not missing, "modules in no layer of LAYERS (add their package there and to docs/architecture.md):\n" + (
+        "\n".join(missing)
+    )
+
+
+def layer_violations(modules: dict[str, Path]) -> list[str]:
+    """``importer:line imports target (layer -> higher layer)`` for every run-time import that points up."""
+    bad = []
+    for importer in modules:
+        for imp in imports_of(importer, modules):
+            low, high = layer_of(importer), layer_of(imp.target)
+            if not imp.typing_only and high > low:
+                bad.append(f"{importer}:{imp.line} imports {imp.target} ({LAYERS[low][0]} -> {LAYERS[high][0]})")
+    return sorted(set(bad))
+
+
+def test_layers_import_only_downwards() -> None:
+    bad = layer_violations(module_files())
+    assert not bad, "imports that point up the layers (docs/architecture.md):\n" + "\n".join(bad)
+
+
+def test_built_in_plugins_import_only_what_a_plugin_may() -> None:
     modules = module_files()
-    schedulers = [m for m in modules if any(m == s or m.startswith(s + ".") for s in SCHEDULER_MODULES)]
-    assert "inferd.default_plugins.ensemble.scheduler" in schedulers and len(schedulers) >= len(SCHEDULER_MODULES)
-    bad = _forbidden(schedulers, "inferd.model", modules)
-    assert not bad, "scheduler modules import inferd.model:\n" + "\n".join(bad)
+    bad = []
+    for importer in (m for m in modules if _under(m, BUILT_IN_PLUGINS)):
+        own = importer.split(".")[:2]
+        for imp in imports_of(importer, modules):
+            if imp.target == "inferd" or _under(imp.target, BUILT_IN_MAY_IMPORT) or imp.target.split(".")[:2] == own:
+                continue
+            bad.append(f"{importer}:{imp.line} imports {imp.target}")
+    assert not bad, "built-in plugins reach past the public API and the contracts:\n" + "\n".join(sorted(set(bad)))
+
+
+def plugin_imports(root: Path) -> list[tuple[Path, int, str]]:
+    """``(file, line, module)`` for every ``inferd`` module a plugin's or template's source names."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if "build" in path.parts or ".venv" in path.parts:
+            continue
+        text = path.read_text()
+        try:
+            tree = ast.parse(re.sub(r"{{.*?}}|{%.*?%}", "X", text), str(path))  # the template's placeholders
+        except SyntaxError as exc:
+            raise AssertionError(f"{path} does not parse: {exc}") from None
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names if node.module == "inferd"]
+            for name in names:
+                if name == "inferd" or name.startswith("inferd."):
+                    found.append((path, node.lineno, name))
+    return found
+
+
+REPO = PACKAGE.parents[2]
+
+
+@pytest.mark.parametrize("root", [*sorted((REPO / "plugins").glob("*/src")), REPO / "cookiecutter"],
+                         ids=lambda p: p.parent.name if p.name == "src" else p.name)  # fmt: skip
+def test_plugins_import_only_the_public_api(root: Path) -> None:
+    found = plugin_imports(root)
+    bad = [f"{path.relative_to(REPO)}:{line} imports {name}" for path, line, name in found if name not in PUBLIC]
+    assert not bad, "plugins import inferd only through inferd.api's list (its docstring):\n" + "\n".join(bad)
+    if root.name == "cookiecutter":
+        assert found, "the template imports nothing from inferd: the check would pass on anything"
+
+
+def test_public_modules_say_what_they_export() -> None:
+    import importlib
+
+    for name in PUBLIC:
+        module = importlib.import_module(name)
+        if name.endswith("_pb2") or name == "inferd":  # generated; the package (__version__)
+            continue
+        exported = getattr(module, "__all__", None)
+        assert exported, f"{name} has no __all__"
+        assert all(hasattr(module, n) for n in exported), f"{name}.__all__ names what it lacks"
+
+
+def test_built_in_schedulers_import_nothing_from_the_engine() -> None:
+    modules = module_files()
+    schedulers = [m for m in modules if _under(m, ["inferd.schedulers"])]
+    assert "inferd.schedulers.ensemble.scheduler" in schedulers
+    bad = _forbidden(schedulers, "inferd.engine", modules)
+    assert not bad, "scheduler modules import the engine:\n" + "\n".join(bad)
 
 
 def test_hookspecs_import_nothing_from_inferd_server() -> None:
-    bad = _forbidden(["inferd.hookspecs"], "inferd.server", module_files())
-    assert not bad, "inferd.hookspecs imports inferd.server:\n" + "\n".join(bad)
+    bad = _forbidden(["inferd.contracts.hookspecs"], "inferd.host.server", module_files())
+    assert not bad, "inferd.contracts.hookspecs imports inferd.host.server:\n" + "\n".join(bad)
 
 
 def test_module_length_p90() -> None:

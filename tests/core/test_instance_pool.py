@@ -10,13 +10,13 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from inferd.backend import Instance, InstanceSpec
-from inferd.errors import InferdError
-from inferd.recorder import Recorder
-from inferd.runner import InstanceRunner
-from inferd.scheduler import InstancePool
-from inferd.stats import ModelStats
-from inferd.types import InferRequest, InferResponse
+from inferd.contracts.backend import Instance, InstanceSpec
+from inferd.contracts.errors import InferdError
+from inferd.contracts.recorder import Recorder
+from inferd.contracts.runner import InstanceRunner
+from inferd.contracts.scheduler import InstancePool
+from inferd.contracts.stats import ModelStats
+from inferd.contracts.types import InferRequest, InferResponse
 
 
 class Nothing(Instance):

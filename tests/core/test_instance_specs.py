@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from inferd import config as cfg
-from inferd.builder import instance_specs
+from inferd.lifecycle.builder import instance_specs
 
 
 def groups(text: str) -> cfg.ModelConfig:

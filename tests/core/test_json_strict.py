@@ -7,11 +7,11 @@ import zlib
 
 import pytest
 
-from inferd.default_plugins.grpc import grpc_service_pb2 as pb
-from inferd.default_plugins.grpc.parameter_checks import check_request_parameters
-from inferd.default_plugins.http.compression import compress, response_coding
-from inferd.default_plugins.http.json_tensors import json_array
-from inferd.errors import InvalidArgument
+from inferd.contracts.errors import InvalidArgument
+from inferd.frontends.grpc import grpc_service_pb2 as pb
+from inferd.frontends.grpc.parameter_checks import check_request_parameters
+from inferd.frontends.http.compression import compress, response_coding
+from inferd.frontends.http.json_tensors import json_array
 
 
 @pytest.mark.parametrize(

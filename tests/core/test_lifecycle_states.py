@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from inferd.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
 from inferd.config import parse_config_text
-from inferd.errors import InvalidArgument
-from inferd.hookspecs import hookimpl
-from inferd.lifecycle import ControlMode, ModelManager
-from inferd.plugins import PluginHost
-from inferd.repository import diff
-from inferd.server import Server, ServerOptions
-from inferd.states import ModelRecord, State, VersionState, Why
+from inferd.contracts.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
+from inferd.contracts.errors import InvalidArgument
+from inferd.contracts.hookspecs import hookimpl
+from inferd.engine.states import ModelRecord, State, VersionState, Why
+from inferd.host.plugins import PluginHost
+from inferd.host.server import Server, ServerOptions
+from inferd.lifecycle.manager import ControlMode, ModelManager
+from inferd.repository.scan import diff
 from inferd.testing import write_repository
 
 # -- the states alone ------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.logging_settings import REQUEST_ID, LevelFilter, LogSettings, TritonFormatter
+from inferd.host.logging_settings import REQUEST_ID, LevelFilter, LogSettings, TritonFormatter
 from inferd.testing import ServerProcess, write_repository
 
 PICKY_CONFIG = """

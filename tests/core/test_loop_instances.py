@@ -17,11 +17,11 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from inferd.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
-from inferd.errors import Cancelled, InferdError, InvalidArgument
-from inferd.hookspecs import BackendRegister, hookimpl
+from inferd.contracts.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
+from inferd.contracts.errors import Cancelled, InferdError, InvalidArgument
+from inferd.contracts.hookspecs import BackendRegister, hookimpl
+from inferd.contracts.types import InferRequest, InferResponse, InferTensor
 from inferd.testing import InProcessServer, write_repository
-from inferd.types import InferRequest, InferResponse, InferTensor
 
 CONFIG = """
 name: "%s"

@@ -14,11 +14,11 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from inferd.config import ModelConfig
-from inferd.default_plugins.metrics.collectors import ModelCollector, SystemCollector
-from inferd.default_plugins.metrics.exposition import CONTENT_TYPE, scrape
-from inferd.default_plugins.metrics.latency import LatencyConfig, LatencyWindows
-from inferd.default_plugins.metrics.system import CpuMetrics, GpuMetrics
-from inferd.stats import ModelStats
+from inferd.contracts.stats import ModelStats
+from inferd.frontends.metrics.collectors import ModelCollector, SystemCollector
+from inferd.frontends.metrics.exposition import CONTENT_TYPE, scrape
+from inferd.frontends.metrics.latency import LatencyConfig, LatencyWindows
+from inferd.frontends.metrics.system import CpuMetrics, GpuMetrics
 
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "metrics" / "triton_text.txt"
 CONFIG = LatencyConfig(summaries=True, histograms=True)

@@ -14,16 +14,16 @@ from typing import Any
 
 import numpy as np
 
+from inferd.contracts.errors import Unavailable
+from inferd.contracts.model_info import ModelInfo, TensorInfo
+from inferd.contracts.types import InferRequest, InferTensor
 from inferd.dataplane import DataPlane
-from inferd.default_plugins.grpc import grpc_service_pb2 as pb
-from inferd.default_plugins.grpc.codec import split_infer_request
-from inferd.default_plugins.grpc.service import InferenceService
-from inferd.default_plugins.http.app import HttpApp
-from inferd.errors import Unavailable
-from inferd.model_info import ModelInfo, TensorInfo
-from inferd.server import Server, ServerOptions
+from inferd.frontends.grpc import grpc_service_pb2 as pb
+from inferd.frontends.grpc.codec import split_infer_request
+from inferd.frontends.grpc.service import InferenceService
+from inferd.frontends.http.app import HttpApp
+from inferd.host.server import Server, ServerOptions
 from inferd.testing import write_repository
-from inferd.types import InferRequest, InferTensor
 from tests.e2e import models
 
 TWO_VERSIONS = models.ADD_SUB_CONFIG + "version_policy: { all {} }\n"

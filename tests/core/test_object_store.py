@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from inferd.object_store import S3Location, is_url, parse_s3_url
+from inferd.repository.object_store import S3Location, is_url, parse_s3_url
 
 
 @pytest.mark.parametrize(
@@ -50,7 +50,7 @@ def test_what_counts_as_a_url():
 def test_without_boto3_the_error_names_the_extra():
     code = (
         "import sys; sys.modules['boto3'] = None\n"
-        "from inferd.cli import main\n"
+        "from inferd.host.cli import main\n"
         "sys.exit(main(['serve', '--model-repository', 's3://bucket/models']))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from inferd.default_plugins.http.codec import _may_hold_long_integer, parse_json
-from inferd.errors import InvalidArgument
+from inferd.contracts.errors import InvalidArgument
+from inferd.frontends.http.codec import _may_hold_long_integer, parse_json
 
 
 def same(a: object, b: object) -> bool:

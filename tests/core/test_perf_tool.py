@@ -133,7 +133,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def perf(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "inferd.cli", "perf", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "inferd.host.cli", "perf", *args], capture_output=True, text=True,
                           timeout=timeout)  # fmt: skip
 
 
@@ -245,7 +245,7 @@ def test_missing_client_library_names_the_extra() -> None:
         "        if name.split('.')[0] in ('tritonclient', 'aiohttp'):\n"
         "            raise ImportError('blocked for the test: ' + name)\n"
         "sys.meta_path.insert(0, Block())\n"
-        "from inferd.cli import main\n"
+        "from inferd.host.cli import main\n"
         "sys.exit(main(['perf', '-m', 'add', '-u', '127.0.0.1:1']))\n"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -262,7 +262,9 @@ def test_json_tensor_formats(server: ServerProcess) -> None:
 
 
 def test_cli_import_stays_light() -> None:
-    code = "import inferd.cli, sys; print([m for m in ('tritonclient', 'aiohttp', 'matplotlib') if m in sys.modules])"
+    code = (
+        "import inferd.host.cli, sys; print([m for m in ('tritonclient', 'aiohttp', 'matplotlib') if m in sys.modules])"
+    )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.stdout.strip() == "[]", run.stderr
 

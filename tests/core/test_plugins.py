@@ -7,11 +7,11 @@ import logging
 
 import pytest
 
-from inferd.cli import _print_plugins
-from inferd.default_plugins.local_cache import create_local_cache
-from inferd.errors import InferdError
-from inferd.hookspecs import BackendRegister, CacheRegister, hookimpl
-from inferd.plugins import DEFAULT_PLUGINS, TRACE_ENV, PluginHost
+from inferd.caches.local import create_local_cache
+from inferd.contracts.errors import InferdError
+from inferd.contracts.hookspecs import BackendRegister, CacheRegister, hookimpl
+from inferd.host.cli import _print_plugins
+from inferd.host.plugins import DEFAULT_PLUGINS, TRACE_ENV, PluginHost
 from inferd.testing import IdentityBackend
 
 BUILT_INS = {name for name, _ in DEFAULT_PLUGINS}
@@ -105,7 +105,7 @@ def test_a_plugin_failing_in_its_hook_stops_no_other_plugin(caplog, capsys):
             after.append(True)
             return result
 
-    with caplog.at_level(logging.ERROR, logger="inferd.plugins"):
+    with caplog.at_level(logging.ERROR, logger="inferd.host.plugins"):
         h = host(backend_plugin("Alpha", "alpha"), Failing(), Wrapper(), backend_plugin("Beta", "beta"))
         names = h.backends.names()
     assert names == ["alpha", "beta", "early"]  # what it registered before raising is kept
@@ -172,7 +172,7 @@ def test_a_misspelled_hook_is_reported_and_its_plugin_left_out(caplog):
         def inferd_register_caches(self, register: CacheRegister) -> None:
             register("typo_cache", create_local_cache)
 
-    with caplog.at_level(logging.ERROR, logger="inferd.plugins"):
+    with caplog.at_level(logging.ERROR, logger="inferd.host.plugins"):
         h = host(Typo(), backend_plugin("Alpha", "alpha"))
     message = (
         "plugin 'Typo' implements unknown hook 'inferd_register_backend' "
@@ -213,11 +213,11 @@ def test_register_outside_its_hook_is_refused():
 
 
 def test_trace_logs_pluggys_hook_trace_and_who_registered_what(caplog, monkeypatch):
-    """INFERD_TRACE_PLUGINS=1 (or trace=True) writes pluggy's trace to the inferd.plugins.trace logger."""
+    """INFERD_TRACE_PLUGINS=1 (or trace=True) writes pluggy's trace to the inferd.host.plugins.trace logger."""
     monkeypatch.setenv(TRACE_ENV, "1")
-    with caplog.at_level(logging.INFO, logger="inferd.plugins.trace"):
+    with caplog.at_level(logging.INFO, logger="inferd.host.plugins.trace"):
         host(backend_plugin("Alpha", "alpha"), trace=None).backends.names()
-    lines = [r.getMessage() for r in caplog.records if r.name == "inferd.plugins.trace"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "inferd.host.plugins.trace"]
     assert lines[:3] == [
         "  inferd_register_backends [hook]\n      register: <register backend>",
         "  backend 'alpha' registered by plugin 'Alpha' [register]",
@@ -225,6 +225,6 @@ def test_trace_logs_pluggys_hook_trace_and_who_registered_what(caplog, monkeypat
     ]
     caplog.clear()
     monkeypatch.setenv(TRACE_ENV, "0")
-    with caplog.at_level(logging.INFO, logger="inferd.plugins.trace"):
+    with caplog.at_level(logging.INFO, logger="inferd.host.plugins.trace"):
         host(backend_plugin("Alpha", "alpha"), trace=None).backends.names()
-    assert [r for r in caplog.records if r.name == "inferd.plugins.trace"] == []
+    assert [r for r in caplog.records if r.name == "inferd.host.plugins.trace"] == []

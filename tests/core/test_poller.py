@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from inferd.poller import RepositoryPoller
-from inferd.repository import RepositoryDiff, Snapshot, fingerprint, scan
+from inferd.lifecycle.poller import RepositoryPoller
+from inferd.repository.scan import RepositoryDiff, Snapshot, fingerprint, scan
 
 CONFIG = 'name: "m"\nbackend: "python"\nmax_batch_size: 4\n'
 

@@ -11,8 +11,8 @@ import pytest
 from google.protobuf import json_format, text_format
 
 from inferd.config import model_config_pb2 as ours_mc
-from inferd.default_plugins.grpc import grpc_service_pb2 as ours_svc
-from inferd.default_plugins.grpc import grpc_service_pb2_grpc, health_pb2, health_pb2_grpc
+from inferd.frontends.grpc import grpc_service_pb2 as ours_svc
+from inferd.frontends.grpc import grpc_service_pb2_grpc, health_pb2, health_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "core" / "src"
@@ -45,7 +45,7 @@ def test_generated_code_is_up_to_date(tmp_path: Path) -> None:
 
 
 def test_generated_imports_are_package_imports() -> None:
-    svc = (SRC / "inferd/default_plugins/grpc/grpc_service_pb2.py").read_text()
+    svc = (SRC / "inferd/frontends/grpc/grpc_service_pb2.py").read_text()
     assert "from inferd.config import model_config_pb2 as model__config__pb2" in svc
     assert ours_svc.ModelConfigResponse.DESCRIPTOR.fields_by_name["config"].message_type is (
         ours_mc.ModelConfig.DESCRIPTOR

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from inferd.config.model_config_pb2 import ModelRateLimiter
-from inferd.errors import InvalidArgument
-from inferd.rate_limiter import ALL_DEVICES, RateLimiter, parse_resource
+from inferd.contracts.errors import InvalidArgument
+from inferd.engine.rate_limiter import ALL_DEVICES, RateLimiter, parse_resource
 
 
 def _limits(*resources: tuple[str, int, bool], priority: int = 0) -> ModelRateLimiter:

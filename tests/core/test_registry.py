@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from inferd.errors import ErrorKind, InferdError, NotFound
-from inferd.registry import Registry
+from inferd.contracts.errors import ErrorKind, InferdError, NotFound
+from inferd.contracts.registry import Registry
 
 
 def make_a() -> str:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from inferd.errors import InvalidArgument
-from inferd.repository import OverrideDirs, Snapshot, diff, fingerprint, scan
+from inferd.contracts.errors import InvalidArgument
+from inferd.repository.scan import OverrideDirs, Snapshot, diff, fingerprint, scan
 from inferd.testing import write_repository
 
 PLAIN = 'name: "plain"\nbackend: "python"\nmax_batch_size: 8\n'

@@ -15,14 +15,14 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from inferd.cli import build_parser, options_from_args
-from inferd.default_plugins.local_cache import LocalCache, create_local_cache, entry_size
-from inferd.errors import InvalidArgument
-from inferd.plugins import PluginHost
-from inferd.response_cache import request_key
-from inferd.server import Server, ServerOptions
+from inferd.caches.local import LocalCache, create_local_cache, entry_size
+from inferd.contracts.errors import InvalidArgument
+from inferd.contracts.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from inferd.engine.response_cache import request_key
+from inferd.host.cli import build_parser, options_from_args
+from inferd.host.plugins import PluginHost
+from inferd.host.server import Server, ServerOptions
 from inferd.testing import ServerProcess, asgi_client, write_repository
-from inferd.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 COUNTED_CONFIG = """
 name: "{name}"

@@ -11,12 +11,12 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from inferd.backend import Instance, InstanceSpec
-from inferd.errors import ErrorKind, InferdError, InvalidArgument
-from inferd.recorder import Recorder
-from inferd.runner import InstanceRunner
-from inferd.stats import ModelStats
-from inferd.types import InferRequest, InferResponse, InferTensor
+from inferd.contracts.backend import Instance, InstanceSpec
+from inferd.contracts.errors import ErrorKind, InferdError, InvalidArgument
+from inferd.contracts.recorder import Recorder
+from inferd.contracts.runner import InstanceRunner
+from inferd.contracts.stats import ModelStats
+from inferd.contracts.types import InferRequest, InferResponse, InferTensor
 
 
 def _request(rows: int, request_id: str) -> InferRequest:
@@ -95,7 +95,7 @@ def test_batches_handed_to_a_busy_runner_wait_their_turn_and_are_not_yet_executi
 def test_the_wrong_number_of_responses_fails_the_batch_and_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     runner = _runner(Miscounts())
     try:
-        with caplog.at_level(logging.ERROR, logger="inferd.runner"):
+        with caplog.at_level(logging.ERROR, logger="inferd.contracts.runner"):
             outcomes = asyncio.run(runner.run([_request(1, "a"), _request(1, "b")]))
     finally:
         runner.close()

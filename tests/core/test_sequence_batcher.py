@@ -20,18 +20,18 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.backend import ArrayInstance, InstanceSpec
 from inferd.config import parse_config_text
-from inferd.default_plugins.sequence_batcher import SequenceBatchScheduler
-from inferd.default_plugins.sequence_controls import ImplicitState, SequenceControls
-from inferd.errors import InferdError
-from inferd.model import ModelVersion
-from inferd.recorder import Recorder
-from inferd.runner import InstanceRunner
-from inferd.scheduler import SchedulerContext
-from inferd.stats import ModelStats
+from inferd.contracts.backend import ArrayInstance, InstanceSpec
+from inferd.contracts.errors import InferdError
+from inferd.contracts.recorder import Recorder
+from inferd.contracts.runner import InstanceRunner
+from inferd.contracts.scheduler import SchedulerContext
+from inferd.contracts.stats import ModelStats
+from inferd.contracts.types import InferRequest, InferTensor
+from inferd.engine.version import ModelVersion
+from inferd.schedulers.sequence.batcher import SequenceBatchScheduler
+from inferd.schedulers.sequence.controls import ImplicitState, SequenceControls
 from inferd.testing import ServerProcess, write_repository
-from inferd.types import InferRequest, InferTensor
 
 MODEL_PY = """
 import json

@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferd.errors import ErrorKind, InferdError
+from inferd.contracts.errors import ErrorKind, InferdError
+from inferd.contracts.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from inferd.shared_memory import Regions, SharedMemory, bind_outputs, read_input
 from inferd.shared_memory.cuda import unusable_reason
 from inferd.shared_memory.system import shm_path
-from inferd.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 _n = itertools.count()
 

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferd.errors import ErrorKind, InferdError
+from inferd.contracts.errors import ErrorKind, InferdError
+from inferd.contracts.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from inferd.shared_memory import Regions, SharedMemory, bind_outputs, cuda, read_input
-from inferd.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 
 class FakeRuntime(types.SimpleNamespace):

@@ -42,7 +42,7 @@ def successes(server: ServerProcess) -> int:
 def test_perf_with_system_shared_memory(server: ServerProcess, protocol: str) -> None:
     url = server.http_url if protocol == "http" else server.grpc_url
     before = successes(server)
-    run = subprocess.run([sys.executable, "-m", "inferd.cli", "perf", "-m", "add_sub", "-u", url, "-i", protocol,
+    run = subprocess.run([sys.executable, "-m", "inferd.host.cli", "perf", "-m", "add_sub", "-u", url, "-i", protocol,
                           "-b", "2", "--shared-memory", "system", "--output-shared-memory-size", "64",
                           "-p", "300", "-r", "3"], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert run.returncode == 0, run.stderr + run.stdout
@@ -56,7 +56,7 @@ def test_perf_with_system_shared_memory(server: ServerProcess, protocol: str) ->
 
 
 def test_an_output_region_too_small_fails_the_requests(server: ServerProcess) -> None:
-    run = subprocess.run([sys.executable, "-m", "inferd.cli", "perf", "-m", "add_sub", "-u", server.http_url,
+    run = subprocess.run([sys.executable, "-m", "inferd.host.cli", "perf", "-m", "add_sub", "-u", server.http_url,
                           "-b", "2", "--shared-memory", "system", "--output-shared-memory-size", "16",
                           "-p", "200", "-r", "1"], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert run.returncode != 0

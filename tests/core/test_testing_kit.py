@@ -12,7 +12,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from inferd.config import parse_config_text
-from inferd.errors import ConfigError
+from inferd.contracts.errors import ConfigError
 from inferd.testing import (
     BackendContract,
     ContractModel,

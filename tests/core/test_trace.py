@@ -17,10 +17,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.errors import InvalidArgument, Unsupported
+from inferd.contracts.errors import InvalidArgument, Unsupported
+from inferd.contracts.trace import Tracer, parse_setting
+from inferd.contracts.types import InferRequest
 from inferd.testing import ServerProcess, write_repository
-from inferd.trace import Tracer, parse_setting
-from inferd.types import InferRequest
 
 IDENTITY_CONFIG = """
 backend: "python"
@@ -203,7 +203,7 @@ def test_parse_setting_messages():
 
 
 def test_requests_made_by_a_traced_request_are_traced_with_its_id(tmp_path):
-    from inferd.trace import TRACE_PARENT_KEY
+    from inferd.contracts.trace import TRACE_PARENT_KEY
 
     tracer = Tracer()
     tracer.configure(["level=TIMESTAMPS", "rate=1", "count=1", f"triton,file={tmp_path / 't.json'}"])

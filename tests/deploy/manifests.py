@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
-from inferd import tls, triton_flags
-from inferd.cli import build_parser, options_from_args
-from inferd.plugins import PluginHost
-from inferd.server import ServerOptions
+from inferd.host import triton_flags
+from inferd.host.cli import build_parser, options_from_args
+from inferd.host.plugins import PluginHost
+from inferd.host.server import ServerOptions
+from inferd.serving import tls
 from tests.deploy.conftest import DEPLOY, ROOT
 
 KUSTOMIZE = DEPLOY / "kubernetes"

@@ -15,7 +15,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from inferd.default_plugins.grpc import health_pb2, health_pb2_grpc
+from inferd.frontends.grpc import health_pb2, health_pb2_grpc
 from inferd.testing import ServerProcess
 from tests.deploy.conftest import ADD_SUB_BODY, ADD_SUB_SUM, copy_add_sub, http_get, http_post
 
@@ -58,7 +58,7 @@ def test_readiness_is_false_while_both_protocols_still_serve(tmp_path):
 
 def test_a_negative_drain_delay_is_refused(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "inferd.cli", "serve", "--model-repository", str(tmp_path), "--drain-delay-secs=-1"],
+        [sys.executable, "-m", "inferd.host.cli", "serve", "--model-repository", str(tmp_path), "--drain-delay-secs=-1"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2

@@ -29,7 +29,7 @@ class VenvServer(ServerProcess):
         self.env.pop("PYTHONPATH", None)  # the venv's own copy, not a checkout's sources
 
     def command(self) -> list[str]:
-        python_m_inferd = 3  # [sys.executable, "-m", "inferd.cli", "serve", ...]
+        python_m_inferd = 3  # [sys.executable, "-m", "inferd.host.cli", "serve", ...]
         return [str(self.venv / "bin/inferd"), *super().command()[python_m_inferd:]]
 
 

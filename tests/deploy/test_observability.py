@@ -9,7 +9,7 @@ import re
 import pytest
 import yaml
 
-from inferd.default_plugins.metrics.collectors import _GPU
+from inferd.frontends.metrics.collectors import _GPU
 from inferd.testing import ServerProcess
 from tests.deploy.conftest import DEPLOY, http_get
 from tests.deploy.promql import metric_names

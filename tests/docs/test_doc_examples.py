@@ -18,8 +18,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from inferd.plugins import PluginHost
-from inferd.server import Server
+from inferd.host.plugins import PluginHost
+from inferd.host.server import Server
 from inferd.testing import (
     BackendContract,
     ContractModel,

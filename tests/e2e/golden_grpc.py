@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from google.protobuf.message import Message
 
-from inferd.default_plugins.grpc import grpc_service_pb2 as pb
-from inferd.default_plugins.grpc import health_pb2
+from inferd.frontends.grpc import grpc_service_pb2 as pb
+from inferd.frontends.grpc import health_pb2
 from tests.e2e.golden_http import MODELS, WORDS, A, B, X
 
 STREAMING = {"ModelStreamInfer"}

@@ -361,7 +361,15 @@ def test_key_file_changes_apply_without_restart_and_a_bad_file_keeps_the_old_key
 def test_a_malformed_key_file_stops_the_start_naming_file_and_line(tmp_path):
     keys = tmp_path / "keys.yaml"
     keys.write_text(f"tenants:\n  a:\n    keys: [{sha('k')}]\n  b:\n    keys: [nothex]\n")
-    cmd = [sys.executable, "-m", "inferd.cli", "serve", "--model-repository", str(tmp_path), f"--auth-config={keys}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "inferd.host.cli",
+        "serve",
+        "--model-repository",
+        str(tmp_path),
+        f"--auth-config={keys}",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert f"{keys}:4: tenant 'b': key 'nothex...' is not a sha256 hex digest" in done.stderr

@@ -30,7 +30,7 @@ BROKEN = {
 
 
 def inferd(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "inferd.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "inferd.host.cli", *args], capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture(scope="module")

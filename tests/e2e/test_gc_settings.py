@@ -1,5 +1,5 @@
 """``inferd serve`` tunes the garbage collector once started and gives the frozen start-up heap
-back when a model version unloads (``inferd.gc_settings``): seen from inside a real server, by a
+back when a model version unloads (``inferd.contracts.gc_settings``): seen from inside a real server, by a
 Python-backend model that reports the collector's state of the process it runs in."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from inferd import gc_settings
+from inferd.contracts import gc_settings
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e.models import add_sub, simple
 

@@ -37,9 +37,9 @@ import pytest
 from google.protobuf import text_format
 from google.protobuf.message import Message
 
-from inferd.default_plugins.grpc import grpc_service_pb2 as pb
-from inferd.default_plugins.grpc import grpc_service_pb2_grpc as pb_grpc
-from inferd.default_plugins.grpc import health_pb2, health_pb2_grpc
+from inferd.frontends.grpc import grpc_service_pb2 as pb
+from inferd.frontends.grpc import grpc_service_pb2_grpc as pb_grpc
+from inferd.frontends.grpc import health_pb2, health_pb2_grpc
 from inferd.testing import ServerProcess
 from tests.conftest import EXAMPLES, ROOT
 from tests.e2e import golden_grpc, golden_http

@@ -221,7 +221,7 @@ def test_server_live_ready_metadata(client: grpcclient.InferenceServerClient) ->
 
 
 def test_health_check_service(server: ServerProcess) -> None:
-    from inferd.default_plugins.grpc import health_pb2, health_pb2_grpc
+    from inferd.frontends.grpc import health_pb2, health_pb2_grpc
 
     with grpc.insecure_channel(server.grpc_url) as channel:
         reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())

@@ -73,7 +73,7 @@ def _wait_for(srv: ServerProcess, request_id: str, text: str) -> list[dict[str, 
 def test_every_line_is_one_json_object_with_the_same_fields(server):
     lines = _lines(server)
     assert lines and all(set(ln) - {"exception"} == KEYS for ln in lines)
-    assert any(ln["message"].startswith("inferd ready in ") and ln["logger"] == "inferd.server" for ln in lines)
+    assert any(ln["message"].startswith("inferd ready in ") and ln["logger"] == "inferd.host.server" for ln in lines)
     assert all(ln["time"].endswith("Z") and ln["time"][10] == "T" for ln in lines)
     assert {ln["level"] for ln in lines} <= {"INFO", "WARNING", "ERROR", "VERBOSE1"}
 

@@ -23,8 +23,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.default_plugins.grpc import grpc_service_pb2 as pb
-from inferd.default_plugins.grpc import grpc_service_pb2_grpc as pb_grpc
+from inferd.frontends.grpc import grpc_service_pb2 as pb
+from inferd.frontends.grpc import grpc_service_pb2_grpc as pb_grpc
 from inferd.testing import ServerProcess, write_repository
 
 RAISES = """

@@ -75,7 +75,7 @@ def _status(url: str) -> int:
 def _serve(*args: str) -> subprocess.CompletedProcess[str]:
     """``inferd serve`` that is expected to stop at start-up; its exit code and output."""
     http, grpc, metrics = free_ports(3)
-    cmd = [sys.executable, "-m", "inferd.cli", "serve", "--http-address", "127.0.0.1", "--http-port", str(http),
+    cmd = [sys.executable, "-m", "inferd.host.cli", "serve", "--http-address", "127.0.0.1", "--http-port", str(http),
            "--grpc-port", str(grpc), "--metrics-port", str(metrics), *args]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 

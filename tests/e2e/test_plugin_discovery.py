@@ -42,7 +42,7 @@ def env_with(site: Path, **extra: str) -> dict[str, str]:
 
 def test_inferd_plugins_lists_discovered_plugins_and_broken_ones(site):
     out = subprocess.run(
-        [sys.executable, "-m", "inferd.cli", "plugins"],
+        [sys.executable, "-m", "inferd.host.cli", "plugins"],
         capture_output=True,
         text=True,
         env={**os.environ, **env_with(site)},
@@ -71,7 +71,7 @@ def test_a_failing_registration_hook_is_reported_and_a_hook_wrapper_runs(site, t
     """A plugin raising in its registration hook stops neither the other plugins, nor a hook wrapper
     around them, nor the server."""
     out = subprocess.run(
-        [sys.executable, "-m", "inferd.cli", "plugins"],
+        [sys.executable, "-m", "inferd.host.cli", "plugins"],
         capture_output=True,
         text=True,
         env={**os.environ, **env_with(site)},
@@ -100,7 +100,7 @@ def test_misspelled_hook_is_reported_and_the_server_starts(site, tmp_path):
         "(did you mean 'inferd_register_backends'?); the plugin is left out"
     )
     out = subprocess.run(
-        [sys.executable, "-m", "inferd.cli", "plugins"],
+        [sys.executable, "-m", "inferd.host.cli", "plugins"],
         capture_output=True,
         text=True,
         env={**os.environ, **env_with(site)},
@@ -146,7 +146,7 @@ def test_blocked_plugin_is_not_used(site, tmp_path):
 def test_discovery_stays_light():
     """Listing plugins imports no ML framework and none of the backends' implementation modules."""
     code = (
-        "import sys; from inferd.plugins import PluginHost; h = PluginHost(); h.plugin_infos(); "
+        "import sys; from inferd.host.plugins import PluginHost; h = PluginHost(); h.plugin_infos(); "
         "heavy = [m for m in ('torch', 'onnxruntime', 'xgboost', 'tensorrt', 'inferd_backend_python.backend') if m in sys.modules]; "
         "print(heavy); assert not heavy, heavy"
     )

@@ -194,7 +194,7 @@ def test_a_malformed_resource_flag_is_refused(repo):
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "inferd.cli", "serve", "--model-repository", str(repo[0]),
+    done = subprocess.run([sys.executable, "-m", "inferd.host.cli", "serve", "--model-repository", str(repo[0]),
                            "--rate-limit-resource=R:many"], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 2
     assert "--rate-limit-resource option format is '<resource_name>:<count>:<device>'" in done.stderr

@@ -165,7 +165,7 @@ def test_grpc_stream_with_its_key_is_served(server):
     ],
 )
 def test_a_bad_restricted_flag_stops_the_start(tmp_path, flag, message):
-    cmd = [sys.executable, "-m", "inferd.cli", "serve", "--model-repository", str(tmp_path), flag,
+    cmd = [sys.executable, "-m", "inferd.host.cli", "serve", "--model-repository", str(tmp_path), flag,
            "--http-restricted-api=health:a=b", "--http-port=0"]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
@@ -173,7 +173,7 @@ def test_a_bad_restricted_flag_stops_the_start(tmp_path, flag, message):
 
 
 def test_one_group_in_two_flags_is_refused(tmp_path):
-    cmd = [sys.executable, "-m", "inferd.cli", "serve", "--model-repository", str(tmp_path),
+    cmd = [sys.executable, "-m", "inferd.host.cli", "serve", "--model-repository", str(tmp_path),
            "--http-restricted-api=health:a=b", "--http-restricted-api=health,logging:c=d"]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2

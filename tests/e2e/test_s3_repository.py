@@ -95,7 +95,7 @@ def inferd(tmp_path: Path, url: str, args: list[str], env: dict[str, str] | None
 
 def serve_fails(url: str, args: list[str] = (), env: dict[str, str] | None = None) -> str:
     """Run ``inferd serve`` that must exit with an error; its output."""
-    cmd = [sys.executable, "-m", "inferd.cli", "serve", "--model-repository", url,
+    cmd = [sys.executable, "-m", "inferd.host.cli", "serve", "--model-repository", url,
            "--http-port", str(free_port()), "--grpc-port", str(free_port()), "--metrics-port", str(free_port()), *args]  # fmt: skip
     done = subprocess.run(
         cmd, env={**os.environ, **CREDENTIALS, **(env or {})}, capture_output=True, text=True, timeout=120

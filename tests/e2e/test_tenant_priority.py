@@ -219,7 +219,15 @@ def test_a_high_priority_sequence_takes_the_next_free_slot(server):
 def test_bad_priority_or_token_values_stop_the_start(tmp_path, field, value, expected):
     auth = tmp_path / "auth.json"
     auth.write_text(json.dumps({"tenants": {"bad": {"keys": [sha("k")], field: value}}}))
-    cmd = [sys.executable, "-m", "inferd.cli", "serve", "--model-repository", str(tmp_path), f"--auth-config={auth}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "inferd.host.cli",
+        "serve",
+        "--model-repository",
+        str(tmp_path),
+        f"--auth-config={auth}",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert expected in done.stderr

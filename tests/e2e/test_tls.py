@@ -25,7 +25,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd import cli, tls
+from inferd.host import cli
+from inferd.serving import tls
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 

@@ -290,7 +290,7 @@ ensemble_scheduling { step [ {
 def test_grpc_traffic_service_and_ensemble_steps_follow_the_split(start, transport: str) -> None:
     import grpc
 
-    from inferd.default_plugins.grpc import traffic_pb2, traffic_pb2_grpc
+    from inferd.frontends.grpc import traffic_pb2, traffic_pb2_grpc
 
     models = {"m": model_files("m", {1: 0, 2: 0}), "ens": {"config.pbtxt": ENSEMBLE, "1/.keep": ""}}
     server = start(models, "--grpc-transport", transport)

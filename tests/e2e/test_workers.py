@@ -241,7 +241,7 @@ def test_a_worker_failing_at_start_up_stops_the_server_with_its_error(repo):
 
 def test_workers_share_the_port_0_the_supervisor_picked(repo, tmp_path):
     ports_file = tmp_path / "ports.json"
-    cmd = [sys.executable, "-m", "inferd.cli", "serve", "--model-repository", str(repo), "--workers", "2",
+    cmd = [sys.executable, "-m", "inferd.host.cli", "serve", "--model-repository", str(repo), "--workers", "2",
            "--http-address", "127.0.0.1", "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
            "--ports-file", str(ports_file)]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

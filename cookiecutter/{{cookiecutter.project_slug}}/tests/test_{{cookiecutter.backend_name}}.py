@@ -25,7 +25,7 @@ def test_hooks_import_no_framework():
 
 
 def test_plugin_is_discovered():
-    out = subprocess.run([sys.executable, "-m", "inferd.cli", "plugins"], capture_output=True, text=True).stdout
+    out = subprocess.run([sys.executable, "-m", "inferd.host.cli", "plugins"], capture_output=True, text=True).stdout
     assert "backend: {{ cookiecutter.backend_name }}" in out, out
 
 

@@ -1,7 +1,7 @@
 """The one API every frontend calls. It knows no wire format.
 
-Frontends decode into :class:`~inferd.types.InferRequest`, call the data plane, and encode what it
-returns. Errors are raised as :class:`~inferd.errors.InferdError` with a kind each frontend maps
+Frontends decode into :class:`~inferd.contracts.types.InferRequest`, call the data plane, and encode what it
+returns. Errors are raised as :class:`~inferd.contracts.errors.InferdError` with a kind each frontend maps
 to its status codes.
 """
 
@@ -11,28 +11,29 @@ import asyncio
 import base64
 import logging
 import os
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from inferd import __version__
 from inferd import config as cfg
 from inferd.auth import ApiGroup, unknown_model, usage_json, visible_names
-from inferd.errors import InferdError, InvalidArgument, Unavailable
-from inferd.lifecycle import ControlMode
-from inferd.logging_settings import SETTINGS as LOG_SETTINGS
-from inferd.metric_sources import SOURCES, MetricSources, SummedSources
-from inferd.names import name_problem, shown
-from inferd.repository import check_model_name, poll_failure
+from inferd.contracts import merge
+from inferd.contracts.errors import InferdError, InvalidArgument, Unavailable, poll_failure
+from inferd.contracts.metric_sources import SOURCES, MetricSources, SummedSources
+from inferd.contracts.names import name_problem, shown
+from inferd.lifecycle.manager import ControlMode
+from inferd.repository.scan import check_model_name
 from inferd.shared_memory import SharedMemory
-from inferd.workers import merge
 from inferd.workers.counts import Counts, CountsFile
 
 if TYPE_CHECKING:
     from inferd.auth import AccessControl
-    from inferd.health import ServerHealth
-    from inferd.lifecycle import ModelManager
-    from inferd.router import Router
-    from inferd.trace import Tracer
+    from inferd.contracts.trace import Tracer
+    from inferd.engine.health import ServerHealth
+    from inferd.engine.router import Router
+    from inferd.engine.version import ModelVersion
+    from inferd.host.logging_settings import LogSettings
+    from inferd.lifecycle.manager import ModelManager
     from inferd.workers.peers import Peers
 
 #: Extensions listed in server metadata: only those inferd implements (CUDA shared memory only
@@ -53,13 +54,15 @@ EXTENSIONS: list[str] = [
     "logging",
 ]
 
+__all__ = ["DataPlane"]
+
 log = logging.getLogger(__name__)
 
 
 class DataPlane:
     """Health, metadata, inference, statistics and repository control for frontends.
 
-    Inference itself is the :class:`~inferd.router.Router`'s: ``resolve``, ``infer`` and
+    Inference itself is the :class:`~inferd.engine.router.Router`'s: ``resolve``, ``infer`` and
     ``stream`` are its methods, so a request costs no extra call here.
 
     With ``peers`` (one worker of ``inferd serve --workers N``), the server-wide answers are the
@@ -69,8 +72,8 @@ class DataPlane:
     """
 
     def __init__(
-        self, manager: ModelManager, router: Router, health: ServerHealth, tracer: Tracer, server_name: str = "inferd",
-        peers: Peers | None = None,
+        self, manager: ModelManager, router: Router, health: ServerHealth, tracer: Tracer, log_settings: LogSettings,
+        server_name: str = "inferd", peers: Peers | None = None,
     ) -> None:  # fmt: skip
         self.manager = manager
         self.table = manager.table
@@ -79,7 +82,7 @@ class DataPlane:
         #: Trace settings and sampling (the trace extension).
         self.tracer = tracer
         #: The process's log settings (the logging extension).
-        self.log_config = LOG_SETTINGS
+        self.log_config = log_settings
         self.server_name = server_name
         #: Shared-memory regions clients registered (the shared-memory extensions), on every worker.
         self.shared_memory = SharedMemory(peers)
@@ -102,12 +105,21 @@ class DataPlane:
 
     # -- health and metadata --------------------------------------------------------------------
 
+    def serving_versions(self) -> Sequence[ModelVersion]:
+        """Every serving model version, by name then version (what the metrics frontend reads)."""
+        return list(self.table.serving())
+
+    @property
+    def namespacing(self) -> bool:
+        """Whether models are namespaced by repository (``--model-namespacing``)."""
+        return self.table.namespacing
+
     def is_live(self) -> bool:
         return self.health.live
 
     async def is_ready(self) -> bool:
         """Ready once start-up loading finished and the frontends accept requests (on every worker);
-        with ``--strict-readiness``, also every model READY (see :mod:`inferd.health`)."""
+        with ``--strict-readiness``, also every model READY (see :mod:`inferd.engine.health`)."""
         return self.local_ready() and (self.peers is None or await self.peers.all_ready())
 
     def local_ready(self) -> bool:

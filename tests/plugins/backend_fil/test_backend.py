@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import xgboost
 
-from inferd.backend import InstanceSpec, ModelLoadContext
 from inferd.config import normalize, parse_config_text
-from inferd.errors import ConfigError, InvalidArgument
-from inferd.types import InferRequest, InferTensor
+from inferd.contracts.backend import InstanceSpec, ModelLoadContext
+from inferd.contracts.errors import ConfigError, InvalidArgument
+from inferd.contracts.types import InferRequest, InferTensor
 from inferd_backend_fil.backend import FilBackend
 from inferd_backend_fil.options import parse_options
 

@@ -10,9 +10,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from inferd.backend import InstanceSpec, ModelLoadContext
 from inferd.config import config_to_json, normalize, parse_config_text
-from inferd.errors import ConfigError, InternalError, InvalidArgument
+from inferd.contracts.backend import InstanceSpec, ModelLoadContext
+from inferd.contracts.errors import ConfigError, InternalError, InvalidArgument
 from inferd_backend_onnx import options
 from inferd_backend_onnx.backend import OnnxBackend
 from inferd_backend_onnx.signature import TensorInfo, check_config

@@ -7,7 +7,7 @@ import pytest
 from google.protobuf import text_format
 
 from inferd.config import ModelConfig
-from inferd.errors import ConfigError
+from inferd.contracts.errors import ConfigError
 from inferd_backend_onnx.options import BACKEND_SETTINGS, BackendOptions, backend_options, session_settings
 
 

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferd.backend import Instance, InstanceSpec, ModelLoadContext
 from inferd.config import parse_config_text
-from inferd.types import InferRequest, InferTensor, RequestedOutput
+from inferd.contracts.backend import Instance, InstanceSpec, ModelLoadContext
+from inferd.contracts.types import InferRequest, InferTensor, RequestedOutput
 from inferd_backend_python.backend import PythonBackend, PythonModel
 
 

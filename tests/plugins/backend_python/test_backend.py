@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferd.backend import InstanceSpec
-from inferd.errors import ErrorKind, InferdError
-from inferd.types import InferResponse
+from inferd.contracts.backend import InstanceSpec
+from inferd.contracts.errors import ErrorKind, InferdError
+from inferd.contracts.types import InferResponse
 from inferd_backend_python.backend import PythonBackend
 
 from .conftest import context_for, make_request, write_model

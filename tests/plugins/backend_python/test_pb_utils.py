@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import triton_python_backend_utils as pb_utils
 
-from inferd.errors import ErrorKind, NotFound
-from inferd.types import InferRequest, InferResponse, InferTensor
+from inferd.contracts.errors import ErrorKind, NotFound
+from inferd.contracts.types import InferRequest, InferResponse, InferTensor
 
 from .conftest import make_request
 

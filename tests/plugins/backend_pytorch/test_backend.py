@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from inferd.backend import InstanceSpec, ModelLoadContext
 from inferd.config import normalize, parse_config_text
-from inferd.errors import ConfigError, ErrorKind, InferdError, InvalidArgument
-from inferd.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from inferd.contracts.backend import InstanceSpec, ModelLoadContext
+from inferd.contracts.errors import ConfigError, ErrorKind, InferdError, InvalidArgument
+from inferd.contracts.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from inferd_backend_pytorch.backend import PyTorchBackend
 from inferd_backend_pytorch.binding import Argument, OutputPlan, index_suffix, plan_inputs
 from inferd_backend_pytorch.options import parse_options

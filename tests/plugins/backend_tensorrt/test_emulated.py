@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from inferd import config as cfg
-from inferd.backend import InstanceSpec, ModelLoadContext
-from inferd.errors import InferdError, InvalidArgument
+from inferd.contracts.backend import InstanceSpec, ModelLoadContext
+from inferd.contracts.errors import InferdError, InvalidArgument
+from inferd.contracts.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from inferd.testing import BackendContract, ContractModel, InputSpec, write_repository
-from inferd.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from inferd_backend_tensorrt import hooks
 from inferd_backend_tensorrt.backend import TensorRTBackend
 

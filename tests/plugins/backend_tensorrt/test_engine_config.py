@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from inferd.config import config_to_json, parse_config_text
-from inferd.errors import ConfigError, InvalidArgument, Unsupported
+from inferd.contracts.errors import ConfigError, InvalidArgument, Unsupported
 from inferd_backend_tensorrt.autocomplete import autocomplete, check_config
 from inferd_backend_tensorrt.dtypes import TRT_TO_WIRE, WIRE_TO_TRT, config_type, trt_name, wire_from_trt
 from inferd_backend_tensorrt.engine import choose_profile, describe, profile_indices

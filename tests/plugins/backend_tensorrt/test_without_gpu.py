@@ -10,7 +10,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.errors import Unavailable
+from inferd.contracts.errors import Unavailable
 from inferd.testing import ServerProcess, write_repository
 
 HINT = "install inferd-backend-tensorrt[gpu] on a machine with an NVIDIA GPU"
@@ -40,7 +40,7 @@ def test_import_loads_neither_tensorrt_nor_cuda(module):
 
 
 def test_plugin_is_discovered():
-    out = subprocess.run([sys.executable, "-m", "inferd.cli", "plugins"], capture_output=True, text=True).stdout
+    out = subprocess.run([sys.executable, "-m", "inferd.host.cli", "plugins"], capture_output=True, text=True).stdout
     assert any(line.startswith("tensorrt") and "backend: tensorrt" in line for line in out.splitlines()), out
 
 

@@ -16,9 +16,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from inferd.errors import InvalidArgument
+from inferd.contracts.errors import InvalidArgument
+from inferd.contracts.types import InferResponse, InferTensor
 from inferd.testing import ServerProcess, free_port, write_repository
-from inferd.types import InferResponse, InferTensor
 
 REDIS_SERVER = shutil.which("redis-server")
 pytestmark = pytest.mark.skipif(

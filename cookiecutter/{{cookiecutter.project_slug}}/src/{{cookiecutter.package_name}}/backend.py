@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from inferd.backend import ArrayInstance, Backend, Instance, InstanceSpec, Model, ModelLoadContext
-from inferd.errors import ConfigError, NotFound
+from inferd.api import ArrayInstance, Backend, Instance, InstanceSpec, Model, ModelLoadContext
+from inferd.api import ConfigError, NotFound
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
 
-log = logging.getLogger("inferd.backend.{{ cookiecutter.backend_name }}")
+log = logging.getLogger("inferd.contracts.backend.{{ cookiecutter.backend_name }}")
 
 
 class {{ cookiecutter.class_prefix }}Backend(Backend):
@@ -101,7 +101,7 @@ class {{ cookiecutter.class_prefix }}Instance(ArrayInstance):
     dimension, calls :meth:`run` once and splits the outputs back per request.
 
     A framework that is not "arrays in, arrays out" (streaming, decoupled models) subclasses
-    ``inferd.backend.Instance`` instead and implements ``execute(requests) -> responses``.
+    ``inferd.contracts.backend.Instance`` instead and implements ``execute(requests) -> responses``.
     """
 
     def __init__(self, model: {{ cookiecutter.class_prefix }}Model, spec: InstanceSpec) -> None:

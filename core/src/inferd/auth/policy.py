@@ -19,8 +19,8 @@ import grpc
 from inferd.auth.groups import ApiGroup, Restriction
 from inferd.auth.keys import KeyFile, Tenant, digest
 from inferd.auth.limits import TenantLimits
-from inferd.errors import InferdError, InvalidArgument, NotFound
-from inferd.hints import did_you_mean
+from inferd.contracts.errors import InferdError, InvalidArgument, NotFound
+from inferd.contracts.hints import did_you_mean
 
 #: Longest ``Authorization`` value looked at (a bearer key is far shorter).
 MAX_AUTHORIZATION = 4096
@@ -116,7 +116,7 @@ class AccessPolicy:
 
     def secret_headers(self) -> frozenset[str]:
         """The headers (lowercase) that carry credentials under these rules: the restricted groups'
-        and, with API keys, ``authorization`` (never forwarded to models: ``inferd.header_forward``)."""
+        and, with API keys, ``authorization`` (never forwarded to models: ``inferd.frontends.header_forward``)."""
         names = {self.header_prefix + restriction.key for restriction in self.restricted.values()}
         if self.keys is not None:
             names.add("authorization")

@@ -24,11 +24,11 @@ from prometheus_client.metrics_core import Metric
 from inferd.auth.keys import Tenant
 from inferd.auth.limits import TenantLimits
 from inferd.auth.policy import CURRENT
-from inferd.errors import InferdError
+from inferd.contracts.errors import InferdError
 
 if TYPE_CHECKING:
-    from inferd.model_info import ModelInfo
-    from inferd.types import InferRequest, InferResponse
+    from inferd.contracts.model_info import ModelInfo
+    from inferd.contracts.types import InferRequest, InferResponse
 
 #: ``request.context`` key: the frontend meters this request itself (:meth:`Usage.record`).
 METERED = "inferd.metered"

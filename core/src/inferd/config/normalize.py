@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from inferd.config.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from inferd.config.platforms import ENSEMBLE_PLATFORM, backend_of_platform, platform_for
-from inferd.errors import ConfigError
+from inferd.contracts.errors import ConfigError
 
 #: Triton's default ``sequence_batching.max_sequence_idle_microseconds`` (1 s).
 SEQUENCE_IDLE_DEFAULT_MICROSECONDS = 1_000_000

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
-from inferd.errors import ConfigError
+from inferd.contracts.errors import ConfigError
 
 T = TypeVar("T")
 

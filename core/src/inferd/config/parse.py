@@ -12,7 +12,7 @@ from typing import Any
 from google.protobuf import json_format, text_format
 
 from inferd.config.model_config_pb2 import ModelConfig
-from inferd.errors import ConfigError
+from inferd.contracts.errors import ConfigError
 
 CONFIG_FILENAME = "config.pbtxt"
 CONFIGS_FOLDER = "configs"  # Triton's --model-config-name looks here

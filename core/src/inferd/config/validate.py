@@ -25,7 +25,7 @@ from inferd.config.platforms import (
     KNOWN_PLATFORM_BACKENDS,
     backend_of_platform,
 )
-from inferd.errors import ConfigError
+from inferd.contracts.errors import ConfigError
 
 _TENSORRT_PLATFORM = "tensorrt_plan"
 _CORRID_TYPES = ("TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32", "TYPE_STRING")

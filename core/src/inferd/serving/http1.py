@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from inferd.errors import InvalidArgument
+from inferd.contracts.errors import InvalidArgument
 from inferd.serving.runner import Runner
 from inferd.serving.writes import HeldWrites
 
 if TYPE_CHECKING:
     from inferd.serving.direct import DirectRoutes, Handler
-    from inferd.tls import TlsConfig
+    from inferd.serving.tls import TlsConfig
 
 log = logging.getLogger(__name__)
 
@@ -337,7 +337,7 @@ def _protocol_class(direct: DirectRoutes | None = None, max_header_bytes: int = 
 
 
 class AsgiServer(Runner):
-    """Serves ``app`` on ``host:port`` until :meth:`stop`; over TLS with ``tls`` (see :mod:`inferd.tls`)."""
+    """Serves ``app`` on ``host:port`` until :meth:`stop`; over TLS with ``tls`` (see :mod:`inferd.serving.tls`)."""
 
     def __init__(self, app: Any, host: str, port: int, what: str, reuse_port: bool = False,
                  tls: TlsConfig | None = None, direct: DirectRoutes | None = None,

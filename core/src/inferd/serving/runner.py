@@ -16,7 +16,7 @@ import ssl
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from inferd.tls import CertificateWatch, TlsConfig, forget, listening_context
+from inferd.serving.tls import CertificateWatch, TlsConfig, forget, listening_context
 
 if TYPE_CHECKING:
     from inferd.serving.h2_stream import UnaryRoute

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.errors import ErrorKind, InferdError, InvalidArgument
+from inferd.contracts.errors import ErrorKind, InferdError, InvalidArgument
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import binascii
 import logging
 from typing import Any, Protocol
 
-from inferd.errors import InferdError, InvalidArgument
+from inferd.contracts.errors import InferdError, InvalidArgument
 from inferd.shared_memory import cuda
 from inferd.shared_memory.registry import Regions
 

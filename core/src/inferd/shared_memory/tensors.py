@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from inferd.errors import ErrorKind, InferdError, InvalidArgument
+from inferd.contracts.errors import ErrorKind, InferdError, InvalidArgument
+from inferd.contracts.types import InferRequest, InferResponse, array_from_bytes, array_to_bytes, element_size
 from inferd.shared_memory.registry import Regions, Sink
-from inferd.types import InferRequest, InferResponse, array_from_bytes, array_to_bytes, element_size
 
 REGION = "shared_memory_region"
 OFFSET = "shared_memory_offset"

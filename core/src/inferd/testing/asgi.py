@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import httpx
 
-    from inferd.server import Server
+    from inferd.host.server import Server
 
 
 @contextlib.asynccontextmanager
@@ -26,12 +26,12 @@ async def asgi_client(repositories: Sequence[Path], plugins: Iterable[Any] | Non
     """``async with asgi_client([repo], cache_config=...) as (client, server)``: the server started
     (its models loaded), its HTTP app behind ``client``; stopped on exit. ``plugins``: exactly
     these plugin objects; by default the installed plugins (entry points) as ``inferd serve`` has.
-    ``options``: :class:`~inferd.server.ServerOptions` fields."""
+    ``options``: :class:`~inferd.host.server.ServerOptions` fields."""
     import httpx
 
-    from inferd.default_plugins.http.app import HttpApp
-    from inferd.plugins import PluginHost
-    from inferd.server import Server, ServerOptions
+    from inferd.frontends.http.app import HttpApp
+    from inferd.host.plugins import PluginHost
+    from inferd.host.server import Server, ServerOptions
     from inferd.serving import HTTP_MAX_INPUT_SIZE, BodyLimit
 
     opts = ServerOptions([Path(r) for r in repositories], allow_http=False, allow_grpc=False, allow_metrics=False,

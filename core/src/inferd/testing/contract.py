@@ -61,7 +61,7 @@ class ContractModel(NamedTuple):
 
 def make_inputs(specs: Sequence[InputSpec], rows: int | None, seed: int = 0) -> dict[str, np.ndarray]:
     """Deterministic test data for ``specs``; ``rows`` adds a batch dimension (None: none)."""
-    from inferd.types import numpy_dtype
+    from inferd.contracts.types import numpy_dtype
 
     rng = np.random.default_rng(seed)
     out: dict[str, np.ndarray] = {}
@@ -179,7 +179,7 @@ class BackendContract:
     @classmethod
     def _start_server(cls, root: Path) -> ServerProcess | InProcessServer:
         if cls.plugins is not None:
-            from inferd.lifecycle import ControlMode
+            from inferd.lifecycle.manager import ControlMode
 
             return InProcessServer([root], plugins=cls.plugins, model_control_mode=ControlMode.EXPLICIT).start()
         args = ["--model-control-mode=explicit", *cls.server_args]
@@ -209,7 +209,7 @@ class BackendContract:
             actual, expected = got[name], np.asarray(expected)
             assert actual.shape == expected.shape, f"output '{name}': shape {actual.shape}, expected {expected.shape}"
             if name in declared and declared[name] != "BYTES":
-                from inferd.types import numpy_dtype
+                from inferd.contracts.types import numpy_dtype
 
                 assert actual.dtype == numpy_dtype(declared[name]), (
                     f"output '{name}': dtype {actual.dtype}, the config declares {declared[name]}"

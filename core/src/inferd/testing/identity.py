@@ -5,7 +5,7 @@ and declares its inputs and outputs in pairs (``INPUT0``/``OUTPUT0``...: same da
 
     server = inferd_server(repo, plugins=[identity_plugin])
 
-It batches (an :class:`~inferd.backend.ArrayInstance`), serves every datatype including BYTES,
+It batches (an :class:`~inferd.contracts.backend.ArrayInstance`), serves every datatype including BYTES,
 and needs no model file, only a version directory.
 """
 
@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from inferd.backend import ArrayInstance, Backend, Instance, InstanceSpec, Model, ModelLoadContext
-from inferd.errors import ConfigError
-from inferd.hookspecs import BackendRegister, hookimpl
+from inferd.contracts.backend import ArrayInstance, Backend, Instance, InstanceSpec, Model, ModelLoadContext
+from inferd.contracts.errors import ConfigError
+from inferd.contracts.hookspecs import BackendRegister, hookimpl
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig

@@ -85,7 +85,7 @@ class ServerProcess:
         return f"127.0.0.1:{self.grpc_port}"
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "inferd.cli", "serve", "--http-address", "127.0.0.1"]
+        cmd = [sys.executable, "-m", "inferd.host.cli", "serve", "--http-address", "127.0.0.1"]
         for repo in self.repositories:
             cmd += ["--model-repository", str(repo)]
         cmd += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
@@ -185,8 +185,8 @@ class InProcessServer:
 
     def __init__(self, repositories: Sequence[Path], plugins: Iterable[Any] = (), load_entrypoints: bool = False,
                  disabled: Iterable[str] = (), **options: Any) -> None:  # fmt: skip
-        from inferd.plugins import PluginHost
-        from inferd.server import Server, ServerOptions
+        from inferd.host.plugins import PluginHost
+        from inferd.host.server import Server, ServerOptions
 
         self.http_port = options.pop("http_port", 0)  # 0: a port the system picks, known once started
         self.grpc_port = options.pop("grpc_port", 0)

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from inferd import config as cfg
-from inferd.builder import VersionBuilder
-from inferd.errors import InferdError, NotFound
-from inferd.flags import backend_config_setting
-from inferd.lifecycle import failure_reason, prepare
-from inferd.plugins import PluginHost
-from inferd.repository import ModelSource, Snapshot, scan
+from inferd.contracts.errors import InferdError, NotFound
+from inferd.contracts.flags import backend_config_setting
+from inferd.host.plugins import PluginHost
+from inferd.lifecycle.builder import VersionBuilder
+from inferd.lifecycle.manager import failure_reason, prepare
+from inferd.repository.scan import ModelSource, Snapshot, scan
 
 
 @dataclass
@@ -123,7 +123,7 @@ def _check_one(builder: VersionBuilder, source: ModelSource) -> tuple[Checked, c
 
 
 def _bind_ensemble(checked: Checked, config: cfg.ModelConfig, models: _Offline) -> None:
-    from inferd.default_plugins.ensemble.plan import Plan
+    from inferd.schedulers.ensemble.plan import Plan
 
     checked.backend = "ensemble"
     try:

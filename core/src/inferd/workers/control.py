@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from inferd.errors import ErrorKind, InferdError
+from inferd.contracts.errors import ErrorKind, InferdError
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from inferd.errors import InferdError
+from inferd.contracts.errors import InferdError
 from inferd.workers.repositories import rescan_and_apply
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inferd.errors import InferdError
+from inferd.contracts.errors import InferdError
 from inferd.workers.control import acall
 
 log = logging.getLogger(__name__)

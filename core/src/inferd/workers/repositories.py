@@ -1,6 +1,6 @@
 """Poll mode with ``--workers N``: worker 0 watches the repositories; every worker applies a change.
 
-Worker 0 runs the :class:`~inferd.poller.RepositoryPoller` on a :class:`SharedRepositories`: when
+Worker 0 runs the :class:`~inferd.lifecycle.poller.RepositoryPoller` on a :class:`SharedRepositories`: when
 its scans have settled on a change, it applies the change and, at the same time, asks every other
 worker to rescan and apply what it finds (the same files, already settled). The others run no
 poller, so all workers change together rather than each on its own poll.
@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from inferd.lifecycle import ModelManager
-from inferd.repository import RepositoryDiff, Snapshot, diff
+from inferd.lifecycle.manager import ModelManager
+from inferd.repository.scan import RepositoryDiff, Snapshot, diff
 from inferd.workers.peers import Peers
 
 log = logging.getLogger(__name__)

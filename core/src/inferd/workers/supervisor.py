@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from inferd.errors import InferdError
+from inferd.contracts.errors import InferdError
 from inferd.workers.control import call
 from inferd.workers.counts import retire
 from inferd.workers.peers import WorkerSlot
@@ -163,7 +163,7 @@ class Supervisor:
 
     def _spawn(self, index: int) -> subprocess.Popen[bytes]:
         slot = WorkerSlot(index, self.count, self.directory)
-        cmd = [sys.executable, "-c", "from inferd.cli import console_main; console_main()", *self.argv,
+        cmd = [sys.executable, "-c", "from inferd.host.cli import console_main; console_main()", *self.argv,
                "--worker-index", str(index), "--worker-dir", str(slot.directory)]  # fmt: skip
         self.ready[index] = False
         self.answered[index] = self.next_check[index] = time.monotonic()

@@ -15,9 +15,18 @@ from typing import Any
 
 import numpy as np
 
-from inferd.backend import ArrayInstance, Backend, Instance, InstanceSpec, Model, ModelLoadContext
+from inferd.api import (
+    ArrayInstance,
+    Backend,
+    ConfigError,
+    InferdError,
+    Instance,
+    InstanceSpec,
+    InvalidArgument,
+    Model,
+    ModelLoadContext,
+)
 from inferd.config.model_config_pb2 import DataType
-from inferd.errors import ConfigError, InferdError, InvalidArgument
 from inferd_backend_fil.options import FilOptions, parse_options
 from inferd_backend_fil.predictors import Predictor, load_predictor
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from inferd.hookspecs import BackendRegister, hookimpl
+from inferd.api import BackendRegister, hookimpl
 
 if TYPE_CHECKING:
-    from inferd.backend import Backend
+    from inferd.api import Backend
 
 
 def _make_backend() -> Backend:

@@ -6,8 +6,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from inferd.api import ConfigError
 from inferd.config import ModelParameters
-from inferd.errors import ConfigError
 
 log = logging.getLogger("inferd.fil")
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import xgboost
 
-from inferd.errors import InvalidArgument
+from inferd.api import InvalidArgument
 
 # XGBoost falls back to a DMatrix copy when a GPU booster gets host (numpy) data; that is expected here.
 warnings.filterwarnings("ignore", message=".*Falling back to prediction using DMatrix due to mismatched devices")

@@ -16,8 +16,17 @@ import numpy as np
 import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
-from inferd.backend import ArrayInstance, Backend, InstanceSpec, Model, ModelLoadContext
-from inferd.errors import ConfigError, InferdError, InternalError, InvalidArgument
+from inferd.api import (
+    ArrayInstance,
+    Backend,
+    ConfigError,
+    InferdError,
+    InstanceSpec,
+    InternalError,
+    InvalidArgument,
+    Model,
+    ModelLoadContext,
+)
 from inferd_backend_onnx import options, signature
 from inferd_backend_onnx.signature import TensorInfo, tensor_infos
 
@@ -196,7 +205,7 @@ class OnnxInstance(ArrayInstance):
     """One ``InferenceSession``; converts BYTES tensors and scalar shapes around ``session.run``."""
 
     #: ``session.run`` waits on nothing of the server's and is thread-safe: a small model's quick
-    #: executions run on the event loop (see ``inferd.runner.INLINE_LIMIT_NS``).
+    #: executions run on the event loop (see ``inferd.contracts.runner.INLINE_LIMIT_NS``).
     may_run_inline = True
 
     def __init__(self, model: OnnxModel, session: Any) -> None:

@@ -26,10 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from inferd.backend import process_cores
+from inferd.api import ConfigError, process_cores, setting_flag, setting_integer
 from inferd.config import ModelParameters
-from inferd.errors import ConfigError
-from inferd.flags import setting_flag, setting_integer
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig

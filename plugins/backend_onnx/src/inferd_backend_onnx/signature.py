@@ -16,8 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from inferd.api import ConfigError
 from inferd.config.model_config_pb2 import DataType
-from inferd.errors import ConfigError
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig

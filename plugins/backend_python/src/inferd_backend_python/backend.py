@@ -13,9 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from inferd.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
-from inferd.errors import NotFound
-from inferd.metric_sources import SOURCES
+from inferd.api import SOURCES, Backend, Instance, InstanceSpec, Model, ModelLoadContext, NotFound
 from inferd_backend_python.instance import (
     BLOCKED,
     PythonInstance,
@@ -31,7 +29,7 @@ from inferd_backend_python.pb_request import (
     bind,
 )
 
-_log = logging.getLogger("inferd.backend.python")
+_log = logging.getLogger("inferd.contracts.backend.python")
 _DEFAULT_FILENAME = "model.py"
 
 

@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from inferd.errors import InternalError, InvalidArgument
+from inferd.api import InternalError, InvalidArgument
 
 MODEL_DIRECTORY = "$$TRITON_MODEL_DIRECTORY"
 

@@ -15,9 +15,18 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from inferd.backend import RESCHEDULE, Instance, InstanceSpec
-from inferd.errors import ErrorKind, InferdError, InternalError, InvalidArgument, Unsupported
-from inferd.types import InferRequest, InferResponse
+from inferd.api import (
+    RESCHEDULE,
+    ErrorKind,
+    InferdError,
+    InferRequest,
+    InferResponse,
+    Instance,
+    InstanceSpec,
+    InternalError,
+    InvalidArgument,
+    Unsupported,
+)
 from inferd_backend_python.pb_config import ModelConfig as PbModelConfig
 from inferd_backend_python.pb_request import (
     TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
@@ -27,7 +36,7 @@ from inferd_backend_python.pb_request import (
 )
 from inferd_backend_python.pb_tensor import TritonError, error_to_inferd, response_to_inferd
 
-_log = logging.getLogger("inferd.backend.python")
+_log = logging.getLogger("inferd.contracts.backend.python")
 
 
 class _ExecuteError(Exception):

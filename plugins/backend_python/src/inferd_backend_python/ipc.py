@@ -41,8 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.errors import InvalidArgument
-from inferd.types import deserialize_bytes_tensor, serialize_bytes_tensor
+from inferd.api import InvalidArgument, deserialize_bytes_tensor, serialize_bytes_tensor
 
 # Server -> stub.
 INIT = 1  # (settings dict) -> READY | FAILED
@@ -133,7 +132,7 @@ def _map_sealed(fd: int, size: int | None, access: int = mmap.ACCESS_WRITE) -> m
 
 
 def _deserialize_bytes(view: memoryview, shape: tuple[int, ...]) -> np.ndarray:
-    """A BYTES tensor from a stub (the wire layout inferd.types reads), or :class:`Malformed`."""
+    """A BYTES tensor from a stub (the wire layout inferd.contracts.types reads), or :class:`Malformed`."""
     try:
         return deserialize_bytes_tensor(view, math.prod(shape)).reshape(shape)
     except InvalidArgument as exc:

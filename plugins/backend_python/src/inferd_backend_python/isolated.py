@@ -31,10 +31,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from inferd.backend import RESCHEDULE, Instance, InstanceSpec, Model, ModelClient, ModelLoadContext
-from inferd.errors import ErrorKind, InferdError, InternalError, InvalidArgument, Unavailable
-from inferd.metric_sources import SOURCES
-from inferd.types import InferRequest, InferResponse
+from inferd.api import (
+    RESCHEDULE,
+    SOURCES,
+    ErrorKind,
+    InferdError,
+    InferRequest,
+    InferResponse,
+    Instance,
+    InstanceSpec,
+    InternalError,
+    InvalidArgument,
+    Model,
+    ModelClient,
+    ModelLoadContext,
+    Unavailable,
+)
 from inferd_backend_python import env as environments
 from inferd_backend_python import ipc
 from inferd_backend_python.instance import instance_args
@@ -46,7 +58,7 @@ from inferd_backend_python.wire import decode_outcome, decode_request, encode_er
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
 
-_log = logging.getLogger("inferd.backend.python")
+_log = logging.getLogger("inferd.contracts.backend.python")
 
 #: How long a stub may take to start and run ``initialize`` (Triton's default stub timeout is 30 s;
 #: a model importing a large framework needs longer on a busy machine).

@@ -20,7 +20,7 @@ import threading
 import types
 from pathlib import Path
 
-from inferd.errors import InternalError, InvalidArgument, NotFound
+from inferd.api import InternalError, InvalidArgument, NotFound
 
 _counter = itertools.count(1)
 _lock = threading.Lock()  # sys.path and sys.modules are process-wide

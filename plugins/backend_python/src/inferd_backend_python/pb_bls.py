@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from inferd.backend import ModelClient
-from inferd.errors import InferdError
-from inferd.types import InferRequest, InferResponse
+from inferd.api import InferdError, InferRequest, InferResponse, ModelClient
 from inferd_backend_python.pb_tensor import InferenceResponse, TritonError, TritonModelException, error_from_inferd
 
 

@@ -1,6 +1,6 @@
 """Requests, response senders, BLS calls and the logger of Triton's ``pb_utils``.
 
-A request ``execute`` receives wraps an inferd :class:`~inferd.types.InferRequest` (inputs are
+A request ``execute`` receives wraps an inferd :class:`~inferd.contracts.types.InferRequest` (inputs are
 turned into ``Tensor`` views only when the model asks for them). A request a model builds itself
 is a BLS call, run through the server's data plane from the instance thread.
 """
@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inferd.backend import ModelClient
-from inferd.errors import ErrorKind, InferdError
-from inferd.types import InferRequest, InferTensor, RequestedOutput, wire_datatype
+from inferd.api import ErrorKind, InferdError, InferRequest, InferTensor, ModelClient, RequestedOutput, wire_datatype
 from inferd_backend_python import pb_bls
 from inferd_backend_python.pb_bls import ResponseIterator
 from inferd_backend_python.pb_tensor import (

@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.errors import ErrorKind, InferdError, error_response
-from inferd.types import InferRequest, InferResponse, InferTensor, wire_datatype
+from inferd.api import ErrorKind, InferdError, InferRequest, InferResponse, InferTensor, error_response, wire_datatype
 
 #: Wire datatype -> TRITONSERVER_DataType number (what ``Tensor.triton_dtype()`` returns).
 WIRE_TO_TRITON_DTYPE: dict[str, int] = {

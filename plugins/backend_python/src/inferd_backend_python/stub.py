@@ -25,10 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from inferd import gc_settings
-from inferd.backend import RESCHEDULE
-from inferd.errors import InferdError
-from inferd.types import InferRequest, InferResponse
+from inferd.api import RESCHEDULE, InferdError, InferRequest, InferResponse, gc_settings
 from inferd_backend_python import ipc, pb_metrics
 from inferd_backend_python.instance import PythonInstance, run_auto_complete, start_model_object
 from inferd_backend_python.loader import check_model_class, import_model_file

@@ -12,8 +12,16 @@ from typing import Any
 
 import numpy as np
 
-from inferd.errors import ErrorKind, InferdError
-from inferd.types import WIRE_DATATYPES, InferRequest, InferResponse, InferTensor, RequestedOutput, numpy_dtype
+from inferd.api import (
+    WIRE_DATATYPES,
+    ErrorKind,
+    InferdError,
+    InferRequest,
+    InferResponse,
+    InferTensor,
+    RequestedOutput,
+    numpy_dtype,
+)
 from inferd_backend_python.ipc import Block, Tensors, plain, view
 
 

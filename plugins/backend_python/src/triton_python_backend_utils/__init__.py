@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from inferd.types import deserialize_bytes_tensor as _deserialize
-from inferd.types import serialize_bytes_tensor as _serialize
+from inferd.api import deserialize_bytes_tensor as _deserialize
+from inferd.api import serialize_bytes_tensor as _serialize
 from inferd_backend_python.pb_config import ModelConfig
 from inferd_backend_python.pb_metrics import Metric, MetricFamily
 from inferd_backend_python.pb_request import (

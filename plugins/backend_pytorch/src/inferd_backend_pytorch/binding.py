@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from inferd.errors import ConfigError, InvalidArgument
+from inferd.api import ConfigError, InvalidArgument
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig

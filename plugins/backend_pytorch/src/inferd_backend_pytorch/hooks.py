@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from inferd.hookspecs import BackendRegister, hookimpl
+from inferd.api import BackendRegister, hookimpl
 from inferd_backend_pytorch.options import BACKEND_SETTINGS
 
 if TYPE_CHECKING:
-    from inferd.backend import Backend
+    from inferd.api import Backend
 
 
 def _make_backend(settings: dict[str, str]) -> Backend:

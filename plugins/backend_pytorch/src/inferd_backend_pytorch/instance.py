@@ -10,9 +10,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
-from inferd.backend import ArrayInstance, InstanceSpec
-from inferd.errors import InferdError, InternalError, InvalidArgument
-from inferd.types import config_to_wire, numpy_dtype
+from inferd.api import (
+    ArrayInstance,
+    InferdError,
+    InstanceSpec,
+    InternalError,
+    InvalidArgument,
+    config_to_wire,
+    numpy_dtype,
+)
 from inferd_backend_pytorch.loading import error_summary
 
 if TYPE_CHECKING:

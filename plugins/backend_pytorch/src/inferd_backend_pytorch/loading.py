@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from inferd.errors import InvalidArgument
+from inferd.api import InvalidArgument
 from inferd_backend_pytorch.binding import Argument
 
 

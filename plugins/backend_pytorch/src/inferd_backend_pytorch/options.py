@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from inferd.api import setting_integer
 from inferd.config import ModelParameters
-from inferd.flags import setting_integer
 
 log = logging.getLogger("inferd.pytorch")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from inferd.errors import ConfigError, InvalidArgument, Unsupported
+from inferd.api import ConfigError, InvalidArgument, Unsupported
 from inferd_backend_tensorrt.dtypes import config_type
 from inferd_backend_tensorrt.engine import EngineInfo, TensorInfo, profile_indices
 

@@ -17,9 +17,18 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from inferd.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
-from inferd.config.platforms import platform_for
-from inferd.errors import InferdError, InvalidArgument, NotFound, Unavailable
+from inferd.api import (
+    Backend,
+    InferdError,
+    Instance,
+    InstanceSpec,
+    InvalidArgument,
+    Model,
+    ModelLoadContext,
+    NotFound,
+    Unavailable,
+)
+from inferd.config import platform_for
 from inferd_backend_tensorrt import cuda
 from inferd_backend_tensorrt.autocomplete import autocomplete, check_config
 from inferd_backend_tensorrt.engine import EngineInfo, describe, parse_profiles
@@ -27,7 +36,7 @@ from inferd_backend_tensorrt.engine import EngineInfo, describe, parse_profiles
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
 
-log = logging.getLogger("inferd.backend.tensorrt")
+log = logging.getLogger("inferd.contracts.backend.tensorrt")
 
 DEFAULT_FILENAME = "model.plan"
 #: TensorRT engine creation is not thread-safe: deserializations are serialized.

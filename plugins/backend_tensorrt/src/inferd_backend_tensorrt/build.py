@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from inferd.errors import InvalidArgument
+from inferd.api import InvalidArgument
 
 Shape = tuple[int, ...]
 #: One optimization profile: ``{input name: (min shape, opt shape, max shape)}``.

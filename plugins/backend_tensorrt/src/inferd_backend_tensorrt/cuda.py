@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.errors import InternalError, Unavailable
+from inferd.api import InternalError, Unavailable
 
 INSTALL_HINT = "install inferd-backend-tensorrt[gpu] on a machine with an NVIDIA GPU"
 _ALIGN = 256

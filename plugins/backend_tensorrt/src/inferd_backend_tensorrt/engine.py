@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from inferd.errors import InvalidArgument
+from inferd.api import InvalidArgument
 from inferd_backend_tensorrt.dtypes import trt_name, wire_from_trt
 
 Shape = tuple[int, ...]

@@ -1,6 +1,6 @@
 """One TensorRT instance: execution contexts (one per usable profile), a stream and buffers.
 
-``run`` (called by :class:`~inferd.backend.ArrayInstance` with the batch's inputs) picks the profile
+``run`` (called by :class:`~inferd.contracts.backend.ArrayInstance` with the batch's inputs) picks the profile
 that fits the input shapes, sets each input's shape and address, binds every output, enqueues
 with ``execute_async_v3`` on the instance's stream and copies the outputs back. Inputs and outputs
 go through pinned host buffers unless the config turns ``optimization.input_pinned_memory`` /
@@ -14,14 +14,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from inferd.backend import ArrayInstance, InstanceSpec
-from inferd.errors import InternalError, InvalidArgument
-from inferd.types import numpy_dtype
+from inferd.api import ArrayInstance, InstanceSpec, InternalError, InvalidArgument, numpy_dtype
 from inferd_backend_tensorrt import cuda
 from inferd_backend_tensorrt.engine import choose_profile
 
 if TYPE_CHECKING:
-    from inferd.backend import ModelLoadContext
+    from inferd.api import ModelLoadContext
     from inferd.config import ModelConfig
     from inferd_backend_tensorrt.engine import EngineInfo
 

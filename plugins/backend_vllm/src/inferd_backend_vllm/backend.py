@@ -12,10 +12,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from inferd.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
-from inferd.errors import InferdError, InvalidArgument, Unavailable
-from inferd.metric_sources import SOURCES
-from inferd.types import InferRequest, InferResponse
+from inferd.api import (
+    SOURCES,
+    Backend,
+    InferdError,
+    InferRequest,
+    InferResponse,
+    Instance,
+    InstanceSpec,
+    InvalidArgument,
+    Model,
+    ModelLoadContext,
+    Unavailable,
+)
 from inferd_backend_vllm.logs import model_logs
 from inferd_backend_vllm.metrics import VLLM_METRICS
 from inferd_backend_vllm.tensors import INPUTS, OUTPUTS, POOLING_INPUTS, POOLING_OUTPUTS

@@ -26,8 +26,16 @@ from vllm.outputs import PoolingRequestOutput, RequestOutput
 from vllm.renderers import TokenizeParams
 from vllm.v1.engine.async_llm import AsyncLLM
 
-from inferd.errors import Cancelled, InferdError, InternalError, InvalidArgument, Unavailable
-from inferd.types import InferRequest, InferResponse, InferTensor
+from inferd.api import (
+    Cancelled,
+    InferdError,
+    InferRequest,
+    InferResponse,
+    InferTensor,
+    InternalError,
+    InvalidArgument,
+    Unavailable,
+)
 from inferd_backend_vllm.logs import model_logs
 from inferd_backend_vllm.metrics import VLLM_METRICS, stat_logger_for
 from inferd_backend_vllm.sampling import pooling_params, sampling_params
@@ -40,7 +48,7 @@ from inferd_backend_vllm.tensors import (
     number_tensor,
 )
 
-log = logging.getLogger("inferd.backend.vllm")
+log = logging.getLogger("inferd.contracts.backend.vllm")
 Sender = Callable[[InferResponse | InferdError | None, bool], None]
 
 

@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from inferd.logging_settings import REQUEST_MODEL
+from inferd.api import REQUEST_MODEL
 
 #: The model a load or an unload concerns, while vLLM works for it.
 MODEL: contextvars.ContextVar[str] = contextvars.ContextVar("inferd_vllm_model", default="")

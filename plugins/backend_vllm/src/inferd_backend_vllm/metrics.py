@@ -9,7 +9,7 @@ and the collectors it registered are then moved out of the default registry into
 live engine's families merged by name (each sample keeps vLLM's ``model_name`` label), read at
 each scrape (in memory, no I/O), under the names vLLM's own server writes (a counter's samples
 keep ``_total``; the ``_created`` timestamps are left out). With ``--workers N`` the metrics
-frontend sums counters and histograms over the workers (:class:`inferd.metric_sources.SummedSources`).
+frontend sums counters and histograms over the workers (:class:`inferd.contracts.metric_sources.SummedSources`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ _BUILD_LOCK = threading.Lock()  # one vLLM stat logger built at a time (parallel
 
 
 class VllmMetrics:
-    """A :class:`inferd.metric_sources.MetricsSource` of the live engines' ``vllm:`` families."""
+    """A :class:`inferd.contracts.metric_sources.MetricsSource` of the live engines' ``vllm:`` families."""
 
     def __init__(self) -> None:
         #: Each live engine's registry (the engine's logger holds it; gone when the engine is).

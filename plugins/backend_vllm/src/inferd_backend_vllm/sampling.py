@@ -9,7 +9,7 @@ from vllm import PoolingParams, SamplingParams
 from vllm.exceptions import VLLMClientError
 from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
-from inferd.errors import InvalidArgument
+from inferd.api import InvalidArgument
 
 _HIDDEN = {"output_kind", "skip_clone"}
 #: The sampling parameters a client may set, with the type to convert a JSON string value to.

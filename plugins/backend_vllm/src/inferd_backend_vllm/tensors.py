@@ -12,8 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.errors import InvalidArgument
-from inferd.types import InferRequest, InferTensor
+from inferd.api import InferRequest, InferTensor, InvalidArgument
 
 #: (name, data type, dims): Triton's vLLM backend's inputs (no ``image``), and ``input_ids``: the
 #: prompt as token ids (``text_input`` is then ignored; the OpenAI API sends a chat's rendered

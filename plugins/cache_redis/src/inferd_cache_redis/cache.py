@@ -13,9 +13,7 @@ from typing import cast
 
 import redis
 
-from inferd.cache import ResponseCache
-from inferd.errors import InvalidArgument
-from inferd.types import InferResponse
+from inferd.api import InferResponse, InvalidArgument, ResponseCache
 from inferd_cache_redis.codec import decode, encode
 
 log = logging.getLogger(__name__)

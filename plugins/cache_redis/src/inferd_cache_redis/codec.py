@@ -15,7 +15,7 @@ import json
 import struct
 from typing import Any
 
-from inferd.types import InferResponse, InferTensor, array_from_bytes, array_to_bytes
+from inferd.api import InferResponse, InferTensor, array_from_bytes, array_to_bytes
 
 MAGIC = b"IFRC"
 FORMAT = 1

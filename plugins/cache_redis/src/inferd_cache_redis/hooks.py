@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from inferd.hookspecs import CacheRegister, hookimpl
+from inferd.api import CacheRegister, hookimpl
 
 if TYPE_CHECKING:
-    from inferd.cache import ResponseCache
+    from inferd.api import ResponseCache
 
 
 def _make_cache(settings: dict[str, str]) -> ResponseCache:

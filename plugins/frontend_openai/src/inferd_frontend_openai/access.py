@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from inferd.api import InferdError
 from inferd.auth import AccessDenied, AccessPolicy, ApiGroup
-from inferd.errors import InferdError
 from inferd.serving import TOO_LARGE, BodyLimit
 from inferd_frontend_openai.errors import OpenAIError, model_not_found
 

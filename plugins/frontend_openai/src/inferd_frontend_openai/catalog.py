@@ -15,16 +15,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from inferd.api import InferdError, closest
 from inferd.auth import CURRENT
-from inferd.errors import InferdError
-from inferd.hints import closest
 from inferd_frontend_openai.embeddings import is_embedding_model
 from inferd_frontend_openai.engine import is_text_model
 from inferd_frontend_openai.errors import OpenAIError, bad_request, model_not_found
 from inferd_frontend_openai.tokenizer import Tokenizer, find_tokenizer_dir, load, model_options, read_template
 
 if TYPE_CHECKING:
-    from inferd.model_info import ModelInfo
+    from inferd.api import ModelInfo
 
 
 class ServingVersion(Protocol):

@@ -13,12 +13,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from inferd.errors import InferdError
+from inferd.api import InferdError
 from inferd_frontend_openai import engine
 from inferd_frontend_openai import logprobs as lp
 
 if TYPE_CHECKING:
-    from inferd.model_info import ModelInfo
+    from inferd.api import ModelInfo
     from inferd_frontend_openai.engine import StreamingDataPlane
     from inferd_frontend_openai.metrics import LlmMetrics
     from inferd_frontend_openai.params import Generation

@@ -19,14 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from inferd.errors import InferdError
-from inferd.traffic import PICKED
-from inferd.types import InferRequest, InferTensor
+from inferd.api import PICKED, InferdError, InferRequest, InferTensor
 from inferd_frontend_openai.errors import bad_request, from_inferd
 from inferd_frontend_openai.params import json_type
 
 if TYPE_CHECKING:
-    from inferd.model_info import ModelInfo
+    from inferd.api import ModelInfo
     from inferd_frontend_openai.engine import StreamingDataPlane
 
 #: The most inputs one request may carry (vLLM has no limit of its own; each is one engine request).

@@ -19,13 +19,11 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from inferd.api import PICKED, InferdError, InferRequest, InferResponse, InferTensor
 from inferd.auth import METERED
-from inferd.errors import InferdError
-from inferd.traffic import PICKED
-from inferd.types import InferRequest, InferResponse, InferTensor
 
 if TYPE_CHECKING:
-    from inferd.model_info import ModelInfo
+    from inferd.api import ModelInfo
 
 
 class StreamingDataPlane(Protocol):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from inferd.errors import ErrorKind, InferdError
+from inferd.api import ErrorKind, InferdError
 
 #: inferd's error kinds as OpenAI's status codes and error types.
 _BY_KIND: dict[ErrorKind, tuple[int, str]] = {

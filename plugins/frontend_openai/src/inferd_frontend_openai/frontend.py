@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from inferd.frontend import Frontend
+from inferd.api import Frontend
 from inferd.serving import HTTP_MAX_INPUT_SIZE, AsgiServer
 from inferd_frontend_openai.metrics import LlmMetrics
 
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
     from inferd.dataplane import DataPlane
-    from inferd.tls import TlsConfig
+    from inferd.serving.tls import TlsConfig
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class OpenAIFrontend(Frontend):
         self.port = server.port
 
     async def stop(self, grace: float) -> None:
-        from inferd.metric_sources import SOURCES
+        from inferd.api import SOURCES
 
         SOURCES.remove(self.metrics)  # added by the plugin's inferd_startup
         if self._warming is not None:

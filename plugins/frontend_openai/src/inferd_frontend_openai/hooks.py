@@ -9,12 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from inferd.flags import parse_bool
-from inferd.hookspecs import FrontendRegister, hookimpl
+from inferd.api import FrontendRegister, hookimpl, parse_bool
 
 if TYPE_CHECKING:
-    from inferd.frontend import Frontend
-    from inferd.hookspecs import ServerSettings
+    from inferd.api import Frontend, ServerSettings
     from inferd_frontend_openai.frontend import OpenAIFrontend
 
 #: The port of Triton's OpenAI-compatible frontend.
@@ -48,7 +46,7 @@ def _factory(options: ServerSettings) -> OpenAIFrontend | None:
     if not extra.get("allow_openai", True):
         return None
     from inferd.serving import HTTP_MAX_INPUT_SIZE
-    from inferd.tls import http_config, settings
+    from inferd.serving.tls import http_config, settings
     from inferd_frontend_openai.frontend import OpenAIFrontend
     from inferd_frontend_openai.tokenizer import read_template
 
@@ -84,7 +82,7 @@ class _Frontends(Protocol):
 def inferd_startup(server: _Frontends) -> None:
     """Show the OpenAI API's LLM metrics on ``/metrics``: a metrics source (with ``--workers N``
     the answering worker sums every worker's counters and histograms)."""
-    from inferd.metric_sources import SOURCES
+    from inferd.api import SOURCES
     from inferd_frontend_openai.frontend import OpenAIFrontend
 
     openai = next((f for f in server.frontends if isinstance(f, OpenAIFrontend)), None)

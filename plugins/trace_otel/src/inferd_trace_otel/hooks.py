@@ -5,16 +5,16 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from inferd.hookspecs import hookimpl
+from inferd.api import hookimpl
 
 if TYPE_CHECKING:
-    from inferd.server import Server
+    from inferd.api import ServerView
 
 log = logging.getLogger(__name__)
 
 
 @hookimpl(trylast=True)  # after the built-in diagnostics plugin has applied --trace-config
-def inferd_startup(server: Server) -> None:
+def inferd_startup(server: ServerView) -> None:
     tracer = server.dataplane.tracer
     if tracer.global_scope.values.mode != "opentelemetry":
         return
@@ -29,7 +29,7 @@ def inferd_startup(server: Server) -> None:
 
 
 @hookimpl
-def inferd_shutdown(server: Server) -> None:
+def inferd_shutdown(server: ServerView) -> None:
     exporter = server.dataplane.tracer.exporter
     shutdown = getattr(exporter, "shutdown", None)
     if callable(shutdown):

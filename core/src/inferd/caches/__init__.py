@@ -1,0 +1,1 @@
+"""The built-in response cache plugin (local, in memory)."""

@@ -1,0 +1,1 @@
+"""What a plugin implements or receives: the hooks, the backend, scheduler, cache and frontend contracts, the request types, errors and the statistics and traces core records for plugins. The lowest layer: it imports nothing else of inferd's at run time."""

@@ -1,0 +1,237 @@
+"""The backend contract: Backend -> Model -> Instance.
+
+A backend plugin registers a :class:`Backend` factory through the ``inferd_register_backends``
+hook. At load time the lifecycle asks the backend to complete the configuration (optional), then
+``load_model`` once per model version, then ``Model.create_instance`` once per instance of each
+``instance_group`` entry. ``Instance.execute`` runs on that instance's own thread, never
+concurrently with itself, so an instance may keep per-instance state (a session, a CUDA stream).
+An instance with ``blocking = False`` (one that only hands requests to an asyncio engine) runs
+its ``execute`` on the server's event loop instead, with no thread between them.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+import numpy as np
+
+from inferd.contracts.errors import InferdError, InvalidArgument
+from inferd.contracts.types import InferRequest, InferResponse, InferTensor, wire_datatype
+
+if TYPE_CHECKING:
+    from inferd.config import ModelConfig
+
+
+#: ``request.context[RESCHEDULE] = True``, set by ``Instance.execute``: run this request again in a
+#: later batch instead of answering it (Triton's ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``). Only
+#: the sequence batcher of an ``iterative_sequence`` model honours it; the request's result from
+#: that execution is dropped (a decoupled request keeps its response sender).
+RESCHEDULE = "inferd.reschedule"
+
+
+class ModelClient(Protocol):
+    """Runs a request on another model of the server, from a backend's instance thread."""
+
+    def infer_from_thread(self, request: InferRequest) -> InferResponse:
+        """Block until ``request`` is answered; raises :class:`~inferd.contracts.errors.InferdError`."""
+        ...
+
+    def stream_from_thread(self, request: InferRequest) -> Iterator[InferResponse | InferdError]:
+        """Start ``request`` now; iterating blocks for each response, in order, up to the final
+        one (one for an ordinary model, 0..N for a decoupled one). An unknown model raises
+        :class:`~inferd.contracts.errors.InferdError`; later errors are items."""
+        ...
+
+
+def process_cores(workers: int = 1) -> int:
+    """The cores this process may use (its CPU affinity) divided among ``workers`` (at least 1)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, workers))
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLoadContext:
+    """Everything a backend needs to load one version of a model."""
+
+    name: str
+    version: int
+    config: ModelConfig
+    model_dir: Path
+    version_dir: Path
+    repository: Path
+    #: The server's other models, for models that call them (Triton's BLS), from an instance thread.
+    models: ModelClient | None = None
+    #: The server's event loop: where the ``execute`` of an instance with ``blocking = False``
+    #: runs, and where such a backend runs its asyncio engine. ``None`` outside a server (tests).
+    loop: asyncio.AbstractEventLoop | None = None
+    #: The CPU cores this serving process may compute on: its CPU affinity, divided among the
+    #: ``--workers`` that share the machine (at least 1). A backend sizing its thread pools by
+    #: default sizes them from this, so N workers do not each take every core.
+    cores: int = field(default_factory=process_cores)
+    #: How many instances of this version this serving process creates: under ``--workers``, its
+    #: share of the config's (they are dealt out among the workers). ``None`` outside a server:
+    #: every instance the config lists.
+    instances: int | None = None
+
+    @property
+    def model_path(self) -> Path:
+        """``<model>/<version>/<default_model_filename>`` (the file or directory to load)."""
+        return self.version_dir / self.config.default_model_filename
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSpec:
+    """One instance to create: Triton names it ``<group name>_<index within the group>``."""
+
+    name: str
+    kind: str  # "KIND_CPU", "KIND_GPU" or "KIND_MODEL"
+    device_id: int
+    index: int
+    group_name: str
+
+
+class Instance(abc.ABC):
+    """One execution context of a model. ``execute`` is never called concurrently on an instance."""
+
+    #: ``True`` (default): ``execute`` may take long (it computes); it runs on the instance's own
+    #: thread. ``False``: ``execute`` only hands requests off (to an asyncio engine, say) and
+    #: returns at once; core calls it on the server's event loop, with no thread hop, and a
+    #: decoupled model's ``response_sender`` called there delivers at once. Its ``execute`` may
+    #: also return an ``asyncio.Future`` of the list (work that runs elsewhere, in another process
+    #: say): the instance is busy, and the execution timed, until the future is done. ``close``
+    #: then runs on a worker thread.
+    blocking: ClassVar[bool] = True
+
+    #: ``True``: ``execute`` is safe on the event loop (it never waits on the server, such as a
+    #: call to another model, and keeps no per-thread state) and often quick. Core then runs an
+    #: execution on the loop when this instance's recent executions predict it to take at most
+    #: ``inferd.contracts.runner.INLINE_LIMIT_NS`` for its batch, and on the instance's thread otherwise:
+    #: for a small model, the two thread hand-offs cost more than its compute.
+    may_run_inline: ClassVar[bool] = False
+
+    #: How many batches core may hand this instance at once (the direct scheduler; the dynamic and
+    #: sequence batchers keep one, to form larger batches). More than 1 only for a
+    #: non-blocking instance whose ``execute`` returns a future and that runs the batches one at a
+    #: time, in order, itself: a stub process starts the next batch as soon as the last one ended,
+    #: without waiting for the server's event loop to hand it over.
+    pipeline_depth: ClassVar[int] = 1
+
+    @abc.abstractmethod
+    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        """Run a batch of requests; return one response or error per request, in order.
+
+        A decoupled model instead sends its responses through ``request.response_sender`` and
+        returns an empty list.
+        """
+
+    def close(self) -> None:
+        """Release the instance's resources. Called once, after its last ``execute``."""
+
+
+class Model(abc.ABC):
+    """A loaded model version: shared weights from which instances are made."""
+
+    @abc.abstractmethod
+    def create_instance(self, spec: InstanceSpec) -> Instance:
+        """Create one instance (called from a worker thread, possibly several times)."""
+
+    def unload(self) -> None:
+        """Release the model after every instance is closed."""
+
+    def not_serving(self) -> str | None:
+        """Why this loaded version cannot serve right now (say, an instance restarting after its
+        process crashed), or None. Model readiness and the repository index (state UNAVAILABLE,
+        this reason) read it; it must be cheap and never block."""
+        return None
+
+
+class Backend(abc.ABC):
+    """A framework that can load models; one object per server, made by the registered factory."""
+
+    #: The name config.pbtxt's ``backend:`` field uses ("onnxruntime", "python", "fil"...).
+    name: str = ""
+    #: File or directory loaded from the version directory when the config names none.
+    default_model_filename: str = "model"
+    #: Instance count for a KIND_CPU group that sets no count (Triton: 2 for ONNX Runtime, else 1).
+    default_cpu_instance_count: int = 1
+
+    def autocomplete_config(self, config: ModelConfig, model_dir: Path, version_dir: Path | None) -> None:
+        """Fill what the config leaves out (inputs, outputs, max_batch_size...) from the model files.
+
+        Called before validation unless auto-complete is disabled. Mutates ``config`` in place.
+        The default completes nothing.
+        """
+
+    @abc.abstractmethod
+    def load_model(self, context: ModelLoadContext) -> Model:
+        """Load one version of a model. Raise an error with a clear message when it fails."""
+
+
+class ArrayInstance(Instance):
+    """An instance for frameworks that compute one batch of arrays at a time.
+
+    Subclasses implement :meth:`run`; this class concatenates the requests' inputs along the batch
+    dimension (for models with ``max_batch_size > 0``), runs once, splits the outputs back and keeps
+    only the outputs each request asked for.
+    """
+
+    def __init__(self, model_name: str, model_version: int, max_batch_size: int) -> None:
+        self.model_name = model_name
+        self.model_version = str(model_version)
+        self.max_batch_size = max_batch_size
+
+    @abc.abstractmethod
+    def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        """Compute outputs by name from inputs by name."""
+
+    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        if len(requests) == 1:
+            try:
+                outputs = self.run({n: t.data for n, t in requests[0].inputs.items()})
+            except InferdError as exc:
+                return [exc]
+            return [self._response(requests[0], outputs)]
+        try:
+            batched = concat_inputs(requests, self.max_batch_size)
+            outputs = self.run(batched)
+        except InferdError as exc:
+            return [exc for _ in requests]
+        responses: list[InferResponse | InferdError] = []
+        start = 0
+        for request in requests:
+            rows = request.batch_size(self.max_batch_size)
+            part = {name: value[start : start + rows] for name, value in outputs.items()}
+            start += rows
+            responses.append(self._response(request, part))
+        return responses
+
+    def _response(self, request: InferRequest, outputs: Mapping[str, np.ndarray]) -> InferResponse:
+        wanted = request.requested_output_names() or list(outputs)
+        tensors = []
+        for name in wanted:
+            array = np.asarray(outputs[name])
+            tensors.append(InferTensor(name, wire_datatype(array.dtype), tuple(array.shape), array))
+        return InferResponse(self.model_name, self.model_version, request.id, tensors)
+
+
+def concat_inputs(requests: Sequence[InferRequest], max_batch_size: int) -> dict[str, np.ndarray]:
+    """Stack the inputs of several requests along the first (batch) dimension."""
+    if max_batch_size <= 0:
+        raise InvalidArgument("requests of a model without a batch dimension cannot be batched")
+    names = list(requests[0].inputs)
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        try:
+            out[name] = np.concatenate([r.inputs[name].data for r in requests], axis=0)
+        except (KeyError, ValueError) as exc:
+            raise InvalidArgument(f"cannot batch input '{name}': {exc}") from None
+    return out

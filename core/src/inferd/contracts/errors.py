@@ -1,0 +1,83 @@
+"""Errors that cross the core/frontend boundary.
+
+Every error carries a :class:`ErrorKind`; each frontend maps kinds to its own status codes in one
+table (HTTP in ``frontends/http``, gRPC in ``frontends/grpc``), the way Triton does.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorKind(enum.Enum):
+    """The kind of failure, named after Triton's ``TRITONSERVER_Error_Code``."""
+
+    UNKNOWN = "UNKNOWN"
+    INTERNAL = "INTERNAL"
+    NOT_FOUND = "NOT_FOUND"
+    INVALID_ARG = "INVALID_ARG"
+    UNAVAILABLE = "UNAVAILABLE"
+    UNSUPPORTED = "UNSUPPORTED"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    CANCELLED = "CANCELLED"
+
+
+class InferdError(Exception):
+    """An error with a kind and a message meant for the client."""
+
+    kind: ErrorKind = ErrorKind.UNKNOWN
+    #: True for an error a model answered a request with (a response carrying an error) rather
+    #: than a failed execution: Triton's backend releases such a request normally, so it counts
+    #: as a success in the statistics (see :func:`error_response`).
+    answered: bool = False
+
+    def __init__(self, message: str, kind: ErrorKind | None = None) -> None:
+        super().__init__(message)
+        if kind is not None:
+            self.kind = kind
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def error_response(message: str, kind: ErrorKind) -> InferdError:
+    """The error a model answered a request with: the client gets it, the statistics count the
+    request as a success (inference_count and success), as Triton 2.51 counts a Python model's
+    error response."""
+    error = InferdError(message, kind)
+    error.answered = True
+    return error
+
+
+class NotFound(InferdError):
+    kind = ErrorKind.NOT_FOUND
+
+
+class InvalidArgument(InferdError):
+    kind = ErrorKind.INVALID_ARG
+
+
+class Unavailable(InferdError):
+    kind = ErrorKind.UNAVAILABLE
+
+
+class Unsupported(InferdError):
+    kind = ErrorKind.UNSUPPORTED
+
+
+class InternalError(InferdError):
+    kind = ErrorKind.INTERNAL
+
+
+class Cancelled(InferdError):
+    kind = ErrorKind.CANCELLED
+
+
+class ConfigError(InvalidArgument):
+    """A model configuration that cannot be parsed or is inconsistent."""
+
+
+def poll_failure(name: str) -> str:
+    """Triton's sentence for a load whose model (or override) cannot be read."""
+    return f"failed to load '{name}', failed to poll from model repository"

@@ -1,0 +1,108 @@
+"""What a frontend knows of a loaded model version: :class:`ModelInfo`.
+
+The data plane hands one out per request (``DataPlane.resolve``); the frontend decodes against
+it and passes it back (``DataPlane.infer(request, info)``), so the version it decoded for is the
+version that runs, even when a reload lands in between. Built once per loaded version.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from inferd.config import ModelConfig
+    from inferd.contracts.stats import ModelStats
+    from inferd.contracts.types import InferRequest, InferResponse
+    from inferd.contracts.validation import RequestValidator, TensorSpec
+
+
+class Servable(Protocol):
+    """The loaded version behind a :class:`ModelInfo`; only the data plane calls it."""
+
+    stats: ModelStats
+
+    async def infer(self, request: InferRequest) -> InferResponse: ...
+
+
+class Describable(Servable, Protocol):
+    """What :func:`describe` reads of a loaded version."""
+
+    name: str
+    version: int
+    config: ModelConfig
+    decoupled: bool
+    validator: RequestValidator
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """An input or output as model metadata reports it (``-1`` first when the model batches)."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """One loaded version as frontends see it: its signature, batching and transaction policy."""
+
+    name: str
+    version: int
+    platform: str
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+    max_batch_size: int
+    decoupled: bool
+    #: Checks a decoded request against the config; its ``inputs`` are the config's input specs.
+    validator: RequestValidator = field(repr=False, compare=False)
+    #: A weak reference to the version, opaque to frontends: the data plane runs requests on
+    #: what it returns (None once the version is unloaded and gone).
+    handle: weakref.ref[Servable] = field(repr=False, compare=False)
+
+    @property
+    def batching(self) -> bool:
+        """Whether requests carry a leading batch dimension (``max_batch_size > 0``)."""
+        return self.max_batch_size > 0
+
+    def input_spec(self, name: str) -> TensorSpec | None:
+        """The config's declaration of input ``name`` (dims without batch, reshape), if any."""
+        return self.validator.inputs.get(name)
+
+    def metadata(self, versions: list[str]) -> dict[str, object]:
+        """Triton's model metadata JSON, listing the ready ``versions`` of the model."""
+        return {
+            "name": self.name,
+            "versions": versions,
+            "platform": self.platform,
+            "inputs": [_tensor_json(t) for t in self.inputs],
+            "outputs": [_tensor_json(t) for t in self.outputs],
+        }
+
+
+def _tensor_json(tensor: TensorInfo) -> dict[str, object]:
+    return {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
+
+
+def describe(version: Describable) -> ModelInfo:
+    """The :class:`ModelInfo` of a fully assembled version (its scheduler set)."""
+    validator = version.validator
+    batch = (-1,) if validator.max_batch_size > 0 else ()
+
+    def tensors(specs: dict[str, TensorSpec]) -> tuple[TensorInfo, ...]:
+        return tuple(TensorInfo(s.name, s.datatype, batch + s.dims) for s in specs.values())
+
+    config = version.config
+    return ModelInfo(
+        name=version.name,
+        version=version.version,
+        platform=config.platform or config.backend,
+        inputs=tensors(validator.inputs),
+        outputs=tensors(validator.outputs),
+        max_batch_size=validator.max_batch_size,
+        decoupled=version.decoupled,
+        validator=validator,
+        handle=weakref.ref(version),
+    )

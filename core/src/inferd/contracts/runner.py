@@ -1,0 +1,327 @@
+"""Core owns execution: one :class:`InstanceRunner` per backend instance.
+
+A runner wraps one :class:`~inferd.contracts.backend.Instance` with its own thread, so ``execute`` never runs
+concurrently on one instance and never blocks the event loop for long (an instance that declares
+``blocking = False``, whose ``execute`` only hands requests off, runs on the loop: no thread; one
+that ``may_run_inline`` runs there the executions its recent ones predict to be quick).
+:meth:`InstanceRunner.run` is what schedulers call: it times the execution, records its statistics
+and traces, counts the requests executing (``pending()``), and logs a backend's unexpected
+exception once, with its traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from inferd.contracts.errors import InferdError, InternalError, Unavailable
+from inferd.contracts.log_context import REQUEST_ID, REQUEST_MODEL
+from inferd.contracts.recorder import Outcome, Recorder
+from inferd.contracts.types import InferRequest
+
+if TYPE_CHECKING:
+    from inferd.contracts.backend import Instance, InstanceSpec
+    from inferd.engine.rate_limiter import Gate
+
+log = logging.getLogger(__name__)
+
+_Job = tuple[Callable[[], Any], Callable[[Any, BaseException | None], None]]
+
+#: An execution of an instance that ``may_run_inline`` runs on the event loop when its batch is
+#: predicted to take at most this long (from the CPU time of its recent executions). Handing a
+#: batch to the instance thread and its results back costs two thread wake-ups and a fight for
+#: the GIL, and while the thread computes the loop dispatches smaller batches; on the loop the
+#: requests that arrive meanwhile wait and join the next, larger batch. Measured in issue 9
+#: (A/B pairs, HTTP at c=64, 2 cores): the ONNX ``Add`` model (~50 µs a batch) +8-16% infer/s,
+#: the ``mlp`` model (~0.6-1.3 ms a batch) +14-53% with one worker and up to +50% with two. Past
+#: this limit the thread keeps the execution: a long one would hold up every other request of
+#: the worker, and instances whose compute could overlap would run one at a time.
+INLINE_LIMIT_NS = 2_000_000
+#: Weight of the newest execution in the running averages the prediction uses.
+_ESTIMATE_WEIGHT = 0.125
+
+
+@dataclass(slots=True)
+class Execution:
+    """What one ``execute`` call returned, with its timing (monotonic ns). ``results`` is briefly
+    the future a non-blocking instance may return, until it is done."""
+
+    results: list[Outcome]
+    start_ns: int
+    end_ns: int
+
+
+class InstanceRunner:
+    """One backend instance, the thread it runs on, and the recording of its executions.
+
+    A plain thread fed by a ``SimpleQueue``: each job resolves an asyncio future through
+    ``call_soon_threadsafe``, which costs less per call than ``run_in_executor``'s chained
+    futures on this hot path. A non-blocking instance gets no thread: ``execute`` is called
+    inline, on the event loop.
+    """
+
+    def __init__(self, instance: Instance, spec: InstanceSpec, recorder: Recorder, gate: Gate | None = None) -> None:
+        self.instance = instance
+        self.spec = spec
+        self.recorder = recorder
+        #: The rate limiter's hold on this instance (``--rate-limit=execution_count`` and resources
+        #: in its ``instance_group.rate_limiter``); ``None``: it runs as soon as it is free.
+        self.gate = gate
+        #: Requests handed to this instance and not yet answered (``pending()`` leaves them out).
+        self.executing = 0
+        #: How many batches may execute at once (``Instance.pipeline_depth``; the instance orders them).
+        self.depth = max(1, int(getattr(instance, "pipeline_depth", 1))) if not instance.blocking else 1
+        self._turn: asyncio.Lock | asyncio.Semaphore = (
+            asyncio.Lock() if self.depth == 1 else asyncio.Semaphore(self.depth)
+        )
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        #: The execution on the thread now: its future, what to call when it ends, how many
+        #: requests it has, when it began.
+        self._current: tuple[asyncio.Future[Execution], Callable[[], None] | None, int, float] | None = None
+        #: Set by :meth:`abandon`: the thread is stuck in an execution and left behind.
+        self._abandoned = False
+        #: Whether executions predicted to be quick run on the loop (``Instance.may_run_inline``).
+        self._inline = instance.blocking and instance.may_run_inline
+        #: Running averages of recent executions: their CPU time (ns; ``None``: none ran yet) and
+        #: how many requests each had.
+        self._recent_ns: float | None = None
+        self._recent_size = 1.0
+        if instance.blocking:
+            self._thread = threading.Thread(target=self._work, name=f"inferd-{spec.name}", daemon=True)
+            self._thread.start()
+
+    @property
+    def name(self) -> str:
+        """The instance's name (``<group name>_<index>``)."""
+        return self.spec.name
+
+    async def run(self, requests: Sequence[InferRequest]) -> list[Outcome]:
+        """Execute one batch on this instance and record it; one response or error per request.
+
+        Never raises for a backend's failure: a failed execution gives every request its error.
+        Batches handed over while one executes wait their turn, in order. A caller cancelled
+        while its batch executes leaves at once; the instance stays busy (its turn, its rate-limiter
+        resources) until the execution ends.
+        """
+        gate = self.gate
+        count = len(requests)
+        await self._turn.acquire()  # a second batch waits here, still pending, its queue time running
+        if self._abandoned:
+            self._turn.release()
+            return [self._unloading()] * count
+        if gate is not None:  # the rate limiter's wait is queue time too (as Triton counts it)
+            try:
+                await gate.acquire()
+            except BaseException:
+                self._turn.release()
+                raise
+        dequeued = time.monotonic_ns()
+        for request in requests:
+            if request.response_sender is not None:  # decoupled: the data plane times the first response
+                request.context["compute_start_ns"] = dequeued
+        self.executing += count
+
+        def ended() -> None:  # on the loop, once the execution is over (not when its caller left)
+            self.executing -= count
+            self._turn.release()
+            if gate is not None:
+                gate.release()
+
+        execution = await self.execute(requests, ended)
+        results: Sequence[Outcome | None] = execution.results or [None] * len(requests)
+        return self.recorder.executed(
+            requests, results, dequeued, execution.start_ns, execution.end_ns, time.monotonic_ns()
+        )
+
+    async def execute(self, requests: Sequence[InferRequest], then: Callable[[], None] | None = None) -> Execution:
+        """Run ``requests`` on this instance's thread (a non-blocking instance, or a quick execution
+        of one that ``may_run_inline``: here, on the loop), unrecorded (model warmup uses it);
+        ``then`` is called on the event loop once they ran."""
+        if self._thread is None or (self._inline and self._quick(len(requests))):
+            try:
+                execution = self._call(requests)
+            except BaseException:
+                if then is not None:
+                    then()
+                raise
+            if isinstance(execution.results, asyncio.Future):
+                execution = await self._settle(requests, execution, then)
+            elif then is not None:
+                then()
+        else:
+            execution = await self._on_thread(requests, then)
+        count = len(execution.results)
+        if count == 0 and not any(r.response_sender for r in requests):
+            execution.results = self._broken(requests, "returned no responses")
+        elif count and count != len(requests):
+            execution.results = self._broken(requests, f"returned {count} responses for {len(requests)} requests")
+        return execution
+
+    async def _settle(
+        self, requests: Sequence[InferRequest], execution: Execution, then: Callable[[], None] | None
+    ) -> Execution:
+        """The results of a non-blocking instance that answered with a future: the execution ends
+        (and the instance is free again) when the future is done, even if the caller left before."""
+        future: asyncio.Future[list[Outcome]] = execution.results  # type: ignore[assignment]
+
+        def ended(_: asyncio.Future[list[Outcome]]) -> None:
+            execution.end_ns = time.monotonic_ns()
+            if then is not None:
+                then()
+
+        future.add_done_callback(ended)
+        try:
+            execution.results = list(await asyncio.shield(future))
+        except InferdError as exc:
+            execution.results = [exc] * len(requests)
+        except asyncio.CancelledError:
+            if not future.cancelled():
+                raise  # our caller left; the instance stays busy until the future is done
+            execution.results = [InternalError(f"instance '{self.spec.name}' cancelled its execution")] * len(requests)
+        except Exception as exc:
+            execution.results = self._failed(exc, len(requests))
+        return execution
+
+    def _quick(self, size: int) -> bool:
+        """Whether a batch of ``size`` requests is predicted to run within :data:`INLINE_LIMIT_NS`:
+        as long as recent executions, or longer in proportion when it has more requests than they
+        had (an execution's fixed cost makes time per request a poor guide for small batches)."""
+        recent = self._recent_ns
+        return recent is not None and recent * max(1.0, size / self._recent_size) <= INLINE_LIMIT_NS
+
+    def _learn(self, ns: int, size: int) -> None:
+        """One execution of ``size`` requests took ``ns`` of CPU (called where it ran)."""
+        recent = self._recent_ns
+        if recent is None:
+            self._recent_ns, self._recent_size = float(ns), float(size)
+            return
+        self._recent_ns = recent + (ns - recent) * _ESTIMATE_WEIGHT
+        self._recent_size += (size - self._recent_size) * _ESTIMATE_WEIGHT
+
+    async def _on_thread(self, requests: Sequence[InferRequest], then: Callable[[], None] | None) -> Execution:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Execution] = loop.create_future()
+
+        def done(result: Any, exc: BaseException | None) -> None:
+            loop.call_soon_threadsafe(self._ended, future, result, exc)
+
+        self._current = (future, then, len(requests), time.monotonic())
+        self._jobs.put((lambda: self._call(requests), done))
+        return await future
+
+    def _ended(self, future: asyncio.Future[Execution], result: Any, exc: BaseException | None) -> None:
+        """An execution on the thread is over (on the loop): free the instance, answer its caller
+        (unless it left, or :meth:`abandon` answered it already)."""
+        current = self._current
+        if current is None or current[0] is not future:  # abandoned: its end was handled then
+            return
+        self._current = None
+        if current[1] is not None:
+            current[1]()
+        if future.done():
+            return
+        if exc is None:
+            future.set_result(result)
+        else:
+            future.set_exception(exc)
+
+    def abandon(self) -> float | None:
+        """Give up on this instance (an unload that waited long enough): the execution it is stuck
+        in fails its requests (UNAVAILABLE) and gives back its turn and rate-limiter resources, later
+        batches fail at once, and :meth:`close` leaves the thread behind. Returns how long the
+        execution has run (seconds), or None when none was running."""
+        self._abandoned = True
+        current, self._current = self._current, None
+        if current is None:
+            return None
+        future, then, count, since = current
+        if not future.done():
+            now = time.monotonic_ns()
+            future.set_result(Execution([self._unloading()] * count, now, now))
+        if then is not None:
+            then()
+        return time.monotonic() - since
+
+    def _unloading(self) -> Unavailable:
+        return Unavailable(f"model '{self.recorder.stats.name}' is unloading: its instance '{self.spec.name}' "
+                           f"did not finish executing within the unload timeout and was abandoned")  # fmt: skip
+
+    def _call(self, requests: Sequence[InferRequest]) -> Execution:
+        # Lines the model logs while it runs one request carry that request's id.
+        token = REQUEST_ID.set(requests[0].id if len(requests) == 1 else "")
+        model = REQUEST_MODEL.set(self.recorder.stats.name)
+        start = time.monotonic_ns()
+        cpu = time.thread_time_ns() if self._inline else 0
+        try:
+            results = self.instance.execute(requests)
+            if not isinstance(results, asyncio.Future):  # a non-blocking instance's future: see _settle
+                results = list(results)
+        except InferdError as exc:  # raised on purpose (a bad input...): the client's error only
+            results = [exc] * len(requests)
+        except Exception as exc:
+            results = self._failed(exc, len(requests))
+        finally:
+            REQUEST_ID.reset(token)
+            REQUEST_MODEL.reset(model)
+        if self._inline:  # CPU time, not wall: on the instance thread, waits for the GIL would count
+            self._learn(time.thread_time_ns() - cpu, len(requests))
+        return Execution(results, start, time.monotonic_ns())
+
+    def _failed(self, exc: Exception, count: int) -> list[Outcome]:
+        """An unexpected exception of the backend: logged once with its traceback, each request's error."""
+        name, version = self.recorder.stats.name, self.recorder.stats.version
+        log.error("model '%s' version %s instance '%s': execute failed", name, version, self.spec.name, exc_info=exc)
+        return [InternalError(f"instance '{self.spec.name}' failed: {type(exc).__name__}: {exc}")] * count
+
+    def _broken(self, requests: Sequence[InferRequest], what: str) -> list[Outcome]:
+        stats = self.recorder.stats
+        log.error("model '%s' version %s instance '%s': execute %s", stats.name, stats.version, self.spec.name, what)
+        return [InternalError(f"instance '{self.spec.name}' {what}")] * len(requests)
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, done = job
+            try:
+                result = fn()
+            except BaseException as exc:  # handed to the waiting side
+                done(None, exc)
+            else:
+                done(result, None)
+
+    def close(self) -> None:
+        """Close the instance on its own thread, then stop the thread (blocking; a non-blocking
+        instance closes on the calling thread). An abandoned instance is not closed: its thread
+        is stuck in ``execute``, and is left to end (or not) on its own."""
+        if self.gate is not None:
+            self.gate.close()
+        if self._abandoned:
+            self._jobs.put(None)  # should the execution ever return, the thread ends
+            return
+        if self._thread is None:
+            self.instance.close()
+            return
+        finished: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def done(result: Any, exc: BaseException | None) -> None:
+            if exc is None:
+                finished.set_result(None)
+            else:
+                finished.set_exception(exc)
+
+        self._jobs.put((self.instance.close, done))
+        try:
+            finished.result()
+        finally:
+            self._jobs.put(None)
+            self._thread.join()

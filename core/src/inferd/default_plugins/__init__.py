@@ -1,1 +1,0 @@
-"""Default plugins: the built-in frontends, schedulers and cache, registered like any plugin."""

@@ -1,0 +1,1 @@
+"""The request engine: what serves now (model table, versions), the router, validation's callers, classification, the response cache's use, traffic splits and canaries, the rate limiter, model states and server health."""

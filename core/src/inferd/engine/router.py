@@ -1,0 +1,341 @@
+"""Runs inference requests on the versions the model table serves.
+
+The router runs a request once a frontend decoded it (frontends reach it through the data
+plane), and it is how models call other models: ensembles from the event loop, Python models
+(Triton's BLS) from their instance threads. It sets the request id for log lines and samples
+traces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING
+
+from inferd.contracts.errors import ErrorKind, InferdError, InternalError, Unavailable, Unsupported
+from inferd.contracts.log_context import REQUEST_ID, REQUEST_MODEL
+from inferd.contracts.recorder import FAILED_KEY
+from inferd.contracts.trace import TRACE_KEY, RequestTrace, Tracer
+from inferd.contracts.types import PICKED, InferRequest, InferResponse
+
+if TYPE_CHECKING:
+    from inferd import config as cfg
+    from inferd.contracts.model_info import ModelInfo, Servable
+    from inferd.contracts.stats import ModelStats
+    from inferd.engine.health import ServerHealth
+    from inferd.engine.model_table import ModelTable
+
+log = logging.getLogger(__name__)
+
+
+class Router:
+    """Resolves, runs and streams requests: the server's :class:`~inferd.lifecycle.builder.ServerModels`."""
+
+    def __init__(self, table: ModelTable, tracer: Tracer, health: ServerHealth) -> None:
+        self.table = table
+        self.tracer = tracer
+        self.health = health
+        #: Weighted versions by model name (the table's; empty when no model has a split).
+        self.splits = table.traffic.splits
+
+    def resolve(self, name: str, version: str = "") -> ModelInfo:
+        """The version that serves a request for ``name``/``version`` now; pass it to :meth:`infer`
+        or :meth:`stream` so the request runs on the version it was decoded for."""
+        return self.table.resolve(name, version).info
+
+    def step_key(self, namespace: str, name: str) -> str:
+        return self.table.step_key(namespace, name)
+
+    def resolve_key(self, key: str, version: str = "") -> ModelInfo:
+        """:meth:`resolve` for a model key (``ModelCaller.step_key``): an ensemble's step."""
+        return self.table.resolve_key(key, version).info
+
+    def model_config(self, key: str, version: str = "") -> cfg.ModelConfig:
+        return self.table.resolve_key(key, version).config
+
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        return self.table.index(ready_only)
+
+    def model_labels(self, key: str, version: str = "") -> dict[str, list[str]]:
+        return self.table.resolve_key(key, version).labels()
+
+    async def infer(self, request: InferRequest, model: ModelInfo | None = None) -> InferResponse:
+        """Run one request to completion on ``model`` (from :meth:`resolve`; resolved from the
+        request when not given). Decoupled models must go through :meth:`stream`."""
+        info = model or self.resolve(request.model_name, request.model_version)
+        if info.decoupled:
+            raise Unsupported(
+                f"model '{info.name}' is decoupled (it may send any number of responses): "
+                f"call it through gRPC ModelStreamInfer or the generate_stream route"
+            )
+        if self.splits and info.name in self.splits:
+            if not request.model_version:
+                return await self._run_split(self._pick(info, request), request)
+            if PICKED in request.context:  # the caller picked through the split: judged all the same
+                return await self._run_split(info, request)
+        return await self._run(info, request)
+
+    def _pick(self, info: ModelInfo, request: InferRequest) -> ModelInfo:
+        """The version the model's traffic split picks for a request naming none (``info`` when
+        the picked version is not serving)."""
+        version = self.splits[info.name].pick(request.id)
+        record = self.table.by_name.get(info.name)
+        mv = record.serving.get(version) if record is not None else None
+        return mv.info if mv is not None else info
+
+    async def _run_split(self, info: ModelInfo, request: InferRequest) -> InferResponse:
+        """:meth:`_run` on the version the split picked; its outcome feeds the canary policy
+        (a cancelled request, or one whose client went away, says nothing of the version)."""
+        start = time.perf_counter_ns()
+        try:
+            response = await self._run(info, request)
+        except InferdError as exc:
+            if exc.kind is not ErrorKind.CANCELLED:
+                self._observe(info, False, start)
+            raise
+        self._observe(info, True, start)
+        return response
+
+    def _observe(self, info: ModelInfo, ok: bool, start: int, end: int = 0) -> None:
+        split = self.splits.get(info.name)
+        if split is not None and split.observe(info.version, ok, (end or time.perf_counter_ns()) - start):
+            self.table.traffic.decided(info.name)
+
+    @staticmethod
+    def _servable(info: ModelInfo) -> Servable:
+        version = info.handle()
+        if version is None:
+            raise Unavailable(f"model '{info.name}' version {info.version} is no longer loaded")
+        return version
+
+    async def _run(self, info: ModelInfo, request: InferRequest) -> InferResponse:
+        """The version's ``infer`` with the request id set for log lines, traced when sampled."""
+        if self.tracer.active:
+            trace = self.tracer.sample(request, info.name, info.version)
+            if trace is not None:
+                return await self._run_traced(info, request, trace)
+        token, model = REQUEST_ID.set(request.id), REQUEST_MODEL.set(info.name)
+        try:
+            return await self._servable(info).infer(request)
+        except InferdError as exc:
+            log.debug("model '%s' version %d: request failed: %s", info.name, info.version, exc.message)
+            raise
+        finally:
+            REQUEST_ID.reset(token)
+            REQUEST_MODEL.reset(model)
+
+    async def _run_traced(self, info: ModelInfo, request: InferRequest, trace: RequestTrace) -> InferResponse:
+        token, model = REQUEST_ID.set(request.id), REQUEST_MODEL.set(info.name)
+        trace.mark("REQUEST_START")
+        trace.record_tensors("TENSOR_QUEUE_INPUT", request.inputs.values())
+        try:
+            response = await self._servable(info).infer(request)
+            trace.record_tensors("TENSOR_BACKEND_OUTPUT", response.outputs)
+            if request.response_sender is None:
+                trace.mark("INFER_RESPONSE_COMPLETE")
+            return response
+        except InferdError as exc:
+            log.debug("model '%s' version %d: request failed: %s", info.name, info.version, exc.message)
+            raise
+        finally:
+            trace.mark("REQUEST_END")
+            self.tracer.finish(trace)
+            REQUEST_ID.reset(token)
+            REQUEST_MODEL.reset(model)
+
+    async def stream(
+        self, request: InferRequest, model: ModelInfo | None = None
+    ) -> AsyncIterator[InferResponse | InferdError]:
+        """Yield every response of a request on ``model`` (resolved from the request when not
+        given): one for ordinary models, 0..N for decoupled ones."""
+        info = model or self.resolve(request.model_name, request.model_version)
+        split = (
+            bool(self.splits) and info.name in self.splits and (not request.model_version or PICKED in request.context)
+        )
+        if split and not request.model_version:
+            info = self._pick(info, request)
+        if not info.decoupled:
+            try:
+                yield await (self._run_split(info, request) if split else self._run(info, request))
+            except InferdError as exc:
+                yield exc
+            return
+        if split:
+            async for item in self._judged_stream(info, request):
+                yield item
+            return
+        async for item in self._stream_decoupled(info, request):
+            yield item
+
+    async def _judged_stream(
+        self, info: ModelInfo, request: InferRequest
+    ) -> AsyncIterator[InferResponse | InferdError]:
+        """A decoupled request on the version the split picked: the canary policy judges its time to
+        the first response (an LLM's time to first token) and whether any response was an error;
+        a stream its caller closed early says nothing of the version."""
+        start = time.perf_counter_ns()
+        first = 0
+        ok = True
+        async for item in self._stream_decoupled(info, request):
+            if not first:
+                first = time.perf_counter_ns()
+            if isinstance(item, InferdError) and item.kind is not ErrorKind.CANCELLED:
+                ok = False
+            yield item
+        self._observe(info, ok, start, first)
+
+    async def _stream_decoupled(
+        self, info: ModelInfo, request: InferRequest
+    ) -> AsyncIterator[InferResponse | InferdError]:
+        """Run ``request`` with a response sender and yield what the model sends, up to the final one."""
+        queue: asyncio.Queue[tuple[InferResponse | InferdError | None, bool]] = asyncio.Queue()
+
+        def finished(task: asyncio.Future[InferResponse]) -> None:
+            exc = None if task.cancelled() else task.exception()
+            if exc is not None:
+                queue.put_nowait((exc if isinstance(exc, InferdError) else InferdError(str(exc)), True))
+
+        request.response_sender = _response_sender(request, self._servable(info).stats, queue)
+        task = asyncio.ensure_future(self._run(info, request))
+        task.add_done_callback(finished)
+        final = False
+        try:
+            while not final:
+                response, final = await queue.get()
+                if isinstance(response, InferResponse):
+                    response.final = final
+                if response is not None:
+                    yield response
+        finally:
+            if not final:  # the caller closed the stream early: the model may stop generating
+                request.cancelled = True
+
+    def infer_from_thread(self, request: InferRequest) -> InferResponse:
+        """Blocking :meth:`infer` for code on a worker thread (Python models calling models)."""
+        return asyncio.run_coroutine_threadsafe(self._infer_for_thread(request), self._loop()).result()
+
+    async def _infer_for_thread(self, request: InferRequest) -> InferResponse:
+        info = self.resolve(request.model_name, request.model_version)
+        if info.decoupled:
+            raise Unsupported(
+                f"Model {info.name} is using the decoupled. The current BLS request call doesn't support models "
+                "using the decoupled transaction policy. Please use 'decoupled=True' argument to the 'exec' or "
+                "'async_exec' calls for decoupled models."
+            )
+        return await self.infer(request, info)
+
+    def stream_from_thread(self, request: InferRequest) -> Iterator[InferResponse | InferdError]:
+        """:meth:`stream` for code on a worker thread: started now, each response as it comes.
+
+        Raises :class:`~inferd.contracts.errors.InferdError` when the model cannot be resolved."""
+
+        def open_stream() -> AsyncIterator[InferResponse | InferdError]:
+            return self.stream(request, self.resolve(request.model_name, request.model_version))
+
+        return _ThreadStream(open_stream, self._loop())
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        loop = self.health.loop
+        if loop is None:
+            raise Unavailable("the server is not running")
+        return loop
+
+
+class _ThreadStream:
+    """The items of an async stream opened on the event loop, handed to a blocking thread."""
+
+    def __init__(
+        self, open_stream: Callable[[], AsyncIterator[InferResponse | InferdError]], loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._items: queue.SimpleQueue[InferResponse | InferdError | None] = queue.SimpleQueue()  # None: the end
+        self._done = False
+        opened: concurrent.futures.Future[None] = concurrent.futures.Future()
+        asyncio.run_coroutine_threadsafe(self._pump(open_stream, opened), loop)
+        opened.result()  # raises what opening the stream raised (an unknown model)
+
+    async def _pump(
+        self,
+        open_stream: Callable[[], AsyncIterator[InferResponse | InferdError]],
+        opened: concurrent.futures.Future[None],
+    ) -> None:
+        try:
+            stream = open_stream()
+        except BaseException as exc:
+            opened.set_exception(exc)
+            return
+        opened.set_result(None)
+        try:
+            async for item in stream:
+                self._items.put(item)
+        except InferdError as exc:
+            self._items.put(exc)
+        except Exception as exc:
+            self._items.put(InternalError(f"{type(exc).__name__}: {exc}"))
+        finally:
+            self._items.put(None)
+
+    def __iter__(self) -> _ThreadStream:
+        return self
+
+    def __next__(self) -> InferResponse | InferdError:
+        if self._done:
+            raise StopIteration
+        item = self._items.get()
+        if item is None:
+            self._done = True
+            raise StopIteration
+        return item
+
+
+def _response_sender(
+    request: InferRequest, stats: ModelStats, queue: asyncio.Queue[tuple[InferResponse | InferdError | None, bool]]
+) -> Callable[[InferResponse | InferdError | None, bool], None]:
+    """The ``response_sender`` of a decoupled request: records each response's statistics and
+    trace mark, then hands it to ``queue`` on the event loop (models call it from any thread).
+
+    Called on the loop's own thread (a non-blocking instance's engine), it puts at once; once a
+    response came from another thread, later ones from the loop queue up behind it (in order).
+    """
+    loop = asyncio.get_running_loop()
+    put = queue.put_nowait
+    owner = threading.get_ident()
+    crossed = False  # a response came through call_soon_threadsafe
+
+    def deliver(item: tuple[InferResponse | InferdError | None, bool]) -> None:
+        nonlocal crossed
+        if threading.get_ident() != owner:
+            crossed = True
+            loop.call_soon_threadsafe(put, item)
+        elif crossed:
+            loop.call_soon(put, item)
+        else:
+            put(item)
+
+    state = [time.monotonic_ns(), 0]  # when the previous response was sent, responses so far
+
+    def sender(response: InferResponse | InferdError | None, final: bool) -> None:
+        now = time.monotonic_ns()
+        start = request.context.get("compute_start_ns", state[0]) if state[1] == 0 else state[0]
+        index = state[1]
+        if response is None:
+            stats.record_response(index, now - start, empty=True)
+        else:
+            failed = isinstance(response, InferdError)
+            cancelled = isinstance(response, InferdError) and response.kind is ErrorKind.CANCELLED
+            stats.record_response(index, now - start, ok=not failed, cancelled=cancelled)
+            if final and failed and not response.answered:  # type: ignore[union-attr]
+                request.context[FAILED_KEY] = True  # the recorder counts the request failed
+            if index == 0:
+                stats.observe_first_response(now - request.arrival_ns)
+        trace = request.context.get(TRACE_KEY)
+        if trace is not None:
+            trace.mark("INFER_RESPONSE_COMPLETE", now)
+        state[0], state[1] = now, index + 1
+        deliver((response, final))
+
+    return sender

@@ -1,0 +1,339 @@
+"""Weighted versions: how requests that name no version are split among a model's versions.
+
+A model's split comes from its config (``parameters { key: "traffic_split" value: { string_value:
+"1:99,2:1" } }``) or live from ``POST /v2/models/<model>/traffic``. Picking a version is one
+``crc32`` (a request id: the same id always lands on the same version, on every worker) or one
+``random()``, and a bisect over the precomputed cumulative weights. The :mod:`inferd.engine.canary`
+policy watches the versions' outcomes and rolls a worse canary back (weight 0) or promotes a
+healthy one step by step; with ``--workers N`` every change is sent to the other workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import weakref
+import zlib
+from bisect import bisect_right
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.metrics_core import Metric
+
+from inferd.config.parameters import ModelParameters
+from inferd.contracts.errors import InvalidArgument, NotFound
+from inferd.contracts.metric_sources import SOURCES
+from inferd.engine.canary import Policy, Window, now
+
+if TYPE_CHECKING:
+    from inferd.workers.peers import Peers
+
+log = logging.getLogger(__name__)
+
+STABLE, CANARY, ROLLED_BACK, PROMOTED, OFF = "stable", "canary", "rolled back", "promoted", "off"
+#: Decisions kept per model (shown by GET .../traffic).
+KEEP_DECISIONS = 20
+
+
+def parse_split(text: str, model: str) -> dict[int, int]:
+    """``"1:99,2:1"`` -> ``{1: 99, 2: 1}``; errors name the model and the part."""
+    weights: dict[str, Any] = {}
+    for part in text.replace(" ", "").split(","):
+        version, sep, weight = part.partition(":")
+        if not sep:
+            raise InvalidArgument(f"model '{model}': traffic_split part '{part}' is not VERSION:WEIGHT")
+        weights[version] = weight
+    return check_weights(weights, model)
+
+
+def check_weights(weights: Mapping[Any, Any], model: str, serving: list[int] | None = None) -> dict[int, int]:
+    """Versions (integers > 0, among ``serving`` when given) -> weights (integers >= 0, not all 0)."""
+    if not isinstance(weights, Mapping) or not weights:
+        raise InvalidArgument(f"model '{model}': traffic weights must be a non-empty object of version: weight")
+    out: dict[int, int] = {}
+    for version, weight in weights.items():
+        text = str(version)
+        if not text.isdigit() or int(text) < 1:
+            raise InvalidArgument(f"model '{model}': traffic version '{text}' must be an integer > 0")
+        if isinstance(weight, bool) or not isinstance(weight, int | str) or not str(weight).isdigit():
+            raise InvalidArgument(f"model '{model}': traffic weight of version {text} must be an integer >= 0, "
+                                  f"got {weight!r}")  # fmt: skip
+        out[int(text)] = int(weight)
+    if serving is not None:
+        unknown = sorted(set(out) - set(serving))
+        if unknown:
+            raise NotFound(f"Request for unknown model: '{model}' version {unknown[0]} is not found; "
+                           f"available versions: {', '.join(map(str, serving))}")  # fmt: skip
+    if not any(out.values()):
+        raise InvalidArgument(f"model '{model}': traffic weights are all 0 (at least one version needs a weight)")
+    return out
+
+
+class TrafficSplit:
+    """One model's weights, version states, windows and decisions."""
+
+    def __init__(self, model: str, weights: dict[int, int], policy: Policy, source: str = "api") -> None:
+        self.model = model
+        self.policy = policy
+        self.source = source  # "config" (the traffic_split parameter) or "api"
+        self.states: dict[int, str] = {}
+        self.decisions: list[dict[str, Any]] = []
+        self.last_check: dict[str, Any] = {}
+        self.rollbacks: dict[int, int] = {}
+        self.promotions: dict[int, int] = {}
+        self.windows: dict[int, Window] = {}
+        self._next_judge = 0.0
+        self.set_weights(weights)
+
+    def set_weights(self, weights: dict[int, int], states: dict[int, str] | None = None) -> None:
+        """New weights, applied at once (one assignment: a request picks from the old or the new)."""
+        self.weights = dict(sorted(weights.items()))
+        stable = max(self.weights, key=lambda v: (self.weights[v], -v))
+        self.states = states or {v: STABLE if v == stable else (CANARY if w else OFF) for v, w in self.weights.items()}
+        versions = tuple(v for v, w in self.weights.items() if w)
+        cumulative, total = [], 0
+        for v in versions:
+            total += self.weights[v]
+            cumulative.append(total)
+        self._table = (versions, tuple(cumulative), total)
+        self.windows = {v: self.windows.get(v) or Window(self.policy.window_s) for v in self.weights}
+
+    def pick(self, request_id: str) -> int:
+        """The version a request with no version runs on: by its id's crc32 when it has one."""
+        versions, cumulative, total = self._table
+        if request_id:
+            slot = (zlib.crc32(request_id.encode()) * total) >> 32
+        else:
+            slot = int(random.random() * total)
+        return versions[bisect_right(cumulative, slot)]
+
+    def stable(self) -> int:
+        return next((v for v, s in self.states.items() if s in (STABLE, PROMOTED)), max(self.weights))
+
+    def canaries(self) -> list[int]:
+        return [v for v, s in self.states.items() if s == CANARY and self.weights.get(v)]
+
+    def observe(self, version: int, ok: bool, ns: int) -> str | None:
+        """Record one outcome; the decision taken ("rollback"/"promote") when the policy judged."""
+        window = self.windows.get(version)
+        if window is None:
+            return None
+        t = now()
+        window.record(ok, ns, t)
+        if t < self._next_judge:
+            return None
+        self._next_judge = t + window.bucket_s
+        return self.judge(t)
+
+    def judge(self, t: float) -> str | None:
+        canaries = self.canaries()
+        if not canaries or (not self.policy.rollback and not self.policy.promote_steps):
+            return None
+        stable = self.stable()
+        base = self.windows[stable].figures(t)
+        for canary in canaries:
+            figures = self.windows[canary].figures(t)
+            verdict = self.policy.verdict(figures, base)
+            self.last_check = self._explain(canary, stable, figures, base, verdict)
+            if verdict and self.policy.rollback:
+                return self._decide("rollback", canary, {**self.weights, canary: 0}, ROLLED_BACK)
+            if verdict == "" and self.policy.promote_steps and len(canaries) == 1:
+                return self._promote(canary, stable)
+        return None
+
+    def _promote(self, canary: int, stable: int) -> str | None:
+        step = next((s for s in self.policy.promote_steps if s > self.weights[canary] * 100 // self._total()), None)
+        if step is None:
+            return None
+        weights = {**{v: 0 for v in self.weights}, canary: step, stable: 100 - step}
+        state = PROMOTED if step >= 100 else CANARY
+        self.windows[canary].clear()  # the next step is judged on its own requests
+        return self._decide("promote", canary, weights, state)
+
+    def _total(self) -> int:
+        return self._table[2] or 1
+
+    def _decide(self, action: str, canary: int, weights: dict[int, int], state: str) -> str:
+        states = dict(self.states)
+        states[canary] = state
+        if state == PROMOTED:
+            states = {v: (PROMOTED if v == canary else OFF) for v in states}
+        self.set_weights(weights, states)
+        counter = self.rollbacks if action == "rollback" else self.promotions
+        counter[canary] = counter.get(canary, 0) + 1
+        decision = {"time": time.time(), "action": action, **self.last_check, "weights": self.wire_weights()}
+        self.decisions = [*self.decisions[-(KEEP_DECISIONS - 1) :], decision]
+        log.warning("model '%s': canary version %d %s: %s; canary %s, stable %s, window %g s; weights now %s",
+                    self.model, canary, "rolled back" if action == "rollback" else "promoted",
+                    self.last_check.get("verdict") or "it holds", self.last_check["canary"],
+                    self.last_check["stable"], self.policy.window_s, self.wire_weights())  # fmt: skip
+        return action
+
+    def _explain(self, canary: int, stable: int, c: dict[str, float], s: dict[str, float], verdict: str | None
+                 ) -> dict[str, Any]:  # fmt: skip
+        return {"canary_version": canary, "stable_version": stable, "canary": c, "stable": s,
+                "window_s": self.policy.window_s, "rule": self.policy.rule(),
+                "verdict": "too few requests to judge" if verdict is None else (verdict or "holds")}  # fmt: skip
+
+    def count(self, action: str, version: int) -> int:
+        """How many ``action`` decisions concerned ``version`` (on any worker: decisions are shared)."""
+        return sum(1 for d in self.decisions if d["action"] == action and d.get("canary_version") == version)
+
+    def wire_weights(self) -> dict[str, int]:
+        return {str(v): w for v, w in self.weights.items()}
+
+    def describe(self, t: float | None = None) -> dict[str, Any]:
+        """What GET .../traffic shows."""
+        t = now() if t is None else t
+        versions = {
+            str(v): {"weight": w, "share": round(w / self._total(), 6), "state": self.states.get(v, OFF),
+                     "rollbacks": self.count("rollback", v), "promotions": self.count("promote", v),
+                     "window": self.windows[v].figures(t)}
+            for v, w in self.weights.items()
+        }  # fmt: skip
+        return {"model": self.model, "weights": self.wire_weights(), "source": self.source, "versions": versions,
+                "policy": {**self.policy.__dict__, "promote_steps": list(self.policy.promote_steps),
+                           "rule": self.policy.rule()},
+                "last_check": self.last_check, "decisions": self.decisions}  # fmt: skip
+
+    def wire(self) -> dict[str, Any]:
+        """What another worker needs to take this split as it is."""
+        return {"weights": self.wire_weights(), "states": {str(v): s for v, s in self.states.items()},
+                "decisions": self.decisions, "source": self.source}  # fmt: skip
+
+
+class Traffic:
+    """Every model's split (by model name), and the canary metrics."""
+
+    def __init__(self, peers: Peers | None = None) -> None:
+        self.splits: dict[str, TrafficSplit] = {}
+        self.peers = peers
+        self._configured: dict[str, str] = {}  # model -> the traffic_split text its config had
+        self._tasks: set[asyncio.Task[Any]] = set()
+        _ALL.add(self)
+
+    def configured(self, model: str, config: Any, serving: list[int]) -> None:
+        """A model (re)loaded with ``config``: take its ``traffic_split`` when it is new or changed."""
+        params = ModelParameters(config, model)
+        text = params.get("traffic_split", "")
+        if text == self._configured.get(model) and (model in self.splits or not text):
+            return
+        self._configured[model] = text
+        if not text:
+            self.splits.pop(model, None)
+            return
+        try:
+            weights = parse_split(text, model)
+            self.splits[model] = TrafficSplit(model, check_weights(weights, model, serving),
+                                              Policy.from_config(params), "config")  # fmt: skip
+        except (InvalidArgument, NotFound, ValueError) as exc:
+            log.error("model '%s': traffic_split '%s' not applied: %s", model, text, exc)
+
+    def forget(self, model: str) -> None:
+        self.splits.pop(model, None)
+        self._configured.pop(model, None)
+
+    def get(self, model: str) -> dict[str, Any]:
+        split = self.splits.get(model)
+        return split.describe() if split is not None else {"model": model, "weights": {}, "versions": {}}
+
+    def set(self, model: str, weights: Mapping[str, Any], serving: list[int], config: Any) -> dict[str, Any]:
+        """Set ``model``'s weights live (a new split takes its policy from ``config``)."""
+        checked = check_weights(weights, model, serving)
+        split = self.splits.get(model)
+        if split is None:
+            try:
+                policy = Policy.from_config(ModelParameters(config, model))
+            except ValueError as exc:
+                raise InvalidArgument(f"model '{model}': {exc}") from None
+            split = self.splits[model] = TrafficSplit(model, checked, policy)
+        else:
+            split.set_weights(checked)
+            split.source = "api"
+        return split.describe()
+
+    def apply_wire(self, model: str, wire: dict[str, Any], config: Any) -> None:
+        """Take the split another worker sent (its weights, states and decisions)."""
+        weights = {int(v): int(w) for v, w in wire["weights"].items()}
+        split = self.splits.get(model)
+        if split is None:
+            split = self.splits[model] = TrafficSplit(
+                model, weights, Policy.from_config(ModelParameters(config, model))
+            )
+        split.set_weights(weights, {int(v): s for v, s in wire["states"].items()})
+        split.decisions, split.source = wire["decisions"], wire["source"]
+
+    def decided(self, model: str) -> None:
+        """The policy changed ``model``'s split on this worker: send it to the others (not waited for)."""
+        split = self.splits.get(model)
+        if self.peers is None or split is None:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self.peers.ask_each("traffic", {"name": model, "wire": split.wire()})
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def mark_stats(self, stats: list[dict[str, Any]]) -> None:
+        """Add ``traffic`` (state, weight, rollbacks, promotions) to each split version's statistics entry."""
+        for entry in stats:
+            split = self.splits.get(entry.get("name", ""))
+            version = int(entry.get("version") or 0)
+            if split is not None and version in split.weights:
+                entry["traffic"] = {"state": split.states.get(version, OFF), "weight": split.weights[version],
+                                    "rollbacks": split.count("rollback", version),
+                                    "promotions": split.count("promote", version)}  # fmt: skip
+
+    def mark_index(self, rows: list[dict[str, str]]) -> None:
+        """Add each split version's traffic state (and a rollback's reason) to the repository index rows."""
+        for row in rows:
+            split = self.splits.get(row.get("name", ""))
+            version = row.get("version", "")
+            if split is None or not version.isdigit() or int(version) not in split.weights:
+                continue
+            state = split.states.get(int(version), OFF)
+            row["traffic"] = f"{state} (weight {split.weights[int(version)]})"
+            if state == ROLLED_BACK and not row.get("reason"):
+                last: dict[str, Any] = next(
+                    (d for d in reversed(split.decisions) if d.get("canary_version") == int(version)), {}
+                )
+                row["reason"] = f"canary rolled back: {last.get('verdict', '')}"
+
+    def collect(self) -> Iterator[Any]:
+        """``inferd_canary_rollbacks_total``, ``inferd_canary_promotions_total`` (this worker's decisions)
+        and ``inferd_traffic_weight``, by model and version."""
+        families = [
+            _family("inferd_canary_rollbacks_total", "Canary versions rolled back by the canary policy", "counter"),
+            _family("inferd_canary_promotions_total", "Promotion steps the canary policy took", "counter"),
+            _family("inferd_traffic_weight", "Share of unversioned requests a version receives (0-1)", "gauge"),
+        ]
+        for model, split in sorted(self.splits.items()):
+            for v, w in split.weights.items():
+                labels = {"model": model, "version": str(v)}
+                values = (split.rollbacks.get(v, 0), split.promotions.get(v, 0), w / split._total())
+                for family, value in zip(families, values, strict=True):
+                    family.add_sample(family.name, labels, value)
+        if self.splits:  # no empty families: the text exposition drops them, OpenMetrics would not
+            yield from families
+
+
+def _family(name: str, text: str, kind: str) -> Metric:
+    family = Metric(name, text, kind)
+    family.name = name  # as named: prometheus_client would drop a counter's "_total"
+    return family
+
+
+_ALL: weakref.WeakSet[Traffic] = weakref.WeakSet()
+
+
+class _Collector:
+    """Every live :class:`Traffic`'s families (one per server in this process)."""
+
+    def collect(self) -> Iterator[Any]:
+        for traffic in list(_ALL):
+            yield from traffic.collect()
+
+
+SOURCES.add(_Collector())

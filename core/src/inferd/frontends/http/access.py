@@ -1,0 +1,113 @@
+"""The HTTP frontend's side of ``inferd.auth``: each route asks the policy once, before it runs.
+
+Only built when the server has access rules (``dataplane.access``); without them the routes are
+the plain endpoints and the infer path is untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from inferd.auth import ROUTE_GROUPS, AccessDenied, AccessPolicy, ApiGroup, Grant
+from inferd.contracts.errors import InferdError, NotFound, poll_failure
+from inferd.frontends.http.errors import error_body, error_reply
+from inferd.frontends.http.infer import send_reply
+from inferd.serving import Reply
+
+if TYPE_CHECKING:
+    from inferd.dataplane import DataPlane
+    from inferd.frontends.http.infer import InferEndpoint, RequestHead
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def denied_reply(exc: AccessDenied) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    """Status, ``{"error": ...}`` body and headers (content type first) of a refusal."""
+    headers = [(b"content-type", exc.content_type.encode())]
+    headers += [(k.encode(), v.encode()) for k, v in exc.headers]
+    return exc.http_status, error_body(exc.message), headers
+
+
+def _denied_response(exc: AccessDenied) -> Response:
+    status, body, headers = denied_reply(exc)
+    response = Response(body, status)
+    response.raw_headers = [h for h in response.raw_headers if h[0] != b"content-type"] + headers
+    return response
+
+
+async def _hidden(name: str, dp: DataPlane, model: str) -> Response:
+    """What a model the tenant may not see answers, as an unknown model does."""
+    if name == "model_ready":
+        return Response(b'{"error":"Model version not ready"}', 400, media_type="application/json")
+    dp._check_control()  # the control mode answers first, for any model
+    if name == "load":
+        raise NotFound(poll_failure(model))
+    return Response(status_code=200)  # unloading an unknown model succeeds
+
+
+def admitted(endpoint: Endpoint, name: str, policy: AccessPolicy, dp: DataPlane) -> Endpoint:
+    """``endpoint`` behind ``policy``: refused, or run with its grant in ``CURRENT``."""
+    group = ROUTE_GROUPS[name]
+
+    async def call(request: Request) -> Response:
+        model = request.path_params.get("model", "")
+        try:
+            grant = policy.admit(group, model, dict(request.headers.items()))
+        except AccessDenied as exc:
+            return _denied_response(exc)
+        if not grant.visible:
+            return await _hidden(name, dp, model)
+        return await _run(endpoint(request), grant)
+
+    return call
+
+
+async def _run(call: Awaitable[Response], grant: Grant) -> Response:
+    with grant.serving():
+        return await call
+
+
+def admit_infer(policy: AccessPolicy, model: str, headers: list[tuple[bytes, bytes]], path: str) -> Grant | Reply:
+    """The policy's answer to an infer request: its grant, or the refusal to send instead."""
+    fields = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers}
+    try:
+        return policy.admit(ApiGroup.INFERENCE, model, fields)
+    except AccessDenied as exc:
+        status, error, refusal = denied_reply(exc)
+    except InferdError as exc:
+        status, error = error_reply(exc, path)
+        refusal = [(b"content-type", b"application/json")]
+    return Reply(status, [*refusal, (b"content-length", str(len(error)).encode())], [error])
+
+
+class AdmittedInfer:
+    """The infer routes behind ``policy`` (a raw ASGI app, as the infer endpoint is)."""
+
+    def __init__(self, endpoint: ASGIApp, policy: AccessPolicy) -> None:
+        self.endpoint = endpoint
+        self.policy = policy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        admission = admit_infer(self.policy, scope["path_params"]["model"], scope["headers"], scope["path"])
+        if isinstance(admission, Reply):
+            await send_reply(send, admission)
+            return
+        with admission.serving():
+            await self.endpoint(scope, receive, send)
+
+
+async def admitted_answer(
+    endpoint: InferEndpoint, policy: AccessPolicy, head: RequestHead, body: bytes, model: str, version: str,
+    limit: int, path: str, headers: list[tuple[bytes, bytes]],
+) -> Reply:  # fmt: skip
+    """:class:`AdmittedInfer` for the direct path: the same refusals, the same bytes."""
+    admission = admit_infer(policy, model, headers, path)
+    if isinstance(admission, Reply):
+        return admission
+    with admission.serving():
+        return await endpoint.answer(head, body, model, version, limit, path)

@@ -1,0 +1,391 @@
+"""The KServe v2 / Triton HTTP routes as one Starlette application.
+
+:data:`ROUTES` says where each route is served; :class:`Endpoints` has one method per route.
+Every route decodes bodies with ``errors.decode_body`` and answers errors through
+``errors.error_reply``. The infer routes (the hot path) are raw ASGI routes of the same app;
+:class:`HttpApp` dispatches requests that match them straight to them, ahead of Starlette's
+middleware and router (which would route them the same way, about 7 us later).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from inferd.auth import AccessPolicy, visible_entries
+from inferd.config import config_to_json
+from inferd.contracts.errors import InferdError, InvalidArgument
+from inferd.contracts.validation import check_repository_name
+from inferd.frontends.header_forward import HeaderForward
+from inferd.frontends.http.access import AdmittedInfer, admitted, admitted_answer
+from inferd.frontends.http.codec import parse_json
+from inferd.frontends.http.errors import decode_body, error_body, error_reply
+from inferd.frontends.http.generate import NOT_ONE_RESPONSE, decode_generate, encode_generate, sse_event
+from inferd.frontends.http.infer import InferEndpoint, RequestHead
+from inferd.serving import Handler, Headers, Reply
+from inferd.shared_memory.service import register_request
+
+if TYPE_CHECKING:
+    from inferd.contracts.types import InferResponse
+    from inferd.dataplane import DataPlane
+
+log = logging.getLogger(__name__)
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+_M = "/v2/models/{model}"
+_MV = "/v2/models/{model}/versions/{version:int}"
+#: (path, method, :class:`Endpoints` method), matched in this order.
+ROUTES: tuple[tuple[str, str, str], ...] = (
+    ("/v2/health/live", "GET", "live"),
+    ("/v2/health/ready", "GET", "ready"),
+    ("/v2", "GET", "server_metadata"),
+    ("/v2/models/stats", "GET", "model_stats"),
+    ("/v2/repository/index", "POST", "repository_index"),
+    ("/v2/repository/{repo}/index", "POST", "repository_index"),
+    ("/v2/repository/models/{model}/load", "POST", "load"),
+    ("/v2/repository/{repo}/models/{model}/load", "POST", "load"),
+    ("/v2/repository/models/{model}/unload", "POST", "unload"),
+    ("/v2/repository/{repo}/models/{model}/unload", "POST", "unload"),
+    ("/v2/usage", "GET", "usage"),  # tenants' requests and tokens (docs/traffic.md)
+    *(
+        (prefix + suffix, method, name)
+        for prefix in (_M, _MV)
+        for suffix, method, name in (
+            ("", "GET", "model_metadata"),
+            ("/ready", "GET", "model_ready"),
+            ("/config", "GET", "model_config"),
+            ("/stats", "GET", "model_stats"),
+            ("/generate", "POST", "generate"),
+            ("/generate_stream", "POST", "generate_stream"),
+        )
+    ),
+    ("/v2/models/{model}/traffic", "GET", "traffic_get"),  # weighted versions (inferd's own)
+    ("/v2/models/{model}/traffic", "POST", "traffic_post"),
+    ("/v2/trace/setting", "GET", "trace_get"),  # the trace and logging extensions
+    ("/v2/trace/setting", "POST", "trace_post"),
+    ("/v2/models/{model}/trace/setting", "GET", "trace_get"),
+    ("/v2/models/{model}/trace/setting", "POST", "trace_post"),
+    ("/v2/logging", "GET", "logging_get"),
+    ("/v2/logging", "POST", "logging_post"),
+    *(  # the shared-memory extensions; the endpoint tells system from CUDA by the path
+        (f"/v2/{kind}sharedmemory{suffix}", method, name)
+        for kind in ("system", "cuda")
+        for suffix, method, name in (
+            ("/status", "GET", "shm_status"),
+            ("/region/{region}/status", "GET", "shm_status"),
+            ("/region/{region}/register", "POST", "shm_register"),
+            ("/unregister", "POST", "shm_unregister"),
+            ("/region/{region}/unregister", "POST", "shm_unregister"),
+        )
+    ),
+)
+#: The infer routes, matched first (any method: the endpoint answers 405 itself). ``digits``
+#: keeps the version as written, where ``int`` would turn ``01`` into ``1``.
+INFER_PATHS = ("/v2/models/{model}/infer", "/v2/models/{model}/versions/{version:digits}/infer")
+
+
+class _Digits(Convertor[str]):
+    regex = "[0-9]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("digits", _Digits())
+
+
+class HttpApp:
+    """The HTTP frontend's ASGI application over one data plane."""
+
+    def __init__(self, dp: DataPlane, forward_pattern: str | None = None) -> None:
+        """``forward_pattern``: ``--http-header-forward-pattern`` (None: headers are not forwarded)."""
+        endpoints = Endpoints(dp)
+        policy = dp.access.http if dp.access is not None else None
+        self.policy = policy
+        forward = None
+        if forward_pattern is not None:
+            forward = HeaderForward(forward_pattern, policy.secret_headers() if policy is not None else ())
+        self.endpoint = InferEndpoint(dp, forward)
+        self.infer: ASGIApp = self.endpoint if policy is None else AdmittedInfer(self.endpoint, policy)
+        infer_routes = [Route(path, self.infer) for path in INFER_PATHS]
+        routes = [
+            Route(path, _guarded(_endpoint(endpoints, name, policy)), methods=[method]) for path, method, name in ROUTES
+        ]
+        self.app = Starlette(routes=[*infer_routes, *routes], exception_handlers={HTTPException: _on_http_error})
+        #: The infer routes' own patterns, for the dispatch ahead of the router.
+        self.infer_patterns = [route.path_regex for route in infer_routes]
+
+    def direct_routes(self, max_body: int) -> DirectInfer:
+        """The infer routes answered without ASGI (:mod:`inferd.serving.direct`)."""
+        return DirectInfer(self.endpoint, self.infer_patterns, max_body, self.policy)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not scope.get("root_path"):
+            path = scope["path"]
+            for pattern in self.infer_patterns:
+                match = pattern.match(path)
+                if match is not None:
+                    scope["path_params"] = match.groupdict()  # str and digits convert to themselves
+                    await self.infer(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
+class DirectInfer:
+    """The infer routes as :class:`~inferd.serving.DirectRoutes`: the same endpoint's
+    :meth:`~inferd.frontends.http.infer.InferEndpoint.answer`, given the body uvicorn's
+    protocol read. Requests they do not take (another method, chunked bodies...) reach
+    :class:`HttpApp` over ASGI, which answers them as before."""
+
+    def __init__(self, endpoint: InferEndpoint, patterns: list[re.Pattern[str]], max_body: int,
+                 policy: AccessPolicy | None = None) -> None:  # fmt: skip
+        self.endpoint = endpoint
+        self.patterns = patterns
+        #: ``--http-max-input-size``: larger bodies go to ASGI, whose body limit refuses them.
+        self.max_body = max_body
+        #: The server's access rules for HTTP, applied as :class:`AdmittedInfer` applies them.
+        self.policy = policy
+
+    def handler(self, method: bytes, path: str) -> Handler | None:
+        for pattern in self.patterns:
+            match = pattern.match(path)
+            if match is not None:
+                params = match.groupdict()
+                return partial(self._answer, params["model"], params.get("version") or "", path)
+        return None
+
+    def _answer(self, model: str, version: str, path: str, headers: Headers, body: bytes) -> Awaitable[Reply]:
+        head = RequestHead(headers)
+        if self.policy is None:
+            return self.endpoint.answer(head, body, model, version, self.max_body, path)
+        return admitted_answer(self.endpoint, self.policy, head, body, model, version, self.max_body, path, headers)
+
+
+def _endpoint(endpoints: Endpoints, name: str, policy: AccessPolicy | None) -> Endpoint:
+    """The endpoint of route ``name``, behind the access policy when the server has one."""
+    endpoint: Endpoint = getattr(endpoints, name)
+    return endpoint if policy is None else admitted(endpoint, name, policy, endpoints.dp)
+
+
+class Endpoints:
+    """One method per route (but infer): health, metadata, generate, repository, trace, logging."""
+
+    def __init__(self, dataplane: DataPlane) -> None:
+        self.dp = dataplane
+
+    async def live(self, request: Request) -> Response:
+        return Response(status_code=200 if self.dp.is_live() else 400)
+
+    async def ready(self, request: Request) -> Response:
+        return Response(status_code=200 if await self.dp.is_ready() else 400)
+
+    async def server_metadata(self, request: Request) -> Response:
+        return _json(self.dp.server_metadata())
+
+    async def model_metadata(self, request: Request) -> Response:
+        return _json(self.dp.model_metadata(request.path_params["model"], _version(request)))
+
+    async def model_ready(self, request: Request) -> Response:
+        if self.dp.model_ready(request.path_params["model"], _version(request)):
+            return Response(status_code=200)
+        return _json({"error": "Model version not ready"}, 400)
+
+    async def model_config(self, request: Request) -> Response:
+        return _json(config_to_json(self.dp.model_config(request.path_params["model"], _version(request))))
+
+    async def model_stats(self, request: Request) -> Response:
+        name = request.path_params.get("model", "")
+        return _json({"model_stats": visible_entries(await self.dp.model_statistics(name, _version(request)))})
+
+    async def generate(self, request: Request) -> Response:
+        """One JSON object out (the generate extension); errors from the model answer 400, as in Triton."""
+        version = _version(request)
+        info = self.dp.resolve(request.path_params["model"], version)
+        infer_request = decode_generate(await _body(request), info, version)
+        results = [item async for item in self.dp.stream(infer_request, info)]
+        error = next((r for r in results if isinstance(r, InferdError)), None)
+        if error is not None:
+            return _json_bytes(error_body(error.message), 400)
+        if len(results) != 1:
+            return _json_bytes(error_body(NOT_ONE_RESPONSE), 400)
+        (response,) = results
+        assert not isinstance(response, InferdError)  # answered above
+        return _json_bytes(encode_generate(response))
+
+    async def generate_stream(self, request: Request) -> Response:
+        """Server-sent events, one per response. The status follows the first response (400
+        when it is an error, as in Triton); later errors arrive as ``data: {"error": ...}``."""
+        version = _version(request)
+        info = self.dp.resolve(request.path_params["model"], version)
+        infer_request = decode_generate(await _body(request), info, version)
+        info.validator.validate(infer_request)  # a bad request fails before the stream starts
+        stream = self.dp.stream(infer_request, info)
+        first = await anext(stream, None)
+        status = 400 if isinstance(first, InferdError) else 200
+        return StreamingResponse(_events(first, stream), status, media_type="text/event-stream")
+
+    async def repository_index(self, request: Request) -> Response:
+        _no_repository_name(request)
+        params = await _json_body(request)
+        ready_only = params.get("ready", False) if isinstance(params, dict) else False
+        if type(ready_only) is not bool:
+            raise InvalidArgument(
+                f"attempt to access JSON non-boolean as boolean ('ready' must be a boolean, got {ready_only!r})"
+            )
+        return _json(visible_entries(self.dp.repository_index(ready_only)))
+
+    async def load(self, request: Request) -> Response:
+        _no_repository_name(request)
+        params = await _json_body(request)
+        parameters = params.get("parameters", {}) if isinstance(params, dict) else {}
+        if not isinstance(parameters, dict):
+            raise InvalidArgument("load request 'parameters' must be a JSON object")
+        await self.dp.load_model(request.path_params["model"], parameters)
+        return Response(status_code=200)
+
+    async def unload(self, request: Request) -> Response:
+        _no_repository_name(request)
+        params = await _json_body(request)
+        parameters = params.get("parameters", {}) if isinstance(params, dict) else {}
+        dependents = bool(parameters.get("unload_dependents", False))
+        await self.dp.unload_model(request.path_params["model"], dependents)
+        return Response(status_code=200)
+
+    async def usage(self, request: Request) -> Response:
+        return _json(await self.dp.tenant_usage())
+
+    async def traffic_get(self, request: Request) -> Response:
+        return _json(self.dp.traffic(request.path_params["model"]))
+
+    async def traffic_post(self, request: Request) -> Response:
+        body = await _json_body(request)
+        if not isinstance(body, dict) or "weights" not in body:
+            raise InvalidArgument('traffic request must be a JSON object with "weights": {"<version>": <weight>}')
+        return _json(await self.dp.set_traffic(request.path_params["model"], body["weights"]))
+
+    async def trace_get(self, request: Request) -> Response:
+        return _json(self.dp.trace_settings(request.path_params.get("model", "")))
+
+    async def trace_post(self, request: Request) -> Response:
+        settings = await _settings_body(request, "trace setting request")
+        return _json(await self.dp.update_trace_settings(settings, request.path_params.get("model", "")))
+
+    async def logging_get(self, request: Request) -> Response:
+        return _json(self.dp.log_settings())
+
+    async def logging_post(self, request: Request) -> Response:
+        return _json(await self.dp.update_log_settings(await _settings_body(request, "log setting request")))
+
+    async def shm_status(self, request: Request) -> Response:
+        return _json(self.dp.shared_memory.status(_shm_kind(request), request.path_params.get("region", "")))
+
+    async def shm_register(self, request: Request) -> Response:
+        kind, name = _shm_kind(request), request.path_params["region"]
+        fields = register_request(await _json_body(request), kind)
+        if kind == "system":
+            await self.dp.shared_memory.register_system(name, fields["key"], fields["offset"], fields["byte_size"])
+        else:
+            await self.dp.shared_memory.register_cuda(
+                name, fields["raw_handle"], fields["device_id"], fields["byte_size"]
+            )
+        return Response(status_code=200)
+
+    async def shm_unregister(self, request: Request) -> Response:
+        await self.dp.shared_memory.unregister(_shm_kind(request), request.path_params.get("region", ""))
+        return Response(status_code=200)
+
+
+def _shm_kind(request: Request) -> str:
+    return "system" if "/v2/systemsharedmemory" in request.scope["path"] else "cuda"
+
+
+def _no_repository_name(request: Request) -> None:
+    check_repository_name(request.path_params.get("repo", ""))
+
+
+def _version(request: Request) -> str:
+    version = request.path_params.get("version")
+    return "" if version is None else str(version)
+
+
+async def _body(request: Request) -> bytes:
+    encoding = request.headers.get("content-encoding", "").lower()
+    return decode_body(await request.body(), encoding, request.scope.get("inferd.max_input_size"))
+
+
+async def _json_body(request: Request) -> Any:
+    """The body's JSON; ``{}`` for an empty body."""
+    body = await _body(request)
+    return parse_json(body, "request") if body.strip() else {}
+
+
+async def _settings_body(request: Request, what: str) -> dict[str, Any]:
+    body = await _body(request)
+    if not body.strip():
+        return {}
+    settings = parse_json(body, what)
+    if not isinstance(settings, dict):
+        raise InvalidArgument(f"{what} must be a JSON object, got {type(settings).__name__}")
+    return settings
+
+
+def _json(obj: Any, status: int = 200) -> Response:
+    return _json_bytes(json.dumps(obj, separators=(",", ":")).encode(), status)
+
+
+def _json_bytes(body: bytes, status: int = 200) -> Response:
+    return Response(body, status, media_type="application/json")
+
+
+async def _on_http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return _json({"error": exc.detail}, exc.status_code)
+
+
+def _guarded(endpoint: Endpoint) -> Endpoint:
+    """Answer errors through :func:`~inferd.frontends.http.errors.error_reply`: the server
+    never answers with a crash."""
+
+    async def guarded(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except Exception as exc:
+            status, body = error_reply(exc, request.url.path)
+            return _json_bytes(body, status)
+
+    return guarded
+
+
+async def _events(
+    first: InferResponse | InferdError | None, stream: AsyncIterator[InferResponse | InferdError]
+) -> AsyncIterator[bytes]:
+    """The SSE body of generate_stream: every response, then the end of the stream."""
+    item = first
+    try:
+        while item is not None:
+            if isinstance(item, InferdError):
+                yield sse_event(error_body(item.message))
+            else:
+                yield sse_event(encode_generate(item))
+            item = await anext(stream, None)
+    except Exception as exc:  # the status is already sent: report in-stream
+        log.exception("generate_stream failed")
+        yield sse_event(error_body(f"internal error: {type(exc).__name__}: {exc}"))
+    finally:
+        await stream.aclose()  # type: ignore[attr-defined]

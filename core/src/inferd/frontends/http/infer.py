@@ -1,0 +1,195 @@
+"""``POST /v2/models/{m}[/versions/{v}]/infer``: the hot path, a raw ASGI endpoint of the app.
+
+It is a route of the one Starlette app, without Starlette's request and response objects;
+``HttpApp`` dispatches to it by the route's own pattern ahead of the router. Decoding and encoding
+are in ``codec``; the body decoder and the error table are the ones every route uses (``errors``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from starlette.types import Receive, Scope, Send
+
+from inferd.frontends.http.codec import (
+    HEADER_LENGTH,
+    decode_request,
+    encode_response,
+    header_size,
+    parse_json,
+    split_body,
+)
+from inferd.frontends.http.compression import compress_body, response_coding
+from inferd.frontends.http.errors import (
+    ACCEPTED_ENCODINGS,
+    UnsupportedEncoding,
+    decode_body,
+    error_body,
+    error_reply,
+)
+from inferd.frontends.http.plans import HeaderPlans
+from inferd.frontends.http.raw import decode_raw_request
+from inferd.serving import Headers, Reply
+from inferd.shared_memory import bind_outputs
+
+if TYPE_CHECKING:
+    from inferd.contracts.model_info import ModelInfo
+    from inferd.contracts.types import InferRequest
+    from inferd.dataplane import DataPlane
+    from inferd.frontends.header_forward import HeaderForward
+
+_JSON = b"application/json"
+_OCTETS = b"application/octet-stream"
+_HEADER_LENGTH = HEADER_LENGTH.encode()
+_ALLOW_POST = [(b"allow", b"POST")]
+#: Binary responses up to this size go out as one body (copying a few KiB costs less than
+#: another ``send`` through uvicorn and the socket); larger ones part by part, uncopied.
+JOIN_LIMIT = 16 * 1024
+
+
+class InferEndpoint:
+    """Both infer routes (unversioned and versioned): the ASGI endpoint, and :meth:`answer`,
+    which the direct HTTP/1.1 path (``direct``) calls with the body it read itself."""
+
+    def __init__(self, dataplane: DataPlane, forward: HeaderForward | None = None) -> None:
+        self.dp = dataplane
+        #: ``--http-header-forward-pattern``: matching headers become request parameters.
+        self.forward = forward
+        #: Shared-memory regions inputs are read from and outputs written to.
+        self.regions = dataplane.shared_memory.regions
+        self.plans = HeaderPlans(regions=self.regions)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "POST":
+            await send_reply(send, json_reply(405, error_body("Method Not Allowed"), _ALLOW_POST))
+            return
+        params = scope["path_params"]
+        try:
+            body = await _read_body(receive)
+        except Exception as exc:  # a chunked body past the limit (BodyLimit answers instead)
+            reply = failure(exc, scope["path"])
+        else:
+            head = RequestHead(scope["headers"])
+            limit = scope.get("inferd.max_input_size")
+            reply = await self.answer(head, body, params["model"], params.get("version", ""), limit, scope["path"])
+        await send_reply(send, reply)
+
+    async def answer(
+        self, head: RequestHead, body: bytes, model: str, version: str, limit: int | None, path: str
+    ) -> Reply:
+        """The reply to one infer request whose whole body is ``body``: decode, run on the version
+        resolved once, encode (compressed when the client asked); errors as their replies."""
+        try:
+            body = decode_body(body, head.encoding, limit)
+            request, binary_output, info = self._decode(body, head.header_length, model, version)
+            if self.forward is not None:
+                self.forward.add_raw(request.parameters, head.headers)
+            sinks = bind_outputs(request, self.regions) if request.outputs else None
+            response = await self.dp.infer(request, info)
+            if sinks is not None:
+                sinks.write(response)
+            parts, json_length = encode_response(response, request, binary_output)
+        except Exception as exc:
+            return failure(exc, path)
+        coding = None if head.accept is None else response_coding(head.accept)
+        if coding is not None:
+            return await _compressed(parts, json_length, coding)
+        if json_length is None:
+            return json_reply(200, parts[0])
+        extra = (_HEADER_LENGTH, str(json_length).encode())
+        length = 0
+        for part in parts:
+            length += len(part)
+        if length <= JOIN_LIMIT:
+            parts = [b"".join(parts)]
+        return Reply(200, [(b"content-type", _OCTETS), (b"content-length", str(length).encode()), extra], parts)
+
+    def _decode(
+        self, body: bytes, header_length: str | None, model: str, version: str
+    ) -> tuple[InferRequest, bool, ModelInfo]:
+        """The request (JSON, JSON header + binary, or a raw body), its ``binary_data_output`` and
+        the version it runs on."""
+        size = None if header_length is None else header_size(header_length, len(body))
+        if size == 0:
+            info = self.dp.resolve(model, version)
+            return decode_raw_request(body, info, version), True, info
+        header_bytes, binary = split_body(body, size)
+        if size is None:
+            parsed = parse_json(header_bytes, "request", walk=False)  # decode_request checks what it keeps
+            request, binary_output = decode_request(parsed, binary, model, version, self.regions)
+        else:
+            request, binary_output = self.plans.decode(header_bytes, binary, model, version)
+        return request, binary_output, self.dp.resolve(model, version)
+
+
+class RequestHead:
+    """What an infer request's headers say: ``Inference-Header-Content-Length``,
+    ``Content-Encoding`` (lower case) and ``Accept-Encoding``; and the headers themselves."""
+
+    __slots__ = ("header_length", "encoding", "accept", "headers")
+
+    def __init__(self, headers: Headers) -> None:
+        """``headers``: lower-case names, as uvicorn gives them."""
+        self.headers = headers
+        self.header_length: str | None = None
+        self.encoding = ""
+        self.accept: bytes | None = None
+        for name, value in headers:
+            if name == _HEADER_LENGTH:
+                self.header_length = value.decode("latin-1")
+            elif name == b"content-encoding":
+                self.encoding = value.decode("latin-1").lower()
+            elif name == b"accept-encoding":
+                self.accept = value
+
+
+def failure(exc: Exception, path: str) -> Reply:
+    """The error reply for ``exc`` (logged with its traceback when unexpected: call it from an
+    ``except`` block)."""
+    status, body = error_reply(exc, path)
+    return json_reply(status, body, [ACCEPTED_ENCODINGS] if isinstance(exc, UnsupportedEncoding) else None)
+
+
+def json_reply(status: int, body: bytes | memoryview, extra: Headers | None = None) -> Reply:
+    headers = [(b"content-type", _JSON), (b"content-length", str(len(body)).encode())]
+    if extra:
+        headers.extend(extra)
+    return Reply(status, headers, [body])
+
+
+async def _read_body(receive: Receive) -> bytes:
+    message = await receive()
+    body: bytes = message.get("body", b"")
+    if not message.get("more_body", False):
+        return body
+    chunks = [body]
+    while message.get("more_body", False):
+        message = await receive()
+        chunks.append(message.get("body", b""))
+    return b"".join(chunks)
+
+
+async def send_reply(send: Send, reply: Reply) -> None:
+    """``reply`` as ASGI messages: the start, then each part (tensor bytes uncopied)."""
+    await send({"type": "http.response.start", "status": reply.status, "headers": reply.headers})
+    parts = reply.parts
+    if len(parts) == 1:
+        await send({"type": "http.response.body", "body": parts[0]})
+        return
+    last = len(parts) - 1
+    for i, part in enumerate(parts):
+        await send({"type": "http.response.body", "body": part, "more_body": i < last})
+
+
+async def _compressed(parts: list[bytes | memoryview], json_length: int | None, coding: str) -> Reply:
+    """A 200 whose body is compressed as ``coding``; ``Inference-Header-Content-Length`` counts
+    the uncompressed JSON header, as in Triton."""
+    length = 0
+    for part in parts:
+        length += len(part)
+    body = await compress_body(parts, length, coding)
+    if json_length is None:
+        return json_reply(200, body, [(b"content-encoding", coding.encode())])
+    headers = [(b"content-type", _OCTETS), (b"content-length", str(len(body)).encode()),
+               (_HEADER_LENGTH, str(json_length).encode()), (b"content-encoding", coding.encode())]  # fmt: skip
+    return Reply(200, headers, [body])

@@ -1,0 +1,53 @@
+"""``--workers N``: each serving version's counters plus the other workers' (one server's metrics).
+
+Counters (requests, failures, inferences, executions, durations) are summed over the workers;
+latency summaries and histograms, the pending-request gauge and the load duration are those of
+the worker that answered the scrape.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from inferd.contracts import merge
+from inferd.contracts.merge import add_snapshot
+
+if TYPE_CHECKING:
+    from inferd.contracts.stats import LatencyObserver, ModelStats
+    from inferd.frontends.metrics.collectors import LocalVersion
+
+
+class SummedStats:
+    """What the collectors read of a :class:`ModelStats`, with the peers' counters added."""
+
+    def __init__(self, local: ModelStats, peers: dict[str, Any] | None) -> None:
+        self.local = local
+        self.peers = peers
+
+    @property
+    def observer(self) -> LatencyObserver | None:
+        return self.local.observer
+
+    def snapshot(self) -> dict[str, Any]:
+        return add_snapshot(self.local.snapshot(), self.peers)
+
+
+class SummedVersion:
+    """A serving version as the collectors see it, its ``stats`` summed over the workers."""
+
+    def __init__(self, version: LocalVersion, peers: dict[str, Any] | None) -> None:
+        self._version = version
+        self.name = version.name
+        self.version = version.version
+        self.namespace = version.namespace
+        self.config = version.config
+        self.decoupled = version.decoupled
+        self.stats = SummedStats(version.stats, peers)
+
+    def __getattr__(self, name: str) -> Any:  # scheduler (pending), cache: this worker's
+        return getattr(self._version, name)
+
+
+def summed(versions: list[LocalVersion], others: dict[merge.RowKey, dict[str, Any]]) -> list[SummedVersion]:
+    """``versions`` with every other worker's counters (snapshots summed by ``merge.RowKey``) added."""
+    return [SummedVersion(mv, others.get((mv.name, str(mv.version), mv.namespace))) for mv in versions]

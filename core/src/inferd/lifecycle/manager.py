@@ -1,0 +1,419 @@
+"""Model lifecycle: control modes, loading, the load-new-then-swap reload, unloading.
+
+States (``inferd.engine.states``) follow Triton, each with a reason. A reload builds the new versions
+while the old ones keep serving, swaps them in one assignment, then drains and closes the old
+ones. Configs come parsed from the repository scan; the order ensembles and the models they call
+load and unload in comes from ``inferd.lifecycle.dependencies``. A version that fails to load leaves the old one serving and its
+reason visible in the repository index; one bad model never blocks the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from inferd import config as cfg
+from inferd.contracts import gc_settings
+from inferd.contracts.errors import InferdError, InvalidArgument, NotFound
+from inferd.engine.health import model_is_ready
+from inferd.engine.model_table import ModelTable, ambiguous_name
+from inferd.engine.states import LOADING, READY, UNLOADED, UNLOADING, ModelRecord, State, VersionState, Why
+from inferd.engine.version import ModelVersion
+from inferd.lifecycle.builder import VersionBuilder
+from inferd.lifecycle.dependencies import composing, load_waves, unload_order
+from inferd.repository.scan import (
+    ModelSource,
+    OverrideDirs,
+    Repository,
+    RepositoryDiff,
+    Snapshot,
+    poll_failure,
+    scan,
+)
+
+if TYPE_CHECKING:
+    from inferd.contracts.backend import Backend
+
+log = logging.getLogger(__name__)
+
+
+class ControlMode(str, enum.Enum):
+    NONE = "none"
+    EXPLICIT = "explicit"
+    POLL = "poll"
+
+
+@dataclass(frozen=True)
+class LifecycleOptions:
+    repositories: list[Repository]
+    mode: ControlMode = ControlMode.NONE
+    startup_models: list[str] = field(default_factory=list)
+    autocomplete: bool = True
+    config_name: str | None = None
+    load_threads: int = 4
+    #: How long an unload waits for a version's in-flight requests before it abandons the
+    #: instances still executing (``--model-unload-timeout-secs``).
+    unload_timeout_secs: float = 30.0
+    #: ``--model-namespacing``: models are keyed by repository and name, so one name may be in
+    #: several repositories (each ensemble calls its own repository's models first).
+    namespacing: bool = False
+    #: ``--strict-readiness``: only for the warning that a model added under poll failed to load
+    #: while the server stays ready (``inferd.engine.health``).
+    strict_readiness: bool = True
+    #: With ``namespacing``, each repository's namespace: the value given for it, as Triton names
+    #: it (the metrics' ``namespace`` label); empty: each one's path or URL.
+    namespaces: list[str] = field(default_factory=list)
+
+
+class ModelManager:
+    """Owns every model record and applies loads, unloads and repository diffs.
+
+    Models are handled by key (``repository.model_key``: the name, or with namespacing the
+    repository and name); a load or unload request names a model, and acts on every key of it.
+    """
+
+    def __init__(self, options: LifecycleOptions, table: ModelTable, builder: VersionBuilder) -> None:
+        self.options = options
+        #: What serves now; the lifecycle is its only writer.
+        self.table = table
+        self.builder = builder
+        self._load_slots = asyncio.Semaphore(max(1, options.load_threads))
+        self._overrides = OverrideDirs()
+        #: Models (by key) serving a config from a load request's override, with the files it was
+        #: loaded from: a later load without one, the files unchanged, keeps it (Triton reloads nothing).
+        self._overridden: dict[str, ModelSource] = {}
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The repository scan the served models come from."""
+        return self.table.snapshot
+
+    # -- start / stop ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load what the control mode says to load at start-up."""
+        self.table.snapshot = await asyncio.to_thread(self.rescan, False)
+        self._report_duplicates(self.table.snapshot)
+        snapshot = self.table.snapshot
+        if self.options.mode is ControlMode.EXPLICIT and "*" not in self.options.startup_models:
+            named = [k for name in self.options.startup_models for k in snapshot.keys_of(name)]
+            calls = self._scanned_calls()  # as Triton does, with the models their steps call
+            keys = list(dict.fromkeys(dep for k in named for dep in (*composing(calls, k), k)))
+        else:
+            keys = list(snapshot.models)
+        await self._load_many(keys)
+
+    async def shutdown(self) -> None:
+        """Drain and unload every model."""
+        await asyncio.gather(*(self._unload_record(r, UNLOADED) for r in list(self.table.records.values())))
+        await asyncio.to_thread(self._overrides.remove)
+
+    def rescan(self, reuse: bool = True) -> Snapshot:
+        """Scan the repositories (blocking); with ``reuse``, models whose files did not change
+        keep the configs parsed by the last scan."""
+        previous = self.table.snapshot if reuse else None
+        options = self.options
+        return scan(options.repositories, options.config_name, previous, options.namespacing, options.namespaces)
+
+    # -- control --------------------------------------------------------------------------------
+
+    async def load(
+        self, name: str, override: cfg.ModelConfig | None = None, files: dict[str, bytes] | None = None
+    ) -> None:
+        """Load (or reload) one model, in every repository holding it (with namespacing, as
+        Triton does); raise if one ends up not ready.
+
+        ``files`` (Triton's ``file:<version>/<name>`` load parameters) replace the model's
+        directory with one holding just those files; they need a config ``override``. A model
+        loaded with an override and asked again without one keeps it while its files are
+        unchanged, as Triton does.
+        """
+        if files:
+            if override is None:
+                raise InvalidArgument(f"{poll_failure(name)}: file overrides need a 'config' parameter too")
+            namespace = self._override_namespace(name)
+            source = await asyncio.to_thread(self._overrides.write, name, files)
+            source = dataclasses.replace(source, namespace=namespace)
+            await self._load_one(source, override)
+            self._overridden[source.key] = source
+            return self._check_loaded(source.key)
+        snapshot = self.table.snapshot = await asyncio.to_thread(self.rescan, False)
+        keys = snapshot.keys_of(name)
+        if not keys:
+            dup = snapshot.duplicates.get(name)
+            if dup:
+                raise InvalidArgument(f"model '{name}' exists in more than one repository: {', '.join(map(str, dup))}")
+            raise NotFound(poll_failure(name))
+        for key in keys:
+            if key in snapshot.stale:  # only the cached copy of an unreadable store
+                raise InvalidArgument(f"{poll_failure(name)}: {snapshot.stale[key]}")
+        for key in keys:
+            await self._load_key(snapshot.models[key], override)
+        for key in keys:
+            self._check_loaded(key)
+
+    async def _load_key(self, source: ModelSource, override: cfg.ModelConfig | None) -> None:
+        """:meth:`load` of one model key, with the models its steps call."""
+        key = source.key
+        if override is None and self._keeps_override(key, source):
+            log.info("model '%s': loaded with a config override and its files are unchanged; nothing to reload", key)
+            return
+        await self._load_composing(source, override)
+        await self._load_one(source, override)
+        if override is None:
+            self._overridden.pop(key, None)
+        else:
+            self._overridden[key] = source
+
+    def _override_namespace(self, name: str) -> str:
+        """The repository a model loaded from a request's files joins: the one holding ``name``, if
+        one does (a name held by several is refused, as a request for it would be)."""
+        keys = self.table.keys_of(name)
+        if len(keys) > 1:
+            raise ambiguous_name(name, len(keys))
+        if keys:
+            record = self.table.records.get(keys[0])
+            return record.namespace if record is not None else self.table.snapshot.models[keys[0]].namespace
+        return ""
+
+    def _keeps_override(self, key: str, source: ModelSource) -> bool:
+        """Whether ``key`` serves an override loaded from exactly these files."""
+        loaded = self._overridden.get(key)
+        record = self.table.records.get(key)
+        return (
+            loaded is not None and record is not None and bool(record.serving)
+            and loaded.path == source.path and loaded.fingerprint == source.fingerprint
+        )  # fmt: skip
+
+    async def _load_composing(self, source: ModelSource, override: cfg.ModelConfig | None) -> None:
+        """As Triton does, load the models an ensemble's steps call that are not serving yet,
+        each after those it calls; a plain model has none."""
+        calls = self._scanned_calls()
+        if override is not None:
+            steps = dict.fromkeys(s.model_name for s in override.ensemble_scheduling.step)
+            calls[source.key] = self._step_keys(source.namespace, steps)
+        for dep in composing(calls, source.key):
+            record = self.table.records.get(dep)
+            if record is None or not record.serving:
+                await self._load_one(self.table.snapshot.models[dep])
+
+    def _check_loaded(self, key: str) -> None:
+        record = self.table.records[key]
+        error = record.load_error()
+        if error:
+            raise InvalidArgument(f"failed to load '{record.name}': {error}")
+
+    async def unload(self, name: str, unload_dependents: bool = False, why: Why = Why.UNLOADED) -> None:
+        """Unload every version of ``name`` (in every repository holding it) and, as Triton does,
+        every ensemble that calls it (they could no longer run). With ``unload_dependents``, an
+        ensemble's composing models go too, unless another ensemble still serving calls them.
+        Unloading an unknown model succeeds."""
+        for key in self.table.keys_of(name):
+            await self._unload_key(key, unload_dependents, why)
+
+    async def _unload_key(self, key: str, unload_dependents: bool, why: Why) -> None:
+        records = self.table.records
+        if key not in records:
+            return
+        first, *rest = order = unload_order(self._serving_calls(), key, unload_dependents)
+        names = {step.model: records[step.model].name for step in order}  # before _forget drops records
+        await self._unload_record(records[first.model], VersionState(State.UNAVAILABLE, why))
+        await self._forget(first.model)
+        for step in rest:
+            because = names.get(step.because, step.because)
+            final = VersionState(State.UNAVAILABLE, Why.DEPENDENCY, because) if step.because else UNLOADED
+            await self._unload_record(records[step.model], final)
+            await self._forget(step.model)
+
+    async def _forget(self, key: str) -> None:
+        """Drop what an unloaded model's overrides left: a model that exists only through a load
+        request's files leaves the index, as in Triton, and its private directory goes."""
+        source = self._overridden.pop(key, None)
+        scanned = self.table.snapshot.models.get(key)
+        if source is not None and (scanned is None or scanned.path != source.path):
+            await asyncio.to_thread(self._overrides.discard, source)
+        if key not in self.table.snapshot.models:
+            self.table.forget(key)
+
+    async def apply(self, snapshot: Snapshot, changes: RepositoryDiff) -> None:
+        """Apply a repository diff (poll mode): remove, then load added and modified models.
+
+        Models added here count as added under poll: their failure to load does not make the
+        server unready (:mod:`inferd.engine.health`); a WARNING says so where Triton's readiness would flip."""
+        self.table.snapshot = snapshot
+        self._report_duplicates(snapshot)
+        for key in changes.removed:
+            self.table.poll_added.discard(key)
+            if key in self.table.records:
+                await self._unload_key(key, False, Why.REMOVED)
+                self.table.forget(key)
+        self.table.poll_added.update(changes.added)
+        await self._load_many(changes.added + changes.modified)
+        if self.options.strict_readiness:
+            for name in changes.added:
+                record = self.table.records.get(name)
+                if record is not None and not model_is_ready(record):
+                    log.warning(
+                        "model '%s' appeared under poll and failed to load: it is UNAVAILABLE (its reason is "
+                        "in the repository index) and the server stays ready", name,
+                    )  # fmt: skip
+
+    def _step_keys(self, namespace: str, names: Iterable[str]) -> list[str]:
+        """The keys of the models an ensemble of ``namespace`` calls by these names (a name held by
+        several other repositories is left out: the ensemble refuses it when it loads)."""
+        if not self.options.namespacing:
+            return list(names)
+        keys = []
+        for name in names:
+            try:
+                keys.append(self.table.step_key(namespace, name))
+            except InferdError:
+                continue
+        return keys
+
+    def _scanned_calls(self) -> dict[str, Sequence[str]]:
+        """The models each model's steps call, as its scanned config says."""
+        return {k: self._step_keys(s.namespace, s.step_models) for k, s in self.table.snapshot.models.items()}
+
+    def _serving_calls(self) -> dict[str, Sequence[str]]:
+        """The models the steps of each serving model's versions call."""
+        return {
+            k: self._step_keys(
+                r.namespace,
+                dict.fromkeys(s.model_name for mv in r.serving.values() for s in mv.config.ensemble_scheduling.step),
+            )
+            for k, r in self.table.records.items()
+            if r.serving
+        }
+
+    # -- loading --------------------------------------------------------------------------------
+
+    async def _load_many(self, keys: list[str]) -> None:
+        """Load ``keys`` in waves, the models an ensemble calls before the ensemble."""
+        known = [k for k in keys if k in self.table.snapshot.models]
+        for wave in load_waves(self._scanned_calls(), known):
+            await asyncio.gather(*(self._load_one(self.table.snapshot.models[k]) for k in wave))
+
+    async def _load_one(self, source: ModelSource, override: cfg.ModelConfig | None = None) -> None:
+        """Build the versions the config picks, then swap them in; failures stay in the record."""
+        record = self.table.record(source)
+        async with record.lock, self._load_slots:
+            started = time.monotonic()
+            try:
+                config, backend, chosen = await asyncio.to_thread(self._prepare, source, override)
+            except Exception as exc:
+                log.error("model '%s' failed to load: %s", source.name, failure_reason(exc))
+                record.fail(failure_reason(exc), list(source.version_dirs()))
+                return
+            record.state = None
+            self._swap(record, await self._build(record, source, config, backend, chosen))
+            self.table.traffic.configured(record.name, config, sorted(record.serving))
+            log.info(
+                "model '%s' versions %s ready in %.2f s",
+                source.name, sorted(record.serving) or "none", time.monotonic() - started,
+            )  # fmt: skip
+
+    def _prepare(
+        self, source: ModelSource, override: cfg.ModelConfig | None
+    ) -> tuple[cfg.ModelConfig, Backend | None, list[int]]:
+        return prepare(self.builder, source, override)
+
+    async def _build(
+        self,
+        record: ModelRecord,
+        source: ModelSource,
+        config: cfg.ModelConfig,
+        backend: Backend | None,
+        chosen: list[int],
+    ) -> dict[int, ModelVersion]:
+        """The versions to serve next: those built, and the old ones whose rebuild failed."""
+        for v in chosen:
+            if v not in record.serving:
+                record.versions[v] = LOADING
+        results = await asyncio.gather(
+            *(self.builder.load_version(source, config, backend, v) for v in chosen), return_exceptions=True
+        )
+        built: dict[int, ModelVersion] = {}
+        for v, result in zip(chosen, results, strict=True):
+            if isinstance(result, ModelVersion):
+                built[v] = result
+                record.versions[v] = READY
+                continue
+            log.error("model '%s' version %d failed to load: %s", source.name, v, failure_reason(result))
+            if v in record.serving:  # a failed reload keeps the old version serving
+                built[v] = record.serving[v]
+                record.versions[v] = VersionState(State.READY, Why.RELOAD_FAILED, failure_reason(result))
+            else:
+                record.versions[v] = VersionState(State.UNAVAILABLE, Why.LOAD_FAILED, failure_reason(result))
+        return built
+
+    def _swap(self, record: ModelRecord, serving: dict[int, ModelVersion]) -> None:
+        """New requests reach ``serving`` from now on; the versions it replaces drain and close."""
+        old, record.serving = record.serving, serving
+        for v in old:
+            if v not in serving:
+                record.versions[v] = UNLOADED
+        retired = [mv for v, mv in old.items() if serving.get(v) is not mv]
+        if retired:
+            asyncio.get_running_loop().create_task(self._retire(retired))
+
+    # -- unloading ------------------------------------------------------------------------------
+
+    async def _unload_record(self, record: ModelRecord, final: VersionState) -> None:
+        """Stop serving every version of ``record``, drain them, and leave them in ``final``."""
+        async with record.lock:
+            old = record.serving
+            record.serving = {}
+            self.table.traffic.forget(record.name)
+            for v in old:
+                record.versions[v] = UNLOADING
+            await self._retire(list(old.values()))
+            for v in old:
+                record.versions[v] = final
+
+    async def _retire(self, versions: list[ModelVersion]) -> None:
+        """Let in-flight requests finish, then close instances and unload."""
+        gc_settings.thaw()  # a frozen start-up heap would keep the version's cycles forever
+        for mv in versions:
+            try:
+                await mv.stop(self.options.unload_timeout_secs)
+                await asyncio.to_thread(mv.close)
+            except Exception:
+                log.exception("model '%s' version %d failed to unload cleanly", mv.name, mv.version)
+
+    def _report_duplicates(self, snapshot: Snapshot) -> None:
+        for name, paths in snapshot.duplicates.items():
+            record = self.table.record(ModelSource(name, paths[0], paths[0].parent, ""))
+            record.state = VersionState(
+                State.UNAVAILABLE,
+                Why.LOAD_FAILED,
+                f"model '{name}' exists in more than one repository: {', '.join(map(str, paths))}",
+            )
+
+
+def prepare(
+    builder: VersionBuilder, source: ModelSource, override: cfg.ModelConfig | None = None
+) -> tuple[cfg.ModelConfig, Backend | None, list[int]]:
+    """The completed config, its backend and the versions its policy picks (blocking): what a load
+    does before building anything (``inferd check`` runs it offline)."""
+    config, backend = builder.prepare_config(source, override)
+    chosen = cfg.version_policy_select(config, sorted(source.version_dirs()))
+    if backend is None:
+        return config, backend, chosen or [1]  # an ensemble needs no version directory
+    if not chosen:
+        raise InvalidArgument(
+            f"model '{source.name}': no version directory under {source.path} matches its "
+            f"version_policy (at least one numeric version directory is needed)"
+        )
+    return config, backend, chosen
+
+
+def failure_reason(exc: BaseException) -> str:
+    """An exception as a load failure's reason (the repository index shows it)."""
+    return exc.message if isinstance(exc, InferdError) else f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,1 @@
+"""What the dynamic and sequence batchers share: batch forming and queue policies."""

@@ -1,0 +1,1 @@
+"""Triton's sequence batcher: the batcher and its control tensors."""
