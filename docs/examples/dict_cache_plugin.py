@@ -9,11 +9,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from inferd.contracts.cache import ResponseCache
-from inferd.contracts.errors import InvalidArgument
-from inferd.contracts.hookspecs import CacheRegister, hookimpl
-from inferd.engine.response_cache import frozen_copy
-from inferd.contracts.types import InferResponse
+from inferd.api import CacheRegister, InferResponse, InvalidArgument, ResponseCache, frozen_copy, hookimpl
 
 
 class DictCache(ResponseCache):

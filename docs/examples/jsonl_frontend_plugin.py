@@ -15,10 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from inferd.contracts.errors import InferdError, InvalidArgument
-from inferd.contracts.frontend import Frontend
-from inferd.contracts.hookspecs import FrontendRegister, ServerSettings, hookimpl
-from inferd.contracts.types import InferRequest, InferTensor, numpy_dtype
+from inferd.api import (
+    Frontend,
+    FrontendRegister,
+    InferdError,
+    InferRequest,
+    InferTensor,
+    InvalidArgument,
+    ServerSettings,
+    hookimpl,
+    numpy_dtype,
+)
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane
@@ -52,7 +59,7 @@ class JsonLinesFrontend(Frontend):
         if self._open:
             try:
                 await asyncio.wait_for(self._all_closed.wait(), grace)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     def address(self) -> str:

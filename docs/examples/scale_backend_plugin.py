@@ -20,9 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from inferd.contracts.backend import ArrayInstance, Backend, Instance, InstanceSpec, Model, ModelLoadContext
-from inferd.contracts.errors import ConfigError
-from inferd.contracts.hookspecs import BackendRegister, hookimpl
+from inferd.api import (
+    ArrayInstance,
+    Backend,
+    BackendRegister,
+    ConfigError,
+    Instance,
+    InstanceSpec,
+    Model,
+    ModelLoadContext,
+    hookimpl,
+)
 
 
 class ScaleInstance(ArrayInstance):

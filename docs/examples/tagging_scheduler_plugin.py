@@ -1,9 +1,11 @@
-"""A minimal scheduler plugin: replaces the built-in "direct" scheduler.
+"""A minimal scheduler plugin: the scheduler "tagging", which a model selects by name.
 
-Core chooses a scheduler by name from the model's config ("direct" when the config has no
-``dynamic_batching``, ``sequence_batching`` or ``ensemble_scheduling``), so a scheduler plugin
-provides one of those names. The built-in plugin that registers the name must be blocked:
-``INFERD_DISABLE_PLUGINS=schedulers`` (the plugin "schedulers" registers only "direct").
+A model picks it in its config.pbtxt::
+
+    parameters { key: "inferd_scheduler" value: { string_value: "tagging" } }
+
+(without that parameter a model gets the built-in scheduler its ``dynamic_batching`` /
+``sequence_batching`` / ``ensemble_scheduling`` section implies, as in Triton).
 
 This one sends each request alone to the model's instances in turn (round robin), and adds the
 response parameter ``scheduler: "tagging"`` so a client can tell. It records nothing: core's
@@ -14,10 +16,15 @@ from __future__ import annotations
 
 import itertools
 
-from inferd.contracts.errors import InferdError
-from inferd.contracts.hookspecs import SchedulerRegister, hookimpl
-from inferd.contracts.scheduler import Scheduler, SchedulerContext
-from inferd.contracts.types import InferRequest, InferResponse
+from inferd.api import (
+    InferdError,
+    InferRequest,
+    InferResponse,
+    Scheduler,
+    SchedulerContext,
+    SchedulerRegister,
+    hookimpl,
+)
 
 
 class TaggingScheduler(Scheduler):
@@ -27,7 +34,7 @@ class TaggingScheduler(Scheduler):
         super().__init__(context)
         self.turns = itertools.cycle(context.runners)
 
-    async def _schedule(self, request: InferRequest) -> InferResponse:
+    async def schedule(self, request: InferRequest) -> InferResponse:
         (outcome,) = await next(self.turns).run([request])
         if isinstance(outcome, InferdError):
             raise outcome
@@ -37,4 +44,4 @@ class TaggingScheduler(Scheduler):
 
 @hookimpl
 def inferd_register_schedulers(register: SchedulerRegister) -> None:
-    register("direct", TaggingScheduler)  # factory(context: SchedulerContext) -> Scheduler
+    register("tagging", TaggingScheduler)  # factory(context: SchedulerContext) -> Scheduler

@@ -18,8 +18,6 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from inferd.host.plugins import PluginHost
-from inferd.host.server import Server
 from inferd.testing import (
     BackendContract,
     ContractModel,
@@ -43,12 +41,8 @@ def load_example(name: str) -> ModuleType:
     return module
 
 
-def start(repo: Path, plugins: list[Any], disabled: tuple[str, ...] = (), **options: Any) -> InProcessServer:
-    server = InProcessServer([repo], plugins=plugins, **options)
-    if disabled:  # InProcessServer blocks no default plugin: rebuild its Server with a host that does
-        host = PluginHost(load_entrypoints=False, plugins=plugins, disabled=disabled)
-        server.server = Server(server.server.options, host=host)
-    return server.start()
+def start(repo: Path, plugins: list[Any], **options: Any) -> InProcessServer:
+    return InProcessServer([repo], plugins=plugins, **options).start()
 
 
 def infer(module: Any, url: str, model: str, arrays: dict[str, np.ndarray]) -> Any:
@@ -108,21 +102,26 @@ def test_backend_example(tmp_path: Path) -> None:
 # -- scheduler -------------------------------------------------------------------------------------
 
 
-def test_scheduler_example(tmp_path: Path) -> None:
-    plugin = load_example("tagging_scheduler_plugin")
-    # Next to the built-in "schedulers" plugin, the name "direct" is taken: the example reports it.
-    conflict = PluginHost(load_entrypoints=False, plugins=[plugin], disabled=())
-    assert "registered by two plugins" in conflict.infos["tagging_scheduler_plugin"].error
+TAGGING = 'parameters { key: "inferd_scheduler" value: { string_value: "tagging" } }\n'
 
-    config = identity_config("echo", [("TYPE_FP32", [4])])
-    repo = write_repository(tmp_path / "models", {"echo": {"config.pbtxt": config, "1/.keep": ""}})
-    server = start(repo, [identity_plugin, plugin], disabled=("schedulers",))
+
+def test_scheduler_example(tmp_path: Path) -> None:
+    """A model selects the example's scheduler by name, next to the built-in ones; another model
+    without the parameter keeps the built-in direct scheduler."""
+    plugin = load_example("tagging_scheduler_plugin")
+    models = {
+        "echo": {"config.pbtxt": identity_config("echo", [("TYPE_FP32", [4])], extra=TAGGING), "1/.keep": ""},
+        "plain": {"config.pbtxt": identity_config("plain", [("TYPE_FP32", [4])]), "1/.keep": ""},
+    }
+    repo = write_repository(tmp_path / "models", models)
+    server = start(repo, [identity_plugin, plugin])
     try:
         x = np.ones((1, 4), dtype=np.float32)
         for module, url in CLIENTS:
             result = infer(module, getattr(server, url), "echo", {"INPUT0": x})
             np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x)
             assert response_parameters(result) == {"scheduler": "tagging"}
+            assert response_parameters(infer(module, getattr(server, url), "plain", {"INPUT0": x})) == {}
         stats = httpclient.InferenceServerClient(server.http_url).get_inference_statistics("echo")
         assert stats["model_stats"][0]["inference_stats"]["success"]["count"] == 2
     finally:
@@ -138,13 +137,14 @@ def _masked(value: Any) -> Any:
     return value
 
 
-def _record_traffic(root: Path, plugins: list[Any], disabled: tuple[str, ...] = ()) -> tuple[Any, Any]:
+def _record_traffic(root: Path, plugins: list[Any], extra: str = "") -> tuple[Any, Any]:
     """Statistics and trace file of one server after the same requests: rows 1, 2, 3 over both APIs."""
-    config = identity_config("echo", [("TYPE_FP32", [4])], extra="instance_group [ { count: 2 kind: KIND_CPU } ]")
+    instances = "instance_group [ { count: 2 kind: KIND_CPU } ]\n"
+    config = identity_config("echo", [("TYPE_FP32", [4])], extra=instances + extra)
     repo = write_repository(root / "models", {"echo": {"config.pbtxt": config, "1/.keep": ""}})
     trace_file = root / "trace.json"
-    extra = {"trace_config": [f"triton,file={trace_file}", "level=TIMESTAMPS", "rate=1"]}
-    server = start(repo, [identity_plugin, *plugins], disabled, extra=extra)
+    trace = {"trace_config": [f"triton,file={trace_file}", "level=TIMESTAMPS", "rate=1"]}
+    server = start(repo, [identity_plugin, *plugins], extra=trace)
     try:
         for rows in (1, 2, 3, 1):
             for module, url in CLIENTS:
@@ -157,7 +157,7 @@ def _record_traffic(root: Path, plugins: list[Any], disabled: tuple[str, ...] = 
 
 def test_scheduler_example_records_what_the_direct_scheduler_records(tmp_path: Path) -> None:
     plugin = load_example("tagging_scheduler_plugin")
-    tagging = _record_traffic(tmp_path / "tagging", [plugin], disabled=("schedulers",))
+    tagging = _record_traffic(tmp_path / "tagging", [plugin], TAGGING)
     direct = _record_traffic(tmp_path / "direct", [])
     stats, trace = _masked(tagging[0]), _masked(tagging[1])
     assert (stats, trace) == (_masked(direct[0]), _masked(direct[1]))

@@ -14,7 +14,7 @@ plugin under ``plugins/`` and the cookiecutter template):
 
 Everything else (``inferd.engine``, ``inferd.lifecycle``, ``inferd.host``, the built-in plugins) is
 the host's own and changes without notice. Names imported through the flat layout of earlier
-releases (``inferd.backend``, ``inferd.errors``...) still work for one release and warn once
+releases (``inferd.contracts.backend``, ``inferd.contracts.errors``...) still work for one release and warn once
 (:mod:`inferd.moved`).
 """
 
@@ -38,7 +38,7 @@ _WHERE = {
         "concat_inputs",
         "process_cores",
     ),
-    "inferd.contracts.cache": ("ResponseCache",),
+    "inferd.contracts.cache": ("ResponseCache", "frozen_copy"),
     "inferd.contracts.errors": (
         "Cancelled",
         "ConfigError",
@@ -181,6 +181,7 @@ __all__ = [
     "deserialize_bytes_tensor",
     "did_you_mean",
     "error_response",
+    "frozen_copy",
     "gc_settings",
     "hookimpl",
     "numpy_dtype",
@@ -206,9 +207,7 @@ if TYPE_CHECKING:
         concat_inputs,
         process_cores,
     )
-    from inferd.contracts.cache import (
-        ResponseCache,
-    )
+    from inferd.contracts.cache import ResponseCache, frozen_copy
     from inferd.contracts.errors import (
         Cancelled,
         ConfigError,

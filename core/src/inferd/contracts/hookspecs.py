@@ -121,7 +121,7 @@ class SchedulerRegister(Protocol):
     """The ``register`` handed to :func:`inferd_register_schedulers`."""
 
     def __call__(self, name: str, factory: SchedulerFactory) -> None:
-        """Register scheduler ``name`` (``direct``, ``dynamic``, ``sequence`` or ``ensemble``)."""
+        """Register scheduler ``name``: a model selects it with its ``inferd_scheduler`` parameter."""
 
 
 class CacheRegister(Protocol):
@@ -160,8 +160,9 @@ def inferd_register_backends(register: BackendRegister) -> None:
 def inferd_register_schedulers(register: SchedulerRegister) -> None:
     """Register scheduler factories.
 
-    Called once per server, at start-up. ``register(name, factory)``: core picks ``direct``,
-    ``dynamic``, ``sequence`` or ``ensemble`` from a model's scheduling choice;
+    Called once per server, at start-up. ``register(name, factory)``: a model gets the scheduler
+    its config parameter ``inferd_scheduler`` names, else the built-in its scheduling choice
+    implies (``direct``, ``dynamic``, ``sequence`` or ``ensemble``, as in Triton);
     ``factory(context)`` receives the :class:`inferd.contracts.scheduler.SchedulerContext` of the version
     being loaded (its name, version, config, instance runners; a way to call other models) and
     returns an :class:`inferd.contracts.scheduler.Scheduler`. A scheduler only decides what runs where and

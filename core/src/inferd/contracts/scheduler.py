@@ -12,11 +12,12 @@ from __future__ import annotations
 import abc
 import asyncio
 import time
+import warnings
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from inferd.contracts.errors import InferdError, Unavailable
 from inferd.contracts.recorder import Recorder
@@ -94,22 +95,36 @@ class SchedulerContext:
 class Rejected(Unavailable):
     """A request the scheduler refused or dropped from its queue (queue full, timeout expired).
 
-    Raise it from :meth:`Scheduler._schedule`: core counts it as Triton's REJECTED failure.
+    Raise it from :meth:`Scheduler.schedule`: core counts it as Triton's REJECTED failure.
     """
 
 
 class Scheduler(abc.ABC):
     """Queues a model version's requests onto its instances.
 
-    Subclasses implement :meth:`_schedule` and run requests with ``runner.run(batch)``; the base
+    Subclasses implement :meth:`schedule` and run requests with ``runner.run(batch)``; the base
     class marks QUEUE_START, counts requests in flight so that :meth:`stop` can drain them (a reload
     lets in-flight requests finish on the old version), and counts :class:`Rejected` requests.
+    A subclass that implements only the old name ``_schedule`` still works until the next release,
+    with one :class:`DeprecationWarning` when it is defined.
     """
 
     #: True for a scheduler that answers by calling other models instead of running instances
     #: (an ensemble): core then records each request as one execution, and no QUEUE_START (its
     #: steps are queued by their own models).
     composing: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        legacy = _legacy_schedule(cls)
+        if legacy is not None:
+            warnings.warn(
+                f"scheduler {cls.__module__}.{cls.__qualname__} implements _schedule(), which is now "
+                "schedule(); rename it (_schedule stops working in the next release)",
+                DeprecationWarning,
+                stacklevel=3,  # the class statement (type.__new__ and ABCMeta.__new__ in between)
+            )
+            cls.schedule = legacy  # type: ignore[method-assign]
 
     def __init__(self, context: SchedulerContext) -> None:
         self.context = context
@@ -129,7 +144,7 @@ class Scheduler(abc.ABC):
             if self.composing:
                 return await self._compose(request)
             self._recorder.queued(request)
-            return await self._schedule(request)
+            return await self.schedule(request)
         except Rejected:
             self._recorder.rejected(request)
             raise
@@ -144,7 +159,7 @@ class Scheduler(abc.ABC):
     async def _compose(self, request: InferRequest) -> InferResponse:
         started = time.monotonic_ns()
         try:
-            response = await self._schedule(request)
+            response = await self.schedule(request)
         except InferdError:
             self._recorder.composition_failed(request)
             raise
@@ -152,8 +167,13 @@ class Scheduler(abc.ABC):
         return response
 
     @abc.abstractmethod
-    async def _schedule(self, request: InferRequest) -> InferResponse:
-        """Run one request through the queue and an instance."""
+    async def schedule(self, request: InferRequest) -> InferResponse:
+        """Run one request through the queue and an instance; return its response or raise its error.
+
+        Core calls it through :meth:`enqueue`: queue the request, run it alone or in a batch with
+        ``await runner.run(batch)`` on one of ``self.context.runners``, and return the request's
+        outcome. Raise :class:`Rejected` for a request the queue refuses or drops.
+        """
 
     def output_labels(self) -> dict[str, list[str]]:
         """Class labels this scheduler supplies for outputs whose config names no ``label_filename``
@@ -174,6 +194,19 @@ class Scheduler(abc.ABC):
         """Refuse new requests, then wait until every accepted one is answered."""
         self._stopping = True
         await self._idle.wait()
+
+
+def _legacy_schedule(cls: type[Scheduler]) -> Any:
+    """The ``_schedule`` of a subclass written before the method was public, or ``None``: the
+    first class in ``cls``'s MRO (below :class:`Scheduler`) that defines either name defines only it."""
+    for klass in cls.__mro__:
+        if klass is Scheduler:
+            return None
+        if "schedule" in vars(klass):
+            return None
+        if "_schedule" in vars(klass):
+            return vars(klass)["_schedule"]
+    return None
 
 
 class InstancePool:

@@ -87,6 +87,7 @@ class VersionBuilder:
         """Auto-complete, normalize and validate a copy of the model's config: ``override``, or
         the one parsed when the repository was scanned (blocking)."""
         config = self._base_config(source, override)
+        self._check_scheduler(config, source.name)
         if config.platform == "ensemble":
             cfg.normalize(config, source.name, "", 1)
             cfg.validate(config)
@@ -99,6 +100,15 @@ class VersionBuilder:
         cfg.normalize(config, source.name, backend.default_model_filename, backend.default_cpu_instance_count, gpus)
         cfg.validate(config, gpus)
         return config, backend
+
+    def _check_scheduler(self, config: cfg.ModelConfig, model: str) -> None:
+        """Fail the load before anything is built when ``inferd_scheduler`` names no registered scheduler."""
+        name = named_scheduler(config)
+        if name and name not in self.schedulers:
+            raise InvalidArgument(
+                f"model '{model}': parameter {SCHEDULER_PARAMETER} names scheduler '{name}', which no installed "
+                f"plugin registers; registered schedulers: {', '.join(self.schedulers.names()) or 'none'}"
+            )
 
     def _base_config(self, source: ModelSource, override: cfg.ModelConfig | None) -> cfg.ModelConfig:
         """A private copy of the config to complete: the scanned one is shared by every load."""
@@ -381,7 +391,21 @@ def instance_specs(config: cfg.ModelConfig, worker: int = 0, workers: int = 1) -
     return specs[worker::workers] or [specs[worker % len(specs)]]
 
 
+#: The model-config parameter that names a registered scheduler (a plugin's, or a built-in one).
+SCHEDULER_PARAMETER = "inferd_scheduler"
+
+
+def named_scheduler(config: cfg.ModelConfig) -> str:
+    """The scheduler the config's ``inferd_scheduler`` parameter names ("" when it names none)."""
+    return config.parameters[SCHEDULER_PARAMETER].string_value if SCHEDULER_PARAMETER in config.parameters else ""
+
+
 def scheduler_name(config: cfg.ModelConfig) -> str:
+    """The scheduler a version gets: the one its ``inferd_scheduler`` parameter names, else the
+    built-in its scheduling choice implies (Triton's: ``dynamic_batching`` -> ``dynamic``...)."""
+    named = named_scheduler(config)
+    if named:
+        return named
     if config.platform == "ensemble":
         return "ensemble"
     choice = config.WhichOneof("scheduling_choice")

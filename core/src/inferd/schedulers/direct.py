@@ -15,7 +15,7 @@ class DirectScheduler(Scheduler):
         super().__init__(context)
         self.pool = InstancePool(context.runners)
 
-    async def _schedule(self, request: InferRequest) -> InferResponse:
+    async def schedule(self, request: InferRequest) -> InferResponse:
         (outcome,) = await self.pool.run([request])
         if isinstance(outcome, InferdError):
             raise outcome

@@ -48,7 +48,7 @@ class DynamicBatchScheduler(Scheduler):
 
     # -- the caller's side ----------------------------------------------------------------------
 
-    async def _schedule(self, request: InferRequest) -> InferResponse:
+    async def schedule(self, request: InferRequest) -> InferResponse:
         if not self._workers:
             self._start_workers()
         loop = asyncio.get_running_loop()

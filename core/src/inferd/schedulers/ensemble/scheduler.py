@@ -60,7 +60,7 @@ class EnsembleScheduler(Scheduler):
 
     # -- the request ----------------------------------------------------------------------------
 
-    async def _schedule(self, request: InferRequest) -> InferResponse:
+    async def schedule(self, request: InferRequest) -> InferResponse:
         wanted = request.requested_output_names() or self.plan.outputs
         env: Env = dict(request.inputs)
         for name in self.plan.optional_inputs:

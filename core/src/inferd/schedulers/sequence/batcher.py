@@ -124,7 +124,7 @@ class SequenceBatchScheduler(Scheduler):
 
     # -- the caller's side ----------------------------------------------------------------------
 
-    async def _schedule(self, request: InferRequest) -> InferResponse:
+    async def schedule(self, request: InferRequest) -> InferResponse:
         if self._batched and request.batch_size(self.context.max_batch_size) != 1:
             raise InvalidArgument(
                 f"inference request to model '{self._name}' must specify batch-size 1 due to "

@@ -1,0 +1,175 @@
+"""A scheduler from an installed plugin, under a name of its own, serves the models that select it.
+
+The test builds a real plugin distribution (docs/hooks.md's example scheduler ``tagging`` and a
+scheduler written against the old ``_schedule`` contract), installs it with pip into a directory on
+PYTHONPATH, and serves models with ``inferd serve``: one selecting each scheduler through the
+``inferd_scheduler`` config parameter, one Triton config without it, and one naming a scheduler
+no plugin registers.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from inferd.testing import ServerProcess, write_repository
+from tests.e2e import models
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "tagging_scheduler_plugin.py"
+
+PYPROJECT = """
+[build-system]
+requires = ["setuptools>=69"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "inferd-test-schedulers"
+version = "0.0.1"
+dependencies = []
+
+[project.entry-points.inferd]
+tagging = "inferd_test_schedulers.tagging"
+legacy_order = "inferd_test_schedulers.legacy"
+"""
+
+# A third-party scheduler written before Scheduler.schedule was public: it implements _schedule.
+LEGACY = '''
+import itertools
+
+from inferd.api import InferdError
+from inferd.api import SchedulerRegister, hookimpl
+from inferd.api import Scheduler, SchedulerContext
+from inferd.api import InferRequest, InferResponse
+
+
+class LegacyOrderScheduler(Scheduler):
+    """The instances in turn; each response names the instance that computed it."""
+
+    def __init__(self, context: SchedulerContext) -> None:
+        super().__init__(context)
+        self.turns = itertools.cycle(context.runners)
+
+    async def _schedule(self, request: InferRequest) -> InferResponse:
+        runner = next(self.turns)
+        (outcome,) = await runner.run([request])
+        if isinstance(outcome, InferdError):
+            raise outcome
+        outcome.parameters["instance"] = runner.spec.name
+        return outcome
+
+
+@hookimpl
+def inferd_register_schedulers(register: SchedulerRegister) -> None:
+    register("legacy_order", LegacyOrderScheduler)
+'''
+
+DEPRECATION = "implements _schedule(), which is now schedule(); rename it"
+
+
+def selecting(scheduler: str) -> str:
+    return f'parameters {{ key: "inferd_scheduler" value: {{ string_value: "{scheduler}" }} }}\n'
+
+
+TWO_INSTANCES = "instance_group [ { count: 2 kind: KIND_CPU } ]\n"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The plugin distribution, built from sources written here and installed by pip."""
+    src = tmp_path_factory.mktemp("dist")
+    package = src / "src" / "inferd_test_schedulers"
+    package.mkdir(parents=True)
+    (src / "pyproject.toml").write_text(PYPROJECT)
+    (package / "__init__.py").write_text("")
+    (package / "tagging.py").write_text(EXAMPLE.read_text())
+    (package / "legacy.py").write_text(LEGACY)
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--target", str(target), str(src)],
+        check=True,
+    )  # fmt: skip
+    return target
+
+
+@pytest.fixture(scope="module")
+def server(site, tmp_path_factory):
+    """``inferd serve`` with the plugin installed; ``misnamed`` is in the repository, not loaded."""
+    add_sub = {"1/model.py": models.ADD_SUB_PY.format(offset=0)}
+    repo = write_repository(
+        tmp_path_factory.mktemp("sched") / "models",
+        {
+            "tagged": {"config.pbtxt": models.ADD_SUB_CONFIG + TWO_INSTANCES + selecting("tagging"), **add_sub},
+            "legacy": {"config.pbtxt": models.ADD_SUB_CONFIG + TWO_INSTANCES + selecting("legacy_order"), **add_sub},
+            "plain": {"config.pbtxt": models.ADD_SUB_CONFIG + "dynamic_batching { }\n", **add_sub},
+            "misnamed": {"config.pbtxt": models.ADD_SUB_CONFIG + selecting("priority"), **add_sub},
+        },
+    )
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    env = {"PYTHONPATH": path, "PYTHONWARNINGS": "default::DeprecationWarning"}
+    args = ["--model-control-mode=explicit", "--load-model=tagged", "--load-model=legacy", "--load-model=plain"]
+    with ServerProcess([repo], args, env=env) as srv:
+        yield srv
+
+
+def _infer(module, url: str, model: str) -> tuple[np.ndarray, dict[str, str]]:
+    """OUTPUT0 of ``model`` for a fixed input, and the response's parameters."""
+    client = module.InferenceServerClient(url)
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    inputs = []
+    for name in ("INPUT0", "INPUT1"):
+        tensor = module.InferInput(name, [2, 4], "FP32")
+        tensor.set_data_from_numpy(a)
+        inputs.append(tensor)
+    try:
+        result = client.infer(model, inputs)
+    finally:
+        client.close()
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)
+    response = result.get_response()
+    if isinstance(response, dict):  # HTTP: JSON
+        return result.as_numpy("OUTPUT0"), dict(response.get("parameters", {}))
+    return result.as_numpy("OUTPUT0"), {k: v.string_param for k, v in response.parameters.items()}
+
+
+def test_a_model_selects_a_plugin_scheduler_by_name(server):
+    for module, url in ((httpclient, server.http_url), (grpcclient, server.grpc_url)):
+        assert _infer(module, url, "tagged")[1] == {"scheduler": "tagging"}
+        assert _infer(module, url, "plain")[1] == {}  # no parameter: Triton's choice, the built-in batcher
+    stats = httpclient.InferenceServerClient(server.http_url).get_inference_statistics("tagged")
+    (model,) = stats["model_stats"]
+    assert model["inference_stats"]["success"]["count"] == 2 and model["execution_count"] == 2
+
+
+def test_a_scheduler_implementing_the_old_method_name_works_and_warns_once(server):
+    seen = [_infer(httpclient, server.http_url, "legacy")[1]["instance"] for _ in range(4)]
+    assert seen[0] != seen[1] and seen == seen[:2] * 2, seen  # the instances in turn
+    assert server.log().count(DEPRECATION) == 1
+    assert "inferd_test_schedulers.legacy.LegacyOrderScheduler" in server.log()
+
+
+def test_an_unknown_scheduler_name_fails_the_load_naming_model_parameter_and_names(server):
+    expected = (
+        "model 'misnamed': parameter inferd_scheduler names scheduler 'priority', which no installed plugin "
+        "registers; registered schedulers: direct, dynamic, ensemble, legacy_order, sequence, tagging"
+    )
+    http = httpclient.InferenceServerClient(server.http_url)
+    with pytest.raises(InferenceServerException) as caught:
+        http.load_model("misnamed")
+    assert "failed to load 'misnamed'" in str(caught.value) and expected in str(caught.value)
+    assert caught.value.status() == "400"
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    with pytest.raises(InferenceServerException) as caught:
+        grpc.load_model("misnamed")
+    assert expected in str(caught.value) and caught.value.status() == "StatusCode.INVALID_ARGUMENT"
+    index = {m["name"]: m for m in http.get_model_repository_index()}
+    assert index["misnamed"]["state"] == "UNAVAILABLE" and expected in index["misnamed"]["reason"]
+    assert http.is_model_ready("tagged") and not http.is_model_ready("misnamed")
