@@ -173,7 +173,7 @@ def fake_tensorrt(engines: list[ComputeEngine]) -> types.ModuleType:
 @contextlib.contextmanager
 def installed(gpus: int = 1) -> Iterator[tuple[FakeCudaRuntime, list[ComputeEngine]]]:
     """Install the emulated ``tensorrt`` and CUDA runtime for the backend; restore afterwards."""
-    from inferd.lifecycle.manager import builder
+    from inferd.lifecycle import builder
     from inferd_backend_tensorrt import backend, cuda
 
     engines: list[ComputeEngine] = []
