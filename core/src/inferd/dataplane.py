@@ -29,6 +29,7 @@ from inferd.workers.counts import Counts, CountsFile
 
 if TYPE_CHECKING:
     from inferd.auth import AccessControl
+    from inferd.auth.usage import Infer, Stream
     from inferd.health import ServerHealth
     from inferd.lifecycle import ModelManager
     from inferd.router import Router
@@ -70,8 +71,10 @@ class DataPlane:
 
     def __init__(
         self, manager: ModelManager, router: Router, health: ServerHealth, tracer: Tracer, server_name: str = "inferd",
-        peers: Peers | None = None,
+        peers: Peers | None = None, access: AccessControl | None = None,
     ) -> None:  # fmt: skip
+        """``access``: the restricted APIs, API keys and tenant limits (``inferd.auth``); None: every
+        request is open. With API keys, ``infer`` and ``stream`` count each tenant's requests and tokens."""
         self.manager = manager
         self.table = manager.table
         self.router = router
@@ -94,11 +97,15 @@ class DataPlane:
         #: Workers only: load parameters of the models loaded through the API, for a restarted worker.
         self.loaded_with: dict[str, dict[str, Any]] = {}
         #: Restricted APIs, API keys and tenant limits (``inferd.auth``); None: every request is open.
-        self.access: AccessControl | None = None
-        # The request path: the router's own methods, with no call in between.
+        self.access = access
+        # The request path: the router's own methods, with no call in between (but the metering's).
         self.resolve = router.resolve
-        self.infer = router.infer
-        self.stream = router.stream
+        self.infer: Infer = router.infer
+        self.stream: Stream = router.stream
+        if access is not None:
+            access.bind(self.table.names)  # unknown-model hints name the tenant's closest model
+            if access.keys is not None:  # tenants: meter their requests and tokens
+                self.infer, self.stream = access.usage.metered(router)
 
     # -- health and metadata --------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from inferd.auth.groups import ROUTE_GROUPS, RPC_GROUPS, ApiGroup, Restriction, RestrictionError, parse_restrictions
+from inferd.auth.groups import ApiGroup, Restriction, RestrictionError, parse_restrictions
 from inferd.auth.keys import AuthConfigError, KeyFile, Tenant, digest
 from inferd.auth.limits import TenantLimits
 from inferd.auth.policy import (
@@ -34,7 +34,7 @@ from inferd.auth.policy import (
 from inferd.auth.usage import METERED, Usage, usage_json
 
 __all__ = [
-    "CURRENT", "METERED", "OPEN", "Usage", "usage_json", "ROUTE_GROUPS", "RPC_GROUPS", "AccessControl", "AccessDenied", "AccessPolicy",
+    "CURRENT", "METERED", "OPEN", "Usage", "usage_json", "AccessControl", "AccessDenied", "AccessPolicy",
     "ApiGroup", "AuthConfigError", "Grant", "Restriction", "RestrictionError", "Tenant", "access_from_flags",
     "digest", "unknown_model", "visible_entries", "visible_names",
 ]  # fmt: skip
