@@ -46,6 +46,18 @@ SCHEDULER_MODULES = (
     "inferd.default_plugins.ensemble",  # and every module under it
 )
 
+#: The only modules that may import grpc (``grpc``, ``grpc_*``, ``tritonclient.grpc``), each with
+#: the modules under it: the gRPC frontend, the serving layer's transports, and the gRPC clients of
+#: ``inferd perf`` and of the contract tests. Everything else (errors, access rules, the request
+#: engine) names what happened with an ``inferd.errors.ErrorKind``; the gRPC frontend's table
+#: turns a kind into a status.
+GRPC_IMPORTERS = (
+    "inferd.default_plugins.grpc",
+    "inferd.serving",
+    "inferd.tools.perf.transport_grpc",
+    "inferd.testing.clients",
+)
+
 
 @dataclass(frozen=True)
 class Import:
@@ -200,6 +212,30 @@ def _forbidden(importers: Iterable[str], banned: str, modules: dict[str, Path]) 
     return sorted(set(bad))
 
 
+def _is_grpc(name: str) -> bool:
+    top = name.split(".")[0]
+    return top == "grpc" or top.startswith("grpc_") or (name + ".").startswith("tritonclient.grpc.")
+
+
+def grpc_imports(modules: dict[str, Path]) -> list[str]:
+    """``module:line imports name`` for each import of grpc (or a gRPC client) anywhere in a module."""
+    found = []
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            else:
+                continue
+            found += [f"{module}:{node.lineno} imports {name}" for name in names if _is_grpc(name)]
+    return sorted(set(found))
+
+
+def _under(module: str, roots: Iterable[str]) -> bool:
+    return any(module == root or module.startswith(root + ".") for root in roots)
+
+
 def p90(values: list[int]) -> int:
     """The nearest-rank 90th percentile."""
     ordered = sorted(values)
@@ -256,6 +292,13 @@ def test_default_scheduler_modules_import_nothing_from_inferd_model() -> None:
 def test_hookspecs_import_nothing_from_inferd_server() -> None:
     bad = _forbidden(["inferd.hookspecs"], "inferd.server", module_files())
     assert not bad, "inferd.hookspecs imports inferd.server:\n" + "\n".join(bad)
+
+
+def test_only_the_grpc_transports_and_clients_import_grpc() -> None:
+    modules = module_files()
+    assert all(any(_under(m, [root]) for m in modules) for root in GRPC_IMPORTERS), "a GRPC_IMPORTERS entry is gone"
+    bad = [line for line in grpc_imports(modules) if not _under(line.split(":")[0], GRPC_IMPORTERS)]
+    assert not bad, "modules outside GRPC_IMPORTERS import grpc:\n" + "\n".join(bad)
 
 
 def test_module_length_p90() -> None:
@@ -327,3 +370,15 @@ def test_the_forbidden_import_check_and_p90(tmp_path: Path) -> None:
     })  # fmt: skip
     assert _forbidden(["pkg.ok", "pkg.bad"], "pkg.model", modules) == ["pkg.bad:3 imports pkg.model"]
     assert p90(list(range(1, 11))) == 9 and p90([5]) == 5 and p90(list(range(1, 101))) == 90
+
+
+def test_the_grpc_import_check(tmp_path: Path) -> None:
+    modules = _write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "def f():\n    import grpc.aio\n",
+        "pkg/b.py": "from tritonclient import grpc as client\nimport grpcio_tools_not\n",
+        "pkg/c.py": "from grpc_status import rpc_status\nfrom . import grpc\nimport mygrpc\n",
+        "pkg/grpc.py": "",
+    })  # fmt: skip
+    assert grpc_imports(modules) == ["pkg.a:2 imports grpc.aio", "pkg.b:1 imports tritonclient.grpc",
+                                     "pkg.c:1 imports grpc_status", "pkg.c:1 imports grpc_status.rpc_status"]  # fmt: skip
