@@ -5,7 +5,10 @@ for any of this: then the one check on the request path is that attribute). A fr
 protocol's :class:`AccessPolicy` (``access.http``, ``access.grpc``, or ``access.policy(name)`` for a
 plugin's own protocol, e.g. the OpenAI frontend) and calls ``policy.admit(group, model, headers)``
 once per request, and serves the request inside ``with grant.serving():`` (the grant is
-:data:`CURRENT` meanwhile; its slot is given back at the end).
+:data:`CURRENT` meanwhile; its slot is given back at the end). A refusal is an
+:class:`AccessDenied`, an :class:`~inferd.errors.InferdError` whose kind says why
+(``RESTRICTED``, ``UNAUTHENTICATED``, ``FORBIDDEN``, ``LIMITED``): each frontend's error table turns
+it into its status. The API group of each route and RPC is declared in its frontend's route table.
 """
 
 from __future__ import annotations
