@@ -22,7 +22,7 @@ from inferd.serving import TOO_LARGE, BodyLimit
 from inferd_frontend_openai.errors import OpenAIError, model_not_found
 
 #: A refusal's kind -> OpenAI's status, error type and code for it.
-_REFUSALS: dict[ErrorKind, tuple[int, str, str | None]] = {
+REFUSALS: dict[ErrorKind, tuple[int, str, str | None]] = {
     ErrorKind.UNAUTHENTICATED: (401, "invalid_request_error", "invalid_api_key"),
     ErrorKind.FORBIDDEN: (403, "invalid_request_error", "permission_denied"),
     ErrorKind.RESTRICTED: (403, "invalid_request_error", "permission_denied"),
@@ -32,7 +32,7 @@ _REFUSALS: dict[ErrorKind, tuple[int, str, str | None]] = {
 
 def refusal(exc: AccessDenied) -> tuple[OpenAIError, tuple[tuple[str, str], ...]]:
     """A refusal as OpenAI answers it, and its headers (``WWW-Authenticate``, ``Retry-After``)."""
-    status, type_, code = _REFUSALS[exc.kind]
+    status, type_, code = REFUSALS[exc.kind]
     if exc.reason == "token_limited":  # OpenAI's type for a tokens-per-minute limit
         type_ = "tokens"
     headers: tuple[tuple[str, str], ...] = ()
