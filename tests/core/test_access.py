@@ -20,10 +20,15 @@ from inferd.auth import (
     access_from_flags,
     digest,
 )
-from inferd.auth.groups import ROUTE_GROUPS, RPC_GROUPS, parse_restrictions
+from inferd.auth.groups import parse_restrictions
 from inferd.auth.keys import KeyFile, parse_config
 from inferd.auth.limits import TokenBucket
 from inferd.contracts.errors import NotFound
+from inferd.frontends.grpc.service import RPCS
+from inferd.frontends.grpc.service import STATUS as GRPC_STATUS
+from inferd.frontends.http.app import INFER_ROUTES, ROUTES
+from inferd.frontends.http.errors import STATUS as HTTP_STATUS
+from inferd.frontends.http.errors import error_headers
 
 
 def sha(key: str) -> str:
@@ -46,6 +51,16 @@ tenants:
 
 def bearer(key: str) -> dict[str, str]:
     return {"authorization": f"Bearer {key}"}
+
+
+def statuses(exc: AccessDenied) -> tuple[int, grpc.StatusCode]:
+    """A refusal's HTTP status and gRPC code: the frontends' tables turn its kind into them."""
+    return HTTP_STATUS[exc.kind], GRPC_STATUS[exc.kind]
+
+
+def http_headers(exc: AccessDenied) -> tuple[tuple[str, str], ...]:
+    """The headers a refusal's HTTP answer carries besides its content type."""
+    return tuple((k.decode(), v.decode()) for k, v in error_headers(exc)[1:])
 
 
 @pytest.fixture
@@ -91,8 +106,8 @@ def test_grpc_restrictions_say_protocol():
 
 
 def test_every_rpc_and_route_has_a_group():
-    assert set(RPC_GROUPS.values()) == set(ApiGroup)
-    assert set(ROUTE_GROUPS.values()) == set(ApiGroup)
+    assert {rpc.group for rpc in RPCS} == set(ApiGroup)
+    assert {route.group for route in (*ROUTES, *INFER_ROUTES)} == set(ApiGroup)
 
 
 def test_no_flag_means_no_access_control():
@@ -102,7 +117,7 @@ def test_no_flag_means_no_access_control():
 def test_a_restricted_group_needs_its_header(access: AccessControl):
     with pytest.raises(AccessDenied) as exc:
         access.http.admit(ApiGroup.MODEL_REPOSITORY, "", {"admin-key": "wrong", **bearer("bob-key")})
-    assert (exc.value.http_status, exc.value.grpc_status) == (403, grpc.StatusCode.UNAVAILABLE)
+    assert statuses(exc.value) == (403, grpc.StatusCode.UNAVAILABLE)
     assert exc.value.message == "This API is restricted, expecting header 'admin-key'"
     grant = access.http.admit(ApiGroup.MODEL_REPOSITORY, "", {"admin-key": "s1", **bearer("bob-key")})
     assert grant.tenant is not None and grant.tenant.name == "bob"
@@ -129,9 +144,9 @@ def test_a_restricted_group_needs_its_header(access: AccessControl):
 def test_no_or_a_bad_key_is_unauthenticated(access: AccessControl, headers, message):
     with pytest.raises(AccessDenied) as exc:
         access.http.admit(ApiGroup.METADATA, "add_sub", headers)
-    assert (exc.value.http_status, exc.value.grpc_status) == (401, grpc.StatusCode.UNAUTHENTICATED)
+    assert statuses(exc.value) == (401, grpc.StatusCode.UNAUTHENTICATED)
     assert message in exc.value.message
-    assert ("www-authenticate", "Bearer") in exc.value.headers
+    assert ("www-authenticate", "Bearer") in http_headers(exc.value)
     assert access.limits.counts["", "unauthenticated"] == 1
 
 
@@ -142,7 +157,7 @@ def test_the_bearer_scheme_is_case_insensitive(access: AccessControl):
 def test_a_group_outside_the_tenant_rights_is_forbidden(access: AccessControl):
     with pytest.raises(AccessDenied) as exc:
         access.http.admit(ApiGroup.METADATA, "add_sub", bearer("bob-key"))
-    assert (exc.value.http_status, exc.value.grpc_status) == (403, grpc.StatusCode.PERMISSION_DENIED)
+    assert statuses(exc.value) == (403, grpc.StatusCode.PERMISSION_DENIED)
     assert exc.value.message == "tenant 'bob' may not use the metadata API"
     with pytest.raises(AccessDenied):  # alice has the default groups: no administration
         access.http.admit(ApiGroup.LOGGING, "", bearer("alice-key"))
@@ -181,9 +196,9 @@ def test_a_tenant_over_its_rate_gets_429_with_retry_after(access: AccessControl)
         access.http.admit(ApiGroup.INFERENCE, "add_sub", bearer("alice-key")).release()
     with pytest.raises(AccessDenied) as exc:
         access.http.admit(ApiGroup.INFERENCE, "add_sub", bearer("alice-key"))
-    assert (exc.value.http_status, exc.value.grpc_status) == (429, grpc.StatusCode.RESOURCE_EXHAUSTED)
+    assert statuses(exc.value) == (429, grpc.StatusCode.RESOURCE_EXHAUSTED)
     assert "tenant 'alice' is over its rate limit of 10 requests/s (burst 2)" in exc.value.message
-    assert exc.value.headers == (("retry-after", "1"),)
+    assert http_headers(exc.value) == (("retry-after", "1"),)
     # bob is not slowed by alice: his own budget
     access.http.admit(ApiGroup.INFERENCE, "add_sub", bearer("bob-key")).release()
     assert access.limits.counts["alice", "admitted"] == 2
@@ -194,7 +209,7 @@ def test_concurrent_requests_are_limited_until_one_is_released(access: AccessCon
     first = access.http.admit(ApiGroup.INFERENCE, "m", bearer("bob-key"))
     with pytest.raises(AccessDenied) as exc:
         access.grpc.admit(ApiGroup.INFERENCE, "m", {"triton-grpc-protocol-k": "v", **bearer("bob-key")})
-    assert exc.value.http_status == 429
+    assert statuses(exc.value)[0] == 429
     assert "tenant 'bob' already has 1 requests in flight (its limit is 1)" in exc.value.message
     first.release()
     access.http.admit(ApiGroup.INFERENCE, "m", bearer("bob-key")).release()

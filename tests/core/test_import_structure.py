@@ -61,6 +61,18 @@ PUBLIC = ("inferd", "inferd.api", "inferd.config", "inferd.config.model_config_p
           "inferd.serving.tls", "inferd.auth", "inferd.shared_memory", "inferd.testing")  # fmt: skip
 BUILT_IN_MAY_IMPORT = (*(m for m in PUBLIC if m != "inferd"), "inferd.contracts")
 
+#: The only modules that may import grpc (``grpc``, ``grpc_*``, ``tritonclient.grpc``), each with
+#: the modules under it: the gRPC frontend, the serving layer's transports, and the gRPC clients of
+#: ``inferd perf`` and of the contract tests. Everything else (errors, access rules, the request
+#: engine) names what happened with an ``inferd.contracts.errors.ErrorKind``; the gRPC frontend's table
+#: turns a kind into a status.
+GRPC_IMPORTERS = (
+    "inferd.frontends.grpc",
+    "inferd.serving",
+    "inferd.tools.perf.transport_grpc",
+    "inferd.testing.clients",
+)
+
 
 @dataclass(frozen=True)
 class Import:
@@ -231,6 +243,30 @@ def _forbidden(importers: Iterable[str], banned: str, modules: dict[str, Path]) 
     return sorted(set(bad))
 
 
+def _is_grpc(name: str) -> bool:
+    top = name.split(".")[0]
+    return top == "grpc" or top.startswith("grpc_") or (name + ".").startswith("tritonclient.grpc.")
+
+
+def grpc_imports(modules: dict[str, Path]) -> list[str]:
+    """``module:line imports name`` for each import of grpc (or a gRPC client) anywhere in a module."""
+    found = []
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            else:
+                continue
+            found += [f"{module}:{node.lineno} imports {name}" for name in names if _is_grpc(name)]
+    return sorted(set(found))
+
+
+def _under(module: str, roots: Iterable[str]) -> bool:
+    return any(module == root or module.startswith(root + ".") for root in roots)
+
+
 def p90(values: list[int]) -> int:
     """The nearest-rank 90th percentile."""
     ordered = sorted(values)
@@ -274,10 +310,6 @@ def test_no_import_cycles_within_a_plugin(package: Path) -> None:
 
 def test_every_plugin_is_checked() -> None:
     assert {p.parents[1].name for p in PLUGIN_PACKAGES} >= {"backend_python", "backend_pytorch", "backend_tensorrt"}
-
-
-def _under(module: str, prefixes: Iterable[str]) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
 def layer_of(module: str) -> int:
@@ -384,6 +416,13 @@ def test_hookspecs_import_nothing_from_inferd_server() -> None:
     assert not bad, "inferd.contracts.hookspecs imports inferd.host.server:\n" + "\n".join(bad)
 
 
+def test_only_the_grpc_transports_and_clients_import_grpc() -> None:
+    modules = module_files()
+    assert all(any(_under(m, [root]) for m in modules) for root in GRPC_IMPORTERS), "a GRPC_IMPORTERS entry is gone"
+    bad = [line for line in grpc_imports(modules) if not _under(line.split(":")[0], GRPC_IMPORTERS)]
+    assert not bad, "modules outside GRPC_IMPORTERS import grpc:\n" + "\n".join(bad)
+
+
 def test_module_length_p90() -> None:
     sizes = {m: len(p.read_text().splitlines()) for m, p in shaped_files(module_files()).items()}
     value = p90(list(sizes.values()))
@@ -453,3 +492,15 @@ def test_the_forbidden_import_check_and_p90(tmp_path: Path) -> None:
     })  # fmt: skip
     assert _forbidden(["pkg.ok", "pkg.bad"], "pkg.model", modules) == ["pkg.bad:3 imports pkg.model"]
     assert p90(list(range(1, 11))) == 9 and p90([5]) == 5 and p90(list(range(1, 101))) == 90
+
+
+def test_the_grpc_import_check(tmp_path: Path) -> None:
+    modules = _write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "def f():\n    import grpc.aio\n",
+        "pkg/b.py": "from tritonclient import grpc as client\nimport grpcio_tools_not\n",
+        "pkg/c.py": "from grpc_status import rpc_status\nfrom . import grpc\nimport mygrpc\n",
+        "pkg/grpc.py": "",
+    })  # fmt: skip
+    assert grpc_imports(modules) == ["pkg.a:2 imports grpc.aio", "pkg.b:1 imports tritonclient.grpc",
+                                     "pkg.c:1 imports grpc_status", "pkg.c:1 imports grpc_status.rpc_status"]  # fmt: skip

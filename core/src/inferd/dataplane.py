@@ -28,6 +28,7 @@ from inferd.workers.counts import Counts, CountsFile
 
 if TYPE_CHECKING:
     from inferd.auth import AccessControl
+    from inferd.auth.usage import Infer, Stream
     from inferd.contracts.trace import Tracer
     from inferd.engine.health import ServerHealth
     from inferd.engine.router import Router
@@ -73,8 +74,10 @@ class DataPlane:
 
     def __init__(
         self, manager: ModelManager, router: Router, health: ServerHealth, tracer: Tracer, log_settings: LogSettings,
-        server_name: str = "inferd", peers: Peers | None = None,
+        server_name: str = "inferd", peers: Peers | None = None, access: AccessControl | None = None,
     ) -> None:  # fmt: skip
+        """``access``: the restricted APIs, API keys and tenant limits (``inferd.auth``); None: every
+        request is open. With API keys, ``infer`` and ``stream`` count each tenant's requests and tokens."""
         self.manager = manager
         self.table = manager.table
         self.router = router
@@ -97,11 +100,15 @@ class DataPlane:
         #: Workers only: load parameters of the models loaded through the API, for a restarted worker.
         self.loaded_with: dict[str, dict[str, Any]] = {}
         #: Restricted APIs, API keys and tenant limits (``inferd.auth``); None: every request is open.
-        self.access: AccessControl | None = None
-        # The request path: the router's own methods, with no call in between.
+        self.access = access
+        # The request path: the router's own methods, with no call in between (but the metering's).
         self.resolve = router.resolve
-        self.infer = router.infer
-        self.stream = router.stream
+        self.infer: Infer = router.infer
+        self.stream: Stream = router.stream
+        if access is not None:
+            access.bind(self.table.names)  # unknown-model hints name the tenant's closest model
+            if access.keys is not None:  # tenants: meter their requests and tokens
+                self.infer, self.stream = access.usage.metered(router)
 
     # -- health and metadata --------------------------------------------------------------------
 

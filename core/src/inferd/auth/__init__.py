@@ -5,7 +5,10 @@ for any of this: then the one check on the request path is that attribute). A fr
 protocol's :class:`AccessPolicy` (``access.http``, ``access.grpc``, or ``access.policy(name)`` for a
 plugin's own protocol, e.g. the OpenAI frontend) and calls ``policy.admit(group, model, headers)``
 once per request, and serves the request inside ``with grant.serving():`` (the grant is
-:data:`CURRENT` meanwhile; its slot is given back at the end).
+:data:`CURRENT` meanwhile; its slot is given back at the end). A refusal is an
+:class:`AccessDenied`, an :class:`~inferd.contracts.errors.InferdError` whose kind says why
+(``RESTRICTED``, ``UNAUTHENTICATED``, ``FORBIDDEN``, ``LIMITED``): each frontend's error table turns
+it into its status. The API group of each route and RPC is declared in its frontend's route table.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from inferd.auth.groups import ROUTE_GROUPS, RPC_GROUPS, ApiGroup, Restriction, RestrictionError, parse_restrictions
+from inferd.auth.groups import ApiGroup, Restriction, RestrictionError, parse_restrictions
 from inferd.auth.keys import AuthConfigError, KeyFile, Tenant, digest
 from inferd.auth.limits import TenantLimits
 from inferd.auth.policy import (
@@ -34,7 +37,7 @@ from inferd.auth.policy import (
 from inferd.auth.usage import METERED, Usage, usage_json
 
 __all__ = [
-    "CURRENT", "METERED", "OPEN", "Usage", "usage_json", "ROUTE_GROUPS", "RPC_GROUPS", "AccessControl", "AccessDenied", "AccessPolicy",
+    "CURRENT", "METERED", "OPEN", "Usage", "usage_json", "AccessControl", "AccessDenied", "AccessPolicy",
     "ApiGroup", "AuthConfigError", "Grant", "Restriction", "RestrictionError", "Tenant", "access_from_flags",
     "digest", "unknown_model", "visible_entries", "visible_names",
 ]  # fmt: skip

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 
 class ApiGroup(str, enum.Enum):
-    """The API groups of Triton's ``restricted_features.h``; every route belongs to one."""
+    """The API groups of Triton's ``restricted_features.h``. Every route and RPC belongs to one,
+    declared in its frontend's route table (``http/app.py``'s ``ROUTES``, ``grpc/service.py``'s
+    ``RPCS``, the OpenAI frontend's ``app.ROUTES``)."""
 
     HEALTH = "health"
     METADATA = "metadata"
@@ -19,56 +21,6 @@ class ApiGroup(str, enum.Enum):
     STATISTICS = "statistics"
     TRACE = "trace"
     LOGGING = "logging"
-
-
-#: gRPC method name -> its group (both services: inference and grpc.health.v1).
-RPC_GROUPS: dict[str, ApiGroup] = {
-    "ServerLive": ApiGroup.HEALTH,
-    "ServerReady": ApiGroup.HEALTH,
-    "ModelReady": ApiGroup.HEALTH,
-    "Check": ApiGroup.HEALTH,
-    "ServerMetadata": ApiGroup.METADATA,
-    "ModelMetadata": ApiGroup.METADATA,
-    "ModelInfer": ApiGroup.INFERENCE,
-    "ModelStreamInfer": ApiGroup.INFERENCE,
-    "ModelConfig": ApiGroup.MODEL_CONFIG,
-    "ModelStatistics": ApiGroup.STATISTICS,
-    "RepositoryIndex": ApiGroup.MODEL_REPOSITORY,
-    "RepositoryModelLoad": ApiGroup.MODEL_REPOSITORY,
-    "RepositoryModelUnload": ApiGroup.MODEL_REPOSITORY,
-    "ModelTraffic": ApiGroup.MODEL_REPOSITORY,
-    "TraceSetting": ApiGroup.TRACE,
-    "LogSettings": ApiGroup.LOGGING,
-    **{f"{kind}SharedMemory{op}": ApiGroup.SHARED_MEMORY
-       for kind in ("System", "Cuda") for op in ("Status", "Register", "Unregister")},
-}  # fmt: skip
-
-#: HTTP endpoint name (``app.ROUTES``' third column, ``infer`` for the infer routes) -> its group.
-ROUTE_GROUPS: dict[str, ApiGroup] = {
-    "live": ApiGroup.HEALTH,
-    "ready": ApiGroup.HEALTH,
-    "model_ready": ApiGroup.HEALTH,
-    "server_metadata": ApiGroup.METADATA,
-    "model_metadata": ApiGroup.METADATA,
-    "infer": ApiGroup.INFERENCE,
-    "generate": ApiGroup.INFERENCE,
-    "generate_stream": ApiGroup.INFERENCE,
-    "model_config": ApiGroup.MODEL_CONFIG,
-    "model_stats": ApiGroup.STATISTICS,
-    "repository_index": ApiGroup.MODEL_REPOSITORY,
-    "load": ApiGroup.MODEL_REPOSITORY,
-    "unload": ApiGroup.MODEL_REPOSITORY,
-    "usage": ApiGroup.MODEL_REPOSITORY,  # every tenant's requests and tokens: an administrator's view
-    "traffic_get": ApiGroup.MODEL_REPOSITORY,
-    "traffic_post": ApiGroup.MODEL_REPOSITORY,
-    "trace_get": ApiGroup.TRACE,
-    "trace_post": ApiGroup.TRACE,
-    "logging_get": ApiGroup.LOGGING,
-    "logging_post": ApiGroup.LOGGING,
-    "shm_status": ApiGroup.SHARED_MEMORY,
-    "shm_register": ApiGroup.SHARED_MEMORY,
-    "shm_unregister": ApiGroup.SHARED_MEMORY,
-}
 
 
 class RestrictionError(ValueError):

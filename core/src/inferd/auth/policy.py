@@ -14,12 +14,10 @@ import hmac
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-import grpc
-
 from inferd.auth.groups import ApiGroup, Restriction
 from inferd.auth.keys import KeyFile, Tenant, digest
 from inferd.auth.limits import TenantLimits
-from inferd.contracts.errors import InferdError, InvalidArgument, NotFound
+from inferd.contracts.errors import ErrorKind, InferdError, InvalidArgument, NotFound
 from inferd.contracts.hints import did_you_mean
 
 #: Longest ``Authorization`` value looked at (a bearer key is far shorter).
@@ -30,20 +28,16 @@ HTTP_HEADER_PREFIX = ""
 GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
 
 
-class AccessDenied(Exception):
-    """A refused request: HTTP status, gRPC status, message, and extra HTTP headers."""
+class AccessDenied(InferdError):
+    """A refused request. Its kind says why (:attr:`ErrorKind.RESTRICTED`, ``UNAUTHENTICATED``,
+    ``FORBIDDEN``, ``LIMITED``); each frontend's table turns that into its status and headers."""
 
-    def __init__(self, http_status: int, grpc_status: grpc.StatusCode, message: str,
-                 headers: tuple[tuple[str, str], ...] = (), content_type: str = "application/json",
-                 reason: str = "") -> None:  # fmt: skip
-        super().__init__(message)
+    def __init__(self, kind: ErrorKind, message: str, retry_after: int = 0, reason: str = "") -> None:
+        super().__init__(message, kind)
+        #: Seconds after which a request over a limit may be retried (0: not a limit's refusal).
+        self.retry_after = retry_after
         #: A limit's outcome (``rate_limited``, ``token_limited``...), "" for other refusals.
         self.reason = reason
-        self.http_status = http_status
-        self.grpc_status = grpc_status
-        self.message = message
-        self.headers = headers
-        self.content_type = content_type
 
 
 def unknown_model(model: str, group: ApiGroup = ApiGroup.INFERENCE, candidates: Iterable[str] = ()) -> InferdError:
@@ -139,8 +133,7 @@ class AccessPolicy:
         tenant = self._tenant(headers, config.by_digest)
         if group not in tenant.apis:
             self.limits.count(tenant.name, "forbidden")
-            raise AccessDenied(403, grpc.StatusCode.PERMISSION_DENIED,
-                               f"tenant '{tenant.name}' may not use the {group.value} API")  # fmt: skip
+            raise AccessDenied(ErrorKind.FORBIDDEN, f"tenant '{tenant.name}' may not use the {group.value} API")
         visible = not model or tenant.sees(model)
         if not visible and group not in (ApiGroup.HEALTH, ApiGroup.MODEL_REPOSITORY):
             self.limits.count(tenant.name, "forbidden")
@@ -151,13 +144,12 @@ class AccessPolicy:
 
     def hold(self, grant: Grant) -> Grant:
         """A slot and a token of ``grant``'s tenant for one request (release it with the grant
-        returned); raises :class:`AccessDenied` (429) when the tenant is over a limit."""
+        returned); raises :class:`AccessDenied` (``LIMITED``) when the tenant is over a limit."""
         if grant.tenant is None:
             return grant
         limited = self.limits.acquire(grant.tenant)
         if limited is not None:
-            raise AccessDenied(429, grpc.StatusCode.RESOURCE_EXHAUSTED, limited.message,
-                               (("retry-after", str(max(limited.retry_after, 1))),), reason=limited.outcome)  # fmt: skip
+            raise AccessDenied(ErrorKind.LIMITED, limited.message, max(limited.retry_after, 1), limited.outcome)
         return Grant(grant.tenant, grant.visible, self.limits)
 
     def _check_restricted(self, restriction: Restriction, headers: Mapping[str, str]) -> None:
@@ -165,8 +157,7 @@ class AccessPolicy:
         given = headers.get(header)
         if given is None or not hmac.compare_digest(given.encode(), restriction.value.encode()):  # Triton's answer
             word = self.restricted_word
-            raise AccessDenied(403, grpc.StatusCode.UNAVAILABLE,
-                               f"This {word} is restricted, expecting header '{header}'", content_type="text/plain")  # fmt: skip
+            raise AccessDenied(ErrorKind.RESTRICTED, f"This {word} is restricted, expecting header '{header}'")
 
     def _tenant(self, headers: Mapping[str, str], by_digest: Mapping[str, Tenant]) -> Tenant:
         value = headers.get("authorization")
@@ -189,4 +180,4 @@ class AccessPolicy:
 
 
 def _unauthenticated(message: str) -> AccessDenied:
-    return AccessDenied(401, grpc.StatusCode.UNAUTHENTICATED, message, (("www-authenticate", "Bearer"),))
+    return AccessDenied(ErrorKind.UNAUTHENTICATED, message)

@@ -15,7 +15,7 @@ Everything runs on the event loop: one dict lookup per request, no locks.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -42,8 +42,8 @@ REQUESTS = "inferd_tenant_model_requests_total"
 
 
 class Meterable(Protocol):
-    """What :meth:`Usage.meter` wraps: the data plane's entry points (a protocol, so that ``auth``
-    does not import the data plane, which imports ``auth``)."""
+    """What :meth:`Usage.metered` wraps: the router's entry points (a protocol, so that ``auth``
+    does not import the router)."""
 
     async def infer(self, request: InferRequest, model: ModelInfo | None = None) -> InferResponse: ...
 
@@ -52,6 +52,20 @@ class Meterable(Protocol):
     ) -> AsyncIterator[InferResponse | InferdError]: ...
 
     def resolve(self, name: str, version: str = "") -> ModelInfo: ...
+
+
+class Infer(Protocol):
+    """The data plane's ``infer``."""
+
+    def __call__(self, request: InferRequest, model: ModelInfo | None = None) -> Awaitable[InferResponse]: ...
+
+
+class Stream(Protocol):
+    """The data plane's ``stream``."""
+
+    def __call__(
+        self, request: InferRequest, model: ModelInfo | None = None
+    ) -> AsyncIterator[InferResponse | InferdError]: ...
 
 
 @dataclass(slots=True)
@@ -119,10 +133,11 @@ class Usage:
         yield tokens
         yield requests
 
-    def meter(self, dataplane: Meterable) -> None:
-        """Count the requests frontends send through ``dataplane.infer`` and ``dataplane.stream``
-        (ensemble steps and models calling models go to the router directly: not counted)."""
-        infer, stream, resolve = dataplane.infer, dataplane.stream, dataplane.resolve
+    def metered(self, router: Meterable) -> tuple[Infer, Stream]:
+        """``router``'s ``infer`` and ``stream``, counting the requests: the data plane's (what
+        frontends send; ensemble steps and models calling models go to the router directly: not
+        counted)."""
+        infer, stream, resolve = router.infer, router.stream, router.resolve
         record = self.record
 
         async def metered_infer(request: InferRequest, model: ModelInfo | None = None) -> InferResponse:
@@ -174,8 +189,7 @@ class Usage:
                 await inner.aclose()  # type: ignore[attr-defined]
                 record(tenant, model.name, prompt, completion, not failed)
 
-        dataplane.infer = metered_infer  # type: ignore[method-assign]
-        dataplane.stream = metered_stream  # type: ignore[method-assign]
+        return metered_infer, metered_stream
 
 
 def usage_json(families: Iterator[Metric]) -> dict[str, Any]:

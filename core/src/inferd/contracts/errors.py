@@ -1,7 +1,9 @@
 """Errors that cross the core/frontend boundary.
 
-Every error carries a :class:`ErrorKind`; each frontend maps kinds to its own status codes in one
-table (HTTP in ``frontends/http``, gRPC in ``frontends/grpc``), the way Triton does.
+Every error carries a :class:`ErrorKind`, which says what happened and nothing about a transport:
+each frontend turns kinds into its own status codes with one table (``STATUS`` in
+``frontends/http/errors.py`` and ``frontends/grpc/service.py``; the OpenAI frontend's
+in its ``errors.py`` and ``access.py``), the way Triton maps ``TRITONSERVER_Error_Code``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,15 @@ class ErrorKind(enum.Enum):
     UNSUPPORTED = "UNSUPPORTED"
     ALREADY_EXISTS = "ALREADY_EXISTS"
     CANCELLED = "CANCELLED"
+    # The access outcomes of ``inferd.auth`` (Triton's codes have none but the first's answer):
+    #: A restricted API group asked for without its header (``--http-restricted-api``...).
+    RESTRICTED = "RESTRICTED"
+    #: No API key, or one no tenant has (``--auth-config``).
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    #: The tenant may not use the API group.
+    FORBIDDEN = "FORBIDDEN"
+    #: The tenant is over one of its limits (rate, concurrency, tokens): retry later.
+    LIMITED = "LIMITED"
 
 
 class InferdError(Exception):

@@ -542,12 +542,7 @@ def _run_serve(args: argparse.Namespace, host: PluginHost, argv: Sequence[str] |
         return 2
     if args.workers > 1 and args.worker_index is None:
         return _supervise(args, sys.argv[1:] if argv is None else argv)
-    server = Server(options_from_args(args), host=host)
-    server.dataplane.access = access
-    if access is not None:
-        access.bind(server.table.names)
-        if access.keys is not None:  # tenants: meter their requests and tokens
-            access.usage.meter(server.dataplane)
+    server = Server(options_from_args(args), host=host, access=access)
     try:
         serving.run(_serve(server))
     except SystemExit as exc:

@@ -39,6 +39,7 @@ from inferd.workers.peers import Peers, WorkerSlot
 from inferd.workers.repositories import SharedRepositories
 
 if TYPE_CHECKING:
+    from inferd.auth import AccessControl
     from inferd.lifecycle.poller import RepositoryPoller
 
 log = logging.getLogger(__name__)
@@ -106,8 +107,10 @@ class ServerOptions:
 class Server:
     """One inferd server: plugin host, model manager, data plane, poller and frontends."""
 
-    def __init__(self, options: ServerOptions, host: PluginHost | None = None, plugins: Iterable[Any] = ()) -> None:
+    def __init__(self, options: ServerOptions, host: PluginHost | None = None, plugins: Iterable[Any] = (),
+                 access: AccessControl | None = None) -> None:  # fmt: skip
         """Build every part bottom-up, each handed what it uses: nothing is wired afterwards.
+        ``access``: the access rules the flags ask for (:func:`inferd.auth.access_from_flags`).
 
         The response cache is built here too (``--cache-config``; it may connect), so an unusable
         cache stops the server before anything loads.
@@ -131,13 +134,7 @@ class Server:
         )  # fmt: skip
         self.manager = ModelManager(self._lifecycle_options(), self.table, builder)
         self.dataplane = DataPlane(
-            self.manager,
-            self.router,
-            self.health,
-            self.tracer,
-            LOG_SETTINGS,
-            server_name=options.server_id,
-            peers=self.peers,
+            self.manager, self.router, self.health, self.tracer, LOG_SETTINGS, options.server_id, self.peers, access
         )
         self.control: ControlServer | None = None
         self.frontends: list[Frontend] = []

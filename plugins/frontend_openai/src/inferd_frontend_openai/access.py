@@ -3,52 +3,84 @@ HTTP port's :class:`~inferd.auth.AccessPolicy` (API keys and tenants, their limi
 ``--http-restricted-api``) and answers a refusal in OpenAI's error shape; :class:`OpenAIBodyLimit`
 is ``--http-max-input-size``.
 
-The routes' API groups: ``/v1/models`` and ``/v1/models/{model}`` are ``metadata``, the rest
-``inference``. A model the tenant may not see answers as an unknown one does (a 404
+The routes' API groups are in :data:`~inferd_frontend_openai.app.ROUTES` (``/v1/models`` and
+``/v1/models/{model}`` are ``metadata``, the rest ``inference``, as is a path no route serves). A model the tenant may not see answers as an unknown one does (a 404
 ``model_not_found``): :class:`~inferd_frontend_openai.catalog.Catalog` reads the grant.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
+
+from starlette.routing import compile_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from inferd.api import InferdError
+from inferd.api import ErrorKind, InferdError
 from inferd.auth import AccessDenied, AccessPolicy, ApiGroup
 from inferd.serving import TOO_LARGE, BodyLimit
 from inferd_frontend_openai.errors import OpenAIError, model_not_found
 
-_MODELS = "/v1/models"
-_MODEL = "/v1/models/"
-#: A refusal's status -> OpenAI's error type and code for it.
-_KINDS: dict[int, tuple[str, str | None]] = {
-    401: ("invalid_request_error", "invalid_api_key"),
-    403: ("invalid_request_error", "permission_denied"),
-    429: ("requests", "rate_limit_exceeded"),
+#: A refusal's kind -> OpenAI's status, error type and code for it.
+REFUSALS: dict[ErrorKind, tuple[int, str, str | None]] = {
+    ErrorKind.UNAUTHENTICATED: (401, "invalid_request_error", "invalid_api_key"),
+    ErrorKind.FORBIDDEN: (403, "invalid_request_error", "permission_denied"),
+    ErrorKind.RESTRICTED: (403, "invalid_request_error", "permission_denied"),
+    ErrorKind.LIMITED: (429, "requests", "rate_limit_exceeded"),
 }
+
+
+def refusal(exc: AccessDenied) -> tuple[OpenAIError, tuple[tuple[str, str], ...]]:
+    """A refusal as OpenAI answers it, and its headers (``WWW-Authenticate``, ``Retry-After``)."""
+    status, type_, code = REFUSALS[exc.kind]
+    if exc.reason == "token_limited":  # OpenAI's type for a tokens-per-minute limit
+        type_ = "tokens"
+    headers: tuple[tuple[str, str], ...] = ()
+    if exc.kind is ErrorKind.UNAUTHENTICATED:
+        headers = (("www-authenticate", "Bearer"),)
+    elif exc.retry_after:
+        headers = (("retry-after", str(exc.retry_after)),)
+    return OpenAIError(status, exc.message, type_, None, code), headers
 
 
 class Guarded:
     """``app`` behind ``policy``: one :meth:`AccessPolicy.admit` per request, the grant set as
     :data:`~inferd.auth.CURRENT` while the app answers (a stream included), then released."""
 
-    def __init__(self, app: ASGIApp, policy: AccessPolicy) -> None:
+    def __init__(self, app: ASGIApp, policy: AccessPolicy, routes: Iterable[tuple[str, str, str, ApiGroup]]) -> None:
+        """``routes``: the app's (path, method, endpoint, API group), e.g. :data:`~inferd_frontend_openai.app.ROUTES`."""
         self.app = app
         self.policy = policy
+        #: The groups of the routes without parameters, by path, and the others' patterns in order.
+        self.exact: dict[str, ApiGroup] = {}
+        self.patterns: list[tuple[re.Pattern[str], ApiGroup]] = []
+        for path, _, _, group in routes:
+            if "{" in path:
+                self.patterns.append((compile_path(path)[0], group))
+            else:
+                self.exact.setdefault(path, group)
+
+    def group(self, path: str) -> tuple[ApiGroup, str]:
+        """The API group of the route serving ``path`` and the model it names ("" for none); a
+        path no route serves is asked for as an inference request (then answered 404)."""
+        group = self.exact.get(path)
+        if group is not None:
+            return group, ""
+        for pattern, group in self.patterns:
+            match = pattern.match(path)
+            if match is not None:
+                return group, match.groupdict().get("model", "")
+        return ApiGroup.INFERENCE, ""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        path: str = scope["path"]
-        model = path[len(_MODEL) :] if path.startswith(_MODEL) else ""
-        group = ApiGroup.METADATA if model or path == _MODELS else ApiGroup.INFERENCE
+        group, model = self.group(scope["path"])
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         try:
             grant = self.policy.admit(group, model, headers)
         except AccessDenied as exc:
-            type_, code = _KINDS.get(exc.http_status, ("invalid_request_error", None))
-            if exc.reason == "token_limited":  # OpenAI's type for a tokens-per-minute limit
-                type_ = "tokens"
-            return await answer(send, OpenAIError(exc.http_status, exc.message, type_, None, code), exc.headers)
+            return await answer(send, *refusal(exc))
         except InferdError:  # a model the tenant may not see
             return await answer(send, model_not_found(model))
         with grant.serving():

@@ -1,5 +1,5 @@
-"""The routes: ``/v1/models``, ``/v1/models/{model}``, ``/v1/completions``, ``/v1/chat/completions``,
-``/v1/embeddings``, and vLLM's ``/tokenize`` and ``/detokenize``."""
+"""The routes (:data:`ROUTES`): ``/v1/models``, ``/v1/models/{model}``, ``/v1/completions``,
+``/v1/chat/completions``, ``/v1/embeddings``, and vLLM's ``/tokenize`` and ``/detokenize``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from inferd.api import TOO_DEEP, depth_problem
-from inferd.auth import CURRENT
+from inferd.auth import CURRENT, ApiGroup
 from inferd_frontend_openai import embeddings, engine, params
 from inferd_frontend_openai.catalog import Catalog, ServingVersion
 from inferd_frontend_openai.choices import ChoiceRunner, Event
@@ -27,6 +27,18 @@ from inferd_frontend_openai.tokenizer import TemplateError
 
 log = logging.getLogger(__name__)
 
+#: Every route: path, method, :class:`OpenAIApp` method, and the API group the access rules admit
+#: it as (:class:`~inferd_frontend_openai.access.Guarded`: the HTTP port's rules).
+ROUTES: tuple[tuple[str, str, str, ApiGroup], ...] = (
+    ("/v1/models", "GET", "models", ApiGroup.METADATA),
+    ("/v1/models/{model:path}", "GET", "model", ApiGroup.METADATA),
+    ("/v1/completions", "POST", "completions", ApiGroup.INFERENCE),
+    ("/v1/chat/completions", "POST", "chat_completions", ApiGroup.INFERENCE),
+    ("/v1/embeddings", "POST", "embeddings", ApiGroup.INFERENCE),
+    ("/tokenize", "POST", "tokenize", ApiGroup.INFERENCE),
+    ("/detokenize", "POST", "detokenize", ApiGroup.INFERENCE),
+)
+
 
 class OpenAIApp:
     """The ASGI application over one data plane."""
@@ -35,15 +47,7 @@ class OpenAIApp:
         self.dataplane = dataplane
         self.catalog = catalog
         self.metrics = metrics
-        routes = [
-            Route("/v1/models", self.models, methods=["GET"]),
-            Route("/v1/models/{model:path}", self.model, methods=["GET"]),
-            Route("/v1/completions", self.completions, methods=["POST"]),
-            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
-            Route("/v1/embeddings", self.embeddings, methods=["POST"]),
-            Route("/tokenize", self.tokenize, methods=["POST"]),
-            Route("/detokenize", self.detokenize, methods=["POST"]),
-        ]
+        routes = [Route(path, getattr(self, name), methods=[method]) for path, method, name, _ in ROUTES]
         self.app = Starlette(
             routes=routes, exception_handlers={OpenAIError: _error, 404: _not_found, 405: _not_allowed}
         )

@@ -60,13 +60,13 @@ class OpenAIFrontend(Frontend):
                      "text_output BYTES) and no --openai-port was given")  # fmt: skip
             return
         from inferd_frontend_openai.access import Guarded, OpenAIBodyLimit  # the app: only when it is served
-        from inferd_frontend_openai.app import OpenAIApp
+        from inferd_frontend_openai.app import ROUTES, OpenAIApp
 
         catalog = Catalog(dataplane.table, self.tokenizer, self.chat_template, self.tool_call_parser)
         self._warming = asyncio.ensure_future(catalog.warm())
         app: ASGIApp = OpenAIApp(dataplane, catalog, self.metrics)
         if dataplane.access is not None:  # no rules: nothing on the request path
-            app = Guarded(app, dataplane.access.http)
+            app = Guarded(app, dataplane.access.http, ROUTES)
         app = OpenAIBodyLimit(app, self.max_input_size)
         server = AsgiServer(app, self.host, self.port, "OpenAI frontend", dataplane.shares_ports, self.tls)
         try:

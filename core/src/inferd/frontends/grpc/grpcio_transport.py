@@ -11,9 +11,7 @@ from typing import Any
 
 import grpc
 
-from inferd.auth import AccessDenied
 from inferd.contracts.errors import InferdError
-from inferd.frontends.grpc import health_pb2, traffic_pb2
 from inferd.frontends.grpc.codec import (
     WireRequest,
     serialize_infer,
@@ -21,11 +19,12 @@ from inferd.frontends.grpc.codec import (
     split_infer_request,
 )
 from inferd.frontends.grpc.service import (
-    HEALTH_SERVICE,
-    SERVICE,
-    TRAFFIC_SERVICE,
+    INFER_RPC,
+    RPCS,
+    STREAM_RPC,
     UNARY,
     InferenceService,
+    Rpc,
     metadata_dict,
     status_of,
     wants_grpc_error,
@@ -184,11 +183,12 @@ def _bind_error(host: str, port: int) -> str:
 
 
 def _unary(
-    method: Callable[..., Awaitable[Any]], svc: InferenceService | None = None, rpc: str = "", forwards: bool = False
+    method: Callable[..., Awaitable[Any]], rpc: Rpc, svc: InferenceService | None = None, forwards: bool = False
 ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
-    """Turn InferdError into the mapped status; anything else is INTERNAL (and logged). With
-    ``svc`` (a server with access rules), the call is admitted by its policy first; with
-    ``forwards``, ``method`` is given the call's metadata (``--grpc-header-forward-pattern``)."""
+    """Turn InferdError (an access refusal too) into the mapped status; anything else is INTERNAL
+    (and logged). With ``svc`` (a server with access rules), the call is admitted by its policy
+    first, as ``rpc``'s group; with ``forwards``, ``method`` is given the call's metadata
+    (``--grpc-header-forward-pattern``)."""
 
     async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
@@ -199,8 +199,6 @@ def _unary(
             if svc is None:
                 return await call(request)
             return await svc.admitted(rpc, call, request, metadata)
-        except AccessDenied as exc:
-            await context.abort(exc.grpc_status, exc.message)
         except InferdError as exc:
             await context.abort(status_of(exc), exc.message)
         except Exception as exc:
@@ -219,13 +217,11 @@ def _stream(svc: InferenceService) -> Callable[[AsyncIterator[WireRequest], grpc
         text = metadata_dict(metadata)
         try:
             grant = svc.open_stream(text)
-        except AccessDenied as exc:
-            await context.abort(exc.grpc_status, exc.message)
+        except InferdError as exc:  # refused
+            await context.abort(status_of(exc), exc.message)
         try:
             async for item in svc.ModelStreamInfer(requests, grpc_error, grant, text):
                 yield item
-        except AccessDenied as exc:
-            await context.abort(exc.grpc_status, exc.message)
         except InferdError as exc:
             await context.abort(status_of(exc), exc.message)
 
@@ -233,41 +229,24 @@ def _stream(svc: InferenceService) -> Callable[[AsyncIterator[WireRequest], grpc
 
 
 def build_handlers(svc: InferenceService) -> list[grpc.GenericRpcHandler]:
-    """Generic handlers for the inference and health services of ``svc``."""
+    """Generic handlers for every RPC of :data:`~inferd.frontends.grpc.service.RPCS`, by service."""
     unary = grpc.unary_unary_rpc_method_handler
     guard = svc if svc.policy is not None else None
-    methods: dict[str, grpc.RpcMethodHandler] = {
-        name: unary(
-            _unary(getattr(svc, name), guard, name),
-            request_deserializer=req.FromString,
-            response_serializer=resp.SerializeToString,
-        )
-        for name, req, resp in UNARY
-    }
-    methods["ModelInfer"] = unary(
-        _unary(svc.ModelInfer, guard, "ModelInfer", forwards=svc.forward is not None),
+    methods: dict[Rpc, grpc.RpcMethodHandler] = {
+        rpc: unary(_unary(getattr(svc, rpc.name), rpc, guard), request_deserializer=rpc.request.FromString,
+                   response_serializer=rpc.response.SerializeToString)
+        for rpc in UNARY
+    }  # fmt: skip
+    methods[INFER_RPC] = unary(
+        _unary(svc.ModelInfer, INFER_RPC, guard, forwards=svc.forward is not None),
         request_deserializer=split_infer_request,
         response_serializer=serialize_infer,
     )
-    methods["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
+    methods[STREAM_RPC] = grpc.stream_stream_rpc_method_handler(
         _stream(svc), request_deserializer=split_infer_request, response_serializer=serialize_stream
     )
-    health = {
-        "Check": unary(
-            _unary(svc.Check, guard, "Check"),
-            request_deserializer=health_pb2.HealthCheckRequest.FromString,
-            response_serializer=health_pb2.HealthCheckResponse.SerializeToString,
-        )
-    }
-    traffic = {
-        "ModelTraffic": unary(
-            _unary(svc.ModelTraffic, guard, "ModelTraffic"),
-            request_deserializer=traffic_pb2.ModelTrafficRequest.FromString,
-            response_serializer=traffic_pb2.ModelTrafficResponse.SerializeToString,
-        )
-    }
+    services = dict.fromkeys(rpc.service for rpc in RPCS)
     return [
-        grpc.method_handlers_generic_handler(SERVICE, methods),
-        grpc.method_handlers_generic_handler(HEALTH_SERVICE, health),
-        grpc.method_handlers_generic_handler(TRAFFIC_SERVICE, traffic),
+        grpc.method_handlers_generic_handler(service, {r.name: h for r, h in methods.items() if r.service == service})
+        for service in services
     ]

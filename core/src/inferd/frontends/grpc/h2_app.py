@@ -16,18 +16,16 @@ from typing import Any, Protocol
 
 import grpc
 
-from inferd.auth import AccessDenied
 from inferd.contracts.errors import InferdError
-from inferd.frontends.grpc import health_pb2, traffic_pb2
 from inferd.frontends.grpc.codec import WireRequest, response_parts, serialize_stream, split_infer_request
 from inferd.frontends.grpc.framing import GrpcFailure, MessageReader, check_encoding, parse_timeout
 from inferd.frontends.grpc.h2_reply import Reply
 from inferd.frontends.grpc.service import (
-    HEALTH_SERVICE,
-    SERVICE,
-    TRAFFIC_SERVICE,
+    INFER_RPC,
+    STREAM_RPC,
     UNARY,
     InferenceService,
+    Rpc,
     status_of,
     wants_grpc_error,
 )
@@ -47,30 +45,28 @@ class Unary(Protocol):
     def __call__(self, data: memoryview, headers: Mapping[str, str] | None = None) -> Awaitable[Parts]: ...
 
 
-STREAM_PATH = f"/{SERVICE}/ModelStreamInfer"
+STREAM_PATH = STREAM_RPC.path
 
 
 class Disconnected(Exception):
     """The client reset the stream or the connection went away."""
 
 
-async def _run(svc: InferenceService, rpc: str, method: Callable[[Any], Awaitable[Any]], request: Any,
+async def _run(svc: InferenceService, rpc: Rpc, method: Callable[[Any], Awaitable[Any]], request: Any,
                headers: Mapping[str, str] | None) -> Any:  # fmt: skip
-    """``method(request)``, admitted by the policy first when the server has one."""
+    """``method(request)``, admitted by the policy first when the server has one (a refusal is an
+    :class:`~inferd.contracts.errors.InferdError`: the call answers its kind's status)."""
     if svc.policy is None:
         return await method(request)
-    try:
-        return await svc.admitted(rpc, method, request, headers or {})
-    except AccessDenied as exc:
-        raise GrpcFailure(exc.grpc_status, exc.message) from None
+    return await svc.admitted(rpc, method, request, headers or {})
 
 
-def _protobuf_method(
-    svc: InferenceService, rpc: str, method: Callable[[Any], Awaitable[Any]], request_type: Any
-) -> Unary:
+def _protobuf_method(svc: InferenceService, rpc: Rpc) -> Unary:
+    method = getattr(svc, rpc.name)
+
     async def call(data: memoryview, headers: Mapping[str, str] | None = None) -> Parts:
         try:
-            request = request_type.FromString(data)
+            request = rpc.request.FromString(data)
         except Exception:
             raise GrpcFailure(grpc.StatusCode.INTERNAL, "Exception deserializing request!") from None
         out = (await _run(svc, rpc, method, request, headers)).SerializeToString()
@@ -80,19 +76,16 @@ def _protobuf_method(
 
 
 def unary_methods(svc: InferenceService) -> dict[str, Unary]:
-    """Every unary RPC of the inference and health services, by request path."""
-    methods = {f"/{SERVICE}/{name}": _protobuf_method(svc, name, getattr(svc, name), req) for name, req, _ in UNARY}
-    methods[f"/{HEALTH_SERVICE}/Check"] = _protobuf_method(svc, "Check", svc.Check, health_pb2.HealthCheckRequest)
-    traffic = _protobuf_method(svc, "ModelTraffic", svc.ModelTraffic, traffic_pb2.ModelTrafficRequest)
-    methods[f"/{TRAFFIC_SERVICE}/ModelTraffic"] = traffic
+    """Every unary RPC of :data:`~inferd.frontends.grpc.service.RPCS`, by request path."""
+    methods = {rpc.path: _protobuf_method(svc, rpc) for rpc in UNARY}
 
     async def model_infer(data: memoryview, headers: Mapping[str, str] | None = None) -> Parts:
         if svc.policy is None:
             return response_parts(await svc.ModelInfer(split_infer_request(data), headers))
         infer = svc.ModelInfer if svc.forward is None else partial(svc.ModelInfer, metadata=headers)
-        return response_parts(await _run(svc, "ModelInfer", infer, split_infer_request(data), headers))
+        return response_parts(await _run(svc, INFER_RPC, infer, split_infer_request(data), headers))
 
-    methods[f"/{SERVICE}/ModelInfer"] = model_infer
+    methods[INFER_RPC.path] = model_infer
     return methods
 
 
@@ -181,8 +174,8 @@ class GrpcApp:
         """ModelStreamInfer: requests are read as they arrive, responses written as they come."""
         try:
             grant = self.service.open_stream(headers)
-        except AccessDenied as exc:
-            raise GrpcFailure(exc.grpc_status, exc.message) from None
+        except InferdError as exc:  # refused
+            raise GrpcFailure(status_of(exc), exc.message) from None
         requests = StreamRequests(receive, reader)
         try:
             async for item in self.service.ModelStreamInfer(requests.read(), grpc_error, grant, headers):
@@ -192,8 +185,6 @@ class GrpcApp:
             if requests.disconnected:
                 raise Disconnected from None
             raise
-        except AccessDenied as exc:
-            raise GrpcFailure(exc.grpc_status, exc.message) from None
         except InferdError as exc:
             raise GrpcFailure(status_of(exc), exc.message) from None
         if requests.failure is not None:

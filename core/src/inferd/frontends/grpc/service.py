@@ -1,4 +1,7 @@
-"""The ``inference.GRPCInferenceService`` and ``grpc.health.v1.Health`` handlers over a data plane."""
+"""The ``inference.GRPCInferenceService``, ``grpc.health.v1.Health`` and ``inferd.Traffic`` handlers over
+a data plane. :data:`RPCS` is every RPC the transports serve, with its API group (what
+``--grpc-restricted-protocol`` and the tenants' rights admit it as); :data:`STATUS` turns an error's
+kind into its gRPC status."""
 
 from __future__ import annotations
 
@@ -6,12 +9,12 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import grpc
 from google.protobuf import json_format
 
-from inferd.auth import CURRENT, RPC_GROUPS, AccessDenied, ApiGroup, Grant, unknown_model, visible_entries
+from inferd.auth import CURRENT, ApiGroup, Grant, unknown_model, visible_entries
 from inferd.contracts.errors import ErrorKind, InferdError, InvalidArgument, NotFound, poll_failure
 from inferd.contracts.validation import check_repository_name
 from inferd.frontends.grpc import grpc_service_pb2 as pb
@@ -40,7 +43,8 @@ HEALTH_SERVICE = "grpc.health.v1.Health"
 #: inferd's own service (Triton has no traffic RPC): weighted versions, docs/traffic.md.
 TRAFFIC_SERVICE = "inferd.Traffic"
 
-#: Error kind -> gRPC status, as Triton maps TRITONSERVER_Error_Code.
+#: Error kind -> gRPC status, as Triton maps TRITONSERVER_Error_Code; the access kinds
+#: (``inferd.auth``) as Triton answers a restricted protocol (UNAVAILABLE) and as gRPC names the others.
 STATUS: dict[ErrorKind, grpc.StatusCode] = {
     ErrorKind.UNKNOWN: grpc.StatusCode.UNKNOWN,
     ErrorKind.INTERNAL: grpc.StatusCode.INTERNAL,
@@ -50,30 +54,63 @@ STATUS: dict[ErrorKind, grpc.StatusCode] = {
     ErrorKind.UNSUPPORTED: grpc.StatusCode.UNIMPLEMENTED,
     ErrorKind.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
     ErrorKind.CANCELLED: grpc.StatusCode.CANCELLED,
+    ErrorKind.RESTRICTED: grpc.StatusCode.UNAVAILABLE,
+    ErrorKind.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    ErrorKind.FORBIDDEN: grpc.StatusCode.PERMISSION_DENIED,
+    ErrorKind.LIMITED: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
-#: The unary RPCs InferenceService answers: (name, request class, response class). ModelInfer and
-#: ModelStreamInfer are apart: their (de)serializers are the codec's, which keep tensor bytes raw.
-UNARY: tuple[tuple[str, Any, Any], ...] = (
-    ("ServerLive", pb.ServerLiveRequest, pb.ServerLiveResponse),
-    ("ServerReady", pb.ServerReadyRequest, pb.ServerReadyResponse),
-    ("ModelReady", pb.ModelReadyRequest, pb.ModelReadyResponse),
-    ("ServerMetadata", pb.ServerMetadataRequest, pb.ServerMetadataResponse),
-    ("ModelMetadata", pb.ModelMetadataRequest, pb.ModelMetadataResponse),
-    ("ModelConfig", pb.ModelConfigRequest, pb.ModelConfigResponse),
-    ("ModelStatistics", pb.ModelStatisticsRequest, pb.ModelStatisticsResponse),
-    ("RepositoryIndex", pb.RepositoryIndexRequest, pb.RepositoryIndexResponse),
-    ("RepositoryModelLoad", pb.RepositoryModelLoadRequest, pb.RepositoryModelLoadResponse),
-    ("RepositoryModelUnload", pb.RepositoryModelUnloadRequest, pb.RepositoryModelUnloadResponse),
-    ("TraceSetting", pb.TraceSettingRequest, pb.TraceSettingResponse),
-    ("LogSettings", pb.LogSettingsRequest, pb.LogSettingsResponse),
-    ("SystemSharedMemoryStatus", pb.SystemSharedMemoryStatusRequest, pb.SystemSharedMemoryStatusResponse),
-    ("SystemSharedMemoryRegister", pb.SystemSharedMemoryRegisterRequest, pb.SystemSharedMemoryRegisterResponse),
-    ("SystemSharedMemoryUnregister", pb.SystemSharedMemoryUnregisterRequest, pb.SystemSharedMemoryUnregisterResponse),
-    ("CudaSharedMemoryStatus", pb.CudaSharedMemoryStatusRequest, pb.CudaSharedMemoryStatusResponse),
-    ("CudaSharedMemoryRegister", pb.CudaSharedMemoryRegisterRequest, pb.CudaSharedMemoryRegisterResponse),
-    ("CudaSharedMemoryUnregister", pb.CudaSharedMemoryUnregisterRequest, pb.CudaSharedMemoryUnregisterResponse),
-)
+
+class Rpc(NamedTuple):
+    """One RPC: its service, its name (an :class:`InferenceService` method), the API group the
+    access rules admit it as, and its request and response classes (None for ModelInfer and
+    ModelStreamInfer: their (de)serializers are the codec's, which keep tensor bytes raw)."""
+
+    service: str
+    name: str
+    group: ApiGroup
+    request: Any = None
+    response: Any = None
+
+    @property
+    def path(self) -> str:
+        """The call's path: ``/<service>/<method>``."""
+        return f"/{self.service}/{self.name}"
+
+
+_HEALTH, _METADATA, _INFERENCE = ApiGroup.HEALTH, ApiGroup.METADATA, ApiGroup.INFERENCE
+_REPOSITORY, _SHM = ApiGroup.MODEL_REPOSITORY, ApiGroup.SHARED_MEMORY
+#: ModelInfer and ModelStreamInfer (the codec's (de)serializers).
+INFER_RPC = Rpc(SERVICE, "ModelInfer", _INFERENCE)
+STREAM_RPC = Rpc(SERVICE, "ModelStreamInfer", _INFERENCE)
+#: The unary RPCs with protobuf messages, of every service the transports serve.
+UNARY: tuple[Rpc, ...] = (
+    Rpc(SERVICE, "ServerLive", _HEALTH, pb.ServerLiveRequest, pb.ServerLiveResponse),
+    Rpc(SERVICE, "ServerReady", _HEALTH, pb.ServerReadyRequest, pb.ServerReadyResponse),
+    Rpc(SERVICE, "ModelReady", _HEALTH, pb.ModelReadyRequest, pb.ModelReadyResponse),
+    Rpc(SERVICE, "ServerMetadata", _METADATA, pb.ServerMetadataRequest, pb.ServerMetadataResponse),
+    Rpc(SERVICE, "ModelMetadata", _METADATA, pb.ModelMetadataRequest, pb.ModelMetadataResponse),
+    Rpc(SERVICE, "ModelConfig", ApiGroup.MODEL_CONFIG, pb.ModelConfigRequest, pb.ModelConfigResponse),
+    Rpc(SERVICE, "ModelStatistics", ApiGroup.STATISTICS, pb.ModelStatisticsRequest, pb.ModelStatisticsResponse),
+    Rpc(SERVICE, "RepositoryIndex", _REPOSITORY, pb.RepositoryIndexRequest, pb.RepositoryIndexResponse),
+    Rpc(SERVICE, "RepositoryModelLoad", _REPOSITORY, pb.RepositoryModelLoadRequest, pb.RepositoryModelLoadResponse),
+    Rpc(SERVICE, "RepositoryModelUnload", _REPOSITORY, pb.RepositoryModelUnloadRequest,
+        pb.RepositoryModelUnloadResponse),
+    Rpc(SERVICE, "TraceSetting", ApiGroup.TRACE, pb.TraceSettingRequest, pb.TraceSettingResponse),
+    Rpc(SERVICE, "LogSettings", ApiGroup.LOGGING, pb.LogSettingsRequest, pb.LogSettingsResponse),
+    *(
+        Rpc(SERVICE, f"{kind}SharedMemory{op}", _SHM, getattr(pb, f"{kind}SharedMemory{op}Request"),
+            getattr(pb, f"{kind}SharedMemory{op}Response"))
+        for kind in ("System", "Cuda")
+        for op in ("Status", "Register", "Unregister")
+    ),
+    Rpc(HEALTH_SERVICE, "Check", _HEALTH, health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse),
+    # weighted versions (inferd's own): a model-repository change
+    Rpc(TRAFFIC_SERVICE, "ModelTraffic", _REPOSITORY, traffic_pb2.ModelTrafficRequest,
+        traffic_pb2.ModelTrafficResponse),
+)  # fmt: skip
+#: Every RPC the transports serve.
+RPCS: tuple[Rpc, ...] = (*UNARY, INFER_RPC, STREAM_RPC)
 
 _DONE = object()
 _CLOSING = object()
@@ -142,14 +179,15 @@ class InferenceService:
             secrets = self.policy.secret_headers() if self.policy is not None else frozenset()
             self.forward = HeaderForward(forward_pattern, GRPC_TRANSPORT_HEADERS | secrets)
 
-    async def admitted(self, rpc: str, method: Callable[[Any], Awaitable[Any]], request: Any,
+    async def admitted(self, rpc: Rpc, method: Callable[[Any], Awaitable[Any]], request: Any,
                        metadata: Mapping[str, str]) -> Any:  # fmt: skip
-        """``method(request)`` once the policy admits it (raises ``AccessDenied`` or an unknown
-        model's error); a model the caller may not see answers as an unknown one."""
+        """``method(request)`` once the policy admits it as ``rpc``'s group (raises ``AccessDenied``
+        or an unknown model's error); a model the caller may not see answers as an unknown one."""
         assert self.policy is not None
-        grant = self.policy.admit(RPC_GROUPS[rpc], model_of(rpc, request), metadata)
+        model = model_of(rpc.name, request)
+        grant = self.policy.admit(rpc.group, model, metadata)
         if not grant.visible:
-            return self._hidden(rpc, model_of(rpc, request))
+            return self._hidden(rpc.name, model)
         with grant.serving():
             return await method(request)
 
@@ -166,7 +204,7 @@ class InferenceService:
         requests are checked model by model, and each holds a slot of the tenant while it runs."""
         if self.policy is None:
             return None
-        grant = self.policy.admit(ApiGroup.INFERENCE, "", metadata, slot=False)
+        grant = self.policy.admit(STREAM_RPC.group, "", metadata, slot=False)
         CURRENT.set(grant)
         return grant
 
@@ -255,7 +293,7 @@ class InferenceService:
                 await put(encode_response(item, final=ended, in_regions=sinks or ()))
             if decoupled and not ended and infer_request.parameters.get(ENABLE_EMPTY_FINAL) is True:
                 await put(final_empty_response(infer_request, version))
-        except (InferdError, AccessDenied) as exc:
+        except InferdError as exc:  # an access refusal too
             await put((exc, infer_request))
         except asyncio.CancelledError:
             raise
@@ -280,7 +318,7 @@ class InferenceService:
         stream's ``metadata`` is forwarded into each of its requests (``--grpc-header-forward-pattern``).
 
         An error is a response carrying it (the stream goes on), or with ``grpc_error`` (Triton's
-        ``triton_grpc_error`` header) the :class:`InferdError` (or ``AccessDenied``) raised: the
+        ``triton_grpc_error`` header) the :class:`InferdError` (an access refusal too) raised: the
         transport ends the stream with its status.
         """
         queue: asyncio.Queue[Any] = asyncio.Queue()  # bounded by ``room``; the sentinels need none

@@ -13,9 +13,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from inferd.auth import ROUTE_GROUPS, AccessDenied, AccessPolicy, ApiGroup, Grant
+from inferd.auth import AccessDenied, AccessPolicy, ApiGroup, Grant
 from inferd.contracts.errors import InferdError, NotFound, poll_failure
-from inferd.frontends.http.errors import error_body, error_reply
+from inferd.frontends.http.errors import STATUS, error_body, error_headers, error_reply
 from inferd.frontends.http.infer import send_reply
 from inferd.serving import Reply
 
@@ -26,17 +26,10 @@ if TYPE_CHECKING:
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-def denied_reply(exc: AccessDenied) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-    """Status, ``{"error": ...}`` body and headers (content type first) of a refusal."""
-    headers = [(b"content-type", exc.content_type.encode())]
-    headers += [(k.encode(), v.encode()) for k, v in exc.headers]
-    return exc.http_status, error_body(exc.message), headers
-
-
 def _denied_response(exc: AccessDenied) -> Response:
-    status, body, headers = denied_reply(exc)
-    response = Response(body, status)
-    response.raw_headers = [h for h in response.raw_headers if h[0] != b"content-type"] + headers
+    """A refusal: its status by the error table, ``{"error": ...}`` and its kind's headers."""
+    response = Response(error_body(exc.message), STATUS[exc.kind])
+    response.raw_headers = [h for h in response.raw_headers if h[0] != b"content-type"] + error_headers(exc)
     return response
 
 
@@ -50,9 +43,9 @@ async def _hidden(name: str, dp: DataPlane, model: str) -> Response:
     return Response(status_code=200)  # unloading an unknown model succeeds
 
 
-def admitted(endpoint: Endpoint, name: str, policy: AccessPolicy, dp: DataPlane) -> Endpoint:
-    """``endpoint`` behind ``policy``: refused, or run with its grant in ``CURRENT``."""
-    group = ROUTE_GROUPS[name]
+def admitted(endpoint: Endpoint, name: str, group: ApiGroup, policy: AccessPolicy, dp: DataPlane) -> Endpoint:
+    """``endpoint`` (route ``name`` of API ``group``) behind ``policy``: refused, or run with its
+    grant in ``CURRENT``."""
 
     async def call(request: Request) -> Response:
         model = request.path_params.get("model", "")
@@ -72,28 +65,28 @@ async def _run(call: Awaitable[Response], grant: Grant) -> Response:
         return await call
 
 
-def admit_infer(policy: AccessPolicy, model: str, headers: list[tuple[bytes, bytes]], path: str) -> Grant | Reply:
-    """The policy's answer to an infer request: its grant, or the refusal to send instead."""
+def admit_infer(policy: AccessPolicy, group: ApiGroup, model: str, headers: list[tuple[bytes, bytes]],
+                path: str) -> Grant | Reply:  # fmt: skip
+    """The policy's answer to an infer request (of API ``group``): its grant, or the refusal to
+    send instead (a refusal, or the unknown-model error for a model the tenant may not see)."""
     fields = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers}
     try:
-        return policy.admit(ApiGroup.INFERENCE, model, fields)
-    except AccessDenied as exc:
-        status, error, refusal = denied_reply(exc)
+        return policy.admit(group, model, fields)
     except InferdError as exc:
         status, error = error_reply(exc, path)
-        refusal = [(b"content-type", b"application/json")]
-    return Reply(status, [*refusal, (b"content-length", str(len(error)).encode())], [error])
+        return Reply(status, [*error_headers(exc), (b"content-length", str(len(error)).encode())], [error])
 
 
 class AdmittedInfer:
     """The infer routes behind ``policy`` (a raw ASGI app, as the infer endpoint is)."""
 
-    def __init__(self, endpoint: ASGIApp, policy: AccessPolicy) -> None:
+    def __init__(self, endpoint: ASGIApp, policy: AccessPolicy, group: ApiGroup) -> None:
         self.endpoint = endpoint
         self.policy = policy
+        self.group = group
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        admission = admit_infer(self.policy, scope["path_params"]["model"], scope["headers"], scope["path"])
+        admission = admit_infer(self.policy, self.group, scope["path_params"]["model"], scope["headers"], scope["path"])
         if isinstance(admission, Reply):
             await send_reply(send, admission)
             return
@@ -102,11 +95,11 @@ class AdmittedInfer:
 
 
 async def admitted_answer(
-    endpoint: InferEndpoint, policy: AccessPolicy, head: RequestHead, body: bytes, model: str, version: str,
-    limit: int, path: str, headers: list[tuple[bytes, bytes]],
+    endpoint: InferEndpoint, policy: AccessPolicy, group: ApiGroup, head: RequestHead, body: bytes, model: str,
+    version: str, limit: int, path: str, headers: list[tuple[bytes, bytes]],
 ) -> Reply:  # fmt: skip
     """:class:`AdmittedInfer` for the direct path: the same refusals, the same bytes."""
-    admission = admit_infer(policy, model, headers, path)
+    admission = admit_infer(policy, group, model, headers, path)
     if isinstance(admission, Reply):
         return admission
     with admission.serving():

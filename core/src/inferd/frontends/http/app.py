@@ -1,6 +1,7 @@
 """The KServe v2 / Triton HTTP routes as one Starlette application.
 
-:data:`ROUTES` says where each route is served; :class:`Endpoints` has one method per route.
+:data:`ROUTES` says where each route is served, by which method of :class:`Endpoints`, and its API
+group (what ``--http-restricted-api`` and the tenants' rights admit it as).
 Every route decodes bodies with ``errors.decode_body`` and answers errors through
 ``errors.error_reply``. The infer routes (the hot path) are raw ASGI routes of the same app;
 :class:`HttpApp` dispatches requests that match them straight to them, ahead of Starlette's
@@ -14,7 +15,7 @@ import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from starlette.applications import Starlette
 from starlette.convertors import Convertor, register_url_convertor
@@ -24,7 +25,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from inferd.auth import AccessPolicy, visible_entries
+from inferd.auth import AccessPolicy, ApiGroup, visible_entries
 from inferd.config import config_to_json
 from inferd.contracts.errors import InferdError, InvalidArgument
 from inferd.contracts.validation import check_repository_name
@@ -45,43 +46,57 @@ log = logging.getLogger(__name__)
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
+
+class HttpRoute(NamedTuple):
+    """One route: where it is served (``method`` "" for any: the endpoint answers 405 itself), its
+    :class:`Endpoints` method, and the API group the access rules admit it as."""
+
+    path: str
+    method: str
+    endpoint: str
+    group: ApiGroup
+
+
 _M = "/v2/models/{model}"
 _MV = "/v2/models/{model}/versions/{version:int}"
-#: (path, method, :class:`Endpoints` method), matched in this order.
-ROUTES: tuple[tuple[str, str, str], ...] = (
-    ("/v2/health/live", "GET", "live"),
-    ("/v2/health/ready", "GET", "ready"),
-    ("/v2", "GET", "server_metadata"),
-    ("/v2/models/stats", "GET", "model_stats"),
-    ("/v2/repository/index", "POST", "repository_index"),
-    ("/v2/repository/{repo}/index", "POST", "repository_index"),
-    ("/v2/repository/models/{model}/load", "POST", "load"),
-    ("/v2/repository/{repo}/models/{model}/load", "POST", "load"),
-    ("/v2/repository/models/{model}/unload", "POST", "unload"),
-    ("/v2/repository/{repo}/models/{model}/unload", "POST", "unload"),
-    ("/v2/usage", "GET", "usage"),  # tenants' requests and tokens (docs/traffic.md)
+_HEALTH, _METADATA, _INFERENCE = ApiGroup.HEALTH, ApiGroup.METADATA, ApiGroup.INFERENCE
+_REPOSITORY, _SHM = ApiGroup.MODEL_REPOSITORY, ApiGroup.SHARED_MEMORY
+#: Every route but infer, matched in this order.
+ROUTES: tuple[HttpRoute, ...] = (
+    HttpRoute("/v2/health/live", "GET", "live", _HEALTH),
+    HttpRoute("/v2/health/ready", "GET", "ready", _HEALTH),
+    HttpRoute("/v2", "GET", "server_metadata", _METADATA),
+    HttpRoute("/v2/models/stats", "GET", "model_stats", ApiGroup.STATISTICS),
+    HttpRoute("/v2/repository/index", "POST", "repository_index", _REPOSITORY),
+    HttpRoute("/v2/repository/{repo}/index", "POST", "repository_index", _REPOSITORY),
+    HttpRoute("/v2/repository/models/{model}/load", "POST", "load", _REPOSITORY),
+    HttpRoute("/v2/repository/{repo}/models/{model}/load", "POST", "load", _REPOSITORY),
+    HttpRoute("/v2/repository/models/{model}/unload", "POST", "unload", _REPOSITORY),
+    HttpRoute("/v2/repository/{repo}/models/{model}/unload", "POST", "unload", _REPOSITORY),
+    # every tenant's requests and tokens (docs/traffic.md): an administrator's view
+    HttpRoute("/v2/usage", "GET", "usage", _REPOSITORY),
     *(
-        (prefix + suffix, method, name)
+        HttpRoute(prefix + suffix, method, name, group)
         for prefix in (_M, _MV)
-        for suffix, method, name in (
-            ("", "GET", "model_metadata"),
-            ("/ready", "GET", "model_ready"),
-            ("/config", "GET", "model_config"),
-            ("/stats", "GET", "model_stats"),
-            ("/generate", "POST", "generate"),
-            ("/generate_stream", "POST", "generate_stream"),
+        for suffix, method, name, group in (
+            ("", "GET", "model_metadata", _METADATA),
+            ("/ready", "GET", "model_ready", _HEALTH),
+            ("/config", "GET", "model_config", ApiGroup.MODEL_CONFIG),
+            ("/stats", "GET", "model_stats", ApiGroup.STATISTICS),
+            ("/generate", "POST", "generate", _INFERENCE),
+            ("/generate_stream", "POST", "generate_stream", _INFERENCE),
         )
     ),
-    ("/v2/models/{model}/traffic", "GET", "traffic_get"),  # weighted versions (inferd's own)
-    ("/v2/models/{model}/traffic", "POST", "traffic_post"),
-    ("/v2/trace/setting", "GET", "trace_get"),  # the trace and logging extensions
-    ("/v2/trace/setting", "POST", "trace_post"),
-    ("/v2/models/{model}/trace/setting", "GET", "trace_get"),
-    ("/v2/models/{model}/trace/setting", "POST", "trace_post"),
-    ("/v2/logging", "GET", "logging_get"),
-    ("/v2/logging", "POST", "logging_post"),
+    HttpRoute("/v2/models/{model}/traffic", "GET", "traffic_get", _REPOSITORY),  # weighted versions (inferd's own)
+    HttpRoute("/v2/models/{model}/traffic", "POST", "traffic_post", _REPOSITORY),
+    HttpRoute("/v2/trace/setting", "GET", "trace_get", ApiGroup.TRACE),  # the trace and logging extensions
+    HttpRoute("/v2/trace/setting", "POST", "trace_post", ApiGroup.TRACE),
+    HttpRoute("/v2/models/{model}/trace/setting", "GET", "trace_get", ApiGroup.TRACE),
+    HttpRoute("/v2/models/{model}/trace/setting", "POST", "trace_post", ApiGroup.TRACE),
+    HttpRoute("/v2/logging", "GET", "logging_get", ApiGroup.LOGGING),
+    HttpRoute("/v2/logging", "POST", "logging_post", ApiGroup.LOGGING),
     *(  # the shared-memory extensions; the endpoint tells system from CUDA by the path
-        (f"/v2/{kind}sharedmemory{suffix}", method, name)
+        HttpRoute(f"/v2/{kind}sharedmemory{suffix}", method, name, _SHM)
         for kind in ("system", "cuda")
         for suffix, method, name in (
             ("/status", "GET", "shm_status"),
@@ -92,9 +107,13 @@ ROUTES: tuple[tuple[str, str, str], ...] = (
         )
     ),
 )
-#: The infer routes, matched first (any method: the endpoint answers 405 itself). ``digits``
-#: keeps the version as written, where ``int`` would turn ``01`` into ``1``.
-INFER_PATHS = ("/v2/models/{model}/infer", "/v2/models/{model}/versions/{version:digits}/infer")
+#: The infer routes, matched first (the hot path: :class:`InferEndpoint`, also served directly
+#: by :class:`DirectInfer`). ``digits`` keeps the version as written, where ``int`` would turn
+#: ``01`` into ``1``.
+INFER_ROUTES: tuple[HttpRoute, ...] = (
+    HttpRoute("/v2/models/{model}/infer", "", "infer", _INFERENCE),
+    HttpRoute("/v2/models/{model}/versions/{version:digits}/infer", "", "infer", _INFERENCE),
+)
 
 
 class _Digits(Convertor[str]):
@@ -122,27 +141,29 @@ class HttpApp:
         if forward_pattern is not None:
             forward = HeaderForward(forward_pattern, policy.secret_headers() if policy is not None else ())
         self.endpoint = InferEndpoint(dp, forward)
-        self.infer: ASGIApp = self.endpoint if policy is None else AdmittedInfer(self.endpoint, policy)
-        infer_routes = [Route(path, self.infer) for path in INFER_PATHS]
-        routes = [
-            Route(path, _guarded(_endpoint(endpoints, name, policy)), methods=[method]) for path, method, name in ROUTES
-        ]
+        infer_routes = [Route(r.path, self._infer_app(r.group)) for r in INFER_ROUTES]
+        routes = [Route(r.path, _guarded(_endpoint(endpoints, r, policy)), methods=[r.method]) for r in ROUTES]
         self.app = Starlette(routes=[*infer_routes, *routes], exception_handlers={HTTPException: _on_http_error})
-        #: The infer routes' own patterns, for the dispatch ahead of the router.
-        self.infer_patterns = [route.path_regex for route in infer_routes]
+        #: The infer routes' own patterns, groups and apps, for the dispatch ahead of the router.
+        self.infer_routes = [(route.path_regex, r.group, route.app) for route, r in zip(infer_routes, INFER_ROUTES,
+                                                                                          strict=True)]  # fmt: skip
+
+    def _infer_app(self, group: ApiGroup) -> ASGIApp:
+        """The infer endpoint, behind the access policy (admitting it as ``group``) when there is one."""
+        return self.endpoint if self.policy is None else AdmittedInfer(self.endpoint, self.policy, group)
 
     def direct_routes(self, max_body: int) -> DirectInfer:
         """The infer routes answered without ASGI (:mod:`inferd.serving.direct`)."""
-        return DirectInfer(self.endpoint, self.infer_patterns, max_body, self.policy)
+        return DirectInfer(self.endpoint, [(p, g) for p, g, _ in self.infer_routes], max_body, self.policy)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not scope.get("root_path"):
             path = scope["path"]
-            for pattern in self.infer_patterns:
+            for pattern, _, infer in self.infer_routes:
                 match = pattern.match(path)
                 if match is not None:
                     scope["path_params"] = match.groupdict()  # str and digits convert to themselves
-                    await self.infer(scope, receive, send)
+                    await infer(scope, receive, send)
                     return
         await self.app(scope, receive, send)
 
@@ -153,9 +174,10 @@ class DirectInfer:
     protocol read. Requests they do not take (another method, chunked bodies...) reach
     :class:`HttpApp` over ASGI, which answers them as before."""
 
-    def __init__(self, endpoint: InferEndpoint, patterns: list[re.Pattern[str]], max_body: int,
+    def __init__(self, endpoint: InferEndpoint, patterns: list[tuple[re.Pattern[str], ApiGroup]], max_body: int,
                  policy: AccessPolicy | None = None) -> None:  # fmt: skip
         self.endpoint = endpoint
+        #: Each infer route's pattern and API group.
         self.patterns = patterns
         #: ``--http-max-input-size``: larger bodies go to ASGI, whose body limit refuses them.
         self.max_body = max_body
@@ -163,24 +185,26 @@ class DirectInfer:
         self.policy = policy
 
     def handler(self, method: bytes, path: str) -> Handler | None:
-        for pattern in self.patterns:
+        for pattern, group in self.patterns:
             match = pattern.match(path)
             if match is not None:
                 params = match.groupdict()
-                return partial(self._answer, params["model"], params.get("version") or "", path)
+                return partial(self._answer, group, params["model"], params.get("version") or "", path)
         return None
 
-    def _answer(self, model: str, version: str, path: str, headers: Headers, body: bytes) -> Awaitable[Reply]:
+    def _answer(self, group: ApiGroup, model: str, version: str, path: str, headers: Headers,
+                body: bytes) -> Awaitable[Reply]:  # fmt: skip
         head = RequestHead(headers)
         if self.policy is None:
             return self.endpoint.answer(head, body, model, version, self.max_body, path)
-        return admitted_answer(self.endpoint, self.policy, head, body, model, version, self.max_body, path, headers)
+        return admitted_answer(self.endpoint, self.policy, group, head, body, model, version, self.max_body, path,
+                               headers)  # fmt: skip
 
 
-def _endpoint(endpoints: Endpoints, name: str, policy: AccessPolicy | None) -> Endpoint:
-    """The endpoint of route ``name``, behind the access policy when the server has one."""
-    endpoint: Endpoint = getattr(endpoints, name)
-    return endpoint if policy is None else admitted(endpoint, name, policy, endpoints.dp)
+def _endpoint(endpoints: Endpoints, route: HttpRoute, policy: AccessPolicy | None) -> Endpoint:
+    """The endpoint of ``route``, behind the access policy (as its group) when the server has one."""
+    endpoint: Endpoint = getattr(endpoints, route.endpoint)
+    return endpoint if policy is None else admitted(endpoint, route.endpoint, route.group, policy, endpoints.dp)
 
 
 class Endpoints:

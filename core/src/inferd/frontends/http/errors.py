@@ -6,19 +6,32 @@ import json
 import logging
 import zlib
 
+from inferd.auth import AccessDenied
 from inferd.contracts.errors import ErrorKind, InferdError, InvalidArgument, Unsupported
 from inferd.serving import TOO_LARGE
 
 log = logging.getLogger(__name__)
 _compact = json.JSONEncoder(separators=(",", ":")).encode
 
-#: Error kind -> HTTP status, as Triton maps them (every other kind is 400).
+#: Error kind -> HTTP status, as Triton maps them (every other kind is 400); the access kinds
+#: (``inferd.auth``) as Triton answers a restricted API (403) and as HTTP names the others.
 STATUS = {
     ErrorKind.INTERNAL: 500,
     ErrorKind.NOT_FOUND: 404,
     ErrorKind.UNAVAILABLE: 503,
     ErrorKind.UNSUPPORTED: 501,
+    ErrorKind.RESTRICTED: 403,
+    ErrorKind.UNAUTHENTICATED: 401,
+    ErrorKind.FORBIDDEN: 403,
+    ErrorKind.LIMITED: 429,
 }
+#: The headers of an error's response, content type first: Triton answers a restricted API in
+#: text/plain (its body JSON all the same); a missing key asks for a bearer key.
+_HEADERS = {
+    ErrorKind.RESTRICTED: [(b"content-type", b"text/plain")],
+    ErrorKind.UNAUTHENTICATED: [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
+}
+_JSON = [(b"content-type", b"application/json")]
 
 
 #: The ``Accept-Encoding`` header Triton sends with its 501 for an unsupported request encoding.
@@ -62,6 +75,13 @@ def _inflate(body: bytes, wbits: int, limit: int | None) -> bytes:
 def error_body(message: str) -> bytes:
     """Triton's error JSON: ``{"error": message}``."""
     return _compact({"error": message}).encode()
+
+
+def error_headers(exc: InferdError) -> list[tuple[bytes, bytes]]:
+    """The headers an error's response carries (content type first; ``Retry-After`` for a limit)."""
+    if isinstance(exc, AccessDenied) and exc.retry_after:
+        return [*_JSON, (b"retry-after", str(exc.retry_after).encode())]
+    return _HEADERS.get(exc.kind, _JSON)
 
 
 def error_reply(exc: Exception, path: str) -> tuple[int, bytes]:
