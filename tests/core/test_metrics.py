@@ -24,9 +24,9 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from inferd.contracts.stats import ModelStats
-from inferd.frontends.metrics import latency_config
 from inferd.frontends.metrics.collectors import ModelCollector
 from inferd.frontends.metrics.exposition import classic_text
+from inferd.frontends.metrics.frontend import latency_config
 from inferd.frontends.metrics.latency import LatencyConfig, LatencyWindows, parse_quantiles
 from inferd.frontends.metrics.system import CpuMetrics, GpuMetrics
 from inferd.testing import ServerProcess, write_repository
