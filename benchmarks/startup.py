@@ -1,6 +1,6 @@
 """What one ``inferd serve`` costs until it serves: CPU (user + system) and wall time to ready.
 
-Starts ``python -m inferd.host.cli serve`` as the test kit's ``ServerProcess`` does (ports 0, a ports
+Starts ``python -m inferd.host.cli serve`` (``inferd.cli`` in an older ``--baseline``) as the test kit's ``ServerProcess`` does (ports 0, a ports
 file), ``--runs`` times in turn for each repository: an empty one, and one with a tiny Python
 model (``add_sub``, in-process). "Ready" is the moment the ports file appears (every model
 loaded, every frontend listening); the CPU is the server process's own utime + stime from
@@ -32,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from python_isolation import CONFIG, MODEL_PY, cpu_seconds  # noqa: E402 (the benchmarks folder, just added)
+from triton_bench.servers import CLI  # noqa: E402
 
 
 def repositories(root: Path) -> dict[str, Path]:
@@ -45,7 +46,7 @@ def repositories(root: Path) -> dict[str, Path]:
 
 
 def command(repo: Path, ports: Path, python_flags: list[str] = []) -> list[str]:  # noqa: B006 (never mutated)
-    return [sys.executable, *python_flags, "-m", "inferd.host.cli", "serve", "--http-address", "127.0.0.1",
+    return [sys.executable, *python_flags, "-c", CLI, "serve", "--http-address", "127.0.0.1",
             "--model-repository", str(repo), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
             "--ports-file", str(ports)]  # fmt: skip
 

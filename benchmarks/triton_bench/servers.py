@@ -22,7 +22,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 #: ``inferd`` as a module of the venv's Python: whichever checkout PYTHONPATH puts first is the one that
 #: runs (the ``inferd`` script names an entry function a ``--baseline`` checkout may not have).
-INFERD = [str(ROOT / ".venv" / "bin" / "python"), "-m", "inferd.host.cli"]
+#: ``python -m inferd.host.cli``, or ``-m inferd.cli`` in a checkout from before the layout of packages
+#: (a ``--baseline``): the same command line works for both.
+CLI = (
+    "import importlib.util, runpy, sys; sys.argv[0] = 'inferd'; "
+    "runpy.run_module('inferd.host.cli' if importlib.util.find_spec('inferd.host') else 'inferd.cli', run_name='__main__')"
+)
+INFERD = [str(ROOT / ".venv" / "bin" / "python"), "-c", CLI]
 
 
 def free_ports(n: int) -> list[int]:
