@@ -11,7 +11,14 @@ CORE_EXTRAS   := [s3,tools]
 SERVE_PLUGINS := python onnx[test] fil
 LLM_PLUGINS   := pytorch frontend_openai vllm[cpu]
 ALL_PLUGINS   := $(SERVE_PLUGINS) $(LLM_PLUGINS) tensorrt cache_redis trace_otel
-INSTALL := VENV=$(VENV) PYTHON=$(PYTHON) EDITABLE=1 CORE_EXTRAS="$(CORE_EXTRAS)" scripts/install.sh
+
+# COMPILE=0: no bytecode written at install (uv's --compile-bytecode compiles every module of torch,
+# vLLM and transformers: a fresh `make install` took 123 s with it, 25 s without, same machine and
+# load); Python writes it for the modules a process imports, the first time, since make's recipes
+# run without PYTHONDONTWRITEBYTECODE (the tests unset it too: tests/conftest.py). The image
+# (Dockerfile) installs with bytecode.
+INSTALL := VENV=$(VENV) PYTHON=$(PYTHON) EDITABLE=1 COMPILE=0 CORE_EXTRAS="$(CORE_EXTRAS)" scripts/install.sh
+unexport PYTHONDONTWRITEBYTECODE
 INSTALL_DEPS := scripts/install.sh constraints.txt core/pyproject.toml $(wildcard plugins/*/pyproject.toml)
 SERVE_STAMP := $(VENV)/.installed-serve
 LLM_STAMP   := $(VENV)/.installed-llm
