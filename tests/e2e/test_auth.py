@@ -160,6 +160,16 @@ def test_http_trace_settings_of_an_unseen_model_answer_as_an_unknown_one(server)
     assert raw_http(server, "GET", "/v2/models/add_sub/trace/setting", bearer("ops-key"))[0] == 200
 
 
+@pytest.mark.parametrize(("method", "body"), [("GET", b""), ("POST", b'{"1": 100}')])
+def test_http_traffic_of_an_unseen_model_answers_as_an_unknown_one(server, method, body):
+    seen = raw_http(server, method, "/v2/models/secret/traffic", bearer("ops-key"), body)
+    unknown = raw_http(server, method, "/v2/models/nonexistent/traffic", bearer("ops-key"), body)
+    assert seen[0] == unknown[0] == 404
+    assert seen[2] == unknown[2].replace(b"nonexistent", b"secret")
+    assert b"secret" not in raw_http(server, method, "/v2/models/secre/traffic", bearer("ops-key"), body)[2]  # no hint
+    assert raw_http(server, "GET", "/v2/models/secret/traffic", bearer("admin-key"))[0] == 200  # it exists
+
+
 def test_http_index_and_statistics_are_filtered(server):
     status, _, body = raw_http(server, "POST", "/v2/repository/index", bearer("ops-key"))
     assert status == 200 and [m["name"] for m in json.loads(body)] == ["add_sub"]
@@ -271,6 +281,28 @@ def test_grpc_unseen_models_answer_as_unknown_ones(server):
     seen = _grpc_error(lambda: client.load_model("secret", headers=ops))
     unknown = _grpc_error(lambda: client.load_model("nonexistent", headers=ops))
     assert (seen.status(), seen.message()) == (unknown.status(), unknown.message().replace("nonexistent", "secret"))
+
+
+def test_grpc_traffic_of_an_unseen_model_answers_as_an_unknown_one(server):
+    import grpc
+
+    from inferd.frontends.grpc import traffic_pb2, traffic_pb2_grpc
+
+    ops = (("authorization", "Bearer ops-key"),)
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = traffic_pb2_grpc.TrafficStub(channel)
+        errors = []
+        for name in ("secret", "nonexistent"):
+            with pytest.raises(grpc.RpcError) as exc:
+                stub.ModelTraffic(traffic_pb2.ModelTrafficRequest(name=name), metadata=ops)
+            errors.append((exc.value.code(), exc.value.details()))
+        assert errors[0] == (errors[1][0], errors[1][1].replace("nonexistent", "secret"))
+        assert errors[0][0] == grpc.StatusCode.NOT_FOUND
+        admin = (("authorization", "Bearer admin-key"),)
+        assert (
+            json.loads(stub.ModelTraffic(traffic_pb2.ModelTrafficRequest(name="secret"), metadata=admin).json)["model"]
+            == "secret"
+        )
 
 
 def test_grpc_forbidden_group_and_rate_limit(server):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import grpc
 from google.protobuf import json_format
 
-from inferd.auth import CURRENT, ApiGroup, Grant, unknown_model, visible_entries
+from inferd.auth import CURRENT, ApiGroup, Grant, unknown_model, visible_entries, visible_names
 from inferd.contracts.errors import ErrorKind, InferdError, InvalidArgument, NotFound, poll_failure
 from inferd.contracts.validation import check_repository_name
 from inferd.frontends.grpc import grpc_service_pb2 as pb
@@ -187,13 +187,16 @@ class InferenceService:
         model = model_of(rpc.name, request)
         grant = self.policy.admit(rpc.group, model, metadata)
         if not grant.visible:
-            return self._hidden(rpc.name, model)
+            with grant.serving():  # its hints name only models the caller may see
+                return self._hidden(rpc.name, model)
         with grant.serving():
             return await method(request)
 
     def _hidden(self, rpc: str, model: str) -> Any:
         if rpc == "ModelReady":
             return pb.ModelReadyResponse(ready=False)
+        if rpc == "ModelTraffic":  # as the data plane answers a name it does not know
+            raise unknown_model(model, candidates=visible_names(self.dp.table.names()))
         self.dp._check_control()  # the control mode answers first, for any model
         if rpc == "RepositoryModelLoad":
             raise NotFound(poll_failure(model))

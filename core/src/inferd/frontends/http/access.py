@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from inferd.auth import AccessDenied, AccessPolicy, ApiGroup, Grant
+from inferd.auth import AccessDenied, AccessPolicy, ApiGroup, Grant, unknown_model, visible_names
 from inferd.contracts.errors import InferdError, NotFound, poll_failure
 from inferd.frontends.http.errors import STATUS, error_body, error_headers, error_reply
 from inferd.frontends.http.infer import send_reply
@@ -37,6 +37,8 @@ async def _hidden(name: str, dp: DataPlane, model: str) -> Response:
     """What a model the tenant may not see answers, as an unknown model does."""
     if name == "model_ready":
         return Response(b'{"error":"Model version not ready"}', 400, media_type="application/json")
+    if name.startswith("traffic_"):  # as the data plane answers a name it does not know
+        raise unknown_model(model, candidates=visible_names(dp.table.names()))
     dp._check_control()  # the control mode answers first, for any model
     if name == "load":
         raise NotFound(poll_failure(model))
@@ -54,7 +56,8 @@ def admitted(endpoint: Endpoint, name: str, group: ApiGroup, policy: AccessPolic
         except AccessDenied as exc:
             return _denied_response(exc)
         if not grant.visible:
-            return await _hidden(name, dp, model)
+            with grant.serving():  # its hints name only models the tenant may see
+                return await _hidden(name, dp, model)
         return await _run(endpoint(request), grant)
 
     return call
