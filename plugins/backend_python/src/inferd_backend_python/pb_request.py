@@ -18,7 +18,7 @@ from typing import Any
 
 from inferd.backend import ModelClient
 from inferd.errors import ErrorKind, InferdError
-from inferd.types import InferRequest, InferTensor, RequestedOutput, wire_datatype
+from inferd.types import InferRequest, InferTensor, RequestedOutput
 from inferd_backend_python import pb_bls
 from inferd_backend_python.pb_bls import ResponseIterator
 from inferd_backend_python.pb_tensor import (
@@ -221,7 +221,7 @@ class InferenceRequest:
     def inputs(self) -> list[Tensor]:
         if self._inputs is None:
             assert self._inferd is not None  # only a wrapped request converts its inputs lazily
-            self._inputs = [Tensor._wrap(t.name, t.data) for t in self._inferd.inputs.values()]
+            self._inputs = [Tensor._wrap(t.name, t.data, t.datatype) for t in self._inferd.inputs.values()]
         return self._inputs
 
     def request_id(self) -> str:
@@ -305,7 +305,7 @@ class InferenceRequest:
             if not isinstance(t, Tensor):
                 raise TritonModelException(f"BLS inputs must be pb_utils.Tensor objects, found type '{type(t)}'")
             a = t._array
-            inputs[t._name] = InferTensor(t._name, wire_datatype(a.dtype), a.shape, a)
+            inputs[t._name] = InferTensor(t._name, t._wire_datatype(), a.shape, a)
         params: dict[str, Any] = dict(self._parameters)
         if self._correlation_id:
             params["sequence_id"] = self._correlation_id
