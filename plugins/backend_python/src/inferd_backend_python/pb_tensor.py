@@ -122,7 +122,9 @@ def _as_tensor_array(name: str, value: Any) -> tuple[np.ndarray, str]:
         try:
             datatype = wire_datatype(dtype)
         except InferdError:
-            raise TritonModelException(f"tensor '{name}' has numpy dtype {dtype}, which has no Triton datatype") from None
+            raise TritonModelException(
+                f"tensor '{name}' has numpy dtype {dtype}, which has no Triton datatype"
+            ) from None
     if not array.flags.c_contiguous:
         array = np.ascontiguousarray(array)
     return array, datatype
@@ -152,6 +154,11 @@ class Tensor:
         if not name:
             raise TritonModelException("Tensor name cannot be an empty string.")
         self._name = name
+        if type(array) is np.ndarray and array.flags.c_contiguous:  # the common case, without a call
+            datatype = _NUMPY_TO_WIRE.get(array.dtype)
+            if datatype is not None:
+                self._array, self._datatype = array, datatype
+                return
         self._array, self._datatype = _as_tensor_array(name, array)
 
     @classmethod
@@ -293,5 +300,5 @@ def response_to_inferd(
         if type(t) is not Tensor and not isinstance(t, Tensor):
             raise TritonModelException(f"output_tensors must hold pb_utils.Tensor objects, found type '{type(t)}'")
         array = t._array
-        tensors.append(InferTensor(t._name, t._datatype or t._wire_datatype(), array.shape, array))
+        tensors.append(InferTensor(t._name, t._datatype or t._wire_datatype(), array.shape, array, {}))
     return InferResponse(model_name, model_version, request.id, tensors, response._parameters)
