@@ -6,7 +6,7 @@ time and the CPU time (user, system) of this process (the server side) and of th
 CPU times are in clock ticks (10 ms): use some thousands of requests. Under ``valgrind --tool=callgrind
 --trace-children=yes``, run it with two request counts and ``--wait-exit``: the difference of the totals
 over the difference of the counts is the instructions per round trip of each side, which a busy machine
-does not disturb. ``--runner`` goes through core's ``InstanceRunner`` as the server's schedulers do (its timing,
+does not disturb (set ``PYTHONHASHSEED`` for repeatable counts). ``--runner`` goes through core's ``InstanceRunner`` as the server's schedulers do (its timing,
 statistics and the hand-over of the stub's answer to the waiting request).
 
     .venv/bin/python benchmarks/python_isolation_roundtrip.py --requests 20000 [--runner]
@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from inferd import gc_settings
 from inferd.backend import InstanceSpec, ModelLoadContext
 from inferd.config.parse import load_config
 from inferd.recorder import Recorder
@@ -64,6 +65,7 @@ async def run(repo: Path, requests: int, wait_exit: bool, through_runner: bool) 
     for _ in range(500):  # warm up
         results = await execute([request()])
     assert np.array_equal(results[0].outputs[0].data, a * 2), results
+    gc_settings.settle()  # as a started server does (the stub does so after initialize)
     stub = instance.stub
     server0, stub0, wall0 = cpu(os.getpid()), cpu(stub.pid), time.perf_counter()
     for _ in range(requests):
