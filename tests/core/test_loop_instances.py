@@ -333,7 +333,9 @@ def test_a_caller_cancelled_while_its_future_executes_leaves_at_once_and_the_ins
     assert isinstance(deferred, DeferredEcho)
 
     async def one(count: int) -> list[int]:
-        return [int(r.output("INDEX").data[0]) async for r in server.server.dataplane.stream(_request("deferred", count))]
+        return [
+            int(r.output("INDEX").data[0]) async for r in server.server.dataplane.stream(_request("deferred", count))
+        ]
 
     async def cancel_one_then_run_another() -> tuple[bool, bool, list[int]]:
         deferred.delay = 0.5
