@@ -6,9 +6,10 @@ time and the CPU time (user, system) of this process (the server side) and of th
 CPU times are in clock ticks (10 ms): use some thousands of requests. Under ``valgrind --tool=callgrind
 --trace-children=yes``, run it with two request counts and ``--wait-exit``: the difference of the totals
 over the difference of the counts is the instructions per round trip of each side, which a busy machine
-does not disturb.
+does not disturb (set ``PYTHONHASHSEED`` for repeatable counts). ``--runner`` goes through core's ``InstanceRunner`` as the server's schedulers do (its timing,
+statistics and the hand-over of the stub's answer to the waiting request).
 
-    .venv/bin/python benchmarks/python_isolation_roundtrip.py --requests 20000
+    .venv/bin/python benchmarks/python_isolation_roundtrip.py --requests 20000 [--runner]
 """
 
 from __future__ import annotations
@@ -24,7 +25,11 @@ from pathlib import Path
 import numpy as np
 
 from inferd.config.parse import load_config
+from inferd.contracts import gc_settings
 from inferd.contracts.backend import InstanceSpec, ModelLoadContext
+from inferd.contracts.recorder import Recorder
+from inferd.contracts.runner import InstanceRunner
+from inferd.contracts.stats import ModelStats
 from inferd.contracts.types import InferRequest, InferTensor, RequestedOutput
 from inferd_backend_python import ipc
 from inferd_backend_python.backend import PythonBackend
@@ -40,7 +45,7 @@ def cpu(pid: int) -> np.ndarray:
     return np.array([int(fields[11]), int(fields[12])]) / os.sysconf("SC_CLK_TCK")
 
 
-async def run(repo: Path, requests: int, wait_exit: bool) -> None:
+async def run(repo: Path, requests: int, wait_exit: bool, through_runner: bool) -> None:
     loop = asyncio.get_running_loop()
     model_dir = repo / "add_sub"
     config = load_config(model_dir)
@@ -49,18 +54,22 @@ async def run(repo: Path, requests: int, wait_exit: bool) -> None:
     spec = InstanceSpec("add_sub_0", "KIND_CPU", 0, 0, "add_sub")
     instance = await loop.run_in_executor(None, model.create_instance, spec)
     a = np.arange(4, dtype=np.float32)
+    execute = instance.execute
+    if through_runner:
+        execute = InstanceRunner(instance, spec, Recorder(ModelStats("add_sub", "1"), 0)).run
 
     def request() -> InferRequest:
         inputs = {name: InferTensor(name, "FP32", (4,), a) for name in ("INPUT0", "INPUT1")}
         return InferRequest("add_sub", "", "", inputs, [RequestedOutput("OUTPUT0")], {})
 
     for _ in range(500):  # warm up
-        results = await instance.execute([request()])
+        results = await execute([request()])
     assert np.array_equal(results[0].outputs[0].data, a * 2), results
+    gc_settings.settle()  # as a started server does (the stub does so after initialize)
     stub = instance.stub
     server0, stub0, wall0 = cpu(os.getpid()), cpu(stub.pid), time.perf_counter()
     for _ in range(requests):
-        await instance.execute([request()])
+        await execute([request()])
     wall = (time.perf_counter() - wall0) / requests * 1e6
     server, child = (cpu(os.getpid()) - server0) / requests * 1e6, (cpu(stub.pid) - stub0) / requests * 1e6
     print(f"{requests} round trips: {wall:.1f} µs wall; CPU µs: server {server.sum():.1f} (user {server[0]:.0f}, "
@@ -76,13 +85,14 @@ def main(argv: list[str]) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--requests", type=int, default=20000, help="timed round trips (default 20000)")
     p.add_argument("--wait-exit", action="store_true", help="let the stub exit by itself at the end")
+    p.add_argument("--runner", action="store_true", help="through core's InstanceRunner, as a server runs it")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="inferd-bench-roundtrip-") as tmp:
         model_dir = Path(tmp) / "add_sub"
         (model_dir / "1").mkdir(parents=True)
         (model_dir / "config.pbtxt").write_text(CONFIG.format(n=4, extra=PROCESS))
         (model_dir / "1" / "model.py").write_text(MODEL_PY)
-        asyncio.run(run(Path(tmp), args.requests, args.wait_exit))
+        asyncio.run(run(Path(tmp), args.requests, args.wait_exit, args.runner))
 
 
 if __name__ == "__main__":

@@ -140,17 +140,20 @@ class DeferredEcho(Instance):
         self.loop = loop
         self.outstanding = 0
         self.most = 0
+        self.delay = 0.02
+        self.futures: list[asyncio.Future[Any]] = []
 
     def execute(self, requests: Sequence[InferRequest]) -> Any:
         self.outstanding += 1
         self.most = max(self.most, self.outstanding)
         future = self.loop.create_future()
+        self.futures.append(future)
 
         def answer() -> None:
             self.outstanding -= 1
             future.set_result([_response(r, _count(r)) for r in requests])
 
-        self.loop.call_later(0.02, answer)
+        self.loop.call_later(self.delay, answer)
         return future
 
 
@@ -321,3 +324,35 @@ def test_a_non_blocking_instance_may_answer_with_a_future_and_stays_busy_until_i
     assert isinstance(deferred, DeferredEcho) and deferred.most == 1  # one execution at a time
     stats = _on_loop(server, server.server.dataplane.model_statistics("deferred"))[0]["inference_stats"]
     assert stats["success"]["count"] == 3 and stats["compute_infer"]["ns"] >= 3 * 15_000_000  # timed to the answer
+
+
+def test_a_caller_cancelled_while_its_future_executes_leaves_at_once_and_the_instance_stays_busy(
+    server: InProcessServer,
+) -> None:
+    deferred = _ticker("deferred")
+    assert isinstance(deferred, DeferredEcho)
+
+    async def one(count: int) -> list[int]:
+        return [
+            int(r.output("INDEX").data[0]) async for r in server.server.dataplane.stream(_request("deferred", count))
+        ]
+
+    async def cancel_one_then_run_another() -> tuple[bool, bool, list[int]]:
+        deferred.delay = 0.5
+        try:
+            first = asyncio.ensure_future(one(5))
+            deadline = time.monotonic() + 5
+            while deferred.outstanding == 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0)
+            future = deferred.futures[-1]
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            left_while_it_ran = not future.done()
+            second = await one(6)  # waits for the instance: the first execution still holds it
+            return left_while_it_ran, future.cancelled(), second
+        finally:
+            deferred.delay = 0.02
+
+    assert _on_loop(server, cancel_one_then_run_another()) == (True, False, [6])
+    assert deferred.most == 1

@@ -172,22 +172,25 @@ class InstanceRunner:
         (and the instance is free again) when the future is done, even if the caller left before."""
         future: asyncio.Future[list[Outcome]] = execution.results  # type: ignore[assignment]
 
-        def ended(_: asyncio.Future[list[Outcome]]) -> None:
+        def ended(_: object = None) -> None:  # the instance is free again
             execution.end_ns = time.monotonic_ns()
             if then is not None:
                 then()
 
-        future.add_done_callback(ended)
+        count = len(requests)
         try:
-            execution.results = list(await asyncio.shield(future))
-        except InferdError as exc:
-            execution.results = [exc] * len(requests)
+            results = await _Shielded(future)
         except asyncio.CancelledError:
-            if not future.cancelled():
-                raise  # our caller left; the instance stays busy until the future is done
-            execution.results = [InternalError(f"instance '{self.spec.name}' cancelled its execution")] * len(requests)
+            if not future.cancelled():  # our caller left; the instance stays busy until the future is done
+                future.add_done_callback(ended)
+                raise
+            results = [InternalError(f"instance '{self.spec.name}' cancelled its execution")] * count
+        except InferdError as exc:
+            results = [exc] * count
         except Exception as exc:
-            execution.results = self._failed(exc, len(requests))
+            results = self._failed(exc, count)
+        ended()
+        execution.results = list(results)
         return execution
 
     def _quick(self, size: int) -> bool:
@@ -325,3 +328,44 @@ class InstanceRunner:
         finally:
             self._jobs.put(None)
             self._thread.join()
+
+
+class _Shielded:
+    """Awaits an instance's future as ``asyncio.shield`` does, without its second future and the
+    extra event-loop turn: the awaiting task is woken by the future itself. Cancelling the task
+    wakes it at once with ``CancelledError`` and leaves the future alone (the instance finishes)."""
+
+    __slots__ = ("_asyncio_future_blocking", "_cancelled", "_future", "_wakeup")
+
+    def __init__(self, future: asyncio.Future[Any]) -> None:
+        self._future = future
+        self._asyncio_future_blocking = False
+        self._cancelled: str | None = None
+        self._wakeup: tuple[Callable[[Any], None], Any] | None = None
+
+    def __await__(self) -> Any:
+        if not self._future.done():
+            self._asyncio_future_blocking = True
+            yield self  # the task calls add_done_callback, and cancel when it is cancelled
+        return self.result()
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._future.get_loop()
+
+    def add_done_callback(self, fn: Callable[[Any], None], *, context: Any = None) -> None:
+        self._wakeup = (fn, context)
+        self._future.add_done_callback(fn, context=context)
+
+    def cancel(self, msg: Any = None) -> bool:
+        wakeup = self._wakeup
+        if wakeup is None or self._future.done() or self._cancelled is not None:
+            return False
+        self._cancelled = "" if msg is None else str(msg)
+        self._future.remove_done_callback(wakeup[0])
+        self._future.get_loop().call_soon(wakeup[0], self, context=wakeup[1])
+        return True
+
+    def result(self) -> Any:
+        if self._cancelled is not None:
+            raise asyncio.CancelledError(self._cancelled or None)
+        return self._future.result()

@@ -13,6 +13,7 @@ import weakref
 from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
+from types import CoroutineType as _Coroutine
 from typing import Any
 
 from inferd.api import (
@@ -118,7 +119,7 @@ class PythonInstance(Instance):
         wrapped = [InferenceRequest._wrap(r, binding) for r in requests]
         try:
             result = self._execute(wrapped)
-            if inspect.iscoroutine(result):
+            if type(result) is _Coroutine:  # inspect.iscoroutine costs a Python call a batch
                 if self._decoupled:
                     self._loop_thread().submit(result).add_done_callback(
                         lambda f: self._async_done(f, requests, wrapped)

@@ -87,10 +87,6 @@ _BYTES = "BYTES"
 Block = Any
 
 
-def _align(n: int) -> int:
-    return (n + _ALIGN - 1) & ~(_ALIGN - 1)
-
-
 class Malformed(ValueError):
     """A message that breaks the protocol (sizes, offsets, types, an unsealed file)."""
 
@@ -160,7 +156,7 @@ class Tensors:
         offset = self._size
         if nbytes:
             self._items.append((offset, data))
-            self._size = offset + _align(nbytes)
+            self._size = offset + ((nbytes + _ALIGN - 1) & ~(_ALIGN - 1))  # aligned: views of it are
         return (datatype, tuple(array.shape), offset, nbytes)
 
     @property

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inferd.api import ErrorKind, InferdError, InferRequest, InferTensor, ModelClient, RequestedOutput, wire_datatype
+from inferd.api import ErrorKind, InferdError, InferRequest, InferTensor, ModelClient, RequestedOutput
 from inferd_backend_python import pb_bls
 from inferd_backend_python.pb_bls import ResponseIterator
 from inferd_backend_python.pb_tensor import (
@@ -219,7 +219,7 @@ class InferenceRequest:
     def inputs(self) -> list[Tensor]:
         if self._inputs is None:
             assert self._inferd is not None  # only a wrapped request converts its inputs lazily
-            self._inputs = [Tensor._wrap(t.name, t.data) for t in self._inferd.inputs.values()]
+            self._inputs = [Tensor._wrap(t.name, t.data, t.datatype) for t in self._inferd.inputs.values()]
         return self._inputs
 
     def request_id(self) -> str:
@@ -303,7 +303,7 @@ class InferenceRequest:
             if not isinstance(t, Tensor):
                 raise TritonModelException(f"BLS inputs must be pb_utils.Tensor objects, found type '{type(t)}'")
             a = t._array
-            inputs[t._name] = InferTensor(t._name, wire_datatype(a.dtype), a.shape, a)
+            inputs[t._name] = InferTensor(t._name, t._wire_datatype(), a.shape, a)
         params: dict[str, Any] = dict(self._parameters)
         if self._correlation_id:
             params["sequence_id"] = self._correlation_id

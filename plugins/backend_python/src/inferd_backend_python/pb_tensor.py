@@ -14,13 +14,39 @@ from typing import Any
 
 import numpy as np
 
-from inferd.api import ErrorKind, InferdError, InferRequest, InferResponse, InferTensor, error_response, wire_datatype
+from inferd.api import (
+    WIRE_DATATYPES,
+    ErrorKind,
+    InferdError,
+    InferRequest,
+    InferResponse,
+    InferTensor,
+    error_response,
+    numpy_dtype,
+    wire_datatype,
+)
 
 #: Wire datatype -> TRITONSERVER_DataType number (what ``Tensor.triton_dtype()`` returns).
 WIRE_TO_TRITON_DTYPE: dict[str, int] = {
     "BOOL": 1, "UINT8": 2, "UINT16": 3, "UINT32": 4, "UINT64": 5, "INT8": 6, "INT16": 7,
     "INT32": 8, "INT64": 9, "FP16": 10, "FP32": 11, "FP64": 12, "BYTES": 13, "BF16": 14,
 }  # fmt: skip
+
+_BYTES = "BYTES"
+
+
+def _wire_names() -> dict[np.dtype, str]:
+    names = {}
+    for name in WIRE_DATATYPES:
+        try:
+            names[numpy_dtype(name)] = name
+        except InferdError:  # BF16 without ml_dtypes
+            pass
+    return names
+
+
+#: numpy dtype -> wire datatype, for the common case in one lookup (``wire_datatype`` for the rest).
+_NUMPY_TO_WIRE = _wire_names()
 
 # --- errors -----------------------------------------------------------------------------------
 
@@ -90,24 +116,27 @@ def error_from_inferd(error: InferdError) -> TritonError:
 # --- tensors ----------------------------------------------------------------------------------
 
 
-def _as_tensor_array(name: str, value: Any) -> np.ndarray:
-    """Normalise what a model passes to ``Tensor(name, value)`` (Triton makes it C-contiguous)."""
-    array = value if isinstance(value, np.ndarray) else np.asarray(value)
-    kind = array.dtype.kind
-    if kind == "U":  # Triton rejects str arrays; inferd takes them as UTF-8 BYTES.
-        encoded = np.empty(array.shape, dtype=np.object_)
-        encoded.reshape(-1)[:] = [s.encode("utf-8") for s in array.reshape(-1)]
-        return encoded
-    if kind not in ("O", "S"):
+def _as_tensor_array(name: str, value: Any) -> tuple[np.ndarray, str]:
+    """Normalise what a model passes to ``Tensor(name, value)`` (Triton makes it C-contiguous);
+    the array and its wire datatype."""
+    array = value if type(value) is np.ndarray else np.asarray(value)
+    dtype = array.dtype
+    datatype = _NUMPY_TO_WIRE.get(dtype)
+    if datatype is None:
+        kind = dtype.kind
+        if kind == "U":  # Triton rejects str arrays; inferd takes them as UTF-8 BYTES.
+            encoded = np.empty(array.shape, dtype=np.object_)
+            encoded.reshape(-1)[:] = [s.encode("utf-8") for s in array.reshape(-1)]
+            return encoded, _BYTES
         try:
-            wire_datatype(array.dtype)
+            datatype = wire_datatype(dtype)
         except InferdError:
             raise TritonModelException(
-                f"tensor '{name}' has numpy dtype {array.dtype}, which has no Triton datatype"
+                f"tensor '{name}' has numpy dtype {dtype}, which has no Triton datatype"
             ) from None
     if not array.flags.c_contiguous:
         array = np.ascontiguousarray(array)
-    return array
+    return array, datatype
 
 
 class _CapsuleSource:
@@ -128,21 +157,35 @@ class _CapsuleSource:
 class Tensor:
     """A named tensor: ``Tensor(name, numpy_array)``; ``as_numpy()`` returns the array itself."""
 
-    __slots__ = ("_array", "_name")
+    __slots__ = ("_array", "_datatype", "_name")
+    _datatype: str | None  # the wire datatype, None until asked for (an array built by _wrap without one)
 
     def __init__(self, name: str, array: Any) -> None:
         if not name:
             raise TritonModelException("Tensor name cannot be an empty string.")
         self._name = name
-        self._array = _as_tensor_array(name, array)
+        if type(array) is np.ndarray and array.flags.c_contiguous:  # the common case, without a call
+            datatype = _NUMPY_TO_WIRE.get(array.dtype)
+            if datatype is not None:
+                self._array, self._datatype = array, datatype
+                return
+        self._array, self._datatype = _as_tensor_array(name, array)
 
     @classmethod
-    def _wrap(cls, name: str, array: np.ndarray) -> Tensor:
+    def _wrap(cls, name: str, array: np.ndarray, datatype: str | None = None) -> Tensor:
         """No-check constructor for arrays inferd already validated (request inputs)."""
         tensor = cls.__new__(cls)
         tensor._name = name
         tensor._array = array
+        tensor._datatype = datatype
         return tensor
+
+    def _wire_datatype(self) -> str:
+        """The wire datatype of the array (BYTES for str, bytes and object arrays)."""
+        datatype = self._datatype
+        if datatype is None:
+            datatype = self._datatype = wire_datatype(self._array.dtype)
+        return datatype
 
     def name(self) -> str:
         return self._name
@@ -154,7 +197,7 @@ class Tensor:
         return list(self._array.shape)
 
     def triton_dtype(self) -> int:
-        return WIRE_TO_TRITON_DTYPE[wire_datatype(self._array.dtype)]
+        return WIRE_TO_TRITON_DTYPE[self._wire_datatype()]
 
     def is_cpu(self) -> bool:
         return True
@@ -260,12 +303,12 @@ def response_to_inferd(
     produced = response._outputs
     wanted = request.outputs
     if wanted:
-        by_name = {t._name: t for t in produced if isinstance(t, Tensor)}
+        by_name = {t._name: t for t in produced if type(t) is Tensor or isinstance(t, Tensor)}
         produced = [by_name[o.name] for o in wanted if o.name in by_name]
     tensors = []
     for t in produced:
-        if not isinstance(t, Tensor):
+        if type(t) is not Tensor and not isinstance(t, Tensor):
             raise TritonModelException(f"output_tensors must hold pb_utils.Tensor objects, found type '{type(t)}'")
         array = t._array
-        tensors.append(InferTensor(t._name, wire_datatype(array.dtype), array.shape, array))
+        tensors.append(InferTensor(t._name, t._datatype or t._wire_datatype(), array.shape, array, {}))
     return InferResponse(model_name, model_version, request.id, tensors, response._parameters)

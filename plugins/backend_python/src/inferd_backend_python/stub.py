@@ -139,19 +139,18 @@ class _Inbox:
     def wait(self, filed: collections.deque[Any]) -> None:
         """Return once ``filed`` holds something, reading messages meanwhile when no other thread is."""
         cond, lock = self._ready, self._lock
-        while True:
-            with lock:
-                while not filed:
-                    if not self._reading:
-                        self._reading = True
-                        break
-                    self._waiting += 1
-                    try:
-                        cond.wait()
-                    finally:
-                        self._waiting -= 1
-                else:
-                    return
+        with lock:
+            reading = False
+            while not filed:
+                if not self._reading:
+                    self._reading = reading = True
+                    break
+                self._waiting += 1
+                try:
+                    cond.wait()
+                finally:
+                    self._waiting -= 1
+        while reading:
             message = None
             try:
                 message = self.channel.recv()
@@ -159,10 +158,12 @@ class _Inbox:
                 pass
             finally:
                 with lock:
-                    self._reading = False
                     if message is not None:
                         self._file(*message)
-                    if self._waiting:
+                    reading = not filed and message is not None  # keep reading: nothing for us yet
+                    if not reading:
+                        self._reading = False
+                    if self._waiting:  # what was filed for them, or the reading left to them
                         cond.notify_all()
             if message is None:
                 _exit(0)  # the server closed the socket: it is unloading us, or gone

@@ -7,7 +7,9 @@ the same inferd object with numpy views of that block as its tensors.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from time import monotonic_ns
 from typing import Any
 
 import numpy as np
@@ -37,6 +39,18 @@ def _dtypes() -> dict[str, np.dtype]:
 
 DTYPES = _dtypes()
 
+#: The fields this module (and pb_tensor) fill positionally: keywords and defaults cost twice as much.
+_POSITIONAL = {
+    InferRequest: ("model_name", "model_version", "id", "inputs", "outputs", "parameters", "arrival_ns",
+                   "response_sender", "context", "cancelled"),
+    InferTensor: ("name", "datatype", "shape", "data", "parameters"),
+    RequestedOutput: ("name", "parameters"),
+    InferResponse: ("model_name", "model_version", "id", "outputs", "parameters", "final"),
+}  # fmt: skip
+for _cls, _names in _POSITIONAL.items():
+    if tuple(f.name for f in dataclasses.fields(_cls)) != _names:
+        raise ImportError(f"the fields of {_cls.__name__} changed: update inferd_backend_python.wire")
+
 
 def encode_request(request: InferRequest, tensors: Tensors) -> tuple[Any, ...]:
     params = request.parameters
@@ -62,17 +76,12 @@ def decode_request(
     tensors = {}
     for tname, desc in inputs:
         array = view(desc, block, DTYPES)
-        tensors[tname] = InferTensor(tname, desc[0], array.shape, array)
+        tensors[tname] = InferTensor(tname, desc[0], array.shape, array, {})
+    # every field given, in order: a dataclass's defaults and keywords cost more than the fields
     return InferRequest(
-        model_name=name,
-        model_version=version,
-        id=rid,
-        inputs=tensors,
-        outputs=[RequestedOutput(o) for o in outputs],
-        parameters=params,
-        response_sender=sender,
-        context={} if context is None else context,
-    )
+        name, version, rid, tensors, [RequestedOutput(o, {}) for o in outputs], params, monotonic_ns(), sender,
+        {} if context is None else context, False,
+    )  # fmt: skip
 
 
 def encode_error(error: BaseException) -> tuple[str, str, str]:
@@ -112,5 +121,5 @@ def decode_outcome(item: tuple[Any, ...] | None, block: Block) -> InferResponse 
     tensors = []
     for tname, desc in outputs:
         array = view(desc, block, DTYPES)
-        tensors.append(InferTensor(tname, desc[0], array.shape, array))
+        tensors.append(InferTensor(tname, desc[0], array.shape, array, {}))
     return InferResponse(name, version, rid, tensors, params, final)

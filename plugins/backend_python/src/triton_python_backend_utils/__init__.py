@@ -109,7 +109,7 @@ def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray:
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
     """The input named ``name`` of a request, or None."""
     for tensor in inference_request.inputs():
-        if tensor.name() == name:
+        if tensor._name == name:
             return tensor
     return None
 
