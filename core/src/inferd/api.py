@@ -102,6 +102,7 @@ _WHERE = {
     ),
     "inferd.contracts.types": (
         "PICKED",
+        "NUMPY_TO_WIRE",
         "WIRE_DATATYPES",
         "InferRequest",
         "InferResponse",
@@ -149,6 +150,7 @@ __all__ = [
     "ModelInfo",
     "ModelLoadContext",
     "NotFound",
+    "NUMPY_TO_WIRE",
     "PICKED",
     "REQUEST_ID",
     "REQUEST_MODEL",
@@ -274,6 +276,7 @@ if TYPE_CHECKING:
         Tracer,
     )
     from inferd.contracts.types import (
+        NUMPY_TO_WIRE,
         PICKED,
         WIRE_DATATYPES,
         InferRequest,

@@ -41,7 +41,9 @@ try:  # bfloat16 exists in numpy only through ml_dtypes (installed with onnx, ja
 except ImportError:  # pragma: no cover - depends on the environment
     pass
 
-_NUMPY_TO_WIRE: dict[np.dtype, str] = {dt: name for name, dt in _WIRE_TO_NUMPY.items()}
+#: numpy dtype -> wire datatype name, for the fixed-size datatypes (:func:`wire_datatype` also maps
+#: str, bytes and object arrays to BYTES, and names a dtype it cannot map).
+NUMPY_TO_WIRE: dict[np.dtype, str] = {dt: name for name, dt in _WIRE_TO_NUMPY.items()}
 
 #: Every datatype name the protocol knows, in Triton's spelling.
 WIRE_DATATYPES: tuple[str, ...] = (
@@ -87,7 +89,7 @@ def wire_datatype(dtype: np.dtype) -> str:
     if dtype.kind in ("O", "S", "U"):
         return "BYTES"
     try:
-        return _NUMPY_TO_WIRE[dtype]
+        return NUMPY_TO_WIRE[dtype]
     except KeyError:
         raise InvalidArgument(f"numpy dtype {dtype} has no inference protocol datatype") from None
 

@@ -15,14 +15,13 @@ from typing import Any
 import numpy as np
 
 from inferd.api import (
-    WIRE_DATATYPES,
+    NUMPY_TO_WIRE,
     ErrorKind,
     InferdError,
     InferRequest,
     InferResponse,
     InferTensor,
     error_response,
-    numpy_dtype,
     wire_datatype,
 )
 
@@ -34,19 +33,6 @@ WIRE_TO_TRITON_DTYPE: dict[str, int] = {
 
 _BYTES = "BYTES"
 
-
-def _wire_names() -> dict[np.dtype, str]:
-    names = {}
-    for name in WIRE_DATATYPES:
-        try:
-            names[numpy_dtype(name)] = name
-        except InferdError:  # BF16 without ml_dtypes
-            pass
-    return names
-
-
-#: numpy dtype -> wire datatype, for the common case in one lookup (``wire_datatype`` for the rest).
-_NUMPY_TO_WIRE = _wire_names()
 
 # --- errors -----------------------------------------------------------------------------------
 
@@ -121,7 +107,7 @@ def _as_tensor_array(name: str, value: Any) -> tuple[np.ndarray, str]:
     the array and its wire datatype."""
     array = value if type(value) is np.ndarray else np.asarray(value)
     dtype = array.dtype
-    datatype = _NUMPY_TO_WIRE.get(dtype)
+    datatype = NUMPY_TO_WIRE.get(dtype)
     if datatype is None:
         kind = dtype.kind
         if kind == "U":  # Triton rejects str arrays; inferd takes them as UTF-8 BYTES.
@@ -165,7 +151,7 @@ class Tensor:
             raise TritonModelException("Tensor name cannot be an empty string.")
         self._name = name
         if type(array) is np.ndarray and array.flags.c_contiguous:  # the common case, without a call
-            datatype = _NUMPY_TO_WIRE.get(array.dtype)
+            datatype = NUMPY_TO_WIRE.get(array.dtype)
             if datatype is not None:
                 self._array, self._datatype = array, datatype
                 return
