@@ -18,8 +18,8 @@ import numpy as np
 from inferd.contracts.errors import InvalidArgument
 from inferd.contracts.hints import did_you_mean
 
-# Wire datatype name -> numpy dtype. BYTES is an object array of ``bytes``.
-_WIRE_TO_NUMPY: dict[str, np.dtype] = {
+#: Wire datatype name -> numpy dtype. BYTES is an object array of ``bytes``; BF16 only with ml_dtypes.
+WIRE_TO_NUMPY: dict[str, np.dtype] = {
     "BOOL": np.dtype(np.bool_),
     "UINT8": np.dtype(np.uint8),
     "UINT16": np.dtype(np.uint16),
@@ -37,13 +37,13 @@ _WIRE_TO_NUMPY: dict[str, np.dtype] = {
 try:  # bfloat16 exists in numpy only through ml_dtypes (installed with onnx, jax, tensorflow).
     import ml_dtypes as _ml_dtypes
 
-    _WIRE_TO_NUMPY["BF16"] = np.dtype(_ml_dtypes.bfloat16)
+    WIRE_TO_NUMPY["BF16"] = np.dtype(_ml_dtypes.bfloat16)
 except ImportError:  # pragma: no cover - depends on the environment
     pass
 
 #: numpy dtype -> wire datatype name, for the fixed-size datatypes (:func:`wire_datatype` also maps
 #: str, bytes and object arrays to BYTES, and names a dtype it cannot map).
-NUMPY_TO_WIRE: dict[np.dtype, str] = {dt: name for name, dt in _WIRE_TO_NUMPY.items()}
+NUMPY_TO_WIRE: dict[np.dtype, str] = {dt: name for name, dt in WIRE_TO_NUMPY.items()}
 
 #: Every datatype name the protocol knows, in Triton's spelling.
 WIRE_DATATYPES: tuple[str, ...] = (
@@ -66,7 +66,7 @@ def wire_to_config(wire: str) -> str:
 def numpy_dtype(wire: str) -> np.dtype:
     """The numpy dtype for a wire datatype name; raises InvalidArgument for unknown names."""
     try:
-        return _WIRE_TO_NUMPY[wire]
+        return WIRE_TO_NUMPY[wire]
     except KeyError:
         if wire == "BF16":
             raise InvalidArgument("datatype BF16 needs the 'ml_dtypes' package") from None

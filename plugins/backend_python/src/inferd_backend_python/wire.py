@@ -12,32 +12,16 @@ from collections.abc import Callable
 from time import monotonic_ns
 from typing import Any
 
-import numpy as np
-
 from inferd.api import (
-    WIRE_DATATYPES,
+    WIRE_TO_NUMPY,
     ErrorKind,
     InferdError,
     InferRequest,
     InferResponse,
     InferTensor,
     RequestedOutput,
-    numpy_dtype,
 )
 from inferd_backend_python.ipc import Block, Tensors, plain, view
-
-
-def _dtypes() -> dict[str, np.dtype]:
-    out = {}
-    for name in WIRE_DATATYPES:
-        try:
-            out[name] = numpy_dtype(name)
-        except InferdError:  # BF16 without ml_dtypes
-            pass
-    return out
-
-
-DTYPES = _dtypes()
 
 #: The fields this module (and pb_tensor) fill positionally: keywords and defaults cost twice as much.
 _POSITIONAL = {
@@ -75,7 +59,7 @@ def decode_request(
     name, version, rid, inputs, outputs, params, _ = item
     tensors = {}
     for tname, desc in inputs:
-        array = view(desc, block, DTYPES)
+        array = view(desc, block, WIRE_TO_NUMPY)
         tensors[tname] = InferTensor(tname, desc[0], array.shape, array, {})
     # every field given, in order: a dataclass's defaults and keywords cost more than the fields
     return InferRequest(
@@ -120,6 +104,6 @@ def decode_outcome(item: tuple[Any, ...] | None, block: Block) -> InferResponse 
     _, name, version, rid, outputs, params, final = item
     tensors = []
     for tname, desc in outputs:
-        array = view(desc, block, DTYPES)
+        array = view(desc, block, WIRE_TO_NUMPY)
         tensors.append(InferTensor(tname, desc[0], array.shape, array, {}))
     return InferResponse(name, version, rid, tensors, params, final)
