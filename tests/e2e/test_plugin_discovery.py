@@ -12,6 +12,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
+from tests.e2e.plugin_site import env_with, install_into
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_plugin"
 
@@ -26,18 +27,7 @@ output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 2 ] } ]
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     """The tiny plugin installed (as a real wheel install) into a directory on PYTHONPATH."""
-    target = tmp_path_factory.mktemp("site")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--target", str(target), str(FIXTURE)],
-        check=True,
-    )  # fmt: skip
-    return target
-
-
-def env_with(site: Path, **extra: str) -> dict[str, str]:
-    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
-    return {"PYTHONPATH": path, **extra}
+    return install_into(tmp_path_factory.mktemp("site"), FIXTURE)
 
 
 def test_inferd_plugins_lists_discovered_plugins_and_broken_ones(site):

@@ -9,9 +9,6 @@ no plugin registers.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
+from tests.e2e.plugin_site import env_with, install_into
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "tagging_scheduler_plugin.py"
 
@@ -44,10 +42,7 @@ legacy_order = "inferd_test_schedulers.legacy"
 LEGACY = '''
 import itertools
 
-from inferd.api import InferdError
-from inferd.api import SchedulerRegister, hookimpl
-from inferd.api import Scheduler, SchedulerContext
-from inferd.api import InferRequest, InferResponse
+from inferd.api import InferdError, InferRequest, InferResponse, Scheduler, SchedulerContext, SchedulerRegister, hookimpl
 
 
 class LegacyOrderScheduler(Scheduler):
@@ -91,13 +86,7 @@ def site(tmp_path_factory) -> Path:
     (package / "__init__.py").write_text("")
     (package / "tagging.py").write_text(EXAMPLE.read_text())
     (package / "legacy.py").write_text(LEGACY)
-    target = tmp_path_factory.mktemp("site")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--target", str(target), str(src)],
-        check=True,
-    )  # fmt: skip
-    return target
+    return install_into(tmp_path_factory.mktemp("site"), src)
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +102,7 @@ def server(site, tmp_path_factory):
             "misnamed": {"config.pbtxt": models.ADD_SUB_CONFIG + selecting("priority"), **add_sub},
         },
     )
-    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
-    env = {"PYTHONPATH": path, "PYTHONWARNINGS": "default::DeprecationWarning"}
+    env = env_with(site, PYTHONWARNINGS="default::DeprecationWarning")
     args = ["--model-control-mode=explicit", "--load-model=tagged", "--load-model=legacy", "--load-model=plain"]
     with ServerProcess([repo], args, env=env) as srv:
         yield srv
