@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from inferd.api import ArrayInstance, Backend, Instance, InstanceSpec, Model, ModelLoadContext
-from inferd.api import ConfigError, NotFound
+from inferd.api import ArrayInstance, Backend, ConfigError, Instance, InstanceSpec, Model, ModelLoadContext, NotFound
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig

@@ -195,12 +195,13 @@ class InferenceService:
     def _hidden(self, rpc: str, model: str) -> Any:
         if rpc == "ModelReady":
             return pb.ModelReadyResponse(ready=False)
-        if rpc == "ModelTraffic":  # as the data plane answers a name it does not know
-            raise unknown_model(model, candidates=visible_names(self.dp.table.names()))
-        self.dp._check_control()  # the control mode answers first, for any model
-        if rpc == "RepositoryModelLoad":
-            raise NotFound(poll_failure(model))
-        return pb.RepositoryModelUnloadResponse()  # unloading an unknown model succeeds
+        if rpc in ("RepositoryModelLoad", "RepositoryModelUnload"):
+            self.dp._check_control()  # the control mode answers first, for any model
+            if rpc == "RepositoryModelLoad":
+                raise NotFound(poll_failure(model))
+            return pb.RepositoryModelUnloadResponse()  # unloading an unknown model succeeds
+        # any other RPC (ModelTraffic): as the data plane answers a name it does not know
+        raise unknown_model(model, candidates=visible_names(self.dp.table.names()))
 
     def open_stream(self, metadata: Mapping[str, str]) -> Grant | None:
         """Admit a ModelStreamInfer call (its key and API group; None without a policy). Its

@@ -37,12 +37,13 @@ async def _hidden(name: str, dp: DataPlane, model: str) -> Response:
     """What a model the tenant may not see answers, as an unknown model does."""
     if name == "model_ready":
         return Response(b'{"error":"Model version not ready"}', 400, media_type="application/json")
-    if name.startswith("traffic_"):  # as the data plane answers a name it does not know
-        raise unknown_model(model, candidates=visible_names(dp.table.names()))
-    dp._check_control()  # the control mode answers first, for any model
-    if name == "load":
-        raise NotFound(poll_failure(model))
-    return Response(status_code=200)  # unloading an unknown model succeeds
+    if name in ("load", "unload"):
+        dp._check_control()  # the control mode answers first, for any model
+        if name == "load":
+            raise NotFound(poll_failure(model))
+        return Response(status_code=200)  # unloading an unknown model succeeds
+    # any other route (traffic): as the data plane answers a name it does not know
+    raise unknown_model(model, candidates=visible_names(dp.table.names()))
 
 
 def admitted(endpoint: Endpoint, name: str, group: ApiGroup, policy: AccessPolicy, dp: DataPlane) -> Endpoint:
