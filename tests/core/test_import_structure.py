@@ -150,13 +150,13 @@ def _under_type_checking(tree: ast.Module) -> set[int]:
     """The ids of the import statements inside ``if TYPE_CHECKING:`` blocks."""
     inside: set[int] = set()
     for node in ast.walk(tree):
-        test = node.test if isinstance(node, ast.If) else None
-        if (
-            isinstance(test, ast.Name)
-            and test.id == "TYPE_CHECKING"
-            or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        if not isinstance(node, ast.If):
+            continue
+        test = node.test
+        if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+            isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
         ):
-            inside.update(id(sub) for stmt in node.body for sub in ast.walk(stmt))  # type: ignore[attr-defined]
+            inside.update(id(sub) for stmt in node.body for sub in ast.walk(stmt))
     return inside
 
 
@@ -504,3 +504,31 @@ def test_the_grpc_import_check(tmp_path: Path) -> None:
     })  # fmt: skip
     assert grpc_imports(modules) == ["pkg.a:2 imports grpc.aio", "pkg.b:1 imports tritonclient.grpc",
                                      "pkg.c:1 imports grpc_status", "pkg.c:1 imports grpc_status.rpc_status"]  # fmt: skip
+
+
+def test_the_layer_check_finds_run_time_imports_up_and_lets_type_only_ones_pass(tmp_path: Path) -> None:
+    files = {
+        "inferd/__init__.py": "",
+        "inferd/contracts/__init__.py": "",
+        "inferd/contracts/a.py": "def f():\n    from inferd.engine import b\n",
+        "inferd/contracts/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from inferd.engine.b import B\n",
+        "inferd/engine/__init__.py": "",
+        "inferd/engine/b.py": "import inferd.contracts.c\n",
+    }  # fmt: skip
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    modules = module_files(tmp_path / "inferd")
+    assert layer_violations(modules) == [
+        "inferd.contracts.a:2 imports inferd.engine (contracts -> engine)",
+        "inferd.contracts.a:2 imports inferd.engine.b (contracts -> engine)",
+    ]
+
+
+def test_the_public_api_check_names_what_a_plugin_imports(tmp_path: Path) -> None:
+    (tmp_path / "p.py").write_text("from inferd.api import Backend\nfrom inferd.engine.router import Router\n")
+    (tmp_path / "t.py").write_text("class {{ cookiecutter.name }}Model:\n    from inferd import api\n")
+    found = [(path.name, line, name) for path, line, name in plugin_imports(tmp_path)]
+    assert found == [("p.py", 1, "inferd.api"), ("p.py", 2, "inferd.engine.router"), ("t.py", 2, "inferd"),
+                     ("t.py", 2, "inferd.api")]  # fmt: skip
+    assert [name for _, _, name in found if name not in PUBLIC] == ["inferd.engine.router"]
