@@ -20,6 +20,7 @@ releases (``inferd.contracts.backend``, ``inferd.contracts.errors``...) still wo
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 #: Where each public name lives: ``{module: names}`` (imported on first use: a plugin that takes
@@ -305,13 +306,9 @@ def __getattr__(name: str) -> Any:
     module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'inferd.api' has no attribute {name!r}")
-    import importlib
-
-    value = (
-        getattr(importlib.import_module(module), name)
-        if module != "inferd.contracts"
-        else importlib.import_module(f"inferd.contracts.{name}")
-    )
+    found = importlib.import_module(module)
+    # a name of the module, or a submodule of the package (``gc_settings`` of ``inferd.contracts``)
+    value = getattr(found, name) if hasattr(found, name) else importlib.import_module(f"{module}.{name}")
     globals()[name] = value
     return value
 
