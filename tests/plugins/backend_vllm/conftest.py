@@ -52,17 +52,6 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
 
-@pytest.fixture(scope="module")
-def llm_server(tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path) -> Iterator[ServerProcess]:
-    """A server with model ``llm`` (no config.pbtxt: auto-completed from ``1/model.json``)."""
-    from inferd_backend_vllm.tiny_model import write_vllm_repository
-
-    repo = write_vllm_repository(tmp_path_factory.mktemp("vllm-repo"), tiny_llama)
-    server = started(ServerProcess([repo], env=ENV), 240)
-    yield server
-    server.stop()
-
-
 def started(server: ServerProcess, timeout: float) -> ServerProcess:
     """``server`` started; when it does not come up, its log is printed (vLLM says why there) and it is stopped."""
     try:
@@ -156,6 +145,18 @@ class SideBySide:
 
     def __init__(self, inferd: ServerProcess, vllm_llm: VllmServe, vllm_embed: VllmServe) -> None:
         self.inferd, self.vllm_llm, self.vllm_embed = inferd, vllm_llm, vllm_embed
+
+
+#: The test that stops the side-by-side ``inferd serve``: it runs after every other test of the session.
+STOPS_INFERD = "test_server.py::test_stopping_names_the_model_in_vllms_lines_and_ends_without_a_traceback"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Move :data:`STOPS_INFERD` last (after the root conftest's order: slow files first), so that
+    no test of this folder finds the shared server stopped."""
+    last = [item for item in items if item.nodeid.endswith(STOPS_INFERD)]
+    items[:] = [item for item in items if item not in last] + last
 
 
 @pytest.fixture(scope="session")

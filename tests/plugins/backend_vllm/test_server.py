@@ -1,5 +1,9 @@
 """The vLLM backend end to end: a real ``inferd serve`` running vLLM's engine on a tiny random Llama,
-called with tritonclient over gRPC streaming and with HTTP generate / generate_stream."""
+called with tritonclient over gRPC streaming and with HTTP generate / generate_stream.
+
+The server is the side-by-side ``inferd serve`` of this folder (its model ``llm``, config completed
+from ``model.json``): each engine on the CPU costs about 35 s of CPU to start. The last test here
+stops it, and this folder's conftest runs that test after every other test of the folder."""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from inferd.testing import ServerProcess
-from tests.plugins.backend_vllm.conftest import SKIP
+from tests.plugins.backend_vllm.conftest import SKIP, SideBySide
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(SKIP is not None, reason=SKIP or "")]
 PROMPT = "hello world"
@@ -43,6 +47,11 @@ def sampling(**params: Any) -> str:
 
 def sse_events(raw: bytes) -> list[dict[str, Any]]:
     return [json.loads(line[len(b"data: ") :]) for line in raw.splitlines() if line.startswith(b"data: ")]
+
+
+@pytest.fixture(scope="module")
+def llm_server(side_by_side: SideBySide) -> ServerProcess:
+    return side_by_side.inferd
 
 
 def test_config_is_completed_as_tritons_vllm_backend(llm_server: ServerProcess) -> None:
@@ -247,7 +256,7 @@ def test_vllm_metrics_beside_tritons(llm_server: ServerProcess) -> None:
 
 
 def test_stopping_names_the_model_in_vllms_lines_and_ends_without_a_traceback(llm_server: ServerProcess) -> None:
-    """Last in this module: it stops the server."""
+    """Last in this folder (the folder's conftest moves it there): it stops the shared server."""
     assert llm_server.proc is not None
     llm_server.proc.send_signal(signal.SIGINT)
     assert llm_server.proc.wait(120) == 0
@@ -255,4 +264,4 @@ def test_stopping_names_the_model_in_vllms_lines_and_ends_without_a_traceback(ll
     assert "Traceback" not in log and "Exception ignored" not in log, log
     assert "[model 'llm'] (EngineCore pid=" in log  # vLLM's own lines name the model
     assert "MPClient" not in log and "Loading weights took" not in log  # its INFO lines: DEBUG to inferd
-    assert re.search(r"unloaded 1 model; inferd stopped in \d+\.\d\d s\n", log), log
+    assert re.search(r"unloaded 2 models; inferd stopped in \d+\.\d\d s\n", log), log

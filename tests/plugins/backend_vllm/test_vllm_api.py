@@ -16,14 +16,14 @@ from tests.plugins.backend_vllm.conftest import SKIP
 pytestmark = [pytest.mark.skipif(SKIP is not None, reason=SKIP or "")]
 
 
-def test_two_stat_loggers_keep_their_own_collectors(tiny_llama: Path) -> None:
+def test_two_stat_loggers_keep_their_own_collectors(chat_llama: Path) -> None:
     from inferd_backend_vllm.metrics import VllmMetrics, stat_logger_for
     from prometheus_client import REGISTRY, CollectorRegistry
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     registries = {}
     for name in ("first", "second"):
-        args = AsyncEngineArgs(model=str(tiny_llama), dtype="float32", max_model_len=256, served_model_name=name)
+        args = AsyncEngineArgs(model=str(chat_llama), dtype="float32", max_model_len=256, served_model_name=name)
         config = args.create_engine_config()
         registries[name] = CollectorRegistry(auto_describe=True)
         stat_logger_for(registries[name])(vllm_config=config, engine_indexes=[0])
