@@ -23,9 +23,10 @@ from tritonclient.utils import InferenceServerException
 from inferd.testing import ServerProcess, free_port
 from tests.e2e import models
 from tests.e2e.test_lifecycle import BROKEN_PY, add_sub_call, index_of, wait_for
+from tests.lazy import lazy_import
 
-boto3 = pytest.importorskip("boto3", reason="boto3 comes with inferd's s3 extra (make install)")
-pytest.importorskip("moto", reason="moto[server] is a test dependency (requirements-dev.txt)")
+boto3 = lazy_import("boto3", skip="boto3 comes with inferd's s3 extra (make install)")
+lazy_import("moto", skip="moto[server] is a test dependency (requirements-dev.txt)")
 
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 POLL = ["--model-control-mode=poll", "--repository-poll-secs=0.5"]

@@ -47,6 +47,16 @@ class Upper(torch.nn.Module):
         return [w.upper() for w in words]
 
 
+class Accumulate(torch.nn.Module):
+    """(x, start, ready, acc) -> (sum, sum) with sum = acc * (1 - start) + x."""
+
+    def forward(
+        self, x: torch.Tensor, start: torch.Tensor, ready: torch.Tensor, acc: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        total = acc * (1 - start) + x * ready
+        return total, total
+
+
 class Exported(torch.nn.Module):
     """An exported program with a dict output: {"sum": lin(x) + y, "diff": lin(x) - y}."""
 

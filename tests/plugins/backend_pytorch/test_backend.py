@@ -11,17 +11,19 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 
 from inferd.config import normalize, parse_config_text
 from inferd.contracts.backend import InstanceSpec, ModelLoadContext
 from inferd.contracts.errors import ConfigError, ErrorKind, InferdError, InvalidArgument
 from inferd.contracts.types import InferRequest, InferResponse, InferTensor, RequestedOutput
-from inferd_backend_pytorch.backend import PyTorchBackend
 from inferd_backend_pytorch.binding import Argument, OutputPlan, index_suffix, plan_inputs
 from inferd_backend_pytorch.options import parse_options
+from tests.lazy import lazy_import
 
-from .models import AddSub, Affine, DictIn, DictOut, Upper, save_script
+#: Loaded on first use: every xdist worker collects this file, few run it (torch costs ~2 s of CPU to import).
+torch = lazy_import("torch")
+pytorch_backend = lazy_import("inferd_backend_pytorch.backend")
+models = lazy_import("tests.plugins.backend_pytorch.models")
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning"),
@@ -41,7 +43,7 @@ ADD_SUB_CONFIG = """
 def _context(root: Path, name: str, config_text: str) -> ModelLoadContext:
     model_dir = root / name
     config = parse_config_text(textwrap.dedent(config_text), str(model_dir / "config.pbtxt"))
-    backend = PyTorchBackend()
+    backend = pytorch_backend.PyTorchBackend()
     backend.autocomplete_config(config, model_dir, model_dir / "1")
     normalize(config, name, backend.default_model_filename)
     return ModelLoadContext(name, 1, config, model_dir, model_dir / "1", root)
@@ -56,10 +58,10 @@ def load(tmp_path: Path) -> Callable[..., Any]:
         version_dir = tmp_path / name / "1"
         version_dir.mkdir(parents=True, exist_ok=True)
         if isinstance(module, torch.nn.Module):
-            save_script(module, version_dir / filename)
+            models.save_script(module, version_dir / filename)
         elif isinstance(module, bytes):
             (version_dir / filename).write_bytes(module)
-        model = PyTorchBackend().load_model(_context(tmp_path, name, config))
+        model = pytorch_backend.PyTorchBackend().load_model(_context(tmp_path, name, config))
         instance = model.create_instance(InstanceSpec(f"{name}_0", kind, 0, 0, name))
         opened.append((model, instance))
         return instance
@@ -142,7 +144,7 @@ def test_options_defaults_and_errors():
 
 
 def test_add_sub_matches_the_module_and_batches_requests(load):
-    instance = load("addsub", AddSub(), ADD_SUB_CONFIG)
+    instance = load("addsub", models.AddSub(), ADD_SUB_CONFIG)
     rng = np.random.default_rng(0)
     pairs = [(rng.random((n, 4), dtype=np.float32), rng.random((n, 4), dtype=np.float32)) for n in (1, 3, 2)]
     requests = [
@@ -151,13 +153,13 @@ def test_add_sub_matches_the_module_and_batches_requests(load):
     responses = instance.execute(requests)
     for (a, b), response, rid in zip(pairs, responses, "012", strict=True):
         assert isinstance(response, InferResponse) and response.id == rid
-        want0, want1 = AddSub()(torch.from_numpy(a), torch.from_numpy(b))
+        want0, want1 = models.AddSub()(torch.from_numpy(a), torch.from_numpy(b))
         np.testing.assert_array_equal(response.output("OUTPUT__0").data, want0.numpy())
         np.testing.assert_array_equal(response.output("OUTPUT__1").data, want1.numpy())
 
 
 def test_inputs_are_not_copied_on_cpu(load, monkeypatch):
-    instance = load("addsub", AddSub(), ADD_SUB_CONFIG)
+    instance = load("addsub", models.AddSub(), ADD_SUB_CONFIG)
     seen = []
     real = instance.module
 
@@ -172,7 +174,7 @@ def test_inputs_are_not_copied_on_cpu(load, monkeypatch):
 
 
 def test_requested_outputs_only(load):
-    instance = load("addsub", AddSub(), ADD_SUB_CONFIG)
+    instance = load("addsub", models.AddSub(), ADD_SUB_CONFIG)
     a = np.ones((1, 4), np.float32)
     [response] = instance.execute([_request({"INPUT__0": a, "INPUT__1": a}, outputs=("OUTPUT__1",))])
     assert [o.name for o in response.outputs] == ["OUTPUT__1"]
@@ -185,12 +187,12 @@ def test_named_arguments_in_any_config_order(load):
         input [ { name: "scale" data_type: TYPE_FP32 dims: [ 1 ] }, { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
         output [ { name: "y" data_type: TYPE_FP32 dims: [ 3 ] } ]
     """
-    instance = load("affine", Affine(), config)
+    instance = load("affine", models.Affine(), config)
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     scale = np.array([[2.0], [3.0]], np.float32)
     [response] = instance.execute([_request({"scale": scale, "x": x})])
     with torch.no_grad():
-        want = Affine()(torch.from_numpy(x), torch.from_numpy(scale)).numpy()
+        want = models.Affine()(torch.from_numpy(x), torch.from_numpy(scale)).numpy()
     np.testing.assert_allclose(response.output("y").data, want, rtol=1e-6)
 
 
@@ -201,7 +203,7 @@ def test_dict_input_and_dict_output(load):
         input [ { name: "left" data_type: TYPE_INT64 dims: [ 2 ] }, { name: "right" data_type: TYPE_INT64 dims: [ 2 ] } ]
         output [ { name: "product" data_type: TYPE_INT64 dims: [ 2 ] } ]
     """
-    instance = load("dictin", DictIn(), dict_in)
+    instance = load("dictin", models.DictIn(), dict_in)
     left, right = np.array([[2, 3]], np.int64), np.array([[4, 5]], np.int64)
     [response] = instance.execute([_request({"left": left, "right": right})])
     np.testing.assert_array_equal(response.output("product").data, [[8, 15]])
@@ -211,7 +213,7 @@ def test_dict_input_and_dict_output(load):
         input [ { name: "x" data_type: TYPE_INT64 dims: [ 3 ] } ]
         output [ { name: "total" data_type: TYPE_INT64 dims: [ 1 ] }, { name: "square" data_type: TYPE_INT64 dims: [ 3 ] } ]
     """
-    instance = load("dictout", DictOut(), dict_out)
+    instance = load("dictout", models.DictOut(), dict_out)
     [response] = instance.execute([_request({"x": np.array([[1, 2, 3]], np.int64)})])
     np.testing.assert_array_equal(response.output("total").data, [[6]])
     np.testing.assert_array_equal(response.output("square").data, [[1, 4, 9]])
@@ -223,7 +225,7 @@ def test_string_lists(load):
         input [ { name: "INPUT__0" data_type: TYPE_STRING dims: [ -1 ] } ]
         output [ { name: "OUTPUT__0" data_type: TYPE_STRING dims: [ -1 ] } ]
     """
-    instance = load("upper", Upper(), config)
+    instance = load("upper", models.Upper(), config)
     words = np.array([b"abc", b"d"], dtype=np.object_)
     [response] = instance.execute([_request({"INPUT__0": words})])
     assert response.output("OUTPUT__0").data.tolist() == [b"ABC", b"D"]
@@ -232,7 +234,7 @@ def test_string_lists(load):
 def test_forward_failure_is_an_internal_error_naming_the_model(load):
     instance = load(
         "addsub",
-        AddSub(),
+        models.AddSub(),
         ADD_SUB_CONFIG.replace(
             'dims: [ 4 ] },\n            { name: "INPUT__1" data_type: TYPE_FP32 dims: [ 4 ]',
             'dims: [ 4 ] },\n            { name: "INPUT__1" data_type: TYPE_FP32 dims: [ 3 ]',
@@ -249,7 +251,7 @@ def test_forward_failure_is_an_internal_error_naming_the_model(load):
 def test_output_dtype_mismatch_is_reported(load):
     instance = load(
         "addsub",
-        AddSub(),
+        models.AddSub(),
         ADD_SUB_CONFIG.replace('OUTPUT__1" data_type: TYPE_FP32', 'OUTPUT__1" data_type: TYPE_INT32'),
     )
     a = np.ones((1, 4), np.float32)
@@ -260,12 +262,12 @@ def test_output_dtype_mismatch_is_reported(load):
 def test_input_count_mismatch_is_a_load_error(load):
     config = ADD_SUB_CONFIG.replace(',\n            { name: "INPUT__1" data_type: TYPE_FP32 dims: [ 4 ] }', "")
     with pytest.raises(ConfigError, match="configuration expects 1 inputs, model provides 2"):
-        load("addsub", AddSub(), config)
+        load("addsub", models.AddSub(), config)
 
 
 def test_config_without_inputs_is_a_clear_load_error(load):
     with pytest.raises(ConfigError, match="cannot auto-complete inputs and outputs"):
-        load("addsub", AddSub(), 'platform: "pytorch_libtorch"')
+        load("addsub", models.AddSub(), 'platform: "pytorch_libtorch"')
 
 
 def test_corrupt_file_is_a_load_error(load):
@@ -273,10 +275,10 @@ def test_corrupt_file_is_a_load_error(load):
         load("broken", b"not a zip archive", ADD_SUB_CONFIG)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error when CUDA is missing")
+@pytest.mark.skipif("torch.cuda.is_available()", reason="checks the error when CUDA is missing")
 def test_kind_gpu_without_cuda_is_a_clear_error(load):
     with pytest.raises(InvalidArgument, match="KIND_GPU .* sees no CUDA device"):
-        load("addsub", AddSub(), ADD_SUB_CONFIG, kind="KIND_GPU")
+        load("addsub", models.AddSub(), ADD_SUB_CONFIG, kind="KIND_GPU")
 
 
 def test_every_triton_parameter_is_accepted(load, caplog):
@@ -287,7 +289,7 @@ def test_every_triton_parameter_is_accepted(load, caplog):
         "INTRA_OP_THREAD_COUNT": str(torch.get_num_threads()),
     }  # fmt: skip
     params = "".join(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n' for k, v in values.items())
-    instance = load("addsub", AddSub(), ADD_SUB_CONFIG + params)
+    instance = load("addsub", models.AddSub(), ADD_SUB_CONFIG + params)
     a = np.ones((2, 4), np.float32)
     [response] = instance.execute([_request({"INPUT__0": a, "INPUT__1": a})])
     np.testing.assert_array_equal(response.output("OUTPUT__0").data, a + a)
@@ -297,7 +299,7 @@ def test_every_triton_parameter_is_accepted(load, caplog):
 @pytest.mark.parametrize("share", [True, False])
 def test_weight_sharing_between_instances_on_one_device(tmp_path: Path, share: bool):
     (tmp_path / "affine" / "1").mkdir(parents=True)
-    save_script(Affine(), tmp_path / "affine" / "1" / "model.pt")
+    models.save_script(models.Affine(), tmp_path / "affine" / "1" / "model.pt")
     config = (
         """
         platform: "pytorch_libtorch"
@@ -307,7 +309,7 @@ def test_weight_sharing_between_instances_on_one_device(tmp_path: Path, share: b
     """
         + f'parameters {{ key: "ENABLE_WEIGHT_SHARING" value {{ string_value: "{str(share).lower()}" }} }}'
     )
-    model = PyTorchBackend().load_model(_context(tmp_path, "affine", config))
+    model = pytorch_backend.PyTorchBackend().load_model(_context(tmp_path, "affine", config))
     first, second = (model.create_instance(InstanceSpec(f"affine_{i}", "KIND_CPU", 0, i, "affine")) for i in (0, 1))
     assert (first.module is second.module) is share
 
@@ -316,7 +318,7 @@ def test_pt2_is_chosen_when_it_is_the_only_file(tmp_path: Path):
     (tmp_path / "m" / "1").mkdir(parents=True)
     (tmp_path / "m" / "1" / "model.pt2").write_bytes(b"")
     config = parse_config_text("", "x")
-    PyTorchBackend().autocomplete_config(config, tmp_path / "m", tmp_path / "m" / "1")
+    pytorch_backend.PyTorchBackend().autocomplete_config(config, tmp_path / "m", tmp_path / "m" / "1")
     assert config.default_model_filename == "model.pt2"
 
 

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from inferd.testing import BackendContract, ContractModel, InputSpec, write_repository
+from tests.lazy import lazy_import
 
-from .models import AddSub, save_script
+#: Loaded on first use: every xdist worker collects this file, few run it (torch costs ~2 s of CPU to import).
+models = lazy_import("tests.plugins.backend_pytorch.models")
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
 
@@ -31,5 +33,7 @@ class TestPyTorchBackendContract(BackendContract):
     inputs = [InputSpec("INPUT__0", "FP32", (4,)), InputSpec("INPUT__1", "FP32", (4,))]
 
     def contract_repository(self, root: Path) -> ContractModel:
-        write_repository(root, {"add_sub": {"config.pbtxt": CONFIG, "1/model.pt": lambda p: save_script(AddSub(), p)}})
+        write_repository(
+            root, {"add_sub": {"config.pbtxt": CONFIG, "1/model.pt": lambda p: models.save_script(models.AddSub(), p)}}
+        )
         return ContractModel("add_sub", expected)

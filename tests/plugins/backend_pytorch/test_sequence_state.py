@@ -6,15 +6,16 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-import torch
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferd.config.parse import parse_config_text
 from inferd.testing import ServerProcess, write_repository
 from inferd_backend_pytorch.binding import model_output_names
+from tests.lazy import lazy_import
 
-from .models import save_script
+#: Built on first use: every xdist worker collects this file, few run it (torch costs ~2 s of CPU to import).
+models = lazy_import("tests.plugins.backend_pytorch.models")
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
 
@@ -34,21 +35,16 @@ instance_group [ { kind: KIND_CPU count: 1 } ]
 """
 
 
-class Accumulate(torch.nn.Module):
-    """(x, start, ready, acc) -> (sum, sum) with sum = acc * (1 - start) + x."""
-
-    def forward(
-        self, x: torch.Tensor, start: torch.Tensor, ready: torch.Tensor, acc: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        total = acc * (1 - start) + x * ready
-        return total, total
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = write_repository(
         tmp_path_factory.mktemp("pytorch_sequence") / "models",
-        {"accumulate": {"config.pbtxt": ACCUMULATE, "1/model.pt": lambda p: save_script(Accumulate(), p)}},
+        {
+            "accumulate": {
+                "config.pbtxt": ACCUMULATE,
+                "1/model.pt": lambda p: models.save_script(models.Accumulate(), p),
+            }
+        },
     )
     with ServerProcess([repo]) as srv:
         yield srv

@@ -7,14 +7,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
+from tests.lazy import lazy_import
 
-from .models import AddSub, Affine, DictOut, Exported, save_exported, save_script
+#: Loaded on first use: every xdist worker collects this file, few run it (torch costs ~2 s of CPU to import).
+torch = lazy_import("torch")
+models = lazy_import("tests.plugins.backend_pytorch.models")
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
 
@@ -53,13 +55,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = write_repository(
         root / "models",
         {
-            "add_sub": {"config.pbtxt": ADD_SUB, "1/model.pt": lambda p: save_script(AddSub(), p)},
-            "affine": {"config.pbtxt": AFFINE, "1/model.pt": lambda p: save_script(Affine(), p)},
-            "dict_out": {"config.pbtxt": DICT_OUT, "1/model.pt": lambda p: save_script(DictOut(), p)},
-            "exported": {"config.pbtxt": EXPORTED, "1/model.pt2": lambda p: save_exported(Exported(), p)},
+            "add_sub": {"config.pbtxt": ADD_SUB, "1/model.pt": lambda p: models.save_script(models.AddSub(), p)},
+            "affine": {"config.pbtxt": AFFINE, "1/model.pt": lambda p: models.save_script(models.Affine(), p)},
+            "dict_out": {"config.pbtxt": DICT_OUT, "1/model.pt": lambda p: models.save_script(models.DictOut(), p)},
+            "exported": {"config.pbtxt": EXPORTED, "1/model.pt2": lambda p: models.save_exported(models.Exported(), p)},
             "affine_bad": {
                 "config.pbtxt": AFFINE.replace("dims: [ 4 ]", "dims: [ 5 ]"),
-                "1/model.pt": lambda p: save_script(Affine(), p),
+                "1/model.pt": lambda p: models.save_script(models.Affine(), p),
             },
             "broken": {"config.pbtxt": ADD_SUB, "1/model.pt": b"this is not a TorchScript archive"},
         },
@@ -90,7 +92,7 @@ def _infer(module: Any, client: Any, model: str, inputs: dict[str, np.ndarray], 
 def test_add_sub_rows_match_the_module(server: ServerProcess) -> None:
     rng = np.random.default_rng(0)
     a, b = rng.random((5, 4), dtype=np.float32), rng.random((5, 4), dtype=np.float32)
-    want0, want1 = (t.numpy() for t in AddSub()(torch.from_numpy(a), torch.from_numpy(b)))
+    want0, want1 = (t.numpy() for t in models.AddSub()(torch.from_numpy(a), torch.from_numpy(b)))
     for module, client in _clients(server):
         result = _infer(module, client, "add_sub", {"INPUT__0": a, "INPUT__1": b}, ["OUTPUT__0", "OUTPUT__1"])
         np.testing.assert_array_equal(result.as_numpy("OUTPUT__0"), want0)
@@ -117,7 +119,7 @@ def test_named_forward_arguments(server: ServerProcess) -> None:
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     scale = np.array([[1.0], [2.0], [-1.0]], np.float32)
     with torch.no_grad():
-        want = Affine()(torch.from_numpy(x), torch.from_numpy(scale)).numpy()
+        want = models.Affine()(torch.from_numpy(x), torch.from_numpy(scale)).numpy()
     for module, client in _clients(server):
         result = _infer(module, client, "affine", {"x": x, "scale": scale}, ["OUTPUT__0"])
         np.testing.assert_allclose(result.as_numpy("OUTPUT__0"), want, rtol=1e-6)
@@ -135,7 +137,7 @@ def test_exported_program_pt2(server: ServerProcess) -> None:
     rng = np.random.default_rng(1)
     x, y = rng.random((7, 4), dtype=np.float32), rng.random((7, 3), dtype=np.float32)
     with torch.no_grad():
-        want = Exported()(torch.from_numpy(x), torch.from_numpy(y))
+        want = models.Exported()(torch.from_numpy(x), torch.from_numpy(y))
     for module, client in _clients(server):
         result = _infer(module, client, "exported", {"x": x, "y": y}, ["sum", "OUTPUT__1"])
         np.testing.assert_allclose(result.as_numpy("sum"), want["sum"].numpy(), rtol=1e-5)

@@ -16,11 +16,13 @@ import urllib.request
 from typing import Any
 
 import numpy as np
-import openai
 import pytest
 
 from inferd.testing import ServerProcess
+from tests.lazy import lazy_import
 from tests.plugins.backend_vllm.conftest import SKIP, SideBySide, VllmServe
+
+openai = lazy_import("openai")
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(SKIP is not None, reason=SKIP or ""), pytest.mark.timeout(1800)]
 TEXTS = ["hello world", "the quick brown fox jumps over the lazy dog"]

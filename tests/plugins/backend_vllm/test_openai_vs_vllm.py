@@ -13,10 +13,12 @@ import json
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
+from tests.lazy import lazy_import
 from tests.plugins.backend_vllm.conftest import MAX_MODEL_LEN, SKIP, SideBySide
+
+openai = lazy_import("openai")
 
 pytestmark = [
     pytest.mark.slow,

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import openai
 import pytest
 from tokenizers import Tokenizer
 
 from inferd.testing import ServerProcess
+from tests.lazy import lazy_import
 
 from .conftest import write_repo
 from .test_client import count, expected_text
+
+openai = lazy_import("openai")
 
 #: Not the models' own template (chat_model.CHAT_TEMPLATE): every message's role and content in brackets.
 TEMPLATE = "{% for m in messages %}[{{ m['role'] }}: {{ m['content'] }}]\n{% endfor %}{% if add_generation_prompt %}>{% endif %}"

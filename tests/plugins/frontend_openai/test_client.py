@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import openai
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
+from tests.lazy import lazy_import
+
 from .chat_model import CHAT_TEMPLATE, WORDS
 from .conftest import OpenAIServer
+
+openai = lazy_import("openai")
 
 MESSAGES = [{"role": "system", "content": "you are a helpful assistant"}, {"role": "user", "content": "say hello"}]
 

@@ -10,16 +10,18 @@ import time
 from collections.abc import Iterator
 
 import httpx
-import openai
 import pytest
 
 from inferd.testing import write_repository
 from tests.e2e import models
+from tests.lazy import lazy_import
 
 from .chat_model import write_chat_model
 
 trustme = pytest.importorskip("trustme")
 from tests.e2e.test_tls import TlsServer  # noqa: E402  (needs trustme's test module)
+
+openai = lazy_import("openai")
 
 
 def sha(key: str) -> str:
