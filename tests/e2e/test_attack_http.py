@@ -234,6 +234,23 @@ def test_a_huge_content_length_is_refused_unread(server):
     assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
 
 
+def test_a_websocket_upgrade_is_answered_as_plain_http(server):
+    """inferd serves no WebSocket API: an upgrade request gets the route's plain answer, and uvicorn's
+    WebSocket protocol (and the websockets library) is neither loaded nor reachable."""
+    request = (b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+               b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")  # fmt: skip
+    with connect(server) as sock:
+        sock.sendall(request)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = sock.recv(4096)
+            assert chunk, head
+            head += chunk
+    assert head.startswith(b"HTTP/1.1 200 "), head[:200]
+    assert b"upgrade" not in head.lower()
+    assert_up(server)
+
+
 # -- drain ----------------------------------------------------------------------------------------
 
 

@@ -133,7 +133,7 @@ class Runner:
         config = uvicorn.Config(
             self.app, http=http, interface="asgi3", lifespan="off", log_config=None, access_log=False, proxy_headers=False,
             timeout_keep_alive=self.keep_alive_secs,  # type: ignore[arg-type]  # typed int; call_later takes a float
-            server_header=False, date_header=False, ssl_context_factory=tls_factory(context),
+            server_header=False, date_header=False, ssl_context_factory=tls_factory(context), ws="none",
         )  # fmt: skip
         server = uvicorn.Server(config)
         config.load()
