@@ -192,10 +192,18 @@ class Engine:
         self.engine.shutdown = _already_shut_down  # type: ignore[method-assign]
 
     async def _end_requests(self) -> None:
+        """Cancel the requests still generating, then vLLM's output handler (``AsyncLLM.output_handler``,
+        a task on this loop): ``AsyncLLM.shutdown`` cancels it only after the engine's process has
+        stopped, and while this thread waits for that (up to vLLM's 5 s), the handler, running on the
+        loop, saw the engine go away and logged ``AsyncLLM output_handler failed`` with a traceback."""
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        handler = getattr(self.engine, "output_handler", None)
+        if handler is not None:
+            handler.cancel()
+            await asyncio.gather(handler, return_exceptions=True)
 
 
 def _already_shut_down(timeout: float | None = None) -> None:
