@@ -262,6 +262,7 @@ def test_stopping_names_the_model_in_vllms_lines_and_ends_without_a_traceback(ll
     assert llm_server.proc.wait(120) == 0
     log = llm_server.log()
     assert "Traceback" not in log and "Exception ignored" not in log, log
-    assert "[model 'llm'] (EngineCore pid=" in log  # vLLM's own lines name the model
+    # vLLM's own lines name the model, each engine's process its own (the two engines load at once)
+    assert "[model 'llm'] (EngineCore pid=" in log and "[model 'embed'] (EngineCore pid=" in log, log
     assert "MPClient" not in log and "Loading weights took" not in log  # its INFO lines: DEBUG to inferd
     assert re.search(r"unloaded 2 models; inferd stopped in \d+\.\d\d s\n", log), log

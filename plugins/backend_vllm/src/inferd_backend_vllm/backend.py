@@ -76,7 +76,7 @@ class VllmBackend(Backend):
         args = read_engine_args(context.version_dir / ENGINE_ARGS_FILENAME, context.name)
         args.setdefault("served_model_name", context.name)  # the model_name label of vllm:* metrics
         loras = read_loras(context.version_dir / MULTI_LORA_FILENAME, context.name) if _lora_enabled(args) else {}
-        with model_logs(context.name, spawns=False):  # vLLM logs as it is first imported
+        with model_logs(context.name):  # vLLM logs as it is first imported
             from inferd_backend_vllm.engine import Engine
 
         return VllmModel(Engine(args, context.name, str(context.version), context.loop, loras))

@@ -71,7 +71,7 @@ class Engine:
         self.metrics = CollectorRegistry(auto_describe=True)
         # Blocking (it starts the engine process): called on the load's worker thread, where no
         # loop runs, so vLLM starts its output handler lazily, on the loop of the first generate.
-        with model_logs(model_name):
+        with model_logs(model_name, spawns=True):
             self.engine = AsyncLLM.from_engine_args(
                 AsyncEngineArgs(**engine_args), stat_loggers=[stat_logger_for(self.metrics)]
             )

@@ -7,7 +7,8 @@ logger with one that hands records to the server's handlers (inferd's line layou
 ``--log-verbose=1`` shows the DEBUG ones); vLLM puts its own back while an engine starts, so it is
 routed again afterwards. The processes vLLM spawns for an engine write their lines themselves,
 prefixed through ``VLLM_LOGGING_PREFIX`` and, unless ``VLLM_LOGGING_LEVEL`` is set, only from
-WARNING up (all of them with ``--log-verbose``): both set while the engine starts.
+WARNING up (all of them with ``--log-verbose``): both set from when an engine starts until its
+process exists (:class:`_SpawnEnvironment`), one model at a time.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -78,24 +82,63 @@ def route() -> None:
 
 
 @contextlib.contextmanager
-def model_logs(model: str, spawns: bool = True) -> Iterator[None]:
+def model_logs(model: str, spawns: bool = False) -> Iterator[None]:
     """While vLLM works for ``model``: its lines name the model; with ``spawns``, so do those of the
-    processes it starts meanwhile (not while vLLM is first imported: its layout would keep it)."""
+    process it starts meanwhile (not while vLLM is first imported: its layout would keep it)."""
     install()
     token = MODEL.set(model)
-    saved = {name: os.environ.get(name) for name in ("VLLM_LOGGING_PREFIX", "VLLM_LOGGING_LEVEL")}
-    if spawns:
-        os.environ["VLLM_LOGGING_PREFIX"] = f"[model '{model}'] "
-        if saved["VLLM_LOGGING_LEVEL"] is None:  # their INFO lines are DEBUG to the server
-            verbose = logging.getLogger().getEffectiveLevel() <= logging.DEBUG
-            os.environ["VLLM_LOGGING_LEVEL"] = "DEBUG" if verbose else "WARNING"
+    environment = _SpawnEnvironment(model) if spawns else None
     try:
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        if environment is not None:
+            environment.restore()
         MODEL.reset(token)
         route()
+
+
+#: Held while the environment names one model's engine process: from setting it until that process
+#: exists. Two models loading at once started each other's process with the other's prefix, and put
+#: back each other's variables.
+_SPAWNING = threading.Lock()
+
+
+class _SpawnEnvironment:
+    """``VLLM_LOGGING_PREFIX`` (and ``VLLM_LOGGING_LEVEL``) naming ``model`` for the next process
+    vLLM starts: set under :data:`_SPAWNING`, put back, and the lock released, by a watcher thread
+    as soon as a new child process exists (a spawned process copies the environment as it starts),
+    or by :meth:`restore` if none does. The rest of the engine's start runs beside other models'."""
+
+    NAMES = ("VLLM_LOGGING_PREFIX", "VLLM_LOGGING_LEVEL")
+
+    def __init__(self, model: str) -> None:
+        _SPAWNING.acquire()
+        self._restored = False
+        self._once = threading.Lock()
+        self._saved = {name: os.environ.get(name) for name in self.NAMES}
+        os.environ["VLLM_LOGGING_PREFIX"] = f"[model '{model}'] "
+        if self._saved["VLLM_LOGGING_LEVEL"] is None:  # their INFO lines are DEBUG to the server
+            verbose = logging.getLogger().getEffectiveLevel() <= logging.DEBUG
+            os.environ["VLLM_LOGGING_LEVEL"] = "DEBUG" if verbose else "WARNING"
+        self._children = set(multiprocessing.active_children())
+        threading.Thread(target=self._watch, name=f"inferd-vllm-spawn-{model}", daemon=True).start()
+
+    def _watch(self) -> None:
+        while not self._restored:
+            if set(multiprocessing.active_children()) - self._children:
+                break
+            time.sleep(0.01)
+        self.restore()
+
+    def restore(self) -> None:
+        """Put the variables back and let the next model start its process (once)."""
+        with self._once:
+            if self._restored:
+                return
+            self._restored = True
+            for name, value in self._saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+            _SPAWNING.release()
