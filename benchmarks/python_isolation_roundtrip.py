@@ -31,8 +31,8 @@ from inferd.contracts.backend import InstanceSpec, ModelLoadContext
 from inferd.contracts.recorder import Recorder
 from inferd.contracts.runner import InstanceRunner
 from inferd.contracts.stats import ModelStats
-from inferd.serving.runner import run as run_loop
 from inferd.contracts.types import InferRequest, InferTensor, RequestedOutput
+from inferd.serving.runner import run as run_loop
 from inferd_backend_python import ipc
 from inferd_backend_python.backend import PythonBackend
 
