@@ -17,6 +17,7 @@ is the median over the rounds, with their range. Prints numbers; asserts nothing
 
     .venv/bin/python benchmarks/python_isolation.py                   # ~2 minutes
     .venv/bin/python benchmarks/python_isolation.py --seconds 5 --rounds 5 --servers inferd
+    .venv/bin/python benchmarks/python_isolation.py --baseline /tmp/main   # + process mode from that source tree
 """
 
 from __future__ import annotations
@@ -224,12 +225,16 @@ def main(argv: list[str]) -> None:
     p.add_argument("--rounds", type=int, default=3, help="timed runs per server, model and concurrency (default 3)")
     p.add_argument("--servers", default="inferd,triton", help="inferd, triton (default both)")
     p.add_argument("--triton-dir", type=Path, default=Path("/work/shared/triton"))
+    p.add_argument("--baseline", type=Path, help="also run process mode from this inferd source tree (its core/src and "
+                   "plugins/*/src first on PYTHONPATH), in the same rounds: a change against the code before it")  # fmt: skip
     args = p.parse_args(argv)
     servers = [s.strip() for s in args.servers.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="inferd-bench-iso-"))
     setups = []
     if "inferd" in servers:
         setups += [("inferd in-process", False), ("inferd process", True)]
+    if args.baseline is not None:
+        setups.append(("baseline process", True))
     if "triton" in servers:
         setups.append(("triton stub", None))
     running: list[Server] = []
@@ -243,10 +248,15 @@ def main(argv: list[str]) -> None:
                 server = Server(label, ["bash", str(args.triton_dir / "start.sh"), str(repo), str(http_port),
                                         str(grpc_port), str(metrics_port), "--model-control-mode=explicit"], http_port)  # fmt: skip
             else:
+                env = None
+                if label == "baseline process":
+                    tree = args.baseline.resolve()
+                    paths = [tree / "core" / "src", *sorted((tree / "plugins").glob("*/src"))]
+                    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(path) for path in paths)}
                 server = Server(label, [sys.executable, "-m", "inferd.host.cli", "serve", "--model-repository", str(repo),
                                         "--http-port", str(http_port), "--grpc-port", str(grpc_port),
                                         "--metrics-port", str(metrics_port), "--model-control-mode", "explicit"],
-                                http_port)  # fmt: skip
+                                http_port, env)  # fmt: skip
             running.append(server)
             for suffix in SIZES:
                 rows[(label, suffix)] = {"load_ms": server.load(f"add_sub_{suffix}") * 1000, "backend_us": [],

@@ -7,7 +7,8 @@ CPU times are in clock ticks (10 ms): use some thousands of requests. Under ``va
 --trace-children=yes``, run it with two request counts and ``--wait-exit``: the difference of the totals
 over the difference of the counts is the instructions per round trip of each side, which a busy machine
 does not disturb (set ``PYTHONHASHSEED`` for repeatable counts). ``--runner`` goes through core's ``InstanceRunner`` as the server's schedulers do (its timing,
-statistics and the hand-over of the stub's answer to the waiting request).
+statistics and the hand-over of the stub's answer to the waiting request). The event loop is the server's
+(uvloop's when installed; ``--asyncio``: asyncio's own).
 
     .venv/bin/python benchmarks/python_isolation_roundtrip.py --requests 20000 [--runner]
 """
@@ -31,6 +32,7 @@ from inferd.contracts.recorder import Recorder
 from inferd.contracts.runner import InstanceRunner
 from inferd.contracts.stats import ModelStats
 from inferd.contracts.types import InferRequest, InferTensor, RequestedOutput
+from inferd.serving.runner import run as run_loop
 from inferd_backend_python import ipc
 from inferd_backend_python.backend import PythonBackend
 
@@ -86,13 +88,15 @@ def main(argv: list[str]) -> None:
     p.add_argument("--requests", type=int, default=20000, help="timed round trips (default 20000)")
     p.add_argument("--wait-exit", action="store_true", help="let the stub exit by itself at the end")
     p.add_argument("--runner", action="store_true", help="through core's InstanceRunner, as a server runs it")
+    p.add_argument("--asyncio", action="store_true", help="on asyncio's event loop, not the server's (uvloop)")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="inferd-bench-roundtrip-") as tmp:
         model_dir = Path(tmp) / "add_sub"
         (model_dir / "1").mkdir(parents=True)
         (model_dir / "config.pbtxt").write_text(CONFIG.format(n=4, extra=PROCESS))
         (model_dir / "1" / "model.py").write_text(MODEL_PY)
-        asyncio.run(run(Path(tmp), args.requests, args.wait_exit, args.runner))
+        main = run(Path(tmp), args.requests, args.wait_exit, args.runner)
+        asyncio.run(main) if args.asyncio else run_loop(main)
 
 
 if __name__ == "__main__":

@@ -177,3 +177,51 @@ def test_an_instance_that_may_not_run_inline_always_runs_on_its_thread() -> None
     finally:
         runner.close()
     assert instance.threads == ["inferd-m_0"] * 4
+
+
+class Held(Instance):
+    """A non-blocking instance answering each batch when the test says (one batch at a time)."""
+
+    blocking = False
+
+    def __init__(self) -> None:
+        self.held: list[tuple[Sequence[InferRequest], asyncio.Future]] = []
+
+    def execute(self, requests: Sequence[InferRequest]) -> asyncio.Future:  # type: ignore[override]
+        future = asyncio.get_running_loop().create_future()
+        self.held.append((requests, future))
+        return future
+
+    def answer(self) -> None:
+        requests, future = self.held.pop(0)
+        future.set_result([InferResponse("m", "1", r.id) for r in requests])
+
+
+def test_a_batch_cancelled_while_waiting_for_its_turn_takes_none_and_loses_none() -> None:
+    async def main() -> None:
+        instance = Held()
+        runner = _runner(instance)
+
+        async def settle() -> None:
+            for _ in range(5):
+                await asyncio.sleep(0)
+
+        calls = [asyncio.ensure_future(runner.run([_request(1, str(i))])) for i in range(3)]
+        await settle()
+        assert len(instance.held) == 1  # the others wait for the instance's one turn, in order
+        calls[1].cancel()
+        await settle()
+        instance.answer()
+        await settle()
+        assert [requests[0].id for requests, _ in instance.held] == ["2"]  # the cancelled one was skipped
+        instance.answer()
+        assert calls[1].cancelled()
+        assert [(await c)[0].id for c in (calls[0], calls[2])] == ["0", "2"]
+        last = asyncio.ensure_future(runner.run([_request(1, "3")]))
+        await settle()
+        instance.answer()  # the turn came back: the next batch ran
+        assert (await asyncio.wait_for(last, 2))[0].id == "3"
+        assert runner.executing == 0
+        runner.close()
+
+    asyncio.run(main())

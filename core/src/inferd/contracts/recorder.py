@@ -55,8 +55,9 @@ class Recorder:
         totals: list[int] = []
         queues: list[int] = []
         rows = succeeded = 0
+        batched = max_batch > 0
         for request, result in zip(requests, results, strict=True):
-            n = request.batch_size(max_batch)
+            n = request.batch_size(max_batch) if batched else 1
             rows += n
             trace = request.context.get(TRACE_KEY) if request.context else None
             if trace is not None:
@@ -72,8 +73,7 @@ class Recorder:
             totals.append(done_ns - request.arrival_ns)
             queues.append(dequeued_ns - request.arrival_ns)
             outcomes.append(result or InferResponse(stats.name, stats.version, request.id))
-        stats.record_execution(rows, input_ns, infer_ns, output_ns, succeeded=succeeded)
-        stats.record_successes(totals, queues, input_ns, infer_ns, output_ns)
+        stats.record_batch(rows, succeeded, totals, queues, input_ns, infer_ns, output_ns)
         return outcomes
 
     def rejected(self, request: InferRequest) -> None:

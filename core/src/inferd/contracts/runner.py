@@ -12,6 +12,7 @@ exception once, with its traceback.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
 import queue
@@ -78,9 +79,7 @@ class InstanceRunner:
         self.executing = 0
         #: How many batches may execute at once (``Instance.pipeline_depth``; the instance orders them).
         self.depth = max(1, int(getattr(instance, "pipeline_depth", 1))) if not instance.blocking else 1
-        self._turn: asyncio.Lock | asyncio.Semaphore = (
-            asyncio.Lock() if self.depth == 1 else asyncio.Semaphore(self.depth)
-        )
+        self._turn = _Turns(self.depth)
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         #: The execution on the thread now: its future, what to call when it ends, how many
@@ -113,7 +112,8 @@ class InstanceRunner:
         """
         gate = self.gate
         count = len(requests)
-        await self._turn.acquire()  # a second batch waits here, still pending, its queue time running
+        if not self._turn.take():
+            await self._turn.wait()  # a batch past the depth waits here, still pending, its queue time running
         if self._abandoned:
             self._turn.release()
             return [self._unloading()] * count
@@ -152,8 +152,26 @@ class InstanceRunner:
                 if then is not None:
                     then()
                 raise
-            if isinstance(execution.results, asyncio.Future):
-                execution = await self._settle(requests, execution, then)
+            future = execution.results
+            if isinstance(future, asyncio.Future):
+                # A non-blocking instance answered with a future: the execution ends (and the instance
+                # is free again) when the future is done, even if the caller left before. Awaited
+                # here, not in a coroutine of its own: one frame less a request.
+                try:
+                    results = await _Shielded(future)
+                except asyncio.CancelledError:
+                    if not future.cancelled():  # our caller left; the instance stays busy until the future is done
+                        future.add_done_callback(_ender(execution, then))
+                        raise
+                    results = [InternalError(f"instance '{self.spec.name}' cancelled its execution")] * len(requests)
+                except InferdError as exc:
+                    results = [exc] * len(requests)
+                except Exception as exc:
+                    results = self._failed(exc, len(requests))
+                execution.end_ns = time.monotonic_ns()
+                if then is not None:
+                    then()
+                execution.results = list(results)
             elif then is not None:
                 then()
         else:
@@ -163,34 +181,6 @@ class InstanceRunner:
             execution.results = self._broken(requests, "returned no responses")
         elif count and count != len(requests):
             execution.results = self._broken(requests, f"returned {count} responses for {len(requests)} requests")
-        return execution
-
-    async def _settle(
-        self, requests: Sequence[InferRequest], execution: Execution, then: Callable[[], None] | None
-    ) -> Execution:
-        """The results of a non-blocking instance that answered with a future: the execution ends
-        (and the instance is free again) when the future is done, even if the caller left before."""
-        future: asyncio.Future[list[Outcome]] = execution.results  # type: ignore[assignment]
-
-        def ended(_: object = None) -> None:  # the instance is free again
-            execution.end_ns = time.monotonic_ns()
-            if then is not None:
-                then()
-
-        count = len(requests)
-        try:
-            results = await _Shielded(future)
-        except asyncio.CancelledError:
-            if not future.cancelled():  # our caller left; the instance stays busy until the future is done
-                future.add_done_callback(ended)
-                raise
-            results = [InternalError(f"instance '{self.spec.name}' cancelled its execution")] * count
-        except InferdError as exc:
-            results = [exc] * count
-        except Exception as exc:
-            results = self._failed(exc, count)
-        ended()
-        execution.results = list(results)
         return execution
 
     def _quick(self, size: int) -> bool:
@@ -265,7 +255,7 @@ class InstanceRunner:
         cpu = time.thread_time_ns() if self._inline else 0
         try:
             results = self.instance.execute(requests)
-            if not isinstance(results, asyncio.Future):  # a non-blocking instance's future: see _settle
+            if not isinstance(results, asyncio.Future):  # a non-blocking instance's future: see execute
                 results = list(results)
         except InferdError as exc:  # raised on purpose (a bad input...): the client's error only
             results = [exc] * len(requests)
@@ -328,6 +318,60 @@ class InstanceRunner:
         finally:
             self._jobs.put(None)
             self._thread.join()
+
+
+def _ender(execution: Execution, then: Callable[[], None] | None) -> Callable[[object], None]:
+    """What ends ``execution`` once its instance's future is done, when its caller left before."""
+
+    def ended(_: object) -> None:  # the instance is free again
+        execution.end_ns = time.monotonic_ns()
+        if then is not None:
+            then()
+
+    return ended
+
+
+class _Turns:
+    """How many batches an instance may hold at once (its depth): ``asyncio.Semaphore``'s rules,
+    first come first served, without its coroutine and generator on the way through when a turn
+    is free (:meth:`take`, a plain call; :meth:`wait` only when none is)."""
+
+    __slots__ = ("_free", "_waiters")
+
+    def __init__(self, turns: int) -> None:
+        self._free = turns
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def take(self) -> bool:
+        """Take a turn if one is free and nobody waits for one; False: :meth:`wait` for it."""
+        if self._free and not self._waiters:
+            self._free -= 1
+            return True
+        return False
+
+    async def wait(self) -> None:
+        """Wait for a turn, handed over by :meth:`release` in the order the waiters came."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.cancelled():
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+            else:  # handed a turn just as the caller was cancelled: pass it on
+                self.release()
+            raise
+
+    def release(self) -> None:
+        """Give a turn back: to the first waiter still waiting, or to the free ones."""
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1
 
 
 class _Shielded:

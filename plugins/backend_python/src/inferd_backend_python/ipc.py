@@ -157,7 +157,7 @@ class Tensors:
         if nbytes:
             self._items.append((offset, data))
             self._size = offset + ((nbytes + _ALIGN - 1) & ~(_ALIGN - 1))  # aligned: views of it are
-        return (datatype, tuple(array.shape), offset, nbytes)
+        return (datatype, array.shape, offset, nbytes)
 
     @property
     def size(self) -> int:
@@ -176,9 +176,13 @@ class Tensors:
 
     def to_bytes(self) -> bytes:
         """Every array copied into one buffer, to travel in the message itself."""
+        items = self._items
+        if len(items) == 1:  # one tensor (a response's output, often): it is the buffer, at offset 0
+            data = items[0][1]
+            return data if isinstance(data, bytes) else data.tobytes()
         parts: list[bytes] = []
         end = 0
-        for offset, data in self._items:
+        for offset, data in items:
             if offset > end:
                 parts.append(bytes(offset - end))
             chunk = data if isinstance(data, bytes) else data.tobytes()
@@ -378,11 +382,21 @@ class Channel:
             try:
                 if data is None:
                     data, fds = self._pack(kind, body, tensors)
-                if self._waits:
-                    self._transmit(data, fds)
-                elif self._backlog or not self._try(data, fds):
+                if fds:
+                    if self._waits:
+                        self._transmit(data, fds)
+                    elif self._backlog or not self._try(data, fds):
+                        self._queue(data, fds)
+                        fds = []
+                elif self._waits:
+                    self.sock.send(data)
+                elif self._backlog:
                     self._queue(data, fds)
-                    fds = []
+                else:
+                    try:
+                        self.sock.send(data)
+                    except BlockingIOError:
+                        self._queue(data, fds)
             finally:
                 for f in fds:
                     os.close(f)
@@ -476,7 +490,12 @@ class Channel:
         try:
             if flags & _TRUNCATED:
                 raise Malformed("a message longer than a datagram, or with too many files")
-            kind, body, where = _loads(self._buffer[:size])
+            try:  # _loads, inline: this is every message's path
+                kind, body, where = marshal.loads(self._buffer[:size])
+            except (ValueError, TypeError, EOFError) as exc:
+                raise Malformed(f"undecodable ({exc})") from None
+            if type(kind) is not int:
+                raise Malformed(f"a message of kind {kind!r}")
             if kind == _LARGE:
                 if not fds or type(body) is not int or body > MESSAGE_LIMIT:
                     raise Malformed(f"a large message of {body!r} bytes")

@@ -288,7 +288,10 @@ def response_to_inferd(
         return error_response(error.message, error.kind)
     produced = response._outputs
     wanted = request.outputs
-    if wanted:
+    if len(wanted) == 1:  # one output asked for: the last tensor of that name, without a dict
+        name = wanted[0].name
+        produced = [t for t in produced if (type(t) is Tensor or isinstance(t, Tensor)) and t._name == name][-1:]
+    elif wanted:
         by_name = {t._name: t for t in produced if type(t) is Tensor or isinstance(t, Tensor)}
         produced = [by_name[o.name] for o in wanted if o.name in by_name]
     tensors = []
