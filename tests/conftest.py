@@ -33,8 +33,8 @@ XDIST_GROUPS = {"tests/plugins/backend_vllm/": "vllm", "tests/docs/test_doc_comm
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Keep the file order under xdist; let every ``inferd serve`` the tests start read its modules'
-    bytecode instead of compiling them: with PYTHONDONTWRITEBYTECODE set (as in some shells and
+    """Keep the file order under xdist; one OpenBLAS thread a process; let every ``inferd serve`` the
+    tests start read its modules' bytecode instead of compiling them: with PYTHONDONTWRITEBYTECODE set (as in some shells and
     images) each of the ~150 server starts compiled inferd's and the plugins' sources again (about
     0.15 s of CPU each). The controller writes the bytecode once; the servers may write it too."""
     if getattr(config.option, "dist", "no") in ("loadfile", "loadscope"):
@@ -43,6 +43,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
+    # One OpenBLAS thread in every process the tests start (servers, workers, stubs, tools): numpy's
+    # OpenBLAS starts a thread per core as it loads, and their spinning cost each process 0.1-0.2 s
+    # of CPU (`import inferd.host.cli`: 0.63 s with them, 0.42 s without); a run starts ~270 servers.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if not hasattr(config, "workerinput"):
         for src in [ROOT / "core" / "src", *sorted((ROOT / "plugins").glob("*/src"))]:
             compileall.compile_dir(src, quiet=1)
