@@ -17,6 +17,7 @@ from inferd.contracts.recorder import Recorder
 from inferd.contracts.runner import InstanceRunner
 from inferd.contracts.stats import ModelStats
 from inferd.contracts.types import InferRequest, InferResponse, InferTensor
+from tests.core.test_instance_pool import Pipelined
 
 
 def _request(rows: int, request_id: str) -> InferRequest:
@@ -179,22 +180,10 @@ def test_an_instance_that_may_not_run_inline_always_runs_on_its_thread() -> None
     assert instance.threads == ["inferd-m_0"] * 4
 
 
-class Held(Instance):
+class Held(Pipelined):
     """A non-blocking instance answering each batch when the test says (one batch at a time)."""
 
-    blocking = False
-
-    def __init__(self) -> None:
-        self.held: list[tuple[Sequence[InferRequest], asyncio.Future]] = []
-
-    def execute(self, requests: Sequence[InferRequest]) -> asyncio.Future:  # type: ignore[override]
-        future = asyncio.get_running_loop().create_future()
-        self.held.append((requests, future))
-        return future
-
-    def answer(self) -> None:
-        requests, future = self.held.pop(0)
-        future.set_result([InferResponse("m", "1", r.id) for r in requests])
+    pipeline_depth = 1
 
 
 def test_a_batch_cancelled_while_waiting_for_its_turn_takes_none_and_loses_none() -> None:
