@@ -1,9 +1,11 @@
 """The dynamic batcher's preferred sizes and delay, end to end, as Triton 2.51 forms batches.
 
 The Python model logs every ``execute`` call (the rows of each request in it), so the tests
-assert on the batches formed, not on timings. A "blocker" request (8 rows, value -1) keeps the
-only instance busy while the requests under test queue up, so the batcher sees them all at once
-when the instance frees, as Triton's QA tests do with TRITONSERVER_DELAY_SCHEDULER. Each
+assert on the batches formed, not on timings. A "blocker" request (8 rows, value -seconds) keeps
+the only instance busy while the requests under test queue up, so the batcher sees them all at once
+when the instance frees, as Triton's QA tests do with TRITONSERVER_DELAY_SCHEDULER. It frees the
+instance well before the first queued request's delay ends (:data:`BLOCK_S`): when the two ended
+together, which one the batcher saw first was a race (batches ``[3]`` instead of ``[2, 1]``). Each
 expectation was checked against the real Triton 2.51 (CPU, Python backend) with the same model.
 """
 
@@ -32,16 +34,19 @@ class TritonPythonModel:
 
     def execute(self, requests):
         xs = [pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() for r in requests]
-        blocker = any(float(x[0, 0]) < 0 for x in xs)
-        if blocker:
+        hold = max(-float(x[0, 0]) for x in xs)
+        if hold > 0:  # a blocker: holds the instance for -value seconds
             open(self.log + ".blocked", "w").close()
-            time.sleep(2.5)
+            time.sleep(hold)
         with open(self.log, "a") as f:
             f.write(json.dumps({"rows": [int(x.shape[0]) for x in xs], "t": time.time()}) + "\\n")
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]) for x in xs]
 """
 
 DELAY_US = 2_500_000
+#: How long the blocker holds the instance: time for the requests under test to queue (0.1 s apart),
+#: and a second short of :data:`DELAY_US`.
+BLOCK_S = 1.5
 MODELS = {
     "pref": f"preferred_batch_size: [ 2, 6 ] max_queue_delay_microseconds: {DELAY_US}",
     "zero": "preferred_batch_size: [ 4, 6 ]",
@@ -99,7 +104,7 @@ def _run(server: ServerProcess, model: str, rows: list[int], gap: float = 0.1, b
     marker.unlink(missing_ok=True)
     threads = []
     if blocker:
-        threads.append(threading.Thread(target=_infer, args=(server, model, 8, -1.0)))
+        threads.append(threading.Thread(target=_infer, args=(server, model, 8, -BLOCK_S)))
         threads[0].start()
         deadline = time.monotonic() + 60
         while not marker.exists() and time.monotonic() < deadline:

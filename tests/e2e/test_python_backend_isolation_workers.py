@@ -146,10 +146,11 @@ def test_a_crash_in_one_workers_stub_fails_only_its_request_and_the_stub_comes_b
 def test_a_worker_killed_with_sigkill_leaves_no_stub_behind(server):
     busy = Path(server.repo) / "boom" / "BUSY"
     busy.unlink(missing_ok=True)
-    threading.Thread(target=_infer_quietly, args=(server, "boom", 2), daemon=True).start()
     deadline = time.monotonic() + 60
+    answers: list[tuple[int, str]] = []
+    threading.Thread(target=_infer_until_busy, args=(server, busy, deadline, answers), daemon=True).start()
     while not busy.exists() or not busy.read_text():
-        assert time.monotonic() < deadline, "the model never started its long execute"
+        assert time.monotonic() < deadline, f"the model never started its long execute; answers: {answers}"
         time.sleep(0.05)
     stub = int(busy.read_text())
     with open(f"/proc/{stub}/stat") as f:
@@ -164,11 +165,15 @@ def test_a_worker_killed_with_sigkill_leaves_no_stub_behind(server):
     _serving(server, "boom")
 
 
-def _infer_quietly(server: ServerProcess, model: str, n: int) -> None:
-    try:
-        _infer(server, model, n, timeout=120)
-    except OSError:  # its worker is killed
-        pass
+def _infer_until_busy(server: ServerProcess, busy: Path, deadline: float, answers: list[tuple[int, str]]) -> None:
+    """Ask ``boom`` for its long execute until it starts one: a worker whose stub the test before
+    crashed may answer that it is restarting it (the answers are kept for the failure message)."""
+    while not busy.exists() and time.monotonic() < deadline:
+        try:
+            answers.append(_infer(server, "boom", 2, timeout=120))
+        except OSError:  # its worker is killed
+            return
+        time.sleep(0.2)
 
 
 def _running(pid: int) -> bool:
