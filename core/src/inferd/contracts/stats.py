@@ -107,16 +107,9 @@ class ModelStats:
         b = self.batches.get(batch_size)
         if b is None:
             b = self.batches[batch_size] = BatchStats()
-        # the additions inline: a method call for each of the eight is most of the cost here
-        d = b.compute_input
-        d.count += 1
-        d.ns += input_ns
-        d = b.compute_infer
-        d.count += 1
-        d.ns += infer_ns
-        d = b.compute_output
-        d.count += 1
-        d.ns += output_ns
+        b.compute_input.add(input_ns)
+        b.compute_infer.add(infer_ns)
+        b.compute_output.add(output_ns)
 
     def record_batch(
         self, rows: int, succeeded: int, totals_ns: Sequence[int], queues_ns: Sequence[int], input_ns: int,
@@ -147,21 +140,11 @@ class ModelStats:
         self, totals_ns: Sequence[int], queues_ns: Sequence[int], input_ns: int, infer_ns: int, output_ns: int
     ) -> None:
         n = len(totals_ns)
-        d = self._success
-        d.count += n
-        d.ns += sum(totals_ns)
-        d = self._queue
-        d.count += n
-        d.ns += sum(queues_ns)
-        d = self._input
-        d.count += n
-        d.ns += input_ns * n
-        d = self._infer
-        d.count += n
-        d.ns += infer_ns * n
-        d = self._output
-        d.count += n
-        d.ns += output_ns * n
+        self._success.add(sum(totals_ns), n)
+        self._queue.add(sum(queues_ns), n)
+        self._input.add(input_ns * n, n)
+        self._infer.add(infer_ns * n, n)
+        self._output.add(output_ns * n, n)
         self.last_inference_ms = time.time_ns() // 1_000_000
         if self.observer is not None:
             obs = self.observer.observe
