@@ -382,21 +382,11 @@ class Channel:
             try:
                 if data is None:
                     data, fds = self._pack(kind, body, tensors)
-                if fds:
-                    if self._waits:
-                        self._transmit(data, fds)
-                    elif self._backlog or not self._try(data, fds):
-                        self._queue(data, fds)
-                        fds = []
-                elif self._waits:
-                    self.sock.send(data)
-                elif self._backlog:
+                if self._waits:
+                    self._transmit(data, fds)
+                elif self._backlog or not self._try(data, fds):
                     self._queue(data, fds)
-                else:
-                    try:
-                        self.sock.send(data)
-                    except BlockingIOError:
-                        self._queue(data, fds)
+                    fds = []
             finally:
                 for f in fds:
                     os.close(f)
@@ -490,12 +480,7 @@ class Channel:
         try:
             if flags & _TRUNCATED:
                 raise Malformed("a message longer than a datagram, or with too many files")
-            try:  # _loads, inline: this is every message's path
-                kind, body, where = marshal.loads(self._buffer[:size])
-            except (ValueError, TypeError, EOFError) as exc:
-                raise Malformed(f"undecodable ({exc})") from None
-            if type(kind) is not int:
-                raise Malformed(f"a message of kind {kind!r}")
+            kind, body, where = _loads(self._buffer[:size])
             if kind == _LARGE:
                 if not fds or type(body) is not int or body > MESSAGE_LIMIT:
                     raise Malformed(f"a large message of {body!r} bytes")
