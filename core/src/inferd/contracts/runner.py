@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import functools
 import logging
 import queue
 import threading
@@ -161,16 +162,14 @@ class InstanceRunner:
                     results = await _Shielded(future)
                 except asyncio.CancelledError:
                     if not future.cancelled():  # our caller left; the instance stays busy until the future is done
-                        future.add_done_callback(_ender(execution, then))
+                        future.add_done_callback(functools.partial(_end, execution, then))
                         raise
                     results = [InternalError(f"instance '{self.spec.name}' cancelled its execution")] * len(requests)
                 except InferdError as exc:
                     results = [exc] * len(requests)
                 except Exception as exc:
                     results = self._failed(exc, len(requests))
-                execution.end_ns = time.monotonic_ns()
-                if then is not None:
-                    then()
+                _end(execution, then)
                 execution.results = list(results)
             elif then is not None:
                 then()
@@ -320,15 +319,12 @@ class InstanceRunner:
             self._thread.join()
 
 
-def _ender(execution: Execution, then: Callable[[], None] | None) -> Callable[[object], None]:
-    """What ends ``execution`` once its instance's future is done, when its caller left before."""
-
-    def ended(_: object) -> None:  # the instance is free again
-        execution.end_ns = time.monotonic_ns()
-        if then is not None:
-            then()
-
-    return ended
+def _end(execution: Execution, then: Callable[[], None] | None, _future: object = None) -> None:
+    """``execution`` is over (its instance's future is done, whether or not its caller waited):
+    the instance is free again."""
+    execution.end_ns = time.monotonic_ns()
+    if then is not None:
+        then()
 
 
 class _Turns:
