@@ -34,8 +34,8 @@ XDIST_GROUPS = {"tests/plugins/backend_vllm/": "vllm", "tests/docs/test_doc_comm
 
 def pytest_configure(config: pytest.Config) -> None:
     """Keep the file order under xdist; one OpenBLAS thread a process; let every ``inferd serve`` the
-    tests start read its modules' bytecode instead of compiling them: with PYTHONDONTWRITEBYTECODE set (as in some shells and
-    images) each of the ~150 server starts compiled inferd's and the plugins' sources again (about
+    tests start read its modules' bytecode instead of compiling them: with PYTHONDONTWRITEBYTECODE
+    set (as in some shells and images) each of the ~150 server starts compiled inferd's and the plugins' sources again (about
     0.15 s of CPU each). The controller writes the bytecode once; the servers may write it too."""
     if getattr(config.option, "dist", "no") in ("loadfile", "loadscope"):
         # xdist would hand out files by their number of tests (most first): the order

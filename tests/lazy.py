@@ -1,6 +1,6 @@
 """Modules loaded when first used, not when pytest collects the file that imports them: every xdist
-worker collects every test file, so a heavy import at the top of one (torch, openai, xgboost, moto)
-cost each worker its CPU, even the workers that never run that file."""
+worker collects every test file, so a heavy import at the top of one (torch, openai, boto3, moto) cost
+each worker its CPU, even the workers that never run that file."""
 
 from __future__ import annotations
 
