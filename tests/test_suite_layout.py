@@ -31,15 +31,19 @@ def test_files_with_slow_tests_come_first(request: pytest.FixtureRequest):
 def test_collecting_a_file_does_not_load_what_it_imports_lazily(tmp_path: Path):
     """Each xdist worker collects every file: a module held through ``tests.lazy`` must load when a
     test uses it, not when pytest and its plugins look over the file's names."""
-    (tmp_path / "heavy_module.py").write_text("import pathlib\npathlib.Path(__file__).with_suffix('.loaded').touch()\nVALUE = 42\n")
-    (tmp_path / "test_holder.py").write_text(textwrap.dedent("""
+    (tmp_path / "heavy_module.py").write_text(
+        "import pathlib\npathlib.Path(__file__).with_suffix('.loaded').touch()\nVALUE = 42\n"
+    )
+    (tmp_path / "test_holder.py").write_text(
+        textwrap.dedent("""
         from tests.lazy import lazy_import
 
         heavy = lazy_import("heavy_module")
 
         def test_uses_it():
             assert heavy.VALUE == 42
-    """))
+    """)
+    )
     loaded = tmp_path / "heavy_module.loaded"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
 
