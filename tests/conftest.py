@@ -33,10 +33,11 @@ XDIST_GROUPS = {"tests/plugins/backend_vllm/": "vllm", "tests/docs/test_doc_comm
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Keep the file order under xdist; one OpenBLAS thread a process; let every ``inferd serve`` the
-    tests start read its modules' bytecode instead of compiling them: with PYTHONDONTWRITEBYTECODE
-    set (as in some shells and images) each of the ~150 server starts compiled inferd's and the plugins' sources again (about
-    0.15 s of CPU each). The controller writes the bytecode once; the servers may write it too."""
+    """Keep the file order under xdist; one OpenBLAS thread a process, OpenMP threads that do not
+    spin; let every ``inferd serve`` the tests start read its modules' bytecode instead of compiling
+    them: with PYTHONDONTWRITEBYTECODE set (as in some shells and images) each of the ~150 server
+    starts compiled inferd's and the plugins' sources again (about 0.15 s of CPU each). The
+    controller writes the bytecode once; the servers may write it too."""
     if getattr(config.option, "dist", "no") in ("loadfile", "loadscope"):
         # xdist would hand out files by their number of tests (most first): the order
         # pytest_collection_modifyitems sets (longest files first) is the one wanted.
@@ -47,6 +48,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # OpenBLAS starts a thread per core as it loads, and their spinning cost each process 0.1-0.2 s
     # of CPU (`import inferd.host.cli`: 0.63 s with them, 0.42 s without); a run starts ~270 servers.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # OpenMP threads that sleep when they have no work (torch's, so vLLM's and the PyTorch backend's)
+    # instead of spinning a while first: the tiny models' steps are short, and between them the
+    # spinning threads took both cores (a vLLM engine's 20 completions: 4.5 s of CPU spinning, 2.5 s
+    # passive, the same wall time; the PyTorch tests 23.0 s against 21.0 s).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if not hasattr(config, "workerinput"):
         for src in [ROOT / "core" / "src", *sorted((ROOT / "plugins").glob("*/src"))]:
             compileall.compile_dir(src, quiet=1)
