@@ -10,9 +10,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -84,8 +86,15 @@ def write_lora(directory: Path, hidden: int = 128, rank: int = 8, seed: int = 1)
     return directory
 
 
+def short_tmp() -> Path:
+    """A temporary directory for a server (its ``TMPDIR``) whose path leaves room for socket files
+    under it: a Unix socket's path holds 107 characters at most, and pytest's folders are long."""
+    return Path(tempfile.mkdtemp(prefix="vt-"))
+
+
 class VllmServe:
-    """``vllm serve MODEL ARGS`` on a free loopback port, started at once, up from :meth:`wait` until :meth:`stop`."""
+    """``vllm serve MODEL ARGS`` on a free loopback port, started at once, up from :meth:`wait` until :meth:`stop`;
+    its temporary files (vLLM leaves its engine's socket files behind) in a directory removed at :meth:`stop`."""
 
     FLAGS = ["--dtype", "float32", "--enforce-eager"]
 
@@ -98,7 +107,9 @@ class VllmServe:
                    "--port", str(self.port), *self.FLAGS, *args]  # fmt: skip
         self.log_path = log
         self._log = open(log, "wb")
-        self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **ENV})
+        self.tmp = short_tmp()
+        env = {**os.environ, **ENV, "TMPDIR": str(self.tmp)}
+        self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, env=env)
         self.url = f"http://127.0.0.1:{self.port}"
 
     def terminate(self) -> None:
@@ -130,6 +141,7 @@ class VllmServe:
             self.proc.kill()
             self.proc.wait()
         self._log.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 class SideBySide:
@@ -143,8 +155,10 @@ class SideBySide:
     - ``vllm_embed``: ``vllm serve --runner pooling`` as ``embed``.
     """
 
-    def __init__(self, inferd: ServerProcess, vllm_llm: VllmServe, vllm_embed: VllmServe) -> None:
+    def __init__(self, inferd: ServerProcess, vllm_llm: VllmServe, vllm_embed: VllmServe, inferd_tmp: Path) -> None:
         self.inferd, self.vllm_llm, self.vllm_embed = inferd, vllm_llm, vllm_embed
+        #: The ``inferd serve``'s temporary directory (its ``TMPDIR``), where vLLM binds its engines' sockets.
+        self.inferd_tmp = inferd_tmp
 
 
 #: The test that stops the side-by-side ``inferd serve``: it runs after every other test of the session.
@@ -189,13 +203,16 @@ def side_by_side(tmp_path_factory: pytest.TempPathFactory, chat_llama: Path) -> 
                           enable_lora="true", max_lora_rank=8)  # fmt: skip
     (repo / "llm" / "1" / "multi_lora.json").write_text(json.dumps({"sql": str(lora)}))
     write_vllm_repository(repo, chat_llama, "embed", runner="pooling", max_model_len=MAX_MODEL_LEN)
-    inferd = ServerProcess([repo], ["--openai-port", "0", "--openai-address", "127.0.0.1"], env=ENV)
+    inferd_tmp = short_tmp()
+    inferd = ServerProcess([repo], ["--openai-port", "0", "--openai-address", "127.0.0.1"],
+                           env={**ENV, "TMPDIR": str(inferd_tmp)})  # fmt: skip
     try:
         started(inferd, START_S)
-        yield SideBySide(inferd, vllm_llm.wait(), vllm_embed.wait())
+        yield SideBySide(inferd, vllm_llm.wait(), vllm_embed.wait(), inferd_tmp)
     finally:  # all three stop at once
         vllm_llm.terminate()
         vllm_embed.terminate()
         inferd.stop()
+        shutil.rmtree(inferd_tmp, ignore_errors=True)
         vllm_llm.stop()
         vllm_embed.stop()

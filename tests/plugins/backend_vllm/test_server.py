@@ -255,9 +255,14 @@ def test_vllm_metrics_beside_tritons(llm_server: ServerProcess) -> None:
     assert metric(llm_server, "vllm:num_requests_running", labels) == 0  # the cancelled ones freed their slot
 
 
-def test_stopping_names_the_model_in_vllms_lines_and_ends_without_a_traceback(llm_server: ServerProcess) -> None:
-    """Last in this folder (the folder's conftest moves it there): it stops the shared server."""
+def test_stopping_names_the_model_in_vllms_lines_and_ends_without_a_traceback(side_by_side: SideBySide) -> None:
+    """Last in this folder (the folder's conftest moves it there): it stops the shared server, which
+    leaves none of vLLM's socket files behind."""
+    llm_server = side_by_side.inferd
     assert llm_server.proc is not None
+    # each engine binds its sockets in a directory of its own (vLLM's default: the temporary directory itself)
+    engines = [p for p in side_by_side.inferd_tmp.iterdir() if p.name.startswith("inferd-vllm-")]
+    assert len(engines) == 2 and all(any(f.is_socket() for f in d.iterdir()) for d in engines), engines
     llm_server.proc.send_signal(signal.SIGINT)
     assert llm_server.proc.wait(120) == 0
     log = llm_server.log()
@@ -266,3 +271,5 @@ def test_stopping_names_the_model_in_vllms_lines_and_ends_without_a_traceback(ll
     assert "[model 'llm'] (EngineCore pid=" in log and "[model 'embed'] (EngineCore pid=" in log, log
     assert "MPClient" not in log and "Loading weights took" not in log  # its INFO lines: DEBUG to inferd
     assert re.search(r"unloaded 2 models; inferd stopped in \d+\.\d\d s\n", log), log
+    left = [p for p in side_by_side.inferd_tmp.rglob("*") if p.is_socket() or p.name.startswith("inferd-vllm-")]
+    assert left == [], left

@@ -36,6 +36,7 @@ from inferd.api import (
     InvalidArgument,
     Unavailable,
 )
+from inferd_backend_vllm import sockets
 from inferd_backend_vllm.logs import model_logs
 from inferd_backend_vllm.metrics import VLLM_METRICS, stat_logger_for
 from inferd_backend_vllm.sampling import pooling_params, sampling_params
@@ -71,10 +72,17 @@ class Engine:
         self.metrics = CollectorRegistry(auto_describe=True)
         # Blocking (it starts the engine process): called on the load's worker thread, where no
         # loop runs, so vLLM starts its output handler lazily, on the loop of the first generate.
-        with model_logs(model_name, spawns=True):
-            self.engine = AsyncLLM.from_engine_args(
-                AsyncEngineArgs(**engine_args), stat_loggers=[stat_logger_for(self.metrics)]
-            )
+        #: Where vLLM binds this engine's sockets (see :mod:`inferd_backend_vllm.sockets`).
+        self.sockets = sockets.engine_directory()
+        environ = {sockets.VARIABLE: str(self.sockets)} if self.sockets is not None else {}
+        try:
+            with model_logs(model_name, spawns=True, environ=environ):
+                self.engine = AsyncLLM.from_engine_args(
+                    AsyncEngineArgs(**engine_args), stat_loggers=[stat_logger_for(self.metrics)]
+                )
+        except BaseException:
+            sockets.remove(self.sockets)
+            raise
         VLLM_METRICS.add(self.metrics)
         self.max_model_len: int = self.engine.model_config.max_model_len
 
@@ -179,7 +187,7 @@ class Engine:
 
     def shutdown(self) -> None:
         """End the requests still generating, then stop the engine and its process (blocking:
-        called on a worker thread while the loop runs).
+        called on a worker thread while the loop runs), and remove its socket files.
 
         ``AsyncLLM.__del__`` shuts the engine down again; left to the interpreter's exit, it runs
         once vLLM's module globals are gone and prints a traceback. The engine is stopped here,
@@ -190,6 +198,7 @@ class Engine:
         with model_logs(self.model_name):
             self.engine.shutdown()
         self.engine.shutdown = _already_shut_down  # type: ignore[method-assign]
+        sockets.remove(self.sockets)
 
     async def _end_requests(self) -> None:
         """Cancel the requests still generating, then vLLM's output handler (``AsyncLLM.output_handler``,

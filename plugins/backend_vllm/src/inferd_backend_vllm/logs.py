@@ -20,7 +20,7 @@ import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from inferd.api import REQUEST_MODEL
@@ -82,12 +82,13 @@ def route() -> None:
 
 
 @contextlib.contextmanager
-def model_logs(model: str, spawns: bool = False) -> Iterator[None]:
+def model_logs(model: str, spawns: bool = False, environ: Mapping[str, str] | None = None) -> Iterator[None]:
     """While vLLM works for ``model``: its lines name the model; with ``spawns``, so do those of the
-    process it starts meanwhile (not while vLLM is first imported: its layout would keep it)."""
+    process it starts meanwhile (not while vLLM is first imported: its layout would keep it), and
+    ``environ`` holds until that process exists."""
     install()
     token = MODEL.set(model)
-    environment = _SpawnEnvironment(model) if spawns else None
+    environment = _SpawnEnvironment(model, environ or {}) if spawns else None
     try:
         yield
     finally:
@@ -104,18 +105,20 @@ _SPAWNING = threading.Lock()
 
 
 class _SpawnEnvironment:
-    """``VLLM_LOGGING_PREFIX`` (and ``VLLM_LOGGING_LEVEL``) naming ``model`` for the next process
-    vLLM starts: set under :data:`_SPAWNING`, put back, and the lock released, by a watcher thread
-    as soon as a new child process exists (a spawned process copies the environment as it starts),
-    or by :meth:`restore` if none does. The rest of the engine's start runs beside other models'."""
+    """``VLLM_LOGGING_PREFIX`` (and ``VLLM_LOGGING_LEVEL``) naming ``model``, and ``environ``, for
+    the next process vLLM starts: set under :data:`_SPAWNING`, put back, and the lock released, by a
+    watcher thread as soon as a new child process exists (a spawned process copies the environment
+    as it starts), or by :meth:`restore` if none does. The rest of the engine's start runs beside
+    other models'."""
 
     NAMES = ("VLLM_LOGGING_PREFIX", "VLLM_LOGGING_LEVEL")
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, environ: Mapping[str, str]) -> None:
         _SPAWNING.acquire()
         self._restored = False
         self._once = threading.Lock()
-        self._saved = {name: os.environ.get(name) for name in self.NAMES}
+        self._saved = {name: os.environ.get(name) for name in (*self.NAMES, *environ)}
+        os.environ.update(environ)
         os.environ["VLLM_LOGGING_PREFIX"] = f"[model '{model}'] "
         if self._saved["VLLM_LOGGING_LEVEL"] is None:  # their INFO lines are DEBUG to the server
             verbose = logging.getLogger().getEffectiveLevel() <= logging.DEBUG
