@@ -115,7 +115,7 @@ TOTALS = re.compile(r"inferd perf: (\d+) requests completed \((\d+) responses\),
 CSV_HEAD = ["Concurrency", "Inferences/Second", "Client Send", "Network+Server Send/Recv", "Server Queue",
             "Server Compute Input", "Server Compute Infer", "Server Compute Output", "Client Recv",
             "p50 latency", "p90 latency", "p95 latency", "p99 latency"]  # fmt: skip
-FAST = ["-p", "500", "-r", "3"]
+FAST = ["-p", "200", "-r", "3"]
 
 
 @pytest.fixture(scope="module")

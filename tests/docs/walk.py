@@ -5,7 +5,7 @@ four substitutions so that the walk neither needs the default ports nor touches 
 takes longer than it must: ``localhost:8000`` (``:8001``, ``:8002``, ``:9000``) become the ports
 the page's current server bound (it is started on port 0 and writes them to a ``--ports-file``),
 ``/tmp/`` becomes a private directory, ``.venv/bin/`` the running interpreter's, and an
-``inferd perf`` or ``inferd analyze`` run measures short windows (:data:`MEASURE`: three 0.25 s
+``inferd perf`` or ``inferd analyze`` run measures short windows (:data:`MEASURE`: three 0.1 s
 windows a level at most, where the page's 1 s windows until stable take up to 10 s a level). An
 ``inferd serve`` line starts a server in the background (stopping the one before) and waits for it
 to be ready; install commands (``make``, ``pip install``, ``python -m venv``) are listed, not run.
@@ -38,7 +38,7 @@ INSTALL = re.compile(r"^(make |pip install |python -m venv )")
 #: A measuring ``inferd perf``/``inferd analyze`` command (not ``--help``) and what the walk appends to it
 #: (argparse keeps the last value: these override the page's ``-p``).
 MEASURING = re.compile(r"^(?:\S*/)?inferd (perf|analyze) (?!--help)")
-MEASURE = " -p 250 -r 3"
+MEASURE = " -p 100 -r 3"
 
 
 @dataclass
