@@ -145,18 +145,21 @@ class VllmServe:
 
 
 class SideBySide:
-    """One ``inferd serve`` and two ``vllm serve`` on the same folder, for the modules that compare them:
+    """One ``inferd serve`` and one ``vllm serve`` on the same folder, for the modules that compare them:
 
     - ``inferd``: model ``llm`` (the chat folder, Hermes tool calls, a LoRA adapter ``sql`` in Triton's
       vLLM backend layout: ``enable_lora`` and ``multi_lora.json``) and ``embed`` (vLLM's pooling
       runner, ``"runner": "pooling"``), the OpenAI frontend on a port of its own;
     - ``vllm_llm``: ``vllm serve`` of the same folder as ``llm`` with the same tool parser and
-      ``--lora-modules sql=...``;
-    - ``vllm_embed``: ``vllm serve --runner pooling`` as ``embed``.
+      ``--lora-modules sql=...``.
+
+    ``embed``'s vectors are checked against transformers' (test_embeddings_lora.py), not against a
+    ``vllm serve --runner pooling`` of their own: that server cost about 28 s of CPU to start, for
+    vectors that equal transformers' to 1e-7.
     """
 
-    def __init__(self, inferd: ServerProcess, vllm_llm: VllmServe, vllm_embed: VllmServe, inferd_tmp: Path) -> None:
-        self.inferd, self.vllm_llm, self.vllm_embed = inferd, vllm_llm, vllm_embed
+    def __init__(self, inferd: ServerProcess, vllm_llm: VllmServe, inferd_tmp: Path) -> None:
+        self.inferd, self.vllm_llm = inferd, vllm_llm
         #: The ``inferd serve``'s temporary directory (its ``TMPDIR``), where vLLM binds its engines' sockets.
         self.inferd_tmp = inferd_tmp
 
@@ -186,7 +189,7 @@ def chat_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="package")
 def side_by_side(tmp_path_factory: pytest.TempPathFactory, chat_llama: Path) -> Iterator[SideBySide]:
-    """The servers of :class:`SideBySide`, all three starting at once; stopped after this folder's tests
+    """The servers of :class:`SideBySide`, both starting at once; stopped after this folder's tests
     (the vLLM folder runs on one xdist worker, its files one after another)."""
     from inferd_backend_vllm.tiny_model import write_vllm_repository
 
@@ -195,8 +198,6 @@ def side_by_side(tmp_path_factory: pytest.TempPathFactory, chat_llama: Path) -> 
     llm_args = ["--max-model-len", str(MAX_MODEL_LEN), "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
                 "--enable-lora", "--max-lora-rank", "8", "--lora-modules", f"sql={lora}", "--served-model-name", "llm"]  # fmt: skip
     vllm_llm = VllmServe(chat_llama, llm_args, work / "vllm-llm.log")
-    vllm_embed = VllmServe(chat_llama, ["--runner", "pooling", "--max-model-len", str(MAX_MODEL_LEN), "--served-model-name", "embed"],
-                           work / "vllm-embed.log")  # fmt: skip
     repo = work / "repo"
     # as Triton's samples write a LoRA model: enable_lora in model.json, the adapters in multi_lora.json
     write_vllm_repository(repo, chat_llama, "llm", max_model_len=MAX_MODEL_LEN, tool_call_parser="hermes",
@@ -208,11 +209,9 @@ def side_by_side(tmp_path_factory: pytest.TempPathFactory, chat_llama: Path) -> 
                            env={**ENV, "TMPDIR": str(inferd_tmp)})  # fmt: skip
     try:
         started(inferd, START_S)
-        yield SideBySide(inferd, vllm_llm.wait(), vllm_embed.wait(), inferd_tmp)
-    finally:  # all three stop at once
+        yield SideBySide(inferd, vllm_llm.wait(), inferd_tmp)
+    finally:  # both stop at once
         vllm_llm.terminate()
-        vllm_embed.terminate()
         inferd.stop()
         shutil.rmtree(inferd_tmp, ignore_errors=True)
         vllm_llm.stop()
-        vllm_embed.stop()

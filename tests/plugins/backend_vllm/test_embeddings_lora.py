@@ -1,8 +1,9 @@
 """Embeddings, LoRA adapters and per-model vLLM metrics end to end, with the official ``openai`` client.
 
-inferd's ``llm`` (generative, with a LoRA adapter ``sql`` in Triton's vLLM backend layout) and
-``embed`` (vLLM's pooling runner) are compared with a real ``vllm serve`` on the same folder
-(``--lora-modules``, ``--runner pooling``): the servers of the conftest's :class:`SideBySide`.
+inferd's ``llm`` (generative, with a LoRA adapter ``sql`` in Triton's vLLM backend layout) is
+compared with a real ``vllm serve`` on the same folder (``--lora-modules``), and ``embed``'s vectors
+(vLLM's pooling runner) with the same model's computed by transformers, independently of vLLM: the
+servers of the conftest's :class:`SideBySide`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,8 +37,23 @@ def inferd(side_by_side: SideBySide) -> ServerProcess:
 
 
 @pytest.fixture(scope="module")
-def vllm_embed(side_by_side: SideBySide) -> VllmServe:
-    return side_by_side.vllm_embed
+def reference(chat_llama: Path) -> dict[str, tuple[np.ndarray, int]]:
+    """Each of :data:`TEXTS` -> (its embedding, its number of tokens), as vLLM's pooling runner embeds
+    with a causal LM's default pooler: the last token's final hidden state, L2-normalised. Computed
+    with transformers, not vLLM (``vllm serve --runner pooling`` on this folder answers the same
+    vectors to 1e-7)."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(chat_llama)
+    model = AutoModel.from_pretrained(chat_llama, dtype=torch.float32).eval()
+    out = {}
+    for text in TEXTS:
+        ids = tokenizer(text, return_tensors="pt")
+        with torch.no_grad():
+            last = model(**ids).last_hidden_state[0, -1]
+        out[text] = ((last / last.norm()).numpy(), int(ids["input_ids"].shape[1]))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -70,29 +87,29 @@ def vllm_samples(server: ServerProcess) -> dict[str, float]:
 
 
 class TestEmbeddings:
-    def test_vectors_equal_vllm_serve_float_and_base64(self, inferd: ServerProcess, vllm_embed: VllmServe) -> None:
-        ours, theirs = inferd_client(inferd), client(f"{vllm_embed.url}/v1")
-        want = theirs.embeddings.create(model="embed", input=TEXTS, encoding_format="float")
+    def test_vectors_equal_the_models_float_and_base64(
+        self, inferd: ServerProcess, reference: dict[str, tuple[np.ndarray, int]]
+    ) -> None:
+        ours = inferd_client(inferd)
         got = ours.embeddings.create(model="embed", input=TEXTS, encoding_format="float")
         assert [d.index for d in got.data] == [0, 1]
         assert got.model == "embed"
-        assert got.usage.prompt_tokens == want.usage.prompt_tokens > 0
-        for mine, vllm in zip(got.data, want.data, strict=True):
-            assert np.allclose(mine.embedding, vllm.embedding, atol=1e-5)
+        assert got.usage.prompt_tokens == sum(reference[t][1] for t in TEXTS) > 0
+        for mine, text in zip(got.data, TEXTS, strict=True):
+            assert np.allclose(mine.embedding, reference[text][0], atol=1e-5)
         raw = ours.embeddings.create(model="embed", input=TEXTS, encoding_format="base64")
-        for item, vllm in zip(raw.data, want.data, strict=True):
+        for item, text in zip(raw.data, TEXTS, strict=True):
             assert isinstance(item.embedding, str)
             decoded = np.frombuffer(base64.b64decode(item.embedding), dtype="<f4")
-            assert np.allclose(decoded, vllm.embedding, atol=1e-5)
+            assert np.allclose(decoded, reference[text][0], atol=1e-5)
         # The client's default: it asks for base64 and decodes it itself.
         default = ours.embeddings.create(model="embed", input=TEXTS[0])
-        assert np.allclose(default.data[0].embedding, want.data[0].embedding, atol=1e-5)
+        assert np.allclose(default.data[0].embedding, reference[TEXTS[0]][0], atol=1e-5)
 
-    def test_dimensions_refused_as_vllm_serve_refuses_them(self, inferd: ServerProcess, vllm_embed: VllmServe) -> None:
-        # The tiny Llama is no matryoshka model: vLLM refuses another size.
-        for base in (f"http://127.0.0.1:{inferd.ports['openai']}/v1", f"{vllm_embed.url}/v1"):
-            with pytest.raises(openai.BadRequestError, match="(?i)matryoshka"):
-                client(base).embeddings.create(model="embed", input=PROMPT, dimensions=16)
+    def test_dimensions_refused_as_vllm_refuses_them(self, inferd: ServerProcess) -> None:
+        # The tiny Llama is no matryoshka model: vLLM refuses another size, in its own words.
+        with pytest.raises(openai.BadRequestError, match="(?i)matryoshka"):
+            inferd_client(inferd).embeddings.create(model="embed", input=PROMPT, dimensions=16)
 
     def test_generate_returns_the_same_vector(self, inferd: ServerProcess) -> None:
         want = inferd_client(inferd).embeddings.create(model="embed", input=PROMPT, encoding_format="float")
