@@ -52,7 +52,7 @@ AUTOCOMPLETE = 5  # (config json dict, name, path, model dir) -> READY(config di
 # Stub -> server.
 READY = 10
 FAILED = 11  # (message, error kind)
-RESULT = 12  # (batch id, [response | error | None...], [rescheduled index...]) + tensors
+RESULT = 12  # (batch id, [response | error | None...], [rescheduled index...], ns the batch before ended) + tensors
 SEND = 13  # (batch id, request index, response | error | None, final) + tensors
 BLS_CALL = 14  # (call id, decoupled, request) + tensors
 LOG = 15  # (level, logger name, message)
