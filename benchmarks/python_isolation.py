@@ -9,7 +9,11 @@ latency at concurrency 1 (p50/p99) and throughput at concurrency 8. The "overhea
 p50 minus inferd in-process's: what the process boundary costs a request. "backend µs" is what the
 server itself reports (statistics API: compute input + infer + output per execution, at
 concurrency 1): the model's ``execute`` and, for a stub, the round trip to it, without the
-frontend, so it compares the two stubs whatever the speed of the HTTP servers. "CPU µs/inf" is
+frontend. "execute µs" is the time the model.py measures in its own ``execute`` body
+(``time.perf_counter_ns``; it reports it as two pb_utils custom counters, ns and calls, flushed every
+50 ms, which both servers export on ``/metrics``), and "stub µs" is backend µs minus execute µs: what
+the server and its stub spend around the model's code, the same subtraction on every server, whatever
+the speed of their HTTP frontends or of their pb_utils. "CPU µs/inf" is
 the CPU time (user + system) the server's processes (its stubs included) spent per inference: a
 measure a busy machine disturbs less than wall-clock times. All servers run at once and take
 turns, ``--rounds`` times: the noise of a shared machine falls on each of them alike; each cell
@@ -41,15 +45,43 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 MODEL_PY = """
+import time
+
 import triton_python_backend_utils as pb_utils
 
+FLUSH_NS = 50_000_000
+
+
 class TritonPythonModel:
+    def initialize(self, args):
+        name = args["model_name"]
+        labels = {"model": name}
+        # the families are kept: Triton refuses updates of a metric whose family was collected
+        self.families = (
+            pb_utils.MetricFamily(name=f"{name}_execute_ns", description="ns in the body of execute",
+                                  kind=pb_utils.MetricFamily.COUNTER),
+            pb_utils.MetricFamily(name=f"{name}_executions", description="calls of execute",
+                                  kind=pb_utils.MetricFamily.COUNTER),
+        )
+        self.ns_metric, self.count_metric = (family.Metric(labels=labels) for family in self.families)
+        self.ns = self.count = 0
+        self.flushed = time.perf_counter_ns()
+
     def execute(self, requests):
+        started = time.perf_counter_ns()
         out = []
         for r in requests:
             a = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
             b = pb_utils.get_input_tensor_by_name(r, "INPUT1").as_numpy()
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
+        now = time.perf_counter_ns()
+        self.ns += now - started
+        self.count += 1
+        if now - self.flushed >= FLUSH_NS:  # Triton's stub waits for the server on each metric update: seldom
+            self.ns_metric.increment(self.ns)
+            self.count_metric.increment(self.count)
+            self.ns = self.count = 0
+            self.flushed = now
         return out
 """
 CONFIG = """
@@ -84,9 +116,12 @@ def free_ports(n: int) -> list[int]:
 
 
 class Server:
-    def __init__(self, label: str, command: list[str], port: int, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, label: str, command: list[str], port: int, metrics_port: int, env: dict[str, str] | None = None
+    ) -> None:
         self.label = label
         self.port = port
+        self.metrics_port = metrics_port
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 120
@@ -121,6 +156,18 @@ class Server:
         stats = json.loads(conn.getresponse().read())["model_stats"][0]["inference_stats"]
         ns = sum(int(stats[k]["ns"]) for k in ("compute_input", "compute_infer", "compute_output"))
         return int(stats["compute_infer"]["count"]), ns
+
+    def execute_ns(self, model: str) -> tuple[float, float]:
+        """(executions, ns in the body of ``execute``) as the model.py counts them itself, from ``/metrics``."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.metrics_port, timeout=30)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        values = {}
+        for line in text.splitlines():
+            name, _, rest = line.partition("{")
+            if name in (f"{model}_execute_ns", f"{model}_executions") and f'model="{model}"' in rest:
+                values[name] = float(rest.rpartition(" ")[2])
+        return values.get(f"{model}_executions", 0.0), values.get(f"{model}_execute_ns", 0.0)
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -246,7 +293,8 @@ def main(argv: list[str]) -> None:
             http_port, grpc_port, metrics_port = free_ports(3)
             if process is None:
                 server = Server(label, ["bash", str(args.triton_dir / "start.sh"), str(repo), str(http_port),
-                                        str(grpc_port), str(metrics_port), "--model-control-mode=explicit"], http_port)  # fmt: skip
+                                        str(grpc_port), str(metrics_port), "--model-control-mode=explicit"], http_port,
+                                metrics_port)  # fmt: skip
             else:
                 env = None
                 if label == "baseline process":
@@ -256,10 +304,10 @@ def main(argv: list[str]) -> None:
                 server = Server(label, [sys.executable, "-m", "inferd.host.cli", "serve", "--model-repository", str(repo),
                                         "--http-port", str(http_port), "--grpc-port", str(grpc_port),
                                         "--metrics-port", str(metrics_port), "--model-control-mode", "explicit"],
-                                http_port, env)  # fmt: skip
+                                http_port, metrics_port, env)  # fmt: skip
             running.append(server)
             for suffix in SIZES:
-                rows[(label, suffix)] = {"load_ms": server.load(f"add_sub_{suffix}") * 1000, "backend_us": [],
+                rows[(label, suffix)] = {"load_ms": server.load(f"add_sub_{suffix}") * 1000, "backend_us": [], "execute_us": [], "stub_us": [],
                                          "p50_us": [], "p99_us": [], "c1_rps": [], "c8_rps": [], "cpu1_us": [],
                                          "cpu8_us": [], "errors": 0, "error": []}  # fmt: skip
         # the servers take turns, round after round: a busy machine's noise falls on all of them alike
@@ -269,11 +317,17 @@ def main(argv: list[str]) -> None:
                 for suffix, n in SIZES.items():
                     model, row = f"add_sub_{suffix}", rows[(server.label, suffix)]
                     before, cpu0 = server.backend_ns(model), cpu_seconds(pids)
+                    body0 = server.execute_ns(model)
                     lat1, count1, err1 = measure(server.port, model, n, 1, args.seconds)
                     after, cpu1 = server.backend_ns(model), cpu_seconds(pids)
+                    body1 = server.execute_ns(model)
                     lat8, count8, err8 = measure(server.port, model, n, 8, args.seconds)
                     cpu8 = cpu_seconds(pids)
-                    row["backend_us"].append((after[1] - before[1]) / max(1, after[0] - before[0]) / 1000)
+                    backend_us = (after[1] - before[1]) / max(1, after[0] - before[0]) / 1000
+                    execute_us = (body1[1] - body0[1]) / max(1, body1[0] - body0[0]) / 1000
+                    row["backend_us"].append(backend_us)
+                    row["execute_us"].append(execute_us)
+                    row["stub_us"].append(backend_us - execute_us)
                     row["p50_us"].append(percentile(lat1, 0.5) * 1e6)
                     row["p99_us"].append(percentile(lat1, 0.99) * 1e6)
                     row["c1_rps"].append(count1 / args.seconds)
@@ -294,6 +348,8 @@ def main(argv: list[str]) -> None:
     columns = (
         "load ms",
         "backend µs",
+        "execute µs",
+        "stub µs",
         "p50 µs",
         "p99 µs",
         "overhead µs",
@@ -302,7 +358,7 @@ def main(argv: list[str]) -> None:
         "CPU µs/inf c=1",
         "c=8",
     )
-    widths = (8, 16, 16, 18, 11, 16, 16, 16, 12)
+    widths = (8, 16, 14, 14, 16, 18, 11, 16, 16, 16, 12)
     print(
         f"{'server':18} {'model':20} " + " ".join(f"{c:>{w}}" for c, w in zip(columns, widths, strict=True)) + " errors"
     )
@@ -310,7 +366,8 @@ def main(argv: list[str]) -> None:
         n = SIZES[suffix]
         model = f"{suffix} ({n * 4 * 2 // 1024} KiB in)" if n > 4 else "small (32 B in)"
         overhead = statistics.median(r["p50_us"]) - base[suffix] if suffix in base else float("nan")
-        cells = (f"{r['load_ms']:.0f}", spread(r["backend_us"]), spread(r["p50_us"]), spread(r["p99_us"]),
+        cells = (f"{r['load_ms']:.0f}", spread(r["backend_us"]), spread(r["execute_us"]), spread(r["stub_us"]),
+                 spread(r["p50_us"]), spread(r["p99_us"]),
                  f"{overhead:.0f}", spread(r["c1_rps"]), spread(r["c8_rps"]), spread(r["cpu1_us"]),
                  spread(r["cpu8_us"]))  # fmt: skip
         print(f"{label:18} {model:20} " + " ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True))

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from inferd.contracts.backend import Instance, InstanceSpec
+from inferd.contracts.backend import Instance, InstanceSpec, Started
 from inferd.contracts.errors import ErrorKind, InferdError, InvalidArgument
 from inferd.contracts.recorder import Recorder
 from inferd.contracts.runner import InstanceRunner
@@ -211,6 +211,43 @@ def test_a_batch_cancelled_while_waiting_for_its_turn_takes_none_and_loses_none(
         instance.answer()  # the turn came back: the next batch ran
         assert (await asyncio.wait_for(last, 2))[0].id == "3"
         assert runner.executing == 0
+        runner.close()
+
+    asyncio.run(main())
+
+
+def test_a_pipelined_batch_that_waited_behind_another_counts_the_wait_as_queue_time() -> None:
+    """Both batches are handed over at once; the second says (Started) it could only start when the first
+    ended: that wait is queue time, not compute_infer. A start past the execution's end is bounded by it."""
+
+    async def main() -> None:
+        instance = Pipelined()
+        runner = _runner(instance)
+        began = time.monotonic_ns()
+        calls = [asyncio.ensure_future(runner.run([_request(1, str(i))])) for i in range(2)]
+        for _ in range(5):
+            await asyncio.sleep(0)
+        handed = time.monotonic_ns()
+        assert len(instance.held) == 2
+        await asyncio.sleep(0.05)
+        instance.answer()
+        first_end = time.monotonic_ns()
+        await asyncio.sleep(0.05)
+        requests, future = instance.held.pop(0)
+        future.set_result(Started([InferResponse("m", "1", r.id) for r in requests], first_end))
+        await asyncio.gather(*calls)
+        stats = runner.recorder.stats.as_dict()["inference_stats"]
+        assert stats["queue"]["ns"] >= first_end - handed  # without Started: ~0
+        assert stats["compute_infer"]["ns"] <= time.monotonic_ns() - began  # without: + the second's wait
+        late = asyncio.ensure_future(runner.run([_request(1, "late")]))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        requests, future = instance.held.pop(0)
+        future.set_result(Started([InferResponse("m", "1", r.id) for r in requests], time.monotonic_ns() + 10**12))
+        await late
+        after = runner.recorder.stats.as_dict()["inference_stats"]
+        assert after["compute_infer"]["ns"] >= stats["compute_infer"]["ns"]  # bounded: no negative compute
+        assert after["queue"]["ns"] - stats["queue"]["ns"] < 10**10
         runner.close()
 
     asyncio.run(main())

@@ -58,7 +58,7 @@ def send_raw(body, where=None, fds=()):
     while "batch_id" not in frame.f_locals:  # the stub's loop, running this batch
         frame = frame.f_back
     sock = socket.socket(fileno=os.dup(int(sys.argv[1])))
-    data = marshal.dumps((12, (frame.f_locals["batch_id"], [body], []), where))
+    data = marshal.dumps((12, (frame.f_locals["batch_id"], [body], [], 0), where))
     socket.send_fds(sock, [data], list(fds)) if fds else sock.send(data)
 
 def result(shape, offset, nbytes):
@@ -181,6 +181,17 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([-1], np.int32))])]
 """
 CANCEL_PARAMS = PROCESS + 'parameters { key: "CPU_AFFINITY" value: { string_value: "0" } }\n'
+# Isolated; each execute takes 0.5 s.
+NAP_PY = """
+import time
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(0.5)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN")
+                .as_numpy() + 1)]) for r in requests]
+"""
 LOOP_PY = """
 import ctypes
 
@@ -203,6 +214,7 @@ def server(tmp_path_factory):
             "slow": {"config.pbtxt": ECHO_CONFIG + SLOW_PARAMS, "1/model.py": SLOW_PY},
             "identity": {"config.pbtxt": IDENTITY_CONFIG + PROCESS, "1/model.py": IDENTITY_PY},
             "cancel": {"config.pbtxt": ECHO_CONFIG + CANCEL_PARAMS, "1/model.py": CANCEL_PY},
+            "nap": {"config.pbtxt": ECHO_CONFIG + PROCESS, "1/model.py": NAP_PY},
         },
     )
     srv = ServerProcess([repo]).start()
@@ -364,6 +376,32 @@ def test_a_batch_waiting_in_the_stub_is_timed_from_when_it_starts(server):
         t.join()
     assert answers == [10, 10], answers
     assert time.monotonic() - started >= 2.4  # one after the other in the stub
+
+
+def test_a_batch_waiting_in_the_stub_counts_its_wait_as_queue_time(server):
+    """Four requests at once all go to the stub (pipelined), which runs them one after the other, 0.5 s
+    each: the statistics count each one's wait behind the others as queue time (0 + 0.5 + 1 + 1.5 s),
+    and compute_infer only its own execution (4 x 0.5 s; counted from the hand-over: 0.5 + 1 + 1.5 + 2)."""
+    together = threading.Barrier(4)
+    answers: list[int] = []
+
+    def call(n: int) -> None:
+        client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)  # one a thread (gevent)
+        together.wait()
+        answers.append(_infer(client, "nap", n))
+
+    threads = [threading.Thread(target=call, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(answers) == [1, 2, 3, 4]
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+    stats = client.get_inference_statistics("nap")["model_stats"][0]["inference_stats"]
+    assert stats["success"]["count"] == 4
+    infer_s, queue_s = stats["compute_infer"]["ns"] / 1e9, stats["queue"]["ns"] / 1e9
+    assert 1.9 < infer_s < 3.5, stats  # before: 5 s
+    assert queue_s > 1.5, stats  # before: ~0
 
 
 def test_a_stub_flooding_the_log_is_cut_to_its_budget_and_keeps_serving(server):

@@ -36,6 +36,7 @@ _WHERE = {
         "Model",
         "ModelClient",
         "ModelLoadContext",
+        "Started",
         "concat_inputs",
         "process_cores",
     ),
@@ -168,6 +169,7 @@ __all__ = [
     "SchedulerRegister",
     "ServerSettings",
     "ServerView",
+    "Started",
     "TOO_DEEP",
     "TensorInfo",
     "TensorSpec",
@@ -209,6 +211,7 @@ if TYPE_CHECKING:
         Model,
         ModelClient,
         ModelLoadContext,
+        Started,
         concat_inputs,
         process_cores,
     )

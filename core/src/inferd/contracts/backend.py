@@ -35,6 +35,17 @@ if TYPE_CHECKING:
 RESCHEDULE = "inferd.reschedule"
 
 
+@dataclass(slots=True)
+class Started:
+    """What the future of a pipelined instance (``Instance.pipeline_depth`` > 1) may resolve to
+    instead of its list: the ``results``, and ``start_ns`` (``time.monotonic_ns``), when the
+    instance could start on the batch: the end of the batch it ran before, when that came after the
+    hand-over. Core counts the wait behind that batch as queue time, not ``compute_infer``."""
+
+    results: list[InferResponse | InferdError]
+    start_ns: int
+
+
 class ModelClient(Protocol):
     """Runs a request on another model of the server, from a backend's instance thread."""
 
@@ -122,7 +133,8 @@ class Instance(abc.ABC):
     #: sequence batchers keep one, to form larger batches). More than 1 only for a
     #: non-blocking instance whose ``execute`` returns a future and that runs the batches one at a
     #: time, in order, itself: a stub process starts the next batch as soon as the last one ended,
-    #: without waiting for the server's event loop to hand it over.
+    #: without waiting for the server's event loop to hand it over. Its future resolves to
+    #: :class:`Started` when a batch waited behind another, so that the wait counts as queue time.
     pipeline_depth: ClassVar[int] = 1
 
     @abc.abstractmethod

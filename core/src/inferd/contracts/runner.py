@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from inferd.contracts.backend import Started
 from inferd.contracts.errors import InferdError, InternalError, Unavailable
 from inferd.contracts.log_context import REQUEST_ID, REQUEST_MODEL
 from inferd.contracts.recorder import Outcome, Recorder
@@ -53,11 +54,13 @@ _ESTIMATE_WEIGHT = 0.125
 @dataclass(slots=True)
 class Execution:
     """What one ``execute`` call returned, with its timing (monotonic ns). ``results`` is briefly
-    the future a non-blocking instance may return, until it is done."""
+    the future a non-blocking instance may return, until it is done. ``waited_ns``: how long the
+    batch waited inside a pipelined instance behind an earlier one (:class:`Started`)."""
 
     results: list[Outcome]
     start_ns: int
     end_ns: int
+    waited_ns: int = 0
 
 
 class InstanceRunner:
@@ -138,8 +141,9 @@ class InstanceRunner:
 
         execution = await self.execute(requests, ended)
         results: Sequence[Outcome | None] = execution.results or [None] * len(requests)
+        waited = execution.waited_ns  # a wait inside a pipelined instance is queue time, as it would be here
         return self.recorder.executed(
-            requests, results, dequeued, execution.start_ns, execution.end_ns, time.monotonic_ns()
+            requests, results, dequeued + waited, execution.start_ns + waited, execution.end_ns, time.monotonic_ns()
         )
 
     async def execute(self, requests: Sequence[InferRequest], then: Callable[[], None] | None = None) -> Execution:
@@ -170,6 +174,11 @@ class InstanceRunner:
                 except Exception as exc:
                     results = self._failed(exc, len(requests))
                 _end(execution, then)
+                if type(results) is Started:  # the batch waited inside the instance behind another
+                    start_ns = results.start_ns
+                    if type(start_ns) is int and start_ns > execution.start_ns:
+                        execution.waited_ns = min(start_ns, execution.end_ns) - execution.start_ns
+                    results = results.results
                 execution.results = list(results)
             elif then is not None:
                 then()

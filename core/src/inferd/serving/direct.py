@@ -81,6 +81,7 @@ class _Connection(Protocol):
     transport: asyncio.Transport
     flow: _Flow
     server_state: _ServerState
+    loop: asyncio.AbstractEventLoop
 
     def on_response_complete(self) -> None: ...
 
@@ -156,7 +157,8 @@ class DirectCycle:
             chunks = self._chunks
             body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             self._chunks = []
-            self._task = asyncio.current_task()
+            # the loop given: without it Python 3.11 asks for the running loop, which makes a getpid system call
+            self._task = asyncio.current_task(self._conn.loop)
             reply = await self._handler(self._headers, body)
             self._task = None
         except BaseException as exc:

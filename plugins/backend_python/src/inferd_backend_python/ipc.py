@@ -52,7 +52,7 @@ AUTOCOMPLETE = 5  # (config json dict, name, path, model dir) -> READY(config di
 # Stub -> server.
 READY = 10
 FAILED = 11  # (message, error kind)
-RESULT = 12  # (batch id, [response | error | None...], [rescheduled index...]) + tensors
+RESULT = 12  # (batch id, [response | error | None...], [rescheduled index...], ns the batch before ended) + tensors
 SEND = 13  # (batch id, request index, response | error | None, final) + tensors
 BLS_CALL = 14  # (call id, decoupled, request) + tensors
 LOG = 15  # (level, logger name, message)
@@ -74,6 +74,10 @@ _TRUNCATED = int(socket.MSG_TRUNC) | int(socket.MSG_CTRUNC)
 _SOL_SOCKET = int(socket.SOL_SOCKET)
 _SCM_RIGHTS = int(socket.SCM_RIGHTS)
 _ALIGN = 64
+#: ``marshal``'s format version 2: without the back-references of 3 and 4 (a table built for every
+#: ``dumps``, a list for every ``loads``), the small messages of a request encode and decode in
+#: about 40% of the time (1.9 µs instead of 4.7 for an EXEC message and its decoding, here).
+_MARSHAL_VERSION = 2
 #: The largest control message (not counting tensors) a side accepts.
 MESSAGE_LIMIT = 64 * 1024 * 1024
 #: A side that sends without waiting refuses to queue more messages than this for a peer that does
@@ -369,7 +373,9 @@ class Channel:
         size = 0 if tensors is None else tensors._size
         data = None
         if size <= INLINE_TENSORS:  # the common case: one datagram, no descriptor, marshalled outside the lock
-            data = marshal.dumps((kind, body, tensors.to_bytes() if tensors is not None and size else None))
+            data = marshal.dumps(
+                (kind, body, tensors.to_bytes() if tensors is not None and size else None), _MARSHAL_VERSION
+            )
             if len(data) > _INLINE_LIMIT:
                 data = None
         fds: list[int] = []
@@ -424,7 +430,7 @@ class Channel:
                     where = self._out.put(tensors)
                     if where is None:
                         fds.append(tensors.to_file())
-            data = marshal.dumps((kind, body, where))
+            data = marshal.dumps((kind, body, where), _MARSHAL_VERSION)
             if len(data) > _INLINE_LIMIT:
                 if len(data) > MESSAGE_LIMIT:
                     raise ValueError(f"a message of {len(data)} bytes, more than the {MESSAGE_LIMIT} allowed")
@@ -433,7 +439,7 @@ class Channel:
                 with mmap.mmap(big, len(data)) as mm:
                     mm[:] = data
                 seal(big)
-                data = marshal.dumps((_LARGE, len(data), None))
+                data = marshal.dumps((_LARGE, len(data), None), _MARSHAL_VERSION)
         except BaseException:
             for f in fds:
                 os.close(f)

@@ -45,6 +45,7 @@ from inferd.api import (
     Model,
     ModelClient,
     ModelLoadContext,
+    Started,
     Unavailable,
 )
 from inferd_backend_python import env as environments
@@ -322,15 +323,17 @@ _LOG_NAMES = 256
 class _Batch:
     """Requests handed to a stub: its future is done once ``execute`` returned (or the stub died)."""
 
-    __slots__ = ("future", "large", "open", "requests", "returned", "sent")
+    __slots__ = ("future", "held", "large", "open", "requests", "returned", "sent_ns")
 
     def __init__(self, requests: Sequence[InferRequest], future: asyncio.Future, decoupled: bool) -> None:
         self.requests = requests
         self.future = future
         #: Its ``execute`` returned (the stub sent its results), or it failed.
         self.returned = False
-        #: Handed to the stub (not waiting in the server for room), and a large one.
-        self.sent = False
+        #: When it was handed to the stub (0: not yet, it waits in the server for room), whether
+        #: it waited for room first, and whether it is a large one.
+        self.sent_ns = 0
+        self.held = False
         self.large = False
         #: Decoupled: the requests whose final response has not been sent yet.
         self.open = set(range(len(requests))) if decoupled else _NONE
@@ -428,7 +431,7 @@ class Stub:
             return None
         batch_id = next(self._ids)
         future = self.loop.create_future()
-        self._pending[batch_id] = _Batch(requests, future, self._decoupled)
+        self._pending[batch_id] = batch = _Batch(requests, future, self._decoupled)
         nbytes = 0
         for request in requests:
             for tensor in request.inputs.values():
@@ -436,6 +439,7 @@ class Stub:
         large = nbytes > _LOOP_COPY_LIMIT
         if self._held or (large and self._large_waits()):
             self._held.append((batch_id, requests, large))
+            batch.held = True
         else:
             self._hand_over(batch_id, requests, large)
         return future
@@ -450,7 +454,7 @@ class Stub:
 
     def _hand_over(self, batch_id: int, requests: Sequence[InferRequest], large: bool) -> None:
         batch = self._pending[batch_id]
-        batch.large, batch.sent = large, True
+        batch.large, batch.sent_ns = large, time.monotonic_ns()
         if large:
             self.loop.run_in_executor(None, self._send_batch, batch_id, requests, True)
         else:
@@ -485,7 +489,7 @@ class Stub:
         if batch.returned:
             return
         batch.returned = True
-        if not batch.sent:  # failed while it waited in the server
+        if not batch.sent_ns:  # failed while it waited in the server
             return
         self._executing -= 1
         if self._timer is not None:
@@ -607,12 +611,14 @@ class Stub:
             raise ipc.Malformed(f"a message of unknown kind {kind}")
 
     def _result(self, body: Any, block: ipc.Block) -> None:
-        batch_id, encoded, rescheduled = body
+        batch_id, encoded, rescheduled, free_ns = body
         batch = self._pending.get(batch_id)
         if batch is None:
             raise ipc.Malformed(f"the results of batch {batch_id!r}, which it does not hold")
         if batch.returned:
             raise ipc.Malformed(f"the results of batch {batch_id!r} twice")
+        if type(free_ns) is not int:
+            raise ipc.Malformed(f"the results of batch {batch_id!r} with a start time of {free_ns!r}")
         self._returned(batch)
         results = [decode_outcome(item, block) for item in encoded]
         for index in rescheduled:
@@ -622,7 +628,10 @@ class Stub:
         if not batch.open:
             del self._pending[batch_id]
         if not batch.future.done():
-            batch.future.set_result(results)
+            # it could start once the stub ended the batch before (or once sent, if it waited in the server
+            # for room): the wait behind other batches is queue time (core's runner bounds it by its end)
+            start = free_ns if free_ns > batch.sent_ns else batch.sent_ns if batch.held else 0
+            batch.future.set_result(Started(results, start) if start else results)
 
     def _send_response(self, body: Any, block: ipc.Block) -> None:
         batch_id, index, payload, final = body

@@ -21,6 +21,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -337,6 +338,7 @@ class Stub:
         next_job = self.inbox.next_job
         cancelled = self._cancelled
         iterative = self._iterative
+        free_ns = 0  # when the batch before ended: a batch that came earlier waited for it
         while (job := next_job()) is not None:
             (batch_id, items), block = job
             del job
@@ -360,7 +362,11 @@ class Stub:
             tensors = ipc.Tensors()
             encoded = [encode_outcome(r, tensors) for r in results]
             rescheduled = [i for i, r in enumerate(requests) if r.context.get(RESCHEDULE)] if iterative else ()
-            send(ipc.RESULT, (batch_id, encoded, rescheduled), tensors)
+            # before the send: once it is sent the server may hand over a batch that never waited (and this
+            # thread may not run again before it does)
+            ended_ns = time.monotonic_ns()
+            send(ipc.RESULT, (batch_id, encoded, rescheduled, free_ns), tensors)
+            free_ns = ended_ns
         instance.close()
         send(ipc.FINALIZED, None)
         _exit(0)
