@@ -247,7 +247,7 @@ class GrpcH2Protocol(asyncio.Protocol):
             return False
         stream = UnaryStream(self.conn, event, self.transport, self.flow, self.resume_reading_if_idle)
         self.streams[event.stream_id] = stream
-        self._run(stream.run(handler, self.on_response_complete))
+        self._run(stream.run(handler, self.on_response_complete, self.loop))
         return True
 
     def _start_asgi(self, event: zttp.Request) -> None:

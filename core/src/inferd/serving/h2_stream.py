@@ -112,10 +112,11 @@ class UnaryStream(_Stream):
             self._task = None
             task.cancel()
 
-    async def run(self, handler: UnaryHandler, on_done: Callable[[int], None]) -> None:
-        """``handler(self)``, cancelled if the client goes away; ``on_done(stream_id)`` at the end, always."""
+    async def run(self, handler: UnaryHandler, on_done: Callable[[int], None], loop: asyncio.AbstractEventLoop) -> None:
+        """``handler(self)``, cancelled if the client goes away; ``on_done(stream_id)`` at the end, always.
+        ``loop``: the one this runs on (asked for, Python 3.11 makes a getpid system call)."""
         try:
-            self._task = asyncio.current_task()
+            self._task = asyncio.current_task(loop)
             await handler(self)
         except asyncio.CancelledError:
             if not self._disconnected:  # else the client went away: nothing to answer
