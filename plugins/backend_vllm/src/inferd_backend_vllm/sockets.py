@@ -23,13 +23,16 @@ VARIABLE = "VLLM_RPC_BASE_PATH"
 #: The longest path a Unix socket may have (``sockaddr_un.sun_path``, less its NUL), and the longest
 #: name vLLM gives a socket file under the directory (a UUID).
 MAX_PATH, NAME = 107, 36
+#: Whether the operator set ``VLLM_RPC_BASE_PATH``: read once, as this module loads (before any engine
+#: starts). Read later, it would see the directory another model's engine start set meanwhile.
+OPERATOR_SET = bool(os.environ.get(VARIABLE))
 _live: set[Path] = set()
 _lock = threading.Lock()
 
 
 def engine_directory() -> Path | None:
     """A new directory for one engine's socket files, or None when ``VLLM_RPC_BASE_PATH`` is set."""
-    if os.environ.get(VARIABLE):
+    if OPERATOR_SET:
         return None
     path = Path(tempfile.mkdtemp(prefix="inferd-vllm-"))
     if len(str(path)) + 1 + NAME > MAX_PATH:
