@@ -51,7 +51,7 @@ serve: install-serve
 	$(VENV)/bin/inferd serve --model-repository examples/models \
 		--http-port $(PORT_HTTP) --grpc-port $(PORT_GRPC) --metrics-port $(PORT_METRICS)
 
-# Every test, on every core (pytest-xdist, three workers per two cores: tests/conftest.py; a file's
+# Every test, on every core (pytest-xdist, two workers per core: tests/conftest.py; a file's
 # tests stay on one worker: module-scoped servers;
 # the files with slow tests start first); the 20 slowest tests are listed at the end.
 test: install test-deps

@@ -60,10 +60,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: three workers per two cores. The tests wait on the servers they start (starts,
-    polls, drains, timeouts) for about a third of their time: with two workers on two cores the
-    suite kept 1.55 cores busy (8 min 03 s); with three it finished in 6 min 00 s, under a helper's load."""
-    return max(2, len(os.sched_getaffinity(0)) * 3 // 2)
+    """``-n auto``: two workers per core. The tests wait on the servers they start (starts, polls,
+    drains, timeouts, engine stops): with two workers on two cores the suite kept 1.55 cores busy;
+    three kept 1.79 busy (5 min 27 s on a quiet machine), four 1.9 (5 min 05 s, the same run after it)."""
+    return max(2, len(os.sched_getaffinity(0)) * 2)
 
 
 @pytest.hookimpl(optionalhook=True)
