@@ -40,9 +40,10 @@ class Started:
     """What the future of a pipelined instance (``Instance.pipeline_depth`` > 1) may resolve to
     instead of its list: the ``results``, and ``start_ns`` (``time.monotonic_ns``), when the
     instance could start on the batch: the end of the batch it ran before, when that came after the
-    hand-over. Core counts the wait behind that batch as queue time, not ``compute_infer``."""
+    hand-over. Core counts the wait behind that batch as queue time, not ``compute_infer``. A
+    ``None`` result: a decoupled request, answered through its sender."""
 
-    results: list[InferResponse | InferdError]
+    results: list[InferResponse | InferdError | None]
     start_ns: int
 
 

@@ -57,7 +57,7 @@ class Execution:
     the future a non-blocking instance may return, until it is done. ``waited_ns``: how long the
     batch waited inside a pipelined instance behind an earlier one (:class:`Started`)."""
 
-    results: list[Outcome]
+    results: Sequence[Outcome | None]
     start_ns: int
     end_ns: int
     waited_ns: int = 0
