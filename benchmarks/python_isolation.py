@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -162,12 +163,10 @@ class Server:
         conn = http.client.HTTPConnection("127.0.0.1", self.metrics_port, timeout=30)
         conn.request("GET", "/metrics")
         text = conn.getresponse().read().decode()
-        values = {}
-        for line in text.splitlines():
-            name, _, rest = line.partition("{")
-            if name in (f"{model}_execute_ns", f"{model}_executions") and f'model="{model}"' in rest:
-                values[name] = float(rest.rpartition(" ")[2])
-        return values.get(f"{model}_executions", 0.0), values.get(f"{model}_execute_ns", 0.0)
+        wanted = (f"{model}_execute_ns", f"{model}_executions")
+        values = {family.name: sample.value for family in text_string_to_metric_families(text) if family.name in wanted
+                  for sample in family.samples if sample.labels.get("model") == model}  # fmt: skip
+        return values.get(wanted[1], 0.0), values.get(wanted[0], 0.0)
 
     def stop(self) -> None:
         self.proc.terminate()
