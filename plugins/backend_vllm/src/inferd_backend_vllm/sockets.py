@@ -39,8 +39,6 @@ def engine_directory() -> Path | None:
         path.rmdir()
         return None
     with _lock:
-        if not _live:
-            atexit.register(_remove_all)
         _live.add(path)
     return path
 
@@ -54,9 +52,10 @@ def remove(path: Path | None) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@atexit.register
 def _remove_all() -> None:
+    """At the process's exit: the directories of the engines still running."""
     with _lock:
         paths = list(_live)
-        _live.clear()
     for path in paths:
-        shutil.rmtree(path, ignore_errors=True)
+        remove(path)
