@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from types import SimpleNamespace
 
+import gevent
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
@@ -196,7 +197,7 @@ def test_pending_gauge_counts_queued_requests_then_returns_to_zero(server, traff
         seen = value(
             parse(scrape(server.metrics_port)), "nv_inference_pending_request_count", model="double", version="1"
         )
-        time.sleep(0.02)
+        gevent.sleep(0.02)  # the client's greenlets send the requests while the hub has control
     for p in pending:
         p.get_result()
     client.close()

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import gevent
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -180,7 +181,7 @@ def test_exit_timeout_bounds_the_drain_at_shutdown(tmp_path):
     marker, deadline = repo / "slow" / "1" / "executing", time.monotonic() + 60
     while not marker.exists():  # the request is executing (statistics would count it only once it ends)
         assert time.monotonic() < deadline, "the slow request never started executing"
-        time.sleep(0.05)
+        gevent.sleep(0.05)  # the client sends from a greenlet: it runs only while gevent's hub has control
     stopped = time.monotonic()
     os.kill(srv.proc.pid, signal.SIGTERM)
     assert srv.proc.wait(30) == 1  # Triton's exit code when the timeout expires

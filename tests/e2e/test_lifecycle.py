@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 
+import gevent
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
@@ -170,7 +171,7 @@ def test_sigterm_lets_in_flight_requests_finish(tmp_path):
     inp = httpclient.InferInput("MS", [1], "INT32")
     inp.set_data_from_numpy(np.array([1500], np.int32))
     jobs = [client.async_infer("slow", [inp]) for _ in range(3)]
-    time.sleep(0.5)  # the requests are executing
+    gevent.sleep(0.5)  # the requests are executing (the client sends them from greenlets: they run now)
     os.kill(srv.proc.pid, signal.SIGTERM)
     for job in jobs:
         assert job.get_result().as_numpy("MS_OUT")[0] == 1500

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import gevent
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -441,7 +442,7 @@ def test_unregister_under_a_request_in_flight(server: ServerProcess, region: Any
     pending = client.async_infer("slow", [x], outputs=[y])
     deadline = time.monotonic() + 30
     while not marker.exists() and time.monotonic() < deadline:  # the model runs with the input read
-        time.sleep(0.01)
+        gevent.sleep(0.01)  # the client's greenlet sends the request while the hub has control
     other = httpclient.InferenceServerClient(server.http_url)
     other.unregister_system_shared_memory()
     assert other.get_system_shared_memory_status() == []
