@@ -16,6 +16,7 @@ from pathlib import Path
 
 from inferd import __version__, serving
 from inferd.auth import AuthConfigError, RestrictionError, access_from_flags
+from inferd.contracts import gc_settings
 from inferd.contracts.errors import InferdError
 from inferd.contracts.flags import SuggestingParser, backend_config_setting, parse_bool
 from inferd.engine.rate_limiter import parse_resource
@@ -32,6 +33,11 @@ from inferd.tools.analyze import cli as analyze_cli
 from inferd.tools.perf import cli as perf_cli
 from inferd.workers.peers import WorkerSlot
 from inferd.workers.supervisor import HEALTH_TIMEOUT_S, Supervisor, hold_port
+
+# The collector's serving thresholds for the whole start-up, from here: the imports, plugins and
+# model loads that follow. A process that multiprocessing spawns from `inferd serve` (vLLM's engine)
+# runs this module first too (as __mp_main__, or imported by the `inferd` script), so it starts the same way.
+gc_settings.start_up()
 
 #: Client and offline tools; their client libraries load in run().
 _TOOLS = {"perf": perf_cli, "analyze": analyze_cli, "check": check_cli, "health": health_cli}
