@@ -7,7 +7,7 @@ import pytest
 
 from inferd.contracts.errors import InvalidArgument
 from inferd.frontends.header_forward import HeaderForward
-from inferd.host.cli import build_parser, options_from_args
+from inferd.host.serve_command import build_parser, options_from_args
 from inferd.host.plugins import PluginHost
 
 

@@ -50,7 +50,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("built-in plugins", ("inferd.frontends", "inferd.schedulers", "inferd.caches")),
     ("host", ("inferd.host",)),
     ("tools", ("inferd.tools",)),
-    ("command line", ("inferd.host.cli",)),
+    ("command line", ("inferd.host.cli", "inferd.host.serve_command")),
     ("testing", ("inferd.testing",)),
 ]
 #: What the built-in plugins may import besides their own package: what a third-party plugin may

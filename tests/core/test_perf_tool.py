@@ -261,12 +261,28 @@ def test_json_tensor_formats(server: ServerProcess) -> None:
     assert counts(server, "add")[0] - before[0] == totals(run.stdout)[0]
 
 
+#: What a tool command does not load: the client libraries until it runs, the server ever.
+HEAVY = ("tritonclient", "aiohttp", "matplotlib", "inferd.host.serve_command", "inferd.host.server", "uvicorn", "grpc")
+
+
 def test_cli_import_stays_light() -> None:
-    code = (
-        "import inferd.host.cli, sys; print([m for m in ('tritonclient', 'aiohttp', 'matplotlib') if m in sys.modules])"
-    )
+    code = f"import inferd.host.cli, sys; print([m for m in {HEAVY!r} if m in sys.modules])"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.stdout.strip() == "[]", run.stderr
+
+
+@pytest.mark.parametrize("tool", ["perf", "analyze", "health"])
+def test_a_tool_command_loads_its_module_not_the_server(tool: str) -> None:
+    # every `inferd` process runs inferd.host.cli first; `inferd serve`'s command line is loaded for serve only
+    code = (
+        "import sys\nfrom inferd.host.cli import main\n"
+        f"try:\n    main([{tool!r}, '--help'])\nexcept SystemExit as exc:\n    assert exc.code == 0, exc.code\n"
+        f"print([m for m in {HEAVY[3:]!r} if m in sys.modules], f'inferd.tools' in sys.modules)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert f"usage: inferd {tool}" in run.stdout
+    assert run.stdout.strip().splitlines()[-1] == "[] True", run.stdout[-500:]
 
 
 # ---- units: ranges, shapes, request data, stability, HTTP framing

@@ -10,7 +10,7 @@ import pytest
 from inferd.caches.local import create_local_cache
 from inferd.contracts.errors import InferdError
 from inferd.contracts.hookspecs import BackendRegister, CacheRegister, hookimpl
-from inferd.host.cli import _print_plugins
+from inferd.host.serve_command import _print_plugins
 from inferd.host.plugins import DEFAULT_PLUGINS, TRACE_ENV, PluginHost
 from inferd.testing import IdentityBackend
 

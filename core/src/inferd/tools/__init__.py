@@ -10,10 +10,23 @@ import importlib
 from types import ModuleType
 
 INSTALL_HINT = "pip install 'inferd[tools]'"
+#: The tool commands of ``inferd`` and their modules: each has ``add_parser(subparsers)`` and
+#: ``run(args) -> int``, and imports what it needs (client libraries load in ``run``).
+COMMANDS = {
+    "perf": "inferd.tools.perf.cli",
+    "analyze": "inferd.tools.analyze.cli",
+    "check": "inferd.tools.check",
+    "health": "inferd.tools.health",
+}
 
 
 class ToolError(Exception):
     """A failure the tool reports as ``error: <message>`` with a non-zero exit status."""
+
+
+def command(name: str) -> ModuleType:
+    """The module of the tool command ``name`` (one of :data:`COMMANDS`)."""
+    return importlib.import_module(COMMANDS[name])
 
 
 def require(module: str, purpose: str) -> ModuleType:
