@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from inferd.contracts import gc_settings
+
 pytest_plugins = ["inferd.testing"]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +55,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # spinning threads took both cores (a vLLM engine's 20 completions: 4.5 s of CPU spinning, 2.5 s
     # passive, the same wall time; the PyTorch tests 23.0 s against 21.0 s).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # The test processes collect garbage as `inferd serve` does (from its start, for the same reason:
+    # the imports' heap): a worker that imports vLLM did it with ~2 s of CPU fewer.
+    gc_settings.start_up()
     if not hasattr(config, "workerinput"):
         for src in [ROOT / "core" / "src", *sorted((ROOT / "plugins").glob("*/src"))]:
             compileall.compile_dir(src, quiet=1)
