@@ -13,8 +13,8 @@ from inferd.contracts.registry import Registry
 from inferd.engine.health import ServerHealth, model_is_ready, unready_models
 from inferd.engine.states import LOADING, READY, UNLOADED, UNLOADING, ModelRecord, State, VersionState, Why
 from inferd.host import triton_flags
-from inferd.host.serve_command import build_parser, options_from_args
 from inferd.host.plugins import PluginHost
+from inferd.host.serve_command import build_parser, options_from_args
 from inferd.lifecycle.builder import backend_config_warnings, backend_settings
 
 #: ``tritonserver --help`` of Triton 2.51 (the reference binary), every long option it lists.

@@ -7,8 +7,8 @@ import pytest
 
 from inferd.contracts.errors import InvalidArgument
 from inferd.frontends.header_forward import HeaderForward
-from inferd.host.serve_command import build_parser, options_from_args
 from inferd.host.plugins import PluginHost
+from inferd.host.serve_command import build_parser, options_from_args
 
 
 def _forwarded(pattern: str, names: list[str]) -> dict[str, str]:

@@ -10,8 +10,8 @@ import pytest
 from inferd.caches.local import create_local_cache
 from inferd.contracts.errors import InferdError
 from inferd.contracts.hookspecs import BackendRegister, CacheRegister, hookimpl
-from inferd.host.serve_command import _print_plugins
 from inferd.host.plugins import DEFAULT_PLUGINS, TRACE_ENV, PluginHost
+from inferd.host.serve_command import _print_plugins
 from inferd.testing import IdentityBackend
 
 BUILT_INS = {name for name, _ in DEFAULT_PLUGINS}

@@ -19,8 +19,8 @@ from inferd.caches.local import LocalCache, create_local_cache, entry_size
 from inferd.contracts.errors import InvalidArgument
 from inferd.contracts.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from inferd.engine.response_cache import request_key
-from inferd.host.serve_command import build_parser, options_from_args
 from inferd.host.plugins import PluginHost
+from inferd.host.serve_command import build_parser, options_from_args
 from inferd.host.server import Server, ServerOptions
 from inferd.testing import ServerProcess, asgi_client, write_repository
 

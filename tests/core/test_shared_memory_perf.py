@@ -19,9 +19,12 @@ from tritonclient.grpc import service_pb2
 from inferd.testing import ServerProcess, write_repository
 from inferd.tools.perf.options import PerfOptions
 from inferd.tools.perf.shm import Placed
-from inferd.tools.perf.transport_grpc import GrpcTransport
-from inferd.tools.perf.transport_http import HttpTransport
 from tests.e2e import models
+from tests.lazy import lazy_import
+
+# the clients' transports (tritonclient's aio clients, aiohttp): loaded by the test that uses them
+transport_grpc = lazy_import("inferd.tools.perf.transport_grpc")
+transport_http = lazy_import("inferd.tools.perf.transport_http")
 
 TOTALS = re.compile(r"inferd perf: (\d+) requests completed \((\d+) responses\), (\d+) failed")
 
@@ -72,7 +75,7 @@ async def _requests_name_the_regions() -> None:
     placed = Placed({"INPUT0": ("r0", 16)}, {"OUTPUT0": ("r9", 64)})
     datatypes = {"INPUT0": "FP32"}
     entry = {"INPUT0": np.zeros((1, 4), np.float32)}
-    http_transport = HttpTransport(PerfOptions(model="m", shared_memory="system"))
+    http_transport = transport_http.HttpTransport(PerfOptions(model="m", shared_memory="system"))
     http = http_transport.prepare(entry, datatypes, placed)
     await http_transport.close()
     assert http.blob == b"" and b"inference-header-content-length" not in http.wire.lower()
@@ -80,7 +83,7 @@ async def _requests_name_the_regions() -> None:
     assert head["inputs"][0]["parameters"] == {"shared_memory_region": "r0", "shared_memory_byte_size": 16}
     assert head["outputs"] == [{"name": "OUTPUT0",
                                 "parameters": {"shared_memory_region": "r9", "shared_memory_byte_size": 64}}]  # fmt: skip
-    grpc_transport = GrpcTransport(PerfOptions(model="m", protocol="grpc", shared_memory="system"))
+    grpc_transport = transport_grpc.GrpcTransport(PerfOptions(model="m", protocol="grpc", shared_memory="system"))
     grpc_wire = grpc_transport.prepare(entry, datatypes, placed)
     await grpc_transport.close()
     msg = service_pb2.ModelInferRequest.FromString(grpc_wire)

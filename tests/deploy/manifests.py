@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from inferd.host import triton_flags
-from inferd.host.serve_command import build_parser, options_from_args
 from inferd.host.plugins import PluginHost
+from inferd.host.serve_command import build_parser, options_from_args
 from inferd.host.server import ServerOptions
 from inferd.serving import tls
 from tests.deploy.conftest import DEPLOY, ROOT

@@ -14,15 +14,15 @@ from __future__ import annotations
 import copy
 import re
 
-import kubernetes_validate
 import pytest
 
 from inferd.testing import ServerProcess
 from tests.deploy.conftest import DEPLOY, http_get
 from tests.deploy.kserve_sdk import KSERVE_VERSION, ManifestError, Sdk, install
 from tests.deploy.manifests import Doc, image_options, yaml_docs
+from tests.lazy import lazy_import
 
-K8S_VERSION = kubernetes_validate.latest_version()
+kubernetes_validate = lazy_import("kubernetes_validate")  # its schemas load with the first check
 #: KServe's HTTP and gRPC ports for a runtime's container (what its ingress and probes expect).
 KSERVE_HTTP_PORT, KSERVE_GRPC_PORT = 8080, 9000
 FORMATS = {"onnx", "pytorch", "triton", "xgboost", "python"}
@@ -54,7 +54,7 @@ def _inference_service() -> Doc:
 def test_the_runtime_container_is_a_valid_kubernetes_container():
     (container,) = _runtime()["spec"]["containers"]
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "runtime"}, "spec": {"containers": [container]}}
-    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+    kubernetes_validate.validate(pod, kubernetes_validate.latest_version(), strict=True)
 
 
 def test_the_runtime_speaks_v2_for_the_formats_inferd_serves():
@@ -99,7 +99,7 @@ def test_the_inference_service_uses_the_runtime():
     assert model["storageUri"].split("://")[0] in {"s3", "gs", "pvc", "https", "hdfs", "azure"}
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "isvc"},
            "spec": {"containers": [{"name": "model", "resources": model["resources"]}]}}  # fmt: skip
-    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+    kubernetes_validate.validate(pod, kubernetes_validate.latest_version(), strict=True)
 
 
 @pytest.mark.parametrize("path", ["kserve/servingruntime.yaml", "kserve/inferenceservice.yaml"])

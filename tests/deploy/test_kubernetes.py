@@ -4,7 +4,6 @@ what a real `inferd serve` does."""
 
 from __future__ import annotations
 
-import kubernetes_validate
 import pytest
 import yaml
 
@@ -12,10 +11,11 @@ from inferd.testing import ServerProcess
 from tests.deploy.conftest import EXAMPLES, http_get
 from tests.deploy.manifests import KUSTOMIZE, OVERLAYS, Doc, image_options, one, render, yaml_docs
 from tests.deploy.promql import metric_names
+from tests.lazy import lazy_import
 
 #: Kinds that come with CRDs (no schema in kubernetes-validate): checked by hand below.
 CUSTOM_KINDS = {"ServiceMonitor"}
-K8S_VERSION = kubernetes_validate.latest_version()
+kubernetes_validate = lazy_import("kubernetes_validate")  # its schemas load with the first check
 
 
 @pytest.fixture(scope="module", params=OVERLAYS)
@@ -31,14 +31,14 @@ def test_every_object_validates_against_the_kubernetes_schemas(overlay):
     for doc in docs:
         if doc["kind"] in CUSTOM_KINDS:
             continue
-        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)  # raises ValidationError
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)  # raises ValidationError
 
 
 def test_a_broken_object_is_refused():
     (deployment,) = [d for d in render("cpu") if d["kind"] == "Deployment"]
     deployment["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "http"
     with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
+        kubernetes_validate.validate(deployment, kubernetes_validate.latest_version(), strict=True)
 
 
 def _container(docs: list[Doc]) -> Doc:
@@ -115,7 +115,7 @@ def test_hpa_scales_on_the_adapter_rule_over_inferds_queue_metric(served: Server
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "inferd"}
     (metric,) = hpa["spec"]["metrics"]
     (adapter,) = yaml_docs(KUSTOMIZE / "overlays/autoscaling/prometheus-adapter-config.yaml")
-    kubernetes_validate.validate(adapter, K8S_VERSION, strict=True)
+    kubernetes_validate.validate(adapter, kubernetes_validate.latest_version(), strict=True)
     (rule,) = yaml.safe_load(adapter["data"]["config.yaml"])["rules"]
     assert metric["type"] == "Pods" and metric["pods"]["metric"]["name"] == rule["name"]["as"]
     used = metric_names(rule["seriesQuery"]) | metric_names(rule["metricsQuery"])

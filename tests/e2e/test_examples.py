@@ -6,12 +6,14 @@ import importlib.util
 import shutil
 
 import numpy as np
-import onnxruntime as ort
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess
 from tests.conftest import EXAMPLES, ROOT
+from tests.lazy import lazy_import
+
+ort = lazy_import("onnxruntime")
 
 
 def load_builder():

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import xgboost
 
 from inferd.config import normalize, parse_config_text
 from inferd.contracts.backend import InstanceSpec, ModelLoadContext
@@ -20,8 +19,11 @@ from inferd.contracts.errors import ConfigError, InvalidArgument
 from inferd.contracts.types import InferRequest, InferTensor
 from inferd_backend_fil.backend import FilBackend
 from inferd_backend_fil.options import parse_options
+from tests.lazy import lazy_import
 
 from . import trees
+
+xgboost = lazy_import("xgboost")
 
 HAVE_TREELITE = importlib.util.find_spec("treelite") is not None
 HAVE_LIGHTGBM = importlib.util.find_spec("lightgbm") is not None

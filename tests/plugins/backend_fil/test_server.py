@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-import xgboost
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
+from tests.lazy import lazy_import
 
 from . import trees
+
+xgboost = lazy_import("xgboost")
 
 
 def _config(features: int, width: int, extra: str = "", **params: str) -> str:

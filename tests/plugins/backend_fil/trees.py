@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-import xgboost
+
+from tests.lazy import lazy_import
+
+xgboost = lazy_import("xgboost")  # loaded by the first test that trains a tree, not by collection
 
 NUM_FEATURES = 6
 NUM_CLASSES = 3

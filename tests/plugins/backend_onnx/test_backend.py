@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
 from inferd.config import config_to_json, normalize, parse_config_text
@@ -16,8 +15,11 @@ from inferd.contracts.errors import ConfigError, InternalError, InvalidArgument
 from inferd_backend_onnx import options
 from inferd_backend_onnx.backend import OnnxBackend
 from inferd_backend_onnx.signature import TensorInfo, check_config
+from tests.lazy import lazy_import
 
 from . import models as m
+
+ort = lazy_import("onnxruntime")
 
 
 def config(text: str, name: str = "m"):
@@ -315,7 +317,7 @@ def test_missing_model_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif("CUDAExecutionProvider" not in ort.get_available_providers(), reason="onnxruntime has no CUDA EP")
+@pytest.mark.skipif("'CUDAExecutionProvider' not in ort.get_available_providers()", reason="onnxruntime has no CUDA EP")
 def test_cuda_session_on_gpu(tmp_path: Path) -> None:
     model_dir = write(tmp_path, "am", m.add_matmul(), None)
     _, instance = load(model_dir, "", kind="KIND_GPU")

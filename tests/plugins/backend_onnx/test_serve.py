@@ -17,15 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess
+from tests.lazy import lazy_import
 
 from . import models as m
+
+ort = lazy_import("onnxruntime")
 
 BATCHED_ADD = """
 backend: "onnxruntime"

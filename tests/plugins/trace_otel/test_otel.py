@@ -11,11 +11,13 @@ import time
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from inferd.testing import ServerProcess, write_repository
 from inferd_trace_otel.exporter import OtelExporter
+from tests.lazy import lazy_import
+
+trace_service = lazy_import("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
+in_memory = lazy_import("opentelemetry.sdk.trace.export.in_memory_span_exporter")
 
 IDENTITY_CONFIG = """
 backend: "python"
@@ -47,7 +49,7 @@ def _trace(trace_id: int = 1) -> list[dict]:
 
 
 def test_a_trace_becomes_a_model_span_with_a_compute_child():
-    memory = InMemorySpanExporter()
+    memory = in_memory.InMemorySpanExporter()
     exporter = OtelExporter([("resource", "service.name=test"), ("bsp_schedule_delay", "10")], memory)
     exporter([_trace()])
     exporter.shutdown()
@@ -62,9 +64,9 @@ def test_a_trace_becomes_a_model_span_with_a_compute_child():
 
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="unknown setting 'colour'"):
-        OtelExporter([("colour", "red")], InMemorySpanExporter())
+        OtelExporter([("colour", "red")], in_memory.InMemorySpanExporter())
     with pytest.raises(ValueError, match="expected an integer"):
-        OtelExporter([("bsp_schedule_delay", "soon")], InMemorySpanExporter())
+        OtelExporter([("bsp_schedule_delay", "soon")], in_memory.InMemorySpanExporter())
 
 
 class _Collector(http.server.BaseHTTPRequestHandler):
@@ -107,7 +109,7 @@ def test_server_exports_spans_over_otlp_http(tmp_path):
         collector.shutdown()
     spans = []
     for body in _Collector.received:
-        request = ExportTraceServiceRequest.FromString(body)
+        request = trace_service.ExportTraceServiceRequest.FromString(body)
         spans += [s for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
     by_name = {s.name: s for s in spans}
     assert {"ident", "compute"} <= set(by_name)
