@@ -17,13 +17,14 @@ from inferd.config import normalize, parse_config_text
 from inferd.contracts.backend import InstanceSpec, ModelLoadContext
 from inferd.contracts.errors import ConfigError, InvalidArgument
 from inferd.contracts.types import InferRequest, InferTensor
-from inferd_backend_fil.backend import FilBackend
 from inferd_backend_fil.options import parse_options
 from tests.lazy import lazy_import
 
 from . import trees
 
 xgboost = lazy_import("xgboost")
+#: The backend module, which imports xgboost and treelite: loaded by the first test that uses it.
+fil_backend = lazy_import("inferd_backend_fil.backend")
 
 HAVE_TREELITE = importlib.util.find_spec("treelite") is not None
 HAVE_LIGHTGBM = importlib.util.find_spec("lightgbm") is not None
@@ -54,7 +55,7 @@ def load(tmp_path: Path) -> Callable[..., Any]:
         (model_dir / "1").mkdir(parents=True, exist_ok=True)
         writer(model_dir / "1" / filename)
         cfg = parse_config_text(textwrap.dedent(config), str(model_dir / "config.pbtxt"))
-        backend = FilBackend()
+        backend = fil_backend.FilBackend()
         if autocomplete:
             backend.autocomplete_config(cfg, model_dir, model_dir / "1")
         normalize(cfg, name, backend.default_model_filename)

@@ -13,13 +13,14 @@ from inferd.config import config_to_json, normalize, parse_config_text
 from inferd.contracts.backend import InstanceSpec, ModelLoadContext
 from inferd.contracts.errors import ConfigError, InternalError, InvalidArgument
 from inferd_backend_onnx import options
-from inferd_backend_onnx.backend import OnnxBackend
 from inferd_backend_onnx.signature import TensorInfo, check_config
 from tests.lazy import lazy_import
 
 from . import models as m
 
 ort = lazy_import("onnxruntime")
+#: The backend module (it imports onnxruntime): loaded by the first test that uses it.
+onnx_backend = lazy_import("inferd_backend_onnx.backend")
 
 
 def config(text: str, name: str = "m"):
@@ -35,7 +36,7 @@ def write(tmp_path: Path, name: str, model, text: str | None) -> Path:
 
 def load(model_dir: Path, text: str, kind: str = "KIND_CPU"):
     """Auto-complete, normalize and load like the lifecycle does; returns (model, instance)."""
-    backend = OnnxBackend()
+    backend = onnx_backend.OnnxBackend()
     cfg = config(text, model_dir.name)
     backend.autocomplete_config(cfg, model_dir, model_dir / "1")
     normalize(cfg, model_dir.name, backend.default_model_filename, backend.default_cpu_instance_count)
@@ -193,7 +194,7 @@ def test_check_config_batching_needs_a_dynamic_first_dim() -> None:
 def test_autocomplete_fills_from_the_graph(tmp_path: Path) -> None:
     model_dir = write(tmp_path, "auto", m.add_matmul(), None)
     cfg = config("", "auto")
-    OnnxBackend().autocomplete_config(cfg, model_dir, model_dir / "1")
+    onnx_backend.OnnxBackend().autocomplete_config(cfg, model_dir, model_dir / "1")
     got = config_to_json(cfg)
     assert got["backend"] == "onnxruntime" and got["max_batch_size"] == 4 and "dynamic_batching" in got
     assert [(t["name"], t["data_type"], [int(d) for d in t["dims"]]) for t in got["input"]] == [
@@ -207,7 +208,7 @@ def test_autocomplete_keeps_what_the_config_says(tmp_path: Path) -> None:
         'max_batch_size: 16\ninput [{name: "A" data_type: TYPE_FP32 dims: [4]}, {name: "B" data_type: TYPE_FP32 dims: [4]}]',
         "auto",
     )
-    OnnxBackend().autocomplete_config(cfg, model_dir, model_dir / "1")
+    onnx_backend.OnnxBackend().autocomplete_config(cfg, model_dir, model_dir / "1")
     assert cfg.max_batch_size == 16 and [o.name for o in cfg.output] == ["SUM", "MM"]
     assert len(cfg.input) == 2
 
@@ -218,7 +219,7 @@ def test_autocomplete_refuses_batching_for_fixed_shapes(tmp_path: Path) -> None:
         ConfigError,
         match="model does not support batching while non-zero max_batch_size is specified; max_batch_size is 8",
     ):
-        OnnxBackend().autocomplete_config(config("max_batch_size: 8", "fixed"), model_dir, model_dir / "1")
+        onnx_backend.OnnxBackend().autocomplete_config(config("max_batch_size: 8", "fixed"), model_dir, model_dir / "1")
 
 
 def test_autocomplete_scalar_output_is_dims_1(tmp_path: Path) -> None:
@@ -230,7 +231,7 @@ def test_autocomplete_scalar_output_is_dims_1(tmp_path: Path) -> None:
     )  # fmt: skip
     model_dir = write(tmp_path, "scalar", model, None)
     cfg = config("", "scalar")
-    OnnxBackend().autocomplete_config(cfg, model_dir, model_dir / "1")
+    onnx_backend.OnnxBackend().autocomplete_config(cfg, model_dir, model_dir / "1")
     assert cfg.max_batch_size == 0  # a scalar output cannot batch
     assert list(cfg.output[0].dims) == [1] and not cfg.output[0].HasField("reshape")
     _, instance = load(model_dir, "")
@@ -248,7 +249,7 @@ def test_autocomplete_batch_only_output_gets_a_reshape(tmp_path: Path) -> None:
     )  # fmt: skip
     model_dir = write(tmp_path, "rows", model, None)
     cfg = config("", "rows")
-    OnnxBackend().autocomplete_config(cfg, model_dir, model_dir / "1")
+    onnx_backend.OnnxBackend().autocomplete_config(cfg, model_dir, model_dir / "1")
     assert cfg.max_batch_size == 4
     assert list(cfg.output[0].dims) == [1] and cfg.output[0].HasField("reshape") and not cfg.output[0].reshape.shape
     _, instance = load(model_dir, "")
@@ -313,7 +314,7 @@ def test_missing_model_file(tmp_path: Path) -> None:
     model_dir = tmp_path / "empty"
     (model_dir / "1").mkdir(parents=True)
     with pytest.raises(ConfigError, match="unable to find '.*empty/1/model.onnx'"):
-        OnnxBackend().autocomplete_config(config("", "empty"), model_dir, model_dir / "1")
+        onnx_backend.OnnxBackend().autocomplete_config(config("", "empty"), model_dir, model_dir / "1")
 
 
 @pytest.mark.gpu

@@ -13,11 +13,11 @@ import pytest
 import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
-from inferd_trace_otel.exporter import OtelExporter
 from tests.lazy import lazy_import
 
 trace_service = lazy_import("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
 in_memory = lazy_import("opentelemetry.sdk.trace.export.in_memory_span_exporter")
+otel_exporter = lazy_import("inferd_trace_otel.exporter")
 
 IDENTITY_CONFIG = """
 backend: "python"
@@ -50,7 +50,7 @@ def _trace(trace_id: int = 1) -> list[dict]:
 
 def test_a_trace_becomes_a_model_span_with_a_compute_child():
     memory = in_memory.InMemorySpanExporter()
-    exporter = OtelExporter([("resource", "service.name=test"), ("bsp_schedule_delay", "10")], memory)
+    exporter = otel_exporter.OtelExporter([("resource", "service.name=test"), ("bsp_schedule_delay", "10")], memory)
     exporter([_trace()])
     exporter.shutdown()
     spans = {s.name: s for s in memory.get_finished_spans()}
@@ -64,9 +64,9 @@ def test_a_trace_becomes_a_model_span_with_a_compute_child():
 
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="unknown setting 'colour'"):
-        OtelExporter([("colour", "red")], in_memory.InMemorySpanExporter())
+        otel_exporter.OtelExporter([("colour", "red")], in_memory.InMemorySpanExporter())
     with pytest.raises(ValueError, match="expected an integer"):
-        OtelExporter([("bsp_schedule_delay", "soon")], in_memory.InMemorySpanExporter())
+        otel_exporter.OtelExporter([("bsp_schedule_delay", "soon")], in_memory.InMemorySpanExporter())
 
 
 class _Collector(http.server.BaseHTTPRequestHandler):
