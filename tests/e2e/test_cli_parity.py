@@ -173,20 +173,19 @@ MARKED_SLOW_PY = models.SLOW_PY.replace(
 
 def test_exit_timeout_bounds_the_drain_at_shutdown(tmp_path):
     repo = write_repository(tmp_path / "models", {"slow": models.simple(models.SLOW_CONFIG, MARKED_SLOW_PY)})
-    srv = ServerProcess([repo], ["--exit-timeout-secs", "1"]).start()
-    client = httpclient.InferenceServerClient(srv.http_url)
-    inp = httpclient.InferInput("MS", [1], "INT32")
-    inp.set_data_from_numpy(np.array([20000], np.int32))
-    client.async_infer("slow", [inp])
-    marker, deadline = repo / "slow" / "1" / "executing", time.monotonic() + 60
-    while not marker.exists():  # the request is executing (statistics would count it only once it ends)
-        assert time.monotonic() < deadline, "the slow request never started executing"
-        gevent.sleep(0.05)  # the client sends from a greenlet: it runs only while gevent's hub has control
-    stopped = time.monotonic()
-    os.kill(srv.proc.pid, signal.SIGTERM)
-    assert srv.proc.wait(30) == 1  # Triton's exit code when the timeout expires
-    assert time.monotonic() - stopped < 6  # about the 1 s timeout (and the unload's 1 s), not the request's 20 s
-    srv.stop()
+    with ServerProcess([repo], ["--exit-timeout-secs", "1"]) as srv:  # stopped even when a check fails
+        client = httpclient.InferenceServerClient(srv.http_url)
+        inp = httpclient.InferInput("MS", [1], "INT32")
+        inp.set_data_from_numpy(np.array([20000], np.int32))
+        client.async_infer("slow", [inp])
+        marker, deadline = repo / "slow" / "1" / "executing", time.monotonic() + 60
+        while not marker.exists():  # the request is executing (statistics would count it only once it ends)
+            assert time.monotonic() < deadline, "the slow request never started executing"
+            gevent.sleep(0.05)  # the client sends from a greenlet: it runs only while gevent's hub has control
+        stopped = time.monotonic()
+        os.kill(srv.proc.pid, signal.SIGTERM)
+        assert srv.proc.wait(30) == 1  # Triton's exit code when the timeout expires
+        assert time.monotonic() - stopped < 6  # about the 1 s timeout (and the unload's 1 s), not the request's 20 s
     assert "failed to stop server: Internal - Exit timeout expired. Exiting immediately." in srv.log()
 
 
