@@ -20,6 +20,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
+from inferd.tools import COMMANDS
 
 ADD_CONFIG = """
 backend: "python"
@@ -261,12 +262,14 @@ def test_json_tensor_formats(server: ServerProcess) -> None:
     assert counts(server, "add")[0] - before[0] == totals(run.stdout)[0]
 
 
-#: What a tool command does not load: the client libraries until it runs, the server ever.
-HEAVY = ("tritonclient", "aiohttp", "matplotlib", "inferd.host.serve_command", "inferd.host.server", "uvicorn", "grpc")
+#: What a tool command never loads: the server and its stack.
+SERVER = ("inferd.host.serve_command", "inferd.host.server", "uvicorn", "grpc")
+#: What the tools load only when they run: their client libraries.
+CLIENTS = ("tritonclient", "aiohttp", "matplotlib")
 
 
 def test_cli_import_stays_light() -> None:
-    code = f"import inferd.host.cli, sys; print([m for m in {HEAVY!r} if m in sys.modules])"
+    code = f"import inferd.host.cli, sys; print([m for m in {CLIENTS + SERVER!r} if m in sys.modules])"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.stdout.strip() == "[]", run.stderr
 
@@ -277,7 +280,7 @@ def test_a_tool_command_loads_its_module_not_the_server(tool: str) -> None:
     code = (
         "import sys\nfrom inferd.host.cli import main\n"
         f"try:\n    main([{tool!r}, '--help'])\nexcept SystemExit as exc:\n    assert exc.code == 0, exc.code\n"
-        f"print([m for m in {HEAVY[3:]!r} if m in sys.modules], f'inferd.tools' in sys.modules)"
+        f"print([m for m in {SERVER!r} if m in sys.modules], {COMMANDS[tool]!r} in sys.modules)"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr

@@ -544,11 +544,10 @@ def _run_serve(args: argparse.Namespace, host: PluginHost, argv: Sequence[str]) 
 
 
 def main(argv: Sequence[str]) -> int:
-    """``inferd ARGV`` with the full command line: ``serve``, ``plugins``, ``--help``, a mistyped command."""
+    """``inferd ARGV`` with the full command line: ``serve``, ``plugins``, ``--help``, a mistyped command
+    (:func:`inferd.host.cli.main` runs the tool commands without it)."""
     host = PluginHost()
     args = build_parser(host).parse_args(argv)
     if args.command == "plugins":
         return _print_plugins(host)
-    if args.command in COMMANDS:
-        return int(command(args.command).run(args))
     return _run_serve(args, host, argv)
