@@ -240,3 +240,36 @@ def test_an_explicit_load_of_a_changed_step_follows_the_same_rule(tmp_path):
         client.load_model("double", config=override(7))
         assert input_dims(client, "double") == [7]
         assert row(client, "pipe").get("state") == "UNAVAILABLE" and row(client, "pipe").get("reason") == "unloaded"
+
+
+OUTER_CONFIG = """
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "A" data_type: TYPE_FP32 dims: [ 3 ] } ]
+output [ { name: "B" data_type: TYPE_FP32 dims: [ 3 ] } ]
+ensemble_scheduling {
+  step [ { model_name: "pipe" model_version: -1 input_map { key: "IN" value: "A" } output_map { key: "OUT" value: "B" } } ]
+}
+"""
+
+
+def test_an_ensemble_over_an_ensemble_follows_the_one_it_calls(tmp_path):
+    repo = repository(tmp_path)
+    write_repository(repo, {"outer": {"config.pbtxt": OUTER_CONFIG}})
+    with ServerProcess([repo], POLL) as srv:
+        client = httpclient.InferenceServerClient(srv.http_url)
+
+        def outer() -> np.ndarray:
+            tensor = httpclient.InferInput("A", [3], "FP32")
+            tensor.set_data_from_numpy(np.arange(1, 4, dtype=np.float32))
+            return client.infer("outer", [tensor]).as_numpy("B")
+
+        np.testing.assert_array_equal(outer(), expected(3))
+        edit(repo, step=4)
+        wait_for(lambda: row(client, "outer").get("state") == "UNAVAILABLE", "the outer ensemble to leave serving")
+        assert unavailable_for_the_step(client)
+        assert "step 0 (model 'pipe')" in row(client, "outer")["reason"], row(client, "outer")
+        edit(repo, step=3)
+        wait_for(lambda: client.is_model_ready("outer"), "the outer ensemble to serve again")
+        assert client.is_model_ready("pipe")
+        np.testing.assert_array_equal(outer(), expected(3))
