@@ -260,7 +260,7 @@ class VersionBuilder:
         recorder: Recorder,
         labels: dict[str, list[str]],
     ) -> ModelVersion:
-        """The version around its instances: scheduler (an ensemble's checks its steps here), labels."""
+        """The version around its instances: its scheduler (an ensemble's checks its steps as it is made) and labels."""
         context = SchedulerContext(
             source.name, version, config, runners, recorder, source.path, self.models, source.namespace
         )
