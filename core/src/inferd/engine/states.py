@@ -33,6 +33,9 @@ class Why(enum.Enum):
     UNLOADED = "unloaded"
     REMOVED = "removed from the repository"
     DEPENDENCY = "unloaded: it calls '{}', which was unloaded"
+    #: An ensemble taken out of serving: a model its steps call was reloaded with inputs or
+    #: outputs it no longer fits (the detail names the step and the tensor).
+    STEPS_CHANGED = "a model its steps call changed and it no longer fits: {}"
     #: Loaded, but its backend says it cannot serve now (``Model.not_serving``).
     NOT_SERVING = "{}"
 

@@ -226,18 +226,7 @@ class VersionBuilder:
             model, runners = await asyncio.to_thread(build, source, version_config, backend, version, recorder, loop)
         try:
             labels = await asyncio.to_thread(load_labels, source.path, version_config)
-            context = SchedulerContext(
-                source.name, version, version_config, runners, recorder, source.path, self.models, source.namespace
-            )
-            scheduler = self.schedulers.create(scheduler_name(version_config), context)
-            labels = {**scheduler.output_labels(), **labels}
-            mv = ModelVersion(source.name, version, version_config, model, runners, scheduler, recorder.stats,
-                              source.path, labels, source.namespace)  # fmt: skip
-            if mv.decoupled and version_config.response_cache.enable:  # an ensemble over a decoupled step
-                raise InvalidArgument(
-                    f"Response Cache does not currently support model {source.name} with 'decoupled' "
-                    "transaction policy. Please disable the response cache."
-                )
+            mv = self._assemble(source, version, version_config, model, runners, recorder, labels)
             await warm_up(mv)
         except Exception:
             await asyncio.to_thread(close_instances, model, runners)
@@ -245,6 +234,45 @@ class VersionBuilder:
         mv.cache = self._model_cache(mv)
         mv.stats.load_duration_ns = time.monotonic_ns() - started
         log.info("successfully loaded '%s' version %d in %.2f s", source.name, version, mv.stats.load_duration_ns / 1e9)
+        return mv
+
+    def build_ensemble(self, source: ModelSource, config: cfg.ModelConfig, version: int) -> ModelVersion:
+        """An ensemble's version, built at once on the calling thread: it has no instance and
+        nothing to warm up, so only its label files are read (small). The lifecycle rebuilds the
+        ensembles over a model in the same loop turn as it swaps that model's new version in."""
+        started = time.monotonic_ns()
+        version_config = cfg.ModelConfig()
+        version_config.CopyFrom(config)
+        recorder = Recorder(ModelStats(source.name, str(version)), version_config.max_batch_size)
+        labels = load_labels(source.path, version_config)
+        mv = self._assemble(source, version, version_config, None, [], recorder, labels)
+        mv.cache = self._model_cache(mv)
+        mv.stats.load_duration_ns = time.monotonic_ns() - started
+        return mv
+
+    def _assemble(
+        self,
+        source: ModelSource,
+        version: int,
+        config: cfg.ModelConfig,
+        model: Model | None,
+        runners: list[InstanceRunner],
+        recorder: Recorder,
+        labels: dict[str, list[str]],
+    ) -> ModelVersion:
+        """The version around its instances: its scheduler (an ensemble's checks its steps as it is made) and labels."""
+        context = SchedulerContext(
+            source.name, version, config, runners, recorder, source.path, self.models, source.namespace
+        )
+        scheduler = self.schedulers.create(scheduler_name(config), context)
+        labels = {**scheduler.output_labels(), **labels}
+        mv = ModelVersion(source.name, version, config, model, runners, scheduler, recorder.stats,
+                          source.path, labels, source.namespace)  # fmt: skip
+        if mv.decoupled and config.response_cache.enable:  # an ensemble over a decoupled step
+            raise InvalidArgument(
+                f"Response Cache does not currently support model {source.name} with 'decoupled' "
+                "transaction policy. Please disable the response cache."
+            )
         return mv
 
     def _model_cache(self, mv: ModelVersion) -> ModelCache | None:
