@@ -95,6 +95,8 @@ class ServerOptions:
     #: Set in each serving process of a ``--workers N`` (N > 1) server: which worker this is (the
     #: ``inferd serve`` process itself is then a :class:`~inferd.workers.supervisor.Supervisor`).
     worker: WorkerSlot | None = None
+    #: The start-up block's ``workers`` line: how many serving processes, and why (``--workers auto``).
+    workers_note: str = ""
     #: ``--ports-file``: once serving, the frontends' ports are written here as JSON (port 0 picks one).
     ports_file: Path | None = None
     #: Tune the garbage collector for serving once started (``inferd.contracts.gc_settings``): what
@@ -203,7 +205,7 @@ class Server:
             options = self.options
             summary = startup_summary(
                 self.table.index(), self.frontends, self.dataplane.access, options.model_control_mode,
-                self.manager.options.repositories, options.repository_poll_secs,
+                self.manager.options.repositories, options.repository_poll_secs, options.workers_note,
             )  # fmt: skip
             log.info("serving:\n%s", summary, extra=BLOCK)
 
