@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -255,3 +256,19 @@ def test_only_directories_of_dead_processes_are_removed(tmp_path: Path) -> None:
         [names["live"], names["old style"], names["other"], "outside", f"inferd-python-env-{gone}-0-link"]
     )
     assert (outside / "keep").is_file()
+
+
+def test_an_environment_released_with_a_linger_is_taken_over_by_the_next_user(tmp_path: Path) -> None:
+    """auto_complete_config's stub unpacks the environment; the load that follows reuses it."""
+    archive = pack(tmp_path / "env.tgz", member("bin/activate", b""), member("bin/python3", b""))
+    autocomplete = env.prepare(archive, "model 'a'", Limits())
+    env.release(autocomplete, linger_s=0.05)
+    load = env.prepare(archive, "model 'a'", Limits())
+    assert load.unpacked == autocomplete.unpacked
+    [entry] = [u for u in env._extracted.values() if u.root == load.unpacked]
+    deadline = time.monotonic() + 30
+    while entry.users > 1 and time.monotonic() < deadline:  # the linger ends
+        time.sleep(0.01)
+    assert entry.users == 1 and load.unpacked is not None and load.unpacked.is_dir()
+    env.release(load)
+    assert not load.unpacked.exists()

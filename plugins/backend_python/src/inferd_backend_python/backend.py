@@ -33,6 +33,9 @@ from inferd_backend_python.pb_request import (
 
 _log = logging.getLogger("inferd.contracts.backend.python")
 _DEFAULT_FILENAME = "model.py"
+#: How long an environment unpacked for ``auto_complete_config`` stays for the load that follows
+#: (which then holds it): a packed CUDA environment takes tens of seconds to unpack.
+_AUTOCOMPLETE_HOLD_S = 30.0
 
 
 class PythonBackend(Backend):
@@ -102,7 +105,7 @@ def _isolated_autocomplete(config: Any, model_dir: Path, path: Path, name: str, 
     try:
         completed = isolated.autocomplete(launcher, as_json, name, path, model_dir, version)
     finally:
-        launcher.release()  # the load unpacks the environment again
+        launcher.release(_AUTOCOMPLETE_HOLD_S)
     if completed is not None:
         config.CopyFrom(config_from_json(completed, f"{path} (auto_complete_config)"))
     return True

@@ -87,9 +87,16 @@ def prepare(path: Path, label: str, limits: Limits | None = None) -> Environment
         raise
 
 
-def release(environment: Environment) -> None:
-    """Give back what :func:`prepare` returned: an archive's directory goes with its last user."""
-    if environment.unpacked is not None:
+def release(environment: Environment, linger_s: float = 0.0) -> None:
+    """Give back what :func:`prepare` returned: an archive's directory goes with its last user
+    (``linger_s`` later: a load about to take it over finds it unpacked)."""
+    if environment.unpacked is None:
+        return
+    if linger_s > 0:
+        timer = threading.Timer(linger_s, _release, (environment.unpacked,))
+        timer.daemon = True
+        timer.start()
+    else:
         _release(environment.unpacked)
 
 

@@ -204,10 +204,10 @@ class Launcher:
         found = environments.prepare(settings.env_path, label, settings.env_limits)
         return cls(found.python, found.variables, found.source, found)
 
-    def release(self) -> None:
+    def release(self, linger_s: float = 0.0) -> None:
         """Done starting stubs: an unpacked environment's directory goes with its last user."""
         if self.environment is not None:
-            environments.release(self.environment)
+            environments.release(self.environment, linger_s)
 
     def spawn(self, on_backlog: Callable[[], None] | None = None) -> tuple[subprocess.Popen, ipc.Channel]:
         """A new stub and the server's end of its channel (non-blocking when ``on_backlog`` is given)."""
