@@ -76,9 +76,10 @@ def stale(root: Path) -> dict[str, Path]:
     tmp = root / "tmp"
     tmp.mkdir()
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    ns = os.stat("/proc/self/ns/pid").st_ino
     dirs = {
-        "dead": tmp / f"{PREFIX}{int(gone.stdout)}-{start_time(os.getpid())}-abcd",
-        "live": tmp / f"{PREFIX}{os.getpid()}-{start_time(os.getpid())}-efgh",
+        "dead": tmp / f"{PREFIX}{int(gone.stdout)}-{start_time(os.getpid())}-{ns}-abcd",
+        "live": tmp / f"{PREFIX}{os.getpid()}-{start_time(os.getpid())}-{ns}-efgh",
         "other": tmp / "inferd-something-else",
     }
     for path in dirs.values():

@@ -208,7 +208,8 @@ def test_an_archive_is_shared_by_its_users_and_removed_with_the_last(tmp_path: P
     first = env.prepare(archive, "model 'a'", Limits())
     second = env.prepare(archive, "model 'b'", Limits())
     assert first.unpacked is not None and first.unpacked == second.unpacked
-    assert first.unpacked.name.startswith(f"inferd-python-env-{os.getpid()}-{env._start_time(os.getpid())}-")
+    ns = os.stat("/proc/self/ns/pid").st_ino
+    assert first.unpacked.name.startswith(f"inferd-python-env-{os.getpid()}-{env._start_time(os.getpid())}-{ns}-")
     env.release(first)
     assert first.unpacked.is_dir()
     env.release(second)
@@ -235,11 +236,12 @@ def test_a_refused_or_failed_environment_leaves_no_directory(tmp_path: Path, mon
 def test_only_directories_of_dead_processes_are_removed(tmp_path: Path) -> None:
     gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                               text=True, check=True).stdout)  # fmt: skip
-    me, started = os.getpid(), env._start_time(os.getpid())
+    me, started, ns = os.getpid(), env._start_time(os.getpid()), os.stat("/proc/self/ns/pid").st_ino
     names = {
-        "dead": f"inferd-python-env-{gone}-{started}-x",
-        "reused": f"inferd-python-env-{me}-{started + 1}-x",  # this pid, another process's start
-        "live": f"inferd-python-env-{me}-{started}-x",
+        "dead": f"inferd-python-env-{gone}-{started}-{ns}-x",
+        "reused": f"inferd-python-env-{me}-{started + 1}-{ns}-x",  # this pid, another process's start
+        "live": f"inferd-python-env-{me}-{started}-{ns}-x",
+        "another namespace": f"inferd-python-env-{gone}-{started}-{ns + 1}-x",  # its pids are not ours
         "old style": "inferd-python-env-k2j4h5",  # no pid: cannot tell, kept
         "other": "something-else",
     }
@@ -249,11 +251,15 @@ def test_only_directories_of_dead_processes_are_removed(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "keep").write_text("x")
-    (tmp_path / f"inferd-python-env-{gone}-0-link").symlink_to(outside)
+    (tmp_path / f"inferd-python-env-{gone}-0-{ns}-link").symlink_to(outside)
     removed = env.remove_stale(tmp_path)
     assert sorted(p.name for p in removed) == sorted([names["dead"], names["reused"]])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [names["live"], names["old style"], names["other"], "outside", f"inferd-python-env-{gone}-0-link"]
+        [
+            *(names[k] for k in ("live", "another namespace", "old style", "other")),
+            "outside",
+            f"inferd-python-env-{gone}-0-{ns}-link",
+        ]  # fmt: skip
     )
     assert (outside / "keep").is_file()
 
@@ -272,3 +278,10 @@ def test_an_environment_released_with_a_linger_is_taken_over_by_the_next_user(tm
     assert entry.users == 1 and load.unpacked is not None and load.unpacked.is_dir()
     env.release(load)
     assert not load.unpacked.exists()
+
+
+def test_an_environment_path_that_is_neither_a_file_nor_a_directory_is_refused(tmp_path: Path) -> None:
+    fifo = tmp_path / "env.tar.gz"
+    os.mkfifo(fifo)  # reading it would block the load forever
+    with pytest.raises(InvalidArgument, match="is neither a directory nor a file"):
+        env.prepare(fifo, "model 'm'", Limits())

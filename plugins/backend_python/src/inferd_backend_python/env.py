@@ -1,13 +1,14 @@
 """``EXECUTION_ENV_PATH``: a model's own Python environment, as Triton's python backend takes it.
 
 The value is a conda-pack ``.tar.gz`` (or any tar archive) or an unpacked environment directory;
-``$$TRITON_MODEL_DIRECTORY`` in it stands for the model's directory. An archive is unpacked by
-:mod:`inferd_backend_python.archive` (nothing written outside its directory, bounded in bytes and
-members: ``--backend-config=python,execution-env-max-bytes=...``) into a private directory
-``$TMPDIR/inferd-python-env-<pid>-<process start>-*``, once per server process for the versions
-that use it (again when the file changes). The directory goes when the last version using it
-unloads, when the load fails, when the process exits, and, left by a process that died, when the
-next server starts (:func:`remove_stale`: only directories whose process is gone). As in Triton
+``$$TRITON_MODEL_DIRECTORY`` in it stands for the model's directory. An archive (a regular file)
+is unpacked by :mod:`inferd_backend_python.archive` (nothing written outside its directory,
+bounded in bytes and members: ``--backend-config=python,execution-env-max-bytes=...``) into a
+private directory ``$TMPDIR/inferd-python-env-<pid>-<process start>-<pid namespace>-*``, once per
+server process for the versions that use it (again when the file changes). The directory goes
+when the last version using it unloads, when the load fails, when the process exits, and, left by
+a process that died, when the next server starts (:func:`remove_stale`: only directories whose
+process is gone). As in Triton
 the environment must hold ``bin/activate``; its stub runs with ``VIRTUAL_ENV`` set, ``<env>/bin``
 first on ``PATH``, ``<env>/lib`` first on ``LD_LIBRARY_PATH``, and neither ``PYTHONHOME`` nor the
 server's ``PYTHONPATH``.
@@ -78,6 +79,8 @@ def prepare(path: Path, label: str, limits: Limits | None = None) -> Environment
     An unpacked archive is held until :func:`release`."""
     if not path.exists():
         raise InvalidArgument(f"{label}: EXECUTION_ENV_PATH '{path}' does not exist")
+    if not path.is_dir() and not path.is_file():
+        raise InvalidArgument(f"{label}: EXECUTION_ENV_PATH '{path}' is neither a directory nor a file")
     unpacked = None if path.is_dir() else _acquire(path, label, limits or Limits())
     try:
         return _environment(unpacked or path, path, label, unpacked)
@@ -128,7 +131,7 @@ def _acquire(path: Path, label: str, limits: Limits) -> Path:
             found.users += 1
             return found.root
         pid = os.getpid()
-        target = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{pid}-{_start_time(pid)}-"))
+        target = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{pid}-{_start_time(pid)}-{_pid_namespace()}-"))
         try:
             archive.extract(path, target, limits)
         except archive.Refused as exc:
@@ -175,9 +178,10 @@ def _remove_all() -> None:
 
 def remove_stale(parent: Path | None = None) -> list[Path]:
     """Remove the unpacked environments in ``parent`` (the temporary directory) whose process is
-    gone (a crash, SIGKILL): only this user's, named ``inferd-python-env-<pid>-<start>-*`` with a
-    pid that no longer runs, or runs a process started at another time (a reused pid). The removed
-    directories."""
+    gone (a crash, SIGKILL): only this user's, named ``inferd-python-env-<pid>-<start>-<pid
+    namespace>-*`` with a pid of this process's pid namespace (a container sharing the directory
+    has pids of its own) that no longer runs, or runs a process started at another time (a reused
+    pid). The removed directories."""
     parent = parent or Path(tempfile.gettempdir())
     removed = []
     try:
@@ -186,7 +190,7 @@ def remove_stale(parent: Path | None = None) -> list[Path]:
         return []
     for entry in entries:
         owner = _owner(entry.name)
-        if owner is None or _alive(*owner):
+        if owner is None or owner[2] != _pid_namespace() or _alive(owner[0], owner[1]):
             continue
         try:
             info = entry.stat(follow_symlinks=False)
@@ -201,13 +205,14 @@ def remove_stale(parent: Path | None = None) -> list[Path]:
     return removed
 
 
-def _owner(name: str) -> tuple[int, int] | None:
-    """The pid and start time a directory's name holds, None for another name."""
+def _owner(name: str) -> tuple[int, int, int] | None:
+    """The pid, start time and pid namespace a directory's name holds, None for another name."""
     if not name.startswith(PREFIX):
         return None
-    pid, _, rest = name[len(PREFIX) :].partition("-")
-    start, _, _ = rest.partition("-")
-    return (int(pid), int(start)) if pid.isdigit() and start.isdigit() else None
+    fields = name[len(PREFIX) :].split("-", 3)
+    if len(fields) < 4 or not all(f.isdigit() for f in fields[:3]):
+        return None
+    return int(fields[0]), int(fields[1]), int(fields[2])
 
 
 def _alive(pid: int, start: int) -> bool:
@@ -219,6 +224,14 @@ def _alive(pid: int, start: int) -> bool:
         pass  # another user's process: alive, but is it the same one?
     now = _start_time(pid)
     return now == 0 or start == 0 or now == start
+
+
+def _pid_namespace() -> int:
+    """This process's pid namespace (the inode of ``/proc/self/ns/pid``; 0 where unknown)."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
 
 
 def _start_time(pid: int) -> int:
