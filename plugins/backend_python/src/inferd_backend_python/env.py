@@ -28,7 +28,7 @@ from pathlib import Path
 from inferd.api import InternalError, InvalidArgument, setting_integer
 from inferd_backend_python import archive
 from inferd_backend_python.archive import Limits
-from inferd_backend_python.hooks import MAX_BYTES_SETTING, MAX_MEMBERS_SETTING
+from inferd_backend_python.options import MAX_BYTES_SETTING, MAX_MEMBERS_SETTING
 
 _log = logging.getLogger("inferd.contracts.backend.python")
 

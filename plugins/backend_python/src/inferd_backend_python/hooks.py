@@ -5,14 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from inferd.api import BackendRegister, hookimpl
+from inferd_backend_python.options import BACKEND_SETTINGS
 
 if TYPE_CHECKING:
     from inferd.api import Backend, ServerView
-
-#: ``--backend-config=python,<key>=<value>``: the bounds of an unpacked EXECUTION_ENV_PATH archive
-#: (:mod:`inferd_backend_python.env`).
-MAX_BYTES_SETTING = "execution-env-max-bytes"
-MAX_MEMBERS_SETTING = "execution-env-max-members"
 
 
 def _make_backend(settings: dict[str, str]) -> Backend:
@@ -24,7 +20,7 @@ def _make_backend(settings: dict[str, str]) -> Backend:
 @hookimpl
 def inferd_register_backends(register: BackendRegister) -> None:
     """Register the "python" backend."""
-    register("python", _make_backend, model_filenames=("model.py",), settings=(MAX_BYTES_SETTING, MAX_MEMBERS_SETTING))
+    register("python", _make_backend, model_filenames=("model.py",), settings=BACKEND_SETTINGS)
 
 
 @hookimpl
