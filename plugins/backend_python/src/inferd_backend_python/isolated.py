@@ -50,6 +50,7 @@ from inferd.api import (
 )
 from inferd_backend_python import env as environments
 from inferd_backend_python import ipc
+from inferd_backend_python.archive import Limits
 from inferd_backend_python.instance import instance_args
 from inferd_backend_python.pb_metrics import FAMILIES, Metric, MetricFamily
 from inferd_backend_python.pb_request import ModelBinding, bind
@@ -80,6 +81,7 @@ class Settings:
     """How an isolated model's instances run, from its config's ``parameters``."""
 
     env_path: Path | None = None
+    env_limits: Limits = Limits()
     execute_timeout_s: float | None = None
     memory_limit: int | None = None
     cpus: tuple[int, ...] = ()
@@ -92,7 +94,9 @@ def _parameter(config: ModelConfig, key: str) -> str | None:
     return param.string_value.strip() if param is not None else None
 
 
-def isolation_settings(config: ModelConfig, model_dir: Path, name: str) -> Settings | None:
+def isolation_settings(
+    config: ModelConfig, model_dir: Path, name: str, env_limits: Limits | None = None
+) -> Settings | None:
     """The isolation settings of a model, or None when it runs in the server process."""
     mode = _parameter(config, "EXECUTION_MODE")
     env_value = _parameter(config, "EXECUTION_ENV_PATH")
@@ -105,6 +109,7 @@ def isolation_settings(config: ModelConfig, model_dir: Path, name: str) -> Setti
         return None
     return Settings(
         env_path=environments.resolve(env_value, model_dir) if env_value else None,
+        env_limits=env_limits or Limits(),
         execute_timeout_s=_number(config, "EXECUTE_TIMEOUT_SECS", label, float) or None,
         memory_limit=_size(_parameter(config, "MEMORY_LIMIT"), label),
         cpus=_cpus(_parameter(config, "CPU_AFFINITY"), label),
@@ -189,13 +194,20 @@ class Launcher:
     python: str
     variables: dict[str, str] | None
     env_source: str | None
+    environment: environments.Environment | None = None
 
     @classmethod
     def for_settings(cls, settings: Settings, label: str) -> Launcher:
+        """The server's interpreter, or the environment's (an archive is unpacked: :meth:`release`)."""
         if settings.env_path is None:
             return cls(sys.executable, None, None)
-        found = environments.prepare(settings.env_path, label)
-        return cls(found.python, found.variables, found.source)
+        found = environments.prepare(settings.env_path, label, settings.env_limits)
+        return cls(found.python, found.variables, found.source, found)
+
+    def release(self, linger_s: float = 0.0) -> None:
+        """Done starting stubs: an unpacked environment's directory goes with its last user."""
+        if self.environment is not None:
+            environments.release(self.environment, linger_s)
 
     def spawn(self, on_backlog: Callable[[], None] | None = None) -> tuple[subprocess.Popen, ipc.Channel]:
         """A new stub and the server's end of its channel (non-blocking when ``on_backlog`` is given)."""
@@ -838,7 +850,6 @@ class ProcessModel(Model):
         if context.loop is None:
             raise InternalError(f"model '{self.name}': an isolated Python model needs a running server's event loop")
         self.loop = context.loop
-        self.launcher = Launcher.for_settings(settings, f"model '{self.name}'")
         self.instances: list[ProcessInstance] = []
         self._args = {
             "model_config": json.dumps(config_to_json(context.config)),
@@ -846,6 +857,8 @@ class ProcessModel(Model):
             "model_version": self.version,
             "model_name": self.name,
         }
+        self.launcher = Launcher.for_settings(settings, f"model '{self.name}'")  # last: unload releases it
+        self._released = False
         FAMILIES.model_loaded(self.binding)
         SOURCES.add(STATS)
 
@@ -878,6 +891,9 @@ class ProcessModel(Model):
     def unload(self) -> None:
         FAMILIES.model_unloaded(self.binding)
         STATS.forget(self)
+        if not self._released:  # after the instances' stubs stopped (the builder closes them first)
+            self._released = True
+            self.launcher.release()
 
 
 class ProcessInstance(Instance):
