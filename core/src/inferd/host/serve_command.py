@@ -474,7 +474,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         settle_gc=True,
         ports_file=args.ports_file,
         worker=WorkerSlot(args.worker_index, args.workers, args.worker_dir) if args.worker_index is not None else None,
-        workers_note=args.workers_chosen or ("" if args.workers == auto.AUTO else f"{args.workers} (--workers {args.workers})"),
+        workers_note=_workers_note(args),
         extra={k: v for k, v in vars(args).items() if k not in _OWN_DESTS and not triton_flags.is_own_dest(k)},
     )
 
@@ -517,6 +517,13 @@ def _choose_workers(args: argparse.Namespace, host: PluginHost, access: AccessCo
     args.workers_chosen = choice.describe()
 
 
+def _workers_note(args: argparse.Namespace) -> str:
+    """The start-up block's ``workers`` line: what ``auto`` chose and why, or the count given."""
+    if args.workers_chosen or args.workers == auto.AUTO:
+        return str(args.workers_chosen)
+    return f"{args.workers} (--workers {args.workers})"
+
+
 def _supervise(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """``--workers N`` (N > 1): this process runs N workers of ``inferd serve <argv>``. A port given
     as 0 is picked here and held while they run, so every worker binds the same one."""
@@ -528,8 +535,7 @@ def _supervise(args: argparse.Namespace, argv: Sequence[str]) -> int:
     picked = [part for flag, sock in held for part in (flag, str(sock.getsockname()[1]))]
     try:
         grace = args.exit_timeout_secs + args.drain_delay_secs
-        note = args.workers_chosen or f"{args.workers} (--workers {args.workers})"
-        chosen = ["--workers", str(args.workers), "--workers-chosen", note]
+        chosen = ["--workers", str(args.workers), "--workers-chosen", _workers_note(args)]
         return Supervisor([*argv, *picked, *chosen], args.workers, grace, args.worker_health_timeout).run()
     finally:
         for _, sock in held:
