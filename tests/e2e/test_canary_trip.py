@@ -127,7 +127,7 @@ def test_always_failing_canary_trips_within_the_bound_sequentially(start) -> Non
     outcomes: list[str] = []
     # fixed ids: the split (by each id's CRC-32) is the same on every run
     while traffic(server)["versions"]["2"]["state"] != "rolled back":
-        assert len(outcomes) < 300, f"not rolled back after {outcomes.count('failed')} failures: {traffic(server)}"
+        assert len(outcomes) < 300, f"not rolled back after {outcomes.count('failed 2')} failures: {traffic(server)}"
         outcomes.append(outcome(client.async_infer("c", inputs(), request_id=f"seq-{len(outcomes)}")))
     failures = outcomes.count("failed 2")
     decision = traffic(server)["decisions"][-1]
@@ -146,7 +146,9 @@ def test_always_failing_canary_trips_within_the_bound_concurrently(start) -> Non
     server = start(model({1: NEVER, 2: ALWAYS}, **PARAMS))
     outcomes = concurrently(server, 400, "par")  # the run: 208 of these 400 failed
     failures = outcomes.count("failed 2")
-    decision = traffic(server)["decisions"][-1]
+    decisions = traffic(server)["decisions"]
+    assert decisions, f"not rolled back: {failures} of 400 requests failed"
+    decision = decisions[-1]
     assert decision["action"] == "rollback" and decision["canary"]["failures"] == decision["canary"]["requests"]
     assert needed(decision["stable"]["requests"]) <= decision["canary"]["failures"] <= BOUND, decision
     # the requests already running on the canary when it tripped fail too; nothing after
