@@ -16,7 +16,7 @@ from inferd.engine.traffic import ROLLED_BACK, TrafficSplit
 
 #: docs/traffic.md's table: stable requests in the window (none failed) -> the failure of a canary
 #: failing every request that rolls it back (worked out by hand from q**k <= 1e-6, q = 1/(n+2) + 0.05).
-DOCUMENTED = {1: 15, 2: 12, 3: 10, 4: 10, 5: 9, 6: 8, 9: 8, 10: 7, 20: 6, 74: 6, 75: 5, 1000: 5}
+DOCUMENTED = {1: 15, 2: 12, 3: 10, 4: 10, 5: 9, 6: 8, 9: 8, 10: 7, 17: 7, 18: 6, 74: 6, 75: 5, 1000: 5}
 
 
 def first_trip(policy: Policy, stable_requests: int, stable_failures: int = 0) -> int | None:
