@@ -3,6 +3,9 @@
 Each version in a traffic split keeps a :class:`Window`: ``BUCKETS`` time buckets, each with a
 request count, a failure count and a latency histogram (quarter-octave bins), so recording one
 request is a few integer operations and judging reads at most ``BUCKETS`` x ``BINS`` counters.
+Judging runs once per bucket; the fast trip (:meth:`Policy.trips`) runs on each canary failure,
+from running totals, so a canary failing far more often than the stable version is rolled back
+within a few failures (docs/traffic.md, "The fast trip").
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ class Window:
     ``failures``, kept up as buckets leave it), totals since it began (``seen``, ``seen_failed``,
     never decreasing) and the current run of consecutive failures (``streak``, with the stable
     version's ``seen``/``seen_failed`` when the run began in ``mark_seen``/``mark_failed``): what the
-    fast trip reads on each canary failure, without a loop or an allocation.
+    fast trip reads on each canary failure, without walking the buckets.
     """
 
     __slots__ = ("bucket_s", "stamps", "counts", "fails", "hist", "tick", "requests", "failures", "seen",
