@@ -99,6 +99,9 @@ class TrafficSplit:
             cumulative.append(total)
         self._table = (versions, tuple(cumulative), total)
         self.windows = {v: self.windows.get(v) or Window(self.policy.window_s) for v in self.weights}
+        self._stable = self.stable()
+        for window in self.windows.values():  # a run of failures is measured against one stable version
+            window.streak = 0
 
     def pick(self, request_id: str) -> int:
         """The version a request with no version runs on: by its id's crc32 when it has one."""
@@ -122,10 +125,29 @@ class TrafficSplit:
             return None
         t = now()
         window.record(ok, ns, t)
+        if not ok and version != self._stable and self.states.get(version) == CANARY and self.weights[version]:
+            tripped = self._trip(version, window, t)
+            if tripped:
+                return tripped
         if t < self._next_judge:
             return None
         self._next_judge = t + window.bucket_s
         return self.judge(t)
+
+    def _trip(self, canary: int, window: Window, t: float) -> str | None:
+        """The fast trip, on a failure of ``canary``: O(1), from the windows' running totals."""
+        if not self.policy.rollback:
+            return None
+        stable = self.windows[self._stable]
+        stable.advance(t)
+        if window.streak == 1:  # a run of failures begins: what the stable version has served so far
+            window.mark_seen, window.mark_failed = stable.seen, stable.seen_failed
+        verdict = self.policy.trips(window.requests, window.failures, stable.requests, stable.failures, window.streak,
+                                    stable.seen - window.mark_seen, stable.seen_failed - window.mark_failed)  # fmt: skip
+        if not verdict:
+            return None
+        self.last_check = self._explain(canary, self._stable, window.figures(t), stable.figures(t), verdict)
+        return self._decide("rollback", canary, {**self.weights, canary: 0}, ROLLED_BACK)
 
     def judge(self, t: float) -> str | None:
         canaries = self.canaries()
