@@ -334,3 +334,19 @@ def test_versions_that_served_keep_serving_until_every_picked_version_is_ready(t
         assert rows(manager, "m") == [("1", "READY", ""), ("2", "READY", ""), ("3", "UNAVAILABLE", "half copied")]
 
     run(repo, scenario)
+
+
+def test_an_auto_complete_failure_on_a_serving_version_is_a_failed_reload(tmp_path):
+    repo = write_repository(tmp_path, {"m": plain("fine")})
+
+    async def scenario(manager: ModelManager) -> None:
+        await manager.load("m")
+        old = manager.table.resolve("m")
+        (repo / "m" / "1" / "model.txt").write_text("unreadable: permission denied")
+        with pytest.raises(InvalidArgument):
+            await manager.load("m")
+        reason = "reload failed, previous version still serving: OSError: permission denied"
+        assert rows(manager, "m") == [("1", "READY", reason)]
+        assert manager.table.resolve("m") is old
+
+    run(repo, scenario)

@@ -420,7 +420,14 @@ def test_a_bad_new_version_never_takes_the_serving_one_down(tmp_path, workers):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_an_explicit_load_of_a_bad_new_version_answers_400_and_keeps_the_old_one(tmp_path, workers):
     fault = dataclasses.replace(FAULTS[1], fixed=False)  # initialize raises; removed, not fixed
-    repo = write_repository(tmp_path / "models", {fault.model: {"config.pbtxt": CONFIG, "1/model.py": model_py(201)}})
+    broken = model_py(0, init="raise RuntimeError('initialize failed on purpose')")
+    repo = write_repository(
+        tmp_path / "models",
+        {
+            fault.model: {"config.pbtxt": CONFIG, "1/model.py": model_py(201)},
+            "never_served": {"config.pbtxt": CONFIG, "1/model.py": broken},
+        },
+    )
     args = ["--model-control-mode=explicit", f"--load-model={fault.model}", f"--workers={workers}"]
     times = 4 * workers
     with ServerProcess([repo], args) as srv, Traffic(srv, [fault]) as traffic:
@@ -436,6 +443,14 @@ def test_an_explicit_load_of_a_bad_new_version_answers_400_and_keeps_the_old_one
         shutil.rmtree(repo / fault.model / "2")
         client.load_model(fault.model)
         assert agreed(lambda: recovered(srv, fault), times)
+
+        # A model none of whose versions serves keeps the server not ready, until it loads.
+        with pytest.raises(InferenceServerException):
+            client.load_model("never_served")
+        assert agreed(lambda: not ready(srv), times)
+        put(repo / "never_served" / "1" / "model.py", model_py(1))
+        client.load_model("never_served")
+        assert agreed(lambda: ready(srv), times)
         traffic.wait_rounds(2)
     assert traffic.failures == [], traffic.failures[:10]
 

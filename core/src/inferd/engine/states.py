@@ -108,17 +108,17 @@ class ModelRecord:
         return shown or (self.state.reason if self.state else "no version could be loaded")
 
     def fail(self, message: str, version_dirs: list[int], version: int | None = None) -> None:
-        """A failure before any version was built: shown on ``version`` when it is known (the
-        version whose files failed), else on the serving versions; the serving versions keep
-        serving. With none serving, on ``version``, else on the version the default policy would
-        load, else on the model."""
+        """A failure before any version was built, of ``version``'s files when it is known. The
+        serving versions keep serving: a new version's failure is shown on it, any other on the
+        serving versions (their reload failed). With none serving: on ``version``, else on the
+        version the default policy would load, else on the model."""
         failed = VersionState(State.UNAVAILABLE, Why.LOAD_FAILED, message)
         if self.serving:
-            kept = VersionState(State.READY, Why.RELOAD_FAILED, message)
-            if version is None:
+            if version is None or version in self.serving:
+                kept = VersionState(State.READY, Why.RELOAD_FAILED, message)
                 self.versions.update(dict.fromkeys(self.serving, kept))
             else:
-                self.versions[version] = kept if version in self.serving else failed
+                self.versions[version] = failed
             return
         shown = [version] if version is not None else version_dirs
         self.versions = {max(shown): failed} if shown else {}
