@@ -313,7 +313,7 @@ class ModelManager:
             except Exception as exc:
                 version = exc.version if isinstance(exc, VersionFailed) else None
                 record.fail(failure_reason(exc), list(source.version_dirs()), version)
-                log_failure(record, source.name, version, failure_reason(exc))
+                _log_failure(record, source.name, version, failure_reason(exc))
                 return
             record.state = None
             built, failures = await self._build(record, source, config, backend, chosen)
@@ -322,7 +322,7 @@ class ModelManager:
             self._swap(record, built)
             record.drop_failed(chosen)
             for v, reason in failures.items():
-                log_failure(record, source.name, v, reason)
+                _log_failure(record, source.name, v, reason)
             self.table.traffic.configured(record.name, config, sorted(record.serving))
             log.info(
                 "model '%s' versions %s ready in %.2f s",
@@ -426,7 +426,7 @@ def prepare(
     return config, backend, chosen
 
 
-def log_failure(record: ModelRecord, name: str, version: int | None, reason: str) -> None:
+def _log_failure(record: ModelRecord, name: str, version: int | None, reason: str) -> None:
     """Log a failed load: a WARNING naming what keeps serving, an ERROR when nothing of the model does."""
     which = f"model '{name}'" if version is None else f"model '{name}' version {version}"
     if record.serving:
