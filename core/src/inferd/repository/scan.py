@@ -127,8 +127,8 @@ class RepositoryDiff:
 
 
 def fingerprint(path: Path) -> str:
-    """A hash of the relative path, size and mtime of every file, and the relative path of every
-    directory, under ``path``.
+    """A hash of the relative path, size, mtime and mode of every file, and the relative path of
+    every directory, under ``path`` (the mode: a file made readable again is a change to load).
 
     Python's bytecode caches (``__pycache__``, written when a model.py is imported) are left out,
     and so are directories' own mtimes (writing ``1/__pycache__`` changes ``1``'s): loading a model
@@ -143,7 +143,7 @@ def fingerprint(path: Path) -> str:
                 st = os.stat(os.path.join(root, name))
             except OSError:
                 continue  # vanished while scanning; the next scan sees the settled tree
-            digest.update(f"{rel_root}/{name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            digest.update(f"{rel_root}/{name}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\n".encode())
         for name in dirs:
             full = os.path.join(root, name)
             target = os.readlink(full) if os.path.islink(full) else ""  # os.walk does not follow links
