@@ -10,6 +10,7 @@ middleware and router (which would route them the same way, about 7 us later).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -276,7 +277,7 @@ class Endpoints:
 
     async def load(self, request: Request) -> Response:
         _no_repository_name(request)
-        params = await _json_body(request)
+        params = await _large_json_body(request)
         parameters = params.get("parameters", {}) if isinstance(params, dict) else {}
         if not isinstance(parameters, dict):
             raise InvalidArgument("load request 'parameters' must be a JSON object")
@@ -357,6 +358,25 @@ async def _body(request: Request) -> bytes:
 async def _json_body(request: Request) -> Any:
     """The body's JSON; ``{}`` for an empty body."""
     body = await _body(request)
+    return parse_json(body, "request") if body.strip() else {}
+
+
+#: A body from this size on is inflated and parsed on a worker thread (:func:`_large_json_body`).
+_PARSED_OFF_LOOP = 256 << 10
+
+
+async def _large_json_body(request: Request) -> Any:
+    """:func:`_json_body` for a route whose body may be megabytes (a load request's config and
+    files): past :data:`_PARSED_OFF_LOOP` bytes, decoded and parsed off the event loop."""
+    raw = await request.body()
+    if len(raw) < _PARSED_OFF_LOOP:
+        return await _json_body(request)
+    encoding = request.headers.get("content-encoding", "").lower()
+    return await asyncio.to_thread(_parsed, raw, encoding, request.scope.get("inferd.max_input_size"))
+
+
+def _parsed(raw: bytes, encoding: str, limit: int | None) -> Any:
+    body = decode_body(raw, encoding, limit)
     return parse_json(body, "request") if body.strip() else {}
 
 
