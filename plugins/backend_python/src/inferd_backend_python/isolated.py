@@ -254,7 +254,7 @@ def autocomplete(
     """Run ``auto_complete_config`` in a short-lived stub; the completed config (None: no hook)."""
     proc, channel = launcher.spawn()
     label = f"model '{name}'"
-    budget = LogBudget(name, version)
+    budget = LogBudget(name, version, functools.partial(STATS.logged, name, version))
     try:
         channel.send(ipc.AUTOCOMPLETE, (config, name, str(path), str(model_dir), version))
         while (message := channel.recv()) is not None:

@@ -38,9 +38,9 @@ from inferd_backend_python.wire import decode_error, decode_outcome, decode_requ
 #: It first asks the kernel to kill it when the server's thread that started it ends (the server
 #: starts stubs from one thread that lives as long as it does: a server killed with SIGKILL leaves
 #: no stub behind) and to hand it the orphans among the processes its model starts (a child
-#: subreaper: the server ends them with the stub, :mod:`inferd_backend_python.proctree`), then imports the server's own copies of these packages by path, so an
-#: execution environment needs only numpy, and reports a failed import on the socket before
-#: anything else runs.
+#: subreaper: the server ends them with the stub, :mod:`inferd_backend_python.proctree`), then
+#: imports the server's own copies of these packages by path, so an execution environment needs
+#: only numpy, and reports a failed import on the socket before anything else runs.
 BOOT = """
 import sys, os, ctypes, importlib.util
 try:
