@@ -6,6 +6,7 @@ still held 340-700 MB more after two such loads. After: refused in 0.5 s, live a
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 import time
@@ -52,10 +53,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield srv
 
 
-def _load(server: ServerProcess, config: str) -> tuple[int, str]:
+def _load(server: ServerProcess, config: str, gzipped: bool = False) -> tuple[int, str]:
     body = json.dumps({"parameters": {"config": config}}).encode()
-    request = urllib.request.Request(f"http://{server.http_url}/v2/repository/models/add_sub/load", body,
-                                     method="POST")  # fmt: skip
+    headers = {"Content-Encoding": "gzip"} if gzipped else {}
+    request = urllib.request.Request(f"http://{server.http_url}/v2/repository/models/add_sub/load",
+                                     gzip.compress(body, 1) if gzipped else body, headers, method="POST")  # fmt: skip
     try:
         with urllib.request.urlopen(request, timeout=300) as response:
             return response.status, response.read().decode()
@@ -111,6 +113,14 @@ def test_a_huge_config_is_refused_off_the_loop_and_its_memory_given_back(server)
     assert kept < KEPT_MB, f"RSS {before:.0f} -> {before + kept:.0f} MB"
     assert client.is_model_ready("add_sub")  # the version serving before still serves
     _infer(client)
+
+
+def test_a_huge_config_gzipped_is_refused_off_the_loop_too(server):
+    """A small compressed body inflates to the limit: it is inflated and parsed off the loop too."""
+    with _Prober(server) as prober:
+        status, reply = _load(server, _config(40 << 20), gzipped=True)
+    assert status == 400 and f"more than the {LIMIT} bytes (4 MiB)" in reply, reply[:500]
+    assert prober.longest_wait() < LIVE_WAIT_S, prober.waits
 
 
 def test_a_config_under_the_limit_loads_and_serves(server):

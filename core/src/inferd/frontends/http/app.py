@@ -367,12 +367,14 @@ _PARSED_OFF_LOOP = 256 << 10
 
 async def _large_json_body(request: Request) -> Any:
     """:func:`_json_body` for a route whose body may be megabytes (a load request's config and
-    files): past :data:`_PARSED_OFF_LOOP` bytes, decoded and parsed off the event loop."""
+    files): from :data:`_PARSED_OFF_LOOP` bytes, or compressed (a small body may inflate to the
+    limit), inflated and parsed off the event loop."""
     raw = await request.body()
-    if len(raw) < _PARSED_OFF_LOOP:
-        return await _json_body(request)
     encoding = request.headers.get("content-encoding", "").lower()
-    return await asyncio.to_thread(_parsed, raw, encoding, request.scope.get("inferd.max_input_size"))
+    limit = request.scope.get("inferd.max_input_size")
+    if len(raw) < _PARSED_OFF_LOOP and encoding in ("", "identity"):
+        return _parsed(raw, encoding, limit)
+    return await asyncio.to_thread(_parsed, raw, encoding, limit)
 
 
 def _parsed(raw: bytes, encoding: str, limit: int | None) -> Any:
