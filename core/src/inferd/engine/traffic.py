@@ -45,15 +45,16 @@ MAX_WEIGHT = 1_000_000
 _QUOTE = 24
 
 
-def parse_split(text: str, model: str) -> dict[int, int]:
-    """``"1:99,2:1"`` -> ``{1: 99, 2: 1}``; errors name the model and the part."""
+def parse_split(text: str, model: str, serving: list[int] | None = None) -> dict[int, int]:
+    """``"1:99,2:1"`` -> ``{1: 99, 2: 1}`` (:func:`check_weights`, among ``serving`` when given);
+    errors name the model and the part."""
     weights: dict[str, Any] = {}
     for part in text.replace(" ", "").split(","):
         version, sep, weight = part.partition(":")
         if not sep:
             raise InvalidArgument(f"model '{model}': traffic_split part '{_quote(part)}' is not VERSION:WEIGHT")
         weights[version] = weight
-    return check_weights(weights, model)
+    return check_weights(weights, model, serving)
 
 
 def check_weights(weights: Mapping[Any, Any], model: str, serving: list[int] | None = None) -> dict[int, int]:
@@ -281,9 +282,8 @@ class Traffic:
             self.splits.pop(model, None)
             return
         try:
-            weights = parse_split(text, model)
-            self.splits[model] = TrafficSplit(model, check_weights(weights, model, serving),
-                                              Policy.from_config(params), "config")  # fmt: skip
+            self.splits[model] = TrafficSplit(model, parse_split(text, model, serving), Policy.from_config(params),
+                                              "config")  # fmt: skip
         except (InvalidArgument, NotFound, ValueError) as exc:
             log.error("model '%s': traffic_split '%s' not applied: %s", model, text, exc)
 
