@@ -27,7 +27,7 @@ class WorkerOps:
         self.dp = dataplane
         self.loop = loop
         self._ops: dict[str, Callable[[dict[str, Any]], Any]] = {
-            "ready": lambda args: self.dp.local_ready(),
+            "ready": lambda args: asyncio.run_coroutine_threadsafe(self.dp.local_ready(), self.loop).result(),
             "started": lambda args: self.dp.health.started,
             "alive": self._alive,
             "counts": lambda args: self.dp.counts.save() if self.dp.counts is not None else None,

@@ -226,7 +226,7 @@ class Endpoints:
         return _json(self.dp.model_metadata(request.path_params["model"], _version(request)))
 
     async def model_ready(self, request: Request) -> Response:
-        if self.dp.model_ready(request.path_params["model"], _version(request)):
+        if await self.dp.model_ready(request.path_params["model"], _version(request)):
             return Response(status_code=200)
         return _json({"error": "Model version not ready"}, 400)
 
