@@ -321,6 +321,7 @@ class Endpoints:
 
     async def shm_register(self, request: Request) -> Response:
         kind, name = _shm_kind(request), request.path_params["region"]
+        self.dp.shared_memory.check_allowed()  # before the body, as Triton
         fields = register_request(await _json_body(request), kind)
         if kind == "system":
             await self.dp.shared_memory.register_system(name, fields["key"], fields["offset"], fields["byte_size"])
