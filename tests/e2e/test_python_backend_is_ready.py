@@ -220,3 +220,23 @@ def test_a_slow_is_ready_fails_the_check_and_runs_once_at_a_time(server, clients
     assert _calls(server, model) == before + 1  # the three asks shared one call
     slow.unlink()
     _wait_for(lambda: http.is_model_ready(model), f"{model} to answer ready again")  # the late answer counts
+
+
+def test_with_workers_server_readiness_asks_every_workers_instance(tmp_path):
+    """With --workers 2 server readiness asks each worker's instance (a peer's ready answer runs the
+    checks on its own loop); model readiness asks the worker that took the request."""
+    repo = write_repository(
+        tmp_path / "models", {"gate_iso": {"config.pbtxt": CONFIG + PROCESS, "1/model.py": SYNC_PY}}
+    )
+    model_dir = repo / "gate_iso"
+    calls = model_dir / "CALLS"
+    with ServerProcess([repo], ["--workers", "2"]) as srv:
+        http = httpclient.InferenceServerClient(srv.http_url)
+        before = len(calls.read_text()) if calls.exists() else 0
+        assert http.is_server_ready()
+        assert len(calls.read_text()) - before == 2  # one instance in each worker
+        (model_dir / "NOT_READY").write_text("")
+        assert not http.is_server_ready() and not http.is_model_ready("gate_iso")
+        (model_dir / "NOT_READY").unlink()
+        assert http.is_server_ready() and http.is_model_ready("gate_iso")
+        http.close()

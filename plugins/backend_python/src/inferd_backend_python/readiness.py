@@ -20,7 +20,7 @@ TIMEOUT_S = 5.0
 def answer(result: object) -> bool:
     """``is_ready``'s return value as a bool; TypeError for anything else, as Triton refuses it."""
     if not isinstance(result, bool):
-        raise TypeError(f"is_ready() must return a boolean value, not {type(result).__name__}")
+        raise TypeError(f"is_ready() must return a boolean value; it returned {type(result).__name__}")
     return result
 
 
@@ -67,12 +67,15 @@ def on_thread(work: Callable[[], bool]) -> asyncio.Future[bool]:
             future.set_result(bool(result))
 
     def run() -> None:
+        result, error = None, None
         try:
             result = work()
         except BaseException as exc:
-            loop.call_soon_threadsafe(settle, None, exc)
-        else:
-            loop.call_soon_threadsafe(settle, result, None)
+            error = exc
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the loop closed meanwhile: the server stopped, nobody waits
+            pass
 
     threading.Thread(target=run, name="inferd-python-is-ready", daemon=True).start()
     return future
