@@ -20,7 +20,7 @@ from inferd.contracts.errors import InferdError
 from inferd.contracts.frontend import Frontend
 from inferd.contracts.trace import Tracer
 from inferd.dataplane import DataPlane
-from inferd.engine.health import ServerHealth, model_is_ready
+from inferd.engine.health import ServerHealth, all_versions_loaded
 from inferd.engine.model_table import ModelTable
 from inferd.engine.rate_limiter import RateLimiter
 from inferd.engine.router import Router
@@ -264,7 +264,7 @@ class Server:
                 record = records.get(key)
                 if record is None:
                     failures.append(f"failed to load '{name}', failed to poll from model repository")
-                elif not model_is_ready(record):
+                elif not all_versions_loaded(record):
                     failures.append(f"failed to load '{record.name}': {record.load_error() or 'not ready'}")
         return failures
 

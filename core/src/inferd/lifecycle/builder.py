@@ -44,6 +44,18 @@ class ServerModels(ModelCaller, ModelClient, Protocol):
 log = logging.getLogger(__name__)
 
 
+class VersionFailed(InferdError):
+    """Preparing a model failed on one version's files (auto-complete reads the highest version's
+    model file): the lifecycle shows the failure on that version, and the others keep serving."""
+
+    def __init__(self, version: int, cause: BaseException) -> None:
+        if isinstance(cause, InferdError):
+            super().__init__(cause.message, cause.kind)
+        else:
+            super().__init__(f"{type(cause).__name__}: {cause}")
+        self.version = version
+
+
 class VersionBuilder:
     """Builds :class:`~inferd.engine.version.ModelVersion` objects; holds the backends created so far."""
 
@@ -95,7 +107,13 @@ class VersionBuilder:
         backend = self.backend_for(config, source)
         if self.autocomplete:
             versions = source.version_dirs()
-            backend.autocomplete_config(config, source.path, versions[max(versions)] if versions else None)
+            latest = max(versions) if versions else None
+            try:
+                backend.autocomplete_config(config, source.path, versions[latest] if latest is not None else None)
+            except Exception as exc:  # it read that version's model file: the failure is that version's
+                if latest is None:
+                    raise
+                raise VersionFailed(latest, exc) from exc
         gpus = visible_gpus()
         cfg.normalize(config, source.name, backend.default_model_filename, backend.default_cpu_instance_count, gpus)
         cfg.validate(config, gpus)

@@ -28,7 +28,7 @@ from inferd.engine.health import model_is_ready
 from inferd.engine.model_table import ModelTable, ambiguous_name
 from inferd.engine.states import LOADING, READY, UNLOADED, UNLOADING, ModelRecord, State, VersionState, Why
 from inferd.engine.version import ModelVersion
-from inferd.lifecycle.builder import VersionBuilder
+from inferd.lifecycle.builder import VersionBuilder, VersionFailed
 from inferd.lifecycle.dependencies import callers, composing, load_waves, unload_order
 from inferd.repository.scan import (
     ModelSource,
@@ -308,7 +308,10 @@ class ModelManager:
             await asyncio.gather(*(self._load_one(self.table.snapshot.models[k]) for k in wave))
 
     async def _load_one(self, source: ModelSource, override: cfg.ModelConfig | None = None) -> None:
-        """Build the versions the config picks, then swap them in; failures stay in the record."""
+        """Build the versions the config picks, then swap them in; failures stay in the record.
+
+        The versions serving keep serving until every version the policy picks is READY: a new
+        version that fails leaves the old ones serving (even one whose directory was removed)."""
         record = self.table.record(source)
         async with record.lock, self._load_slots:
             before = interface(record.serving)
@@ -316,11 +319,18 @@ class ModelManager:
             try:
                 config, backend, chosen = await asyncio.to_thread(self._prepare, source, override)
             except Exception as exc:
-                log.error("model '%s' failed to load: %s", source.name, failure_reason(exc))
-                record.fail(failure_reason(exc), list(source.version_dirs()))
+                version = exc.version if isinstance(exc, VersionFailed) else None
+                record.fail(failure_reason(exc), list(source.version_dirs()), version)
+                _log_failure(record, source.name, version, failure_reason(exc))
                 return
             record.state = None
-            self._swap(record, await self._build(record, source, config, backend, chosen))
+            built, failures = await self._build(record, source, config, backend, chosen)
+            if set(chosen) - built.keys():  # the replacements are not all READY: what served keeps serving
+                built = {**{v: mv for v, mv in record.serving.items() if v not in chosen}, **built}
+            self._swap(record, built)
+            record.drop_failed(chosen)
+            for v, reason in failures.items():
+                _log_failure(record, source.name, v, reason)
             self.table.traffic.configured(record.name, config, sorted(record.serving))
             log.info(
                 "model '%s' versions %s ready in %.2f s",
@@ -340,8 +350,9 @@ class ModelManager:
         config: cfg.ModelConfig,
         backend: Backend | None,
         chosen: list[int],
-    ) -> dict[int, ModelVersion]:
-        """The versions to serve next: those built, and the old ones whose rebuild failed."""
+    ) -> tuple[dict[int, ModelVersion], dict[int, str]]:
+        """The versions to serve next (those built, and the old ones whose rebuild failed), and
+        the reason of each version that failed."""
         for v in chosen:
             if v not in record.serving:
                 record.versions[v] = LOADING
@@ -349,18 +360,19 @@ class ModelManager:
             *(self.builder.load_version(source, config, backend, v) for v in chosen), return_exceptions=True
         )
         built: dict[int, ModelVersion] = {}
+        failures: dict[int, str] = {}
         for v, result in zip(chosen, results, strict=True):
             if isinstance(result, ModelVersion):
                 built[v] = result
                 record.versions[v] = READY
                 continue
-            log.error("model '%s' version %d failed to load: %s", source.name, v, failure_reason(result))
+            failures[v] = reason = failure_reason(result)
             if v in record.serving:  # a failed reload keeps the old version serving
                 built[v] = record.serving[v]
-                record.versions[v] = VersionState(State.READY, Why.RELOAD_FAILED, failure_reason(result))
+                record.versions[v] = VersionState(State.READY, Why.RELOAD_FAILED, reason)
             else:
-                record.versions[v] = VersionState(State.UNAVAILABLE, Why.LOAD_FAILED, failure_reason(result))
-        return built
+                record.versions[v] = VersionState(State.UNAVAILABLE, Why.LOAD_FAILED, reason)
+        return built, failures
 
     def _swap(self, record: ModelRecord, serving: dict[int, ModelVersion]) -> None:
         """New requests reach ``serving`` from now on; the versions it replaces drain and close."""
@@ -567,6 +579,17 @@ class _Unfit:
         names = dict.fromkeys(s.model_name for m in versions.values() for s in m.config.ensemble_scheduling.step)
         source = ModelSource(mv.name, path, path.parent, "", namespace=mv.namespace)
         return cls(source, {v: m.config for v, m in versions.items()}, step_keys(mv.namespace, names))
+
+
+def _log_failure(record: ModelRecord, name: str, version: int | None, reason: str) -> None:
+    """Log a failed load: a WARNING naming what keeps serving, an ERROR when nothing of the model does."""
+    which = f"model '{name}'" if version is None else f"model '{name}' version {version}"
+    if record.serving:
+        serving = ", ".join(map(str, sorted(record.serving)))
+        plural = "s" if len(record.serving) > 1 else ""
+        log.warning("%s failed to load: %s; still serving version%s %s", which, reason, plural, serving)
+    else:
+        log.error("%s failed to load: %s", which, reason)
 
 
 def failure_reason(exc: BaseException) -> str:

@@ -37,13 +37,16 @@ from inferd_backend_python.wire import decode_error, decode_outcome, decode_requ
 #: <inferd dir> <inferd_backend_python dir> <pb_utils dir>``.
 #: It first asks the kernel to kill it when the server's thread that started it ends (the server
 #: starts stubs from one thread that lives as long as it does: a server killed with SIGKILL leaves
-#: no stub behind), then imports the server's own copies of these packages by path, so an
-#: execution environment needs only numpy, and reports a failed import on the socket before
-#: anything else runs.
+#: no stub behind) and to hand it the orphans among the processes its model starts (a child
+#: subreaper: the server ends them with the stub, :mod:`inferd_backend_python.proctree`), then
+#: imports the server's own copies of these packages by path, so an execution environment needs
+#: only numpy, and reports a failed import on the socket before anything else runs.
 BOOT = """
 import sys, os, ctypes, importlib.util
 try:
-    ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+    libc = ctypes.CDLL(None)
+    libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+    libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 except Exception:
     pass
 if os.getppid() != int(sys.argv[3]):  # the server died before that
@@ -303,11 +306,13 @@ class Stub:
         logging.getLogger().addHandler(_LogForwarder(self.channel))
         if kind == ipc.AUTOCOMPLETE:
             self._reply(lambda: self._autocomplete(*body))
-            return
-        if kind != ipc.INIT or not self._reply(lambda: self._init(body)):
-            return
-        gc_settings.settle()  # as the server does once started: fewer young collections, the model frozen
-        self._work()
+        elif kind == ipc.INIT and self._reply(lambda: self._init(body)):
+            gc_settings.settle()  # as the server does once started: fewer young collections, the model frozen
+            self._work()
+        # Done: the server ends this process with the processes the model started, which it finds
+        # below this one (an exit now would hand them to init). It may close the socket instead.
+        _flush()
+        self.inbox.wait(collections.deque())
 
     def _reply(self, work: Callable[[], Any]) -> bool:
         """Run ``work``; send READY with its result or FAILED with the error. True when it worked."""
@@ -417,7 +422,6 @@ class Stub:
             free_ns = ended_ns
         instance.close()
         send(ipc.FINALIZED, None)
-        _exit(0)
 
     def _cancelled(self, batch_id: int, index: int) -> bool:
         """Ask the server whether request ``index`` of batch ``batch_id`` was cancelled (as Triton's stub does)."""
@@ -440,9 +444,13 @@ class Stub:
 
 def _exit(code: int) -> None:
     """Leave now, whatever threads the model started (they would keep a normal exit waiting)."""
+    _flush()
+    os._exit(code)
+
+
+def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:
             pass
-    os._exit(code)
