@@ -84,6 +84,19 @@ ASYNC_PY = (
 """
 )
 
+# Not ready while the file NOT_READY_<its version> exists.
+VERSIONED_PY = (
+    MODEL_PY
+    + """
+    def is_ready(self):
+        return not self.flag("NOT_READY_" + self.version)
+
+    def __init__(self):
+        self.version = os.path.basename(os.path.dirname(__file__))
+"""
+)
+ALL_VERSIONS = "version_policy: { all { } }\n"
+
 GATED = ["gate", "gate_iso", "gate_async_iso"]
 
 
@@ -96,6 +109,7 @@ def server(tmp_path_factory):
             "gate_iso": {"config.pbtxt": CONFIG + PROCESS, "1/model.py": SYNC_PY},
             "gate_async_iso": {"config.pbtxt": CONFIG + PROCESS, "1/model.py": ASYNC_PY},
             "plain": {"config.pbtxt": CONFIG, "1/model.py": MODEL_PY},
+            "two": {"config.pbtxt": CONFIG + ALL_VERSIONS, "1/model.py": VERSIONED_PY, "2/model.py": VERSIONED_PY},
         },
     )
     srv = ServerProcess([repo]).start()
@@ -240,3 +254,21 @@ def test_with_workers_server_readiness_asks_every_workers_instance(tmp_path):
         (model_dir / "NOT_READY").unlink()
         assert http.is_server_ready() and http.is_model_ready("gate_iso")
         http.close()
+
+
+def test_a_model_with_one_version_ready_keeps_the_server_ready(server, clients):
+    """inferd's readiness rule: a model serves while one of its versions does; model ready is per version."""
+    http, grpc = clients
+    assert http.is_model_ready("two", "1") and http.is_model_ready("two", "2")
+    flag = Path(server.repo) / "two" / "NOT_READY_2"
+    flag.write_text("")
+    try:
+        assert not http.is_model_ready("two", "2") and not grpc.is_model_ready("two", "2")
+        assert http.is_model_ready("two", "1") and grpc.is_model_ready("two", "1")
+        assert http.is_server_ready()
+        (Path(server.repo) / "two" / "NOT_READY_1").write_text("")
+        assert not http.is_server_ready()
+    finally:
+        flag.unlink()
+        (Path(server.repo) / "two" / "NOT_READY_1").unlink(missing_ok=True)
+    assert http.is_server_ready()
