@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
@@ -429,6 +430,10 @@ def test_a_restarting_instance_is_not_ready_and_says_why(server):
         with pytest.raises(InferenceServerException, match="SIGSEGV"):
             _infer(client, "boom", 1)
         assert not client.is_model_ready("boom")
+        grpc = grpcclient.InferenceServerClient(server.grpc_url)
+        assert not grpc.is_model_ready("boom")  # Triton 2.6x: a dead stub makes both answers false
+        assert not client.is_server_ready() and not grpc.is_server_ready()
+        assert client.is_model_ready("healthy_iso") and grpc.is_model_ready("healthy_iso")
         row = _index(client)["boom"]
         assert row["state"] == "UNAVAILABLE" and "instance 'boom_0' is restarting" in row["reason"], row
         assert "SIGSEGV" in row["reason"]
@@ -441,6 +446,7 @@ def test_a_restarting_instance_is_not_ready_and_says_why(server):
         gate.unlink()
     _wait_ready(client, "boom")
     assert _index(client)["boom"]["state"] == "READY"
+    assert grpc.is_model_ready("boom")
     assert _infer(client, "boom", 10) == 11
 
 

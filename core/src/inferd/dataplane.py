@@ -19,6 +19,7 @@ from inferd import __version__
 from inferd import config as cfg
 from inferd.auth import ApiGroup, unknown_model, usage_json, visible_names
 from inferd.contracts import merge
+from inferd.contracts.backend import Model
 from inferd.contracts.errors import InferdError, InvalidArgument, Unavailable, poll_failure
 from inferd.contracts.metric_sources import SOURCES, MetricSources, SummedSources
 from inferd.contracts.names import name_problem, shown
@@ -127,21 +128,40 @@ class DataPlane:
 
     async def is_ready(self) -> bool:
         """Ready once start-up loading finished and the frontends accept requests (on every worker);
-        with ``--strict-readiness``, also every model READY (see :mod:`inferd.engine.health`)."""
-        return self.local_ready() and (self.peers is None or await self.peers.all_ready())
+        with ``--strict-readiness``, also every model serving (see :mod:`inferd.engine.health`): one
+        of its versions READY and, as Triton asks each backend, passing its own check
+        (``Model.check_ready``)."""
+        return await self.local_ready() and (self.peers is None or await self.peers.all_ready())
 
-    def local_ready(self) -> bool:
-        return self.health.ready()
+    async def local_ready(self) -> bool:
+        """This worker's part of :meth:`is_ready`."""
+        if not self.health.ready():
+            return False
+        models = self.health.models
+        if models is None:
+            return True
+        added = models.poll_added
+        serving = [list(r.serving.values()) for r in list(self.table.records.values()) if r.name not in added]
+        checked = [versions for versions in serving if any(_has_check(mv.model) for mv in versions)]
+        if not checked:
+            return True
+        return all(await asyncio.gather(*(_one_passes(versions) for versions in checked)))
 
     def server_metadata(self) -> dict[str, Any]:
         return {"name": self.server_name, "version": __version__, "extensions": self.extensions}
 
-    def model_ready(self, name: str, version: str = "") -> bool:
+    async def model_ready(self, name: str, version: str = "") -> bool:
+        """Triton's model ready: the version serves, its backend can serve it, and it passes its own check."""
         try:
             mv = self.table.resolve(name, version)
         except InferdError:
             return False
-        return mv.model is None or mv.model.not_serving() is None
+        model = mv.model
+        if model is None:
+            return True
+        if model.not_serving() is not None:
+            return False
+        return not _has_check(model) or await _check(mv) is None
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         info = self.resolve(name, version)
@@ -427,3 +447,27 @@ def _file_bytes(model: str, key: str, value: Any) -> bytes:
         except ValueError:
             raise InvalidArgument(f"load request for '{model}': '{key}' is not valid base64") from None
     raise InvalidArgument(f"load request for '{model}': '{key}' must be base64 text or bytes")
+
+
+def _has_check(model: Model | None) -> bool:
+    """Whether ``model``'s backend defines ``check_ready`` (the others need no coroutine per ready request)."""
+    return model is not None and type(model).check_ready is not Model.check_ready
+
+
+async def _one_passes(versions: list[ModelVersion]) -> bool:
+    """One of a model's serving versions can serve and passes its own check (inferd's readiness
+    rule: a model serves while one version does; Triton asks every READY version)."""
+    for mv in versions:
+        model = mv.model
+        if model is None or (model.not_serving() is None and (not _has_check(model) or await _check(mv) is None)):
+            return True
+    return False
+
+
+async def _check(mv: ModelVersion) -> str | None:
+    """``mv``'s own readiness check; a failure is logged (debug) with its reason, as Triton does."""
+    assert mv.model is not None
+    problem = await mv.model.check_ready()
+    if problem is not None:
+        log.debug("model '%s' version %s is not ready: %s", mv.name, mv.version, problem)
+    return problem

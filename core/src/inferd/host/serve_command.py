@@ -332,6 +332,15 @@ def _add_access(p: argparse.ArgumentParser) -> None:
         help="API keys (sha256) -> tenants, each with its models, API groups and limits (YAML or "
         "JSON; re-read when it changes); requests then need 'Authorization: Bearer <key>'",
     )
+    a.add_argument(
+        "--allow-client-shm",
+        type=parse_bool,
+        default=True,
+        metavar="BOOL",
+        help="clients may register and unregister system and CUDA shared-memory regions; false: "
+        "those calls are refused (501 / UNIMPLEMENTED), as Triton 2.69+ does by default. "
+        "(default: true, as Triton 2.51)",
+    )
 
 
 def _rate_limit_resource(value: str) -> tuple[str, int, int]:
@@ -407,7 +416,7 @@ _OWN_DESTS = {
     "http_port", "grpc_port", "metrics_port", "host", "allow_http", "allow_grpc", "allow_metrics",
     "exit_timeout_secs", "drain_delay_secs", "log_verbose", "cache_config", "response_cache_byte_size", "cache_directory",
     "workers", "workers_chosen", "worker_index", "worker_dir", "worker_health_timeout", "ports_file", "strict_readiness", "exit_on_error", "backend_config", "server_id",
-    "http_restricted_api", "grpc_restricted_protocol", "auth_config",
+    "http_restricted_api", "grpc_restricted_protocol", "auth_config", "allow_client_shm",
     "rate_limit", "rate_limit_resource",
 }  # fmt: skip
 
@@ -467,6 +476,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         cache_config=_cache_config(args),
         backend_config=_backend_config(args),
         strict_readiness=args.strict_readiness,
+        allow_client_shm=args.allow_client_shm,
         exit_on_error=args.exit_on_error,
         server_id=args.server_id,
         rate_limit=args.rate_limit,

@@ -84,6 +84,9 @@ class ServerOptions:
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
     #: ``--strict-readiness``: ready only while every model that should be loaded is READY.
     strict_readiness: bool = True
+    #: ``--allow-client-shm``: clients may register shared-memory regions (Triton 2.51's behaviour;
+    #: Triton 2.69+ refuses by default).
+    allow_client_shm: bool = True
     #: ``--exit-on-error``: a model that fails to load at start-up stops the server (exit code 1).
     exit_on_error: bool = True
     #: ``--id``: the server's name in server metadata.
@@ -138,6 +141,7 @@ class Server:
         self.dataplane = DataPlane(
             self.manager, self.router, self.health, self.tracer, LOG_SETTINGS, options.server_id, self.peers, access
         )
+        self.dataplane.shared_memory.allow_clients = options.allow_client_shm
         self.control: ControlServer | None = None
         self.frontends: list[Frontend] = []
         self.poller: RepositoryPoller | None = None

@@ -30,6 +30,7 @@ from inferd_backend_python.pb_request import (
     ModelBinding,
     bind,
 )
+from inferd_backend_python.readiness import Probe, first_problem, on_thread
 
 _log = logging.getLogger("inferd.contracts.backend.python")
 _DEFAULT_FILENAME = "model.py"
@@ -146,6 +147,8 @@ class PythonModel(Model):
         #: ``sequence_batching { iterative_sequence: true }``: requests may be rescheduled.
         self.iterative = bool(context.config.sequence_batching.iterative_sequence)
         self.warn_after = execute_warn_secs(context.config, self.name)
+        #: One per instance whose model defines ``is_ready``.
+        self.probes: list[Probe] = []
         self._args = {
             "model_config": json.dumps(config_to_json(context.config)),
             "model_repository": str(context.model_dir),
@@ -157,10 +160,17 @@ class PythonModel(Model):
         args = instance_args(self._args, spec)
         model = start_model_object(self._class, args, self.binding, self.path)
         instance = PythonInstance(self.binding, self.iterative, model, spec.name)
+        if instance.has_is_ready:
+            label = f"model '{self.name}' instance '{spec.name}'"
+            self.probes.append(Probe(label, lambda: on_thread(instance.user_ready)))
         if self.warn_after:
             instance.warn_after = self.warn_after
             BLOCKED.add(instance)
         return instance
+
+    async def check_ready(self) -> str | None:
+        """The instances' ``is_ready`` (those that define one): the first that fails, or None."""
+        return await first_problem(self.probes)
 
     def unload(self) -> None:
         FAMILIES.model_unloaded(self.binding)

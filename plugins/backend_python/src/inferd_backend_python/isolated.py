@@ -55,6 +55,7 @@ from inferd_backend_python.archive import Limits
 from inferd_backend_python.instance import instance_args
 from inferd_backend_python.pb_metrics import FAMILIES, Metric, MetricFamily
 from inferd_backend_python.pb_request import ModelBinding, bind
+from inferd_backend_python.readiness import Probe, first_problem
 from inferd_backend_python.stub import BOOT
 from inferd_backend_python.stub_logs import LINE_CHARS, SUMMARY_S, LogBudget
 from inferd_backend_python.wire import decode_outcome, decode_request, encode_error, encode_outcome, encode_request
@@ -412,6 +413,9 @@ class Stub:
         self._families: dict[int, MetricFamily] = {}
         self._metrics: dict[int, Metric] = {}
         self._log_budget = owner.model.log_budget
+        #: The model defines ``is_ready`` (the stub says so once ``initialize`` returned).
+        self.has_is_ready = False
+        self._checks: dict[int, asyncio.Future[bool]] = {}  # readiness asks awaiting the stub, on the loop
 
     @classmethod
     def start(cls, owner: ProcessInstance) -> Stub:
@@ -614,7 +618,10 @@ class Stub:
             self._log(body)
         elif kind == ipc.METRIC:
             self._metric(body)
+        elif kind == ipc.READINESS:
+            self._readiness(*body)
         elif kind == ipc.READY:
+            self.has_is_ready = isinstance(body, tuple) and len(body) == 2 and body[1] is True
             self._started.set()
         elif kind == ipc.FAILED:
             self._start_error = _failure(body, self.owner.model.launcher, self.owner.label)
@@ -623,6 +630,27 @@ class Stub:
             self._finalized.set()
         else:
             raise ipc.Malformed(f"a message of unknown kind {kind}")
+
+    def ask_ready(self) -> asyncio.Future[bool]:
+        """Ask the stub for the model's ``is_ready`` answer (on the loop); its future."""
+        future: asyncio.Future[bool] = self.loop.create_future()
+        if self._dead:
+            future.set_exception(InternalError(f"Stub process '{self.owner.name}' is not healthy."))
+            return future
+        call_id = next(self._ids)
+        self._checks[call_id] = future
+        self._send(ipc.IS_READY, call_id, None, False)
+        return future
+
+    def _readiness(self, call_id: int, ready: bool, error: str | None) -> None:
+        future = self._checks.pop(call_id, None)
+        if future is None:
+            raise ipc.Malformed(f"a readiness answer to {call_id!r}, which it was not asked")
+        if not future.done():
+            if error is not None:
+                future.set_exception(InternalError(str(error)))
+            else:
+                future.set_result(ready is True)
 
     def _result(self, body: Any, block: ipc.Block) -> None:
         batch_id, encoded, rescheduled, free_ns = body
@@ -782,6 +810,10 @@ class Stub:
         """Fail every request the dead stub held (on the loop)."""
         pending, self._pending = self._pending, {}
         self._held.clear()
+        checks, self._checks = self._checks, {}
+        for future in checks.values():
+            if not future.done():
+                future.set_exception(InternalError(f"Stub process '{self.owner.name}' is not healthy."))
         for batch in pending.values():
             self._fail_batch(batch, error)
         self._gone.set()
@@ -867,6 +899,10 @@ class ProcessModel(Model):
                 return f"instance '{instance.name}' {instance.problem}"
         return None
 
+    async def check_ready(self) -> str | None:
+        """The instances' ``is_ready`` in their stubs (when the model defines one)."""
+        return await first_problem([i.probe for i in self.instances if i.stub is not None and i.stub.has_is_ready])
+
     def unload(self) -> None:
         FAMILIES.model_unloaded(self.binding)
         STATS.forget(self)
@@ -902,6 +938,15 @@ class ProcessInstance(Instance):
         self._crashes: collections.deque[float] = collections.deque()
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
+        self.probe = Probe(self.label, self._ask_ready)
+
+    def _ask_ready(self) -> asyncio.Future[bool]:
+        stub = self.stub
+        if stub is None:
+            future: asyncio.Future[bool] = self.model.loop.create_future()
+            future.set_exception(InternalError(f"Stub process '{self.name}' is not healthy."))
+            return future
+        return stub.ask_ready()
 
     def execute(self, requests: Sequence[InferRequest]) -> Any:
         stub = self.stub

@@ -226,7 +226,7 @@ class InferenceService:
         return pb.ServerReadyResponse(ready=await self.dp.is_ready())
 
     async def ModelReady(self, request: pb.ModelReadyRequest) -> pb.ModelReadyResponse:
-        return pb.ModelReadyResponse(ready=self.dp.model_ready(request.name, request.version))
+        return pb.ModelReadyResponse(ready=await self.dp.model_ready(request.name, request.version))
 
     async def ServerMetadata(self, request: pb.ServerMetadataRequest) -> pb.ServerMetadataResponse:
         meta = self.dp.server_metadata()

@@ -227,7 +227,7 @@ class Endpoints:
         return _json(self.dp.model_metadata(request.path_params["model"], _version(request)))
 
     async def model_ready(self, request: Request) -> Response:
-        if self.dp.model_ready(request.path_params["model"], _version(request)):
+        if await self.dp.model_ready(request.path_params["model"], _version(request)):
             return Response(status_code=200)
         return _json({"error": "Model version not ready"}, 400)
 
@@ -323,6 +323,7 @@ class Endpoints:
 
     async def shm_register(self, request: Request) -> Response:
         kind, name = _shm_kind(request), request.path_params["region"]
+        self.dp.shared_memory.check_allowed()  # before the body, as Triton
         fields = register_request(await _json_body(request), kind)
         if kind == "system":
             await self.dp.shared_memory.register_system(name, fields["key"], fields["offset"], fields["byte_size"])
