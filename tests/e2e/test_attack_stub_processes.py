@@ -15,14 +15,8 @@ import pytest
 import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
+from tests.e2e.test_attack_stub_logs import CONFIG  # the same isolated INT32 model
 
-CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-parameters { key: "EXECUTION_MODE" value: { string_value: "process" } }
-"""
 # The daemon: fork, setsid, fork again (the middle process exits), ignore SIGTERM, sleep.
 DAEMON = """
 import os, signal, sys, time
