@@ -11,6 +11,9 @@ from collections import OrderedDict
 
 from inferd.api import CacheRegister, InferResponse, InvalidArgument, ResponseCache, frozen_copy, hookimpl
 
+#: The inferd plugin API this plugin is written for (``inferd.api``): a host of another major refuses it.
+INFERD_API = (1, 0)
+
 
 class DictCache(ResponseCache):
     """First in, first out once ``max_entries`` is reached. Thread-safe, as the contract asks."""

@@ -28,7 +28,10 @@ from inferd.api import (
 )
 
 if TYPE_CHECKING:
-    from inferd.dataplane import DataPlane
+    from inferd.api import DataPlane
+
+#: The inferd plugin API this plugin is written for (``inferd.api``): a host of another major refuses it.
+INFERD_API = (1, 0)
 
 
 class JsonLinesFrontend(Frontend):

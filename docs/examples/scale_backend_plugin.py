@@ -32,6 +32,9 @@ from inferd.api import (
     hookimpl,
 )
 
+#: The inferd plugin API this plugin is written for (``inferd.api``): a host of another major refuses it.
+INFERD_API = (1, 0)
+
 
 class ScaleInstance(ArrayInstance):
     """``ArrayInstance`` batches requests for us; ``run`` sees one dict of arrays."""

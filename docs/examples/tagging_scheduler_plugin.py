@@ -26,6 +26,9 @@ from inferd.api import (
     hookimpl,
 )
 
+#: The inferd plugin API this plugin is written for (``inferd.api``): a host of another major refuses it.
+INFERD_API = (1, 0)
+
 
 class TaggingScheduler(Scheduler):
     """One request per execution, on the instances in turn (a runner runs one batch at a time)."""

@@ -41,7 +41,7 @@ MAX_FUNCTION_P90 = 25
 #: time, only from its own layer or lower ones (an import under ``if TYPE_CHECKING:`` names a type
 #: for an annotation and may point up; it still counts for cycles).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("contracts", ("inferd", "inferd.contracts", "inferd.api", "inferd.moved")),
+    ("contracts", ("inferd", "inferd.contracts", "inferd.api")),
     ("config", ("inferd.config",)),
     ("services", ("inferd.auth", "inferd.serving", "inferd.shared_memory", "inferd.repository")),
     ("engine", ("inferd.engine",)),
@@ -53,19 +53,29 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("command line", ("inferd.host.cli", "inferd.host.serve_command")),
     ("testing", ("inferd.testing",)),
 ]
-#: What the built-in plugins may import besides their own package: what a third-party plugin may
-#: (:mod:`inferd.api`'s list) and the contracts underneath it.
+#: What the built-in plugins may import besides their own package: the API, the contracts and the
+#: services underneath it, and the data plane they receive.
 BUILT_IN_PLUGINS = ("inferd.frontends", "inferd.schedulers", "inferd.caches")
-#: The modules a plugin under ``plugins/`` (and the cookiecutter template) may import: inferd.api's list.
-PUBLIC = ("inferd", "inferd.api", "inferd.config", "inferd.config.model_config_pb2", "inferd.dataplane", "inferd.serving",
-          "inferd.serving.tls", "inferd.auth", "inferd.shared_memory", "inferd.testing")  # fmt: skip
-BUILT_IN_MAY_IMPORT = (*(m for m in PUBLIC if m != "inferd"), "inferd.contracts")
+BUILT_IN_MAY_IMPORT = (
+    *("inferd.api", "inferd.contracts", "inferd.config", "inferd.auth", "inferd.serving", "inferd.shared_memory"),
+    "inferd.dataplane",
+)
+#: The one host module a plugin's source under ``plugins/``, the cookiecutter template and
+#: ``docs/examples/`` may import.
+PUBLIC = ("inferd.api",)
+#: What a plugin's tests may import besides: the test kit (servers, clients, the backend contract),
+#: as a pytest plugin's tests use pytest's own.
+TEST_KIT = ("inferd.testing",)
 
 #: The only modules that may import grpc (``grpc``, ``grpc_*``, ``tritonclient.grpc``), each with
 #: the modules under it: the gRPC frontend, the serving layer's transports, and the gRPC clients of
 #: ``inferd perf`` and of the contract tests. Everything else (errors, access rules, the request
 #: engine) names what happened with an ``inferd.contracts.errors.ErrorKind``; the gRPC frontend's table
 #: turns a kind into a status.
+#: The command line: the only modules that end the process (``raise SystemExit``, ``sys.exit``,
+#: ``os._exit``); library code raises ``StartupError`` and the command line turns it into a status.
+COMMAND_LINE = ("inferd.host.cli", "inferd.host.serve_command")
+
 GRPC_IMPORTERS = (
     "inferd.frontends.grpc",
     "inferd.serving",
@@ -263,6 +273,20 @@ def grpc_imports(modules: dict[str, Path]) -> list[str]:
     return sorted(set(found))
 
 
+def process_exits(modules: dict[str, Path]) -> list[str]:
+    """``module:line what`` for each ``raise SystemExit`` and each ``sys.exit()``/``os._exit()``/``exit()`` call."""
+    found = []
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                raised = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                if isinstance(raised, ast.Name) and raised.id == "SystemExit":
+                    found.append(f"{module}:{node.lineno} raises SystemExit")
+            elif isinstance(node, ast.Call) and ast.unparse(node.func) in ("sys.exit", "os._exit", "exit", "quit"):
+                found.append(f"{module}:{node.lineno} calls {ast.unparse(node.func)}()")
+    return sorted(found)
+
+
 def _under(module: str, roots: Iterable[str]) -> bool:
     return any(module == root or module.startswith(root + ".") for root in roots)
 
@@ -381,26 +405,25 @@ def plugin_imports(root: Path) -> list[tuple[Path, int, str]]:
 REPO = PACKAGE.parents[2]
 
 
+def past_the_api(root: Path, found: list[tuple[Path, int, str]]) -> list[str]:
+    """``file:line imports module`` for each import of ``found`` (under ``root``) of another host
+    module than :data:`PUBLIC`, or for a file under a ``tests`` folder, :data:`TEST_KIT`."""
+    bad = []
+    for path, line, name in found:
+        in_tests = "tests" in path.relative_to(root).parts
+        if name not in PUBLIC and not (in_tests and name in TEST_KIT):
+            bad.append(f"{path.relative_to(root)}:{line} imports {name}")
+    return bad
+
+
 @pytest.mark.parametrize("root", [*sorted((REPO / "plugins").glob("*/src")), REPO / "cookiecutter", REPO / "docs" / "examples"],
                          ids=lambda p: p.parent.name if p.name == "src" else p.name)  # fmt: skip
 def test_plugins_import_only_the_public_api(root: Path) -> None:
     found = plugin_imports(root)
-    bad = [f"{path.relative_to(REPO)}:{line} imports {name}" for path, line, name in found if name not in PUBLIC]
-    assert not bad, "plugins import inferd only through inferd.api's list (its docstring):\n" + "\n".join(bad)
+    bad = past_the_api(root, found)
+    assert not bad, "plugins import inferd only through inferd.api (tests: also inferd.testing):\n" + "\n".join(bad)
     if root.name in ("cookiecutter", "examples"):
         assert found, "the template imports nothing from inferd: the check would pass on anything"
-
-
-def test_public_modules_say_what_they_export() -> None:
-    import importlib
-
-    for name in PUBLIC:
-        module = importlib.import_module(name)
-        if name.endswith("_pb2") or name == "inferd":  # generated; the package (__version__)
-            continue
-        exported = getattr(module, "__all__", None)
-        assert exported, f"{name} has no __all__"
-        assert all(hasattr(module, n) for n in exported), f"{name}.__all__ names what it lacks"
 
 
 def test_built_in_schedulers_import_nothing_from_the_engine() -> None:
@@ -421,6 +444,13 @@ def test_only_the_grpc_transports_and_clients_import_grpc() -> None:
     assert all(any(_under(m, [root]) for m in modules) for root in GRPC_IMPORTERS), "a GRPC_IMPORTERS entry is gone"
     bad = [line for line in grpc_imports(modules) if not _under(line.split(":")[0], GRPC_IMPORTERS)]
     assert not bad, "modules outside GRPC_IMPORTERS import grpc:\n" + "\n".join(bad)
+
+
+def test_only_the_command_line_ends_the_process() -> None:
+    modules = module_files()
+    assert all(m in modules for m in COMMAND_LINE)
+    bad = [line for line in process_exits(modules) if line.split(":")[0] not in COMMAND_LINE]
+    assert not bad, "library code ends the process (raise inferd.api.StartupError instead):\n" + "\n".join(bad)
 
 
 def test_module_length_p90() -> None:
@@ -506,6 +536,23 @@ def test_the_grpc_import_check(tmp_path: Path) -> None:
                                      "pkg.c:1 imports grpc_status", "pkg.c:1 imports grpc_status.rpc_status"]  # fmt: skip
 
 
+def test_the_process_exit_check(tmp_path: Path) -> None:
+    modules = _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/a.py": "import os, sys\ndef f():\n    raise SystemExit('error: x')\ndef g():\n    sys.exit(1)\n",
+            "pkg/b.py": "import os\nraise SystemExit\nos._exit(0)\nparser.exit(2)\nraise ValueError('SystemExit')\n",
+        },
+    )
+    assert process_exits(modules) == [
+        "pkg.a:3 raises SystemExit",
+        "pkg.a:5 calls sys.exit()",
+        "pkg.b:2 raises SystemExit",
+        "pkg.b:3 calls os._exit()",
+    ]
+
+
 def test_the_layer_check_finds_run_time_imports_up_and_lets_type_only_ones_pass(tmp_path: Path) -> None:
     files = {
         "inferd/__init__.py": "",
@@ -531,4 +578,13 @@ def test_the_public_api_check_names_what_a_plugin_imports(tmp_path: Path) -> Non
     found = [(path.name, line, name) for path, line, name in plugin_imports(tmp_path)]
     assert found == [("p.py", 1, "inferd.api"), ("p.py", 2, "inferd.engine.router"), ("t.py", 2, "inferd"),
                      ("t.py", 2, "inferd.api")]  # fmt: skip
-    assert [name for _, _, name in found if name not in PUBLIC] == ["inferd.engine.router"]
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_p.py").write_text("from inferd.testing import ServerProcess\nimport inferd.config\n")
+    (tmp_path / "q.py").write_text("from inferd.testing import ServerProcess\nimport inferd\n")
+    assert past_the_api(tmp_path, plugin_imports(tmp_path)) == [
+        "p.py:2 imports inferd.engine.router",
+        "q.py:1 imports inferd.testing",
+        "q.py:2 imports inferd",
+        "t.py:2 imports inferd",
+        "tests/test_p.py:2 imports inferd.config",
+    ]

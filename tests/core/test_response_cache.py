@@ -16,7 +16,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferd.caches.local import LocalCache, create_local_cache, entry_size
-from inferd.contracts.errors import InvalidArgument
+from inferd.contracts.errors import InvalidArgument, StartupError
 from inferd.contracts.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from inferd.engine.response_cache import request_key
 from inferd.host.plugins import PluginHost
@@ -345,7 +345,7 @@ def test_server_builds_one_named_cache(tmp_path):
     assert isinstance(server.cache, LocalCache)
     for config, words in [({"nope": {"size": "1"}}, "installed: local"), ({"local": {}}, "needs a size"),
                           ({"local": {"size": "1"}, "other": {"a": "b"}}, "one response cache")]:  # fmt: skip
-        with pytest.raises(SystemExit, match=words):  # before any model loads
+        with pytest.raises(StartupError, match=words):  # before any model loads
             Server(ServerOptions([tmp_path], cache_config=config), host=host)
 
 

@@ -1,10 +1,9 @@
 """A scheduler from an installed plugin, under a name of its own, serves the models that select it.
 
-The test builds a real plugin distribution (docs/hooks.md's example scheduler ``tagging`` and a
-scheduler written against the old ``_schedule`` contract), installs it with pip into a directory on
-PYTHONPATH, and serves models with ``inferd serve``: one selecting each scheduler through the
-``inferd_scheduler`` config parameter, one Triton config without it, and one naming a scheduler
-no plugin registers.
+The test builds a real plugin distribution (docs/hooks.md's example scheduler ``tagging``), installs
+it with pip into a directory on PYTHONPATH, and serves models with ``inferd serve``: one selecting
+the scheduler through the ``inferd_scheduler`` config parameter, one Triton config without it, and
+one naming a scheduler no plugin registers.
 """
 
 from __future__ import annotations
@@ -35,38 +34,7 @@ dependencies = []
 
 [project.entry-points.inferd]
 tagging = "inferd_test_schedulers.tagging"
-legacy_order = "inferd_test_schedulers.legacy"
 """
-
-# A third-party scheduler written before Scheduler.schedule was public: it implements _schedule.
-LEGACY = '''
-import itertools
-
-from inferd.api import InferdError, InferRequest, InferResponse, Scheduler, SchedulerContext, SchedulerRegister, hookimpl
-
-
-class LegacyOrderScheduler(Scheduler):
-    """The instances in turn; each response names the instance that computed it."""
-
-    def __init__(self, context: SchedulerContext) -> None:
-        super().__init__(context)
-        self.turns = itertools.cycle(context.runners)
-
-    async def _schedule(self, request: InferRequest) -> InferResponse:
-        runner = next(self.turns)
-        (outcome,) = await runner.run([request])
-        if isinstance(outcome, InferdError):
-            raise outcome
-        outcome.parameters["instance"] = runner.spec.name
-        return outcome
-
-
-@hookimpl
-def inferd_register_schedulers(register: SchedulerRegister) -> None:
-    register("legacy_order", LegacyOrderScheduler)
-'''
-
-DEPRECATION = "implements _schedule(), which is now schedule(); rename it"
 
 
 def selecting(scheduler: str) -> str:
@@ -85,7 +53,6 @@ def site(tmp_path_factory) -> Path:
     (src / "pyproject.toml").write_text(PYPROJECT)
     (package / "__init__.py").write_text("")
     (package / "tagging.py").write_text(EXAMPLE.read_text())
-    (package / "legacy.py").write_text(LEGACY)
     return install_into(tmp_path_factory.mktemp("site"), src)
 
 
@@ -97,14 +64,12 @@ def server(site, tmp_path_factory):
         tmp_path_factory.mktemp("sched") / "models",
         {
             "tagged": {"config.pbtxt": models.ADD_SUB_CONFIG + TWO_INSTANCES + selecting("tagging"), **add_sub},
-            "legacy": {"config.pbtxt": models.ADD_SUB_CONFIG + TWO_INSTANCES + selecting("legacy_order"), **add_sub},
             "plain": {"config.pbtxt": models.ADD_SUB_CONFIG + "dynamic_batching { }\n", **add_sub},
             "misnamed": {"config.pbtxt": models.ADD_SUB_CONFIG + selecting("priority"), **add_sub},
         },
     )
-    env = env_with(site, PYTHONWARNINGS="default::DeprecationWarning")
-    args = ["--model-control-mode=explicit", "--load-model=tagged", "--load-model=legacy", "--load-model=plain"]
-    with ServerProcess([repo], args, env=env) as srv:
+    args = ["--model-control-mode=explicit", "--load-model=tagged", "--load-model=plain"]
+    with ServerProcess([repo], args, env=env_with(site)) as srv:
         yield srv
 
 
@@ -137,17 +102,10 @@ def test_a_model_selects_a_plugin_scheduler_by_name(server):
     assert model["inference_stats"]["success"]["count"] == 2 and model["execution_count"] == 2
 
 
-def test_a_scheduler_implementing_the_old_method_name_works_and_warns_once(server):
-    seen = [_infer(httpclient, server.http_url, "legacy")[1]["instance"] for _ in range(4)]
-    assert seen[0] != seen[1] and seen == seen[:2] * 2, seen  # the instances in turn
-    assert server.log().count(DEPRECATION) == 1
-    assert "inferd_test_schedulers.legacy.LegacyOrderScheduler" in server.log()
-
-
 def test_an_unknown_scheduler_name_fails_the_load_naming_model_parameter_and_names(server):
     expected = (
         "model 'misnamed': parameter inferd_scheduler names scheduler 'priority', which no installed plugin "
-        "registers; registered schedulers: direct, dynamic, ensemble, legacy_order, sequence, tagging"
+        "registers; registered schedulers: direct, dynamic, ensemble, sequence, tagging"
     )
     http = httpclient.InferenceServerClient(server.http_url)
     with pytest.raises(InferenceServerException) as caught:

@@ -1,7 +1,3 @@
-"""inferd: a Triton-compatible inference server built from plugins."""
+"""inferd: a Triton-compatible inference server built from plugins. Plugins import :mod:`inferd.api`."""
 
-__version__ = "0.1.0"
-
-from inferd.moved import install as _install_moved_modules
-
-_install_moved_modules()
+__version__ = "1.0.0"

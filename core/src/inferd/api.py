@@ -1,207 +1,51 @@
-"""inferd's public API for plugin authors: every name a backend, scheduler, cache, frontend or
-tracing plugin needs, in one import (``from inferd.api import Backend, hookimpl, InvalidArgument``).
+"""inferd's plugin API, version 1.0: the one module a plugin's source imports.
 
-A plugin imports only from these modules (``tests/core/test_import_structure.py`` checks every
-plugin under ``plugins/`` and the cookiecutter template):
+``from inferd.api import Backend, hookimpl, InvalidArgument`` gives a backend, scheduler, cache,
+frontend or tracing plugin every name it needs. Everything else under ``inferd`` is the host's own
+and changes without notice (``tests/core/test_import_structure.py`` holds every plugin under
+``plugins/``, the cookiecutter template and ``docs/examples/`` to this module; a plugin's tests may
+also use the test kit, :mod:`inferd.testing`).
 
-- ``inferd.api`` (this module): the contracts (``inferd.contracts.*`` underneath, which may move);
-- ``inferd.config``, ``inferd.config.model_config_pb2``: the model configuration (Triton's schema);
-- ``inferd.dataplane``: ``DataPlane``, what a frontend receives in ``start(dataplane)``;
-- ``inferd.serving``, ``inferd.serving.tls``: the HTTP servers and TLS settings a frontend uses;
-- ``inferd.auth``: access rules, tenants and metering a frontend applies;
-- ``inferd.shared_memory``: the shared-memory extensions' regions;
-- ``inferd.testing``: servers, clients and the backend contract test for a plugin's tests.
+**Versions.** :data:`API_VERSION` is ``(major, minor)``: a minor adds names, a major changes or
+removes one. A plugin declares the API it was written for beside its hooks, as a literal
+(``INFERD_API = (1, 0)`` in the entry point's module; never ``API_VERSION`` itself, which is always
+the host's). The host refuses a plugin declaring another major, naming both versions, and a
+plugin's distribution requires ``inferd>=1,<2``.
 
-Everything else (``inferd.engine``, ``inferd.lifecycle``, ``inferd.host``, the built-in plugins) is
-the host's own and changes without notice. Names imported through the flat layout of earlier
-releases (``inferd.contracts.backend``, ``inferd.contracts.errors``...) still work for one release and warn once
-(:mod:`inferd.moved`).
+**The listing.** The ``if TYPE_CHECKING:`` block below is the one list of public names and where
+each lives: type checkers read it as ordinary imports (so no name is ``Any`` to them), and at run
+time each name is imported from that statement on first use (``InvalidArgument`` imports
+``inferd.contracts.errors`` only: the Python backend's model processes and plugin discovery stay
+light). ``__all__`` repeats the names; a test holds the two equal.
+
+Besides the contracts (ABCs, Protocols, dataclasses, errors, the hook specifications' registers),
+a few helpers are public on purpose because plugins need the host's exact behaviour:
+
+- tensors on the wire: :func:`numpy_dtype`, :func:`wire_datatype`, :data:`NUMPY_TO_WIRE`,
+  :data:`WIRE_TO_NUMPY`, :func:`config_to_wire`, :func:`serialize_bytes_tensor`,
+  :func:`deserialize_bytes_tensor`, :func:`array_to_bytes`, :func:`array_from_bytes`;
+- settings: :func:`setting_flag`, :func:`setting_integer` (``--backend-config`` and model
+  parameters), :func:`parse_bool` (a Triton-spelled boolean flag), :func:`process_cores`;
+- frontends: :func:`closest` (a bounded "did you mean" over names a client may see),
+  :data:`TOO_DEEP` and :func:`depth_problem` (the JSON nesting limit every frontend applies),
+  :data:`PICKED` and :data:`METERED` (``request.context`` keys: the version was picked through the
+  model's traffic split; the frontend meters the tenant's usage itself), :func:`http_tls_config`;
+- :func:`frozen_copy` (a cache's stored response), :func:`error_response` (an error a model
+  answers with), :func:`settle_gc` (the serving process's garbage-collector settings, for a
+  plugin's own model processes).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-#: Where each public name lives: ``{module: names}`` (imported on first use: a plugin that takes
-#: ``InvalidArgument`` imports ``inferd.contracts.errors`` only).
-_WHERE = {
-    "inferd.contracts": ("gc_settings",),
-    "inferd.contracts.backend": (
-        "RESCHEDULE",
-        "ArrayInstance",
-        "Backend",
-        "Instance",
-        "InstanceSpec",
-        "Model",
-        "ModelClient",
-        "ModelLoadContext",
-        "Started",
-        "concat_inputs",
-        "process_cores",
-    ),
-    "inferd.contracts.cache": ("ResponseCache", "frozen_copy"),
-    "inferd.contracts.errors": (
-        "Cancelled",
-        "ConfigError",
-        "ErrorKind",
-        "InferdError",
-        "InternalError",
-        "InvalidArgument",
-        "NotFound",
-        "Unavailable",
-        "Unsupported",
-        "error_response",
-    ),
-    "inferd.contracts.flags": (
-        "backend_config_setting",
-        "parse_bool",
-        "setting_flag",
-        "setting_integer",
-    ),
-    "inferd.contracts.frontend": ("Frontend",),
-    "inferd.contracts.hints": (
-        "closest",
-        "did_you_mean",
-    ),
-    "inferd.contracts.hookspecs": (
-        "BackendRegister",
-        "CacheRegister",
-        "FrontendRegister",
-        "SchedulerRegister",
-        "ServerSettings",
-        "ServerView",
-        "hookimpl",
-    ),
-    "inferd.contracts.json_depth": (
-        "MAX_JSON_DEPTH",
-        "TOO_DEEP",
-        "depth_problem",
-    ),
-    "inferd.contracts.log_context": (
-        "REQUEST_ID",
-        "REQUEST_MODEL",
-    ),
-    "inferd.contracts.metric_sources": (
-        "SOURCES",
-        "MetricsSource",
-    ),
-    "inferd.contracts.model_info": (
-        "ModelInfo",
-        "TensorInfo",
-    ),
-    "inferd.contracts.runner": ("InstanceRunner",),
-    "inferd.contracts.scheduler": (
-        "InstancePool",
-        "ModelCaller",
-        "Rejected",
-        "Scheduler",
-        "SchedulerContext",
-    ),
-    "inferd.contracts.trace": (
-        "RequestTrace",
-        "Tracer",
-    ),
-    "inferd.contracts.types": (
-        "PICKED",
-        "NUMPY_TO_WIRE",
-        "WIRE_DATATYPES",
-        "WIRE_TO_NUMPY",
-        "InferRequest",
-        "InferResponse",
-        "InferTensor",
-        "RequestedOutput",
-        "array_from_bytes",
-        "array_to_bytes",
-        "config_to_wire",
-        "deserialize_bytes_tensor",
-        "numpy_dtype",
-        "serialize_bytes_tensor",
-        "wire_datatype",
-    ),
-    "inferd.contracts.validation": (
-        "RequestValidator",
-        "TensorSpec",
-    ),
-}
-_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
-__all__ = [
-    "ArrayInstance",
-    "Backend",
-    "BackendRegister",
-    "CacheRegister",
-    "Cancelled",
-    "ConfigError",
-    "ErrorKind",
-    "Frontend",
-    "FrontendRegister",
-    "InferRequest",
-    "InferResponse",
-    "InferTensor",
-    "InferdError",
-    "Instance",
-    "InstancePool",
-    "InstanceRunner",
-    "InstanceSpec",
-    "InternalError",
-    "InvalidArgument",
-    "MAX_JSON_DEPTH",
-    "MetricsSource",
-    "Model",
-    "ModelCaller",
-    "ModelClient",
-    "ModelInfo",
-    "ModelLoadContext",
-    "NotFound",
-    "NUMPY_TO_WIRE",
-    "PICKED",
-    "REQUEST_ID",
-    "REQUEST_MODEL",
-    "RESCHEDULE",
-    "Rejected",
-    "RequestTrace",
-    "RequestValidator",
-    "RequestedOutput",
-    "ResponseCache",
-    "SOURCES",
-    "Scheduler",
-    "SchedulerContext",
-    "SchedulerRegister",
-    "ServerSettings",
-    "ServerView",
-    "Started",
-    "TOO_DEEP",
-    "TensorInfo",
-    "TensorSpec",
-    "Tracer",
-    "Unavailable",
-    "Unsupported",
-    "WIRE_DATATYPES",
-    "WIRE_TO_NUMPY",
-    "array_from_bytes",
-    "array_to_bytes",
-    "backend_config_setting",
-    "closest",
-    "concat_inputs",
-    "config_to_wire",
-    "depth_problem",
-    "deserialize_bytes_tensor",
-    "did_you_mean",
-    "error_response",
-    "frozen_copy",
-    "gc_settings",
-    "hookimpl",
-    "numpy_dtype",
-    "parse_bool",
-    "process_cores",
-    "serialize_bytes_tensor",
-    "setting_flag",
-    "setting_integer",
-    "wire_datatype",
-]
+#: The plugin API this host provides: ``(major, minor)``.
+API_VERSION = (1, 0)
 
 if TYPE_CHECKING:
-    from inferd.contracts import gc_settings
+    from inferd.auth import CURRENT, METERED, AccessDenied, AccessPolicy, ApiGroup
+    from inferd.config import ModelConfig, ModelParameters, config_from_json, config_to_json, platform_for
+    from inferd.config.model_config_pb2 import DataType
     from inferd.contracts.backend import (
         RESCHEDULE,
         ArrayInstance,
@@ -212,7 +56,6 @@ if TYPE_CHECKING:
         ModelClient,
         ModelLoadContext,
         Started,
-        concat_inputs,
         process_cores,
     )
     from inferd.contracts.cache import ResponseCache, frozen_copy
@@ -224,23 +67,15 @@ if TYPE_CHECKING:
         InternalError,
         InvalidArgument,
         NotFound,
+        StartupError,
         Unavailable,
         Unsupported,
         error_response,
     )
-    from inferd.contracts.flags import (
-        backend_config_setting,
-        parse_bool,
-        setting_flag,
-        setting_integer,
-    )
-    from inferd.contracts.frontend import (
-        Frontend,
-    )
-    from inferd.contracts.hints import (
-        closest,
-        did_you_mean,
-    )
+    from inferd.contracts.flags import parse_bool, setting_flag, setting_integer
+    from inferd.contracts.frontend import Frontend
+    from inferd.contracts.gc_settings import settle as settle_gc
+    from inferd.contracts.hints import closest
     from inferd.contracts.hookspecs import (
         BackendRegister,
         CacheRegister,
@@ -250,41 +85,15 @@ if TYPE_CHECKING:
         ServerView,
         hookimpl,
     )
-    from inferd.contracts.json_depth import (
-        MAX_JSON_DEPTH,
-        TOO_DEEP,
-        depth_problem,
-    )
-    from inferd.contracts.log_context import (
-        REQUEST_ID,
-        REQUEST_MODEL,
-    )
-    from inferd.contracts.metric_sources import (
-        SOURCES,
-        MetricsSource,
-    )
-    from inferd.contracts.model_info import (
-        ModelInfo,
-        TensorInfo,
-    )
-    from inferd.contracts.runner import (
-        InstanceRunner,
-    )
-    from inferd.contracts.scheduler import (
-        InstancePool,
-        ModelCaller,
-        Rejected,
-        Scheduler,
-        SchedulerContext,
-    )
-    from inferd.contracts.trace import (
-        RequestTrace,
-        Tracer,
-    )
+    from inferd.contracts.json_depth import TOO_DEEP, depth_problem
+    from inferd.contracts.log_context import REQUEST_ID, REQUEST_MODEL
+    from inferd.contracts.metric_sources import SOURCES, MetricsSource
+    from inferd.contracts.model_info import ModelInfo, TensorInfo
+    from inferd.contracts.runner import InstanceRunner
+    from inferd.contracts.scheduler import InstancePool, ModelCaller, Rejected, Scheduler, SchedulerContext
     from inferd.contracts.types import (
         NUMPY_TO_WIRE,
         PICKED,
-        WIRE_DATATYPES,
         WIRE_TO_NUMPY,
         InferRequest,
         InferResponse,
@@ -298,23 +107,125 @@ if TYPE_CHECKING:
         serialize_bytes_tensor,
         wire_datatype,
     )
-    from inferd.contracts.validation import (
-        RequestValidator,
-        TensorSpec,
-    )
+    from inferd.contracts.validation import RequestValidator, TensorSpec
+    from inferd.dataplane import DataPlane
+    from inferd.serving import HTTP_MAX_INPUT_SIZE, TOO_LARGE, AsgiServer, BodyLimit
+    from inferd.serving.tls import TlsConfig
+    from inferd.serving.tls import http_config as http_tls_config
 
+__all__ = [
+    "API_VERSION",
+    "CURRENT",
+    "HTTP_MAX_INPUT_SIZE",
+    "METERED",
+    "NUMPY_TO_WIRE",
+    "PICKED",
+    "REQUEST_ID",
+    "REQUEST_MODEL",
+    "RESCHEDULE",
+    "SOURCES",
+    "TOO_DEEP",
+    "TOO_LARGE",
+    "WIRE_TO_NUMPY",
+    "AccessDenied",
+    "AccessPolicy",
+    "ApiGroup",
+    "ArrayInstance",
+    "AsgiServer",
+    "Backend",
+    "BackendRegister",
+    "BodyLimit",
+    "CacheRegister",
+    "Cancelled",
+    "ConfigError",
+    "DataPlane",
+    "DataType",
+    "ErrorKind",
+    "Frontend",
+    "FrontendRegister",
+    "InferRequest",
+    "InferResponse",
+    "InferTensor",
+    "InferdError",
+    "Instance",
+    "InstancePool",
+    "InstanceRunner",
+    "InstanceSpec",
+    "InternalError",
+    "InvalidArgument",
+    "MetricsSource",
+    "Model",
+    "ModelCaller",
+    "ModelClient",
+    "ModelConfig",
+    "ModelInfo",
+    "ModelLoadContext",
+    "ModelParameters",
+    "NotFound",
+    "Rejected",
+    "RequestValidator",
+    "RequestedOutput",
+    "ResponseCache",
+    "Scheduler",
+    "SchedulerContext",
+    "SchedulerRegister",
+    "ServerSettings",
+    "ServerView",
+    "Started",
+    "StartupError",
+    "TensorInfo",
+    "TensorSpec",
+    "TlsConfig",
+    "Unavailable",
+    "Unsupported",
+    "array_from_bytes",
+    "array_to_bytes",
+    "closest",
+    "config_from_json",
+    "config_to_json",
+    "config_to_wire",
+    "depth_problem",
+    "deserialize_bytes_tensor",
+    "error_response",
+    "frozen_copy",
+    "hookimpl",
+    "http_tls_config",
+    "numpy_dtype",
+    "parse_bool",
+    "platform_for",
+    "process_cores",
+    "serialize_bytes_tensor",
+    "setting_flag",
+    "setting_integer",
+    "settle_gc",
+    "wire_datatype",
+]
 
-def __getattr__(name: str) -> Any:
-    """A public name, imported from its module on first use (then cached in this module)."""
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'inferd.api' has no attribute {name!r}")
-    found = importlib.import_module(module)
-    # a name of the module, or a submodule of the package (``gc_settings`` of ``inferd.contracts``)
-    value = getattr(found, name) if hasattr(found, name) else importlib.import_module(f"{module}.{name}")
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # hidden from type checkers: to them a name missing above is an error, not Any
+    import importlib
 
+    _WHERE: dict[str, tuple[str, str]] | None = None
 
-def __dir__() -> list[str]:
-    return __all__
+    def _where() -> dict[str, tuple[str, str]]:
+        """``{public name: (module, attribute)}``, read once from the ``if TYPE_CHECKING:`` block."""
+        global _WHERE
+        if _WHERE is None:
+            import ast
+            from pathlib import Path
+
+            tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+            (block,) = (n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+            _WHERE = {a.asname or a.name: (s.module, a.name) for s in block.body for a in s.names}
+        return _WHERE
+
+    def __getattr__(name: str):
+        """A public name, imported from its module on first use (then kept in this module)."""
+        where = _where().get(name)
+        if where is None:
+            raise AttributeError(f"module 'inferd.api' has no attribute {name!r}")
+        value = getattr(importlib.import_module(where[0]), where[1])
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return __all__

@@ -24,7 +24,7 @@ import numpy as np
 from inferd.api import ArrayInstance, Backend, ConfigError, Instance, InstanceSpec, Model, ModelLoadContext, NotFound
 
 if TYPE_CHECKING:
-    from inferd.config import ModelConfig
+    from inferd.api import ModelConfig
 
 log = logging.getLogger("inferd.contracts.backend.{{ cookiecutter.backend_name }}")
 
@@ -100,7 +100,7 @@ class {{ cookiecutter.class_prefix }}Instance(ArrayInstance):
     dimension, calls :meth:`run` once and splits the outputs back per request.
 
     A framework that is not "arrays in, arrays out" (streaming, decoupled models) subclasses
-    ``inferd.contracts.backend.Instance`` instead and implements ``execute(requests) -> responses``.
+    ``inferd.api.Instance`` instead and implements ``execute(requests) -> responses``.
     """
 
     def __init__(self, model: {{ cookiecutter.class_prefix }}Model, spec: InstanceSpec) -> None:

@@ -14,6 +14,10 @@ from inferd.api import BackendRegister, hookimpl
 if TYPE_CHECKING:
     from inferd.api import Backend
 
+#: The inferd plugin API this plugin is written for (``inferd.api``): a host of another major
+#: refuses it. Raise it only when you have moved the plugin to that API's names.
+INFERD_API = (1, 0)
+
 
 def _make_backend() -> Backend:
     from {{ cookiecutter.package_name }}.backend import {{ cookiecutter.class_prefix }}Backend

@@ -62,31 +62,52 @@ def error_response(message: str, kind: ErrorKind) -> InferdError:
 
 
 class NotFound(InferdError):
+    """No such model, version, tensor or region (Triton's NOT_FOUND)."""
+
     kind = ErrorKind.NOT_FOUND
 
 
 class InvalidArgument(InferdError):
+    """A request, setting or configuration that is wrong (Triton's INVALID_ARG: HTTP 400)."""
+
     kind = ErrorKind.INVALID_ARG
 
 
 class Unavailable(InferdError):
+    """Not now: a model not ready, unloading, or a queue full (Triton's UNAVAILABLE)."""
+
     kind = ErrorKind.UNAVAILABLE
 
 
 class Unsupported(InferdError):
+    """Something inferd or the model does not do (Triton's UNSUPPORTED)."""
+
     kind = ErrorKind.UNSUPPORTED
 
 
 class InternalError(InferdError):
+    """A failure inside the server or a model (Triton's INTERNAL: HTTP 500)."""
+
     kind = ErrorKind.INTERNAL
 
 
 class Cancelled(InferdError):
+    """A request its client or the server gave up on (Triton's CANCELLED)."""
+
     kind = ErrorKind.CANCELLED
 
 
 class ConfigError(InvalidArgument):
     """A model configuration that cannot be parsed or is inconsistent."""
+
+
+class StartupError(InferdError):
+    """The server cannot start as asked: a flag's value, a port it cannot bind, a file that does
+    not load, models that failed at start-up. Library code and plugins raise it (never
+    ``SystemExit``); ``inferd serve`` prints ``error: <message>`` and exits with status 1. It
+    never reaches a client."""
+
+    kind = ErrorKind.INTERNAL
 
 
 def poll_failure(name: str) -> str:

@@ -213,7 +213,9 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
 def inferd_startup(server: ServerView) -> None:
     """Called once the server's models are loaded and its frontends are about to serve.
 
-    Raising stops the start (``raise SystemExit("error: ...")`` for a clean message).
+    Raising stops the start: raise :class:`inferd.api.StartupError` for a clean message (``inferd
+    serve`` prints ``error: <message>`` and exits with status 1); any other exception is reported
+    with its traceback. A plugin never ends the process itself (no ``SystemExit``, no ``sys.exit``).
     """
 
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 import abc
 import asyncio
 import time
-import warnings
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from inferd.contracts.errors import InferdError, Unavailable
 from inferd.contracts.recorder import Recorder
@@ -105,26 +104,12 @@ class Scheduler(abc.ABC):
     Subclasses implement :meth:`schedule` and run requests with ``runner.run(batch)``; the base
     class marks QUEUE_START, counts requests in flight so that :meth:`stop` can drain them (a reload
     lets in-flight requests finish on the old version), and counts :class:`Rejected` requests.
-    A subclass that implements only the old name ``_schedule`` still works until the next release,
-    with one :class:`DeprecationWarning` when it is defined.
     """
 
     #: True for a scheduler that answers by calling other models instead of running instances
     #: (an ensemble): core then records each request as one execution, and no QUEUE_START (its
     #: steps are queued by their own models).
     composing: ClassVar[bool] = False
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        legacy = _legacy_schedule(cls)
-        if legacy is not None:
-            warnings.warn(
-                f"scheduler {cls.__module__}.{cls.__qualname__} implements _schedule(), which is now "
-                "schedule(); rename it (_schedule stops working in the next release)",
-                DeprecationWarning,
-                stacklevel=3,  # the class statement (type.__new__ and ABCMeta.__new__ in between)
-            )
-            cls.schedule = legacy  # type: ignore[method-assign]
 
     def __init__(self, context: SchedulerContext) -> None:
         self.context = context
@@ -194,19 +179,6 @@ class Scheduler(abc.ABC):
         """Refuse new requests, then wait until every accepted one is answered."""
         self._stopping = True
         await self._idle.wait()
-
-
-def _legacy_schedule(cls: type[Scheduler]) -> Any:
-    """The ``_schedule`` of a subclass written before the method was public, or ``None``: the
-    first class in ``cls``'s MRO (below :class:`Scheduler`) that defines either name defines only it."""
-    for klass in cls.__mro__:
-        if klass is Scheduler:
-            return None
-        if "schedule" in vars(klass):
-            return None
-        if "_schedule" in vars(klass):
-            return vars(klass)["_schedule"]
-    return None
 
 
 class InstancePool:

@@ -70,14 +70,14 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
 
 @hookimpl
 def inferd_startup(server: Server) -> None:
-    from inferd.contracts.errors import InferdError
+    from inferd.contracts.errors import InferdError, StartupError
 
     items = trace_items(server.options.extra)
     if items:
         try:
             server.dataplane.tracer.configure(items)
         except InferdError as exc:
-            raise SystemExit(f"error: {exc.message}") from None
+            raise StartupError(exc.message) from None
 
 
 @hookimpl

@@ -3,6 +3,10 @@
 One :class:`PluginHost` per server, never a module global. Tests build one with
 ``load_entrypoints=False`` and pass plugin objects in.
 
+A plugin declares the plugin API it was written for beside its hooks (``INFERD_API = (1, 0)``); one
+built for another major than :data:`inferd.api.API_VERSION`'s is refused at registration, the way
+a broken plugin is (logged at ERROR, listed by ``inferd plugins``, left out).
+
 Start-up order: hook specs, :data:`DEFAULT_PLUGINS`, entry points, plugins passed in, then
 ``pm.check_pending()`` (a plugin implementing a hook inferd does not have is reported and left
 out). The registration hooks run through ``pm.hook`` the first time a registry is used, so that
@@ -23,6 +27,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import pluggy
 
+from inferd.api import API_VERSION
 from inferd.contracts import hookspecs
 from inferd.contracts.registry import Registry
 from inferd.host.hookcalls import call_registration_hook
@@ -43,6 +48,8 @@ trace_log = logging.getLogger("inferd.host.plugins.trace")
 ENTRYPOINT_GROUP = "inferd"
 DISABLE_ENV = "INFERD_DISABLE_PLUGINS"
 TRACE_ENV = "INFERD_TRACE_PLUGINS"
+#: The module-level name with which a plugin declares its API: ``INFERD_API = (1, 0)``.
+API_DECLARATION = "INFERD_API"
 
 #: Built-in plugins: registered exactly as third-party ones are, and blockable by name.
 DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
@@ -137,12 +144,18 @@ class PluginHost:
         return self._infos.setdefault(name, PluginInfo(name))
 
     def _register(self, plugin: object, name: str, distribution: str, version: str | None = None) -> None:
-        """Register ``plugin``; ``version`` is its distribution's (looked up once per distribution when not given)."""
+        """Register ``plugin``; ``version`` is its distribution's (looked up once per distribution when not given).
+        A plugin declaring an API this host does not provide is left out, with the reason as its error."""
         if name in self.blocked or self.pm.is_blocked(name):
             return
-        self.pm.register(plugin, name=name)
         if version is None:
             version = self._version(distribution)
+        refused = api_refusal(name, getattr(plugin, API_DECLARATION, None))
+        if refused is not None:
+            log.error("%s", refused)
+            self._infos[name] = PluginInfo(name, distribution, version, errors=[refused])
+            return
+        self.pm.register(plugin, name=name)
         self._infos[name] = PluginInfo(name, distribution, version)
 
     def _version(self, distribution: str) -> str:
@@ -255,6 +268,42 @@ class PluginHost:
     def plugin_infos(self) -> list[PluginInfo]:
         """Every plugin (built-ins first), with what it registered and its errors."""
         return sorted(self.infos.values(), key=lambda i: (i.distribution != "inferd", i.name))
+
+
+def api_refusal(plugin: str, declared: object) -> str | None:
+    """Why a plugin declaring ``INFERD_API = declared`` cannot be registered, or ``None``: it
+    declares none, or the major of :data:`~inferd.api.API_VERSION` (a newer minor is logged: the
+    plugin may use names this host lacks, which fails its import rather than a request)."""
+    if declared is None:
+        return None
+    host = f"{API_VERSION[0]}.{API_VERSION[1]}"
+    if not (isinstance(declared, tuple) and len(declared) == 2 and all(type(part) is int for part in declared)):
+        return (
+            f"plugin '{plugin}' declares {API_DECLARATION} = {declared!r}; expected (major, minor), the API it "
+            f"was written for (this inferd provides API {host}); the plugin is left out"
+        )
+    major, minor = declared
+    if major > API_VERSION[0]:
+        return (
+            f"plugin '{plugin}' is built for inferd plugin API {major}.{minor}, newer than this inferd's API "
+            f"{host}; upgrade inferd or install a release of the plugin for API {API_VERSION[0]}; the plugin "
+            "is left out"
+        )
+    if major < API_VERSION[0]:
+        return (
+            f"plugin '{plugin}' is built for inferd plugin API {major}.{minor}, which this inferd (API {host}) "
+            f"no longer provides; install a release of the plugin for API {API_VERSION[0]}; the plugin is "
+            "left out"
+        )
+    if minor > API_VERSION[1]:
+        log.warning(
+            "plugin '%s' is built for inferd plugin API %d.%d, newer than this inferd's API %s",
+            plugin,
+            major,
+            minor,
+            host,
+        )
+    return None
 
 
 def unknown_hooks(pm: pluggy.PluginManager, plugin: object) -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from inferd import __version__, serving
 from inferd.auth import AccessControl, AuthConfigError, RestrictionError, access_from_flags
-from inferd.contracts.errors import InferdError
+from inferd.contracts.errors import InferdError, StartupError
 from inferd.contracts.flags import SuggestingParser, backend_config_setting, parse_bool
 from inferd.engine.rate_limiter import parse_resource
 from inferd.frontends.header_forward import pattern_option
@@ -573,13 +573,12 @@ def _run_serve(args: argparse.Namespace, host: PluginHost, argv: Sequence[str]) 
         return 2
     if args.worker_index is None and args.workers == auto.AUTO:
         _choose_workers(args, host, access)
-    if args.workers > 1 and args.worker_index is None:
-        return _supervise(args, argv)
-    server = Server(options_from_args(args), host=host, access=access)
-    try:
-        serving.run(_serve(server))
-    except SystemExit as exc:
-        print(exc, file=sys.stderr)
+    try:  # what the server and its plugins cannot start with: the one place it becomes an exit status
+        if args.workers > 1 and args.worker_index is None:
+            return _supervise(args, argv)
+        serving.run(_serve(Server(options_from_args(args), host=host, access=access)))
+    except StartupError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
         return 1
     return 0
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from inferd.contracts import gc_settings
 from inferd.contracts.backend import process_cores
 from inferd.contracts.cache import ResponseCache
-from inferd.contracts.errors import InferdError
+from inferd.contracts.errors import InferdError, StartupError
 from inferd.contracts.frontend import Frontend
 from inferd.contracts.trace import Tracer
 from inferd.dataplane import DataPlane
@@ -225,7 +225,7 @@ class Server:
                     message = f"Internal - {why} {repo} (model repository)"
                     if self.options.exit_on_error:
                         self.close_repositories()
-                        raise SystemExit(f"error: creating server: {message}")
+                        raise StartupError(f"creating server: {message}")
                     log.error("%s; the server runs on (--exit-on-error=false) but is not ready", message)
                     self.health.errors.append(message)
                 continue
@@ -234,7 +234,7 @@ class Server:
             except RuntimeError as exc:
                 if self.options.exit_on_error:
                     self.close_repositories()
-                    raise SystemExit(f"error: creating server: Internal - {exc}") from None
+                    raise StartupError(f"creating server: Internal - {exc}") from None
                 log.error("%s", exc)
 
     def ports(self) -> dict[str, int]:
@@ -281,7 +281,7 @@ class Server:
         if self.control is not None:
             self.control.stop()
         self.close_repositories()
-        raise SystemExit("error: creating server: Internal - failed to load all models: " + "; ".join(failures))
+        raise StartupError("creating server: Internal - failed to load all models: " + "; ".join(failures))
 
     async def stop(self) -> None:
         """Report not ready, keep serving for ``--drain-delay-secs``, then stop accepting, let
@@ -356,17 +356,17 @@ class Server:
         if not configs:
             return None
         if len(configs) > 1:
-            raise SystemExit(
-                f"error: --cache-config names {len(configs)} caches ({', '.join(sorted(configs))}); "
+            raise StartupError(
+                f"--cache-config names {len(configs)} caches ({', '.join(sorted(configs))}); "
                 f"a server uses one response cache"
             )
         ((name, settings),) = configs.items()
         try:
             cache = self.host.registries().caches.create(name, dict(settings))
         except InferdError as exc:
-            raise SystemExit(f"error: response cache '{name}': {exc.message}") from None
+            raise StartupError(f"response cache '{name}': {exc.message}") from None
         except Exception as exc:
-            raise SystemExit(f"error: response cache '{name}' failed to start: {type(exc).__name__}: {exc}") from None
+            raise StartupError(f"response cache '{name}' failed to start: {type(exc).__name__}: {exc}") from None
         shown = ", ".join(f"{k}={'***' if k == 'password' else v}" for k, v in sorted(settings.items()))
         log.info("response cache '%s' ready (%s)", name, shown)
         return cache
@@ -406,4 +406,4 @@ def _repository(value: Path | str) -> Repository:
     try:
         return ObjectStoreRepository(str(value))
     except (ValueError, RuntimeError) as exc:
-        raise SystemExit(f"error: {exc}") from None
+        raise StartupError(str(exc)) from None

@@ -16,6 +16,7 @@ import ssl
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from inferd.contracts.errors import StartupError
 from inferd.serving.tls import CertificateWatch, TlsConfig, forget, listening_context
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def bind(host: str, port: int, what: str, backlog: int = 2048, reuse_port: bool 
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise SystemExit(f"error: {what} cannot bind {host}:{port}: {exc.strerror}") from None
+        raise StartupError(f"{what} cannot bind {host}:{port}: {exc.strerror}") from None
     sock.listen(backlog)
     return sock
 
@@ -182,7 +183,7 @@ class H2Server(Runner):
         try:
             import zttp  # noqa: F401
         except ImportError:
-            raise SystemExit("error: --grpc-transport h2 needs the zttp package (pip install zttp)") from None
+            raise StartupError("--grpc-transport h2 needs the zttp package (pip install zttp)") from None
         from inferd.serving.h2 import protocol_class
 
         return protocol_class(self.app, self.unary, self.keep_alive_secs)

@@ -27,10 +27,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from inferd.contracts.errors import StartupError
 from inferd.contracts.flags import parse_bool
 
 __all__ = ["CertificateWatch", "TlsConfig", "TlsError", "TlsFlags", "add_arguments", "grpc_config", "http_config",
-           "listening_context", "refusal", "reload_on_sighup", "server_context", "settings", "warnings"]  # fmt: skip
+           "listening_context", "refusal", "reload_on_sighup", "server_context", "warnings"]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ T = TypeVar("T")
 CHECK_SECONDS = 1.0
 
 
-class TlsError(ValueError):
+class TlsError(StartupError, ValueError):
     """A TLS setting the server cannot start with; the message names the flag and the file."""
 
 
@@ -115,7 +116,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def grpc_config(values: Mapping[str, Any]) -> TlsConfig | None:
-    """gRPC's TLS from the parsed flags (``None``: clear text), as Triton reads them."""
+    """gRPC's TLS from the parsed flags (``None``: clear text), as Triton reads them; flags that do
+    not go together raise :class:`TlsError`, a start-up error."""
     mutual = bool(values.get("grpc_use_ssl_mutual"))
     if not (mutual or values.get("grpc_use_ssl")):
         return None
@@ -131,7 +133,8 @@ def grpc_config(values: Mapping[str, Any]) -> TlsConfig | None:
 
 
 def http_config(values: Mapping[str, Any]) -> TlsConfig | None:
-    """HTTP's (and the metrics port's) TLS from the parsed flags (``None``: clear text)."""
+    """HTTP's (and the metrics port's, and a plugin's HTTP port's) TLS from the parsed flags
+    (``None``: clear text); flags that do not go together raise :class:`TlsError`, a start-up error."""
     cert, key, ca = values.get("http_ssl_certfile"), values.get("http_ssl_keyfile"), values.get("http_ssl_ca_certs")
     verify = bool(values.get("http_ssl_verify_client"))
     if not cert:
@@ -144,15 +147,6 @@ def http_config(values: Mapping[str, Any]) -> TlsConfig | None:
         raise TlsError("--http-ssl-verify-client=true needs --http-ssl-ca-certs (the CA certificates that sign "
                        "the clients' certificates)")  # fmt: skip
     return TlsConfig(cert, key or None, ca or None, verify, HTTP_FLAGS)
-
-
-def settings(read: Callable[[Mapping[str, Any]], TlsConfig | None], values: Mapping[str, Any]) -> TlsConfig | None:
-    """``read(values)`` (:func:`grpc_config` or :func:`http_config`) for a frontend's factory: a bad
-    combination of flags stops the start."""
-    try:
-        return read(values)
-    except TlsError as exc:
-        raise SystemExit(f"error: {exc}") from None
 
 
 def refusal(values: Mapping[str, Any]) -> str | None:
@@ -288,7 +282,7 @@ def listening_context(
     try:
         watch = CertificateWatch(config, lambda c: server_context(c, alpn), what)
     except TlsError as exc:
-        raise SystemExit(f"error: {what}: {exc}") from None
+        raise StartupError(f"{what}: {exc}") from None
     outer = watch.value
 
     def pick(conn: ssl.SSLObject | ssl.SSLSocket, server_name: str | None, ctx: ssl.SSLContext) -> None:

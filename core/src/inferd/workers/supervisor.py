@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from inferd.contracts.errors import InferdError
+from inferd.contracts.errors import InferdError, StartupError
 from inferd.workers.control import call
 from inferd.workers.counts import retire
 from inferd.workers.peers import WorkerSlot
@@ -67,7 +67,7 @@ def hold_port(host: str) -> socket.socket:
         sock.bind((host, 0))
     except OSError as exc:
         sock.close()
-        raise SystemExit(f"error: no free port on {host}: {exc.strerror}") from None
+        raise StartupError(f"no free port on {host}: {exc.strerror}") from None
     return sock
 
 

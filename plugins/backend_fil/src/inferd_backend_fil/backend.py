@@ -19,6 +19,7 @@ from inferd.api import (
     ArrayInstance,
     Backend,
     ConfigError,
+    DataType,
     InferdError,
     Instance,
     InstanceSpec,
@@ -26,7 +27,6 @@ from inferd.api import (
     Model,
     ModelLoadContext,
 )
-from inferd.config.model_config_pb2 import DataType
 from inferd_backend_fil.options import FilOptions, parse_options
 from inferd_backend_fil.predictors import Predictor, load_predictor
 

@@ -6,8 +6,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from inferd.api import ConfigError
-from inferd.config import ModelParameters
+from inferd.api import ConfigError, ModelParameters
 
 log = logging.getLogger("inferd.fil")
 

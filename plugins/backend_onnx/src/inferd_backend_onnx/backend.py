@@ -31,7 +31,7 @@ from inferd_backend_onnx import options, signature
 from inferd_backend_onnx.signature import TensorInfo, tensor_infos
 
 if TYPE_CHECKING:
-    from inferd.config import ModelConfig
+    from inferd.api import ModelConfig
 
 log = logging.getLogger(__name__)
 

@@ -10,6 +10,9 @@ from inferd_backend_onnx.options import BACKEND_SETTINGS
 if TYPE_CHECKING:
     from inferd.api import Backend
 
+#: The inferd plugin API this plugin is written for (``inferd.api``): a host of another major refuses it.
+INFERD_API = (1, 0)
+
 
 def _make_backend(settings: dict[str, str]) -> Backend:
     # backend.py imports onnxruntime; an ImportError here reaches the lifecycle, which reports

@@ -26,11 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from inferd.api import ConfigError, process_cores, setting_flag, setting_integer
-from inferd.config import ModelParameters
+from inferd.api import ConfigError, ModelParameters, process_cores, setting_flag, setting_integer
 
 if TYPE_CHECKING:
-    from inferd.config import ModelConfig
+    from inferd.api import ModelConfig
 
 TENSORRT = "TensorrtExecutionProvider"
 CUDA = "CUDAExecutionProvider"

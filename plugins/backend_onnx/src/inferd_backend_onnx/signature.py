@@ -16,11 +16,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from inferd.api import ConfigError
-from inferd.config.model_config_pb2 import DataType
+from inferd.api import ConfigError, DataType
 
 if TYPE_CHECKING:
-    from inferd.config import ModelConfig
+    from inferd.api import ModelConfig
 
 log = logging.getLogger(__name__)
 

@@ -97,7 +97,7 @@ def _isolated_autocomplete(config: Any, model_dir: Path, path: Path, name: str, 
         return False
     if "auto_complete_config" not in path.read_text(errors="replace"):
         return True  # no hook to run: spare a process start
-    from inferd.config import config_from_json, config_to_json
+    from inferd.api import config_from_json, config_to_json
 
     as_json = config_to_json(config)
     if not as_json.get("name"):
@@ -120,7 +120,7 @@ def _highest_version_dir(model_dir: Path, filename: str) -> Path | None:
 
 
 def _complete(config: Any, hook: Any, name: str, path: Path, model_dir: Path) -> None:
-    from inferd.config import config_from_json, config_to_json
+    from inferd.api import config_from_json, config_to_json
 
     as_json = config_to_json(config)
     if not as_json.get("name"):
@@ -134,7 +134,7 @@ class PythonModel(Model):
     """One loaded version of a Python model: the imported module, shared by its instances."""
 
     def __init__(self, context: ModelLoadContext, module: ModuleType, path: Path) -> None:
-        from inferd.config import config_to_json
+        from inferd.api import config_to_json
 
         self.name = context.name
         self.version = str(context.version)

@@ -61,7 +61,7 @@ from inferd_backend_python.stub_logs import LINE_CHARS, SUMMARY_S, LogBudget
 from inferd_backend_python.wire import decode_outcome, decode_request, encode_error, encode_outcome, encode_request
 
 if TYPE_CHECKING:
-    from inferd.config import ModelConfig
+    from inferd.api import ModelConfig
 
 _log = logging.getLogger("inferd.contracts.backend.python")
 
@@ -172,10 +172,11 @@ def _cpus(text: str | None, label: str) -> tuple[int, ...]:
 def _package_dirs() -> list[str]:
     import triton_python_backend_utils
 
-    import inferd
+    import inferd.api
     import inferd_backend_python
 
-    return [str(Path(str(m.__file__)).parent) for m in (inferd, inferd_backend_python, triton_python_backend_utils)]
+    # inferd.api's directory is the inferd package's
+    return [str(Path(str(m.__file__)).parent) for m in (inferd.api, inferd_backend_python, triton_python_backend_utils)]
 
 
 _spawner: tuple[int, ThreadPoolExecutor] | None = None
@@ -845,7 +846,7 @@ class ProcessModel(Model):
     """A Python model whose instances each run in a stub process (``EXECUTION_MODE: process``)."""
 
     def __init__(self, context: ModelLoadContext, path: Path, settings: Settings) -> None:
-        from inferd.config import config_to_json
+        from inferd.api import config_to_json
 
         self.name = context.name
         self.version = str(context.version)

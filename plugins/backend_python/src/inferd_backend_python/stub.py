@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from inferd.api import RESCHEDULE, InferdError, InferRequest, InferResponse, gc_settings
+from inferd.api import RESCHEDULE, InferdError, InferRequest, InferResponse, settle_gc
 from inferd_backend_python import ipc, pb_metrics
 from inferd_backend_python.instance import PythonInstance, run_auto_complete, start_model_object
 from inferd_backend_python.loader import check_model_class, import_model_file
@@ -307,7 +307,7 @@ class Stub:
         if kind == ipc.AUTOCOMPLETE:
             self._reply(lambda: self._autocomplete(*body))
         elif kind == ipc.INIT and self._reply(lambda: self._init(body)):
-            gc_settings.settle()  # as the server does once started: fewer young collections, the model frozen
+            settle_gc()  # as the server does once started: fewer young collections, the model frozen
             self._work()
         # Done: the server ends this process with the processes the model started, which it finds
         # below this one (an exit now would hand them to init). It may close the socket instead.

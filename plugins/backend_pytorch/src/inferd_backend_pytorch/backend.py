@@ -16,8 +16,7 @@ from typing import Any
 
 import torch
 
-from inferd.api import Backend, ConfigError, Instance, InstanceSpec, InvalidArgument, Model, ModelLoadContext
-from inferd.config.model_config_pb2 import DataType
+from inferd.api import Backend, ConfigError, DataType, Instance, InstanceSpec, InvalidArgument, Model, ModelLoadContext
 from inferd_backend_pytorch.binding import InputPlan, OutputPlan, model_output_names, plan_inputs
 from inferd_backend_pytorch.loading import load_module
 from inferd_backend_pytorch.options import TorchOptions, backend_options, parse_options

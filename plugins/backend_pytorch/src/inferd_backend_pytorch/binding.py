@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from inferd.api import ConfigError, InvalidArgument
 
 if TYPE_CHECKING:
-    from inferd.config import ModelConfig
+    from inferd.api import ModelConfig
 
 log = logging.getLogger("inferd.pytorch")
 

@@ -10,6 +10,9 @@ from inferd_backend_pytorch.options import BACKEND_SETTINGS
 if TYPE_CHECKING:
     from inferd.api import Backend
 
+#: The inferd plugin API this plugin is written for (``inferd.api``): a host of another major refuses it.
+INFERD_API = (1, 0)
+
 
 def _make_backend(settings: dict[str, str]) -> Backend:
     from inferd_backend_pytorch.backend import PyTorchBackend

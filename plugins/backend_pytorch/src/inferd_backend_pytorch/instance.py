@@ -24,7 +24,7 @@ from inferd_backend_pytorch.loading import error_summary
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from inferd.config import ModelConfig
+    from inferd.api import ModelConfig
     from inferd_backend_pytorch.binding import InputPlan, OutputPlan
     from inferd_backend_pytorch.options import TorchOptions
 

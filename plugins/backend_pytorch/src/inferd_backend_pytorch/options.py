@@ -8,8 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from inferd.api import setting_integer
-from inferd.config import ModelParameters
+from inferd.api import ModelParameters, setting_integer
 
 log = logging.getLogger("inferd.pytorch")
 

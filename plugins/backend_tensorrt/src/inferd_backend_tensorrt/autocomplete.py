@@ -17,7 +17,7 @@ from inferd_backend_tensorrt.dtypes import config_type
 from inferd_backend_tensorrt.engine import EngineInfo, TensorInfo, profile_indices
 
 if TYPE_CHECKING:
-    from inferd.config import ModelConfig
+    from inferd.api import ModelConfig
 
 KIND_AUTO, KIND_GPU, KIND_CPU, KIND_MODEL = 0, 1, 2, 3
 

@@ -27,14 +27,14 @@ from inferd.api import (
     ModelLoadContext,
     NotFound,
     Unavailable,
+    platform_for,
 )
-from inferd.config import platform_for
 from inferd_backend_tensorrt import cuda
 from inferd_backend_tensorrt.autocomplete import autocomplete, check_config
 from inferd_backend_tensorrt.engine import EngineInfo, describe, parse_profiles
 
 if TYPE_CHECKING:
-    from inferd.config import ModelConfig
+    from inferd.api import ModelConfig
 
 log = logging.getLogger("inferd.contracts.backend.tensorrt")
 

@@ -19,8 +19,7 @@ from inferd_backend_tensorrt import cuda
 from inferd_backend_tensorrt.engine import choose_profile
 
 if TYPE_CHECKING:
-    from inferd.api import ModelLoadContext
-    from inferd.config import ModelConfig
+    from inferd.api import ModelConfig, ModelLoadContext
     from inferd_backend_tensorrt.engine import EngineInfo
 
 

@@ -30,7 +30,7 @@ from inferd_backend_vllm.metrics import VLLM_METRICS
 from inferd_backend_vllm.tensors import INPUTS, OUTPUTS, POOLING_INPUTS, POOLING_OUTPUTS
 
 if TYPE_CHECKING:
-    from inferd.config import ModelConfig
+    from inferd.api import ModelConfig
     from inferd_backend_vllm.engine import Engine
 
 ENGINE_ARGS_FILENAME = "model.json"

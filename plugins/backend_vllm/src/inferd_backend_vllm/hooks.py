@@ -9,6 +9,9 @@ from inferd.api import BackendRegister, hookimpl
 if TYPE_CHECKING:
     from inferd.api import Backend
 
+#: The inferd plugin API this plugin is written for (``inferd.api``): a host of another major refuses it.
+INFERD_API = (1, 0)
+
 
 def _make_backend() -> Backend:
     from inferd_backend_vllm.backend import VllmBackend

@@ -16,9 +16,7 @@ from collections.abc import Iterable
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from inferd.api import ErrorKind, InferdError
-from inferd.auth import AccessDenied, AccessPolicy, ApiGroup
-from inferd.serving import TOO_LARGE, BodyLimit
+from inferd.api import TOO_LARGE, AccessDenied, AccessPolicy, ApiGroup, BodyLimit, ErrorKind, InferdError
 from inferd_frontend_openai.errors import OpenAIError, model_not_found
 
 #: A refusal's kind -> OpenAI's status, error type and code for it.

@@ -14,8 +14,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from inferd.api import TOO_DEEP, depth_problem
-from inferd.auth import CURRENT, ApiGroup
+from inferd.api import CURRENT, TOO_DEEP, ApiGroup, depth_problem
 from inferd_frontend_openai import embeddings, engine, extra_fields, params
 from inferd_frontend_openai.catalog import Catalog, ServingVersion
 from inferd_frontend_openai.choices import ChoiceRunner, Event

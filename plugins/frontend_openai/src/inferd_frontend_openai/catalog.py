@@ -15,8 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from inferd.api import InferdError, closest
-from inferd.auth import CURRENT
+from inferd.api import CURRENT, InferdError, closest
 from inferd_frontend_openai.embeddings import is_embedding_model
 from inferd_frontend_openai.engine import is_text_model
 from inferd_frontend_openai.errors import OpenAIError, bad_request, model_not_found

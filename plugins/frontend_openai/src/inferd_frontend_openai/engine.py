@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from inferd.api import PICKED, InferdError, InferRequest, InferResponse, InferTensor
-from inferd.auth import METERED
+from inferd.api import METERED, PICKED, InferdError, InferRequest, InferResponse, InferTensor
 
 if TYPE_CHECKING:
     from inferd.api import ModelInfo

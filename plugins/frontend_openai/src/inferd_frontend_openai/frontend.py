@@ -7,15 +7,13 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from inferd.api import Frontend
-from inferd.serving import HTTP_MAX_INPUT_SIZE, AsgiServer
+from inferd.api import HTTP_MAX_INPUT_SIZE, AsgiServer, Frontend, StartupError
 from inferd_frontend_openai.metrics import LlmMetrics
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
-    from inferd.dataplane import DataPlane
-    from inferd.serving.tls import TlsConfig
+    from inferd.api import DataPlane, TlsConfig
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +69,7 @@ class OpenAIFrontend(Frontend):
         server = AsgiServer(app, self.host, self.port, "OpenAI frontend", dataplane.shares_ports, self.tls)
         try:
             await server.start()
-        except SystemExit as exc:
+        except StartupError as exc:  # the default port in use: serve without this API
             if not self.fallback:
                 raise
             log.warning("%s; serving without the OpenAI API (set --openai-port to serve it)", exc)

@@ -9,11 +9,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from inferd.api import FrontendRegister, hookimpl, parse_bool
+from inferd.api import FrontendRegister, StartupError, hookimpl, parse_bool
 
 if TYPE_CHECKING:
     from inferd.api import Frontend, ServerSettings
     from inferd_frontend_openai.frontend import OpenAIFrontend
+
+#: The inferd plugin API this plugin is written for (``inferd.api``): a host of another major refuses it.
+INFERD_API = (1, 0)
 
 #: The port of Triton's OpenAI-compatible frontend.
 DEFAULT_PORT = 9000
@@ -45,21 +48,20 @@ def _factory(options: ServerSettings) -> OpenAIFrontend | None:
     extra = options.extra
     if not extra.get("allow_openai", True):
         return None
-    from inferd.serving import HTTP_MAX_INPUT_SIZE
-    from inferd.serving.tls import http_config, settings
+    from inferd.api import HTTP_MAX_INPUT_SIZE, http_tls_config
     from inferd_frontend_openai.frontend import OpenAIFrontend
     from inferd_frontend_openai.tokenizer import read_template
 
     tokenizer = Path(extra["openai_tokenizer"]) if extra.get("openai_tokenizer") else None
     if tokenizer is not None and not (tokenizer / "tokenizer.json").is_file():
-        raise SystemExit(f"error: --openai-tokenizer {tokenizer}: no tokenizer.json in that directory")
+        raise StartupError(f"--openai-tokenizer {tokenizer}: no tokenizer.json in that directory")
     try:
         template = read_template(extra["chat_template"]) if extra.get("chat_template") else None
     except (OSError, ValueError) as exc:
-        raise SystemExit(f"error: --chat-template: {exc}") from None
+        raise StartupError(f"--chat-template: {exc}") from None
     port = extra.get("openai_port")
     host = extra.get("openai_address") or options.host
-    tls = settings(http_config, extra)  # the HTTP port's certificates, as the metrics port's
+    tls = http_tls_config(extra)  # the HTTP port's certificates, as the metrics port's
     max_input_size = int(extra.get("http_max_input_size", HTTP_MAX_INPUT_SIZE))
     return OpenAIFrontend(host, DEFAULT_PORT if port is None else int(port), tokenizer, fallback=port is None,
                           tls=tls, max_input_size=max_input_size, chat_template=template,

@@ -5,10 +5,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from inferd.api import hookimpl
+from inferd.api import StartupError, hookimpl
 
 if TYPE_CHECKING:
     from inferd.api import ServerView
+
+#: The inferd plugin API this plugin is written for (``inferd.api``): a host of another major refuses it.
+INFERD_API = (1, 0)
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +26,7 @@ def inferd_startup(server: ServerView) -> None:
     try:
         exporter = OtelExporter(tracer.otel)
     except ValueError as exc:
-        raise SystemExit(f"error: --trace-config opentelemetry: {exc}") from None
+        raise StartupError(f"--trace-config opentelemetry: {exc}") from None
     tracer.set_exporter(exporter)
     log.info("exporting traces through OpenTelemetry to %s", exporter.url)
 

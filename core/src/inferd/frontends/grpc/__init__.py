@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 from inferd.contracts.frontend import Frontend
 from inferd.contracts.hookspecs import FrontendRegister, hookimpl
 from inferd.frontends.header_forward import pattern_option
-from inferd.serving.tls import TlsConfig, grpc_config, settings
+from inferd.serving.tls import TlsConfig, grpc_config
 
 if TYPE_CHECKING:
     from inferd.contracts.hookspecs import ServerSettings
@@ -99,7 +99,7 @@ def _factory(options: ServerSettings) -> GrpcFrontend | None:
         options.grpc_port,
         transport=extra.get("grpc_transport", "h2"),
         max_message_bytes=extra.get("grpc_max_message_bytes", MAX_MESSAGE_BYTES),
-        tls=settings(grpc_config, extra),
+        tls=grpc_config(extra),
         stream_max_inflight=extra.get("grpc_stream_max_inflight"),
         forward_pattern=extra.get("grpc_header_forward_pattern"),
     )

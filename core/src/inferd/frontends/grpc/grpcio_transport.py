@@ -11,7 +11,7 @@ from typing import Any
 
 import grpc
 
-from inferd.contracts.errors import InferdError
+from inferd.contracts.errors import InferdError, StartupError
 from inferd.frontends.grpc.codec import (
     WireRequest,
     serialize_infer,
@@ -84,7 +84,7 @@ class GrpcioTransport:
             # that anything listens on, as a plain bind would
             busy = _bind_error(host, port)
             if busy:
-                raise SystemExit(f"error: gRPC frontend cannot bind {_address(host, port)}: {busy}")
+                raise StartupError(f"gRPC frontend cannot bind {_address(host, port)}: {busy}")
         handlers = build_handlers(service)
         options = server_options(self.max_message_bytes, shared)
         try:
@@ -108,7 +108,7 @@ class GrpcioTransport:
 
 
 def _add_port(server: grpc.aio.Server, host: str, port: int, credentials: grpc.ServerCredentials | None) -> int:
-    """Bind ``server`` to ``host:port``; the port bound, or SystemExit saying why not."""
+    """Bind ``server`` to ``host:port``; the port bound, or a StartupError saying why not."""
     address = _address(host, port)
     try:
         if credentials is None:
@@ -120,7 +120,7 @@ def _add_port(server: grpc.aio.Server, host: str, port: int, credentials: grpc.S
     else:
         reason = "the address is in use or not available"
     if bound == 0:
-        raise SystemExit(f"error: gRPC frontend cannot bind {address}: {_bind_error(host, port) or reason}")
+        raise StartupError(f"gRPC frontend cannot bind {address}: {_bind_error(host, port) or reason}")
     return bound
 
 
@@ -150,7 +150,7 @@ def reloading_credentials(
     try:
         watch = CertificateWatch(config, certificate_configuration, "gRPC frontend")
     except TlsError as exc:
-        raise SystemExit(f"error: gRPC frontend: {exc}") from None
+        raise StartupError(f"gRPC frontend: {exc}") from None
     reload_on_sighup(watch)
     return [_credentials(watch, config.verify_client) for _ in range(count)], watch
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from inferd.contracts.frontend import Frontend
 from inferd.contracts.hookspecs import FrontendRegister, hookimpl
 from inferd.serving import HTTP_HEADER_TIMEOUT, HTTP_MAX_HEADER_SIZE, HTTP_MAX_INPUT_SIZE, AsgiServer, BodyLimit
-from inferd.serving.tls import TlsConfig, http_config, settings
+from inferd.serving.tls import TlsConfig, http_config
 
 if TYPE_CHECKING:
     from inferd.contracts.hookspecs import ServerSettings
@@ -69,7 +69,7 @@ def _factory(options: ServerSettings) -> HttpFrontend | None:
     return HttpFrontend(
         options.host,
         options.http_port,
-        settings(http_config, options.extra),
+        http_config(options.extra),
         options.extra.get("http_max_input_size", HTTP_MAX_INPUT_SIZE),
         options.extra.get("http_max_header_size", HTTP_MAX_HEADER_SIZE),
         options.extra.get("http_header_timeout_secs", HTTP_HEADER_TIMEOUT),

@@ -13,9 +13,10 @@ import argparse
 import logging
 from typing import TYPE_CHECKING
 
+from inferd.contracts.errors import StartupError
 from inferd.contracts.flags import parse_bool
 from inferd.contracts.hookspecs import FrontendRegister, hookimpl
-from inferd.serving.tls import http_config, settings
+from inferd.serving.tls import http_config
 
 if TYPE_CHECKING:
     from inferd.contracts.hookspecs import ServerSettings
@@ -39,7 +40,7 @@ def _factory(options: ServerSettings) -> MetricsFrontend | None:
     extra = options.extra
     interval_ms = int(extra.get("metrics_interval_ms") or 2000)
     if interval_ms <= 0:
-        raise SystemExit(f"error: --metrics-interval-ms must be > 0, got {interval_ms}")
+        raise StartupError(f"--metrics-interval-ms must be > 0, got {interval_ms}")
     return MetricsFrontend(
         extra.get("metrics_address") or options.host,
         options.metrics_port,
@@ -47,7 +48,7 @@ def _factory(options: ServerSettings) -> MetricsFrontend | None:
         latency_config(list(extra.get("metrics_config") or [])),
         cpu=bool(extra.get("allow_cpu_metrics", True)),
         gpu=bool(extra.get("allow_gpu_metrics", True)),
-        tls=settings(http_config, extra),
+        tls=http_config(extra),
     )
 
 

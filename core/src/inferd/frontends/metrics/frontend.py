@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from inferd.contracts import merge
+from inferd.contracts.errors import StartupError
 from inferd.contracts.flags import parse_bool
 from inferd.contracts.frontend import Frontend
 from inferd.contracts.metric_sources import SOURCES, SummedSources
@@ -38,17 +39,17 @@ def latency_config(settings: list[tuple[str, str]]) -> LatencyConfig:
             try:
                 flag = parse_bool(value)
             except argparse.ArgumentTypeError as exc:
-                raise SystemExit(f"error: --metrics-config {key}={value}: {exc}") from None
+                raise StartupError(f"--metrics-config {key}={value}: {exc}") from None
             setattr(config, {"counter_latencies": "counters", "summary_latencies": "summaries",
                              "histogram_latencies": "histograms"}[key], flag)  # fmt: skip
         elif key == "summary_quantiles":
             try:
                 config.quantiles = parse_quantiles(value)
             except ValueError as exc:
-                raise SystemExit(f"error: --metrics-config summary_quantiles={value}: {exc}") from None
+                raise StartupError(f"--metrics-config summary_quantiles={value}: {exc}") from None
         else:
-            raise SystemExit(
-                f"error: --metrics-config {key}={value}: unknown setting; known: counter_latencies, "
+            raise StartupError(
+                f"--metrics-config {key}={value}: unknown setting; known: counter_latencies, "
                 f"summary_latencies, histogram_latencies, summary_quantiles"
             )
     return config
