@@ -211,9 +211,9 @@ if not TYPE_CHECKING:  # hidden from type checkers: to them a name missing above
         global _WHERE
         if _WHERE is None:
             import ast
-            from pathlib import Path
 
-            tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+            with open(__file__, encoding="utf-8") as source:
+                tree = ast.parse(source.read())
             (block,) = (n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
             _WHERE = {a.asname or a.name: (s.module, a.name) for s in block.body for a in s.names}
         return _WHERE
