@@ -152,7 +152,7 @@ def inferd_register_backends(register: BackendRegister) -> None:
     ``name`` is what a config.pbtxt puts in ``backend:`` (Triton's ``platform`` strings map to
     backend names through Triton's own table, :mod:`inferd.config.platforms`:
     ``onnxruntime_onnx`` -> ``onnxruntime``...); ``factory()`` takes no argument and returns an
-    :class:`inferd.contracts.backend.Backend`. It is called the first time a model needs the backend.
+    :class:`inferd.api.Backend`. It is called the first time a model needs the backend.
     ``model_filenames=("model.onnx", ...)`` names the files that identify the backend's models, so
     a model whose config names no backend is matched without importing every framework.
     ``settings=("default-max-batch-size", ...)`` names the ``--backend-config`` keys the backend
@@ -171,9 +171,9 @@ def inferd_register_schedulers(register: SchedulerRegister) -> None:
     Called once per server, at start-up. ``register(name, factory)``: a model gets the scheduler
     its config parameter ``inferd_scheduler`` names, else the built-in its scheduling choice
     implies (``direct``, ``dynamic``, ``sequence`` or ``ensemble``, as in Triton);
-    ``factory(context)`` receives the :class:`inferd.contracts.scheduler.SchedulerContext` of the version
+    ``factory(context)`` receives the :class:`inferd.api.SchedulerContext` of the version
     being loaded (its name, version, config, instance runners; a way to call other models) and
-    returns an :class:`inferd.contracts.scheduler.Scheduler`. A scheduler only decides what runs where and
+    returns an :class:`inferd.api.Scheduler`. A scheduler only decides what runs where and
     when (``await runner.run(batch)``): core records the statistics and traces. Returns nothing.
     """
 
@@ -184,7 +184,7 @@ def inferd_register_caches(register: CacheRegister) -> None:
 
     Called once per server, at start-up. ``register(name, factory)``: ``name`` is what
     ``--cache-config NAME,key=value`` selects; ``factory(settings: dict[str, str])`` returns an
-    :class:`inferd.contracts.cache.ResponseCache`. Register names you own: a name another plugin registered
+    :class:`inferd.api.ResponseCache`. Register names you own: a name another plugin registered
     is an error. Returns nothing.
     """
 
@@ -195,7 +195,7 @@ def inferd_register_frontends(register: FrontendRegister) -> None:
 
     Called once per server, at start-up. ``register(name, factory)``: ``factory(options)``
     receives the server's options (:class:`ServerSettings`; the :class:`inferd.host.server.ServerOptions`)
-    and returns an :class:`inferd.contracts.frontend.Frontend`, or ``None`` when the options turn it off.
+    and returns an :class:`inferd.api.Frontend`, or ``None`` when the options turn it off.
     Register names you own: a name another plugin registered is an error. Returns nothing.
     """
 
