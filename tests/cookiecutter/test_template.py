@@ -40,6 +40,8 @@ def test_names_derive_from_the_backend_name(tmp_path: Path):
     assert "class MyModelBackend(Backend)" in backend and 'name = "my_model"' in backend
     pyproject = (project / "pyproject.toml").read_text()
     assert 'my_model = "inferd_backend_my_model.hooks"' in pyproject
+    assert 'dependencies = ["inferd>=1,<2"' in pyproject  # the plugin API's major, as INFERD_API says
+    assert "\nINFERD_API = (1, 0)\n" in (package / "hooks.py").read_text()
     assert (project / "example_models" / "my_model_example" / "1" / "model.my_model").is_file()
     readme = (project / "README.md").read_text()  # says how to get inferd; no link to nowhere
     assert "pip install -e path/to/inferd/core" in readme and "](https://github.com/)" not in readme

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import inspect
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -133,3 +134,26 @@ def test_a_plugin_of_this_major_is_accepted(caplog: pytest.LogCaptureFixture) ->
     assert [r.getMessage() for r in caplog.records] == [
         "plugin 'p' is built for inferd plugin API 1.7, newer than this inferd's API 1.0"
     ]
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def declared_api(hooks: Path) -> object:
+    """The literal a plugin's hooks module assigns to ``INFERD_API`` (``None`` when it assigns none)."""
+    text = re.sub(r"{{.*?}}", "X", hooks.read_text())  # the template's placeholders
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["INFERD_API"]:
+            return ast.literal_eval(node.value)
+    return None
+
+
+def test_every_plugin_here_declares_this_api_and_requires_its_major() -> None:
+    major = inferd.api.API_VERSION[0]
+    entry_modules = sorted(REPO.glob("plugins/*/src/*/hooks.py"))
+    assert len(entry_modules) >= 9
+    template = REPO / "cookiecutter" / "{{cookiecutter.project_slug}}"
+    for hooks in [*entry_modules, template / "src" / "{{cookiecutter.package_name}}" / "hooks.py"]:
+        assert declared_api(hooks) == inferd.api.API_VERSION, hooks
+    for pyproject in [*REPO.glob("plugins/*/pyproject.toml"), template / "pyproject.toml"]:
+        assert f'dependencies = ["inferd>={major},<{major + 1}"' in pyproject.read_text(), pyproject
