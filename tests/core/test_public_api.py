@@ -18,6 +18,7 @@ import inferd.api
 from inferd.host.plugins import api_refusal
 
 API_FILE = Path(inferd.api.__file__)
+REPO = Path(__file__).resolve().parents[2]
 
 
 def listed() -> dict[str, tuple[str, str]]:
@@ -134,9 +135,6 @@ def test_a_plugin_of_this_major_is_accepted(caplog: pytest.LogCaptureFixture) ->
     assert [r.getMessage() for r in caplog.records] == [
         "plugin 'p' is built for inferd plugin API 1.7, newer than this inferd's API 1.0"
     ]
-
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def declared_api(hooks: Path) -> object:
