@@ -15,7 +15,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.contracts.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
+from inferd.contracts.backend import Backend, InstanceSpec, Model, ModelLoadContext, SyncInstance
 from inferd.contracts.errors import InferdError, InvalidArgument
 from inferd.contracts.hookspecs import BackendRegister, hookimpl
 from inferd.contracts.types import InferRequest, InferResponse
@@ -34,7 +34,7 @@ dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 200
 """
 
 
-class FailingInstance(Instance):
+class FailingInstance(SyncInstance):
     def __init__(self, model: str) -> None:
         self.model = model
 
@@ -52,7 +52,7 @@ class FailingModel(Model):
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def create_instance(self, spec: InstanceSpec) -> Instance:
+    def create_instance(self, spec: InstanceSpec) -> SyncInstance:
         return FailingInstance(self.name)
 
 

@@ -1,4 +1,4 @@
-"""InstanceRunner.run: one batch at a time per instance, recorded as Triton counts it."""
+"""Runner.run: one batch at a time per instance, recorded as Triton counts it."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from inferd.contracts.backend import Instance, InstanceSpec, Started
+from inferd.contracts.backend import Instance, InstanceSpec, Started, SyncInstance
 from inferd.contracts.errors import ErrorKind, InferdError, InvalidArgument
-from inferd.contracts.recorder import Recorder
-from inferd.contracts.runner import InstanceRunner
-from inferd.contracts.stats import ModelStats
 from inferd.contracts.types import InferRequest, InferResponse, InferTensor
+from inferd.engine.recorder import Recorder
+from inferd.engine.runner import Runner
+from inferd.engine.stats import ModelStats
 from tests.core.test_instance_pool import Pipelined
 
 
@@ -25,14 +25,14 @@ def _request(rows: int, request_id: str) -> InferRequest:
     return InferRequest("m", id=request_id, inputs={"IN": InferTensor.from_array("IN", data)})
 
 
-class HalfFails(Instance):
+class HalfFails(SyncInstance):
     """Answers requests whose id starts with "ok"; the others get a bad-input error."""
 
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
         return [InferResponse("m", "1", r.id) if r.id.startswith("ok") else InvalidArgument("bad") for r in requests]
 
 
-class Gate(Instance):
+class Gate(SyncInstance):
     """Blocks each execute until the test opens the gate; remembers how many ran at once."""
 
     def __init__(self) -> None:
@@ -48,13 +48,13 @@ class Gate(Instance):
         return [InferResponse("m", "1", r.id) for r in requests]
 
 
-class Miscounts(Instance):
+class Miscounts(SyncInstance):
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
         return [InferResponse("m", "1", "")]
 
 
-def _runner(instance: Instance) -> InstanceRunner:
-    return InstanceRunner(instance, InstanceSpec("m_0", "KIND_CPU", 0, 0, "m"), Recorder(ModelStats("m", "1"), 8))
+def _runner(instance: Instance) -> Runner:
+    return Runner(instance, InstanceSpec("m_0", "KIND_CPU", 0, 0, "m"), Recorder(ModelStats("m", "1"), 8))
 
 
 def test_one_execution_counts_every_row_and_infers_only_successful_ones() -> None:
@@ -96,7 +96,7 @@ def test_batches_handed_to_a_busy_runner_wait_their_turn_and_are_not_yet_executi
 def test_the_wrong_number_of_responses_fails_the_batch_and_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     runner = _runner(Miscounts())
     try:
-        with caplog.at_level(logging.ERROR, logger="inferd.contracts.runner"):
+        with caplog.at_level(logging.ERROR, logger="inferd.engine.runner"):
             outcomes = asyncio.run(runner.run([_request(1, "a"), _request(1, "b")]))
     finally:
         runner.close()
@@ -108,7 +108,7 @@ def test_the_wrong_number_of_responses_fails_the_batch_and_is_logged_once(caplog
     ]
 
 
-class Timed(Instance):
+class Timed(SyncInstance):
     """Answers after computing for the milliseconds its requests' ids say ("3": 3 ms of CPU,
     else none); records the thread each execute ran on."""
 
@@ -126,7 +126,7 @@ class Timed(Instance):
         return [InferResponse("m", "1", r.id) for r in requests]
 
 
-def _run_each(runner: InstanceRunner, batches: list[list[str]]) -> list[str]:
+def _run_each(runner: Runner, batches: list[list[str]]) -> list[str]:
     """Run each batch (request ids) in turn on one loop; the ids answered, in order."""
 
     async def main() -> list[str]:

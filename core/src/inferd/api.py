@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any
 #: Where each public name lives: ``{module: names}`` (imported on first use: a plugin that takes
 #: ``InvalidArgument`` imports ``inferd.contracts.errors`` only).
 _WHERE = {
-    "inferd.contracts": ("gc_settings",),
+    "inferd.engine": ("gc_settings",),
     "inferd.contracts.backend": (
         "RESCHEDULE",
         "ArrayInstance",
+        "AsyncInstance",
         "Backend",
         "Instance",
         "InstanceSpec",
@@ -37,6 +38,7 @@ _WHERE = {
         "ModelClient",
         "ModelLoadContext",
         "Started",
+        "SyncInstance",
         "concat_inputs",
         "process_cores",
     ),
@@ -90,9 +92,8 @@ _WHERE = {
         "ModelInfo",
         "TensorInfo",
     ),
-    "inferd.contracts.runner": ("InstanceRunner",),
     "inferd.contracts.scheduler": (
-        "InstancePool",
+        "InstanceRunner",
         "ModelCaller",
         "Rejected",
         "Scheduler",
@@ -123,10 +124,12 @@ _WHERE = {
         "RequestValidator",
         "TensorSpec",
     ),
+    "inferd.engine.pool": ("InstancePool",),
 }
 _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
 __all__ = [
     "ArrayInstance",
+    "AsyncInstance",
     "Backend",
     "BackendRegister",
     "CacheRegister",
@@ -170,6 +173,7 @@ __all__ = [
     "ServerSettings",
     "ServerView",
     "Started",
+    "SyncInstance",
     "TOO_DEEP",
     "TensorInfo",
     "TensorSpec",
@@ -201,10 +205,10 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from inferd.contracts import gc_settings
     from inferd.contracts.backend import (
         RESCHEDULE,
         ArrayInstance,
+        AsyncInstance,
         Backend,
         Instance,
         InstanceSpec,
@@ -212,6 +216,7 @@ if TYPE_CHECKING:
         ModelClient,
         ModelLoadContext,
         Started,
+        SyncInstance,
         concat_inputs,
         process_cores,
     )
@@ -267,11 +272,8 @@ if TYPE_CHECKING:
         ModelInfo,
         TensorInfo,
     )
-    from inferd.contracts.runner import (
-        InstanceRunner,
-    )
     from inferd.contracts.scheduler import (
-        InstancePool,
+        InstanceRunner,
         ModelCaller,
         Rejected,
         Scheduler,
@@ -302,6 +304,8 @@ if TYPE_CHECKING:
         RequestValidator,
         TensorSpec,
     )
+    from inferd.engine import gc_settings
+    from inferd.engine.pool import InstancePool
 
 
 def __getattr__(name: str) -> Any:
@@ -310,7 +314,7 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'inferd.api' has no attribute {name!r}")
     found = importlib.import_module(module)
-    # a name of the module, or a submodule of the package (``gc_settings`` of ``inferd.contracts``)
+    # a name of the module, or a submodule of the package (``gc_settings`` of ``inferd.engine``)
     value = getattr(found, name) if hasattr(found, name) else importlib.import_module(f"{module}.{name}")
     globals()[name] = value
     return value
