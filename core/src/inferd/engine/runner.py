@@ -465,14 +465,19 @@ class _Waiting:
     def add_done_callback(self, fn: Callable[[Any], None], *, context: Any = None) -> None:
         assert self._future is not None
         self._wakeup = (fn, context)
-        self._future.add_done_callback(fn, context=context)
+        self._future.add_done_callback(self._done, context=context)
+
+    def _done(self, _future: object) -> None:
+        """The future is done: wake the task with this object, whose result is no error of the future's."""
+        assert self._wakeup is not None
+        self._wakeup[0](self)
 
     def cancel(self, msg: Any = None) -> bool:
         wakeup, future = self._wakeup, self._future
         if wakeup is None or future is None or future.done() or self._cancelled is not None:
             return False
         self._cancelled = "" if msg is None else str(msg)
-        future.remove_done_callback(wakeup[0])
+        future.remove_done_callback(self._done)
         future.get_loop().call_soon(wakeup[0], self, context=wakeup[1])
         return True
 
