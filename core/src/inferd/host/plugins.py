@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, TypeVar
 import pluggy
 
 from inferd.contracts import hookspecs
-from inferd.contracts.registry import Registry
 from inferd.host.hookcalls import call_registration_hook
+from inferd.host.registry import Registry
 
 if TYPE_CHECKING:
     import argparse

@@ -31,8 +31,8 @@ from inferd.repository.scan import ModelSource
 
 if TYPE_CHECKING:
     from inferd.contracts.cache import ResponseCache
-    from inferd.contracts.registry import Registration, Registry
     from inferd.contracts.scheduler import Scheduler
+    from inferd.host.registry import Registration, Registry
 
 
 class ServerModels(ModelCaller, ModelClient, Protocol):
