@@ -335,12 +335,12 @@ class VersionBuilder:
             for spec in specs:
                 gate = self._gate(source.name, version, config, spec)
                 try:
-                    instance = model.create_instance(spec)
+                    runner = Runner(model.create_instance(spec), spec, recorder, gate)  # refuses an untyped instance
                 except BaseException:
                     if gate is not None:
                         gate.close()
                     raise
-                runners.append(Runner(instance, spec, recorder, gate))
+                runners.append(runner)
         except BaseException:
             close_instances(model, runners)
             raise
