@@ -6,7 +6,7 @@ time and the CPU time (user, system) of this process (the server side) and of th
 CPU times are in clock ticks (10 ms): use some thousands of requests. Under ``valgrind --tool=callgrind
 --trace-children=yes``, run it with two request counts and ``--wait-exit``: the difference of the totals
 over the difference of the counts is the instructions per round trip of each side, which a busy machine
-does not disturb (set ``PYTHONHASHSEED`` for repeatable counts). ``--runner`` goes through core's ``InstanceRunner`` as the server's schedulers do (its timing,
+does not disturb (set ``PYTHONHASHSEED`` for repeatable counts). ``--runner`` goes through core's ``Runner`` as the server's schedulers do (its timing,
 statistics and the hand-over of the stub's answer to the waiting request). The event loop is the server's
 (uvloop's when installed; ``--asyncio``: asyncio's own).
 
@@ -26,12 +26,12 @@ from pathlib import Path
 import numpy as np
 
 from inferd.config.parse import load_config
-from inferd.contracts import gc_settings
 from inferd.contracts.backend import InstanceSpec, ModelLoadContext
-from inferd.contracts.recorder import Recorder
-from inferd.contracts.runner import InstanceRunner
-from inferd.contracts.stats import ModelStats
 from inferd.contracts.types import InferRequest, InferTensor, RequestedOutput
+from inferd.engine import gc_settings
+from inferd.engine.recorder import Recorder
+from inferd.engine.runner import Runner
+from inferd.engine.stats import ModelStats
 from inferd.serving.runner import run as run_loop
 from inferd_backend_python import ipc
 from inferd_backend_python.backend import PythonBackend
@@ -58,7 +58,7 @@ async def run(repo: Path, requests: int, wait_exit: bool, through_runner: bool) 
     a = np.arange(4, dtype=np.float32)
     execute = instance.execute
     if through_runner:
-        execute = InstanceRunner(instance, spec, Recorder(ModelStats("add_sub", "1"), 0)).run
+        execute = Runner(instance, spec, Recorder(ModelStats("add_sub", "1"), 0)).run
 
     def request() -> InferRequest:
         inputs = {name: InferTensor(name, "FP32", (4,), a) for name in ("INPUT0", "INPUT1")}
@@ -87,7 +87,7 @@ def main(argv: list[str]) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--requests", type=int, default=20000, help="timed round trips (default 20000)")
     p.add_argument("--wait-exit", action="store_true", help="let the stub exit by itself at the end")
-    p.add_argument("--runner", action="store_true", help="through core's InstanceRunner, as a server runs it")
+    p.add_argument("--runner", action="store_true", help="through core's Runner, as a server runs it")
     p.add_argument("--asyncio", action="store_true", help="on asyncio's event loop, not the server's (uvloop)")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="inferd-bench-roundtrip-") as tmp:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from inferd.contracts import gc_settings
+from inferd.engine import gc_settings
 
 pytest_plugins = ["inferd.testing"]
 

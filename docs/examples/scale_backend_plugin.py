@@ -25,7 +25,6 @@ from inferd.api import (
     Backend,
     BackendRegister,
     ConfigError,
-    Instance,
     InstanceSpec,
     Model,
     ModelLoadContext,
@@ -67,7 +66,7 @@ class ScaleModel(Model):
                 f"model '{context.name}': parameter 'factor' must be a number, got '{param.string_value}'"
             ) from None
 
-    def create_instance(self, spec: InstanceSpec) -> Instance:
+    def create_instance(self, spec: InstanceSpec) -> ScaleInstance:
         return ScaleInstance(self.context, self.factor)
 
 

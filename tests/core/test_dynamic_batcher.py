@@ -23,13 +23,13 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.config import parse_config_text
-from inferd.contracts.backend import Instance, InstanceSpec
+from inferd.contracts.backend import InstanceSpec, SyncInstance
 from inferd.contracts.errors import Unavailable
-from inferd.contracts.recorder import Recorder
-from inferd.contracts.runner import InstanceRunner
 from inferd.contracts.scheduler import SchedulerContext
-from inferd.contracts.stats import ModelStats
 from inferd.contracts.types import InferRequest, InferResponse, InferTensor
+from inferd.engine.recorder import Recorder
+from inferd.engine.runner import Runner
+from inferd.engine.stats import ModelStats
 from inferd.engine.version import ModelVersion
 from inferd.schedulers.batching.batches import plan_batch
 from inferd.schedulers.dynamic import DynamicBatchScheduler
@@ -117,7 +117,7 @@ def test_plan_matches_tritons_decision(case):
 # -- the scheduler in-process: nothing lost, nothing duplicated, workers end on stop --------------
 
 
-class Echo(Instance):
+class Echo(SyncInstance):
     """Returns each request's input doubled; records the batch sizes it was given."""
 
     def __init__(self) -> None:
@@ -147,7 +147,7 @@ def _version(extra: str = "", instances: int = 2) -> tuple[ModelVersion, list[Ec
     echoes = [Echo() for _ in range(instances)]
     recorder = Recorder(ModelStats("echo", "1"), config.max_batch_size)
     specs = [InstanceSpec(f"echo_{i}", "KIND_CPU", 0, i, "echo") for i in range(instances)]
-    runners = [InstanceRunner(e, spec, recorder) for e, spec in zip(echoes, specs, strict=True)]
+    runners = [Runner(e, spec, recorder) for e, spec in zip(echoes, specs, strict=True)]
     scheduler = DynamicBatchScheduler(SchedulerContext("echo", 1, config, runners, recorder))
     return ModelVersion("echo", 1, config, None, runners, scheduler, recorder.stats), echoes
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.contracts.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
+from inferd.contracts.backend import Backend, InstanceSpec, Model, ModelLoadContext, SyncInstance
 from inferd.contracts.errors import InferdError, InvalidArgument
 from inferd.contracts.hookspecs import BackendRegister, hookimpl
 from inferd.contracts.types import InferRequest, InferResponse
@@ -34,7 +35,7 @@ dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 200
 """
 
 
-class FailingInstance(Instance):
+class FailingInstance(SyncInstance):
     def __init__(self, model: str) -> None:
         self.model = model
 
@@ -52,8 +53,17 @@ class FailingModel(Model):
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def create_instance(self, spec: InstanceSpec) -> Instance:
+    def create_instance(self, spec: InstanceSpec) -> SyncInstance:
+        if self.name == "untyped":
+            return Untyped()  # type: ignore[return-value]
         return FailingInstance(self.name)
+
+
+class Untyped:
+    """An instance written against the old contract: an ``execute``, but neither instance type."""
+
+    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        return [InferResponse("untyped", "1", r.id) for r in requests]
 
 
 class FailingBackend(Backend):
@@ -130,3 +140,20 @@ def test_an_inferd_error_raised_on_purpose_is_the_clients_error_only(
     assert [(e.status(), e.message()) for e in errors] == [("400", "INPUT0 must be positive")] * 4
     assert _errors_logged(caplog) == []
     assert "Traceback" not in caplog.text
+
+
+def test_an_instance_of_neither_type_fails_its_load_by_name(tmp_path: Path) -> None:
+    models = {name: {"config.pbtxt": CONFIG % name, "1/.keep": ""} for name in ("untyped", "broken")}
+    started = InProcessServer([write_repository(tmp_path, models)], plugins=[Plugin()], exit_on_error=False).start()
+    client = httpclient.InferenceServerClient(started.http_url)
+    try:
+        index = {row["name"]: row for row in client.get_model_repository_index()}
+        assert index["untyped"]["state"] == "UNAVAILABLE"
+        assert (
+            "instance 'worker_0' is a Untyped, which is neither a SyncInstance nor an AsyncInstance"
+            in (index["untyped"]["reason"])
+        )
+        assert index["broken"]["state"] == "READY"  # the others load
+    finally:
+        client.close()
+        started.stop()

@@ -9,11 +9,11 @@ import pytest
 
 from inferd.contracts.errors import ConfigError
 from inferd.contracts.flags import SuggestingParser, backend_config_setting, setting_flag, setting_integer
-from inferd.contracts.registry import Registry
 from inferd.engine.health import ServerHealth, all_versions_loaded, model_is_ready, unready_models
 from inferd.engine.states import LOADING, READY, UNLOADED, UNLOADING, ModelRecord, State, VersionState, Why
 from inferd.host import triton_flags
 from inferd.host.plugins import PluginHost
+from inferd.host.registry import Registry
 from inferd.host.serve_command import build_parser, options_from_args
 from inferd.lifecycle.builder import backend_config_warnings, backend_settings
 

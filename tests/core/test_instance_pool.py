@@ -10,24 +10,24 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from inferd.contracts.backend import Instance, InstanceSpec
+from inferd.contracts.backend import AsyncInstance, InstanceSpec, Started, SyncInstance
 from inferd.contracts.errors import InferdError
-from inferd.contracts.recorder import Recorder
-from inferd.contracts.runner import InstanceRunner
-from inferd.contracts.scheduler import InstancePool
-from inferd.contracts.stats import ModelStats
 from inferd.contracts.types import InferRequest, InferResponse
+from inferd.engine.pool import InstancePool
+from inferd.engine.recorder import Recorder
+from inferd.engine.runner import Runner
+from inferd.engine.stats import ModelStats
 
 
-class Nothing(Instance):
+class Nothing(SyncInstance):
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
         return [InferResponse("m", "1", r.id) for r in requests]
 
 
 @pytest.fixture
-def runners() -> Iterator[list[InstanceRunner]]:
+def runners() -> Iterator[list[Runner]]:
     recorder = Recorder(ModelStats("m", "1"), 0)
-    made = [InstanceRunner(Nothing(), InstanceSpec(f"m_{i}", "KIND_CPU", 0, i, "m"), recorder) for i in range(2)]
+    made = [Runner(Nothing(), InstanceSpec(f"m_{i}", "KIND_CPU", 0, i, "m"), recorder) for i in range(2)]
     yield made
     for runner in made:
         runner.close()
@@ -38,7 +38,7 @@ async def _settle() -> None:
         await asyncio.sleep(0)
 
 
-def test_free_instances_are_taken_in_order_then_callers_wait(runners: list[InstanceRunner]) -> None:
+def test_free_instances_are_taken_in_order_then_callers_wait(runners: list[Runner]) -> None:
     async def main() -> None:
         pool = InstancePool(runners)
         assert [await pool.acquire(), await pool.acquire()] == runners
@@ -51,7 +51,7 @@ def test_free_instances_are_taken_in_order_then_callers_wait(runners: list[Insta
     asyncio.run(main())
 
 
-def test_a_released_instance_goes_to_the_oldest_waiter_not_a_newcomer(runners: list[InstanceRunner]) -> None:
+def test_a_released_instance_goes_to_the_oldest_waiter_not_a_newcomer(runners: list[Runner]) -> None:
     async def main() -> None:
         pool = InstancePool(runners[:1])
         held = await pool.acquire()
@@ -72,7 +72,7 @@ def test_a_released_instance_goes_to_the_oldest_waiter_not_a_newcomer(runners: l
     asyncio.run(main())
 
 
-def test_a_waiter_cancelled_while_waiting_leaves_the_queue(runners: list[InstanceRunner]) -> None:
+def test_a_waiter_cancelled_while_waiting_leaves_the_queue(runners: list[Runner]) -> None:
     async def main() -> None:
         pool = InstancePool(runners[:1])
         held = await pool.acquire()
@@ -88,7 +88,7 @@ def test_a_waiter_cancelled_while_waiting_leaves_the_queue(runners: list[Instanc
     asyncio.run(main())
 
 
-def test_a_release_between_a_waiter_s_cancel_and_its_wake_up_drops_it_once(runners: list[InstanceRunner]) -> None:
+def test_a_release_between_a_waiter_s_cancel_and_its_wake_up_drops_it_once(runners: list[Runner]) -> None:
     """The cancelled waiter's future is dropped by ``release()`` before its task runs; the task's
     own clean-up must not try to remove it again (it raised ``ValueError: ... not in deque``)."""
 
@@ -114,7 +114,7 @@ def test_a_release_between_a_waiter_s_cancel_and_its_wake_up_drops_it_once(runne
     asyncio.run(main())
 
 
-def test_a_waiter_cancelled_just_after_the_hand_off_gives_the_instance_back(runners: list[InstanceRunner]) -> None:
+def test_a_waiter_cancelled_just_after_the_hand_off_gives_the_instance_back(runners: list[Runner]) -> None:
     async def main() -> None:
         pool = InstancePool(runners[:1])
         held = await pool.acquire()
@@ -132,7 +132,7 @@ def test_a_waiter_cancelled_just_after_the_hand_off_gives_the_instance_back(runn
     asyncio.run(main())
 
 
-def test_run_executes_on_a_free_instance_and_frees_it(runners: list[InstanceRunner]) -> None:
+def test_run_executes_on_a_free_instance_and_frees_it(runners: list[Runner]) -> None:
     async def main() -> None:
         pool = InstancePool(runners[:1])
         (response,) = await pool.run([InferRequest("m", id="a")])
@@ -142,19 +142,21 @@ def test_run_executes_on_a_free_instance_and_frees_it(runners: list[InstanceRunn
     asyncio.run(main())
 
 
-class Pipelined(Instance):
-    """A non-blocking instance that queues batches itself (as an isolated Python model's stub does)."""
+Results = list[InferResponse | InferdError] | Started
 
-    blocking = False
+
+class Pipelined(AsyncInstance):
+    """An asynchronous instance that queues batches itself (as an isolated Python model's stub does)."""
+
     pipeline_depth = 2
 
     def __init__(self) -> None:
-        self.held: list[tuple[Sequence[InferRequest], asyncio.Future]] = []
+        self.held: list[tuple[Sequence[InferRequest], asyncio.Future[Results]]] = []
 
-    def execute(self, requests: Sequence[InferRequest]) -> asyncio.Future:  # type: ignore[override]
-        future = asyncio.get_running_loop().create_future()
+    async def execute(self, requests: Sequence[InferRequest]) -> Results:
+        future: asyncio.Future[Results] = asyncio.get_running_loop().create_future()
         self.held.append((requests, future))
-        return future
+        return await future
 
     def answer(self) -> None:
         requests, future = self.held.pop(0)
@@ -164,7 +166,7 @@ class Pipelined(Instance):
 def test_an_instance_with_a_pipeline_depth_gets_that_many_batches_at_once() -> None:
     async def main() -> None:
         instance = Pipelined()
-        runner = InstanceRunner(instance, InstanceSpec("m_0", "KIND_CPU", 0, 0, "m"), Recorder(ModelStats("m", "1"), 0))
+        runner = Runner(instance, InstanceSpec("m_0", "KIND_CPU", 0, 0, "m"), Recorder(ModelStats("m", "1"), 0))
         pool = InstancePool([runner])
         calls = [asyncio.ensure_future(pool.run([InferRequest("m", id=str(i))])) for i in range(3)]
         await _settle()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from inferd.config import parse_config_text
-from inferd.contracts.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
+from inferd.contracts.backend import Backend, InstanceSpec, Model, ModelLoadContext, SyncInstance
 from inferd.contracts.errors import InvalidArgument
 from inferd.contracts.hookspecs import hookimpl
 from inferd.engine.health import model_is_ready
@@ -88,13 +88,13 @@ def ensemble(step: str, x: str = "X", y: str = "Y") -> str:
     return ENSEMBLE.replace("{step}", step).replace("{x}", x).replace("{y}", y)
 
 
-class MarkerInstance(Instance):
+class MarkerInstance(SyncInstance):
     def execute(self, requests):  # pragma: no cover - nothing is inferred here
         return []
 
 
 class MarkerModel(Model):
-    def create_instance(self, spec: InstanceSpec) -> Instance:
+    def create_instance(self, spec: InstanceSpec) -> SyncInstance:
         return MarkerInstance()
 
 

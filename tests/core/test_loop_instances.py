@@ -1,4 +1,4 @@
-"""Non-blocking instances (``Instance.blocking = False``): ``execute`` runs on the server's loop.
+"""Asynchronous instances (``AsyncInstance``): ``async def execute`` runs on the server's loop.
 
 A real in-process server and a decoupled "ticker" backend defined here, in two flavours: one
 that hands each request to a task on the loop (how an asyncio engine such as vLLM's is driven)
@@ -17,7 +17,15 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from inferd.contracts.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
+from inferd.contracts.backend import (
+    AsyncInstance,
+    Backend,
+    Instance,
+    InstanceSpec,
+    Model,
+    ModelLoadContext,
+    SyncInstance,
+)
 from inferd.contracts.errors import Cancelled, InferdError, InvalidArgument
 from inferd.contracts.hookspecs import BackendRegister, hookimpl
 from inferd.contracts.types import InferRequest, InferResponse, InferTensor
@@ -46,11 +54,9 @@ def _response(request: InferRequest, index: int) -> InferResponse:
     return InferResponse(request.model_name, "1", request.id, [tensor])
 
 
-class LoopTicker(Instance):
+class LoopTicker(AsyncInstance):
     """Sends COUNT responses from a task on the server's loop (a negative COUNT: an error, sent
     from ``execute``)."""
-
-    blocking: ClassVar[bool] = False
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -60,7 +66,7 @@ class LoopTicker(Instance):
         self.stopped_at: list[int] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+    async def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
         self.calls.append((threading.current_thread().name, asyncio.get_running_loop() is self.loop))
         for request in requests:
             if _count(request) < 0:  # a bad input is answered here, as vLLM's backend does
@@ -87,7 +93,7 @@ class LoopTicker(Instance):
             sender(None, True)
 
 
-class ThreadTicker(Instance):
+class ThreadTicker(SyncInstance):
     """The blocking twin: the same responses, sent from the instance's thread."""
 
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
@@ -105,7 +111,7 @@ class ThreadTicker(Instance):
         return []
 
 
-class MixedSender(Instance):
+class MixedSender(SyncInstance):
     """Sends response 0 from its thread while the loop is busy, then response 1 from the loop:
     the loop's must not overtake the one still on its way."""
 
@@ -130,11 +136,9 @@ class MixedSender(Instance):
         return []
 
 
-class DeferredEcho(Instance):
-    """Answers each batch with a future the loop sets 20 ms later (work done elsewhere): counts
+class DeferredEcho(AsyncInstance):
+    """Answers each batch once the loop sets its future, 20 ms later (work done elsewhere): counts
     how many of its executions were outstanding at once."""
-
-    blocking: ClassVar[bool] = False
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -143,7 +147,7 @@ class DeferredEcho(Instance):
         self.delay = 0.02
         self.futures: list[asyncio.Future[Any]] = []
 
-    def execute(self, requests: Sequence[InferRequest]) -> Any:
+    async def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
         self.outstanding += 1
         self.most = max(self.most, self.outstanding)
         future = self.loop.create_future()
@@ -154,7 +158,7 @@ class DeferredEcho(Instance):
             future.set_result([_response(r, _count(r)) for r in requests])
 
         self.loop.call_later(self.delay, answer)
-        return future
+        return await future
 
 
 class TickerModel(Model):

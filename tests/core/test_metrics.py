@@ -24,7 +24,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from inferd.contracts.stats import ModelStats
+from inferd.engine.stats import ModelStats
 from inferd.frontends.metrics.collectors import ModelCollector
 from inferd.frontends.metrics.exposition import classic_text
 from inferd.frontends.metrics.frontend import latency_config

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from inferd.config import ModelConfig
-from inferd.contracts.stats import ModelStats
+from inferd.engine.stats import ModelStats
 from inferd.frontends.metrics.collectors import ModelCollector, SystemCollector
 from inferd.frontends.metrics.exposition import CONTENT_TYPE, scrape
 from inferd.frontends.metrics.latency import LatencyConfig, LatencyWindows

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from inferd.contracts.errors import ErrorKind, InferdError, NotFound
-from inferd.contracts.registry import Registry
+from inferd.host.registry import Registry
 
 
 def make_a() -> str:

@@ -1,4 +1,4 @@
-"""InstanceRunner.run: one batch at a time per instance, recorded as Triton counts it."""
+"""Runner.run: one batch at a time per instance, recorded as Triton counts it."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from inferd.contracts.backend import Instance, InstanceSpec, Started
+from inferd.contracts.backend import AsyncInstance, Instance, InstanceSpec, Started, SyncInstance
 from inferd.contracts.errors import ErrorKind, InferdError, InvalidArgument
-from inferd.contracts.recorder import Recorder
-from inferd.contracts.runner import InstanceRunner
-from inferd.contracts.stats import ModelStats
 from inferd.contracts.types import InferRequest, InferResponse, InferTensor
+from inferd.engine.recorder import Recorder
+from inferd.engine.runner import Runner
+from inferd.engine.stats import ModelStats
 from tests.core.test_instance_pool import Pipelined
 
 
@@ -25,14 +25,14 @@ def _request(rows: int, request_id: str) -> InferRequest:
     return InferRequest("m", id=request_id, inputs={"IN": InferTensor.from_array("IN", data)})
 
 
-class HalfFails(Instance):
+class HalfFails(SyncInstance):
     """Answers requests whose id starts with "ok"; the others get a bad-input error."""
 
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
         return [InferResponse("m", "1", r.id) if r.id.startswith("ok") else InvalidArgument("bad") for r in requests]
 
 
-class Gate(Instance):
+class Gate(SyncInstance):
     """Blocks each execute until the test opens the gate; remembers how many ran at once."""
 
     def __init__(self) -> None:
@@ -48,13 +48,13 @@ class Gate(Instance):
         return [InferResponse("m", "1", r.id) for r in requests]
 
 
-class Miscounts(Instance):
+class Miscounts(SyncInstance):
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
         return [InferResponse("m", "1", "")]
 
 
-def _runner(instance: Instance) -> InstanceRunner:
-    return InstanceRunner(instance, InstanceSpec("m_0", "KIND_CPU", 0, 0, "m"), Recorder(ModelStats("m", "1"), 8))
+def _runner(instance: Instance) -> Runner:
+    return Runner(instance, InstanceSpec("m_0", "KIND_CPU", 0, 0, "m"), Recorder(ModelStats("m", "1"), 8))
 
 
 def test_one_execution_counts_every_row_and_infers_only_successful_ones() -> None:
@@ -96,7 +96,7 @@ def test_batches_handed_to_a_busy_runner_wait_their_turn_and_are_not_yet_executi
 def test_the_wrong_number_of_responses_fails_the_batch_and_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     runner = _runner(Miscounts())
     try:
-        with caplog.at_level(logging.ERROR, logger="inferd.contracts.runner"):
+        with caplog.at_level(logging.ERROR, logger="inferd.engine.runner"):
             outcomes = asyncio.run(runner.run([_request(1, "a"), _request(1, "b")]))
     finally:
         runner.close()
@@ -108,7 +108,7 @@ def test_the_wrong_number_of_responses_fails_the_batch_and_is_logged_once(caplog
     ]
 
 
-class Timed(Instance):
+class Timed(SyncInstance):
     """Answers after computing for the milliseconds its requests' ids say ("3": 3 ms of CPU,
     else none); records the thread each execute ran on."""
 
@@ -126,7 +126,7 @@ class Timed(Instance):
         return [InferResponse("m", "1", r.id) for r in requests]
 
 
-def _run_each(runner: InstanceRunner, batches: list[list[str]]) -> list[str]:
+def _run_each(runner: Runner, batches: list[list[str]]) -> list[str]:
     """Run each batch (request ids) in turn on one loop; the ids answered, in order."""
 
     async def main() -> list[str]:
@@ -251,3 +251,113 @@ def test_a_pipelined_batch_that_waited_behind_another_counts_the_wait_as_queue_t
         runner.close()
 
     asyncio.run(main())
+
+
+class Awaits(AsyncInstance):
+    """Awaits a future per batch that the test resolves; records each execution's outcome and task."""
+
+    def __init__(self) -> None:
+        self.futures: list[asyncio.Future[None]] = []
+        self.ended: list[str] = []
+        self.tasks: list[asyncio.Task[object] | None] = []
+
+    async def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+        self.tasks.append(asyncio.current_task())
+        if requests[0].id == "now":  # answers before any wait
+            return [InferResponse("m", "1", r.id) for r in requests]
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.futures.append(future)
+        try:
+            await future
+        except asyncio.CancelledError:
+            self.ended.append("cancelled")
+            raise
+        if requests[0].id == "bad":
+            raise InvalidArgument("bad input")
+        if requests[0].id == "broken":
+            raise ValueError("broken")
+        self.ended.append("finished")
+        return [InferResponse("m", "1", r.id) for r in requests]
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_an_async_instance_runs_in_its_callers_task_until_it_waits() -> None:
+    async def main() -> None:
+        instance = Awaits()
+        runner = _runner(instance)
+        call = asyncio.ensure_future(runner.run([_request(1, "now")]))
+        assert [o.id for o in await call] == ["now"]  # type: ignore[union-attr]
+        assert instance.tasks == [call]  # no task of its own
+        runner.close()
+
+    asyncio.run(main())
+
+
+def test_a_caller_that_leaves_does_not_cancel_an_async_execution() -> None:
+    async def main() -> None:
+        instance = Awaits()
+        runner = _runner(instance)
+        first = asyncio.ensure_future(runner.run([_request(1, "a")]))
+        await _settle()
+        first.cancel()
+        await _settle()
+        assert first.cancelled()  # the caller left at once ...
+        assert runner.executing == 1 and instance.ended == []  # ... the execution runs on, the instance busy
+        second = asyncio.ensure_future(runner.run([_request(1, "b")]))
+        await _settle()
+        assert len(instance.futures) == 1  # b waits for the instance's one turn
+        instance.futures[0].set_result(None)
+        await _settle()
+        assert instance.ended == ["finished"]  # the abandoned execution ended normally, then b ran
+        instance.futures[1].set_result(None)
+        assert [o.id for o in await asyncio.wait_for(second, 2)] == ["b"]  # type: ignore[union-attr]
+        assert runner.executing == 0
+        assert runner.recorder.stats.execution_count == 1  # the abandoned batch had no caller to record it
+        runner.close()
+
+    asyncio.run(main())
+
+
+def test_an_async_instances_errors_become_each_requests_error(caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> list[list[object]]:
+        instance = Awaits()
+        runner = _runner(instance)
+        out = []
+        for name in ("bad", "broken"):
+            call = asyncio.ensure_future(runner.run([_request(1, name), _request(1, "x")]))
+            await _settle()
+            instance.futures[-1].set_result(None)
+            out.append(await call)
+        cancelled = asyncio.ensure_future(runner.run([_request(1, "c")]))
+        await _settle()
+        instance.futures[-1].cancel()  # the instance's own wait is cancelled
+        out.append(await cancelled)
+        runner.close()
+        return out
+
+    with caplog.at_level(logging.ERROR, logger="inferd.engine.runner"):
+        bad, broken, cancelled = asyncio.run(main())
+    assert [(o.kind, o.message) for o in bad] == [(ErrorKind.INVALID_ARG, "bad input")] * 2  # type: ignore[attr-defined]
+    assert [o.message for o in broken] == ["instance 'm_0' failed: ValueError: broken"] * 2  # type: ignore[attr-defined]
+    assert [o.message for o in cancelled] == ["instance 'm_0' cancelled its execution"]  # type: ignore[attr-defined]
+    assert len(caplog.records) == 1 and caplog.records[0].exc_info is not None  # the unexpected one, with its traceback
+
+
+class NotAsync(AsyncInstance):
+    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:  # type: ignore[override]
+        return []
+
+
+def test_an_instance_of_neither_type_or_a_plain_async_execute_is_refused_by_name() -> None:
+    with pytest.raises(
+        TypeError, match="instance 'm_0' is a object, which is neither a SyncInstance nor an AsyncInstance"
+    ):
+        _runner(object())  # type: ignore[arg-type]
+    with pytest.raises(
+        TypeError, match=r"instance 'm_0' \(NotAsync\) is an AsyncInstance whose execute is not an 'async def'"
+    ):
+        _runner(NotAsync())

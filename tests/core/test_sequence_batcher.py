@@ -23,11 +23,11 @@ from tritonclient.utils import InferenceServerException
 from inferd.config import parse_config_text
 from inferd.contracts.backend import ArrayInstance, InstanceSpec
 from inferd.contracts.errors import InferdError
-from inferd.contracts.recorder import Recorder
-from inferd.contracts.runner import InstanceRunner
 from inferd.contracts.scheduler import SchedulerContext
-from inferd.contracts.stats import ModelStats
 from inferd.contracts.types import InferRequest, InferTensor
+from inferd.engine.recorder import Recorder
+from inferd.engine.runner import Runner
+from inferd.engine.stats import ModelStats
 from inferd.engine.version import ModelVersion
 from inferd.schedulers.sequence.batcher import SequenceBatchScheduler
 from inferd.schedulers.sequence.controls import ImplicitState, SequenceControls
@@ -336,7 +336,7 @@ def test_framework_model_batches_sequences_and_keeps_their_state():
     config = parse_config_text(FW_CONFIG, "fw/config.pbtxt")
     instance = Accumulate()
     recorder = Recorder(ModelStats("fw", "1"), config.max_batch_size)
-    runners = [InstanceRunner(instance, InstanceSpec("fw_0", "KIND_CPU", 0, 0, "fw"), recorder)]
+    runners = [Runner(instance, InstanceSpec("fw_0", "KIND_CPU", 0, 0, "fw"), recorder)]
     scheduler = SequenceBatchScheduler(SchedulerContext("fw", 1, config, runners, recorder))
     version = ModelVersion("fw", 1, config, None, runners, scheduler, recorder.stats)
 

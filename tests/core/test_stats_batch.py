@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inferd.contracts.stats import ModelStats
+from inferd.engine.stats import ModelStats
 
 
 class _Seen:

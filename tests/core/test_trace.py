@@ -18,8 +18,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.contracts.errors import InvalidArgument, Unsupported
-from inferd.contracts.trace import Tracer, parse_setting
 from inferd.contracts.types import InferRequest
+from inferd.engine.trace import Tracer, parse_setting
 from inferd.testing import ServerProcess, write_repository
 
 IDENTITY_CONFIG = """

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from inferd.contracts import merge
-from inferd.contracts.stats import ModelStats
+from inferd.engine.stats import ModelStats
 from inferd.workers.counts import CountsFile, counts_path, retire
 from inferd.workers.supervisor import remove_stale_directories, socket_parent
 

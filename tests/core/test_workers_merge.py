@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from inferd.contracts import merge
-from inferd.contracts.stats import ModelStats
+from inferd.engine.stats import ModelStats
 
 # (batch size, input ns, infer ns, output ns), then a request's success or failure
 TRAFFIC_A = [(1, 10, 20, 30), (4, 11, 21, 31), (1, 12, 22, 32)]

@@ -1,5 +1,5 @@
 """``inferd serve`` tunes the garbage collector from its start, freezes the start-up heap once started
-and gives it back when a model version unloads (``inferd.contracts.gc_settings``): seen from inside a
+and gives it back when a model version unloads (``inferd.engine.gc_settings``): seen from inside a
 real server, by Python-backend models that report the collector's state of the process they run in."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from inferd.contracts import gc_settings
+from inferd.engine import gc_settings
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e.models import add_sub, simple
 

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from inferd.contracts.backend import (
         RESCHEDULE,
         ArrayInstance,
+        AsyncInstance,
         Backend,
         Instance,
         InstanceSpec,
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
         ModelClient,
         ModelLoadContext,
         Started,
+        SyncInstance,
         process_cores,
     )
     from inferd.contracts.cache import ResponseCache, frozen_copy
@@ -74,7 +76,6 @@ if TYPE_CHECKING:
     )
     from inferd.contracts.flags import parse_bool, setting_flag, setting_integer
     from inferd.contracts.frontend import Frontend
-    from inferd.contracts.gc_settings import settle as settle_gc
     from inferd.contracts.hints import closest
     from inferd.contracts.hookspecs import (
         BackendRegister,
@@ -89,8 +90,7 @@ if TYPE_CHECKING:
     from inferd.contracts.log_context import REQUEST_ID, REQUEST_MODEL
     from inferd.contracts.metric_sources import SOURCES, MetricsSource
     from inferd.contracts.model_info import ModelInfo, TensorInfo
-    from inferd.contracts.runner import InstanceRunner
-    from inferd.contracts.scheduler import InstancePool, ModelCaller, Rejected, Scheduler, SchedulerContext
+    from inferd.contracts.scheduler import InstanceRunner, ModelCaller, Rejected, Scheduler, SchedulerContext
     from inferd.contracts.types import (
         NUMPY_TO_WIRE,
         PICKED,
@@ -109,6 +109,8 @@ if TYPE_CHECKING:
     )
     from inferd.contracts.validation import RequestValidator, TensorSpec
     from inferd.dataplane import DataPlane
+    from inferd.engine.gc_settings import settle as settle_gc
+    from inferd.engine.pool import InstancePool
     from inferd.serving import HTTP_MAX_INPUT_SIZE, TOO_LARGE, AsgiServer, BodyLimit
     from inferd.serving.tls import TlsConfig
     from inferd.serving.tls import http_config as http_tls_config
@@ -131,6 +133,7 @@ __all__ = [
     "AccessPolicy",
     "ApiGroup",
     "ArrayInstance",
+    "AsyncInstance",
     "AsgiServer",
     "Backend",
     "BackendRegister",
@@ -172,6 +175,7 @@ __all__ = [
     "ServerSettings",
     "ServerView",
     "Started",
+    "SyncInstance",
     "StartupError",
     "TensorInfo",
     "TensorSpec",

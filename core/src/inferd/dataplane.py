@@ -31,9 +31,9 @@ from inferd.workers.counts import Counts, CountsFile
 if TYPE_CHECKING:
     from inferd.auth import AccessControl
     from inferd.auth.usage import Infer, Stream
-    from inferd.contracts.trace import Tracer
     from inferd.engine.health import ServerHealth
     from inferd.engine.router import Router
+    from inferd.engine.trace import Tracer
     from inferd.engine.version import ModelVersion
     from inferd.host.logging_settings import LogSettings
     from inferd.lifecycle.manager import ModelManager

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from inferd.config import parse_config_text
-from inferd.contracts.backend import Instance, InstanceSpec, ModelLoadContext
+from inferd.contracts.backend import InstanceSpec, ModelLoadContext, SyncInstance
 from inferd.contracts.types import InferRequest, InferTensor, RequestedOutput
 from inferd_backend_python.backend import PythonBackend, PythonModel
 
@@ -20,7 +20,7 @@ from inferd_backend_python.backend import PythonBackend, PythonModel
 @dataclass
 class Loaded:
     model: PythonModel
-    instance: Instance
+    instance: SyncInstance  # in-process: a PythonInstance
     context: ModelLoadContext
 
     def infer(self, *requests: InferRequest) -> list[Any]:

@@ -9,8 +9,9 @@ Lifecycle, for each model version:
 1. ``Backend.autocomplete_config`` fills what config.pbtxt leaves out (unless auto-complete is off).
 2. ``Backend.load_model`` loads the version's files once -> a ``Model``.
 3. ``Model.create_instance`` runs once per instance of each ``instance_group`` entry.
-4. ``Instance.execute`` (here ``ArrayInstance.run``) runs batches, on the instance's own thread.
-5. On unload or reload: ``Instance.close`` for each instance, then ``Model.unload``.
+4. ``execute`` (here ``ArrayInstance.run``) runs batches: a ``SyncInstance``'s on the instance's own
+   thread, an ``AsyncInstance``'s (``async def execute``) on the server's event loop.
+5. On unload or reload: ``close`` for each instance, then ``Model.unload``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from inferd.api import ArrayInstance, Backend, ConfigError, Instance, InstanceSpec, Model, ModelLoadContext, NotFound
+from inferd.api import ArrayInstance, Backend, ConfigError, InstanceSpec, Model, ModelLoadContext, NotFound
 
 if TYPE_CHECKING:
     from inferd.api import ModelConfig
@@ -81,7 +82,7 @@ class {{ cookiecutter.class_prefix }}Model(Model):
         self.artifact = artifact  # a real backend keeps its loaded weights / graph here
         self.pairs = _pairs(context.config)
 
-    def create_instance(self, spec: InstanceSpec) -> Instance:
+    def create_instance(self, spec: InstanceSpec) -> ArrayInstance:
         """Create one instance (called once per instance, off the event loop).
 
         ``spec.kind`` is ``KIND_CPU`` or ``KIND_GPU`` (then ``spec.device_id`` is the GPU);
@@ -99,8 +100,12 @@ class {{ cookiecutter.class_prefix }}Instance(ArrayInstance):
     """One execution context. ``ArrayInstance`` concatenates a batch of requests along the batch
     dimension, calls :meth:`run` once and splits the outputs back per request.
 
+    ``ArrayInstance`` is a ``SyncInstance``: its ``execute`` computes on the instance's own thread.
     A framework that is not "arrays in, arrays out" (streaming, decoupled models) subclasses
-    ``inferd.api.Instance`` instead and implements ``execute(requests) -> responses``.
+    ``inferd.api.SyncInstance`` instead and implements ``execute(requests) -> responses``; one that
+    only hands requests to work running elsewhere (an asyncio engine, another process) subclasses
+    ``inferd.api.AsyncInstance`` and implements ``async def execute(requests) -> responses``, run
+    on the server's event loop (it must never block it).
     """
 
     def __init__(self, model: {{ cookiecutter.class_prefix }}Model, spec: InstanceSpec) -> None:

@@ -3,10 +3,12 @@
 A backend plugin registers a :class:`Backend` factory through the ``inferd_register_backends``
 hook. At load time the lifecycle asks the backend to complete the configuration (optional), then
 ``load_model`` once per model version, then ``Model.create_instance`` once per instance of each
-``instance_group`` entry. ``Instance.execute`` runs on that instance's own thread, never
-concurrently with itself, so an instance may keep per-instance state (a session, a CUDA stream).
-An instance with ``blocking = False`` (one that only hands requests to an asyncio engine) runs
-its ``execute`` on the server's event loop instead, with no thread between them.
+``instance_group`` entry. An instance is one of two types, and its type says how core runs it:
+
+- :class:`SyncInstance`: ``def execute`` computes; it runs on the instance's own thread, never
+  concurrently with itself, so an instance may keep per-instance state (a session, a CUDA stream).
+- :class:`AsyncInstance`: ``async def execute`` hands the batch to work that runs elsewhere (an
+  asyncio engine, another process) and awaits it on the server's event loop, with no thread.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol, TypeAlias
 
 import numpy as np
 
@@ -28,7 +30,10 @@ if TYPE_CHECKING:
     from inferd.config import ModelConfig
 
 
-#: ``request.context[RESCHEDULE] = True``, set by ``Instance.execute``: run this request again in a
+#: One request's result: its response, or its error.
+Outcome: TypeAlias = InferResponse | InferdError
+
+#: ``request.context[RESCHEDULE] = True``, set by ``execute``: run this request again in a
 #: later batch instead of answering it (Triton's ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``). Only
 #: the sequence batcher of an ``iterative_sequence`` model honours it; the request's result from
 #: that execution is dropped (a decoupled request keeps its response sender).
@@ -37,13 +42,13 @@ RESCHEDULE = "inferd.reschedule"
 
 @dataclass(slots=True)
 class Started:
-    """What the future of a pipelined instance (``Instance.pipeline_depth`` > 1) may resolve to
-    instead of its list: the ``results``, and ``start_ns`` (``time.monotonic_ns``), when the
-    instance could start on the batch: the end of the batch it ran before, when that came after the
-    hand-over. Core counts the wait behind that batch as queue time, not ``compute_infer``. A
-    ``None`` result: a decoupled request, answered through its sender."""
+    """What a pipelined :class:`AsyncInstance` (``pipeline_depth`` > 1) may return instead of its
+    list: the ``results``, and ``start_ns`` (``time.monotonic_ns``), when the instance could start
+    on the batch: the end of the batch it ran before, when that came after the hand-over. Core
+    counts the wait behind that batch as queue time, not ``compute_infer``. A ``None`` result: a
+    decoupled request, answered through its sender."""
 
-    results: list[InferResponse | InferdError | None]
+    results: list[Outcome | None]
     start_ns: int
 
 
@@ -82,8 +87,8 @@ class ModelLoadContext:
     repository: Path
     #: The server's other models, for models that call them (Triton's BLS), from an instance thread.
     models: ModelClient | None = None
-    #: The server's event loop: where the ``execute`` of an instance with ``blocking = False``
-    #: runs, and where such a backend runs its asyncio engine. ``None`` outside a server (tests).
+    #: The server's event loop: where an :class:`AsyncInstance`'s ``execute`` runs, and where such
+    #: a backend runs its asyncio engine. ``None`` outside a server (tests).
     loop: asyncio.AbstractEventLoop | None = None
     #: The CPU cores this serving process may compute on: its CPU affinity, divided among the
     #: ``--workers`` that share the machine (at least 1). A backend sizing its thread pools by
@@ -111,35 +116,23 @@ class InstanceSpec:
     group_name: str
 
 
-class Instance(abc.ABC):
-    """One execution context of a model. ``execute`` is never called concurrently on an instance."""
+class SyncInstance(abc.ABC):
+    """An instance whose ``execute`` computes: core runs it on the instance's own thread.
 
-    #: ``True`` (default): ``execute`` may take long (it computes); it runs on the instance's own
-    #: thread. ``False``: ``execute`` only hands requests off (to an asyncio engine, say) and
-    #: returns at once; core calls it on the server's event loop, with no thread hop, and a
-    #: decoupled model's ``response_sender`` called there delivers at once. Its ``execute`` may
-    #: also return an ``asyncio.Future`` of the list (work that runs elsewhere, in another process
-    #: say): the instance is busy, and the execution timed, until the future is done. ``close``
-    #: then runs on a worker thread.
-    blocking: ClassVar[bool] = True
+    ``execute`` is never called concurrently on one instance and never on the event loop unless
+    :attr:`may_run_inline` allows it, so it may block, keep per-thread state, and call other models
+    (``ModelLoadContext.models``).
+    """
 
     #: ``True``: ``execute`` is safe on the event loop (it never waits on the server, such as a
     #: call to another model, and keeps no per-thread state) and often quick. Core then runs an
     #: execution on the loop when this instance's recent executions predict it to take at most
-    #: ``inferd.contracts.runner.INLINE_LIMIT_NS`` for its batch, and on the instance's thread otherwise:
-    #: for a small model, the two thread hand-offs cost more than its compute.
+    #: 2 ms of CPU for its batch, and on the instance's thread otherwise: for a small model, the
+    #: two thread hand-offs cost more than its compute.
     may_run_inline: ClassVar[bool] = False
 
-    #: How many batches core may hand this instance at once (the direct scheduler; the dynamic and
-    #: sequence batchers keep one, to form larger batches). More than 1 only for a
-    #: non-blocking instance whose ``execute`` returns a future and that runs the batches one at a
-    #: time, in order, itself: a stub process starts the next batch as soon as the last one ended,
-    #: without waiting for the server's event loop to hand it over. Its future resolves to
-    #: :class:`Started` when a batch waited behind another, so that the wait counts as queue time.
-    pipeline_depth: ClassVar[int] = 1
-
     @abc.abstractmethod
-    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+    def execute(self, requests: Sequence[InferRequest]) -> Sequence[Outcome]:
         """Run a batch of requests; return one response or error per request, in order.
 
         A decoupled model instead sends its responses through ``request.response_sender`` and
@@ -147,7 +140,39 @@ class Instance(abc.ABC):
         """
 
     def close(self) -> None:
-        """Release the instance's resources. Called once, after its last ``execute``."""
+        """Release the instance's resources. Called once, on its thread, after its last ``execute``."""
+
+
+class AsyncInstance(abc.ABC):
+    """An instance whose ``execute`` only hands work off and awaits it: core runs it on the
+    server's event loop (``ModelLoadContext.loop``), with no thread.
+
+    ``execute`` must never block the loop. Until it returns the instance is busy and the execution
+    timed; a caller that goes away meanwhile (a client disconnecting) leaves at once, and the
+    execution runs on to its end (it is not cancelled). A decoupled model's
+    ``response_sender`` called on the loop delivers at once.
+    """
+
+    #: How many batches core may hand this instance at once (the direct scheduler; the dynamic and
+    #: sequence batchers keep one, to form larger batches). More than 1 only for an instance that
+    #: runs the batches one at a time, in order, itself (a stub process starts the next batch as
+    #: soon as the last one ended, without waiting for the server's event loop to hand it over); it
+    #: returns :class:`Started` for a batch that waited behind another, so that the wait counts as
+    #: queue time.
+    pipeline_depth: ClassVar[int] = 1
+
+    @abc.abstractmethod
+    async def execute(self, requests: Sequence[InferRequest]) -> Sequence[Outcome | None] | Started:
+        """Run a batch of requests; return one response or error per request, in order (or,
+        pipelined, :class:`Started` holding them). A decoupled model sends its responses through
+        ``request.response_sender`` and returns an empty list (or ``None`` for each request)."""
+
+    def close(self) -> None:
+        """Release the instance's resources. Called once, on a worker thread, after its last ``execute``."""
+
+
+#: What ``Model.create_instance`` returns: one of the two execution types.
+Instance: TypeAlias = SyncInstance | AsyncInstance
 
 
 class Model(abc.ABC):
@@ -199,7 +224,7 @@ class Backend(abc.ABC):
         """Load one version of a model. Raise an error with a clear message when it fails."""
 
 
-class ArrayInstance(Instance):
+class ArrayInstance(SyncInstance):
     """An instance for frameworks that compute one batch of arrays at a time.
 
     Subclasses implement :meth:`run`; this class concatenates the requests' inputs along the batch
@@ -216,7 +241,7 @@ class ArrayInstance(Instance):
     def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
         """Compute outputs by name from inputs by name."""
 
-    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+    def execute(self, requests: Sequence[InferRequest]) -> list[Outcome]:
         if len(requests) == 1:
             try:
                 outputs = self.run({n: t.data for n, t in requests[0].inputs.items()})
@@ -228,7 +253,7 @@ class ArrayInstance(Instance):
             outputs = self.run(batched)
         except InferdError as exc:
             return [exc for _ in requests]
-        responses: list[InferResponse | InferdError] = []
+        responses: list[Outcome] = []
         start = 0
         for request in requests:
             rows = request.batch_size(self.max_batch_size)

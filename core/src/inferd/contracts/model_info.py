@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from inferd.config import ModelConfig
-    from inferd.contracts.stats import ModelStats
+    from inferd.contracts.stats import VersionStats
     from inferd.contracts.types import InferRequest, InferResponse
     from inferd.contracts.validation import RequestValidator, TensorSpec
 
@@ -21,19 +20,10 @@ if TYPE_CHECKING:
 class Servable(Protocol):
     """The loaded version behind a :class:`ModelInfo`; only the data plane calls it."""
 
-    stats: ModelStats
+    @property
+    def stats(self) -> VersionStats: ...
 
     async def infer(self, request: InferRequest) -> InferResponse: ...
-
-
-class Describable(Servable, Protocol):
-    """What :func:`describe` reads of a loaded version."""
-
-    name: str
-    version: int
-    config: ModelConfig
-    decoupled: bool
-    validator: RequestValidator
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,25 +74,3 @@ class ModelInfo:
 
 def _tensor_json(tensor: TensorInfo) -> dict[str, object]:
     return {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
-
-
-def describe(version: Describable) -> ModelInfo:
-    """The :class:`ModelInfo` of a fully assembled version (its scheduler set)."""
-    validator = version.validator
-    batch = (-1,) if validator.max_batch_size > 0 else ()
-
-    def tensors(specs: dict[str, TensorSpec]) -> tuple[TensorInfo, ...]:
-        return tuple(TensorInfo(s.name, s.datatype, batch + s.dims) for s in specs.values())
-
-    config = version.config
-    return ModelInfo(
-        name=version.name,
-        version=version.version,
-        platform=config.platform or config.backend,
-        inputs=tensors(validator.inputs),
-        outputs=tensors(validator.outputs),
-        max_batch_size=validator.max_batch_size,
-        decoupled=version.decoupled,
-        validator=validator,
-        handle=weakref.ref(version),
-    )

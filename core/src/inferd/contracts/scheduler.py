@@ -1,7 +1,7 @@
 """The scheduler contract: what a scheduler factory receives and what a scheduler implements.
 
 A scheduler decides *what runs where and when*: it queues a model version's requests and hands
-batches to the version's :class:`~inferd.contracts.runner.InstanceRunner` objects. Core does the rest: the
+batches to the version's :class:`InstanceRunner` objects. Core does the rest: the
 runners time every execution and record its statistics and traces, and :meth:`Scheduler.enqueue`
 marks QUEUE_START, counts requests in flight (``pending()``) and drains them on unload. Like
 Triton's scheduler interface (Enqueue / InflightInferenceCount / Stop), a scheduler records nothing.
@@ -12,20 +12,72 @@ from __future__ import annotations
 import abc
 import asyncio
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from inferd.contracts.errors import InferdError, Unavailable
-from inferd.contracts.recorder import Recorder
-from inferd.contracts.runner import InstanceRunner
 from inferd.contracts.types import InferRequest, InferResponse
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
+    from inferd.contracts.backend import Outcome
     from inferd.contracts.model_info import ModelInfo
+
+
+class InstanceRunner(Protocol):
+    """One instance of the model version, as a scheduler sees it; core implements it.
+
+    ``await runner.run(batch)`` executes the batch on the instance (on its thread, or on the event
+    loop for an ``AsyncInstance``) and records it: timing, statistics, traces, failures.
+    """
+
+    @property
+    def name(self) -> str:
+        """The instance's name (``<group name>_<index>``)."""
+        ...
+
+    @property
+    def executing(self) -> int:
+        """Requests handed to this instance and not yet answered."""
+        ...
+
+    @property
+    def depth(self) -> int:
+        """How many batches the instance may hold at once (``AsyncInstance.pipeline_depth``; 1
+        for every other instance). :meth:`run` waits its turn past that."""
+        ...
+
+    async def run(self, requests: Sequence[InferRequest]) -> list[Outcome]:
+        """Execute one batch and record it; one response or error per request, in order.
+
+        Never raises for a backend's failure: a failed execution gives every request its error.
+        Batches handed over while the instance is busy wait their turn, in order. A caller
+        cancelled while its batch executes leaves at once; the instance stays busy until the
+        execution ends.
+        """
+        ...
+
+
+class SchedulerRecorder(Protocol):
+    """Core's recording of a version's requests, as :class:`Scheduler` (the base class) uses it."""
+
+    def queued(self, request: InferRequest) -> None:
+        """A request entered its scheduler (Triton's QUEUE_START, when the request is traced)."""
+        ...
+
+    def rejected(self, request: InferRequest) -> None:
+        """A request the scheduler refused or dropped from its queue (Triton's REJECTED)."""
+        ...
+
+    def composed(self, request: InferRequest, started_ns: int) -> None:
+        """A request a composing scheduler (an ensemble) answered: one execution, all compute."""
+        ...
+
+    def composition_failed(self, request: InferRequest) -> None:
+        """A request a composing scheduler failed (Triton counts it as OTHER)."""
+        ...
 
 
 class ModelCaller(Protocol):
@@ -78,7 +130,7 @@ class SchedulerContext:
     #: One per instance: ``await runner.run(batch)`` executes and records a batch.
     runners: Sequence[InstanceRunner]
     #: Core's recording for this version; :class:`Scheduler` uses it, a subclass never needs to.
-    recorder: Recorder
+    recorder: SchedulerRecorder
     #: ``<repository>/<model>``: where config-relative files (initial_state data) live.
     model_dir: Path | None = None
     #: Calls other models (ensembles); ``None`` where the server offers none (tests).
@@ -179,56 +231,3 @@ class Scheduler(abc.ABC):
         """Refuse new requests, then wait until every accepted one is answered."""
         self._stopping = True
         await self._idle.wait()
-
-
-class InstancePool:
-    """Free instances of a model version; ``acquire`` waits for one, first come first served.
-
-    An instance with a ``depth`` of N (``Instance.pipeline_depth``) is free N times over; each
-    instance's first turn is handed out before any instance's second.
-
-    A released instance is handed straight to the oldest waiter, so a request that just arrived
-    can never take it from one that has been waiting (``asyncio.Queue`` lets it, and under load
-    that starves unlucky requests for seconds).
-    """
-
-    def __init__(self, runners: Sequence[InstanceRunner]) -> None:
-        self.runners = list(runners)
-        depth = max((getattr(r, "depth", 1) for r in self.runners), default=1)
-        self._free: deque[InstanceRunner] = deque(
-            r for turn in range(depth) for r in self.runners if turn < getattr(r, "depth", 1)
-        )
-        self._waiters: deque[asyncio.Future[InstanceRunner]] = deque()
-
-    async def acquire(self) -> InstanceRunner:
-        if self._free and not self._waiters:
-            return self._free.popleft()
-        waiter: asyncio.Future[InstanceRunner] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            return await waiter
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                self.release(waiter.result())  # handed over just as we were cancelled: pass it on
-            elif waiter in self._waiters:  # a release() since the cancel has dropped it already
-                self._waiters.remove(waiter)
-            raise
-
-    def release(self, runner: InstanceRunner) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(runner)
-                return
-        self._free.append(runner)
-
-    async def run(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
-        """``runner.run(requests)`` on the next free instance."""
-        runner = await self.acquire()
-        try:
-            return await runner.run(requests)
-        finally:
-            self.release(runner)
-
-    def __len__(self) -> int:
-        return len(self.runners)

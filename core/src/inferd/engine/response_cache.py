@@ -30,7 +30,7 @@ from inferd.contracts.types import InferRequest, InferResponse, serialize_bytes_
 
 if TYPE_CHECKING:
     from inferd.contracts.cache import ResponseCache
-    from inferd.contracts.stats import ModelStats
+    from inferd.engine.stats import ModelStats
 
 log = logging.getLogger(__name__)
 

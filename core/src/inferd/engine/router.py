@@ -15,20 +15,21 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from inferd.contracts.errors import ErrorKind, InferdError, InternalError, Unavailable, Unsupported
 from inferd.contracts.log_context import REQUEST_ID, REQUEST_MODEL
-from inferd.contracts.recorder import FAILED_KEY
-from inferd.contracts.trace import TRACE_KEY, RequestTrace, Tracer
+from inferd.contracts.trace import TRACE_KEY
 from inferd.contracts.types import PICKED, InferRequest, InferResponse
+from inferd.engine.recorder import FAILED_KEY
+from inferd.engine.trace import RequestTrace, Tracer
 
 if TYPE_CHECKING:
     from inferd import config as cfg
     from inferd.contracts.model_info import ModelInfo, Servable
-    from inferd.contracts.stats import ModelStats
     from inferd.engine.health import ServerHealth
     from inferd.engine.model_table import ModelTable
+    from inferd.engine.stats import ModelStats
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +201,8 @@ class Router:
             if exc is not None:
                 queue.put_nowait((exc if isinstance(exc, InferdError) else InferdError(str(exc)), True))
 
-        request.response_sender = _response_sender(request, self._servable(info).stats, queue)
+        stats = cast("ModelStats", self._servable(info).stats)  # the engine's versions count in ModelStats
+        request.response_sender = _response_sender(request, stats, queue)
         task = asyncio.ensure_future(self._run(info, request))
         task.add_done_callback(finished)
         final = False

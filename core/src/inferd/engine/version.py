@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from inferd.contracts.model_info import describe
+from inferd.contracts.model_info import ModelInfo, TensorInfo
 from inferd.contracts.types import InferRequest, InferResponse
-from inferd.contracts.validation import RequestValidator
 from inferd.engine.classification import classify, wants_classification
+from inferd.engine.validation import Validator
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
     from inferd.contracts.backend import Model
-    from inferd.contracts.runner import InstanceRunner
     from inferd.contracts.scheduler import Scheduler
-    from inferd.contracts.stats import ModelStats
+    from inferd.contracts.validation import TensorSpec
     from inferd.engine.response_cache import ModelCache
+    from inferd.engine.runner import Runner
+    from inferd.engine.stats import ModelStats
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +35,7 @@ class ModelVersion:
         version: int,
         config: ModelConfig,
         model: Model | None,
-        runners: list[InstanceRunner],
+        runners: list[Runner],
         scheduler: Scheduler,
         stats: ModelStats,
         model_dir: Path | None = None,
@@ -54,12 +57,12 @@ class ModelVersion:
         self.max_batch_size = config.max_batch_size
         #: Read after the scheduler was made: an ensemble's scheduler derives it from its steps.
         self.decoupled = config.model_transaction_policy.decoupled
-        self.validator = RequestValidator(config, name)
+        self.validator = Validator(config, name)
         #: Set by the builder when the server has a cache and the config enables it.
         self.cache: ModelCache | None = None
         self._reshapes = {t.name: tuple(t.reshape.shape) for t in config.input if t.HasField("reshape")}
         #: What frontends see of this version (built once; it refers back to it weakly).
-        self.info = describe(self)
+        self.info = _describe(self)
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """Validate, apply config reshapes, and hand the request to the cache or the scheduler."""
@@ -90,7 +93,7 @@ class ModelVersion:
 
     async def stop(self, timeout: float | None = None) -> None:
         """Drain the scheduler (in-flight requests finish). Past ``timeout`` seconds, instances
-        still executing are abandoned (``InstanceRunner.abandon``: their requests fail, their
+        still executing are abandoned (``Runner.abandon``: their requests fail, their
         threads are left behind), and the drain gets as long again before the version goes anyway."""
         draining = asyncio.ensure_future(self.scheduler.stop())
         done, _ = await asyncio.wait({draining}, timeout=timeout)
@@ -117,3 +120,25 @@ class ModelVersion:
             runner.close()
         if self.model is not None:
             self.model.unload()
+
+
+def _describe(version: ModelVersion) -> ModelInfo:
+    """The :class:`ModelInfo` of a fully assembled version (its scheduler set)."""
+    validator = version.validator
+    batch = (-1,) if validator.max_batch_size > 0 else ()
+
+    def tensors(specs: Mapping[str, TensorSpec]) -> tuple[TensorInfo, ...]:
+        return tuple(TensorInfo(s.name, s.datatype, batch + s.dims) for s in specs.values())
+
+    config = version.config
+    return ModelInfo(
+        name=version.name,
+        version=version.version,
+        platform=config.platform or config.backend,
+        inputs=tensors(validator.inputs),
+        outputs=tensors(validator.outputs),
+        max_batch_size=validator.max_batch_size,
+        decoupled=version.decoupled,
+        validator=validator,
+        handle=weakref.ref(version),
+    )

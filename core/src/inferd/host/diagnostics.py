@@ -2,7 +2,7 @@
 
 ``--trace-config level=TIMESTAMPS --trace-config rate=1 --trace-config triton,file=/tmp/t.json``
 (and the deprecated ``--trace-file`` / ``--trace-level`` / ``--trace-rate`` / ``--trace-count`` /
-``--trace-log-frequency``) configure the server's :class:`~inferd.contracts.trace.Tracer` at start-up; it
+``--trace-log-frequency``) configure the server's :class:`~inferd.engine.trace.Tracer` at start-up; it
 writes what is left of its traces at shutdown. ``--log-file``, ``--log-info``, ``--log-warning``,
 ``--log-error`` and ``--log-format`` are read by the command line when it sets up logging
 (:func:`inferd.host.logging_settings.configure_logging`), so they hold from the first line on.

@@ -23,7 +23,7 @@ from typing import TypeVar, cast
 import pluggy
 
 from inferd.contracts.errors import InferdError
-from inferd.contracts.registry import Registry
+from inferd.host.registry import Registry
 
 T = TypeVar("T")
 #: ``failed(plugin, exception)``: a registration implementation of ``plugin`` raised.

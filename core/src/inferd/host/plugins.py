@@ -29,8 +29,8 @@ import pluggy
 
 from inferd.api import API_VERSION
 from inferd.contracts import hookspecs
-from inferd.contracts.registry import Registry
 from inferd.host.hookcalls import call_registration_hook
+from inferd.host.registry import Registry
 
 if TYPE_CHECKING:
     import argparse

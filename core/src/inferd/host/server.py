@@ -13,17 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from inferd.contracts import gc_settings
 from inferd.contracts.backend import process_cores
 from inferd.contracts.cache import ResponseCache
 from inferd.contracts.errors import InferdError, StartupError
 from inferd.contracts.frontend import Frontend
-from inferd.contracts.trace import Tracer
 from inferd.dataplane import DataPlane
+from inferd.engine import gc_settings
 from inferd.engine.health import ServerHealth, all_versions_loaded
 from inferd.engine.model_table import ModelTable
 from inferd.engine.rate_limiter import RateLimiter
 from inferd.engine.router import Router
+from inferd.engine.trace import Tracer
 from inferd.engine.traffic import Traffic
 from inferd.host.logging_settings import BLOCK
 from inferd.host.logging_settings import SETTINGS as LOG_SETTINGS
@@ -102,7 +102,7 @@ class ServerOptions:
     workers_note: str = ""
     #: ``--ports-file``: once serving, the frontends' ports are written here as JSON (port 0 picks one).
     ports_file: Path | None = None
-    #: Tune the garbage collector for serving once started (``inferd.contracts.gc_settings``): what
+    #: Tune the garbage collector for serving once started (``inferd.engine.gc_settings``): what
     #: ``inferd serve`` does; in-process servers (tests, tools) keep the process's settings.
     settle_gc: bool = False
     #: Options added by plugins through ``inferd_add_options`` (and anything else by name).

@@ -18,21 +18,21 @@ from typing import TYPE_CHECKING, Protocol, cast
 from inferd import config as cfg
 from inferd.contracts.backend import Backend, InstanceSpec, Model, ModelClient, ModelLoadContext, process_cores
 from inferd.contracts.errors import ConfigError, InferdError, InvalidArgument
-from inferd.contracts.recorder import Recorder
-from inferd.contracts.runner import InstanceRunner
 from inferd.contracts.scheduler import ModelCaller, SchedulerContext
-from inferd.contracts.stats import ModelStats
 from inferd.engine.classification import load_labels
 from inferd.engine.rate_limiter import Gate, RateLimiter
+from inferd.engine.recorder import Recorder
 from inferd.engine.response_cache import ModelCache
+from inferd.engine.runner import Runner
+from inferd.engine.stats import ModelStats
 from inferd.engine.version import ModelVersion
 from inferd.lifecycle.warmup import warm_up
 from inferd.repository.scan import ModelSource
 
 if TYPE_CHECKING:
     from inferd.contracts.cache import ResponseCache
-    from inferd.contracts.registry import Registration, Registry
     from inferd.contracts.scheduler import Scheduler
+    from inferd.host.registry import Registration, Registry
 
 
 class ServerModels(ModelCaller, ModelClient, Protocol):
@@ -237,7 +237,7 @@ class VersionBuilder:
         version_config.CopyFrom(config)
         recorder = Recorder(ModelStats(source.name, str(version)), version_config.max_batch_size)
         model: Model | None = None
-        runners: list[InstanceRunner] = []
+        runners: list[Runner] = []
         if backend is not None:
             build = self.build_version
             loop = asyncio.get_running_loop()
@@ -274,7 +274,7 @@ class VersionBuilder:
         version: int,
         config: cfg.ModelConfig,
         model: Model | None,
-        runners: list[InstanceRunner],
+        runners: list[Runner],
         recorder: Recorder,
         labels: dict[str, list[str]],
     ) -> ModelVersion:
@@ -314,7 +314,7 @@ class VersionBuilder:
         version: int,
         recorder: Recorder,
         loop: asyncio.AbstractEventLoop | None = None,
-    ) -> tuple[Model, list[InstanceRunner]]:
+    ) -> tuple[Model, list[Runner]]:
         """Load the backend model and create its instances (blocking; ``loop``: the server's)."""
         specs = instance_specs(config, *self.worker)
         ctx = ModelLoadContext(
@@ -330,17 +330,17 @@ class VersionBuilder:
             instances=len(specs),
         )
         model = backend.load_model(ctx)
-        runners: list[InstanceRunner] = []
+        runners: list[Runner] = []
         try:
             for spec in specs:
                 gate = self._gate(source.name, version, config, spec)
                 try:
-                    instance = model.create_instance(spec)
+                    runner = Runner(model.create_instance(spec), spec, recorder, gate)  # refuses an untyped instance
                 except BaseException:
                     if gate is not None:
                         gate.close()
                     raise
-                runners.append(InstanceRunner(instance, spec, recorder, gate))
+                runners.append(runner)
         except BaseException:
             close_instances(model, runners)
             raise
@@ -388,7 +388,7 @@ def backend_config_warnings(backends: Registry[Backend], config: Mapping[str, Ma
     return lines
 
 
-def close_instances(model: Model | None, runners: list[InstanceRunner]) -> None:
+def close_instances(model: Model | None, runners: list[Runner]) -> None:
     """Close ``runners``' instances, then unload ``model`` (blocking)."""
     for runner in runners:
         runner.close()

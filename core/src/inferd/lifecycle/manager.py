@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inferd import config as cfg
-from inferd.contracts import gc_settings
 from inferd.contracts.errors import InferdError, InvalidArgument, NotFound
+from inferd.engine import gc_settings
 from inferd.engine.health import model_is_ready
 from inferd.engine.model_table import ModelTable, ambiguous_name
 from inferd.engine.states import LOADING, READY, UNLOADED, UNLOADING, ModelRecord, State, VersionState, Why

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from inferd.api import InstancePool
 from inferd.contracts.errors import InferdError
 from inferd.contracts.hookspecs import SchedulerRegister, hookimpl
-from inferd.contracts.scheduler import InstancePool, Scheduler, SchedulerContext
+from inferd.contracts.scheduler import Scheduler, SchedulerContext
 from inferd.contracts.types import InferRequest, InferResponse
 
 

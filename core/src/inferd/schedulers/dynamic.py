@@ -16,8 +16,7 @@ from collections import deque
 
 from inferd.contracts.errors import InferdError, InternalError, Unavailable
 from inferd.contracts.hookspecs import SchedulerRegister, hookimpl
-from inferd.contracts.runner import InstanceRunner
-from inferd.contracts.scheduler import Rejected, Scheduler, SchedulerContext
+from inferd.contracts.scheduler import InstanceRunner, Rejected, Scheduler, SchedulerContext
 from inferd.contracts.types import InferRequest, InferResponse
 from inferd.schedulers.batching.batches import Wakeup, answer, plan_batch, ragged_inputs, shape_key
 from inferd.schedulers.batching.queue_policy import TIMEOUT_MESSAGE, Pending, PriorityQueue

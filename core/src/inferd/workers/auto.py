@@ -30,14 +30,16 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from inferd.config import ModelConfig, backend_for
 from inferd.config.model_config_pb2 import ModelInstanceGroup
-from inferd.contracts.backend import Backend
-from inferd.contracts.registry import Registry
 from inferd.lifecycle.builder import visible_gpus
 from inferd.repository.scan import read_config
+
+if TYPE_CHECKING:
+    from inferd.contracts.backend import Backend
+    from inferd.host.registry import Registry
 
 #: What ``--workers`` takes besides a whole number.
 AUTO = "auto"

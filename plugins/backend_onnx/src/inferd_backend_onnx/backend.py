@@ -205,7 +205,7 @@ class OnnxInstance(ArrayInstance):
     """One ``InferenceSession``; converts BYTES tensors and scalar shapes around ``session.run``."""
 
     #: ``session.run`` waits on nothing of the server's and is thread-safe: a small model's quick
-    #: executions run on the event loop (see ``inferd.contracts.runner.INLINE_LIMIT_NS``).
+    #: executions run on the event loop (see ``inferd.engine.runner.INLINE_LIMIT_NS``).
     may_run_inline = True
 
     def __init__(self, model: OnnxModel, session: Any) -> None:

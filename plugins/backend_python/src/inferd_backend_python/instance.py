@@ -22,10 +22,10 @@ from inferd.api import (
     InferdError,
     InferRequest,
     InferResponse,
-    Instance,
     InstanceSpec,
     InternalError,
     InvalidArgument,
+    SyncInstance,
     Unsupported,
 )
 from inferd_backend_python.pb_config import ModelConfig as PbModelConfig
@@ -91,7 +91,7 @@ def instance_args(base: dict[str, str], spec: InstanceSpec) -> dict[str, str]:
     return args
 
 
-class PythonInstance(Instance):
+class PythonInstance(SyncInstance):
     """One ``TritonPythonModel`` object; ``execute`` runs the model's ``execute`` on a batch."""
 
     def __init__(self, binding: ModelBinding, iterative: bool, obj: Any, name: str) -> None:

@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from inferd.api import (
     RESCHEDULE,
     SOURCES,
+    AsyncInstance,
     ErrorKind,
     InferdError,
     InferRequest,
     InferResponse,
-    Instance,
     InstanceSpec,
     InternalError,
     InvalidArgument,
@@ -62,6 +62,9 @@ from inferd_backend_python.wire import decode_outcome, decode_request, encode_er
 
 if TYPE_CHECKING:
     from inferd.api import ModelConfig
+
+#: What a batch handed to a stub resolves to: its results, or them and when the stub could start it.
+Results = Sequence[InferResponse | InferdError | None] | Started
 
 _log = logging.getLogger("inferd.contracts.backend.python")
 
@@ -344,7 +347,7 @@ class _Batch:
 
     __slots__ = ("future", "held", "large", "open", "requests", "returned", "sent_ns")
 
-    def __init__(self, requests: Sequence[InferRequest], future: asyncio.Future, decoupled: bool) -> None:
+    def __init__(self, requests: Sequence[InferRequest], future: asyncio.Future[Results], decoupled: bool) -> None:
         self.requests = requests
         self.future = future
         #: Its ``execute`` returned (the stub sent its results), or it failed.
@@ -444,12 +447,12 @@ class Stub:
 
     # -- requests (on the loop) --
 
-    def submit(self, requests: Sequence[InferRequest]) -> asyncio.Future | None:
+    def submit(self, requests: Sequence[InferRequest]) -> asyncio.Future[Results] | None:
         """Hand a batch to the stub: a future of its results (None: the stub is dead already)."""
         if self._dead:
             return None
         batch_id = next(self._ids)
-        future = self.loop.create_future()
+        future: asyncio.Future[Results] = self.loop.create_future()
         self._pending[batch_id] = batch = _Batch(requests, future, self._decoupled)
         nbytes = 0
         for request in requests:
@@ -887,7 +890,7 @@ class ProcessModel(Model):
             "log_level": logging.getLogger("inferd.python").getEffectiveLevel(),
         }
 
-    def create_instance(self, spec: InstanceSpec) -> Instance:
+    def create_instance(self, spec: InstanceSpec) -> AsyncInstance:
         instance = ProcessInstance(self, spec)
         instance.stub = Stub.start(instance)
         self.instances.append(instance)
@@ -912,13 +915,12 @@ class ProcessModel(Model):
             self.launcher.release()
 
 
-class ProcessInstance(Instance):
+class ProcessInstance(AsyncInstance):
     """One instance of an isolated model: its current stub, restarted when it dies.
 
-    Non-blocking: ``execute`` runs on the server's loop, hands the batch to the stub and returns
-    the future of its results (no instance thread)."""
+    Asynchronous: ``execute`` runs on the server's loop, hands the batch to the stub and awaits
+    its results (no instance thread)."""
 
-    blocking: ClassVar[bool] = False
     #: Batches wait in the stub's socket while one executes: the stub starts the next as soon as it
     #: sent the last one's results, without waiting for the server's loop to hand it over, and
     #: neither side sleeps between batches while requests keep coming. Only the direct scheduler
@@ -949,10 +951,10 @@ class ProcessInstance(Instance):
             return future
         return stub.ask_ready()
 
-    def execute(self, requests: Sequence[InferRequest]) -> Any:
+    async def execute(self, requests: Sequence[InferRequest]) -> Results:
         stub = self.stub
         future = stub.submit(requests) if stub is not None else None
-        return self._refuse(requests) if future is None else future
+        return self._refuse(requests) if future is None else await future
 
     def _refuse(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
         problem = self.problem or "is restarting: its stub process ended"

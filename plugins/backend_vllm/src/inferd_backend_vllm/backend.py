@@ -10,15 +10,15 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from inferd.api import (
     SOURCES,
+    AsyncInstance,
     Backend,
     InferdError,
     InferRequest,
     InferResponse,
-    Instance,
     InstanceSpec,
     InvalidArgument,
     Model,
@@ -157,22 +157,22 @@ class VllmModel(Model):
         #: Whether the engine embeds (vLLM's pooling runner) rather than generates.
         self.pooling = engine.pooling
 
-    def create_instance(self, spec: InstanceSpec) -> Instance:
+    def create_instance(self, spec: InstanceSpec) -> AsyncInstance:
         return VllmInstance(self.engine)
 
     def unload(self) -> None:
         self.engine.shutdown()
 
 
-class VllmInstance(Instance):
-    """Hands each request to the engine; responses go out through the request's sender."""
+class VllmInstance(AsyncInstance):
+    """Hands each request to the engine; responses go out through the request's sender.
 
-    blocking: ClassVar[bool] = False  # execute runs on the event loop: it only starts a task
+    Asynchronous: ``execute`` runs on the event loop, where it only starts each request's task."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+    async def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
         for request in requests:
             self.engine.submit(request)
         return []

@@ -13,6 +13,7 @@ Settings (Triton's ``--trace-config opentelemetry,<key>=<value>``): ``url`` (def
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry import trace as otel_trace
@@ -29,7 +30,7 @@ _COMPUTE = ("COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPU
 class OtelExporter:
     """Callable the tracer hands finished traces to (``RequestTrace.to_json()`` lists)."""
 
-    def __init__(self, settings: list[tuple[str, str]], span_exporter: SpanExporter | None = None) -> None:
+    def __init__(self, settings: Sequence[tuple[str, str]], span_exporter: SpanExporter | None = None) -> None:
         resource: dict[str, Any] = {"service.name": "inferd"}
         bsp: dict[str, int] = {}
         self.url = DEFAULT_URL

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 @hookimpl(trylast=True)  # after the built-in diagnostics plugin has applied --trace-config
 def inferd_startup(server: ServerView) -> None:
     tracer = server.dataplane.tracer
-    if tracer.global_scope.values.mode != "opentelemetry":
+    if tracer.mode != "opentelemetry":
         return
     from inferd_trace_otel.exporter import OtelExporter
 

@@ -13,14 +13,14 @@ from inferd.contracts import merge
 from inferd.contracts.merge import add_snapshot
 
 if TYPE_CHECKING:
-    from inferd.contracts.stats import LatencyObserver, ModelStats
+    from inferd.contracts.stats import LatencyObserver, VersionStats
     from inferd.frontends.metrics.collectors import LocalVersion
 
 
 class SummedStats:
-    """What the collectors read of a :class:`ModelStats`, with the peers' counters added."""
+    """What the collectors read of a :class:`~inferd.contracts.stats.VersionStats`, with the peers' counters added."""
 
-    def __init__(self, local: ModelStats, peers: dict[str, Any] | None) -> None:
+    def __init__(self, local: VersionStats, peers: dict[str, Any] | None) -> None:
         self.local = local
         self.peers = peers
 

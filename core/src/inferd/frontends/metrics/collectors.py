@@ -1,6 +1,6 @@
 """Triton's metric families as ``prometheus_client`` custom collectors.
 
-Every per-model number is read from the version's :class:`~inferd.contracts.stats.ModelStats` (the object
+Every per-model number is read from the version's :class:`~inferd.contracts.stats.VersionStats` (the object
 the statistics extension reads), so ``/metrics`` and ``/v2/models/stats`` always agree:
 durations are the statistics' nanoseconds divided by 1000, rounded down. Families with no sample
 are left out, as prometheus-cpp does. With ``--model-namespacing`` every per-model series has a
@@ -22,7 +22,7 @@ from inferd.frontends.metrics.latency import LatencyConfig, LatencyWindows
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
-    from inferd.contracts.stats import LatencyObserver, ModelStats
+    from inferd.contracts.stats import LatencyObserver, VersionStats
     from inferd.frontends.metrics.system import CpuMetrics, GpuMetrics
 
 MODEL = ("model", "version")
@@ -31,7 +31,7 @@ MODEL_NS = ("model", "namespace", "version")
 
 
 class ServedStats(Protocol):
-    """What the collectors read of a version's :class:`~inferd.contracts.stats.ModelStats` (or of its sum
+    """What the collectors read of a version's :class:`~inferd.contracts.stats.VersionStats` (or of its sum
     over the workers)."""
 
     @property
@@ -48,7 +48,9 @@ class LocalVersion(Protocol):
     namespace: str
     config: ModelConfig
     decoupled: bool
-    stats: ModelStats
+
+    @property
+    def stats(self) -> VersionStats: ...
 
 
 class ServedVersion(Protocol):

@@ -2,7 +2,7 @@
 
 Off by default, as in Triton: ``--metrics-config summary_latencies=true`` and
 ``histogram_latencies=true`` turn them on. A :class:`LatencyWindows` is attached to each model
-version's :class:`~inferd.contracts.stats.ModelStats` and receives every request's latencies.
+version's :class:`~inferd.contracts.stats.VersionStats` and receives every request's latencies.
 """
 
 from __future__ import annotations

@@ -26,8 +26,7 @@ from inferd.auth.policy import CURRENT
 from inferd.contracts.backend import RESCHEDULE
 from inferd.contracts.errors import InternalError, InvalidArgument, Unavailable
 from inferd.contracts.hookspecs import SchedulerRegister, hookimpl
-from inferd.contracts.runner import InstanceRunner
-from inferd.contracts.scheduler import Rejected, Scheduler, SchedulerContext
+from inferd.contracts.scheduler import InstanceRunner, Rejected, Scheduler, SchedulerContext
 from inferd.contracts.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from inferd.schedulers.batching.batches import Wakeup, answer, plan_batch, ragged_inputs, shape_key
 from inferd.schedulers.sequence.controls import ImplicitState, SequenceControls, sequence_parameters

@@ -11,12 +11,12 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from inferd.contracts.backend import Outcome
 from inferd.contracts.errors import ErrorKind, InferdError
-from inferd.contracts.stats import ModelStats
 from inferd.contracts.trace import TRACE_KEY
 from inferd.contracts.types import InferRequest, InferResponse
+from inferd.engine.stats import ModelStats
 
-Outcome = InferResponse | InferdError
 #: Set in a decoupled request's context when its final response is an error (the model raised, or
 #: sent one): the execution counts that request failed, as a non-decoupled error response is.
 FAILED_KEY = "inferd.failed"

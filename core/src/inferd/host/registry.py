@@ -1,4 +1,6 @@
-"""Named factories registered by plugins (backends, schedulers, caches, frontends)."""
+"""Named factories registered by plugins (backends, schedulers, caches, frontends): the host fills
+one registry per kind from the registration hooks (plugins see only the typed ``register``
+callables of :mod:`inferd.contracts.hookspecs`)."""
 
 from __future__ import annotations
 

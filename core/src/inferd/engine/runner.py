@@ -1,12 +1,14 @@
-"""Core owns execution: one :class:`InstanceRunner` per backend instance.
+"""Core owns execution: one :class:`Runner` per backend instance (schedulers see it as the
+:class:`~inferd.contracts.scheduler.InstanceRunner` protocol).
 
-A runner wraps one :class:`~inferd.contracts.backend.Instance` with its own thread, so ``execute`` never runs
-concurrently on one instance and never blocks the event loop for long (an instance that declares
-``blocking = False``, whose ``execute`` only hands requests off, runs on the loop: no thread; one
-that ``may_run_inline`` runs there the executions its recent ones predict to be quick).
-:meth:`InstanceRunner.run` is what schedulers call: it times the execution, records its statistics
-and traces, counts the requests executing (``pending()``), and logs a backend's unexpected
-exception once, with its traceback.
+The runner dispatches on the instance's type, once: a :class:`~inferd.contracts.backend.SyncInstance`
+gets its own thread, so ``execute`` never runs concurrently on one instance and never blocks the
+event loop for long (one that ``may_run_inline`` runs on the loop the executions its recent ones
+predict to be quick); an :class:`~inferd.contracts.backend.AsyncInstance` gets no thread: its
+coroutine runs on the loop, driven here so that a caller that leaves does not cancel it.
+:meth:`Runner.run` is what schedulers call: it times the execution, records its statistics and
+traces, counts the requests executing (``pending()``), and logs a backend's unexpected exception
+once, with its traceback.
 """
 
 from __future__ import annotations
@@ -15,27 +17,30 @@ import asyncio
 import collections
 import concurrent.futures
 import functools
+import inspect
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from inferd.contracts.backend import Started
+from inferd.contracts.backend import AsyncInstance, Outcome, Started, SyncInstance
 from inferd.contracts.errors import InferdError, InternalError, Unavailable
 from inferd.contracts.log_context import REQUEST_ID, REQUEST_MODEL
-from inferd.contracts.recorder import Outcome, Recorder
 from inferd.contracts.types import InferRequest
 
 if TYPE_CHECKING:
     from inferd.contracts.backend import Instance, InstanceSpec
     from inferd.engine.rate_limiter import Gate
+    from inferd.engine.recorder import Recorder
 
 log = logging.getLogger(__name__)
 
 _Job = tuple[Callable[[], Any], Callable[[Any, BaseException | None], None]]
+#: An :class:`AsyncInstance`'s ``execute`` coroutine, once called.
+_Execute = Coroutine[Any, Any, "Sequence[Outcome | None] | Started"]
 
 #: An execution of an instance that ``may_run_inline`` runs on the event loop when its batch is
 #: predicted to take at most this long (from the CPU time of its recent executions). Handing a
@@ -53,9 +58,8 @@ _ESTIMATE_WEIGHT = 0.125
 
 @dataclass(slots=True)
 class Execution:
-    """What one ``execute`` call returned, with its timing (monotonic ns). ``results`` is briefly
-    the future a non-blocking instance may return, until it is done. ``waited_ns``: how long the
-    batch waited inside a pipelined instance behind an earlier one (:class:`Started`)."""
+    """What one ``execute`` call returned, with its timing (monotonic ns). ``waited_ns``: how long
+    the batch waited inside a pipelined instance behind an earlier one (:class:`Started`)."""
 
     results: Sequence[Outcome | None]
     start_ns: int
@@ -63,13 +67,13 @@ class Execution:
     waited_ns: int = 0
 
 
-class InstanceRunner:
+class Runner:
     """One backend instance, the thread it runs on, and the recording of its executions.
 
-    A plain thread fed by a ``SimpleQueue``: each job resolves an asyncio future through
-    ``call_soon_threadsafe``, which costs less per call than ``run_in_executor``'s chained
-    futures on this hot path. A non-blocking instance gets no thread: ``execute`` is called
-    inline, on the event loop.
+    A :class:`SyncInstance` runs on a plain thread fed by a ``SimpleQueue``: each job resolves an
+    asyncio future through ``call_soon_threadsafe``, which costs less per call than
+    ``run_in_executor``'s chained futures on this hot path. An :class:`AsyncInstance` gets no
+    thread: its ``execute`` is called on the event loop.
     """
 
     def __init__(self, instance: Instance, spec: InstanceSpec, recorder: Recorder, gate: Gate | None = None) -> None:
@@ -81,8 +85,18 @@ class InstanceRunner:
         self.gate = gate
         #: Requests handed to this instance and not yet answered (``pending()`` leaves them out).
         self.executing = 0
-        #: How many batches may execute at once (``Instance.pipeline_depth``; the instance orders them).
-        self.depth = max(1, int(getattr(instance, "pipeline_depth", 1))) if not instance.blocking else 1
+        if not isinstance(instance, (SyncInstance, AsyncInstance)):
+            raise TypeError(
+                f"instance '{spec.name}' is a {type(instance).__qualname__}, which is neither a SyncInstance nor an "
+                "AsyncInstance; a backend's instance subclasses one of them (inferd.api)"
+            )
+        #: The instance's coroutine function when it is an :class:`AsyncInstance` (runs on the loop).
+        self._async = instance.execute if isinstance(instance, AsyncInstance) else None
+        if self._async is not None and not inspect.iscoroutinefunction(self._async):
+            raise TypeError(f"instance '{spec.name}' ({type(instance).__qualname__}) is an AsyncInstance whose "
+                            "execute is not an 'async def'")  # fmt: skip
+        #: How many batches may execute at once (``AsyncInstance.pipeline_depth``; the instance orders them).
+        self.depth = max(1, instance.pipeline_depth) if isinstance(instance, AsyncInstance) else 1
         self._turn = _Turns(self.depth)
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -91,13 +105,13 @@ class InstanceRunner:
         self._current: tuple[asyncio.Future[Execution], Callable[[], None] | None, int, float] | None = None
         #: Set by :meth:`abandon`: the thread is stuck in an execution and left behind.
         self._abandoned = False
-        #: Whether executions predicted to be quick run on the loop (``Instance.may_run_inline``).
-        self._inline = instance.blocking and instance.may_run_inline
+        #: Whether executions predicted to be quick run on the loop (``SyncInstance.may_run_inline``).
+        self._inline = isinstance(instance, SyncInstance) and instance.may_run_inline
         #: Running averages of recent executions: their CPU time (ns; ``None``: none ran yet) and
         #: how many requests each had.
         self._recent_ns: float | None = None
         self._recent_size = 1.0
-        if instance.blocking:
+        if isinstance(instance, SyncInstance):
             self._thread = threading.Thread(target=self._work, name=f"inferd-{spec.name}", daemon=True)
             self._thread.start()
 
@@ -147,41 +161,17 @@ class InstanceRunner:
         )
 
     async def execute(self, requests: Sequence[InferRequest], then: Callable[[], None] | None = None) -> Execution:
-        """Run ``requests`` on this instance's thread (a non-blocking instance, or a quick execution
-        of one that ``may_run_inline``: here, on the loop), unrecorded (model warmup uses it);
-        ``then`` is called on the event loop once they ran."""
-        if self._thread is None or (self._inline and self._quick(len(requests))):
+        """Run ``requests`` on this instance's thread (an :class:`AsyncInstance`, or a quick
+        execution of one that ``may_run_inline``: here, on the loop), unrecorded (model warmup uses
+        it); ``then`` is called on the event loop once they ran."""
+        if self._async is not None:
+            execution = await self._execute_async(self._async, requests, then)
+        elif self._inline and self._quick(len(requests)):
             try:
                 execution = self._call(requests)
-            except BaseException:
+            finally:
                 if then is not None:
                     then()
-                raise
-            future = execution.results
-            if isinstance(future, asyncio.Future):
-                # A non-blocking instance answered with a future: the execution ends (and the instance
-                # is free again) when the future is done, even if the caller left before. Awaited
-                # here, not in a coroutine of its own: one frame less a request.
-                try:
-                    results = await _Shielded(future)
-                except asyncio.CancelledError:
-                    if not future.cancelled():  # our caller left; the instance stays busy until the future is done
-                        future.add_done_callback(functools.partial(_end, execution, then))
-                        raise
-                    results = [InternalError(f"instance '{self.spec.name}' cancelled its execution")] * len(requests)
-                except InferdError as exc:
-                    results = [exc] * len(requests)
-                except Exception as exc:
-                    results = self._failed(exc, len(requests))
-                _end(execution, then)
-                if type(results) is Started:  # the batch waited inside the instance behind another
-                    start_ns = results.start_ns
-                    if type(start_ns) is int and start_ns > execution.start_ns:
-                        execution.waited_ns = min(start_ns, execution.end_ns) - execution.start_ns
-                    results = results.results
-                execution.results = list(results)
-            elif then is not None:
-                then()
         else:
             execution = await self._on_thread(requests, then)
         count = len(execution.results)
@@ -190,6 +180,71 @@ class InstanceRunner:
         elif count and count != len(requests):
             execution.results = self._broken(requests, f"returned {count} responses for {len(requests)} requests")
         return execution
+
+    async def _execute_async(
+        self, execute: Callable[[Sequence[InferRequest]], _Execute], requests: Sequence[InferRequest],
+        then: Callable[[], None] | None,
+    ) -> Execution:  # fmt: skip
+        """Run an :class:`AsyncInstance`'s coroutine in the caller's task: the part before its
+        first wait right away (one that never waits costs no task), then each wait through
+        :class:`_Waiting`, so that the caller leaving (cancelled) does not cancel the execution:
+        it runs on in a task of its own, and the instance stays busy until it ends."""
+        execution = Execution((), time.monotonic_ns(), 0)
+        count = len(requests)
+        token = REQUEST_ID.set(requests[0].id if count == 1 else "")
+        model = REQUEST_MODEL.set(self.recorder.stats.name)
+        try:
+            coro = execute(requests)
+            done, value = self._step(coro, count)
+        except Exception as exc:  # raised before its coroutine began (not an async def)
+            done, value = True, self._failed(exc, count)
+        finally:
+            REQUEST_ID.reset(token)
+            REQUEST_MODEL.reset(model)
+        while not done:
+            try:
+                await _Waiting(value)
+            except asyncio.CancelledError:  # our caller left: the execution runs on without it
+                rest = asyncio.get_running_loop().create_task(self._finish(coro, value, count))
+                rest.add_done_callback(functools.partial(_end, execution, then))
+                raise
+            done, value = self._step(coro, count)
+        _end(execution, then)
+        if type(value) is Started:  # the batch waited inside the instance behind another
+            start_ns = value.start_ns
+            if type(start_ns) is int and start_ns > execution.start_ns:
+                execution.waited_ns = min(start_ns, execution.end_ns) - execution.start_ns
+            value = value.results
+        try:
+            execution.results = list(value)
+        except TypeError as exc:
+            execution.results = self._failed(exc, count)
+        return execution
+
+    def _step(self, coro: _Execute, count: int) -> tuple[bool, Any]:
+        """Run an execution's coroutine to its next wait: ``(False, what it waits on)``, or
+        ``(True, its result)`` once it returned (or raised: each request's error)."""
+        try:
+            waits_on = coro.send(None)
+        except StopIteration as returned:
+            return True, returned.value
+        except asyncio.CancelledError:  # a wait of the instance's own was cancelled
+            return True, [InternalError(f"instance '{self.spec.name}' cancelled its execution")] * count
+        except InferdError as exc:
+            return True, [exc] * count
+        except Exception as exc:
+            return True, self._failed(exc, count)
+        if waits_on is None or getattr(waits_on, "_asyncio_future_blocking", None) is True:
+            return False, waits_on
+        coro.close()
+        return True, self._failed(RuntimeError(f"execute awaited {waits_on!r}, which is not an asyncio future"), count)
+
+    async def _finish(self, coro: _Execute, waits_on: object, count: int) -> None:
+        """The rest of an execution whose caller left (in a task of its own); its result is dropped."""
+        done = False
+        while not done:
+            await _Waiting(waits_on)
+            done, waits_on = self._step(coro, count)
 
     def _quick(self, size: int) -> bool:
         """Whether a batch of ``size`` requests is predicted to run within :data:`INLINE_LIMIT_NS`:
@@ -261,10 +316,9 @@ class InstanceRunner:
         model = REQUEST_MODEL.set(self.recorder.stats.name)
         start = time.monotonic_ns()
         cpu = time.thread_time_ns() if self._inline else 0
+        instance: SyncInstance = self.instance  # type: ignore[assignment]  # only a SyncInstance comes here
         try:
-            results = self.instance.execute(requests)
-            if not isinstance(results, asyncio.Future):  # a non-blocking instance's future: see execute
-                results = list(results)
+            results: list[Outcome] = list(instance.execute(requests))
         except InferdError as exc:  # raised on purpose (a bad input...): the client's error only
             results = [exc] * len(requests)
         except Exception as exc:
@@ -301,8 +355,8 @@ class InstanceRunner:
                 done(result, None)
 
     def close(self) -> None:
-        """Close the instance on its own thread, then stop the thread (blocking; a non-blocking
-        instance closes on the calling thread). An abandoned instance is not closed: its thread
+        """Close the instance on its own thread, then stop the thread (blocking; an
+        :class:`AsyncInstance` closes on the calling thread). An abandoned instance is not closed: its thread
         is stuck in ``execute``, and is left to end (or not) on its own."""
         if self.gate is not None:
             self.gate.close()
@@ -328,9 +382,8 @@ class InstanceRunner:
             self._thread.join()
 
 
-def _end(execution: Execution, then: Callable[[], None] | None, _future: object = None) -> None:
-    """``execution`` is over (its instance's future is done, whether or not its caller waited):
-    the instance is free again."""
+def _end(execution: Execution, then: Callable[[], None] | None, _task: object = None) -> None:
+    """``execution`` is over (whether or not its caller waited): the instance is free again."""
     execution.end_ns = time.monotonic_ns()
     if then is not None:
         then()
@@ -379,42 +432,55 @@ class _Turns:
         self._free += 1
 
 
-class _Shielded:
-    """Awaits an instance's future as ``asyncio.shield`` does, without its second future and the
-    extra event-loop turn: the awaiting task is woken by the future itself. Cancelling the task
-    wakes it at once with ``CancelledError`` and leaves the future alone (the instance finishes)."""
+class _Waiting:
+    """Awaits what an instance's coroutine waits on (``waits_on``: the future it yielded, or
+    ``None`` for a bare yield: one loop turn), as ``asyncio.shield`` would, without its second
+    future and extra event-loop turn: the awaiting task is woken by the future itself. Cancelling
+    the task wakes it at once with ``CancelledError`` and leaves the future alone (the instance
+    finishes). The future's own result or error is the instance's to read, when resumed."""
 
     __slots__ = ("_asyncio_future_blocking", "_cancelled", "_future", "_wakeup")
 
-    def __init__(self, future: asyncio.Future[Any]) -> None:
-        self._future = future
+    def __init__(self, waits_on: object) -> None:
+        self._future: asyncio.Future[Any] | None = waits_on  # type: ignore[assignment]
         self._asyncio_future_blocking = False
         self._cancelled: str | None = None
         self._wakeup: tuple[Callable[[Any], None], Any] | None = None
 
     def __await__(self) -> Any:
-        if not self._future.done():
+        future = self._future
+        if future is None:
+            yield  # a bare yield of the instance's: the task runs again on the next loop turn
+            return
+        future._asyncio_future_blocking = False  # as a task does with the future it waits on
+        if not future.done():
             self._asyncio_future_blocking = True
             yield self  # the task calls add_done_callback, and cancel when it is cancelled
-        return self.result()
+        self.result()
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
+        assert self._future is not None
         return self._future.get_loop()
 
     def add_done_callback(self, fn: Callable[[Any], None], *, context: Any = None) -> None:
+        assert self._future is not None
         self._wakeup = (fn, context)
-        self._future.add_done_callback(fn, context=context)
+        self._future.add_done_callback(self._done, context=context)
+
+    def _done(self, _future: object) -> None:
+        """The future is done: wake the task with this object, whose result is no error of the future's."""
+        assert self._wakeup is not None
+        self._wakeup[0](self)
 
     def cancel(self, msg: Any = None) -> bool:
-        wakeup = self._wakeup
-        if wakeup is None or self._future.done() or self._cancelled is not None:
+        wakeup, future = self._wakeup, self._future
+        if wakeup is None or future is None or future.done() or self._cancelled is not None:
             return False
         self._cancelled = "" if msg is None else str(msg)
-        self._future.remove_done_callback(wakeup[0])
-        self._future.get_loop().call_soon(wakeup[0], self, context=wakeup[1])
+        future.remove_done_callback(self._done)
+        future.get_loop().call_soon(wakeup[0], self, context=wakeup[1])
         return True
 
-    def result(self) -> Any:
+    def result(self) -> None:
         if self._cancelled is not None:
             raise asyncio.CancelledError(self._cancelled or None)
-        return self._future.result()
