@@ -6,7 +6,7 @@ import abc
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from inferd.dataplane import DataPlane
+    from inferd.contracts.dataplane import DataPlane
 
 
 class Frontend(abc.ABC):

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 from inferd.contracts import gc_settings
 from inferd.contracts.backend import process_cores
 from inferd.contracts.cache import ResponseCache
+from inferd.contracts.dataplane import DataPlane
 from inferd.contracts.errors import InferdError
 from inferd.contracts.frontend import Frontend
 from inferd.contracts.trace import Tracer
-from inferd.dataplane import DataPlane
+from inferd.dataplane import LocalDataPlane
 from inferd.engine.health import ServerHealth, all_versions_loaded
 from inferd.engine.model_table import ModelTable
 from inferd.engine.rate_limiter import RateLimiter
@@ -33,6 +34,8 @@ from inferd.lifecycle.builder import VersionBuilder, backend_config_warnings
 from inferd.lifecycle.manager import ControlMode, LifecycleOptions, ModelManager
 from inferd.repository.object_store import ObjectStoreRepository, is_url
 from inferd.repository.scan import Repository
+from inferd.shared_memory import SharedMemory
+from inferd.workers.cluster import ClusterDataPlane
 from inferd.workers.control import ControlServer
 from inferd.workers.local import WorkerOps
 from inferd.workers.peers import Peers, WorkerSlot
@@ -138,10 +141,16 @@ class Server:
             (options.worker.index, options.worker.count) if options.worker is not None else (0, 1),
         )  # fmt: skip
         self.manager = ModelManager(self._lifecycle_options(), self.table, builder)
-        self.dataplane = DataPlane(
-            self.manager, self.router, self.health, self.tracer, LOG_SETTINGS, options.server_id, self.peers, access
-        )
-        self.dataplane.shared_memory.allow_clients = options.allow_client_shm
+        shared_memory = SharedMemory(self.peers)
+        shared_memory.allow_clients = options.allow_client_shm
+        self.local = LocalDataPlane(
+            self.manager, self.router, self.health, self.tracer, LOG_SETTINGS, options.server_id, access,
+            shared_memory, shares_ports=self.peers is not None,
+        )  # fmt: skip
+        #: ``--workers N``: this worker's data plane spanning the others (what frontends get then).
+        self.cluster = ClusterDataPlane(self.local, self.peers) if self.peers is not None else None
+        #: What frontends receive.
+        self.dataplane: DataPlane = self.cluster or self.local
         self.control: ControlServer | None = None
         self.frontends: list[Frontend] = []
         self.poller: RepositoryPoller | None = None
@@ -187,7 +196,9 @@ class Server:
         await self._check_repositories()
         self._start_control()
         await self.manager.start()
-        restarted = await self.dataplane.catch_up()  # first: it says which models appeared under poll
+        restarted = (
+            self.cluster is not None and await self.cluster.catch_up()
+        )  # first: it says which models appeared under poll
         await self._exit_on_error()
         if self.options.model_control_mode is ControlMode.POLL:
             await self._start_poller(restarted)
@@ -208,7 +219,7 @@ class Server:
         if self.options.worker is None or self.options.worker.index == 0:  # one block for --workers N
             options = self.options
             summary = startup_summary(
-                self.table.index(), self.frontends, self.dataplane.access, options.model_control_mode,
+                self.table.index(), self.frontends, self.local.access, options.model_control_mode,
                 self.manager.options.repositories, options.repository_poll_secs, options.workers_note,
             )  # fmt: skip
             log.info("serving:\n%s", summary, extra=BLOCK)
@@ -344,9 +355,9 @@ class Server:
     def _start_control(self) -> None:
         """A worker of several: answer the other workers on this worker's control socket."""
         slot = self.options.worker
-        if slot is None:
+        if slot is None or self.cluster is None:
             return
-        self.control = ControlServer(slot.socket(slot.index), WorkerOps(self.dataplane, asyncio.get_running_loop()))
+        self.control = ControlServer(slot.socket(slot.index), WorkerOps(self.cluster, asyncio.get_running_loop()))
         self.control.start()
         log.info("worker %d of %d (pid %d)", slot.index, slot.count, os.getpid())
 

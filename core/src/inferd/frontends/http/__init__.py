@@ -11,8 +11,8 @@ from inferd.serving import HTTP_HEADER_TIMEOUT, HTTP_MAX_HEADER_SIZE, HTTP_MAX_I
 from inferd.serving.tls import TlsConfig, http_config, settings
 
 if TYPE_CHECKING:
+    from inferd.contracts.dataplane import DataPlane
     from inferd.contracts.hookspecs import ServerSettings
-    from inferd.dataplane import DataPlane
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class HttpFrontend(Frontend):
         app = BodyLimit(http_app, self.max_input_size)  # --http-max-input-size
         direct = http_app.direct_routes(self.max_input_size)
         self.server = AsgiServer(
-            app, self.host, self.port, "HTTP frontend", dataplane.shares_ports, tls=self.tls, direct=direct,
+            app, self.host, self.port, "HTTP frontend", dataplane.settings.shares_ports, tls=self.tls, direct=direct,
             max_header_bytes=self.max_header_size, header_timeout=self.header_timeout,
         )  # fmt: skip
         await self.server.start()
