@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     )
     from inferd.contracts.trace import Tracer
     from inferd.dataplane import LocalDataPlane
-    from inferd.shared_memory import SharedMemory
     from inferd.workers.peers import Peers
+    from inferd.workers.shared_memory import ClusterSharedMemory
 
 R = TypeVar("R")
 
@@ -53,9 +53,11 @@ log = logging.getLogger(__name__)
 class ClusterDataPlane(DataPlane):
     """``local`` (this worker) and ``peers`` (the other workers) answering as one server."""
 
-    def __init__(self, local: LocalDataPlane, peers: Peers) -> None:
+    def __init__(self, local: LocalDataPlane, peers: Peers, shared_memory: ClusterSharedMemory) -> None:
+        """``shared_memory``: the regions ``local`` was built with, which span the workers."""
         self.local = local
         self.peers = peers
+        self._shared_memory = shared_memory
         #: This worker's counters as the others read them once it is gone (``inferd.workers.counts``).
         self.counts = CountsFile(peers.slot.directory, self.own_counts)
         #: Load parameters of the models loaded through the API (as JSON carries them), for a restarted worker.
@@ -69,8 +71,8 @@ class ClusterDataPlane(DataPlane):
         return self.local.settings
 
     @property
-    def shared_memory(self) -> SharedMemory:
-        return self.local.shared_memory
+    def shared_memory(self) -> ClusterSharedMemory:
+        return self._shared_memory
 
     @property
     def tracer(self) -> Tracer:
@@ -172,8 +174,13 @@ class ClusterDataPlane(DataPlane):
 
     async def set_traffic(self, name: str, weights: Any) -> Traffic:
         shown = await self.local.set_traffic(name, weights)
-        await self.peers.ask_each("traffic", {"name": name, "wire": self.local.table.traffic.splits[name].wire()})
+        await self.send_traffic(name, self.local.table.traffic.splits[name].wire())
         return shown
+
+    async def send_traffic(self, name: str, wire: dict[str, Any]) -> None:
+        """Give the other workers ``name``'s split as it is here (set through the API, or changed by
+        the canary policy)."""
+        await self.peers.ask_each("traffic", {"name": name, "wire": wire})
 
     async def _everywhere(self, local: Awaitable[None], op: str, args: dict[str, Any]) -> None:
         """Run ``local`` here and ``op`` on every peer at once; this worker's error wins, then a peer's."""
@@ -223,7 +230,7 @@ class ClusterDataPlane(DataPlane):
             "poll_added": sorted(table.poll_added),
             "log": {k: v for k, v in local.log_config.as_json().items() if k != "log_file"},
             "trace": {k: v for k, v in local.tracer.settings().items() if k != "trace_file"},
-            "shared_memory": local.shared_memory.local_state(),
+            "shared_memory": self.shared_memory.state(),
             "traffic": {name: split.wire() for name, split in table.traffic.splits.items()},
         }
 
@@ -240,7 +247,7 @@ class ClusterDataPlane(DataPlane):
             local.tracer.update(state["trace"])
         except InferdError as exc:
             log.warning("could not take the running workers' log or trace settings: %s", exc.message)
-        local.shared_memory.catch_up(state.get("shared_memory", []))
+        self.shared_memory.catch_up(state.get("shared_memory", []))
         local.table.poll_added.update(state.get("poll_added", []))
         for name, parameters in state["loads"].items():
             if name in state["serving"]:

@@ -41,7 +41,7 @@ class WorkerOps:
             "unload": lambda args: self._on_loop(cluster.take_unload(args["name"], args["unload_dependents"])),
             "traffic": lambda args: self.loop.call_soon_threadsafe(local.apply_traffic, args["name"], args["wire"]),
             "rescan": lambda args: self._on_loop(rescan_and_apply(local.manager)),
-            local.shared_memory.OP: local.shared_memory.apply_locally,
+            cluster.shared_memory.OP: cluster.shared_memory.apply,
         }
 
     def __call__(self, op: str, args: dict[str, Any]) -> Any:
