@@ -28,7 +28,7 @@ from inferd.api import (
 )
 
 if TYPE_CHECKING:
-    from inferd.dataplane import DataPlane
+    from inferd.api import DataPlane
 
 
 class JsonLinesFrontend(Frontend):

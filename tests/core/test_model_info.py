@@ -67,9 +67,10 @@ def count_resolves(dp: LocalDataPlane) -> list[str]:
     return calls
 
 
-async def http_post(app: Any, path: str, body: bytes, method: str = "POST") -> tuple[int, bytes]:
+async def http_post(app: Any, path: str, body: bytes, method: str = "POST",
+                    headers: list[tuple[bytes, bytes]] | None = None) -> tuple[int, bytes]:  # fmt: skip
     scope = {"type": "http", "method": method, "path": path, "raw_path": path.encode(), "root_path": "",
-             "query_string": b"", "headers": [], "scheme": "http", "server": ("test", 80),
+             "query_string": b"", "headers": headers or [], "scheme": "http", "server": ("test", 80),
              "asgi": {"version": "3.0"}, "http_version": "1.1"}  # fmt: skip
     sent: list[dict[str, Any]] = []
     bodies = [{"type": "http.request", "body": body, "more_body": False}]

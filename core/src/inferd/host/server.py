@@ -17,7 +17,7 @@ from inferd.contracts import gc_settings
 from inferd.contracts.cache import ResponseCache
 from inferd.contracts.dataplane import DataPlane
 from inferd.contracts.errors import InferdError
-from inferd.contracts.frontend import Frontend
+from inferd.contracts.frontend import Frontend, HttpPortSettings
 from inferd.contracts.trace import Tracer
 from inferd.dataplane import LocalDataPlane
 from inferd.engine.health import ServerHealth, all_versions_loaded
@@ -33,6 +33,8 @@ from inferd.lifecycle.builder import VersionBuilder, backend_config_warnings
 from inferd.lifecycle.manager import ControlMode, LifecycleOptions, ModelManager
 from inferd.repository.object_store import ObjectStoreRepository, is_url
 from inferd.repository.scan import Repository
+from inferd.serving import HTTP_HEADER_TIMEOUT, HTTP_MAX_HEADER_SIZE, HTTP_MAX_INPUT_SIZE
+from inferd.serving.tls import http_config, settings
 from inferd.workers.membership import membership
 from inferd.workers.peers import WorkerSlot
 
@@ -105,6 +107,18 @@ class ServerOptions:
     settle_gc: bool = False
     #: Options added by plugins through ``inferd_add_options`` (and anything else by name).
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def http(self) -> HttpPortSettings:
+        """The HTTP port's settings (``--http-*``; TLS checked here: a bad combination stops the start)."""
+        extra = self.extra
+        return HttpPortSettings(
+            tls=settings(http_config, extra),
+            max_input_size=int(extra.get("http_max_input_size", HTTP_MAX_INPUT_SIZE)),
+            max_header_size=int(extra.get("http_max_header_size", HTTP_MAX_HEADER_SIZE)),
+            header_timeout=float(extra.get("http_header_timeout_secs", HTTP_HEADER_TIMEOUT)),
+            forward_pattern=extra.get("http_header_forward_pattern"),
+        )
 
 
 class Server:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from inferd.contracts.frontend import Frontend
 from inferd.contracts.hookspecs import FrontendRegister, hookimpl
 from inferd.serving import HTTP_HEADER_TIMEOUT, HTTP_MAX_HEADER_SIZE, HTTP_MAX_INPUT_SIZE, AsgiServer, BodyLimit
-from inferd.serving.tls import TlsConfig, http_config, settings
+from inferd.serving.tls import TlsConfig
 
 if TYPE_CHECKING:
     from inferd.contracts.dataplane import DataPlane
@@ -66,15 +66,9 @@ class HttpFrontend(Frontend):
 def _factory(options: ServerSettings) -> HttpFrontend | None:
     if not options.allow_http:
         return None
-    return HttpFrontend(
-        options.host,
-        options.http_port,
-        settings(http_config, options.extra),
-        options.extra.get("http_max_input_size", HTTP_MAX_INPUT_SIZE),
-        options.extra.get("http_max_header_size", HTTP_MAX_HEADER_SIZE),
-        options.extra.get("http_header_timeout_secs", HTTP_HEADER_TIMEOUT),
-        options.extra.get("http_header_forward_pattern"),
-    )
+    http = options.http
+    return HttpFrontend(options.host, options.http_port, http.tls, http.max_input_size, http.max_header_size,
+                        http.header_timeout, http.forward_pattern)  # fmt: skip
 
 
 @hookimpl
