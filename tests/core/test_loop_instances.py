@@ -251,7 +251,7 @@ def test_responses_and_errors_arrive_as_from_the_blocking_twin(server: InProcess
 
 
 def _counts(server: InProcessServer, model: str) -> dict[str, Any]:
-    (stats,) = server.server.dataplane.local_statistics(model)
+    (stats,) = server.server.local.statistics_entries(model)
     infer = stats["inference_stats"]
     responses = {i: {k: v["count"] for k, v in r.items()} for i, r in stats["response_stats"].items()}
     return {"executions": stats["execution_count"], "inferences": stats["inference_count"],
@@ -326,8 +326,8 @@ def test_a_non_blocking_instance_may_answer_with_a_future_and_stays_busy_until_i
     assert _on_loop(server, both()) == [[(7, True)], [(8, True)], [(9, True)]]
     deferred = TickerBackend.models["deferred"].instances[0]
     assert isinstance(deferred, DeferredEcho) and deferred.most == 1  # one execution at a time
-    stats = _on_loop(server, server.server.dataplane.model_statistics("deferred"))[0]["inference_stats"]
-    assert stats["success"]["count"] == 3 and stats["compute_infer"]["ns"] >= 3 * 15_000_000  # timed to the answer
+    stats = _on_loop(server, server.server.dataplane.model_statistics("deferred"))[0].inference_stats
+    assert stats["success"].count == 3 and stats["compute_infer"].ns >= 3 * 15_000_000  # timed to the answer
 
 
 def test_a_caller_cancelled_while_its_future_executes_leaves_at_once_and_the_instance_stays_busy(

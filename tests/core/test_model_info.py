@@ -14,10 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from inferd.api import DataPlane, ModelMetadata
 from inferd.contracts.errors import Unavailable
 from inferd.contracts.model_info import ModelInfo, TensorInfo
 from inferd.contracts.types import InferRequest, InferTensor
-from inferd.dataplane import DataPlane
+from inferd.dataplane import LocalDataPlane
 from inferd.frontends.grpc import grpc_service_pb2 as pb
 from inferd.frontends.grpc.codec import split_infer_request
 from inferd.frontends.grpc.service import InferenceService
@@ -53,7 +54,7 @@ def add_sub_request(version: str = "") -> InferRequest:
     return request
 
 
-def count_resolves(dp: DataPlane) -> list[str]:
+def count_resolves(dp: LocalDataPlane) -> list[str]:
     """Record every model resolution the model table answers from now on."""
     calls: list[str] = []
     resolve = type(dp.table).resolve.__get__(dp.table)  # the model table's own, never a wrapper
@@ -66,9 +67,10 @@ def count_resolves(dp: DataPlane) -> list[str]:
     return calls
 
 
-async def http_post(app: Any, path: str, body: bytes, method: str = "POST") -> tuple[int, bytes]:
+async def http_post(app: Any, path: str, body: bytes, method: str = "POST",
+                    headers: list[tuple[bytes, bytes]] | None = None) -> tuple[int, bytes]:  # fmt: skip
     scope = {"type": "http", "method": method, "path": path, "raw_path": path.encode(), "root_path": "",
-             "query_string": b"", "headers": [], "scheme": "http", "server": ("test", 80),
+             "query_string": b"", "headers": headers or [], "scheme": "http", "server": ("test", 80),
              "asgi": {"version": "3.0"}, "http_version": "1.1"}  # fmt: skip
     sent: list[dict[str, Any]] = []
     bodies = [{"type": "http.request", "body": body, "more_body": False}]
@@ -109,11 +111,11 @@ def test_model_info_describes_each_loaded_version(tmp_path):
         assert info.input_spec("nope") is None
         assert dp.resolve("add_sub", "1") is info  # built once per version, not per request
         assert dp.resolve("add_sub").version == 2
-        assert dp.model_metadata("add_sub", "1") == {
-            "name": "add_sub", "versions": ["1", "2"], "platform": "python",
-            "inputs": [{"name": n, "datatype": "FP32", "shape": [-1, 4]} for n in tensors[0]],
-            "outputs": [{"name": n, "datatype": "FP32", "shape": [-1, 4]} for n in tensors[1]],
-        }  # fmt: skip
+        assert dp.model_metadata("add_sub", "1") == ModelMetadata(
+            "add_sub", ("1", "2"), "python",
+            tuple(TensorInfo(n, "FP32", (-1, 4)) for n in tensors[0]),
+            tuple(TensorInfo(n, "FP32", (-1, 4)) for n in tensors[1]),
+        )  # fmt: skip
 
     serve(tmp_path, scenario)
 
@@ -177,7 +179,7 @@ def test_every_frontend_route_resolves_the_model_once(tmp_path):
             "grpc stream": lambda: svc.stream_one(grpc_request(), put),
         }
         for route, call in routes.items():
-            calls = count_resolves(dp)
+            calls = count_resolves(server.local)
             result = await call()
             if isinstance(result, tuple):
                 assert result[0] == 200, (route, result)

@@ -18,6 +18,7 @@ from inferd.contracts.types import InferRequest, InferResponse, InferTensor, Req
 from inferd.shared_memory import Regions, SharedMemory, bind_outputs, read_input
 from inferd.shared_memory.cuda import unusable_reason
 from inferd.shared_memory.system import shm_path
+from inferd.workers.shared_memory import ClusterSharedMemory
 
 _n = itertools.count()
 
@@ -139,23 +140,30 @@ class LocalPeer:
     """The other worker of a two-worker server, answering in this process."""
 
     def __init__(self) -> None:
-        self.shm = SharedMemory()
+        self.shm = ClusterSharedMemory(NoPeers())
 
     async def ask_each(self, op: str, args: dict[str, Any] | None = None) -> list[Any]:
-        assert op == SharedMemory.OP and args is not None
-        return [self.shm.apply_locally(args)]
+        assert op == ClusterSharedMemory.OP and args is not None
+        return [self.shm.apply(args)]
+
+
+class NoPeers:
+    """A worker with no other worker."""
+
+    async def ask_each(self, op: str, args: dict[str, Any] | None = None) -> list[Any]:
+        return []
 
 
 def test_registrations_apply_to_every_worker(make: Any) -> None:
     peer = LocalPeer()
-    mine = SharedMemory(peer)
+    mine = ClusterSharedMemory(peer)
     key, _ = make(16)
     asyncio.run(mine.register_system("r", key, 4, 8))
     assert (
         peer.shm.status("system") == mine.status("system") == [{"name": "r", "key": key, "offset": 4, "byte_size": 8}]
     )
-    restarted = SharedMemory()
-    restarted.catch_up(mine.local_state())
+    restarted = ClusterSharedMemory(NoPeers())
+    restarted.catch_up(mine.state())
     assert restarted.status("system") == mine.status("system")
     asyncio.run(mine.unregister("system", "r"))
     assert peer.shm.status("system") == []
@@ -163,7 +171,7 @@ def test_registrations_apply_to_every_worker(make: Any) -> None:
 
 def test_a_peer_refusing_undoes_the_registration(make: Any) -> None:
     peer = LocalPeer()
-    mine = SharedMemory(peer)
+    mine = ClusterSharedMemory(peer)
     key, _ = make(16)
     asyncio.run(peer.shm.register_system("r", key, 0, 16))  # the peer already has the name: it refuses
     mine.regions.unregister("system")

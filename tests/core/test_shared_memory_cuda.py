@@ -20,7 +20,8 @@ import pytest
 
 from inferd.contracts.errors import ErrorKind, InferdError
 from inferd.contracts.types import InferRequest, InferResponse, InferTensor, RequestedOutput
-from inferd.shared_memory import Regions, SharedMemory, bind_outputs, cuda, read_input
+from inferd.shared_memory import Regions, bind_outputs, cuda, read_input
+from inferd.workers.shared_memory import ClusterSharedMemory
 
 
 class FakeRuntime(types.SimpleNamespace):
@@ -142,19 +143,19 @@ def test_cuda_regions_reach_every_worker(rt: FakeRuntime) -> None:
 
     class Peer:
         def __init__(self) -> None:
-            self.shm = SharedMemory()
+            self.shm = ClusterSharedMemory(self)
 
         async def ask_each(self, op: str, args: dict[str, Any] | None = None) -> list[Any]:
             assert args is not None
-            return [self.shm.apply_locally(args)]
+            return [self.shm.apply(args)]
 
     peer = Peer()
-    mine = SharedMemory(peer)
+    mine = ClusterSharedMemory(peer)
     assert "cuda_shared_memory" in mine.extensions()
     asyncio.run(mine.register_cuda("g", handle, 0, 16))
     assert peer.shm.status("cuda") == [{"name": "g", "device_id": 0, "byte_size": 16}]
-    restarted = SharedMemory()
-    restarted.catch_up(mine.local_state())
+    restarted = ClusterSharedMemory(Peer())
+    restarted.catch_up(mine.state())
     got = read_input(restarted.regions, "m", "X", "UINT8", (16,), shm_params("g", 16))
     assert bytes(got) == b"\x01" * 16
     with pytest.raises(InferdError, match="registered as CUDA shared memory, not system shared memory"):

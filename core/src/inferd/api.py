@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 API_VERSION = (1, 0)
 
 if TYPE_CHECKING:
-    from inferd.auth import CURRENT, METERED, AccessDenied, AccessPolicy, ApiGroup
+    from inferd.auth import CURRENT, METERED, AccessControl, AccessDenied, AccessPolicy, ApiGroup
     from inferd.config import ModelConfig, ModelParameters, config_from_json, config_to_json, platform_for
     from inferd.config.model_config_pb2 import DataType
     from inferd.contracts.backend import (
@@ -61,6 +61,29 @@ if TYPE_CHECKING:
         process_cores,
     )
     from inferd.contracts.cache import ResponseCache, frozen_copy
+    from inferd.contracts.dataplane import (
+        BatchStatistics,
+        ChatEngine,
+        DataPlane,
+        Duration,
+        LogSettings,
+        ModelMetadata,
+        ModelStatistics,
+        OtherWorkers,
+        PlaneSettings,
+        RepositoryEntry,
+        ServedModel,
+        ServerMetadata,
+        ServingVersion,
+        TenantUsage,
+        TraceSettings,
+        Traffic,
+        TrafficVersion,
+        UsageCounts,
+        UsageReport,
+        VersionCounters,
+        VersionTraffic,
+    )
     from inferd.contracts.errors import (
         Cancelled,
         ConfigError,
@@ -89,7 +112,7 @@ if TYPE_CHECKING:
     from inferd.contracts.json_depth import TOO_DEEP, depth_problem
     from inferd.contracts.log_context import REQUEST_ID, REQUEST_MODEL
     from inferd.contracts.metric_sources import SOURCES, MetricsSource
-    from inferd.contracts.model_info import ModelInfo, TensorInfo
+    from inferd.contracts.model_info import Infer, ModelInfo, Resolve, Stream, TensorInfo
     from inferd.contracts.scheduler import InstanceRunner, ModelCaller, Rejected, Scheduler, SchedulerContext
     from inferd.contracts.types import (
         NUMPY_TO_WIRE,
@@ -108,7 +131,6 @@ if TYPE_CHECKING:
         wire_datatype,
     )
     from inferd.contracts.validation import RequestValidator, TensorSpec
-    from inferd.dataplane import DataPlane
     from inferd.engine.gc_settings import settle as settle_gc
     from inferd.engine.pool import InstancePool
     from inferd.serving import HTTP_MAX_INPUT_SIZE, TOO_LARGE, AsgiServer, BodyLimit
@@ -129,23 +151,28 @@ __all__ = [
     "TOO_DEEP",
     "TOO_LARGE",
     "WIRE_TO_NUMPY",
+    "AccessControl",
     "AccessDenied",
     "AccessPolicy",
     "ApiGroup",
     "ArrayInstance",
-    "AsyncInstance",
     "AsgiServer",
+    "AsyncInstance",
     "Backend",
     "BackendRegister",
+    "BatchStatistics",
     "BodyLimit",
     "CacheRegister",
     "Cancelled",
+    "ChatEngine",
     "ConfigError",
     "DataPlane",
     "DataType",
+    "Duration",
     "ErrorKind",
     "Frontend",
     "FrontendRegister",
+    "Infer",
     "InferRequest",
     "InferResponse",
     "InferTensor",
@@ -156,6 +183,7 @@ __all__ = [
     "InstanceSpec",
     "InternalError",
     "InvalidArgument",
+    "LogSettings",
     "MetricsSource",
     "Model",
     "ModelCaller",
@@ -163,25 +191,43 @@ __all__ = [
     "ModelConfig",
     "ModelInfo",
     "ModelLoadContext",
+    "ModelMetadata",
     "ModelParameters",
+    "ModelStatistics",
     "NotFound",
+    "OtherWorkers",
+    "PlaneSettings",
     "Rejected",
+    "RepositoryEntry",
     "RequestValidator",
     "RequestedOutput",
+    "Resolve",
     "ResponseCache",
     "Scheduler",
     "SchedulerContext",
     "SchedulerRegister",
+    "ServedModel",
+    "ServerMetadata",
     "ServerSettings",
     "ServerView",
+    "ServingVersion",
     "Started",
-    "SyncInstance",
     "StartupError",
+    "Stream",
+    "SyncInstance",
+    "TenantUsage",
     "TensorInfo",
     "TensorSpec",
     "TlsConfig",
+    "TraceSettings",
+    "Traffic",
+    "TrafficVersion",
     "Unavailable",
     "Unsupported",
+    "UsageCounts",
+    "UsageReport",
+    "VersionCounters",
+    "VersionTraffic",
     "array_from_bytes",
     "array_to_bytes",
     "closest",

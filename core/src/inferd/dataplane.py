@@ -1,8 +1,8 @@
-"""The one API every frontend calls. It knows no wire format.
+"""The local data plane: what frontends call in one serving process. It knows no wire format.
 
-Frontends decode into :class:`~inferd.contracts.types.InferRequest`, call the data plane, and encode what it
-returns. Errors are raised as :class:`~inferd.contracts.errors.InferdError` with a kind each frontend maps
-to its status codes.
+:class:`LocalDataPlane` implements :class:`~inferd.contracts.dataplane.DataPlane` over this
+process's model table, router and settings; with ``inferd serve --workers N`` the frontends get a
+:class:`~inferd.workers.cluster.ClusterDataPlane` around it instead, which spans the other workers.
 """
 
 from __future__ import annotations
@@ -11,33 +11,54 @@ import asyncio
 import base64
 import json
 import logging
-import os
-from collections.abc import Awaitable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from inferd import __version__
 from inferd import config as cfg
 from inferd.auth import ApiGroup, unknown_model, usage_json, visible_names
-from inferd.contracts import merge
 from inferd.contracts.backend import Model
+from inferd.contracts.dataplane import (
+    BatchStatistics,
+    DataPlane,
+    Duration,
+    LogSettings,
+    ModelMetadata,
+    ModelStatistics,
+    OtherWorkers,
+    PlaneSettings,
+    RepositoryEntry,
+    ServedModel,
+    ServerMetadata,
+    TenantUsage,
+    TraceSettings,
+    Traffic,
+    TrafficVersion,
+    UsageCounts,
+    UsageReport,
+    VersionTraffic,
+)
 from inferd.contracts.errors import InferdError, InvalidArgument, Unavailable, poll_failure
-from inferd.contracts.metric_sources import SOURCES, MetricSources, SummedSources
+from inferd.contracts.metric_sources import MetricSources
 from inferd.contracts.names import name_problem, shown
 from inferd.lifecycle.manager import ControlMode
 from inferd.repository.scan import check_model_name
 from inferd.shared_memory import SharedMemory
-from inferd.workers.counts import Counts, CountsFile
 
 if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
     from inferd.auth import AccessControl
-    from inferd.auth.usage import Infer, Stream
+    from inferd.contracts.dataplane import ServingVersion
+    from inferd.contracts.model_info import Infer, Stream
     from inferd.engine.health import ServerHealth
     from inferd.engine.router import Router
     from inferd.engine.trace import Tracer
     from inferd.engine.version import ModelVersion
-    from inferd.host.logging_settings import LogSettings
+    from inferd.host.logging_settings import LogSettings as ProcessLogSettings
     from inferd.lifecycle.manager import ModelManager
-    from inferd.workers.peers import Peers
+
+R = TypeVar("R")
 
 #: Extensions listed in server metadata: only those inferd implements (CUDA shared memory only
 #: where it can work).
@@ -57,52 +78,41 @@ EXTENSIONS: list[str] = [
     "logging",
 ]
 
-__all__ = ["DataPlane"]
+__all__ = ["LocalDataPlane"]
 
 log = logging.getLogger(__name__)
 
 
-class DataPlane:
-    """Health, metadata, inference, statistics and repository control for frontends.
+class LocalDataPlane(DataPlane):
+    """Health, metadata, inference, statistics and repository control of this serving process.
 
     Inference itself is the :class:`~inferd.engine.router.Router`'s: ``resolve``, ``infer`` and
-    ``stream`` are its methods, so a request costs no extra call here.
-
-    With ``peers`` (one worker of ``inferd serve --workers N``), the server-wide answers are the
-    whole server's: readiness, statistics and metrics count every worker, and repository control
-    and settings changes are applied on every worker before the call returns. The ``local_*`` and
-    ``*_locally`` methods are this worker's part, what peers ask for.
+    ``stream`` are its methods, so a request costs no extra call here. The host's own parts
+    (``manager``, ``table``, ``health``, ``log_config``) are attributes for the host and the
+    workers' decorator; they are not part of the interface frontends see.
     """
 
     def __init__(
-        self, manager: ModelManager, router: Router, health: ServerHealth, tracer: Tracer, log_settings: LogSettings,
-        server_name: str = "inferd", peers: Peers | None = None, access: AccessControl | None = None,
+        self, manager: ModelManager, router: Router, health: ServerHealth, tracer: Tracer,
+        log_settings: ProcessLogSettings, server_name: str = "inferd", access: AccessControl | None = None,
+        shared_memory: SharedMemory | None = None, shares_ports: bool = False,
     ) -> None:  # fmt: skip
         """``access``: the restricted APIs, API keys and tenant limits (``inferd.auth``); None: every
-        request is open. With API keys, ``infer`` and ``stream`` count each tenant's requests and tokens."""
+        request is open. With API keys, ``infer`` and ``stream`` count each tenant's requests and tokens.
+        ``shared_memory``: the regions (one that spans the workers, with ``--workers N``);
+        ``shares_ports``: other processes serve the same ports."""
         self.manager = manager
         self.table = manager.table
-        self.router = router
         self.health = health
-        #: Trace settings and sampling (the trace extension).
-        self.tracer = tracer
+        self._tracer = tracer
         #: The process's log settings (the logging extension).
         self.log_config = log_settings
         self.server_name = server_name
-        #: Shared-memory regions clients registered (the shared-memory extensions), on every worker.
-        self.shared_memory = SharedMemory(peers)
-        usable = self.shared_memory.extensions()
-        self.extensions = [e for e in EXTENSIONS if e in usable or not e.endswith("_shared_memory")]
-        #: The other workers of this server, if any.
-        self.peers = peers
-        #: Workers only: this worker's counters as the others read them once it is gone (``inferd.workers.counts``).
-        self.counts = CountsFile(peers.slot.directory, self.local_counts) if peers is not None else None
-        #: Frontends bind their ports with SO_REUSEPORT: other workers serve the same ports.
-        self.shares_ports = peers is not None
-        #: Workers only: load parameters of the models loaded through the API, for a restarted worker.
-        self.loaded_with: dict[str, dict[str, Any]] = {}
-        #: Restricted APIs, API keys and tenant limits (``inferd.auth``); None: every request is open.
+        self._shared_memory = shared_memory if shared_memory is not None else SharedMemory()
+        usable = self._shared_memory.extensions()
+        self.extensions = tuple(e for e in EXTENSIONS if e in usable or not e.endswith("_shared_memory"))
         self.access = access
+        self._settings = PlaneSettings(shares_ports, self.table.namespacing, access)
         # The request path: the router's own methods, with no call in between (but the metering's).
         self.resolve = router.resolve
         self.infer: Infer = router.infer
@@ -112,29 +122,28 @@ class DataPlane:
             if access.keys is not None:  # tenants: meter their requests and tokens
                 self.infer, self.stream = access.usage.metered(router)
 
-    # -- health and metadata --------------------------------------------------------------------
-
-    def serving_versions(self) -> Sequence[ModelVersion]:
-        """Every serving model version, by name then version (what the metrics frontend reads)."""
-        return list(self.table.serving())
+    @property
+    def settings(self) -> PlaneSettings:
+        return self._settings
 
     @property
-    def namespacing(self) -> bool:
-        """Whether models are namespaced by repository (``--model-namespacing``)."""
-        return self.table.namespacing
+    def shared_memory(self) -> SharedMemory:
+        return self._shared_memory
+
+    @property
+    def tracer(self) -> Tracer:
+        return self._tracer
+
+    # -- health and metadata --------------------------------------------------------------------
 
     def is_live(self) -> bool:
         return self.health.live
 
     async def is_ready(self) -> bool:
-        """Ready once start-up loading finished and the frontends accept requests (on every worker);
-        with ``--strict-readiness``, also every model serving (see :mod:`inferd.engine.health`): one
+        """Ready once start-up loading finished and the frontends accept requests; with
+        ``--strict-readiness``, also every model serving (see :mod:`inferd.engine.health`): one
         of its versions READY and, as Triton asks each backend, passing its own check
         (``Model.check_ready``)."""
-        return await self.local_ready() and (self.peers is None or await self.peers.all_ready())
-
-    async def local_ready(self) -> bool:
-        """This worker's part of :meth:`is_ready`."""
         if not self.health.ready():
             return False
         models = self.health.models
@@ -147,8 +156,8 @@ class DataPlane:
             return True
         return all(await asyncio.gather(*(_one_passes(versions) for versions in checked)))
 
-    def server_metadata(self) -> dict[str, Any]:
-        return {"name": self.server_name, "version": __version__, "extensions": self.extensions}
+    def server_metadata(self) -> ServerMetadata:
+        return ServerMetadata(self.server_name, __version__, self.extensions)
 
     async def model_ready(self, name: str, version: str = "") -> bool:
         """Triton's model ready: the version serves, its backend can serve it, and it passes its own check."""
@@ -163,25 +172,42 @@ class DataPlane:
             return False
         return not _has_check(model) or await _check(mv) is None
 
-    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+    def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
         info = self.resolve(name, version)
-        return info.metadata([str(v) for v in self.table.ready_versions(name)])
+        versions = tuple(str(v) for v in self.table.ready_versions(name))
+        return ModelMetadata(info.name, versions, info.platform, info.inputs, info.outputs)
 
     def model_config(self, name: str, version: str = "") -> cfg.ModelConfig:
         return self.table.resolve(name, version).config
 
-    async def model_statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
-        """Triton's ``model_stats`` list: every ready version, or those of one model."""
-        stats = self.local_statistics(name, version)
-        if self.peers is not None:
-            await self.save_counts()  # after reading ours: what it saves is never less than what we answer
-            stats = merge.statistics(stats, [c["stats"] for c in await self.other_counts()])
-        if self.table.traffic.splits:
-            self.table.traffic.mark_stats(stats)
-        return stats
+    def model_names(self) -> list[str]:
+        return list(self.table.names())
 
-    def local_statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
-        """This worker's :meth:`model_statistics`."""
+    # -- the catalog ------------------------------------------------------------------------------
+
+    def served_models(self) -> Sequence[ServedModel]:
+        return [mv.served for mv in self.table.serving()]
+
+    def served_model(self, name: str, version: str = "") -> ServedModel:
+        return self.table.resolve(name, version).served
+
+    def routed_model(self, name: str) -> ServedModel:
+        return self.table.routed(name).served
+
+    # -- statistics and metrics -----------------------------------------------------------------
+
+    async def model_statistics(self, name: str = "", version: str = "") -> list[ModelStatistics]:
+        """Triton's ``model_stats`` list: every ready version, or those of one model."""
+        return self.typed_statistics(self.statistics_entries(name, version))
+
+    def typed_statistics(self, entries: list[dict[str, Any]]) -> list[ModelStatistics]:
+        """``entries`` (Triton's JSON, from :meth:`statistics_entries`) with each split version's traffic, typed."""
+        if self.table.traffic.splits:
+            self.table.traffic.mark_stats(entries)
+        return [_statistics(e) for e in entries]
+
+    def statistics_entries(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
+        """This process's ``model_stats`` entries as Triton's JSON (what the workers sum)."""
         if name and version:
             available = self.table.ready_versions(name)
             if available and version.isdigit() and int(version) not in available:
@@ -197,64 +223,44 @@ class DataPlane:
             raise InvalidArgument(f"requested model '{name}' is not available")
         return stats
 
-    def local_snapshots(self) -> list[list[Any]]:
-        """``[name, version, ModelStats.snapshot(), namespace]`` of every serving version (for the metrics)."""
-        return [[mv.name, mv.version, mv.stats.snapshot(), mv.namespace] for mv in self.table.serving()]
+    def serving_versions(self) -> Sequence[ServingVersion]:
+        """Every serving model version, by name then version (what the metrics frontend reads)."""
+        return list(self.table.serving())
 
-    def local_counts(self) -> Counts:
-        """This worker's counters, as the other workers sum them (see :mod:`inferd.workers.counts`)."""
-        return {"pid": os.getpid(), "stats": self.local_statistics(), "snapshots": self.local_snapshots(),
-                "sources": SOURCES.snapshot()}  # fmt: skip
+    async def with_other_workers(self, read: Callable[[OtherWorkers | None], R]) -> R:
+        return read(None)
 
-    async def save_counts(self) -> None:
-        """Workers: write this worker's counters where the others find them once it is gone. Call it
-        after reading the counters an answer reports, before answering."""
-        if self.counts is not None:
-            await asyncio.to_thread(self.counts.save)
-
-    async def other_counts(self) -> list[Counts]:
-        """Workers: the other workers' counters, live or last reported, and the dead workers' totals;
-        asked at once, none blocking the event loop."""
-        assert self.peers is not None and self.counts is not None
-        return await asyncio.to_thread(self.counts.others, await self.peers.ask_each("counts"))
-
-    async def tenant_usage(self) -> dict[str, Any]:
-        """``GET /v2/usage``: requests and tokens by tenant and model (``inferd.auth.usage``), the whole server's."""
+    def usage_sources(self) -> MetricSources:
+        """The metering families of this process (``inferd.auth.usage``)."""
         local = MetricSources()
         if self.access is not None:
             local.add(self.access.usage)
-        if self.peers is None:
-            return usage_json(local.collect())
-        others = await self.other_counts()
-        await self.save_counts()
-        return usage_json(SummedSources(local, lambda: [c["sources"] for c in others]).collect())
+        return local
+
+    async def tenant_usage(self) -> UsageReport:
+        """``GET /v2/usage``: requests and tokens by tenant and model (``inferd.auth.usage``)."""
+        return usage_from_families(self.usage_sources().collect())
 
     # -- trace and logging extensions -------------------------------------------------------------
 
-    def trace_settings(self, model: str = "") -> dict[str, Any]:
-        """Triton's trace settings JSON, global or for ``model``."""
+    def trace_settings(self, model: str = "") -> TraceSettings:
+        """Triton's trace settings, global or for ``model``."""
         if model:
             self._check_known(model)
-        return self.tracer.settings(model)
+        return _trace(self._tracer.settings(model))
 
-    async def update_trace_settings(self, settings: dict[str, Any], model: str = "") -> dict[str, Any]:
+    async def update_trace_settings(self, settings: dict[str, Any], model: str = "") -> TraceSettings:
         """Change some trace settings (a null value resets one); returns them all."""
         if model:
             self._check_known(model)
-        current = self.tracer.update(settings, model)
-        if self.peers is not None:
-            await self.peers.ask_each("trace", {"settings": settings, "model": model})
-        return current
+        return _trace(self._tracer.update(settings, model))
 
-    def log_settings(self) -> dict[str, Any]:
-        return self.log_config.as_json()
+    def log_settings(self) -> LogSettings:
+        return LogSettings(**self.log_config.as_json())
 
-    async def update_log_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+    async def update_log_settings(self, settings: dict[str, Any]) -> LogSettings:
         """Change some log settings, applied to Python logging at once; returns them all."""
-        current = self.log_config.update(settings)
-        if self.peers is not None:
-            await self.peers.ask_each("log", {"settings": settings})
-        return current
+        return LogSettings(**self.log_config.update(settings))
 
     def _check_known(self, name: str) -> None:
         if not self.table.known(name):
@@ -262,10 +268,10 @@ class DataPlane:
 
     # -- repository -----------------------------------------------------------------------------
 
-    def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
-        return self.table.index(ready_only)
+    def repository_index(self, ready_only: bool = False) -> list[RepositoryEntry]:
+        return [RepositoryEntry(**row) for row in self.table.index(ready_only)]
 
-    def _check_control(self) -> None:
+    def check_control(self) -> None:
         mode = self.manager.options.mode
         if mode is ControlMode.POLL:
             raise Unavailable("explicit model load / unload is not allowed if polling is enabled")
@@ -277,65 +283,34 @@ class DataPlane:
             )
 
     async def load_model(self, name: str, parameters: dict[str, Any] | None = None) -> None:
-        """Load or reload ``name``; ``parameters['config']`` (JSON) overrides its config.pbtxt."""
-        self._check_control()
-        check_model_name(name)
-        parameters = parameters or {}
-        if self.peers is None:
-            await self.load_locally(name, parameters)
-            return
-        wire = await asyncio.to_thread(_wire_parameters, parameters)
-        await self._everywhere(self.load_locally(name, parameters), "load", {"name": name, "parameters": wire})
-
-    async def load_locally(self, name: str, parameters: dict[str, Any]) -> None:
-        """This worker's part of :meth:`load_model` (no control-mode check: the asker did it). The
+        """Load or reload ``name``; ``parameters['config']`` (JSON) overrides its config.pbtxt. The
         parameters are checked, parsed and decoded on a worker thread: a config of megabytes takes
         seconds to parse, and the loop serves other clients meanwhile."""
-        override, files = await asyncio.to_thread(_load_parameters, name, parameters)
+        self.check_control()
+        check_model_name(name)
+        override, files = await asyncio.to_thread(_load_parameters, name, parameters or {})
         await self.manager.load(name, override, files or None)
-        if self.peers is not None:
-            self.loaded_with[name] = await asyncio.to_thread(_wire_parameters, parameters)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         """Unload ``name`` (and the ensembles that call it; see :meth:`ModelManager.unload`)."""
-        self._check_control()
+        self.check_control()
         problem = name_problem(name)
         if problem:
             raise InvalidArgument(f"failed to unload '{shown(name)}'; the model name is not valid: {problem}")
-        unload = self.unload_locally(name, unload_dependents)
-        if self.peers is None:
-            await unload
-            return
-        await self._everywhere(unload, "unload", {"name": name, "unload_dependents": unload_dependents})
-
-    async def unload_locally(self, name: str, unload_dependents: bool = False) -> None:
         await self.manager.unload(name, unload_dependents)
-        self.loaded_with.pop(name, None)
-
-    async def _everywhere(self, local: Awaitable[None], op: str, args: dict[str, Any]) -> None:
-        """Run ``local`` here and ``op`` on every peer at once; this worker's error wins, then a peer's."""
-        assert self.peers is not None
-        mine, theirs = await asyncio.gather(local, self.peers.ask_all(op, args), return_exceptions=True)
-        if isinstance(mine, BaseException):
-            raise mine
-        for error in theirs if isinstance(theirs, list) else [theirs]:
-            if error is not None:
-                raise error
 
     # -- traffic (weighted versions) ------------------------------------------------------------
 
-    def traffic(self, name: str) -> dict[str, Any]:
+    def traffic(self, name: str) -> Traffic:
         """``name``'s traffic split, each version's state and the canary policy's figures."""
         self._serving_versions(name)
-        return self.table.traffic.get(name)
+        return traffic_from_json(self.table.traffic.get(name))
 
-    async def set_traffic(self, name: str, weights: Any) -> dict[str, Any]:
-        """Set ``name``'s weights live (``{"1": 99, "2": 1}``), on every worker."""
+    async def set_traffic(self, name: str, weights: Any) -> Traffic:
+        """Set ``name``'s weights live (``{"1": 99, "2": 1}``)."""
         serving = self._serving_versions(name)
-        shown = self.table.traffic.set(name, weights, serving, self.table.resolve(name, str(serving[-1])).config)
-        if self.peers is not None:
-            await self.peers.ask_each("traffic", {"name": name, "wire": self.table.traffic.splits[name].wire()})
-        return shown
+        config = self.table.resolve(name, str(serving[-1])).config
+        return traffic_from_json(self.table.traffic.set(name, weights, serving, config))
 
     def apply_traffic(self, name: str, wire: dict[str, Any]) -> None:
         """Take the split another worker set or decided."""
@@ -351,46 +326,58 @@ class DataPlane:
             self.table.resolve(name)  # Triton's 'unknown model' error
         return serving
 
-    # -- workers --------------------------------------------------------------------------------
 
-    def local_state(self) -> dict[str, Any]:
-        """What a restarted worker takes from a running one (see :meth:`catch_up`)."""
-        return {
-            "ready": self.health.started,
-            "loads": self.loaded_with,
-            "serving": sorted({mv.name for mv in self.table.serving()}),
-            "poll_added": sorted(self.table.poll_added),
-            "log": {k: v for k, v in self.log_config.as_json().items() if k != "log_file"},
-            "trace": {k: v for k, v in self.tracer.settings().items() if k != "trace_file"},
-            "shared_memory": self.shared_memory.local_state(),
-            "traffic": {name: split.wire() for name, split in self.table.traffic.splits.items()},
-        }
+# -- typed results from the engine's JSON -----------------------------------------------------------
 
-    async def catch_up(self) -> bool:
-        """A worker (re)started beside running ones takes their API loads and their settings;
-        whether there were running ones (false while the server starts)."""
-        if self.peers is None:
-            return False
-        states = await self.peers.ask_each("state")
-        state = next((s for s in states if s["ready"]), None)
-        if state is None:
-            return False  # the server is starting: every worker starts from the same options
-        try:
-            self.log_config.update(state["log"])
-            self.tracer.update(state["trace"])
-        except InferdError as exc:
-            log.warning("could not take the running workers' log or trace settings: %s", exc.message)
-        self.shared_memory.catch_up(state.get("shared_memory", []))
-        self.table.poll_added.update(state.get("poll_added", []))
-        for name, parameters in state["loads"].items():
-            if name in state["serving"]:
-                try:
-                    await self.load_locally(name, parameters)
-                except InferdError as exc:
-                    log.warning("could not load '%s' as the running workers have it: %s", name, exc.message)
-        for name, wire in state.get("traffic", {}).items():  # after the loads: the versions serve
-            self.apply_traffic(name, wire)
-        return True
+
+def _duration(d: Mapping[str, int]) -> Duration:
+    return Duration(d["count"], d["ns"])
+
+
+def _statistics(e: dict[str, Any]) -> ModelStatistics:
+    traffic = e.get("traffic")
+    return ModelStatistics(
+        name=e["name"],
+        version=e["version"],
+        last_inference=e["last_inference"],
+        inference_count=e["inference_count"],
+        execution_count=e["execution_count"],
+        inference_stats={k: _duration(v) for k, v in e["inference_stats"].items()},
+        response_stats={i: {k: _duration(v) for k, v in r.items()} for i, r in e["response_stats"].items()},
+        batch_stats=tuple(
+            BatchStatistics(
+                b["batch_size"],
+                _duration(b["compute_input"]),
+                _duration(b["compute_infer"]),
+                _duration(b["compute_output"]),
+            )  # fmt: skip
+            for b in e["batch_stats"]
+        ),
+        memory_usage=tuple(e["memory_usage"]),
+        traffic=VersionTraffic(**traffic) if traffic is not None else None,
+    )
+
+
+def _trace(settings: dict[str, Any]) -> TraceSettings:
+    return TraceSettings(**{**settings, "trace_level": tuple(settings["trace_level"])})
+
+
+def traffic_from_json(shown: dict[str, Any]) -> Traffic:
+    """A split as :meth:`inferd.engine.traffic.TrafficSplit.describe` shows it, typed."""
+    versions = {v: TrafficVersion(**d) for v, d in shown["versions"].items()}
+    if "policy" not in shown:  # no split
+        return Traffic(shown["model"], shown["weights"], versions)
+    return Traffic(shown["model"], shown["weights"], versions, shown["source"], shown["policy"],
+                   shown["last_check"], tuple(shown["decisions"]))  # fmt: skip
+
+
+def usage_from_families(families: Iterator[Metric]) -> UsageReport:
+    """The metering families (summed over the workers already) as :class:`Usage`."""
+    tenants = usage_json(families)["tenants"]
+    return UsageReport({
+        tenant: TenantUsage({m: UsageCounts(**c) for m, c in entry["models"].items()}, UsageCounts(**entry["totals"]))
+        for tenant, entry in tenants.items()
+    })  # fmt: skip
 
 
 #: The largest ``config`` a load request may carry, as JSON text (docs/security.md): hundreds of
@@ -425,16 +412,6 @@ def _json_size(value: Any) -> int:
         return len(json.dumps(value, separators=(",", ":")).encode(errors="surrogatepass"))
     except (TypeError, ValueError):
         return 0  # not JSON: config_from_json says so
-
-
-def _wire_parameters(parameters: dict[str, Any]) -> dict[str, Any]:
-    """Load parameters as JSON carries them to the other workers: ``file:`` bytes as base64 text."""
-    return {k: _wire_value(v) for k, v in parameters.items()}
-
-
-def _wire_value(value: Any) -> Any:
-    """A load parameter as JSON carries it: ``file:`` bytes as base64 text."""
-    return base64.b64encode(value).decode() if isinstance(value, (bytes, bytearray)) else value
 
 
 def _file_bytes(model: str, key: str, value: Any) -> bytes:

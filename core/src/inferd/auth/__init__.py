@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Protocol, TypeVar
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from inferd.auth.admission import Hidden, ModelAction, admit, hidden
 from inferd.auth.groups import ApiGroup, Restriction, RestrictionError, parse_restrictions
 from inferd.auth.keys import AuthConfigError, KeyFile, Tenant, digest
 from inferd.auth.limits import TenantLimits
@@ -39,8 +40,16 @@ from inferd.auth.usage import METERED, Usage, usage_json
 __all__ = [
     "CURRENT", "METERED", "OPEN", "Usage", "usage_json", "AccessControl", "AccessDenied", "AccessPolicy",
     "ApiGroup", "AuthConfigError", "Grant", "Restriction", "RestrictionError", "Tenant", "access_from_flags",
-    "digest", "unknown_model", "visible_entries", "visible_names",
+    "Hidden", "ModelAction", "admit", "digest", "hidden", "unknown_model", "visible_entries", "visible_names",
 ]  # fmt: skip
+
+
+class _HasName(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+Named = TypeVar("Named", bound=_HasName)
 
 
 class AccessControl:
@@ -91,12 +100,12 @@ class AccessControl:
         yield from self.usage.collect()
 
 
-def visible_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The entries (index, statistics: each with a ``name``) the current request's tenant may see."""
+def visible_entries(entries: Sequence[Named]) -> list[Named]:
+    """The entries (index rows, statistics: each with a ``name``) the current request's tenant may see."""
     grant = CURRENT.get()
     if grant is None or grant.tenant is None:
-        return entries
-    return [e for e in entries if grant.sees(e.get("name", ""))]
+        return list(entries)
+    return [e for e in entries if grant.sees(e.name)]
 
 
 def access_from_flags(http_restricted: Sequence[str], grpc_restricted: Sequence[str],

@@ -15,7 +15,7 @@ Everything runs on the event loop: one dict lookup per request, no locks.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -27,7 +27,7 @@ from inferd.auth.policy import CURRENT
 from inferd.contracts.errors import InferdError
 
 if TYPE_CHECKING:
-    from inferd.contracts.model_info import ModelInfo
+    from inferd.contracts.model_info import Infer, ModelInfo, Stream
     from inferd.contracts.types import InferRequest, InferResponse
 
 #: ``request.context`` key: the frontend meters this request itself (:meth:`Usage.record`).
@@ -52,20 +52,6 @@ class Meterable(Protocol):
     ) -> AsyncIterator[InferResponse | InferdError]: ...
 
     def resolve(self, name: str, version: str = "") -> ModelInfo: ...
-
-
-class Infer(Protocol):
-    """The data plane's ``infer``."""
-
-    def __call__(self, request: InferRequest, model: ModelInfo | None = None) -> Awaitable[InferResponse]: ...
-
-
-class Stream(Protocol):
-    """The data plane's ``stream``."""
-
-    def __call__(
-        self, request: InferRequest, model: ModelInfo | None = None
-    ) -> AsyncIterator[InferResponse | InferdError]: ...
 
 
 @dataclass(slots=True)

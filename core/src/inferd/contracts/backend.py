@@ -28,6 +28,7 @@ from inferd.contracts.types import InferRequest, InferResponse, InferTensor, wir
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
+    from inferd.contracts.dataplane import ChatEngine
 
 
 #: One request's result: its response, or its error.
@@ -177,6 +178,13 @@ Instance: TypeAlias = SyncInstance | AsyncInstance
 
 class Model(abc.ABC):
     """A loaded model version: shared weights from which instances are made."""
+
+    #: The LoRA adapters this version serves by name (a request names one with the ``lora_name``
+    #: parameter); frontends with a catalog (the OpenAI API) list each under its own name.
+    lora_adapters: tuple[str, ...] = ()
+    #: The backend's own tokenizer and chat renderer, offered to text frontends (the vLLM
+    #: backend's); None: frontends use the tokenizer files in the model's directory.
+    chat_engine: ChatEngine | None = None
 
     @abc.abstractmethod
     def create_instance(self, spec: InstanceSpec) -> Instance:

@@ -3,10 +3,29 @@
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from inferd.dataplane import DataPlane
+    from inferd.contracts.dataplane import DataPlane
+    from inferd.serving.tls import TlsConfig
+
+
+@dataclass(frozen=True, slots=True)
+class HttpPortSettings:
+    """The HTTP port's settings (``--http-*``), the same for every frontend that serves HTTP: the
+    built-in one, the metrics port (its TLS) and plugins' (the OpenAI API)."""
+
+    #: ``--http-ssl-*``: the port's certificates (None: clear text).
+    tls: TlsConfig | None
+    #: ``--http-max-input-size``: the largest request body, bytes.
+    max_input_size: int
+    #: ``--http-max-header-size``: the largest request line and headers, bytes.
+    max_header_size: int
+    #: ``--http-header-timeout-secs``: how long a request's head (and a stalled body) may take.
+    header_timeout: float
+    #: ``--http-header-forward-pattern``: headers forwarded to models as parameters (None: none).
+    forward_pattern: str | None = None
 
 
 class Frontend(abc.ABC):

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from inferd.contracts.backend import Backend
     from inferd.contracts.cache import ResponseCache
-    from inferd.contracts.frontend import Frontend
+    from inferd.contracts.frontend import Frontend, HttpPortSettings
     from inferd.contracts.scheduler import Scheduler, SchedulerContext
     from inferd.contracts.trace import Tracer
 
@@ -55,6 +55,11 @@ class ServerSettings(Protocol):
     def allow_grpc(self) -> bool: ...
     @property
     def allow_metrics(self) -> bool: ...
+    @property
+    def http(self) -> HttpPortSettings:
+        """The HTTP port's settings (TLS, limits), for every frontend that serves HTTP."""
+        ...
+
     @property
     def extra(self) -> Mapping[str, Any]:
         """Options added through ``inferd_add_options``, by argparse ``dest`` (values as argparse

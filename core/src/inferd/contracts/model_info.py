@@ -8,10 +8,12 @@ version that runs, even when a reload lands in between. Built once per loaded ve
 from __future__ import annotations
 
 import weakref
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from inferd.contracts.errors import InferdError
     from inferd.contracts.stats import VersionStats
     from inferd.contracts.types import InferRequest, InferResponse
     from inferd.contracts.validation import RequestValidator, TensorSpec
@@ -24,6 +26,26 @@ class Servable(Protocol):
     def stats(self) -> VersionStats: ...
 
     async def infer(self, request: InferRequest) -> InferResponse: ...
+
+
+class Resolve(Protocol):
+    """The data plane's ``resolve``: the version serving ``name``/``version`` now."""
+
+    def __call__(self, name: str, version: str = "") -> ModelInfo: ...
+
+
+class Infer(Protocol):
+    """The data plane's ``infer``: one request to completion on ``model`` (resolved when not given)."""
+
+    def __call__(self, request: InferRequest, model: ModelInfo | None = None) -> Awaitable[InferResponse]: ...
+
+
+class Stream(Protocol):
+    """The data plane's ``stream``: every response of one request; a failure arrives as an item."""
+
+    def __call__(
+        self, request: InferRequest, model: ModelInfo | None = None
+    ) -> AsyncIterator[InferResponse | InferdError]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,17 +82,3 @@ class ModelInfo:
     def input_spec(self, name: str) -> TensorSpec | None:
         """The config's declaration of input ``name`` (dims without batch, reshape), if any."""
         return self.validator.inputs.get(name)
-
-    def metadata(self, versions: list[str]) -> dict[str, object]:
-        """Triton's model metadata JSON, listing the ready ``versions`` of the model."""
-        return {
-            "name": self.name,
-            "versions": versions,
-            "platform": self.platform,
-            "inputs": [_tensor_json(t) for t in self.inputs],
-            "outputs": [_tensor_json(t) for t in self.outputs],
-        }
-
-
-def _tensor_json(tensor: TensorInfo) -> dict[str, object]:
-    return {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}

@@ -17,8 +17,8 @@ import time
 import weakref
 import zlib
 from bisect import bisect_right
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from typing import Any
 
 from prometheus_client.metrics_core import Metric
 
@@ -27,9 +27,6 @@ from inferd.contracts.errors import InvalidArgument, NotFound
 from inferd.contracts.metric_sources import SOURCES
 from inferd.engine.canary import Policy, Window, now
 from inferd.repository.scan import version_number
-
-if TYPE_CHECKING:
-    from inferd.workers.peers import Peers
 
 log = logging.getLogger(__name__)
 
@@ -264,9 +261,11 @@ class TrafficSplit:
 class Traffic:
     """Every model's split (by model name), and the canary metrics."""
 
-    def __init__(self, peers: Peers | None = None) -> None:
+    def __init__(self) -> None:
         self.splits: dict[str, TrafficSplit] = {}
-        self.peers = peers
+        #: Told of every change the canary policy makes here (model, the split's :meth:`TrafficSplit.wire`),
+        #: not waited for: ``--workers N`` sends it to the other workers.
+        self.listeners: list[Callable[[str, dict[str, Any]], Coroutine[Any, Any, Any]]] = []
         self._configured: dict[str, str] = {}  # model -> the traffic_split text its config had
         self._tasks: set[asyncio.Task[Any]] = set()
         _ALL.add(self)
@@ -322,15 +321,14 @@ class Traffic:
         split.decisions, split.source = wire["decisions"], wire["source"]
 
     def decided(self, model: str) -> None:
-        """The policy changed ``model``'s split on this worker: send it to the others (not waited for)."""
+        """The policy changed ``model``'s split here: tell the :attr:`listeners` (not waited for)."""
         split = self.splits.get(model)
-        if self.peers is None or split is None:
+        if split is None:
             return
-        task = asyncio.get_running_loop().create_task(
-            self.peers.ask_each("traffic", {"name": model, "wire": split.wire()})
-        )
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        for listener in self.listeners:
+            task = asyncio.get_running_loop().create_task(listener(model, split.wire()))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     def mark_stats(self, stats: list[dict[str, Any]]) -> None:
         """Add ``traffic`` (state, weight, rollbacks, promotions) to each split version's statistics entry."""

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from inferd.contracts.dataplane import ServedModel
 from inferd.contracts.model_info import ModelInfo, TensorInfo
 from inferd.contracts.types import InferRequest, InferResponse
 from inferd.engine.classification import classify, wants_classification
@@ -63,6 +64,11 @@ class ModelVersion:
         self._reshapes = {t.name: tuple(t.reshape.shape) for t in config.input if t.HasField("reshape")}
         #: What frontends see of this version (built once; it refers back to it weakly).
         self.info = _describe(self)
+        #: What frontends with a catalog of their own see of it (the OpenAI API's models and adapters).
+        self.served = ServedModel(
+            self.info, model_dir, model.lora_adapters if model is not None else (),
+            model.chat_engine if model is not None else None,
+        )  # fmt: skip
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """Validate, apply config reshapes, and hand the request to the cache or the scheduler."""

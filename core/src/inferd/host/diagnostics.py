@@ -75,11 +75,11 @@ def inferd_startup(server: Server) -> None:
     items = trace_items(server.options.extra)
     if items:
         try:
-            server.dataplane.tracer.configure(items)
+            server.tracer.configure(items)
         except InferdError as exc:
             raise StartupError(exc.message) from None
 
 
 @hookimpl
 def inferd_shutdown(server: Server) -> None:
-    server.dataplane.tracer.close()
+    server.tracer.close()

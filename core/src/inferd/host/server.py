@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from inferd.contracts.backend import process_cores
 from inferd.contracts.cache import ResponseCache
+from inferd.contracts.dataplane import DataPlane
 from inferd.contracts.errors import InferdError, StartupError
-from inferd.contracts.frontend import Frontend
-from inferd.dataplane import DataPlane
+from inferd.contracts.frontend import Frontend, HttpPortSettings
+from inferd.dataplane import LocalDataPlane
 from inferd.engine import gc_settings
 from inferd.engine.health import ServerHealth, all_versions_loaded
 from inferd.engine.model_table import ModelTable
@@ -33,10 +33,10 @@ from inferd.lifecycle.builder import VersionBuilder, backend_config_warnings
 from inferd.lifecycle.manager import ControlMode, LifecycleOptions, ModelManager
 from inferd.repository.object_store import ObjectStoreRepository, is_url
 from inferd.repository.scan import Repository
-from inferd.workers.control import ControlServer
-from inferd.workers.local import WorkerOps
-from inferd.workers.peers import Peers, WorkerSlot
-from inferd.workers.repositories import SharedRepositories
+from inferd.serving import HTTP_HEADER_TIMEOUT, HTTP_MAX_HEADER_SIZE, HTTP_MAX_INPUT_SIZE
+from inferd.serving.tls import http_config
+from inferd.workers.membership import membership
+from inferd.workers.peers import WorkerSlot
 
 if TYPE_CHECKING:
     from inferd.auth import AccessControl
@@ -108,6 +108,18 @@ class ServerOptions:
     #: Options added by plugins through ``inferd_add_options`` (and anything else by name).
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def http(self) -> HttpPortSettings:
+        """The HTTP port's settings (``--http-*``; TLS checked here: a bad combination stops the start)."""
+        extra = self.extra
+        return HttpPortSettings(
+            tls=http_config(extra),
+            max_input_size=int(extra.get("http_max_input_size", HTTP_MAX_INPUT_SIZE)),
+            max_header_size=int(extra.get("http_max_header_size", HTTP_MAX_HEADER_SIZE)),
+            header_timeout=float(extra.get("http_header_timeout_secs", HTTP_HEADER_TIMEOUT)),
+            forward_pattern=extra.get("http_header_forward_pattern"),
+        )
+
 
 class Server:
     """One inferd server: plugin host, model manager, data plane, poller and frontends."""
@@ -123,8 +135,9 @@ class Server:
         self.options = options
         self.host = host or PluginHost(plugins=plugins)
         registries = self.host.registries()
-        self.peers = Peers(options.worker) if options.worker is not None else None
-        self.table = ModelTable(options.model_namespacing, Traffic(self.peers))
+        #: ``--workers N``: which worker this process is, and everything that spans the workers.
+        self.workers = membership(options.worker)
+        self.table = ModelTable(options.model_namespacing, Traffic())
         self.health = ServerHealth(models=self.table if options.strict_readiness else None)
         self.tracer = Tracer()
         self.router = Router(self.table, self.tracer, self.health)
@@ -134,15 +147,17 @@ class Server:
         builder = VersionBuilder(
             registries.backends, registries.schedulers, self.router, self.cache, options.autocomplete,
             options.backend_config, self._rate_limiter(),
-            process_cores(options.worker.count if options.worker is not None else 1),
-            (options.worker.index, options.worker.count) if options.worker is not None else (0, 1),
+            self.workers.cores(), (self.workers.index, self.workers.count),
         )  # fmt: skip
         self.manager = ModelManager(self._lifecycle_options(), self.table, builder)
-        self.dataplane = DataPlane(
-            self.manager, self.router, self.health, self.tracer, LOG_SETTINGS, options.server_id, self.peers, access
-        )
-        self.dataplane.shared_memory.allow_clients = options.allow_client_shm
-        self.control: ControlServer | None = None
+        shared_memory = self.workers.shared_memory()
+        shared_memory.allow_clients = options.allow_client_shm
+        self.local = LocalDataPlane(
+            self.manager, self.router, self.health, self.tracer, LOG_SETTINGS, options.server_id, access,
+            shared_memory, self.workers.shares_ports,
+        )  # fmt: skip
+        #: What frontends receive: the local plane, spanning the other workers with ``--workers N``.
+        self.dataplane: DataPlane = self.workers.dataplane(self.local)
         self.frontends: list[Frontend] = []
         self.poller: RepositoryPoller | None = None
         self._poll_task: asyncio.Task[None] | None = None
@@ -185,9 +200,9 @@ class Server:
         self.health.loop = asyncio.get_running_loop()
         self.health.live = True
         await self._check_repositories()
-        self._start_control()
+        self.workers.start_control(asyncio.get_running_loop())
         await self.manager.start()
-        restarted = await self.dataplane.catch_up()  # first: it says which models appeared under poll
+        restarted = await self.workers.catch_up()  # first: it says which models appeared under poll
         await self._exit_on_error()
         if self.options.model_control_mode is ControlMode.POLL:
             await self._start_poller(restarted)
@@ -205,10 +220,10 @@ class Server:
             gc_settings.settle()
         self.health.accepting = True
         log.info("inferd ready in %.2f s", time.monotonic() - self.started_at)
-        if self.options.worker is None or self.options.worker.index == 0:  # one block for --workers N
+        if self.workers.index == 0:  # one block for --workers N
             options = self.options
             summary = startup_summary(
-                self.table.index(), self.frontends, self.dataplane.access, options.model_control_mode,
+                self.table.index(), self.frontends, self.local.access, options.model_control_mode,
                 self.manager.options.repositories, options.repository_poll_secs, options.workers_note,
             )  # fmt: skip
             log.info("serving:\n%s", summary, extra=BLOCK)
@@ -278,8 +293,7 @@ class Server:
             log.error("failed to load all models: %s", "; ".join(failures))
             return
         await self.manager.shutdown()
-        if self.control is not None:
-            self.control.stop()
+        self.workers.stop_control()
         self.close_repositories()
         raise StartupError("creating server: Internal - failed to load all models: " + "; ".join(failures))
 
@@ -312,8 +326,7 @@ class Server:
         if self.cache is not None:
             await asyncio.to_thread(self.cache.close)
         self.host.shutdown(self)
-        if self.control is not None:
-            self.control.stop()
+        self.workers.stop_control()
         self.close_repositories()
         log.info("unloaded %d model%s; inferd stopped in %.2f s", loaded, "" if loaded == 1 else "s",
                  time.monotonic() - stopping)  # fmt: skip
@@ -328,27 +341,11 @@ class Server:
         """Poll mode: this process polls; of several workers, worker 0 polls for all of them."""
         from inferd.lifecycle.poller import RepositoryPoller  # watchdog: only in poll mode
 
-        slot = self.options.worker
-        repositories = self.manager.options.repositories
-        if self.peers is None or slot is None:
-            self.poller = RepositoryPoller(self.manager, repositories, self.options.repository_poll_secs)
-        elif slot.index == 0:
-            shared = SharedRepositories(self.manager, self.peers)
-            if restarted:
-                await shared.resync_peers()
-            self.poller = RepositoryPoller(shared, repositories, self.options.repository_poll_secs)
-        else:
+        target = await self.workers.poll_target(self.manager, restarted)
+        if target is None:
             return
+        self.poller = RepositoryPoller(target, self.manager.options.repositories, self.options.repository_poll_secs)
         self._poll_task = self.poller.start()
-
-    def _start_control(self) -> None:
-        """A worker of several: answer the other workers on this worker's control socket."""
-        slot = self.options.worker
-        if slot is None:
-            return
-        self.control = ControlServer(slot.socket(slot.index), WorkerOps(self.dataplane, asyncio.get_running_loop()))
-        self.control.start()
-        log.info("worker %d of %d (pid %d)", slot.index, slot.count, os.getpid())
 
     def _build_cache(self) -> ResponseCache | None:
         """The one response cache ``--cache-config`` names (blocking: a cache may connect)."""

@@ -1,19 +1,13 @@
-"""The shared-memory extension's control calls, over every worker of the server.
-
-With ``--workers N`` each worker is its own process with its own mappings: a registration is
-applied here and then on every other worker (over the workers' control sockets, as model loads
-and settings are), so a request may carry a region to whichever worker takes it. A worker that
-restarts registers what the running ones have (:meth:`SharedMemory.catch_up`).
-"""
+"""The shared-memory extension's control calls (register, unregister, status) of one serving process."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import logging
-from typing import Any, Protocol
+from typing import Any
 
-from inferd.contracts.errors import InferdError, InvalidArgument, Unsupported
+from inferd.contracts.errors import InvalidArgument, Unsupported
 from inferd.shared_memory import cuda
 from inferd.shared_memory.registry import Regions
 
@@ -23,21 +17,13 @@ log = logging.getLogger(__name__)
 CLIENT_SHM_DISABLED = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 
 
-class PeerAsker(Protocol):
-    """The other workers (``inferd.workers.peers.Peers``)."""
-
-    async def ask_each(self, op: str, args: dict[str, Any] | None = None) -> list[Any]: ...
-
-
 class SharedMemory:
-    """System and CUDA shared-memory regions of the server: :attr:`regions` is this worker's."""
+    """System and CUDA shared-memory regions of this serving process (:attr:`regions`). With
+    ``--workers N`` the workers' decorator (``inferd.workers.shared_memory``) applies each change on
+    every worker too."""
 
-    #: The control operation peers answer with :meth:`apply_locally`.
-    OP = "shared_memory"
-
-    def __init__(self, peers: PeerAsker | None = None) -> None:
+    def __init__(self) -> None:
         self.regions = Regions()
-        self.peers = peers
         #: ``--allow-client-shm``: clients may register and unregister regions.
         self.allow_clients = True
 
@@ -54,61 +40,17 @@ class SharedMemory:
     async def register_system(self, name: str, key: str, offset: int, byte_size: int) -> None:
         self.check_allowed()
         self.regions.register_system(name, key, offset, byte_size)
-        await self._everywhere("system", name, {"action": "register", "kind": "system", "name": name, "key": key,
-                                          "offset": offset, "byte_size": byte_size})  # fmt: skip
 
     async def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
         self.check_allowed()
         self.regions.register_cuda(name, raw_handle, device_id, byte_size)
-        handle = base64.b64encode(raw_handle).decode()
-        await self._everywhere("cuda", name, {"action": "register", "kind": "cuda", "name": name, "raw_handle": handle,
-                                        "device_id": device_id, "byte_size": byte_size})  # fmt: skip
 
     async def unregister(self, kind: str, name: str = "") -> None:
         self.check_allowed()
         self.regions.unregister(kind, name)
-        if self.peers is not None:
-            await self.peers.ask_each(self.OP, {"action": "unregister", "kind": kind, "name": name})
 
     def status(self, kind: str, name: str = "") -> list[dict[str, Any]]:
         return self.regions.status(kind, name)
-
-    async def _everywhere(self, kind: str, name: str, args: dict[str, Any]) -> None:
-        """Apply a registration made here on every peer (asked at once, without blocking the event
-        loop: a stopped peer is left out after a short wait); if one refuses, undo it everywhere."""
-        if self.peers is None:
-            return
-        try:
-            await self.peers.ask_each(self.OP, args)
-        except InferdError:
-            await self.unregister(kind, name)
-            raise
-
-    # -- workers ----------------------------------------------------------------------------------
-
-    def apply_locally(self, args: dict[str, Any]) -> None:
-        """A peer's registration or unregistration, applied to this worker's regions."""
-        kind = args["kind"]
-        if args["action"] == "unregister":
-            self.regions.unregister(kind, args["name"])
-        elif kind == "system":
-            self.regions.register_system(args["name"], args["key"], args["offset"], args["byte_size"])
-        else:
-            handle = base64.b64decode(args["raw_handle"])
-            self.regions.register_cuda(args["name"], handle, args["device_id"], args["byte_size"])
-
-    def local_state(self) -> list[dict[str, Any]]:
-        """This worker's regions, as :meth:`apply_locally` registers them."""
-        return [{"action": "register", **entry} for entry in self.regions.snapshot()]
-
-    def catch_up(self, state: list[dict[str, Any]]) -> None:
-        """Register what a running worker has (this one just restarted)."""
-        for args in state:
-            try:
-                self.apply_locally(args)
-            except InferdError as exc:
-                log.warning("could not register shared memory region '%s' as the running workers have it: %s",
-                            args.get("name"), exc.message)  # fmt: skip
 
 
 def register_request(body: Any, kind: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from inferd.contracts.errors import InferdError
 from inferd.workers.repositories import rescan_and_apply
 
 if TYPE_CHECKING:
-    from inferd.dataplane import DataPlane
+    from inferd.workers.cluster import ClusterDataPlane
 
 log = logging.getLogger(__name__)
 
@@ -25,22 +25,23 @@ class WorkerOps:
     """The :data:`~inferd.workers.control.Handler` of one worker: reads run on the control thread,
     model loads, unloads and rescans on the worker's event loop (the asker waits for them)."""
 
-    def __init__(self, dataplane: DataPlane, loop: asyncio.AbstractEventLoop) -> None:
-        self.dp = dataplane
+    def __init__(self, cluster: ClusterDataPlane, loop: asyncio.AbstractEventLoop) -> None:
+        self.cluster = cluster
+        self.local = local = cluster.local
         self.loop = loop
         self._ops: dict[str, Callable[[dict[str, Any]], Any]] = {
-            "ready": lambda args: asyncio.run_coroutine_threadsafe(self.dp.local_ready(), self.loop).result(READY_S),
-            "started": lambda args: self.dp.health.started,
+            "ready": lambda args: asyncio.run_coroutine_threadsafe(local.is_ready(), self.loop).result(READY_S),
+            "started": lambda args: local.health.started,
             "alive": self._alive,
-            "counts": lambda args: self.dp.counts.save() if self.dp.counts is not None else None,
+            "counts": lambda args: cluster.counts.save(),
             "trace": self._trace,
             "log": self._log,
-            "state": lambda args: self.dp.local_state(),
-            "load": lambda args: self._on_loop(self.dp.load_locally(args["name"], args["parameters"])),
-            "unload": lambda args: self._on_loop(self.dp.unload_locally(args["name"], args["unload_dependents"])),
-            "traffic": lambda args: self.loop.call_soon_threadsafe(self.dp.apply_traffic, args["name"], args["wire"]),
-            "rescan": lambda args: self._on_loop(rescan_and_apply(self.dp.manager)),
-            self.dp.shared_memory.OP: self.dp.shared_memory.apply_locally,
+            "state": lambda args: cluster.state(),
+            "load": lambda args: self._on_loop(cluster.take_load(args["name"], args["parameters"])),
+            "unload": lambda args: self._on_loop(cluster.take_unload(args["name"], args["unload_dependents"])),
+            "traffic": lambda args: self.loop.call_soon_threadsafe(local.apply_traffic, args["name"], args["wire"]),
+            "rescan": lambda args: self._on_loop(rescan_and_apply(local.manager)),
+            cluster.shared_memory.OP: cluster.shared_memory.apply,
         }
 
     def __call__(self, op: str, args: dict[str, Any]) -> Any:
@@ -57,12 +58,12 @@ class WorkerOps:
 
     def _trace(self, args: dict[str, Any]) -> None:
         try:
-            self.dp.tracer.update(args["settings"], args["model"])
+            self.local.tracer.update(args["settings"], args["model"])
         except InferdError as exc:
             log.warning("trace settings from another worker not applied: %s", exc.message)
 
     def _log(self, args: dict[str, Any]) -> None:
         try:
-            self.dp.log_config.update(args["settings"])
+            self.local.log_config.update(args["settings"])
         except InferdError as exc:
             log.warning("log settings from another worker not applied: %s", exc.message)

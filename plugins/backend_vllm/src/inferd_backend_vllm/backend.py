@@ -144,14 +144,15 @@ def read_engine_args(path: Path, model: str) -> dict[str, Any]:
 
 
 class VllmModel(Model):
-    """One engine per model version; its instances share it. ``openai``: what the OpenAI frontend
-    reads of it (the engine's tokenizer, context length and chat rendering)."""
+    """One engine per model version; its instances share it. ``chat_engine`` (the contract's
+    ``Model.chat_engine``): what text frontends read of it (the engine's tokenizer, context length
+    and chat rendering)."""
 
     def __init__(self, engine: Engine) -> None:
         from inferd_backend_vllm.chat import VllmChat
 
         self.engine = engine
-        self.openai = VllmChat(engine.engine)
+        self.chat_engine = VllmChat(engine.engine)
         #: The LoRA adapters a request may name (the OpenAI API serves each as a model name).
         self.lora_adapters: tuple[str, ...] = tuple(engine.loras)
         #: Whether the engine embeds (vLLM's pooling runner) rather than generates.

@@ -2,8 +2,8 @@
 and chat rendering with the code ``vllm serve`` runs (:func:`vllm.renderers.hf.safe_apply_chat_template`:
 vLLM's template resolution, its ``developer``-role handling and its filtering of template kwargs).
 
-The frontend reads it duck-typed from the backend's model object (``VllmModel.openai``), so it
-imports no vLLM itself.
+The model offers it as ``Model.chat_engine`` (``inferd.api.ChatEngine``); the frontend reaches it
+through the data plane's catalog (``ServedModel.chat_engine``), so it imports no vLLM itself.
 """
 
 from __future__ import annotations

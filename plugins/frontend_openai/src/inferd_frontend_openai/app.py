@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -14,15 +14,18 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from inferd.api import CURRENT, TOO_DEEP, ApiGroup, depth_problem
+from inferd.api import CURRENT, TOO_DEEP, AccessControl, ApiGroup, depth_problem
 from inferd_frontend_openai import embeddings, engine, extra_fields, params
-from inferd_frontend_openai.catalog import Catalog, ServingVersion
+from inferd_frontend_openai.catalog import Catalog
 from inferd_frontend_openai.choices import ChoiceRunner, Event
 from inferd_frontend_openai.engine import StreamingDataPlane
 from inferd_frontend_openai.errors import OpenAIError, bad_request, from_inferd
 from inferd_frontend_openai.metrics import LlmMetrics
 from inferd_frontend_openai.responses import DONE, Reply, sse
 from inferd_frontend_openai.tokenizer import TemplateError
+
+if TYPE_CHECKING:
+    from inferd.api import ServedModel
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +45,11 @@ ROUTES: tuple[tuple[str, str, str, ApiGroup], ...] = (
 class OpenAIApp:
     """The ASGI application over one data plane."""
 
-    def __init__(self, dataplane: StreamingDataPlane, catalog: Catalog, metrics: LlmMetrics | None = None) -> None:
+    def __init__(self, dataplane: StreamingDataPlane, catalog: Catalog, metrics: LlmMetrics | None = None,
+                 access: AccessControl | None = None) -> None:  # fmt: skip
+        """``access``: the server's access rules, whose tenants' usage this API meters (None: no rules)."""
         self.dataplane = dataplane
+        self.access = access
         self.catalog = catalog
         self.metrics = metrics
         routes = [Route(path, getattr(self, name), methods=[method]) for path, method, name, _ in ROUTES]
@@ -147,7 +153,7 @@ class OpenAIApp:
             raise bad_request("'tokens' must be an array of token ids (non-negative integers)", "tokens")
         return JSONResponse({"prompt": tokenizer.decode(tokens)})
 
-    async def _generate(self, gen: params.Generation, mv: ServingVersion, chat: bool) -> Response:
+    async def _generate(self, gen: params.Generation, mv: ServedModel, chat: bool) -> Response:
         if not engine.is_text_model(mv.info):
             raise bad_request(f"model '{gen.model}' is an embedding model: it serves /v1/embeddings, not "
                               f"{'chat completions' if chat else 'completions'}", "model")  # fmt: skip
@@ -168,7 +174,7 @@ class OpenAIApp:
         if tenant is not None and tenant.max_prompt_tokens is not None:
             _check_prompt(gen, tokenizer.count, tenant.name, tenant.max_prompt_tokens, chat)
         runner = ChoiceRunner(self.dataplane, mv.info, gen, tokenizer, self.metrics, reply.id)
-        access = getattr(self.dataplane, "access", None) if tenant is not None else None
+        access = self.access if tenant is not None else None
 
         def meter(ok: bool) -> None:
             """Count the request and its usage for its tenant (``inferd.auth.usage``)."""
@@ -196,11 +202,11 @@ class OpenAIApp:
         return StreamingResponse(_sse(reply, runner, first, events, meter), media_type="text/event-stream")
 
 
-def _add_vllm_sampling(gen: params.Generation, mv: ServingVersion) -> None:
+def _add_vllm_sampling(gen: params.Generation, mv: ServedModel) -> None:
     """vLLM's sampling fields into the model's ``sampling_parameters``; for a model of another
     backend, a 400 naming the first one nothing there would apply (``include_stop_str_in_output``
     is applied here, for every backend)."""
-    if getattr(mv.model, "openai", None) is not None:  # only the vLLM backend's models offer it
+    if mv.chat_engine is not None:  # only the vLLM backend's models offer it
         gen.sampling.update(gen.vllm)
         return
     foreign = [extra_fields.request_name(k) for k in gen.vllm if k != "include_stop_str_in_output"]

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from inferd.api import CURRENT, InferdError, closest
 from inferd_frontend_openai.embeddings import is_embedding_model
@@ -22,19 +22,7 @@ from inferd_frontend_openai.errors import OpenAIError, bad_request, model_not_fo
 from inferd_frontend_openai.tokenizer import Tokenizer, find_tokenizer_dir, load, model_options, read_template
 
 if TYPE_CHECKING:
-    from inferd.api import ModelInfo
-
-
-class ServingVersion(Protocol):
-    """A loaded model version, as the catalog reads it."""
-
-    name: str
-    version: int
-    model_dir: Path | None
-    info: ModelInfo
-    #: The backend's model (None for an ensemble): may list ``lora_adapters``; a vLLM model's has
-    #: ``openai`` (see :class:`~inferd_frontend_openai.tokenizer.EngineChat`).
-    model: Any
+    from inferd.api import ModelInfo, ServedModel
 
 
 def served(info: ModelInfo) -> bool:
@@ -42,17 +30,12 @@ def served(info: ModelInfo) -> bool:
     return is_text_model(info) or is_embedding_model(info)
 
 
-def adapters(mv: ServingVersion) -> tuple[str, ...]:
-    """The LoRA adapters ``mv``'s backend serves (none when it lists none)."""
-    return getattr(getattr(mv, "model", None), "lora_adapters", ())
-
-
 class Models(Protocol):
-    """The server's model table: what serves a name now, and every serving version."""
+    """The data plane's catalog: what serves a name now, and every serving version."""
 
-    def resolve(self, name: str, version: str = "") -> ServingVersion: ...
-    def routed(self, name: str) -> ServingVersion: ...
-    def serving(self, name: str = "") -> Iterator[ServingVersion]: ...
+    def served_model(self, name: str, version: str = "") -> ServedModel: ...
+    def routed_model(self, name: str) -> ServedModel: ...
+    def served_models(self) -> Sequence[ServedModel]: ...
 
 
 class Catalog:
@@ -68,11 +51,9 @@ class Catalog:
         self.created = int(time.time())
         self._tokenizers: dict[Path, object] = {}  # transformers tokenizers, by directory
         #: Each loaded version's tokenizer, looked up once (a reload makes a new version object).
-        self._by_version: weakref.WeakKeyDictionary[ServingVersion, Tokenizer] = weakref.WeakKeyDictionary()
+        self._by_version: weakref.WeakKeyDictionary[ServedModel, Tokenizer] = weakref.WeakKeyDictionary()
         #: The loads under way (a request and the start-up warming share one).
-        self._loading: weakref.WeakKeyDictionary[ServingVersion, asyncio.Future[Tokenizer]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._loading: weakref.WeakKeyDictionary[ServedModel, asyncio.Future[Tokenizer]] = weakref.WeakKeyDictionary()
 
     def listed(self) -> list[dict[str, object]]:
         """``GET /v1/models``'s ``data``: one entry per text model name the request's tenant may see."""
@@ -83,10 +64,10 @@ class Catalog:
         seen by whoever sees its model."""
         grant = CURRENT.get()
         names: set[str] = set()
-        for mv in self.models.serving():
+        for mv in self.models.served_models():
             if served(mv.info) and (grant is None or grant.sees(mv.name)):
                 names.add(mv.name)
-                names.update(adapters(mv))
+                names.update(mv.lora_adapters)
         return sorted(names)
 
     def not_found(self, name: str) -> OpenAIError:
@@ -98,38 +79,38 @@ class Catalog:
         entry: dict[str, object] = {"id": name, "object": "model", "created": self.created, "owned_by": "inferd",
                                     "root": name, "parent": None}  # fmt: skip
         try:
-            engine = getattr(self.models.resolve(name).model, "openai", None)
+            engine = self.models.served_model(name).chat_engine
         except InferdError:
             engine = None
         if engine is not None:
             entry["max_model_len"] = engine.max_model_len
         return entry
 
-    def version(self, name: str) -> ServingVersion:
+    def version(self, name: str) -> ServedModel:
         """The version serving ``name`` now (the base model of an adapter); a 404 when there is none,
         this API does not serve it, or the request's tenant may not see it."""
         return self.resolve(name)[0]
 
-    def resolve(self, name: str) -> tuple[ServingVersion, str | None]:
+    def resolve(self, name: str) -> tuple[ServedModel, str | None]:
         """:meth:`version`, and the LoRA adapter ``name`` names (None when it names a model)."""
         grant = CURRENT.get()
         try:
-            mv = self.models.routed(name)  # a model name names no version: the traffic split picks
+            mv = self.models.routed_model(name)  # a model name names no version: the traffic split picks
         except InferdError:
             return self._adapter(name)
         if not served(mv.info) or (grant is not None and not grant.sees(name)):
             raise self.not_found(name)
         return mv, None
 
-    def _adapter(self, name: str) -> tuple[ServingVersion, str]:
+    def _adapter(self, name: str) -> tuple[ServedModel, str]:
         """The version whose backend serves LoRA adapter ``name`` (a scan: adapters only)."""
         grant = CURRENT.get()
-        for mv in self.models.serving():
-            if name in adapters(mv) and served(mv.info) and (grant is None or grant.sees(mv.name)):
+        for mv in self.models.served_models():
+            if name in mv.lora_adapters and served(mv.info) and (grant is None or grant.sees(mv.name)):
                 return mv, name
         raise self.not_found(name)
 
-    async def tokenizer(self, mv: ServingVersion) -> Tokenizer:
+    async def tokenizer(self, mv: ServedModel) -> Tokenizer:
         """``--openai-tokenizer``, else the tokenizer found in the model's directory."""
         tokenizer = self._by_version.get(mv)
         if tokenizer is not None:
@@ -147,37 +128,37 @@ class Catalog:
     async def warm(self) -> None:
         """Load every serving text model's tokenizer now (at start-up, in the background), so the
         first request does not wait for ``transformers`` to import; a failure waits for a request."""
-        for mv in list(self.models.serving()):
+        for mv in list(self.models.served_models()):
             if is_text_model(mv.info):
                 try:
                     await self.tokenizer(mv)
                 except OpenAIError:
                     pass
 
-    async def _load(self, mv: ServingVersion) -> Tokenizer:
+    async def _load(self, mv: ServedModel) -> Tokenizer:
         tokenizer = await self._tokenizer(mv)
-        options = model_options(mv.model_dir, mv.version) if mv.model_dir is not None else {}
+        options = model_options(mv.directory, mv.version) if mv.directory is not None else {}
         tokenizer.tool_call_parser = options.get("tool_call_parser") or self.tool_call_parser
         return tokenizer
 
-    async def _tokenizer(self, mv: ServingVersion) -> Tokenizer:
-        options = model_options(mv.model_dir, mv.version) if mv.model_dir is not None else {}
+    async def _tokenizer(self, mv: ServedModel) -> Tokenizer:
+        options = model_options(mv.directory, mv.version) if mv.directory is not None else {}
         template = self.chat_template
         if "chat_template" in options:
             try:
-                template = await asyncio.to_thread(read_template, options["chat_template"], mv.model_dir)
+                template = await asyncio.to_thread(read_template, options["chat_template"], mv.directory)
             except ValueError as exc:
                 raise OpenAIError(500, f"model '{mv.name}': model.json: {exc}", "server_error") from None
-        engine = getattr(mv.model, "openai", None)
+        engine = mv.chat_engine
         if engine is not None and self.tokenizer_dir is None:  # the engine's own tokenizer and renderer
             return Tokenizer(engine.tokenizer, engine, template)
         directory = self.tokenizer_dir
-        if directory is None and mv.model_dir is not None:
-            directory = await asyncio.to_thread(find_tokenizer_dir, mv.model_dir, mv.version)
+        if directory is None and mv.directory is not None:
+            directory = await asyncio.to_thread(find_tokenizer_dir, mv.directory, mv.version)
         if directory is None:
             raise bad_request(
                 f"model '{mv.name}' has no tokenizer: put tokenizer.json and tokenizer_config.json in "
-                f"{mv.model_dir} (or its version folder, or a 'tokenizer' folder), or pass --openai-tokenizer",
+                f"{mv.directory} (or its version folder, or a 'tokenizer' folder), or pass --openai-tokenizer",
                 "model",
             )
         hf = self._tokenizers.get(directory)

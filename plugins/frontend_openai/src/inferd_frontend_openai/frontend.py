@@ -26,7 +26,7 @@ class OpenAIFrontend(Frontend):
     a model this API serves is loaded at start-up, and a port in use is a warning (the server runs
     without this API) rather than a failed start. ``tls`` and ``max_input_size`` are the HTTP
     port's (``--http-ssl-*``, ``--http-max-input-size``); so are the access rules
-    (``dataplane.access.http``: ``--auth-config`` and ``--http-restricted-api``).
+    (``dataplane.settings.access.http``: ``--auth-config`` and ``--http-restricted-api``).
     """
 
     name = "OpenAI"
@@ -52,7 +52,7 @@ class OpenAIFrontend(Frontend):
     async def start(self, dataplane: DataPlane) -> None:
         from inferd_frontend_openai.catalog import Catalog, served
 
-        if self.fallback and not any(served(mv.info) for mv in dataplane.table.serving()):
+        if self.fallback and not any(served(mv.info) for mv in dataplane.served_models()):
             self.not_serving = "not serving: no model it serves is loaded; set --openai-port to serve it"
             log.info("OpenAI API not served: no loaded model follows its convention (decoupled, text_input and "
                      "text_output BYTES) and no --openai-port was given")  # fmt: skip
@@ -60,13 +60,14 @@ class OpenAIFrontend(Frontend):
         from inferd_frontend_openai.access import Guarded, OpenAIBodyLimit  # the app: only when it is served
         from inferd_frontend_openai.app import ROUTES, OpenAIApp
 
-        catalog = Catalog(dataplane.table, self.tokenizer, self.chat_template, self.tool_call_parser)
+        settings = dataplane.settings
+        catalog = Catalog(dataplane, self.tokenizer, self.chat_template, self.tool_call_parser)
         self._warming = asyncio.ensure_future(catalog.warm())
-        app: ASGIApp = OpenAIApp(dataplane, catalog, self.metrics)
-        if dataplane.access is not None:  # no rules: nothing on the request path
-            app = Guarded(app, dataplane.access.http, ROUTES)
+        app: ASGIApp = OpenAIApp(dataplane, catalog, self.metrics, settings.access)
+        if settings.access is not None:  # no rules: nothing on the request path
+            app = Guarded(app, settings.access.http, ROUTES)
         app = OpenAIBodyLimit(app, self.max_input_size)
-        server = AsgiServer(app, self.host, self.port, "OpenAI frontend", dataplane.shares_ports, self.tls)
+        server = AsgiServer(app, self.host, self.port, "OpenAI frontend", settings.shares_ports, self.tls)
         try:
             await server.start()
         except StartupError as exc:  # the default port in use: serve without this API

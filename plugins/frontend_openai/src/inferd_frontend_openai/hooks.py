@@ -48,7 +48,6 @@ def _factory(options: ServerSettings) -> OpenAIFrontend | None:
     extra = options.extra
     if not extra.get("allow_openai", True):
         return None
-    from inferd.api import HTTP_MAX_INPUT_SIZE, http_tls_config
     from inferd_frontend_openai.frontend import OpenAIFrontend
     from inferd_frontend_openai.tokenizer import read_template
 
@@ -61,10 +60,9 @@ def _factory(options: ServerSettings) -> OpenAIFrontend | None:
         raise StartupError(f"--chat-template: {exc}") from None
     port = extra.get("openai_port")
     host = extra.get("openai_address") or options.host
-    tls = http_tls_config(extra)  # the HTTP port's certificates, as the metrics port's
-    max_input_size = int(extra.get("http_max_input_size", HTTP_MAX_INPUT_SIZE))
+    http = options.http  # the HTTP port's certificates and body limit, as the metrics port's
     return OpenAIFrontend(host, DEFAULT_PORT if port is None else int(port), tokenizer, fallback=port is None,
-                          tls=tls, max_input_size=max_input_size, chat_template=template,
+                          tls=http.tls, max_input_size=http.max_input_size, chat_template=template,
                           tool_call_parser=extra.get("tool_call_parser") or None)  # fmt: skip
 
 

@@ -15,8 +15,8 @@ from inferd.frontends.header_forward import pattern_option
 from inferd.serving.tls import TlsConfig, grpc_config
 
 if TYPE_CHECKING:
+    from inferd.contracts.dataplane import DataPlane
     from inferd.contracts.hookspecs import ServerSettings
-    from inferd.dataplane import DataPlane
     from inferd.frontends.grpc.service import InferenceService
 
 TRANSPORTS = ("grpcio", "h2")
@@ -72,7 +72,7 @@ class GrpcFrontend(Frontend):
         self._service = InferenceService(
             dataplane, self.stream_max_inflight or STREAM_MAX_INFLIGHT, self.forward_pattern
         )
-        transport = self._make_transport(dataplane.shares_ports)  # --workers N share the port
+        transport = self._make_transport(dataplane.settings.shares_ports)  # --workers N share the port
         self.port = await transport.start(self._service, self.host, self.port)
         self._transport = transport
 

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import grpc
 from google.protobuf import json_format
 
-from inferd.auth import CURRENT, ApiGroup, Grant, unknown_model, visible_entries, visible_names
-from inferd.contracts.errors import ErrorKind, InferdError, InvalidArgument, NotFound, poll_failure
+from inferd.auth import CURRENT, ApiGroup, Grant, Hidden, ModelAction, admit, unknown_model, visible_entries
+from inferd.contracts.errors import ErrorKind, InferdError, InvalidArgument
 from inferd.contracts.validation import check_repository_name
+from inferd.frontends import results_json
 from inferd.frontends.grpc import grpc_service_pb2 as pb
 from inferd.frontends.grpc import health_pb2, traffic_pb2
 from inferd.frontends.grpc.codec import (
@@ -33,8 +34,8 @@ from inferd.frontends.header_forward import GRPC_TRANSPORT_HEADERS, HeaderForwar
 from inferd.shared_memory import bind_outputs
 
 if TYPE_CHECKING:
+    from inferd.contracts.dataplane import DataPlane
     from inferd.contracts.types import InferRequest
-    from inferd.dataplane import DataPlane
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,11 @@ def _check_seen(model: str) -> None:
         raise unknown_model(model)
 
 
+#: The RPCs whose answer for a model the caller may not see is not NOT_FOUND (:func:`inferd.auth.admit`).
+_ACTIONS = {"ModelReady": ModelAction.READY, "RepositoryModelLoad": ModelAction.LOAD,
+            "RepositoryModelUnload": ModelAction.UNLOAD}  # fmt: skip
+
+
 class InferenceService:
     """One method per RPC; each takes the request message and returns the response message."""
 
@@ -172,7 +178,8 @@ class InferenceService:
         #: Response queues of the open streams, told to wind down when the server stops.
         self._streams: set[asyncio.Queue[Any]] = set()
         #: The gRPC access rules (``inferd.auth``); None: every call is open.
-        self.policy = dataplane.access.grpc if dataplane.access is not None else None
+        access = dataplane.settings.access
+        self.policy = access.grpc if access is not None else None
         #: Metadata forwarded as request parameters; None: the transports pass no metadata to infer.
         self.forward: HeaderForward | None = None
         if forward_pattern is not None:
@@ -185,23 +192,14 @@ class InferenceService:
         or an unknown model's error); a model the caller may not see answers as an unknown one."""
         assert self.policy is not None
         model = model_of(rpc.name, request)
-        grant = self.policy.admit(rpc.group, model, metadata)
-        if not grant.visible:
-            with grant.serving():  # its hints name only models the caller may see
-                return self._hidden(rpc.name, model)
+        grant = admit(self.policy, rpc.group, _ACTIONS.get(rpc.name, ModelAction.OTHER), model, metadata, self.dp)
+        if grant is Hidden.NOT_READY:
+            return pb.ModelReadyResponse(ready=False)
+        if grant is Hidden.UNLOADED:
+            return pb.RepositoryModelUnloadResponse()  # unloading an unknown model succeeds
+        assert isinstance(grant, Grant)
         with grant.serving():
             return await method(request)
-
-    def _hidden(self, rpc: str, model: str) -> Any:
-        if rpc == "ModelReady":
-            return pb.ModelReadyResponse(ready=False)
-        if rpc in ("RepositoryModelLoad", "RepositoryModelUnload"):
-            self.dp._check_control()  # the control mode answers first, for any model
-            if rpc == "RepositoryModelLoad":
-                raise NotFound(poll_failure(model))
-            return pb.RepositoryModelUnloadResponse()  # unloading an unknown model succeeds
-        # any other RPC (ModelTraffic): as the data plane answers a name it does not know
-        raise unknown_model(model, candidates=visible_names(self.dp.table.names()))
 
     def open_stream(self, metadata: Mapping[str, str]) -> Grant | None:
         """Admit a ModelStreamInfer call (its key and API group; None without a policy). Its
@@ -230,24 +228,27 @@ class InferenceService:
 
     async def ServerMetadata(self, request: pb.ServerMetadataRequest) -> pb.ServerMetadataResponse:
         meta = self.dp.server_metadata()
-        return pb.ServerMetadataResponse(name=meta["name"], version=meta["version"], extensions=meta["extensions"])
+        return pb.ServerMetadataResponse(name=meta.name, version=meta.version, extensions=meta.extensions)
 
     async def ModelMetadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
         meta = self.dp.model_metadata(request.name, request.version)
         tensor = pb.ModelMetadataResponse.TensorMetadata
         return pb.ModelMetadataResponse(
-            name=meta["name"],
-            versions=meta["versions"],
-            platform=meta["platform"],
-            inputs=[tensor(name=t["name"], datatype=t["datatype"], shape=t["shape"]) for t in meta["inputs"]],
-            outputs=[tensor(name=t["name"], datatype=t["datatype"], shape=t["shape"]) for t in meta["outputs"]],
+            name=meta.name,
+            versions=meta.versions,
+            platform=meta.platform,
+            inputs=[tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in meta.inputs],
+            outputs=[tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in meta.outputs],
         )
 
     async def ModelConfig(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
         return pb.ModelConfigResponse(config=self.dp.model_config(request.name, request.version))
 
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest) -> pb.ModelStatisticsResponse:
-        stats = visible_entries(await self.dp.model_statistics(request.name, request.version))
+        stats = [
+            results_json.statistics(s)
+            for s in visible_entries(await self.dp.model_statistics(request.name, request.version))
+        ]
         return json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse(), ignore_unknown_fields=True)
 
     # -- inference --------------------------------------------------------------------------------
@@ -390,12 +391,7 @@ class InferenceService:
         index = pb.RepositoryIndexResponse.ModelIndex
         return pb.RepositoryIndexResponse(
             models=[
-                index(
-                    name=e.get("name", ""),
-                    version=e.get("version", ""),
-                    state=e.get("state", ""),
-                    reason=e.get("reason", ""),
-                )
+                index(name=e.name, version=e.version, state=e.state, reason=e.reason)
                 for e in visible_entries(self.dp.repository_index(request.ready))
             ]
         )
@@ -406,8 +402,9 @@ class InferenceService:
             shown = await self.dp.set_traffic(request.name, dict(request.weights))
         else:
             shown = self.dp.traffic(request.name)
-        states = {v: d["state"] for v, d in shown["versions"].items()}
-        return traffic_pb2.ModelTrafficResponse(weights=shown["weights"], states=states, json=json.dumps(shown))
+        states = {v: d.state for v, d in shown.versions.items()}
+        return traffic_pb2.ModelTrafficResponse(weights=shown.weights, states=states,
+                                                json=json.dumps(results_json.traffic(shown)))  # fmt: skip
 
     async def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest) -> pb.RepositoryModelLoadResponse:
         check_repository_name(request.repository_name)
@@ -443,7 +440,7 @@ class InferenceService:
             current = self.dp.trace_settings(request.model_name)
         value_type = pb.TraceSettingResponse.SettingValue
         return pb.TraceSettingResponse(settings={
-            k: value_type(value=v if isinstance(v, list) else [v]) for k, v in current.items()
+            k: value_type(value=v if isinstance(v, list) else [v]) for k, v in results_json.trace_settings(current).items()
         })  # fmt: skip
 
     async def LogSettings(self, request: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
@@ -454,7 +451,7 @@ class InferenceService:
         current = await self.dp.update_log_settings(settings) if settings else self.dp.log_settings()
         value_type = pb.LogSettingsResponse.SettingValue
         out = {}
-        for k, v in current.items():
+        for k, v in results_json.log_settings(current).items():
             if isinstance(v, bool):
                 out[k] = value_type(bool_param=v)
             elif isinstance(v, int):

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 from inferd.contracts.frontend import Frontend
 from inferd.contracts.hookspecs import FrontendRegister, hookimpl
 from inferd.serving import HTTP_HEADER_TIMEOUT, HTTP_MAX_HEADER_SIZE, HTTP_MAX_INPUT_SIZE, AsgiServer, BodyLimit
-from inferd.serving.tls import TlsConfig, http_config
+from inferd.serving.tls import TlsConfig
 
 if TYPE_CHECKING:
+    from inferd.contracts.dataplane import DataPlane
     from inferd.contracts.hookspecs import ServerSettings
-    from inferd.dataplane import DataPlane
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class HttpFrontend(Frontend):
         app = BodyLimit(http_app, self.max_input_size)  # --http-max-input-size
         direct = http_app.direct_routes(self.max_input_size)
         self.server = AsgiServer(
-            app, self.host, self.port, "HTTP frontend", dataplane.shares_ports, tls=self.tls, direct=direct,
+            app, self.host, self.port, "HTTP frontend", dataplane.settings.shares_ports, tls=self.tls, direct=direct,
             max_header_bytes=self.max_header_size, header_timeout=self.header_timeout,
         )  # fmt: skip
         await self.server.start()
@@ -66,15 +66,9 @@ class HttpFrontend(Frontend):
 def _factory(options: ServerSettings) -> HttpFrontend | None:
     if not options.allow_http:
         return None
-    return HttpFrontend(
-        options.host,
-        options.http_port,
-        http_config(options.extra),
-        options.extra.get("http_max_input_size", HTTP_MAX_INPUT_SIZE),
-        options.extra.get("http_max_header_size", HTTP_MAX_HEADER_SIZE),
-        options.extra.get("http_header_timeout_secs", HTTP_HEADER_TIMEOUT),
-        options.extra.get("http_header_forward_pattern"),
-    )
+    http = options.http
+    return HttpFrontend(options.host, options.http_port, http.tls, http.max_input_size, http.max_header_size,
+                        http.header_timeout, http.forward_pattern)  # fmt: skip
 
 
 @hookimpl

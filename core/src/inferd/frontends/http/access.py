@@ -1,6 +1,6 @@
 """The HTTP frontend's side of ``inferd.auth``: each route asks the policy once, before it runs.
 
-Only built when the server has access rules (``dataplane.access``); without them the routes are
+Only built when the server has access rules (``dataplane.settings.access``); without them the routes are
 the plain endpoints and the infer path is untouched.
 """
 
@@ -13,14 +13,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from inferd.auth import AccessDenied, AccessPolicy, ApiGroup, Grant, unknown_model, visible_names
-from inferd.contracts.errors import InferdError, NotFound, poll_failure
+from inferd.auth import AccessDenied, AccessPolicy, ApiGroup, Grant, Hidden, ModelAction, admit
+from inferd.contracts.errors import InferdError
 from inferd.frontends.http.errors import STATUS, error_body, error_headers, error_reply
 from inferd.frontends.http.infer import send_reply
 from inferd.serving import Reply
 
 if TYPE_CHECKING:
-    from inferd.dataplane import DataPlane
+    from inferd.contracts.dataplane import DataPlane
     from inferd.frontends.http.infer import InferEndpoint, RequestHead
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -33,32 +33,30 @@ def _denied_response(exc: AccessDenied) -> Response:
     return response
 
 
-async def _hidden(name: str, dp: DataPlane, model: str) -> Response:
-    """What a model the tenant may not see answers, as an unknown model does."""
-    if name == "model_ready":
+#: The routes whose answer for a model the caller may not see is not an error (or not NOT_FOUND).
+_ACTIONS = {"model_ready": ModelAction.READY, "load": ModelAction.LOAD, "unload": ModelAction.UNLOAD}
+
+
+def _hidden_response(answer: Hidden) -> Response:
+    """What a model the caller may not see answers, as an unknown model does."""
+    if answer is Hidden.NOT_READY:
         return Response(b'{"error":"Model version not ready"}', 400, media_type="application/json")
-    if name in ("load", "unload"):
-        dp._check_control()  # the control mode answers first, for any model
-        if name == "load":
-            raise NotFound(poll_failure(model))
-        return Response(status_code=200)  # unloading an unknown model succeeds
-    # any other route (traffic): as the data plane answers a name it does not know
-    raise unknown_model(model, candidates=visible_names(dp.table.names()))
+    return Response(status_code=200)  # unloading an unknown model succeeds
 
 
 def admitted(endpoint: Endpoint, name: str, group: ApiGroup, policy: AccessPolicy, dp: DataPlane) -> Endpoint:
-    """``endpoint`` (route ``name`` of API ``group``) behind ``policy``: refused, or run with its
-    grant in ``CURRENT``."""
+    """``endpoint`` (route ``name`` of API ``group``) behind ``policy`` (:func:`inferd.auth.admit`):
+    refused, or run with its grant in ``CURRENT``."""
+    action = _ACTIONS.get(name, ModelAction.OTHER)
 
     async def call(request: Request) -> Response:
         model = request.path_params.get("model", "")
         try:
-            grant = policy.admit(group, model, dict(request.headers.items()))
+            grant = admit(policy, group, action, model, dict(request.headers.items()), dp)
         except AccessDenied as exc:
             return _denied_response(exc)
-        if not grant.visible:
-            with grant.serving():  # its hints name only models the tenant may see
-                return await _hidden(name, dp, model)
+        if isinstance(grant, Hidden):
+            return _hidden_response(grant)
         return await _run(endpoint(request), grant)
 
     return call

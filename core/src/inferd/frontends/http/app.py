@@ -30,6 +30,7 @@ from inferd.auth import AccessPolicy, ApiGroup, visible_entries
 from inferd.config import config_to_json
 from inferd.contracts.errors import InferdError, InvalidArgument
 from inferd.contracts.validation import check_repository_name
+from inferd.frontends import results_json
 from inferd.frontends.header_forward import HeaderForward
 from inferd.frontends.http.access import AdmittedInfer, admitted, admitted_answer
 from inferd.frontends.http.codec import parse_json
@@ -40,8 +41,8 @@ from inferd.serving import Handler, Headers, Reply
 from inferd.shared_memory.service import register_request
 
 if TYPE_CHECKING:
+    from inferd.contracts.dataplane import DataPlane
     from inferd.contracts.types import InferResponse
-    from inferd.dataplane import DataPlane
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,8 @@ class HttpApp:
     def __init__(self, dp: DataPlane, forward_pattern: str | None = None) -> None:
         """``forward_pattern``: ``--http-header-forward-pattern`` (None: headers are not forwarded)."""
         endpoints = Endpoints(dp)
-        policy = dp.access.http if dp.access is not None else None
+        access = dp.settings.access
+        policy = access.http if access is not None else None
         self.policy = policy
         forward = None
         if forward_pattern is not None:
@@ -221,10 +223,12 @@ class Endpoints:
         return Response(status_code=200 if await self.dp.is_ready() else 400)
 
     async def server_metadata(self, request: Request) -> Response:
-        return _json(self.dp.server_metadata())
+        return _json(results_json.server_metadata(self.dp.server_metadata()))
 
     async def model_metadata(self, request: Request) -> Response:
-        return _json(self.dp.model_metadata(request.path_params["model"], _version(request)))
+        return _json(
+            results_json.model_metadata(self.dp.model_metadata(request.path_params["model"], _version(request)))
+        )
 
     async def model_ready(self, request: Request) -> Response:
         if await self.dp.model_ready(request.path_params["model"], _version(request)):
@@ -236,7 +240,8 @@ class Endpoints:
 
     async def model_stats(self, request: Request) -> Response:
         name = request.path_params.get("model", "")
-        return _json({"model_stats": visible_entries(await self.dp.model_statistics(name, _version(request)))})
+        stats = visible_entries(await self.dp.model_statistics(name, _version(request)))
+        return _json({"model_stats": [results_json.statistics(s) for s in stats]})
 
     async def generate(self, request: Request) -> Response:
         """One JSON object out (the generate extension); errors from the model answer 400, as in Triton."""
@@ -273,7 +278,7 @@ class Endpoints:
             raise InvalidArgument(
                 f"attempt to access JSON non-boolean as boolean ('ready' must be a boolean, got {ready_only!r})"
             )
-        return _json(visible_entries(self.dp.repository_index(ready_only)))
+        return _json([results_json.repository_entry(e) for e in visible_entries(self.dp.repository_index(ready_only))])
 
     async def load(self, request: Request) -> Response:
         _no_repository_name(request)
@@ -293,30 +298,32 @@ class Endpoints:
         return Response(status_code=200)
 
     async def usage(self, request: Request) -> Response:
-        return _json(await self.dp.tenant_usage())
+        return _json(results_json.usage(await self.dp.tenant_usage()))
 
     async def traffic_get(self, request: Request) -> Response:
-        return _json(self.dp.traffic(request.path_params["model"]))
+        return _json(results_json.traffic(self.dp.traffic(request.path_params["model"])))
 
     async def traffic_post(self, request: Request) -> Response:
         raw = await _body(request)  # a long weight stays text: refused naming its model and version
         body = parse_json(raw, "request", long_as_text=True) if raw.strip() else {}
         if not isinstance(body, dict) or "weights" not in body:
             raise InvalidArgument('traffic request must be a JSON object with "weights": {"<version>": <weight>}')
-        return _json(await self.dp.set_traffic(request.path_params["model"], body["weights"]))
+        return _json(results_json.traffic(await self.dp.set_traffic(request.path_params["model"], body["weights"])))
 
     async def trace_get(self, request: Request) -> Response:
-        return _json(self.dp.trace_settings(request.path_params.get("model", "")))
+        return _json(results_json.trace_settings(self.dp.trace_settings(request.path_params.get("model", ""))))
 
     async def trace_post(self, request: Request) -> Response:
         settings = await _settings_body(request, "trace setting request")
-        return _json(await self.dp.update_trace_settings(settings, request.path_params.get("model", "")))
+        current = await self.dp.update_trace_settings(settings, request.path_params.get("model", ""))
+        return _json(results_json.trace_settings(current))
 
     async def logging_get(self, request: Request) -> Response:
-        return _json(self.dp.log_settings())
+        return _json(results_json.log_settings(self.dp.log_settings()))
 
     async def logging_post(self, request: Request) -> Response:
-        return _json(await self.dp.update_log_settings(await _settings_body(request, "log setting request")))
+        current = await self.dp.update_log_settings(await _settings_body(request, "log setting request"))
+        return _json(results_json.log_settings(current))
 
     async def shm_status(self, request: Request) -> Response:
         return _json(self.dp.shared_memory.status(_shm_kind(request), request.path_params.get("region", "")))

@@ -33,9 +33,9 @@ from inferd.serving import Headers, Reply
 from inferd.shared_memory import bind_outputs
 
 if TYPE_CHECKING:
+    from inferd.contracts.dataplane import DataPlane
     from inferd.contracts.model_info import ModelInfo
     from inferd.contracts.types import InferRequest
-    from inferd.dataplane import DataPlane
     from inferd.frontends.header_forward import HeaderForward
 
 _JSON = b"application/json"

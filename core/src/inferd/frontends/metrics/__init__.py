@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 from inferd.contracts.errors import StartupError
 from inferd.contracts.flags import parse_bool
 from inferd.contracts.hookspecs import FrontendRegister, hookimpl
-from inferd.serving.tls import http_config
 
 if TYPE_CHECKING:
     from inferd.contracts.hookspecs import ServerSettings
@@ -48,7 +47,7 @@ def _factory(options: ServerSettings) -> MetricsFrontend | None:
         latency_config(list(extra.get("metrics_config") or [])),
         cpu=bool(extra.get("allow_cpu_metrics", True)),
         gpu=bool(extra.get("allow_gpu_metrics", True)),
-        tls=http_config(extra),
+        tls=options.http.tls,
     )
 
 

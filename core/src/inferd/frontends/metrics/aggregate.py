@@ -7,22 +7,23 @@ the worker that answered the scrape.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from inferd.contracts import merge
 from inferd.contracts.merge import add_snapshot
 
 if TYPE_CHECKING:
-    from inferd.contracts.stats import LatencyObserver, VersionStats
-    from inferd.frontends.metrics.collectors import LocalVersion
+    from inferd.contracts.dataplane import ServingVersion, VersionCounters
+    from inferd.contracts.stats import LatencyObserver
 
 
 class SummedStats:
     """What the collectors read of a :class:`~inferd.contracts.stats.VersionStats`, with the peers' counters added."""
 
-    def __init__(self, local: VersionStats, peers: dict[str, Any] | None) -> None:
+    def __init__(self, local: VersionCounters, peers: Mapping[str, Any] | None) -> None:
         self.local = local
-        self.peers = peers
+        self.peers = dict(peers) if peers is not None else None
 
     @property
     def observer(self) -> LatencyObserver | None:
@@ -35,7 +36,7 @@ class SummedStats:
 class SummedVersion:
     """A serving version as the collectors see it, its ``stats`` summed over the workers."""
 
-    def __init__(self, version: LocalVersion, peers: dict[str, Any] | None) -> None:
+    def __init__(self, version: ServingVersion, peers: Mapping[str, Any] | None) -> None:
         self._version = version
         self.name = version.name
         self.version = version.version
@@ -48,6 +49,6 @@ class SummedVersion:
         return getattr(self._version, name)
 
 
-def summed(versions: list[LocalVersion], others: dict[merge.RowKey, dict[str, Any]]) -> list[SummedVersion]:
+def summed(versions: list[ServingVersion], others: Mapping[merge.RowKey, Mapping[str, Any]]) -> list[SummedVersion]:
     """``versions`` with every other worker's counters (snapshots summed by ``merge.RowKey``) added."""
     return [SummedVersion(mv, others.get((mv.name, str(mv.version), mv.namespace))) for mv in versions]

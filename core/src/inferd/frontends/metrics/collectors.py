@@ -22,7 +22,7 @@ from inferd.frontends.metrics.latency import LatencyConfig, LatencyWindows
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
-    from inferd.contracts.stats import LatencyObserver, VersionStats
+    from inferd.contracts.stats import LatencyObserver
     from inferd.frontends.metrics.system import CpuMetrics, GpuMetrics
 
 MODEL = ("model", "version")
@@ -40,28 +40,19 @@ class ServedStats(Protocol):
     def snapshot(self) -> dict[str, Any]: ...
 
 
-class LocalVersion(Protocol):
-    """A serving version of this worker, as the data plane lists it (``DataPlane.serving_versions``)."""
-
-    name: str
-    version: int
-    namespace: str
-    config: ModelConfig
-    decoupled: bool
-
-    @property
-    def stats(self) -> VersionStats: ...
-
-
 class ServedVersion(Protocol):
     """What the collectors read of a serving model version."""
 
-    name: str
-    version: int
-    namespace: str
-    config: ModelConfig
-    decoupled: bool
-
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def config(self) -> ModelConfig: ...
+    @property
+    def decoupled(self) -> bool: ...
     @property
     def stats(self) -> ServedStats: ...
 

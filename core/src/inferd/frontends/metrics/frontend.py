@@ -7,10 +7,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from inferd.contracts import merge
 from inferd.contracts.errors import StartupError
 from inferd.contracts.flags import parse_bool
 from inferd.contracts.frontend import Frontend
@@ -20,9 +20,10 @@ from inferd.serving.tls import TlsConfig
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
+    from prometheus_client.metrics_core import Metric
 
-    from inferd.dataplane import DataPlane
-    from inferd.frontends.metrics.collectors import LocalVersion, ServedVersion
+    from inferd.contracts.dataplane import DataPlane, OtherWorkers, ServingVersion
+    from inferd.frontends.metrics.collectors import ServedVersion
     from inferd.frontends.metrics.latency import LatencyConfig
     from inferd.frontends.metrics.system import CpuMetrics, GpuMetrics
 
@@ -73,27 +74,26 @@ class MetricsFrontend(Frontend):
         self.gpu: GpuMetrics | None = None
         self.dataplane: DataPlane | None = None
         self.registry: CollectorRegistry | None = None
-        #: ``--workers N`` (None: this process is the server): the data plane, which gives the other
-        #: workers' counters, and what it gave for the scrape being written.
-        self.workers: DataPlane | None = None
-        self._others: list[dict[str, Any]] = []  # the other workers' counts (inferd.workers.counts)
+        #: ``--workers N``: the other workers' counters for the scrape being written (None: none).
+        self._others: OtherWorkers | None = None
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.server: AsgiServer | None = None
         self._access: Any = None  # the AccessControl added to the metric sources
 
-    def versions(self) -> list[LocalVersion]:
+    def versions(self) -> list[ServingVersion]:
         """Every serving model version, by name then version."""
         assert self.dataplane is not None
         return list(self.dataplane.serving_versions())
 
     def served(self) -> Sequence[ServedVersion]:
         """What the collectors read: :meth:`versions`, with the other workers' counters when there are."""
-        if self.workers is None:
+        others = self._others
+        if others is None:
             return self.versions()
         from inferd.frontends.metrics.aggregate import summed
 
-        return summed(self.versions(), merge.snapshots([c["snapshots"] for c in self._others]))
+        return summed(self.versions(), others.snapshots)
 
     def scrape(self, accept: str = "") -> tuple[bytes, str]:
         """The body and content type of one scrape (OpenMetrics when ``accept`` asks for it)."""
@@ -104,20 +104,19 @@ class MetricsFrontend(Frontend):
         return scrape(self.registry, accept)
 
     async def scrape_workers(self, accept: str = "") -> tuple[bytes, str]:
-        """:meth:`scrape`; with ``--workers N``, the other workers' counters added (asked first, off the
-        event loop) and this worker's saved after (see :mod:`inferd.workers.counts`)."""
-        if self.workers is None:
-            return self.scrape(accept)
-        others = await self.workers.other_counts()
+        """:meth:`scrape`; with ``--workers N``, the other workers' counters added (the data plane
+        asks for them first, off the event loop, and saves this worker's after)."""
+        assert self.dataplane is not None
+        return await self.dataplane.with_other_workers(partial(self._scrape_with, accept))
+
+    def _scrape_with(self, accept: str, others: OtherWorkers | None) -> tuple[bytes, str]:
         self._others = others  # read by the collectors during the scrape (no await in between)
         try:
-            body = self.scrape(accept)
+            return self.scrape(accept)
         finally:
-            self._others = []
-        await self.workers.save_counts()
-        return body
+            self._others = None
 
-    def _attach(self, versions: list[LocalVersion]) -> None:
+    def _attach(self, versions: list[ServingVersion]) -> None:
         """Give each model version latency windows, when summaries or histograms are on."""
         if not (self.config.summaries or self.config.histograms):
             return
@@ -134,21 +133,20 @@ class MetricsFrontend(Frontend):
         from inferd.frontends.metrics.system import CpuMetrics, GpuMetrics
 
         self.dataplane = dataplane
-        self.workers = dataplane if dataplane.peers is not None else None
+        settings = dataplane.settings
         self.cpu = CpuMetrics() if self.want_cpu else None
         self.gpu = await asyncio.to_thread(GpuMetrics.probe) if self.want_gpu else None
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(ModelCollector(self.served, self.config, dataplane.namespacing))
+        self.registry.register(ModelCollector(self.served, self.config, settings.namespacing))
         self.registry.register(SystemCollector(self.cpu, self.gpu))
         # Families other plugins contribute (Triton's custom metrics), summed over the workers.
-        summed = SummedSources(SOURCES, lambda: [c["sources"] for c in self._others])
-        self.registry.register(SOURCES if self.workers is None else summed)
-        if dataplane.access is not None:  # per-tenant counters (inferd.auth), summed over the workers
-            SOURCES.add(dataplane.access)
-            self._access = dataplane.access
+        self.registry.register(_PluginSources(self))
+        if settings.access is not None:  # per-tenant counters (inferd.auth), summed over the workers
+            SOURCES.add(settings.access)
+            self._access = settings.access
         await self._sample()
         self._attach(self.versions())
-        self.server = AsgiServer(self._app, self.host, self.port, "metrics frontend", dataplane.shares_ports, self.tls)
+        self.server = AsgiServer(self._app, self.host, self.port, "metrics frontend", settings.shares_ports, self.tls)
         await self.server.start()
         self.port = self.server.port
         self._tasks = [asyncio.get_running_loop().create_task(self._every_interval(), name="inferd-metrics-interval")]
@@ -219,12 +217,26 @@ class MetricsFrontend(Frontend):
         return f"{'https' if self.tls else 'http'}://{self.address()}/metrics"
 
 
+class _PluginSources:
+    """The families plugins add (:data:`SOURCES`), with the other workers' samples added during a
+    scrape that has them."""
+
+    def __init__(self, frontend: MetricsFrontend) -> None:
+        self.frontend = frontend
+
+    def collect(self) -> Iterator[Metric]:
+        others = self.frontend._others
+        if others is None:
+            return SOURCES.collect()
+        return SummedSources(SOURCES, lambda: list(others.sources)).collect()
+
+
 def _header(scope: dict[str, Any], name: bytes) -> str:
     """One request header's value ("" when absent)."""
     return next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == name), "")
 
 
-def _buckets(mv: LocalVersion) -> tuple[float, ...]:
+def _buckets(mv: ServingVersion) -> tuple[float, ...]:
     """Histogram buckets a model's ``model_metrics`` sets for the first-response histogram."""
     for control in mv.config.model_metrics.metric_control:
         if control.metric_identifier.family == "nv_inference_first_response_histogram_ms":
