@@ -17,7 +17,17 @@ from typing import Any
 
 import pytest
 
-from inferd.api import Backend, DataPlane, Instance, InstanceSpec, Model, ModelLoadContext, ServedModel, hookimpl
+from inferd.api import (
+    Backend,
+    DataPlane,
+    Instance,
+    InstanceSpec,
+    Model,
+    ModelLoadContext,
+    ServedModel,
+    SyncInstance,
+    hookimpl,
+)
 from inferd.auth import access_from_flags, digest
 from inferd.contracts.errors import InferdError
 from inferd.contracts.hookspecs import BackendRegister
@@ -58,7 +68,7 @@ class Engine:
         raise NotImplementedError
 
 
-class Silent(Instance):
+class Silent(SyncInstance):
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse]:
         raise NotImplementedError  # nothing here runs a request
 
