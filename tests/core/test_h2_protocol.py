@@ -42,7 +42,7 @@ class App:
             stream = send.__self__  # what inferd's gRPC reply looks at
             for _ in range(20):
                 await send({"type": "http.response.body", "body": CHUNK, "more_body": True})
-            self.seen["parked"] = stream.stream.pending_bytes
+            self.seen["parked"] = stream.pending_bytes
             stream.abort_stream()
             self.seen["disconnected"] = stream.disconnected
             return
@@ -89,7 +89,7 @@ def test_asgi_answers_trailers_only_to_clients_that_take_them_and_a_failed_app_g
 
 
 def test_a_stream_whose_client_grants_no_window_parks_its_bytes_and_is_reset() -> None:
-    """What the gRPC reply's stall bound uses: ``send.__self__.stream.pending_bytes`` and ``abort_stream``."""
+    """What the gRPC reply's stall bound uses: ``send.__self__.pending_bytes`` and ``abort_stream``."""
 
     async def scenario(server: H2Server, app: App) -> tuple[Answer, dict[str, Any]]:
         return await _call(server.port, "/park"), app.seen

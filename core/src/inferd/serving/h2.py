@@ -48,6 +48,7 @@ from urllib.parse import unquote
 import zttp
 
 from inferd.serving.flow import HIGH_WATER_LIMIT, ReadingFlow
+from inferd.serving.h2_send import DataSender, receive_windows
 from inferd.serving.h2_stream import AsgiApp, AsgiStream, Headers, UnaryRoute, UnaryStream
 from inferd.serving.writes import HeldWrites
 
@@ -98,6 +99,7 @@ class GrpcH2Protocol(asyncio.Protocol):
 
     transport: HeldWrites
     flow: ReadingFlow
+    sender: DataSender
     client: tuple[str, int] | None = None
 
     def __init__(self, server_state: Any, _loop: asyncio.AbstractEventLoop | None = None, **_: Any) -> None:
@@ -130,12 +132,14 @@ class GrpcH2Protocol(asyncio.Protocol):
         self.connections.add(self)
         self.flow = ReadingFlow(transport)
         self.transport = HeldWrites(transport)
+        self.sender = DataSender(self.transport.write)
         self.client = _address(transport.get_extra_info("peername"))
         self._server = _address(transport.get_extra_info("sockname"))
         if transport.get_extra_info("sslcontext") is not None:
             self._scheme = "https"
         self.conn.initiate_connection()
         self.flush()
+        self.transport.write(receive_windows())
         self._active_at = self.loop.time()
         self._idle_timer = self.loop.call_later(self.served.keep_alive_secs, self._idle_check)
 
@@ -190,10 +194,8 @@ class GrpcH2Protocol(asyncio.Protocol):
                 stream = streams.get(event.stream_id)
                 if stream is None or stream.response_complete:
                     continue
-                stream.body += event.data
-                if len(stream.body) > HIGH_WATER_LIMIT:
+                if stream.take(event.data) > HIGH_WATER_LIMIT:
                     self.flow.pause_reading()
-                stream.message_event.set()
             elif kind is zttp.Request:
                 self.handle_request(event)
             elif kind is zttp.EndOfMessage:
@@ -204,7 +206,14 @@ class GrpcH2Protocol(asyncio.Protocol):
                 stream.message_event.set()
             elif kind is zttp.NeedData or kind is zttp.ConnectionClosed:
                 return
-            elif kind in _CONTROL:  # zttp answers them (acks, send windows); they only cost here
+            elif kind is zttp.WindowUpdate:
+                self.sender.window_update(event.stream_id, event.increment)
+                if not self._allow():
+                    return
+            elif kind in _CONTROL:  # zttp answers them (acks); they only cost here
+                if kind is zttp.Settings:  # its ack (zttp's) goes before DATA framed by the new values
+                    self.flush()
+                    self.sender.settings(event.params)
                 if not self._allow():
                     return
             elif kind is zttp.RstStream:
@@ -225,6 +234,7 @@ class GrpcH2Protocol(asyncio.Protocol):
             self.conn.stream(stream_id).reset(_REFUSED_STREAM)
             return
         self._taken += 1
+        self.sender.open(stream_id)
         if self.shutdown_requested:
             self._unavailable(stream_id)
         elif not self._start_unary(event):
@@ -245,7 +255,7 @@ class GrpcH2Protocol(asyncio.Protocol):
         handler = route(event.method, _header_list(event.headers))
         if handler is None:
             return False
-        stream = UnaryStream(self.conn, event, self.transport, self.flow, self.resume_reading_if_idle)
+        stream = UnaryStream(self.conn, event, self.transport, self.flow, self.resume_reading_if_idle, self.sender)
         self.streams[event.stream_id] = stream
         self._run(stream.run(handler, self.on_response_complete, self.loop))
         return True
@@ -262,7 +272,9 @@ class GrpcH2Protocol(asyncio.Protocol):
             "raw_path": raw_path, "query_string": event.query, "headers": _header_list(event.headers),
             "extensions": {"http.response.trailers": {}},
         }  # fmt: skip
-        stream = AsgiStream(scope, self.conn, event, self.transport, self.flow, self.resume_reading_if_idle)
+        stream = AsgiStream(
+            scope, self.conn, event, self.transport, self.flow, self.resume_reading_if_idle, self.sender
+        )
         self.streams[event.stream_id] = stream
         self._run(stream.run(self.served.app, self.on_response_complete))
 
@@ -275,11 +287,19 @@ class GrpcH2Protocol(asyncio.Protocol):
         """A stream opened after shutdown began: HTTP 503 (gRPC clients read UNAVAILABLE)."""
         stream = self.conn.stream(stream_id)
         stream.send_response(503, _UNAVAILABLE)
-        stream.send_data(b"Service Unavailable")
-        stream.end_message()
+        self.flush()
+        self.sender.send(stream_id, (b"Service Unavailable",))
+        self.sender.after(stream_id, lambda: self._end_unavailable(stream_id))
+
+    def _end_unavailable(self, stream_id: int) -> None:
+        self.sender.close(stream_id)
+        if not self.transport.is_closing():
+            self.conn.stream(stream_id).end_message()
+            self.flush()
 
     def _reset(self, stream_id: int) -> None:
         """The client reset a stream: its call, if it still runs, learns it went away."""
+        self.sender.close(stream_id)
         stream = self.streams.pop(stream_id, None)
         if stream is None:
             return
@@ -322,7 +342,7 @@ class GrpcH2Protocol(asyncio.Protocol):
     def resume_reading_if_idle(self) -> None:
         """Read again, unless a stream still holds a body over the high-water mark its call has not taken."""
         for stream in self.streams.values():
-            if len(stream.body) > HIGH_WATER_LIMIT:
+            if stream.held > HIGH_WATER_LIMIT:
                 return
         self.flow.resume_reading()
 
