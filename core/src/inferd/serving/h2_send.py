@@ -141,8 +141,14 @@ class DataSender:
         size = sum(view.nbytes for view in views)
         if not size:
             return
-        if size <= JOIN_BELOW and len(views) > 1:
-            views = [memoryview(b"".join(views))]
+        if size <= JOIN_BELOW:
+            if not out.queued and size <= min(self.window, out.window, self.max_frame):  # the usual small answer
+                self._write(b"".join([frame_header(size, 0x0, 0, stream_id), *views]))
+                self.window -= size
+                out.window -= size
+                return
+            if len(views) > 1:
+                views = [memoryview(b"".join(views))]
         out.parts.extend(views)
         out.queued += size
         if stream_id not in self._waiting:
