@@ -43,7 +43,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--concurrency", default="1,64", help="connections, comma-separated (default 1,64)")
     p.add_argument("--batching", default="on,off", help="dynamic batching: on, off (default both)")
     p.add_argument("--servers", default="triton,inferd,null", help="triton, inferd, null (default all)")
-    p.add_argument("--workers", default="1,2", help="inferd --workers values (default 1,2)")
+    p.add_argument(
+        "--workers", default="1,auto", help="inferd --workers values; auto: no flag, the default (default 1,auto)"
+    )
     p.add_argument("--grpc-transports", default="grpcio,h2", help="inferd --grpc-transport values")
     p.add_argument("--seconds", type=int, default=5, help="length of each timed run, whole seconds (default 5)")
     p.add_argument("--warmup", type=int, default=1, help="untimed run before each row, s (default 1; 0: none)")
@@ -219,8 +221,8 @@ def _build_jobs(bench: Bench, repo: Path, protocols: list[str], batchings: list[
     http = [p for p in protocols if p != "grpc"]
     transports = _csv(bench.args.grpc_transports) if has_transport else [None]
     jobs: list[Job] = []
-    for w in (int(n) for n in _csv(bench.args.workers)):
-        if w != 1 and not has_workers:
+    for w in _csv(bench.args.workers):
+        if w not in ("1", "auto") and not has_workers:
             jobs.append(functools.partial(bench.not_available, f"{name} w{w}", protocols, batchings,
                                           "n/a (flag not available)"))  # fmt: skip
             continue
@@ -230,7 +232,7 @@ def _build_jobs(bench: Bench, repo: Path, protocols: list[str], batchings: list[
                 continue
             grpc_label = f"{name} w{w}" + (f" grpc={transport}" if transport else "")
 
-            def job(w: int = w, transport: str | None = transport, served: list[str] = served,
+            def job(w: str = w, transport: str | None = transport, served: list[str] = served,
                     grpc_label: str = grpc_label) -> None:  # fmt: skip
                 server = servers.inferd(repo, w if has_workers else None, transport, bench.work, name, env)
                 bench.run_server(server, f"{name} w{w}", served, batchings, grpc_label)

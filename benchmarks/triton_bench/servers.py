@@ -140,15 +140,16 @@ def inferd_flags(env: dict[str, str] | None = None) -> set[str]:
     return set(re.findall(r"--[a-z][a-z0-9-]*", out))
 
 
-def inferd(repo: Path, workers: int | None, transport: str | None, work: Path, name: str = "inferd",
+def inferd(repo: Path, workers: str | None, transport: str | None, work: Path, name: str = "inferd",
            env: dict[str, str] | None = None) -> Server:  # fmt: skip
-    """An ``inferd serve`` on ``repo``; ``workers``/``transport`` None leave that flag out; ``env``
-    (:func:`checkout_env`) runs another checkout's sources."""
+    """An ``inferd serve`` on ``repo``; ``workers``/``transport`` None leave that flag out (``workers``
+    "auto": the flag's default, also left out); ``env`` (:func:`checkout_env`) runs another
+    checkout's sources."""
     h, g, m = free_ports(3)
     cmd = [*INFERD, "serve", "--model-repository", str(repo), "--http-address", "127.0.0.1",
            "--http-port", str(h), "--grpc-port", str(g), "--metrics-port", str(m)]  # fmt: skip
-    if workers is not None:
-        cmd += ["--workers", str(workers)]
+    if workers is not None and workers != "auto":
+        cmd += ["--workers", workers]
     if transport is not None:
         cmd += ["--grpc-transport", transport]
     label = f"{name.replace('@', '-')}-w{workers or 1}" + (f"-{transport}" if transport else "")

@@ -10,7 +10,7 @@ import pytest
 from inferd.contracts.errors import ConfigError
 from inferd.contracts.flags import SuggestingParser, backend_config_setting, setting_flag, setting_integer
 from inferd.contracts.registry import Registry
-from inferd.engine.health import ServerHealth, model_is_ready, unready_models
+from inferd.engine.health import ServerHealth, all_versions_loaded, model_is_ready, unready_models
 from inferd.engine.states import LOADING, READY, UNLOADED, UNLOADING, ModelRecord, State, VersionState, Why
 from inferd.host import triton_flags
 from inferd.host.plugins import PluginHost
@@ -182,17 +182,29 @@ def _record(name: str, **versions: VersionState) -> ModelRecord:
     return record
 
 
-def test_strict_readiness_rule_is_tritons():
+def test_strict_readiness_needs_a_serving_version_of_each_model():
     failed = VersionState(State.UNAVAILABLE, Why.LOAD_FAILED, "boom")
     reload_failed = VersionState(State.READY, Why.RELOAD_FAILED, "boom")  # the old version still serves
     removed = VersionState(State.UNAVAILABLE, Why.REMOVED)
     assert model_is_ready(_record("a", v1=READY, v2=UNLOADED, v3=removed, v4=reload_failed))
-    assert not model_is_ready(_record("b", v1=READY, v2=failed))
+    assert model_is_ready(_record("b", v1=READY, v2=failed))  # a new version failed beside a serving one
+    assert model_is_ready(_record("b", v1=READY, v2=LOADING))  # a new version loading beside a serving one
+    assert model_is_ready(_record("u", v1=UNLOADED, v2=removed))  # every version left on purpose
+    assert not model_is_ready(_record("f", v1=UNLOADED, v2=failed))  # nothing serves, and a load failed
     assert not model_is_ready(_record("c", v1=LOADING))
     assert not model_is_ready(_record("d", v1=UNLOADING))
     assert not model_is_ready(_record("e"))  # no version yet (being prepared) or a model-level failure
     records = [_record("z", v1=failed), _record("a", v1=READY), _record("m")]
     assert unready_models(records) == ["m", "z"]
+
+
+def test_tritons_rule_fails_a_model_on_any_failed_version():
+    failed = VersionState(State.UNAVAILABLE, Why.LOAD_FAILED, "boom")
+    reload_failed = VersionState(State.READY, Why.RELOAD_FAILED, "boom")
+    assert all_versions_loaded(_record("a", v1=READY, v2=UNLOADED, v3=reload_failed))
+    assert not all_versions_loaded(_record("b", v1=READY, v2=failed))
+    assert not all_versions_loaded(_record("c", v1=READY, v2=LOADING))
+    assert not all_versions_loaded(_record("e"))
 
 
 class _Table:

@@ -88,6 +88,32 @@ def test_a_waiter_cancelled_while_waiting_leaves_the_queue(runners: list[Instanc
     asyncio.run(main())
 
 
+def test_a_release_between_a_waiter_s_cancel_and_its_wake_up_drops_it_once(runners: list[InstanceRunner]) -> None:
+    """The cancelled waiter's future is dropped by ``release()`` before its task runs; the task's
+    own clean-up must not try to remove it again (it raised ``ValueError: ... not in deque``)."""
+
+    async def main() -> None:
+        pool = InstancePool(runners[:1])
+        held = await pool.acquire()
+        cancelled = asyncio.ensure_future(pool.acquire())
+        behind = asyncio.ensure_future(pool.acquire())
+        await _settle()
+        cancelled.cancel()  # cancels its future now; the task wakes on a later loop turn...
+        pool.release(held)  # ...after this release has popped that future and served `behind`
+        await _settle()
+        assert cancelled.cancelled()  # not ValueError
+        assert await asyncio.wait_for(behind, 2) is held
+        alone = asyncio.ensure_future(pool.acquire())  # the same with nobody behind: freed, not lost
+        await _settle()
+        alone.cancel()
+        pool.release(held)
+        await _settle()
+        assert alone.cancelled()
+        assert await asyncio.wait_for(pool.acquire(), 2) is held
+
+    asyncio.run(main())
+
+
 def test_a_waiter_cancelled_just_after_the_hand_off_gives_the_instance_back(runners: list[InstanceRunner]) -> None:
     async def main() -> None:
         pool = InstancePool(runners[:1])

@@ -14,6 +14,7 @@ from inferd.config import parse_config_text
 from inferd.contracts.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
 from inferd.contracts.errors import InvalidArgument
 from inferd.contracts.hookspecs import hookimpl
+from inferd.engine.health import model_is_ready
 from inferd.engine.states import ModelRecord, State, VersionState, Why
 from inferd.host.plugins import PluginHost
 from inferd.host.server import Server, ServerOptions
@@ -98,10 +99,16 @@ class MarkerModel(Model):
 
 
 class MarkerBackend(Backend):
-    """Loads a version unless its ``model.txt`` says ``fail: <message>``."""
+    """Loads a version unless its ``model.txt`` says ``fail: <message>``; auto-completing the config
+    (which reads the highest version's file) fails when it says ``unreadable: <message>``."""
 
     name = "marker"
     default_model_filename = "model.txt"
+
+    def autocomplete_config(self, config, model_dir: Path, version_dir: Path | None) -> None:
+        text = (version_dir / "model.txt").read_text() if version_dir is not None else ""
+        if text.startswith("unreadable: "):
+            raise OSError(text.removeprefix("unreadable: "))
 
     def load_model(self, context: ModelLoadContext) -> Model:
         text = context.model_path.read_text()
@@ -252,5 +259,94 @@ def test_loading_completes_a_copy_of_the_scanned_config(tmp_path):
         await manager.load("m")
         assert [g.name for g in manager.table.resolve("m").config.instance_group] == ["m"]  # completed
         assert manager.snapshot.models["m"].config == parse_config_text(PLAIN, "m")  # untouched
+
+    run(repo, scenario)
+
+
+def test_a_new_version_that_fails_leaves_the_old_one_serving_until_its_files_are_fixed(tmp_path):
+    repo = write_repository(tmp_path, {"m": plain("fine")})
+
+    async def scenario(manager: ModelManager) -> None:
+        await manager.load("m")
+        old = manager.table.resolve("m")
+        (repo / "m" / "2").mkdir()
+        (repo / "m" / "2" / "model.txt").write_text("fail: corrupt weights")
+        with pytest.raises(InvalidArgument) as err:
+            await manager.load("m")
+        assert err.value.message == "failed to load 'm': version 2: corrupt weights"
+        assert rows(manager, "m") == [("1", "READY", ""), ("2", "UNAVAILABLE", "corrupt weights")]
+        assert manager.table.resolve("m") is old and manager.table.resolve("m", "1") is old
+        assert model_is_ready(manager.table.records["m"])
+
+        (repo / "m" / "2" / "model.txt").write_text("fine")
+        await manager.load("m")  # fixed: version 2 replaces version 1
+        assert rows(manager, "m") == [("1", "UNAVAILABLE", "unloaded"), ("2", "READY", "")]
+        assert manager.table.resolve("m").version == 2
+
+    run(repo, scenario)
+
+
+def test_a_failed_version_whose_files_are_removed_leaves_the_index(tmp_path):
+    repo = write_repository(tmp_path, {"m": plain("fine")})
+
+    async def scenario(manager: ModelManager) -> None:
+        await manager.load("m")
+        (repo / "m" / "2").mkdir()
+        (repo / "m" / "2" / "model.txt").write_text("fail: corrupt weights")
+        with pytest.raises(InvalidArgument):
+            await manager.load("m")
+        (repo / "m" / "2" / "model.txt").unlink()
+        (repo / "m" / "2").rmdir()
+        await manager.load("m")
+        assert rows(manager, "m") == [("1", "READY", "")]
+
+    run(repo, scenario)
+
+
+def test_an_auto_complete_failure_is_the_failure_of_the_version_it_read(tmp_path):
+    repo = write_repository(tmp_path, {"m": plain("fine")})
+
+    async def scenario(manager: ModelManager) -> None:
+        await manager.load("m")
+        old = manager.table.resolve("m")
+        (repo / "m" / "2").mkdir()
+        (repo / "m" / "2" / "model.txt").write_text("unreadable: permission denied")
+        with pytest.raises(InvalidArgument, match="failed to load 'm': version 2: OSError: permission denied$"):
+            await manager.load("m")
+        assert rows(manager, "m") == [("1", "READY", ""), ("2", "UNAVAILABLE", "OSError: permission denied")]
+        assert manager.table.resolve("m") is old
+
+    run(repo, scenario)
+
+
+def test_versions_that_served_keep_serving_until_every_picked_version_is_ready(tmp_path):
+    # latest 2: versions 1 and 2 serve; version 3 appears broken, so the policy picks 2 and 3.
+    config = PLAIN + "version_policy: { latest: { num_versions: 2 } }\n"
+    repo = write_repository(tmp_path, {"m": {**plain("fine", "fine"), "config.pbtxt": config}})
+
+    async def scenario(manager: ModelManager) -> None:
+        await manager.load("m")
+        (repo / "m" / "3").mkdir()
+        (repo / "m" / "3" / "model.txt").write_text("fail: half copied")
+        with pytest.raises(InvalidArgument):
+            await manager.load("m")
+        assert sorted(manager.table.records["m"].serving) == [1, 2]  # 1 stays until 3 is READY
+        assert rows(manager, "m") == [("1", "READY", ""), ("2", "READY", ""), ("3", "UNAVAILABLE", "half copied")]
+
+    run(repo, scenario)
+
+
+def test_an_auto_complete_failure_on_a_serving_version_is_a_failed_reload(tmp_path):
+    repo = write_repository(tmp_path, {"m": plain("fine")})
+
+    async def scenario(manager: ModelManager) -> None:
+        await manager.load("m")
+        old = manager.table.resolve("m")
+        (repo / "m" / "1" / "model.txt").write_text("unreadable: permission denied")
+        with pytest.raises(InvalidArgument):
+            await manager.load("m")
+        reason = "reload failed, previous version still serving: OSError: permission denied"
+        assert rows(manager, "m") == [("1", "READY", reason)]
+        assert manager.table.resolve("m") is old
 
     run(repo, scenario)

@@ -94,4 +94,4 @@ def test_openmetrics_keeps_triton_names_and_types(registry):
     assert samples[("nv_inference_request_success", frozenset({("model", "alpha"), ("version", "1")}))] == 4
     assert samples[("nv_energy_consumption", frozenset({("gpu_uuid", "GPU-1")}))] == 0
     bucket = frozenset({("model", "alpha"), ("version", "1"), ("le", "2.5")})
-    assert samples[("nv_inference_first_response_histogram_ms_bucket", bucket)] == 1
+    assert samples[("nv_inference_first_response_histogram_ms_bucket", bucket)] == 4  # 2.500-2.503 ms: 2 ms

@@ -51,7 +51,8 @@ def test_without_boto3_the_error_names_the_extra():
     code = (
         "import sys; sys.modules['boto3'] = None\n"
         "from inferd.host.cli import main\n"
-        "sys.exit(main(['serve', '--model-repository', 's3://bucket/models']))\n"
+        # one process: the one whose boto3 import is blocked (workers would import it afresh)
+        "sys.exit(main(['serve', '--model-repository', 's3://bucket/models', '--workers', '1']))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode != 0

@@ -133,7 +133,11 @@ def test_fingerprint_changes_with_any_file_under_the_model_and_only_then(tmp_pat
     third = fingerprint(model)
     assert third not in (first, second)
     (model / "2").mkdir()  # an empty directory counts too
-    assert fingerprint(model) not in (first, second, third)
+    fourth = fingerprint(model)
+    assert fourth not in (first, second, third)
+    (model / "1" / "model.py").chmod(0o000)  # a file made (un)readable: a load would see it
+    assert fingerprint(model) not in (first, second, third, fourth)
+    (model / "1" / "model.py").chmod(0o644)
 
 
 def test_importing_a_model_py_does_not_change_the_fingerprint(tmp_path):

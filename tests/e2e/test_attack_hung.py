@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -205,3 +207,47 @@ def test_unloading_a_model_stuck_in_execute_completes_and_a_reload_serves(server
     assert status == 200, body
     assert body["outputs"][0]["data"] == [0]
     marker.unlink()
+
+
+# Answers X after a short sleep, on one instance: concurrent requests queue for it.
+BUSY_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+BUSY_PY = """
+import time
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(0.002)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())])
+                for r in requests]
+"""
+
+
+def test_clients_that_go_away_while_queued_leave_no_traceback_and_no_lost_instance(tmp_path):
+    """Many clients queued for one instance hang up at once, as a load generator's do when it
+    stops: each cancelled waiter leaves the queue once (issue 42 item 7: a release() between a
+    waiter's cancel and its wake-up dropped it, then its own clean-up raised ``ValueError: <Future
+    cancelled> is not in deque``, one traceback per waiter), and the instance is not lost."""
+    repo = write_repository(tmp_path / "models", {"busy": {"config.pbtxt": BUSY_CONFIG, "1/model.py": BUSY_PY}})
+    body = json.dumps({"inputs": [_tensor("X", "FP32", 7)]}).encode()
+    head = f"POST /v2/models/busy/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    with ServerProcess([repo]) as srv:
+        host, port = srv.http_url.split(":")
+        for _ in range(10):
+            clients = [socket.create_connection((host, int(port)), timeout=10) for _ in range(60)]
+            for c in clients:
+                c.sendall(head + body)
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = reset
+            time.sleep(0.05)  # most are queued behind the one instance now
+            for c in clients:
+                c.close()
+        status, answer = _post(srv, "/v2/models/busy/infer", {"inputs": [_tensor("X", "FP32", 7)]}, {}, 30)
+        assert status == 200 and answer["outputs"][0]["data"] == [7], answer
+        log = srv.log()
+    assert "Traceback" not in log, log[log.index("Traceback") :][:3000]

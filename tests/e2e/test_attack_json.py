@@ -139,3 +139,17 @@ def test_the_openai_frontend_refuses_deep_json_too(server: tuple[ServerProcess, 
         assert error["message"].startswith("We could not parse the JSON body of your request: ")
         assert TOO_DEEP in error["message"]
     assert _post(f"http://{srv.http_url}/v2/models/add_sub/infer", f'{{"inputs":[{INPUTS}]}}')[0] == 200
+
+
+def test_an_integer_of_thousands_of_digits_is_refused_in_inferds_words(server: tuple[ServerProcess, int]) -> None:
+    """Python refuses to read an integer of more than 4300 digits; the 400 says so without its advice
+    to call ``sys.set_int_max_str_digits()`` (issue 41)."""
+    srv, _ = server
+    number = "7" * 5000
+    for path, body in [("/v2/repository/index", f'{{"ready":{number}}}'),
+                       ("/v2/models/add_sub/infer", f'{{"parameters":{{"n":{number}}},"inputs":[{INPUTS}]}}'),
+                       ("/v2/logging", f'{{"log_verbose_level":{number}}}')]:  # fmt: skip
+        status, text = _post(f"http://{srv.http_url}{path}", body)
+        error = json.loads(text)["error"]
+        assert status == 400 and "an integer has more than 4300 digits" in error, (path, error[:300])
+        assert "sys." not in error and "Exceeds the limit" not in error, (path, error[:300])

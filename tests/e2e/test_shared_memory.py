@@ -571,3 +571,47 @@ def test_cuda_inputs_and_outputs_on_the_gpu(client: Client, protocol: str) -> No
         client.unregister_cuda_shared_memory()
         cudashm.destroy_shared_memory_region(inp)
         cudashm.destroy_shared_memory_region(out)
+
+
+# -- --allow-client-shm (Triton 2.69+) --------------------------------------------------------------
+
+SHM_DISABLED = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
+
+
+def test_allow_client_shm_false_refuses_register_and_unregister(tmp_path: Path, region: Any) -> None:
+    root = write_repository(tmp_path / "models", {"add_sub": models.add_sub()})
+    name, key, handle = region(32)
+    shm.set_shared_memory_region(handle, [A, B])
+    with ServerProcess([root], ["--allow-client-shm=false"]) as srv:
+        http = httpclient.InferenceServerClient(srv.http_url)
+        grpc = grpcclient.InferenceServerClient(srv.grpc_url)
+        gpu_handle = base64.b64encode(b"\x01" * 64)
+        for protocol, c in (("http", http), ("grpc", grpc)):
+            calls: list[Callable[[], Any]] = [
+                lambda c=c: c.register_system_shared_memory(name, key, 32),
+                lambda c=c: c.unregister_system_shared_memory(name),
+                lambda c=c: c.unregister_system_shared_memory(),
+                lambda c=c: c.register_cuda_shared_memory("gpu", gpu_handle, 0, 16),
+                lambda c=c: c.unregister_cuda_shared_memory(),
+            ]
+            for call in calls:  # Triton's UNSUPPORTED: 501 / UNIMPLEMENTED, before anything else is checked
+                assert error_of(call) == (expect(protocol, "501", "UNIMPLEMENTED"), SHM_DISABLED)
+            status = c.get_system_shared_memory_status()
+            assert (status == []) if protocol == "http" else (len(status.regions) == 0)
+        # the body is not read first: a broken one gets the same answer
+        code, body = _http(srv, "POST", f"/v2/systemsharedmemory/region/{name}/register", b"{not json")
+        assert (code, json.loads(body)) == (501, {"error": SHM_DISABLED})
+        # a request naming a region finds none; tensors on the wire still work
+        status, message = error_of(lambda: run(http, add_sub_request("http", name, None)))
+        assert (status, message) == ("404", f"Unable to find shared memory region: '{name}'")
+        x, y = httpclient.InferInput("INPUT0", [1, 4], "FP32"), httpclient.InferInput("INPUT1", [1, 4], "FP32")
+        x.set_data_from_numpy(A)
+        y.set_data_from_numpy(B)
+        np.testing.assert_array_equal(http.infer("add_sub", [x, y]).as_numpy("OUTPUT0"), A + B)
+        http.close()
+        grpc.close()
+    with ServerProcess([root], ["--allow-client-shm=true"]) as srv:  # explicit true: Triton 2.51's behaviour
+        for c in (httpclient.InferenceServerClient(srv.http_url), grpcclient.InferenceServerClient(srv.grpc_url)):
+            c.register_system_shared_memory(name, key, 32)
+            c.unregister_system_shared_memory(name)
+            c.close()

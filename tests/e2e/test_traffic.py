@@ -186,9 +186,9 @@ def test_bad_traffic_requests_are_refused(start) -> None:
     server = start({"m": model_files("m", {1: 0, 2: 0})})
     cases = [
         ("m", {"weights": {"3": 1, "1": 1}}, 404, "version 3 is not found"),
-        ("m", {"weights": {"1": -1, "2": 1}}, 400, "must be an integer >= 0"),
-        ("m", {"weights": {"1": 1.5, "2": 1}}, 400, "must be an integer >= 0"),
-        ("m", {"weights": {"x": 1}}, 400, "must be an integer > 0"),
+        ("m", {"weights": {"1": -1, "2": 1}}, 400, "must be an integer from 0 to 1000000"),
+        ("m", {"weights": {"1": 1.5, "2": 1}}, 400, "must be an integer from 0 to 1000000"),
+        ("m", {"weights": {"x": 1}}, 400, "'x' is not a version number"),
         ("m", {"weights": {"1": 0, "2": 0}}, 400, "all 0"),
         ("m", {"weights": {}}, 400, "non-empty"),
         ("m", {"split": 1}, 400, '"weights"'),
@@ -303,7 +303,7 @@ def test_grpc_traffic_service_and_ensemble_steps_follow_the_split(start, transpo
         assert dict(stub.ModelTraffic(traffic_pb2.ModelTrafficRequest(name="m")).weights) == {"1": 5, "2": 0}
         bad = [({"name": "m", "weights": {"7": 1}}, grpc.StatusCode.NOT_FOUND, "version 7 is not found"),
                ({"name": "m", "weights": {"1": 0, "2": 0}}, grpc.StatusCode.INVALID_ARGUMENT, "all 0"),
-               ({"name": "m", "weights": {"1": -3}}, grpc.StatusCode.INVALID_ARGUMENT, "integer >= 0"),
+               ({"name": "m", "weights": {"1": -3}}, grpc.StatusCode.INVALID_ARGUMENT, "integer from 0"),
                ({"name": "nope"}, grpc.StatusCode.NOT_FOUND, "nope")]  # fmt: skip
         for fields, code, text in bad:
             with pytest.raises(grpc.RpcError) as caught:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import logging
 import os
 from collections.abc import Awaitable, Sequence
@@ -18,6 +19,7 @@ from inferd import __version__
 from inferd import config as cfg
 from inferd.auth import ApiGroup, unknown_model, usage_json, visible_names
 from inferd.contracts import merge
+from inferd.contracts.backend import Model
 from inferd.contracts.errors import InferdError, InvalidArgument, Unavailable, poll_failure
 from inferd.contracts.metric_sources import SOURCES, MetricSources, SummedSources
 from inferd.contracts.names import name_problem, shown
@@ -126,21 +128,40 @@ class DataPlane:
 
     async def is_ready(self) -> bool:
         """Ready once start-up loading finished and the frontends accept requests (on every worker);
-        with ``--strict-readiness``, also every model READY (see :mod:`inferd.engine.health`)."""
-        return self.local_ready() and (self.peers is None or await self.peers.all_ready())
+        with ``--strict-readiness``, also every model serving (see :mod:`inferd.engine.health`): one
+        of its versions READY and, as Triton asks each backend, passing its own check
+        (``Model.check_ready``)."""
+        return await self.local_ready() and (self.peers is None or await self.peers.all_ready())
 
-    def local_ready(self) -> bool:
-        return self.health.ready()
+    async def local_ready(self) -> bool:
+        """This worker's part of :meth:`is_ready`."""
+        if not self.health.ready():
+            return False
+        models = self.health.models
+        if models is None:
+            return True
+        added = models.poll_added
+        serving = [list(r.serving.values()) for r in list(self.table.records.values()) if r.name not in added]
+        checked = [versions for versions in serving if any(_has_check(mv.model) for mv in versions)]
+        if not checked:
+            return True
+        return all(await asyncio.gather(*(_one_passes(versions) for versions in checked)))
 
     def server_metadata(self) -> dict[str, Any]:
         return {"name": self.server_name, "version": __version__, "extensions": self.extensions}
 
-    def model_ready(self, name: str, version: str = "") -> bool:
+    async def model_ready(self, name: str, version: str = "") -> bool:
+        """Triton's model ready: the version serves, its backend can serve it, and it passes its own check."""
         try:
             mv = self.table.resolve(name, version)
         except InferdError:
             return False
-        return mv.model is None or mv.model.not_serving() is None
+        model = mv.model
+        if model is None:
+            return True
+        if model.not_serving() is not None:
+            return False
+        return not _has_check(model) or await _check(mv) is None
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         info = self.resolve(name, version)
@@ -260,25 +281,20 @@ class DataPlane:
         self._check_control()
         check_model_name(name)
         parameters = parameters or {}
-        load = self.load_locally(name, parameters)
         if self.peers is None:
-            await load
+            await self.load_locally(name, parameters)
             return
-        wire = {k: _wire_value(v) for k, v in parameters.items()}
-        await self._everywhere(load, "load", {"name": name, "parameters": wire})
+        wire = await asyncio.to_thread(_wire_parameters, parameters)
+        await self._everywhere(self.load_locally(name, parameters), "load", {"name": name, "parameters": wire})
 
     async def load_locally(self, name: str, parameters: dict[str, Any]) -> None:
-        """This worker's part of :meth:`load_model` (no control-mode check: the asker did it)."""
-        override = None
-        if "config" in parameters:
-            override = cfg.config_from_json(parameters["config"], f"{poll_failure(name)}: parameter 'config'")
-        files = {k[5:]: _file_bytes(name, k, v) for k, v in parameters.items() if k.startswith("file:")}
-        unknown = [k for k in parameters if k != "config" and not k.startswith("file:")]
-        if unknown:
-            raise InvalidArgument(f"load request for '{name}': unknown parameter '{unknown[0]}'")
+        """This worker's part of :meth:`load_model` (no control-mode check: the asker did it). The
+        parameters are checked, parsed and decoded on a worker thread: a config of megabytes takes
+        seconds to parse, and the loop serves other clients meanwhile."""
+        override, files = await asyncio.to_thread(_load_parameters, name, parameters)
         await self.manager.load(name, override, files or None)
         if self.peers is not None:
-            self.loaded_with[name] = {k: _wire_value(v) for k, v in parameters.items()}
+            self.loaded_with[name] = await asyncio.to_thread(_wire_parameters, parameters)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         """Unload ``name`` (and the ensembles that call it; see :meth:`ModelManager.unload`)."""
@@ -377,6 +393,45 @@ class DataPlane:
         return True
 
 
+#: The largest ``config`` a load request may carry, as JSON text (docs/security.md): hundreds of
+#: times a large real config, and parsed in about a second.
+MAX_LOAD_CONFIG_BYTES = 4 << 20
+
+
+def _load_parameters(name: str, parameters: dict[str, Any]) -> tuple[cfg.ModelConfig | None, dict[str, bytes]]:
+    """A load request's config override and ``file:`` contents, checked (blocking: off the loop)."""
+    override = None
+    if "config" in parameters:
+        text = parameters["config"]
+        size = _json_size(text)
+        if size > MAX_LOAD_CONFIG_BYTES:
+            raise InvalidArgument(
+                f"{poll_failure(name)}: parameter 'config' is {size} bytes of JSON, more than the "
+                f"{MAX_LOAD_CONFIG_BYTES} bytes ({MAX_LOAD_CONFIG_BYTES >> 20} MiB) a load request's config may have"
+            )
+        override = cfg.config_from_json(text, f"{poll_failure(name)}: parameter 'config'")
+    files = {k[5:]: _file_bytes(name, k, v) for k, v in parameters.items() if k.startswith("file:")}
+    unknown = [k for k in parameters if k != "config" and not k.startswith("file:")]
+    if unknown:
+        raise InvalidArgument(f"load request for '{name}': unknown parameter '{unknown[0]}'")
+    return override, files
+
+
+def _json_size(value: Any) -> int:
+    """The size of ``value`` as JSON text in UTF-8 (a string is the text itself)."""
+    if isinstance(value, str):
+        return len(value) if value.isascii() else len(value.encode(errors="surrogatepass"))
+    try:
+        return len(json.dumps(value, separators=(",", ":")).encode(errors="surrogatepass"))
+    except (TypeError, ValueError):
+        return 0  # not JSON: config_from_json says so
+
+
+def _wire_parameters(parameters: dict[str, Any]) -> dict[str, Any]:
+    """Load parameters as JSON carries them to the other workers: ``file:`` bytes as base64 text."""
+    return {k: _wire_value(v) for k, v in parameters.items()}
+
+
 def _wire_value(value: Any) -> Any:
     """A load parameter as JSON carries it: ``file:`` bytes as base64 text."""
     return base64.b64encode(value).decode() if isinstance(value, (bytes, bytearray)) else value
@@ -392,3 +447,27 @@ def _file_bytes(model: str, key: str, value: Any) -> bytes:
         except ValueError:
             raise InvalidArgument(f"load request for '{model}': '{key}' is not valid base64") from None
     raise InvalidArgument(f"load request for '{model}': '{key}' must be base64 text or bytes")
+
+
+def _has_check(model: Model | None) -> bool:
+    """Whether ``model``'s backend defines ``check_ready`` (the others need no coroutine per ready request)."""
+    return model is not None and type(model).check_ready is not Model.check_ready
+
+
+async def _one_passes(versions: list[ModelVersion]) -> bool:
+    """One of a model's serving versions can serve and passes its own check (inferd's readiness
+    rule: a model serves while one version does; Triton asks every READY version)."""
+    for mv in versions:
+        model = mv.model
+        if model is None or (model.not_serving() is None and (not _has_check(model) or await _check(mv) is None)):
+            return True
+    return False
+
+
+async def _check(mv: ModelVersion) -> str | None:
+    """``mv``'s own readiness check; a failure is logged (debug) with its reason, as Triton does."""
+    assert mv.model is not None
+    problem = await mv.model.check_ready()
+    if problem is not None:
+        log.debug("model '%s' version %s is not ready: %s", mv.name, mv.version, problem)
+    return problem

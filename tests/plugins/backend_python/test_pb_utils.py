@@ -243,7 +243,7 @@ def test_hook_registers_the_backend_lazily():
 
     registered: dict[str, object] = {}
     hooks.inferd_register_backends(lambda name, factory, **options: registered.__setitem__(name, factory))
-    backend = registered["python"]()
+    backend = registered["python"]({})
     assert backend.name == "python" and backend.default_model_filename == "model.py"
 
 

@@ -225,3 +225,78 @@ def test_bad_tools_and_schemas_are_400_naming_the_field(servers: Servers, kwargs
     assert exc.value.body["param"] == param  # type: ignore[index]
     with pytest.raises(openai.BadRequestError):  # vllm serve refuses it too
         servers.vllm.chat.completions.create(model="llm", messages=messages, max_tokens=4, **kwargs)  # type: ignore[arg-type]
+
+
+#: The tiny Llama's ``</s>``, and one of its ordinary tokens.
+EOS, TOKEN = "1", 100
+FORCE_EOS: dict[str, Any] = {"logit_bias": {EOS: 100}}
+DRAW: dict[str, Any] = {"temperature": 1.0, "seed": 7}
+#: vLLM's sampling fields: name -> (the request without the field, the field's value), each built so
+#: that the field changes vllm serve's answer (the test checks it does). The others change nothing
+#: this model shows (``spaces_between_special_tokens``: vLLM's fast detokenizer joins special tokens
+#: either way) or only steer the engine: test_vllm_api.py checks they reach ``SamplingParams``.
+SAMPLING_CASES: dict[str, tuple[dict[str, Any], Any]] = {
+    "ignore_eos": (FORCE_EOS, True),
+    "min_tokens": (FORCE_EOS, 3),
+    "stop_token_ids": ({"logit_bias": {str(TOKEN): 100}}, [TOKEN]),
+    "allowed_token_ids": ({}, [TOKEN, TOKEN + 1, TOKEN + 2]),
+    "top_k": (DRAW, 1),
+    "min_p": (DRAW, 1.0),
+    "repetition_penalty": ({}, 2.0),
+    "skip_special_tokens": ({**FORCE_EOS, "ignore_eos": True}, False),
+    "include_stop_str_in_output": ({"stop": "(from the greedy text)"}, True),
+}
+
+
+def _completion(base: str, body: dict[str, Any]) -> tuple[str, str, int]:
+    """The text, finish reason and completion tokens of a completion of "hello world" (greedy, 8 tokens)."""
+    request = {"model": "llm", "prompt": "hello world", "max_tokens": 8, "temperature": 0, **body}
+    response = httpx.post(base + "/v1/completions", json=request, timeout=120)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    choice = answer["choices"][0]
+    return choice["text"], choice["finish_reason"], answer["usage"]["completion_tokens"]
+
+
+@pytest.mark.parametrize("name", list(SAMPLING_CASES))
+def test_vllm_sampling_fields_give_vllm_serves_answers(servers: Servers, name: str) -> None:
+    without, value = SAMPLING_CASES[name]
+    if name == "include_stop_str_in_output":  # a stop string from the middle of the greedy text
+        text = _completion(servers.vllm_base, {})[0]
+        without = {"stop": [text[len(text) // 2 : len(text) // 2 + 2]]}
+    ours, theirs = (_completion(base, {**without, name: value}) for base in (servers.inferd_base, servers.vllm_base))
+    assert ours == theirs, name
+    assert theirs != _completion(servers.vllm_base, without), f"{name} changes nothing: the case tests nothing"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_ignore_eos_gives_a_chat_its_max_tokens(servers: Servers, stream: bool) -> None:
+    """aiperf's fixed output length: a chat whose model says ``</s>`` at once gets max_tokens with ignore_eos."""
+    counts = []
+    for client in servers.both():
+        for ignore in (False, True):
+            kwargs: dict[str, Any] = {"max_tokens": 16, "temperature": 0, "logit_bias": FORCE_EOS["logit_bias"],
+                                      "extra_body": {"ignore_eos": ignore}}  # fmt: skip
+            if stream:
+                chunks = list(client.chat.completions.create(model="llm", messages=[{"role": "user", "content": "hi"}],
+                                                             stream=True, stream_options={"include_usage": True},
+                                                             **kwargs))  # fmt: skip
+                counts.append(chunks[-1].usage.completion_tokens)
+            else:
+                reply = client.chat.completions.create(
+                    model="llm", messages=[{"role": "user", "content": "hi"}], **kwargs
+                )
+                counts.append(reply.usage.completion_tokens)
+    assert counts[1] == counts[3] == 16  # ignore_eos: every one of its tokens
+    assert counts[0] == counts[2] < 16  # without: it stops at </s>
+
+
+def test_request_id_names_the_response_as_vllm_serve_names_it(servers: Servers) -> None:
+    for client in servers.both():
+        reply = client.chat.completions.create(model="llm", messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+                                               extra_body={"request_id": "abc-1"})  # fmt: skip
+        assert reply.id == "chatcmpl-abc-1"
+        assert (
+            client.completions.create(model="llm", prompt="hi", max_tokens=2, extra_body={"request_id": "x"}).id
+            == "cmpl-x"
+        )

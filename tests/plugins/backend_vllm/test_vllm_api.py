@@ -33,3 +33,39 @@ def test_two_stat_loggers_keep_their_own_collectors(chat_llama: Path) -> None:
         source.add(registry)
     running = next(f for f in source.collect() if f.name == "vllm:num_requests_running")
     assert sorted(s.labels["model_name"] for s in running.samples) == ["first", "second"]
+
+
+def test_every_field_of_vllm_serves_requests_is_served_or_refused() -> None:
+    """Each field vLLM's chat and completion requests declare is served by the OpenAI frontend, sent
+    on as a ``SamplingParams`` field, or refused by name; a field a vLLM upgrade adds fails here
+    until it is sorted into one of them."""
+    from inferd_frontend_openai import extra_fields
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+    known = extra_fields.SERVED | set(extra_fields.SAMPLING) | set(extra_fields.REFUSED) | {"add_special_tokens"}
+    for request in (ChatCompletionRequest, CompletionRequest):
+        assert set(request.model_fields) - known == set(), request.__name__
+        for name, (_, default) in extra_fields.SAMPLING.items():
+            if name in request.model_fields:
+                assert request.model_fields[name].get_default(call_default_factory=True) in (default, []), name
+        for name, default in extra_fields.REFUSED.items():
+            if name in request.model_fields:
+                assert request.model_fields[name].get_default(call_default_factory=True) in (default, None), name
+
+
+def test_vllm_sampling_fields_reach_the_backend_s_sampling_params() -> None:
+    """What the frontend sends for each field (non-default values) builds vLLM's ``SamplingParams``
+    with it: the fields whose effect the side-by-side tests cannot show are checked here."""
+    from inferd_backend_vllm.sampling import sampling_params
+    from inferd_frontend_openai import extra_fields
+
+    body = {"ignore_eos": True, "min_tokens": 2, "top_k": 5, "min_p": 0.1, "repetition_penalty": 1.2,
+            "stop_token_ids": [7], "include_stop_str_in_output": True, "skip_special_tokens": False,
+            "spaces_between_special_tokens": False, "allowed_token_ids": [3, 4], "bad_words": ["x"],
+            "watermarking": True, "stream_interval": 2, "vllm_xargs": {"key": 1}}  # fmt: skip
+    assert set(body) == set(extra_fields.SAMPLING)
+    fields = extra_fields.sampling(body, chat=True)
+    params = sampling_params(fields, from_tensor=True, stream=False)
+    for name, value in body.items():
+        assert getattr(params, "extra_args" if name == "vllm_xargs" else name) == value, name

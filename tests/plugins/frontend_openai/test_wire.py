@@ -193,3 +193,83 @@ def test_default_port_is_not_opened_without_a_model_it_serves(tmp_path: Path, ca
         (openai,) = [f for f in server.server.frontends if f.name == "OpenAI"]
         assert openai.server is None
     assert any("OpenAI API not served: no loaded model" in r.getMessage() for r in caplog.records)
+
+
+#: vLLM sampling fields a Python model cannot apply, each with a value that asks for something.
+VLLM_SAMPLING = [("ignore_eos", True), ("min_tokens", 2), ("stop_token_ids", [3]), ("top_k", 5), ("min_p", 0.1),
+                 ("repetition_penalty", 1.2), ("skip_special_tokens", False), ("allowed_token_ids", [4, 5]),
+                 ("bad_words", ["alpha"]), ("vllm_xargs", {"a": 1})]  # fmt: skip
+#: vLLM fields inferd serves on no model, per endpoint.
+NOT_SERVED = [("chat/completions", "use_beam_search", True), ("completions", "length_penalty", 0.5),
+              ("completions", "prompt_logprobs", 0), ("chat/completions", "return_token_ids", True),
+              ("completions", "suffix", "end"), ("chat/completions", "echo", True), ("completions", "priority", 1),
+              ("chat/completions", "add_special_tokens", True), ("completions", "add_special_tokens", False),
+              ("chat/completions", "parallel_tool_calls", False), ("completions", "truncate_prompt_tokens", 4)]  # fmt: skip
+
+
+def _post(server: OpenAIServer, path: str, body: dict) -> httpx.Response:
+    base = {"model": "chat", "max_tokens": 4}
+    base.update({"messages": MESSAGES} if path.startswith("chat") else {"prompt": "hi"})
+    return httpx.post(f"{server.base_url}/{path}", json={**base, **body}, timeout=60)
+
+
+@pytest.mark.parametrize(("name", "value"), VLLM_SAMPLING)
+def test_a_vllm_sampling_field_a_python_model_cannot_apply_is_refused_by_name(
+    openai_server: OpenAIServer, name: str, value: object
+) -> None:
+    for path in ("chat/completions", "completions"):
+        response = _post(openai_server, path, {name: value})
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert error["param"] == name and f"model 'chat' does not take '{name}'" in error["message"]
+
+
+@pytest.mark.parametrize(("path", "name", "value"), NOT_SERVED)
+def test_a_vllm_field_inferd_does_not_serve_is_refused_by_name(
+    openai_server: OpenAIServer, path: str, name: str, value: object
+) -> None:
+    response = _post(openai_server, path, {name: value})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == name and error["message"].startswith(f"'{name}' is not supported by this server")
+
+
+def test_vllm_defaults_and_unknown_fields_ask_for_nothing(openai_server: OpenAIServer) -> None:
+    """vLLM's defaults (as aiperf and the openai client may send them) and names neither OpenAI nor
+    vLLM knows (ignored, as vllm serve ignores them) are served."""
+    defaults = {"ignore_eos": False, "skip_special_tokens": True, "top_k": None, "stop_token_ids": [],
+                "min_tokens": 0, "use_beam_search": False, "length_penalty": 1.0, "priority": 0,
+                "include_stop_str_in_output": False, "nvext": {"ignore_eos": True}, "some_field": 1}  # fmt: skip
+    for path in ("chat/completions", "completions"):
+        response = _post(openai_server, path, defaults)
+        assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize(("name", "value", "kind"), [("ignore_eos", "yes", "a boolean"), ("min_tokens", 1.5, "an integer"),
+                                                      ("stop_token_ids", [-1], "an array of token ids"),
+                                                      ("bad_words", "x", "an array of strings")])  # fmt: skip
+def test_a_vllm_field_of_the_wrong_kind_is_refused_by_name(
+    openai_server: OpenAIServer, name: str, value: object, kind: str
+) -> None:
+    error = _post(openai_server, "completions", {name: value}).json()["error"]
+    assert error["param"] == name and error["message"].startswith(f"'{name}' must be {kind}")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_include_stop_str_in_output_keeps_the_stop_string(openai_server: OpenAIServer, stream: bool) -> None:
+    """The frontend cuts stop strings for every backend: with vLLM's flag it cuts after the stop string.
+    The model says its prompt's token count, then alpha beta gamma ... (seed 0)."""
+    texts = []
+    for include in (False, True):
+        body = {"prompt": "hi", "seed": 0, "max_tokens": 8, "stop": ["gamma"], "stream": stream,
+                "include_stop_str_in_output": include}  # fmt: skip
+        response = _post(openai_server, "completions", body)
+        assert response.status_code == 200, response.text
+        if stream:
+            chunks = [json.loads(e) for e in events(response.content)[:-1]]
+            texts.append(("".join(c["choices"][0]["text"] for c in chunks), chunks[-1]["choices"][0]["finish_reason"]))
+        else:
+            choice = response.json()["choices"][0]
+            texts.append((choice["text"], choice["finish_reason"]))
+    count = texts[0][0].split()[0]
+    assert texts == [(f"{count} alpha beta ", "stop"), (f"{count} alpha beta gamma", "stop")]

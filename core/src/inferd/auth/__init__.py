@@ -61,6 +61,14 @@ class AccessControl:
         """Where the policies read the server's model names from, for "did you mean" hints."""
         self.model_names = self.http.model_names = self.grpc.model_names = model_names
 
+    def tenant_limits(self) -> bool:
+        """Whether the key file gives any tenant a rate, concurrency or token budget (each
+        serving process counts those on its own)."""
+        if self.keys is None:
+            return False
+        tenants = self.keys.current().tenants.values()
+        return any(t.rate is not None or t.concurrency is not None or t.tokens_per_minute is not None for t in tenants)
+
     def policy(self, restricted: Mapping[ApiGroup, Restriction] | None = None, header_prefix: str = "") -> AccessPolicy:
         """A policy for a plugin's protocol: the same tenants and limits, its own restrictions."""
         policy = AccessPolicy(restricted or {}, self.keys, self.limits, header_prefix, "API")

@@ -6,6 +6,7 @@ inferd hint may follow after ``; ``. Triton names the model in each sentence (``
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
@@ -32,6 +33,8 @@ _CORRID_TYPES = ("TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32", "TYPE
 #: Triton's default ``--min-supported-compute-capability`` (printed in its invalid-GPU sentence).
 _MIN_COMPUTE_CAPABILITY = 6.0
 _Control = ModelSequenceBatching.Control
+
+log = logging.getLogger(__name__)
 
 #: Raises ConfigError with the model name in front of the message.
 Fail = Callable[[str], NoReturn]
@@ -62,6 +65,8 @@ def validate(config: ModelConfig, available_gpus: Sequence[int] | None = None) -
             f"Response Cache does not currently support model {name} with 'decoupled' transaction policy. "
             "Please disable the response cache."
         )
+    if config.HasField("model_metrics"):
+        _validate_model_metrics(config, _fail)
 
     def fail_for(message: str) -> NoReturn:  # ValidateModelIOConfig names the model at the end
         raise ConfigError(f"{message} for {name}")
@@ -71,6 +76,32 @@ def validate(config: ModelConfig, available_gpus: Sequence[int] | None = None) -
     _validate_batch_io(config, fail_for)
     if not config.HasField("ensemble_scheduling"):
         _validate_instance_groups(config, available_gpus, _fail)
+
+
+#: The ``model_metrics`` families a model may set histogram buckets for (Triton core's).
+CUSTOMIZABLE_METRICS = ("nv_inference_first_response_histogram_ms",)
+
+
+def _validate_model_metrics(config: ModelConfig, fail: Fail) -> None:
+    """Triton's ``ValidateModelMetrics`` (2.52+), its sentences first; a family Triton core does not
+    customize is logged as a warning, as Triton does, and the model loads."""
+    for index, control in enumerate(config.model_metrics.metric_control):
+        where = f"; model '{config.name}', model_metrics.metric_control[{index}]"
+        if not control.HasField("metric_identifier"):
+            fail("metric control must specify 'metric_identifier'" + where)
+        if not control.metric_identifier.family:
+            fail("metric identifier must specify non-empty 'family'" + where)
+        if not control.HasField("histogram_options"):
+            fail("metric control must specify 'histogram_options'" + where)
+        if not control.histogram_options.buckets:
+            fail("histogram options must specify non-empty 'buckets'" + where)
+        family = control.metric_identifier.family
+        if family not in CUSTOMIZABLE_METRICS:
+            log.warning(
+                "Metric family '%s' in 'metric_identifier' is not a customizable metric in Triton core.%s; "
+                "its histogram_options are ignored (customizable: %s)",
+                family, where, ", ".join(CUSTOMIZABLE_METRICS),
+            )  # fmt: skip
 
 
 def _fail(message: str) -> NoReturn:

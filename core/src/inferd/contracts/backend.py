@@ -166,6 +166,16 @@ class Model(abc.ABC):
         this reason) read it; it must be cheap and never block."""
         return None
 
+    async def check_ready(self) -> str | None:
+        """Why the model's own readiness check fails now, or None: Triton's
+        ``TRITONBACKEND_ModelInstanceReady`` (a Python model's ``is_ready``).
+
+        Awaited on the server's event loop each time readiness is asked: model ready, and server
+        ready under ``--strict-readiness``; requests and the repository index do not consult it.
+        It must never block the loop: run the model's code elsewhere and bound its wait.
+        """
+        return None
+
 
 class Backend(abc.ABC):
     """A framework that can load models; one object per server, made by the registered factory."""

@@ -101,20 +101,26 @@ class BackendRegister(Protocol):
     """The ``register`` handed to :func:`inferd_register_backends`."""
 
     @overload
-    def __call__(self, name: str, factory: BackendFactory, *, model_filenames: Sequence[str] | None = None) -> None: ...
+    def __call__(
+        self, name: str, factory: BackendFactory, *, model_filenames: Sequence[str] | None = None,
+        single_process: bool = False,
+    ) -> None: ...  # fmt: skip
 
     @overload
     def __call__(
         self, name: str, factory: ConfiguredBackendFactory, *, model_filenames: Sequence[str] | None = None,
-        settings: Sequence[str],
+        settings: Sequence[str], single_process: bool = False,
     ) -> None: ...  # fmt: skip
 
     def __call__(
         self, name: str, factory: BackendFactory | ConfiguredBackendFactory, *,
         model_filenames: Sequence[str] | None = None, settings: Sequence[str] | None = None,
+        single_process: bool = False,
     ) -> None:  # fmt: skip
         """Register backend ``name``; ``model_filenames`` are the files that identify its models;
-        ``settings`` the ``--backend-config`` keys it reads (its factory then takes them)."""
+        ``settings`` the ``--backend-config`` keys it reads (its factory then takes them);
+        ``single_process=True``: its models must not be loaded once per serving process, so
+        ``--workers auto`` runs one process while such a model is in the repository."""
 
 
 class SchedulerRegister(Protocol):
@@ -151,7 +157,9 @@ def inferd_register_backends(register: BackendRegister) -> None:
     a model whose config names no backend is matched without importing every framework.
     ``settings=("default-max-batch-size", ...)`` names the ``--backend-config`` keys the backend
     reads; its factory is then ``factory(settings: dict[str, str])`` (:data:`ConfiguredBackendFactory`),
-    and a key no backend reads gets a warning at start-up.
+    and a key no backend reads gets a warning at start-up. ``single_process=True`` says a model of
+    the backend holds what must not be held once per serving process (an engine owning a device,
+    a cache sized to a device's memory): ``--workers auto`` then runs one process.
     Register names you own: a name another plugin registered is an error. Returns nothing.
     """
 

@@ -237,8 +237,8 @@ class InstancePool:
             return await waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
-                self.release(waiter.result())  # handed over just as we were cancelled
-            else:
+                self.release(waiter.result())  # handed over just as we were cancelled: pass it on
+            elif waiter in self._waiters:  # a release() since the cancel has dropped it already
                 self._waiters.remove(waiter)
             raise
 

@@ -3,17 +3,21 @@
 The :class:`~inferd.host.server.Server` owns one and is its only writer; the data plane reports it
 (health routes) and the router uses its loop to run requests for instance threads.
 
-Readiness follows Triton's ``--strict-readiness``: with it (the default) the server is ready once
-it started *and* every model it knows of is READY. "Knows of" is every model record the lifecycle
-keeps: in modes ``none`` and ``poll`` every model of the repositories, in mode ``explicit`` those
-loaded by ``--load-model`` or through the repository API. A version that was unloaded (or removed
-from the repository) does not count against readiness; one that failed to load does, until a
-later load succeeds, exactly as Triton's ``InferenceServer::IsReady``.
+Readiness follows Triton's ``--strict-readiness``, with inferd's rule for versions: with it (the
+default) the server is ready once it started *and* every model it knows of serves. "Knows of" is
+every model record the lifecycle keeps: in modes ``none`` and ``poll`` every model of the
+repositories, in mode ``explicit`` those loaded by ``--load-model`` or through the repository API.
+A model serves when at least one of its versions is READY (a new version that failed to load
+beside a serving one leaves it serving: the failure shows in the repository index and the log, not
+in readiness), or when every version of it was left on purpose (unloaded, removed from the
+repository). A model none of whose versions serves after a failure keeps the server unready until
+a later load succeeds. Triton is stricter: any version that failed counts
+(:func:`all_versions_loaded`, still the rule for ``--exit-on-error`` at start-up).
 
 Under poll, a model that appears in the repository after start-up is the exception: its failure
 to load leaves it UNAVAILABLE with its reason in the repository index, and the server ready (one
 typo in a new model would otherwise take every replica out of a load balancer). The models the
-server started with, and those loaded on request, keep Triton's meaning.
+server started with, and those loaded on request, keep the rule above.
 """
 
 from __future__ import annotations
@@ -42,14 +46,23 @@ class ModelRecords(Protocol):
         ...
 
 
-def _version_counts(state: VersionState) -> bool:
-    return state.state is State.READY or (state.state is State.UNAVAILABLE and state.why in _LEFT_ON_PURPOSE)
+def _left_on_purpose(state: VersionState) -> bool:
+    return state.state is State.UNAVAILABLE and state.why in _LEFT_ON_PURPOSE
 
 
 def model_is_ready(record: ModelRecord) -> bool:
-    """Triton's strict-readiness rule for one model: it has versions, each READY or unloaded."""
-    versions = list(record.versions.items())  # a copy: the loop may write while a thread reads
-    return bool(versions) and all(_version_counts(record.current(v, s)) for v, s in versions)
+    """inferd's strict-readiness rule for one model: a version of it is READY, or every version of
+    it was unloaded on purpose (a model with no version yet, or a model-level failure, is not)."""
+    states = [record.current(v, s) for v, s in list(record.versions.items())]  # a copy: the loop may write
+    # it while a control thread reads
+    return any(s.state is State.READY for s in states) or (bool(states) and all(map(_left_on_purpose, states)))
+
+
+def all_versions_loaded(record: ModelRecord) -> bool:
+    """Triton's rule (its ``IsReady``, and what ``--exit-on-error`` checks at start-up): the model
+    has versions, each READY or unloaded on purpose; one version that failed to load fails it."""
+    states = [record.current(v, s) for v, s in list(record.versions.items())]
+    return bool(states) and all(s.state is State.READY or _left_on_purpose(s) for s in states)
 
 
 def unready_models(records: Iterable[ModelRecord]) -> list[str]:

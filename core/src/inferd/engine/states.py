@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,9 @@ class Why(enum.Enum):
     UNLOADED = "unloaded"
     REMOVED = "removed from the repository"
     DEPENDENCY = "unloaded: it calls '{}', which was unloaded"
+    #: An ensemble taken out of serving: a model its steps call was reloaded with inputs or
+    #: outputs it no longer fits (the detail names the step and the tensor).
+    STEPS_CHANGED = "a model its steps call changed and it no longer fits: {}"
     #: Loaded, but its backend says it cannot serve now (``Model.not_serving``).
     NOT_SERVING = "{}"
 
@@ -106,13 +110,27 @@ class ModelRecord:
         shown = "; ".join(f"version {v}: {s.reason}" for v, s in sorted(self.versions.items()) if s.reason)
         return shown or (self.state.reason if self.state else "no version could be loaded")
 
-    def fail(self, message: str, version_dirs: list[int]) -> None:
-        """A failure before any version loaded: shown on the serving versions (which keep
-        serving), else on the version the default policy would load, else on the model."""
-        if self.serving:
-            for v in self.serving:
-                self.versions[v] = VersionState(State.READY, Why.RELOAD_FAILED, message)
-            return
+    def fail(self, message: str, version_dirs: list[int], version: int | None = None) -> None:
+        """A failure before any version was built, of ``version``'s files when it is known. The
+        serving versions keep serving: a new version's failure is shown on it, any other on the
+        serving versions (their reload failed). With none serving: on ``version``, else on the
+        version the default policy would load, else on the model."""
         failed = VersionState(State.UNAVAILABLE, Why.LOAD_FAILED, message)
-        self.versions = {max(version_dirs): failed} if version_dirs else {}
-        self.state = None if version_dirs else failed
+        if self.serving:
+            if version is None or version in self.serving:
+                kept = VersionState(State.READY, Why.RELOAD_FAILED, message)
+                self.versions.update(dict.fromkeys(self.serving, kept))
+            else:
+                self.versions[version] = failed
+            return
+        shown = [version] if version is not None else version_dirs
+        self.versions = {max(shown): failed} if shown else {}
+        self.state = None if shown else failed
+
+    def drop_failed(self, wanted: Iterable[int]) -> None:
+        """Forget the failures of versions no longer ``wanted`` and not serving (their files were
+        removed, or the version policy moved on): their rows leave the repository index."""
+        keep = set(wanted) | set(self.serving)
+        for v, state in list(self.versions.items()):
+            if v not in keep and state.failed:
+                del self.versions[v]

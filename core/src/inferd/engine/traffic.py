@@ -26,6 +26,7 @@ from inferd.config.parameters import ModelParameters
 from inferd.contracts.errors import InvalidArgument, NotFound
 from inferd.contracts.metric_sources import SOURCES
 from inferd.engine.canary import Policy, Window, now
+from inferd.repository.scan import version_number
 
 if TYPE_CHECKING:
     from inferd.workers.peers import Peers
@@ -37,30 +38,38 @@ STABLE, CANARY, ROLLED_BACK, PROMOTED, OFF = "stable", "canary", "rolled back", 
 KEEP_DECISIONS = 20
 
 
-def parse_split(text: str, model: str) -> dict[int, int]:
-    """``"1:99,2:1"`` -> ``{1: 99, 2: 1}``; errors name the model and the part."""
+#: The largest weight a version may have (docs/traffic.md). A split's total stays far inside a
+#: float's exact integers, so picking a version is a few integer operations whatever the weights.
+MAX_WEIGHT = 1_000_000
+#: How much of a refused version or weight an error message quotes.
+_QUOTE = 24
+
+
+def parse_split(text: str, model: str, serving: list[int] | None = None) -> dict[int, int]:
+    """``"1:99,2:1"`` -> ``{1: 99, 2: 1}`` (:func:`check_weights`, among ``serving`` when given);
+    errors name the model and the part."""
     weights: dict[str, Any] = {}
     for part in text.replace(" ", "").split(","):
         version, sep, weight = part.partition(":")
         if not sep:
-            raise InvalidArgument(f"model '{model}': traffic_split part '{part}' is not VERSION:WEIGHT")
+            raise InvalidArgument(f"model '{model}': traffic_split part '{_quote(part)}' is not VERSION:WEIGHT")
         weights[version] = weight
-    return check_weights(weights, model)
+    return check_weights(weights, model, serving)
 
 
 def check_weights(weights: Mapping[Any, Any], model: str, serving: list[int] | None = None) -> dict[int, int]:
-    """Versions (integers > 0, among ``serving`` when given) -> weights (integers >= 0, not all 0)."""
+    """Versions (as version directories are named: ``"1"``, not ``"01"``; among ``serving`` when
+    given) -> weights (integers from 0 to :data:`MAX_WEIGHT`, not all 0), normalised: integer
+    keys and values, by version."""
     if not isinstance(weights, Mapping) or not weights:
         raise InvalidArgument(f"model '{model}': traffic weights must be a non-empty object of version: weight")
     out: dict[int, int] = {}
-    for version, weight in weights.items():
-        text = str(version)
-        if not text.isdigit() or int(text) < 1:
-            raise InvalidArgument(f"model '{model}': traffic version '{text}' must be an integer > 0")
-        if isinstance(weight, bool) or not isinstance(weight, int | str) or not str(weight).isdigit():
-            raise InvalidArgument(f"model '{model}': traffic weight of version {text} must be an integer >= 0, "
-                                  f"got {weight!r}")  # fmt: skip
-        out[int(text)] = int(weight)
+    for key, weight in weights.items():
+        version = version_number(key) if isinstance(key, str) else None
+        if not version:
+            raise InvalidArgument(f"model '{model}': traffic version '{_quote(key)}' is not a version number "
+                                  f"(an integer > 0 written in digits, without a sign, spaces or leading zeros)")  # fmt: skip
+        out[version] = _weight(weight, model, version)
     if serving is not None:
         unknown = sorted(set(out) - set(serving))
         if unknown:
@@ -68,7 +77,33 @@ def check_weights(weights: Mapping[Any, Any], model: str, serving: list[int] | N
                            f"available versions: {', '.join(map(str, serving))}")  # fmt: skip
     if not any(out.values()):
         raise InvalidArgument(f"model '{model}': traffic weights are all 0 (at least one version needs a weight)")
-    return out
+    return dict(sorted(out.items()))
+
+
+def _weight(value: Any, model: str, version: int) -> int:
+    """A version's weight: an integer (or its digits as text) from 0 to :data:`MAX_WEIGHT`."""
+    if type(value) is int:
+        weight: int | None = value
+    elif isinstance(value, str) and 0 < len(value) <= 7 and value.isascii() and value.isdigit():
+        weight = int(value)
+    else:
+        weight = None
+    if weight is None or not 0 <= weight <= MAX_WEIGHT:
+        raise InvalidArgument(f"model '{model}': traffic weight of version {version} must be an integer from 0 to "
+                              f"{MAX_WEIGHT}, got {_quote(value)}")  # fmt: skip
+    return weight
+
+
+def _quote(value: Any) -> str:
+    """``value`` as an error message shows it: at most :data:`_QUOTE` characters of it, and how long it was."""
+    if type(value) is int and abs(value) >= 10**_QUOTE:  # repr() of a very long one would raise
+        return f"an integer of more than {_QUOTE} digits"
+    text = value if isinstance(value, str) else repr(value) if isinstance(value, int | float | bool) else None
+    if text is None:
+        return f"a JSON {'object' if isinstance(value, Mapping) else 'array' if isinstance(value, list) else 'value'}"
+    if len(text) > _QUOTE:
+        return f"{text[:_QUOTE]}... ({len(text)} characters)"
+    return text
 
 
 class TrafficSplit:
@@ -99,6 +134,9 @@ class TrafficSplit:
             cumulative.append(total)
         self._table = (versions, tuple(cumulative), total)
         self.windows = {v: self.windows.get(v) or Window(self.policy.window_s) for v in self.weights}
+        self._stable = self.stable()
+        for window in self.windows.values():  # a run of failures is measured against one stable version
+            window.streak = 0
 
     def pick(self, request_id: str) -> int:
         """The version a request with no version runs on: by its id's crc32 when it has one."""
@@ -122,10 +160,29 @@ class TrafficSplit:
             return None
         t = now()
         window.record(ok, ns, t)
+        if not ok and version != self._stable and self.states.get(version) == CANARY and self.weights[version]:
+            tripped = self._trip(version, window, t)
+            if tripped:
+                return tripped
         if t < self._next_judge:
             return None
         self._next_judge = t + window.bucket_s
         return self.judge(t)
+
+    def _trip(self, canary: int, window: Window, t: float) -> str | None:
+        """The fast trip, on a failure of ``canary``: O(1), from the windows' running totals."""
+        if not self.policy.rollback:
+            return None
+        stable = self.windows[self._stable]
+        stable.advance(t)
+        if window.streak == 1:  # a run of failures begins: what the stable version has served so far
+            window.mark_seen, window.mark_failed = stable.seen, stable.seen_failed
+        verdict = self.policy.trips(window.requests, window.failures, stable.requests, stable.failures, window.streak,
+                                    stable.seen - window.mark_seen, stable.seen_failed - window.mark_failed)  # fmt: skip
+        if not verdict:
+            return None
+        self.last_check = self._explain(canary, self._stable, window.figures(t), stable.figures(t), verdict)
+        return self._decide("rollback", canary, {**self.weights, canary: 0}, ROLLED_BACK)
 
     def judge(self, t: float) -> str | None:
         canaries = self.canaries()
@@ -225,9 +282,8 @@ class Traffic:
             self.splits.pop(model, None)
             return
         try:
-            weights = parse_split(text, model)
-            self.splits[model] = TrafficSplit(model, check_weights(weights, model, serving),
-                                              Policy.from_config(params), "config")  # fmt: skip
+            self.splits[model] = TrafficSplit(model, parse_split(text, model, serving), Policy.from_config(params),
+                                              "config")  # fmt: skip
         except (InvalidArgument, NotFound, ValueError) as exc:
             log.error("model '%s': traffic_split '%s' not applied: %s", model, text, exc)
 

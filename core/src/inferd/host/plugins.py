@@ -199,7 +199,8 @@ class PluginHost:
             if self._registries is None:
                 self._registries = Registries(
                     self._collect(
-                        Registry("backend", ("model_filenames", "settings")), self.pm.hook.inferd_register_backends
+                        Registry("backend", ("model_filenames", "settings", "single_process")),
+                        self.pm.hook.inferd_register_backends,
                     ),
                     self._collect(Registry("scheduler"), self.pm.hook.inferd_register_schedulers),
                     self._collect(Registry("cache"), self.pm.hook.inferd_register_caches),

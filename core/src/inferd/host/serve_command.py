@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from inferd import __version__, serving
-from inferd.auth import AuthConfigError, RestrictionError, access_from_flags
+from inferd.auth import AccessControl, AuthConfigError, RestrictionError, access_from_flags
 from inferd.contracts.errors import InferdError
 from inferd.contracts.flags import SuggestingParser, backend_config_setting, parse_bool
 from inferd.engine.rate_limiter import parse_resource
@@ -26,6 +26,7 @@ from inferd.host.server import Server, ServerOptions
 from inferd.lifecycle.manager import ControlMode
 from inferd.serving import HTTP_HEADER_TIMEOUT, HTTP_MAX_HEADER_SIZE, HTTP_MAX_INPUT_SIZE, tls
 from inferd.tools import COMMANDS, command
+from inferd.workers import auto
 from inferd.workers.peers import WorkerSlot
 from inferd.workers.supervisor import HEALTH_TIMEOUT_S, Supervisor, hold_port
 
@@ -63,6 +64,10 @@ def _positive(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got '{value}'")
     return number
+
+
+def _workers(value: str) -> int | str:
+    return auto.AUTO if value.strip().lower() == auto.AUTO else _positive(value)
 
 
 def _seconds(value: str) -> float:
@@ -275,11 +280,13 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:
     )
     o.add_argument(
         "--workers",
-        type=_positive,
-        default=1,
-        metavar="N",
+        type=_workers,
+        default=auto.AUTO,
+        metavar="N|auto",
         help="serving processes sharing the HTTP, gRPC and metrics ports; each holds its own "
-        "model instances (default: 1, one process)",
+        "model instances. auto (the default): one per usable core, or one where a model must not "
+        "be loaded once per process (an LLM engine, GPU instances, sequence batching); the "
+        "start-up block says which and why",
     )
     o.add_argument(
         "--worker-health-timeout",
@@ -290,6 +297,7 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:
         f"long is killed and restarted; 0: never (default: {HEALTH_TIMEOUT_S:g})",
     )
     o.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)  # set by the supervisor
+    o.add_argument("--workers-chosen", default="", help=argparse.SUPPRESS)  # auto's reason, for the block
     o.add_argument("--worker-dir", type=Path, default=None, help=argparse.SUPPRESS)
     _add_access(p)
     tls.add_arguments(p)
@@ -323,6 +331,15 @@ def _add_access(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="API keys (sha256) -> tenants, each with its models, API groups and limits (YAML or "
         "JSON; re-read when it changes); requests then need 'Authorization: Bearer <key>'",
+    )
+    a.add_argument(
+        "--allow-client-shm",
+        type=parse_bool,
+        default=True,
+        metavar="BOOL",
+        help="clients may register and unregister system and CUDA shared-memory regions; false: "
+        "those calls are refused (501 / UNIMPLEMENTED), as Triton 2.69+ does by default. "
+        "(default: true, as Triton 2.51)",
     )
 
 
@@ -398,8 +415,8 @@ _OWN_DESTS = {
     "model_unload_timeout_secs", "model_namespacing",
     "http_port", "grpc_port", "metrics_port", "host", "allow_http", "allow_grpc", "allow_metrics",
     "exit_timeout_secs", "drain_delay_secs", "log_verbose", "cache_config", "response_cache_byte_size", "cache_directory",
-    "workers", "worker_index", "worker_dir", "worker_health_timeout", "ports_file", "strict_readiness", "exit_on_error", "backend_config", "server_id",
-    "http_restricted_api", "grpc_restricted_protocol", "auth_config",
+    "workers", "workers_chosen", "worker_index", "worker_dir", "worker_health_timeout", "ports_file", "strict_readiness", "exit_on_error", "backend_config", "server_id",
+    "http_restricted_api", "grpc_restricted_protocol", "auth_config", "allow_client_shm",
     "rate_limit", "rate_limit_resource",
 }  # fmt: skip
 
@@ -459,6 +476,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         cache_config=_cache_config(args),
         backend_config=_backend_config(args),
         strict_readiness=args.strict_readiness,
+        allow_client_shm=args.allow_client_shm,
         exit_on_error=args.exit_on_error,
         server_id=args.server_id,
         rate_limit=args.rate_limit,
@@ -466,6 +484,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         settle_gc=True,
         ports_file=args.ports_file,
         worker=WorkerSlot(args.worker_index, args.workers, args.worker_dir) if args.worker_index is not None else None,
+        workers_note=_workers_note(args),
         extra={k: v for k, v in vars(args).items() if k not in _OWN_DESTS and not triton_flags.is_own_dest(k)},
     )
 
@@ -496,6 +515,25 @@ def _print_plugins(host: PluginHost) -> int:
     return 1 if any(i.error for i in rows) else 0
 
 
+def _choose_workers(args: argparse.Namespace, host: PluginHost, access: AccessControl | None) -> None:
+    """``--workers auto``: set ``args.workers`` to what :mod:`inferd.workers.auto` chooses for
+    the repositories, and ``args.workers_chosen`` to the start-up block's line."""
+    models = auto.repository_models(
+        [Path(r) if "://" not in r else r for r in args.model_repository],
+        args.model_control_mode == ControlMode.EXPLICIT.value, args.load_model, args.model_config_name,
+    )  # fmt: skip
+    choice = auto.choose(models, host.backends, tenant_limits=access is not None and access.tenant_limits())
+    args.workers = choice.count
+    args.workers_chosen = choice.describe()
+
+
+def _workers_note(args: argparse.Namespace) -> str:
+    """The start-up block's ``workers`` line: what ``auto`` chose and why, or the count given."""
+    if args.workers_chosen or args.workers == auto.AUTO:
+        return str(args.workers_chosen)
+    return f"{args.workers} (--workers {args.workers})"
+
+
 def _supervise(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """``--workers N`` (N > 1): this process runs N workers of ``inferd serve <argv>``. A port given
     as 0 is picked here and held while they run, so every worker binds the same one."""
@@ -507,7 +545,8 @@ def _supervise(args: argparse.Namespace, argv: Sequence[str]) -> int:
     picked = [part for flag, sock in held for part in (flag, str(sock.getsockname()[1]))]
     try:
         grace = args.exit_timeout_secs + args.drain_delay_secs
-        return Supervisor([*argv, *picked], args.workers, grace, args.worker_health_timeout).run()
+        chosen = ["--workers", str(args.workers), "--workers-chosen", _workers_note(args)]
+        return Supervisor([*argv, *picked, *chosen], args.workers, grace, args.worker_health_timeout).run()
     finally:
         for _, sock in held:
             sock.close()
@@ -532,6 +571,8 @@ def _run_serve(args: argparse.Namespace, host: PluginHost, argv: Sequence[str]) 
     except (RestrictionError, AuthConfigError) as exc:
         print(f"inferd serve: error: {exc}", file=sys.stderr)
         return 2
+    if args.worker_index is None and args.workers == auto.AUTO:
+        _choose_workers(args, host, access)
     if args.workers > 1 and args.worker_index is None:
         return _supervise(args, argv)
     server = Server(options_from_args(args), host=host, access=access)

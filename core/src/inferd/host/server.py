@@ -20,7 +20,7 @@ from inferd.contracts.errors import InferdError
 from inferd.contracts.frontend import Frontend
 from inferd.contracts.trace import Tracer
 from inferd.dataplane import DataPlane
-from inferd.engine.health import ServerHealth, model_is_ready
+from inferd.engine.health import ServerHealth, all_versions_loaded
 from inferd.engine.model_table import ModelTable
 from inferd.engine.rate_limiter import RateLimiter
 from inferd.engine.router import Router
@@ -84,6 +84,9 @@ class ServerOptions:
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
     #: ``--strict-readiness``: ready only while every model that should be loaded is READY.
     strict_readiness: bool = True
+    #: ``--allow-client-shm``: clients may register shared-memory regions (Triton 2.51's behaviour;
+    #: Triton 2.69+ refuses by default).
+    allow_client_shm: bool = True
     #: ``--exit-on-error``: a model that fails to load at start-up stops the server (exit code 1).
     exit_on_error: bool = True
     #: ``--id``: the server's name in server metadata.
@@ -95,6 +98,8 @@ class ServerOptions:
     #: Set in each serving process of a ``--workers N`` (N > 1) server: which worker this is (the
     #: ``inferd serve`` process itself is then a :class:`~inferd.workers.supervisor.Supervisor`).
     worker: WorkerSlot | None = None
+    #: The start-up block's ``workers`` line: how many serving processes, and why (``--workers auto``).
+    workers_note: str = ""
     #: ``--ports-file``: once serving, the frontends' ports are written here as JSON (port 0 picks one).
     ports_file: Path | None = None
     #: Tune the garbage collector for serving once started (``inferd.contracts.gc_settings``): what
@@ -136,6 +141,7 @@ class Server:
         self.dataplane = DataPlane(
             self.manager, self.router, self.health, self.tracer, LOG_SETTINGS, options.server_id, self.peers, access
         )
+        self.dataplane.shared_memory.allow_clients = options.allow_client_shm
         self.control: ControlServer | None = None
         self.frontends: list[Frontend] = []
         self.poller: RepositoryPoller | None = None
@@ -203,7 +209,7 @@ class Server:
             options = self.options
             summary = startup_summary(
                 self.table.index(), self.frontends, self.dataplane.access, options.model_control_mode,
-                self.manager.options.repositories, options.repository_poll_secs,
+                self.manager.options.repositories, options.repository_poll_secs, options.workers_note,
             )  # fmt: skip
             log.info("serving:\n%s", summary, extra=BLOCK)
 
@@ -258,7 +264,7 @@ class Server:
                 record = records.get(key)
                 if record is None:
                     failures.append(f"failed to load '{name}', failed to poll from model repository")
-                elif not model_is_ready(record):
+                elif not all_versions_loaded(record):
                     failures.append(f"failed to load '{record.name}': {record.load_error() or 'not ready'}")
         return failures
 

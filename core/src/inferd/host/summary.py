@@ -51,10 +51,11 @@ def startup_summary(
     mode: ControlMode,
     repositories: Sequence[Repository],
     poll_secs: float,
+    workers: str = "",
 ) -> str:
     """The block logged after ``inferd ready`` (as a ``logging_settings.BLOCK``: no line break but
     its own): the repository index as Triton's table, each frontend's URL, the access rules, and
-    the model control mode with what poll mode watches."""
+    the model control mode with what poll mode watches, and the serving processes (``workers``)."""
     lines = [ascii_table(("Model", "Version", "Status"), model_rows(index) or [["(none)", "", ""]])]
     lines.extend(_labelled(f.name, f.url()) for f in frontends)
     lines.extend(_access(access))
@@ -63,6 +64,8 @@ def startup_summary(
         lines.append(_labelled("model control", f"poll on, watching {watched} (rescan every {poll_secs:g} s)"))
     else:
         lines.append(_labelled("model control", f"{mode.value} (poll off)"))
+    if workers:
+        lines.append(_labelled("workers", workers))
     return "\n".join(lines)
 
 

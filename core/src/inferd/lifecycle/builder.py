@@ -44,6 +44,18 @@ class ServerModels(ModelCaller, ModelClient, Protocol):
 log = logging.getLogger(__name__)
 
 
+class VersionFailed(InferdError):
+    """Preparing a model failed on one version's files (auto-complete reads the highest version's
+    model file): the lifecycle shows the failure on that version, and the others keep serving."""
+
+    def __init__(self, version: int, cause: BaseException) -> None:
+        if isinstance(cause, InferdError):
+            super().__init__(cause.message, cause.kind)
+        else:
+            super().__init__(f"{type(cause).__name__}: {cause}")
+        self.version = version
+
+
 class VersionBuilder:
     """Builds :class:`~inferd.engine.version.ModelVersion` objects; holds the backends created so far."""
 
@@ -95,7 +107,13 @@ class VersionBuilder:
         backend = self.backend_for(config, source)
         if self.autocomplete:
             versions = source.version_dirs()
-            backend.autocomplete_config(config, source.path, versions[max(versions)] if versions else None)
+            latest = max(versions) if versions else None
+            try:
+                backend.autocomplete_config(config, source.path, versions[latest] if latest is not None else None)
+            except Exception as exc:  # it read that version's model file: the failure is that version's
+                if latest is None:
+                    raise
+                raise VersionFailed(latest, exc) from exc
         gpus = visible_gpus()
         cfg.normalize(config, source.name, backend.default_model_filename, backend.default_cpu_instance_count, gpus)
         cfg.validate(config, gpus)
@@ -226,18 +244,7 @@ class VersionBuilder:
             model, runners = await asyncio.to_thread(build, source, version_config, backend, version, recorder, loop)
         try:
             labels = await asyncio.to_thread(load_labels, source.path, version_config)
-            context = SchedulerContext(
-                source.name, version, version_config, runners, recorder, source.path, self.models, source.namespace
-            )
-            scheduler = self.schedulers.create(scheduler_name(version_config), context)
-            labels = {**scheduler.output_labels(), **labels}
-            mv = ModelVersion(source.name, version, version_config, model, runners, scheduler, recorder.stats,
-                              source.path, labels, source.namespace)  # fmt: skip
-            if mv.decoupled and version_config.response_cache.enable:  # an ensemble over a decoupled step
-                raise InvalidArgument(
-                    f"Response Cache does not currently support model {source.name} with 'decoupled' "
-                    "transaction policy. Please disable the response cache."
-                )
+            mv = self._assemble(source, version, version_config, model, runners, recorder, labels)
             await warm_up(mv)
         except Exception:
             await asyncio.to_thread(close_instances, model, runners)
@@ -245,6 +252,45 @@ class VersionBuilder:
         mv.cache = self._model_cache(mv)
         mv.stats.load_duration_ns = time.monotonic_ns() - started
         log.info("successfully loaded '%s' version %d in %.2f s", source.name, version, mv.stats.load_duration_ns / 1e9)
+        return mv
+
+    def build_ensemble(self, source: ModelSource, config: cfg.ModelConfig, version: int) -> ModelVersion:
+        """An ensemble's version, built at once on the calling thread: it has no instance and
+        nothing to warm up, so only its label files are read (small). The lifecycle rebuilds the
+        ensembles over a model in the same loop turn as it swaps that model's new version in."""
+        started = time.monotonic_ns()
+        version_config = cfg.ModelConfig()
+        version_config.CopyFrom(config)
+        recorder = Recorder(ModelStats(source.name, str(version)), version_config.max_batch_size)
+        labels = load_labels(source.path, version_config)
+        mv = self._assemble(source, version, version_config, None, [], recorder, labels)
+        mv.cache = self._model_cache(mv)
+        mv.stats.load_duration_ns = time.monotonic_ns() - started
+        return mv
+
+    def _assemble(
+        self,
+        source: ModelSource,
+        version: int,
+        config: cfg.ModelConfig,
+        model: Model | None,
+        runners: list[InstanceRunner],
+        recorder: Recorder,
+        labels: dict[str, list[str]],
+    ) -> ModelVersion:
+        """The version around its instances: its scheduler (an ensemble's checks its steps as it is made) and labels."""
+        context = SchedulerContext(
+            source.name, version, config, runners, recorder, source.path, self.models, source.namespace
+        )
+        scheduler = self.schedulers.create(scheduler_name(config), context)
+        labels = {**scheduler.output_labels(), **labels}
+        mv = ModelVersion(source.name, version, config, model, runners, scheduler, recorder.stats,
+                          source.path, labels, source.namespace)  # fmt: skip
+        if mv.decoupled and config.response_cache.enable:  # an ensemble over a decoupled step
+            raise InvalidArgument(
+                f"Response Cache does not currently support model {source.name} with 'decoupled' "
+                "transaction policy. Please disable the response cache."
+            )
         return mv
 
     def _model_cache(self, mv: ModelVersion) -> ModelCache | None:

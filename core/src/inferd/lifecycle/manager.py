@@ -4,7 +4,9 @@ States (``inferd.engine.states``) follow Triton, each with a reason. A reload bu
 while the old ones keep serving, swaps them in one assignment, then drains and closes the old
 ones. Configs come parsed from the repository scan; the order ensembles and the models they call
 load and unload in comes from ``inferd.lifecycle.dependencies``. A version that fails to load leaves the old one serving and its
-reason visible in the repository index; one bad model never blocks the others.
+reason visible in the repository index; one bad model never blocks the others. A model that
+reloads with other inputs or outputs has the ensembles over it rebuilt in the same loop turn, or
+taken out of serving (UNAVAILABLE, with the reason) until they fit it again.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import dataclasses
 import enum
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inferd import config as cfg
@@ -25,8 +28,8 @@ from inferd.engine.health import model_is_ready
 from inferd.engine.model_table import ModelTable, ambiguous_name
 from inferd.engine.states import LOADING, READY, UNLOADED, UNLOADING, ModelRecord, State, VersionState, Why
 from inferd.engine.version import ModelVersion
-from inferd.lifecycle.builder import VersionBuilder
-from inferd.lifecycle.dependencies import composing, load_waves, unload_order
+from inferd.lifecycle.builder import VersionBuilder, VersionFailed
+from inferd.lifecycle.dependencies import callers, composing, load_waves, unload_order
 from inferd.repository.scan import (
     ModelSource,
     OverrideDirs,
@@ -88,6 +91,9 @@ class ModelManager:
         #: Models (by key) serving a config from a load request's override, with the files it was
         #: loaded from: a later load without one, the files unchanged, keeps it (Triton reloads nothing).
         self._overridden: dict[str, ModelSource] = {}
+        #: Ensembles taken out of serving because a model their steps call changed under them:
+        #: what they served, rebuilt when one of those models changes again (:meth:`_refit`).
+        self._unfit: dict[str, _Unfit] = {}
 
     @property
     def snapshot(self) -> Snapshot:
@@ -234,6 +240,7 @@ class ModelManager:
     async def _forget(self, key: str) -> None:
         """Drop what an unloaded model's overrides left: a model that exists only through a load
         request's files leaves the index, as in Triton, and its private directory goes."""
+        self._unfit.pop(key, None)
         source = self._overridden.pop(key, None)
         scanned = self.table.snapshot.models.get(key)
         if source is not None and (scanned is None or scanned.path != source.path):
@@ -301,23 +308,35 @@ class ModelManager:
             await asyncio.gather(*(self._load_one(self.table.snapshot.models[k]) for k in wave))
 
     async def _load_one(self, source: ModelSource, override: cfg.ModelConfig | None = None) -> None:
-        """Build the versions the config picks, then swap them in; failures stay in the record."""
+        """Build the versions the config picks, then swap them in; failures stay in the record.
+
+        The versions serving keep serving until every version the policy picks is READY: a new
+        version that fails leaves the old ones serving (even one whose directory was removed)."""
         record = self.table.record(source)
         async with record.lock, self._load_slots:
+            before = interface(record.serving)
             started = time.monotonic()
             try:
                 config, backend, chosen = await asyncio.to_thread(self._prepare, source, override)
             except Exception as exc:
-                log.error("model '%s' failed to load: %s", source.name, failure_reason(exc))
-                record.fail(failure_reason(exc), list(source.version_dirs()))
+                version = exc.version if isinstance(exc, VersionFailed) else None
+                record.fail(failure_reason(exc), list(source.version_dirs()), version)
+                _log_failure(record, source.name, version, failure_reason(exc))
                 return
             record.state = None
-            self._swap(record, await self._build(record, source, config, backend, chosen))
+            built, failures = await self._build(record, source, config, backend, chosen)
+            if set(chosen) - built.keys():  # the replacements are not all READY: what served keeps serving
+                built = {**{v: mv for v, mv in record.serving.items() if v not in chosen}, **built}
+            self._swap(record, built)
+            record.drop_failed(chosen)
+            for v, reason in failures.items():
+                _log_failure(record, source.name, v, reason)
             self.table.traffic.configured(record.name, config, sorted(record.serving))
             log.info(
                 "model '%s' versions %s ready in %.2f s",
                 source.name, sorted(record.serving) or "none", time.monotonic() - started,
             )  # fmt: skip
+        await self._after_load(source.key, before)
 
     def _prepare(
         self, source: ModelSource, override: cfg.ModelConfig | None
@@ -331,8 +350,9 @@ class ModelManager:
         config: cfg.ModelConfig,
         backend: Backend | None,
         chosen: list[int],
-    ) -> dict[int, ModelVersion]:
-        """The versions to serve next: those built, and the old ones whose rebuild failed."""
+    ) -> tuple[dict[int, ModelVersion], dict[int, str]]:
+        """The versions to serve next (those built, and the old ones whose rebuild failed), and
+        the reason of each version that failed."""
         for v in chosen:
             if v not in record.serving:
                 record.versions[v] = LOADING
@@ -340,18 +360,19 @@ class ModelManager:
             *(self.builder.load_version(source, config, backend, v) for v in chosen), return_exceptions=True
         )
         built: dict[int, ModelVersion] = {}
+        failures: dict[int, str] = {}
         for v, result in zip(chosen, results, strict=True):
             if isinstance(result, ModelVersion):
                 built[v] = result
                 record.versions[v] = READY
                 continue
-            log.error("model '%s' version %d failed to load: %s", source.name, v, failure_reason(result))
+            failures[v] = reason = failure_reason(result)
             if v in record.serving:  # a failed reload keeps the old version serving
                 built[v] = record.serving[v]
-                record.versions[v] = VersionState(State.READY, Why.RELOAD_FAILED, failure_reason(result))
+                record.versions[v] = VersionState(State.READY, Why.RELOAD_FAILED, reason)
             else:
-                record.versions[v] = VersionState(State.UNAVAILABLE, Why.LOAD_FAILED, failure_reason(result))
-        return built
+                record.versions[v] = VersionState(State.UNAVAILABLE, Why.LOAD_FAILED, reason)
+        return built, failures
 
     def _swap(self, record: ModelRecord, serving: dict[int, ModelVersion]) -> None:
         """New requests reach ``serving`` from now on; the versions it replaces drain and close."""
@@ -374,8 +395,9 @@ class ModelManager:
             for v in old:
                 record.versions[v] = UNLOADING
             await self._retire(list(old.values()))
-            for v in old:
-                record.versions[v] = final
+            for v, state in record.versions.items():
+                if v in old or state.why is Why.STEPS_CHANGED:  # (taken out for a step: it served until then)
+                    record.versions[v] = final
 
     async def _retire(self, versions: list[ModelVersion]) -> None:
         """Let in-flight requests finish, then close instances and unload."""
@@ -386,6 +408,117 @@ class ModelManager:
                 await asyncio.to_thread(mv.close)
             except Exception:
                 log.exception("model '%s' version %d failed to unload cleanly", mv.name, mv.version)
+
+    # -- the ensembles over a model that changed --------------------------------------------------
+
+    async def _after_load(self, key: str, before: Interface) -> None:
+        """Right after ``key``'s new versions were swapped in (no loop turn between): if what
+        the ensembles calling it rely on changed (its :func:`interface`), :meth:`_refit` each of
+        them in the same turn, so none serves a plan made for the old inputs; one whose own load
+        is under way is refitted once that load is done."""
+        record = self.table.records.get(key)
+        if record is None:
+            return
+        if record.serving:
+            self._unfit.pop(key, None)
+        if interface(record.serving) == before:
+            return
+        busy: list[str] = []
+        self._refit_callers(key, busy, {key}, bool(before))
+        for caller in busy:
+            record = self.table.records.get(caller)
+            if record is None:
+                continue
+            async with record.lock:
+                before = interface(record.serving)
+                self._refit(caller)
+            await self._after_load(caller, before)
+
+    def _refit_callers(self, key: str, busy: list[str], seen: set[str], served: bool = True) -> None:
+        """:meth:`_refit` the ensembles over ``key`` now, and those over each one that changed;
+        those being loaded or unloaded go to ``busy``. ``served``: whether ``key`` served before."""
+        for caller in self._callers_of(key, served):
+            record = self.table.records.get(caller)
+            if record is None or caller in seen:
+                continue
+            seen.add(caller)
+            if record.lock.locked():
+                busy.append(caller)
+                continue
+            before = interface(record.serving)
+            self._refit(caller)
+            if interface(record.serving) != before:
+                self._refit_callers(caller, busy, seen, bool(before))
+
+    def _callers_of(self, key: str, served: bool) -> list[str]:
+        """The ensembles to refit when ``key`` changes: those serving over it (only a model that
+        ``served`` has some: the first loads of a large repository skip looking), those taken
+        out for it, and under poll those of the repository that are not serving (failed to load)."""
+        calls: dict[str, Sequence[str]] = self._serving_calls() if served else {}
+        calls.update((k, unfit.steps) for k, unfit in self._unfit.items())
+        if self.options.mode is ControlMode.POLL:
+            scanned = self.table.snapshot.models
+            for k, record in self.table.records.items():
+                source = scanned.get(k)
+                if not record.serving and source is not None and source.step_models:
+                    calls.setdefault(k, self._step_keys(source.namespace, source.step_models))
+        return callers(calls, key)
+
+    def _refit(self, key: str) -> None:
+        """Rebuild the ensemble ``key`` against the models its steps call now (Triton reloads the
+        ensembles over a model that reloaded). Under poll, as the repository has it (so a step
+        and its ensemble edited together end up serving together); otherwise, or when that
+        fails, from the configs it serves (or served, when it was taken out). Versions that no
+        longer fit leave serving: UNAVAILABLE, the reason naming the step and the tensor, until
+        a later change of a model they call makes them fit, or the ensemble loads anew."""
+        record = self.table.records[key]
+        source = self.table.snapshot.models.get(key)
+        failed = ""
+        if self.options.mode is ControlMode.POLL and source is not None and key not in self._overridden:
+            try:
+                config, backend, chosen = prepare(self.builder, source)
+                if backend is None:
+                    self._rebuild(record, key, _Unfit(source, dict.fromkeys(chosen, config), []), keep=False)
+                    self.table.traffic.configured(record.name, config, sorted(record.serving))
+                    return
+            except Exception as exc:
+                failed = failure_reason(exc)
+        served = {v: mv for v, mv in record.serving.items() if mv.model is None}
+        unfit = _Unfit.of(self._step_keys, served) if served else self._unfit.get(key)
+        if unfit is None:
+            if failed:  # a model that had failed to load, tried again
+                for v in list(record.versions) or [1]:
+                    record.versions[v] = VersionState(State.UNAVAILABLE, Why.LOAD_FAILED, failed)
+            return
+        try:
+            self._rebuild(record, key, unfit)
+        except Exception as exc:
+            reason = failure_reason(exc)
+            self._swap(record, {v: mv for v, mv in record.serving.items() if v not in unfit.configs})
+            for v in unfit.configs:
+                record.versions[v] = VersionState(State.UNAVAILABLE, Why.STEPS_CHANGED, reason)
+            self._unfit[key] = unfit
+            log.error("ensemble '%s' is unavailable until it fits the models its steps call: %s", record.name, reason)
+            return
+        if failed:
+            for v in unfit.configs:
+                record.versions[v] = VersionState(State.READY, Why.RELOAD_FAILED, failed)
+
+    def _rebuild(self, record: ModelRecord, key: str, unfit: _Unfit, keep: bool = True) -> None:
+        """Build ``unfit``'s versions at once and serve them in place of the ones they replace
+        (with ``keep``, beside the other versions serving); raise, serving nothing new, when one
+        does not build."""
+        built = {v: self.builder.build_ensemble(unfit.source, config, v) for v, config in unfit.configs.items()}
+        self._swap(record, {**record.serving, **built} if keep else built)
+        record.state = None
+        for v in built:
+            record.versions[v] = READY
+        if self._unfit.pop(key, None) is not None:
+            log.info(
+                "ensemble '%s' fits the models its steps call again: versions %s ready", record.name, sorted(built)
+            )
+        else:
+            log.info("ensemble '%s' versions %s rebuilt over the models its steps call", record.name, sorted(built))
 
     def _report_duplicates(self, snapshot: Snapshot) -> None:
         for name, paths in snapshot.duplicates.items():
@@ -412,6 +545,51 @@ def prepare(
             f"version_policy (at least one numeric version directory is needed)"
         )
     return config, backend, chosen
+
+
+#: What the ensembles calling a model rely on (:func:`interface`).
+Interface = tuple[tuple[object, ...], ...]
+
+
+def interface(serving: Mapping[int, ModelVersion]) -> Interface:
+    """What an ensemble step relies on in the versions of the model it calls: inputs, outputs,
+    batching, decoupled and output labels (a reload that keeps them needs no ensemble rebuilt)."""
+    return tuple(
+        (v, mv.max_batch_size, mv.decoupled,
+         tuple(t.SerializeToString(deterministic=True) for t in mv.config.input),
+         tuple(t.SerializeToString(deterministic=True) for t in mv.config.output),
+         tuple(sorted((name, tuple(labels)) for name, labels in mv.labels().items())))
+        for v, mv in sorted(serving.items())
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Unfit:
+    """An ensemble's versions to build again, from the configs they served with."""
+
+    source: ModelSource
+    configs: dict[int, cfg.ModelConfig]
+    #: The keys of the models their steps call.
+    steps: list[str]
+
+    @classmethod
+    def of(cls, step_keys: Callable[[str, Iterable[str]], list[str]], versions: Mapping[int, ModelVersion]) -> _Unfit:
+        mv = next(iter(versions.values()))
+        path = mv.model_dir or Path(mv.name)  # the builder always sets it
+        names = dict.fromkeys(s.model_name for m in versions.values() for s in m.config.ensemble_scheduling.step)
+        source = ModelSource(mv.name, path, path.parent, "", namespace=mv.namespace)
+        return cls(source, {v: m.config for v, m in versions.items()}, step_keys(mv.namespace, names))
+
+
+def _log_failure(record: ModelRecord, name: str, version: int | None, reason: str) -> None:
+    """Log a failed load: a WARNING naming what keeps serving, an ERROR when nothing of the model does."""
+    which = f"model '{name}'" if version is None else f"model '{name}' version {version}"
+    if record.serving:
+        serving = ", ".join(map(str, sorted(record.serving)))
+        plural = "s" if len(record.serving) > 1 else ""
+        log.warning("%s failed to load: %s; still serving version%s %s", which, reason, plural, serving)
+    else:
+        log.error("%s failed to load: %s", which, reason)
 
 
 def failure_reason(exc: BaseException) -> str:

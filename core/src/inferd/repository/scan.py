@@ -19,6 +19,20 @@ from inferd.config import ModelConfig, load_config
 from inferd.contracts.errors import InferdError, InternalError, InvalidArgument, poll_failure
 from inferd.contracts.names import MAX_NAME_BYTES, inside, name_problem, shown
 
+#: The largest version number (Triton's versions are int64).
+MAX_VERSION = (1 << 63) - 1
+_ASCII_DIGITS = frozenset("0123456789")
+
+
+def version_number(text: str) -> int | None:
+    """The version a version directory's name (or any version written as text) stands for, as
+    Triton reads directory names: ASCII digits without a leading zero ("0" itself is version 0),
+    at most :data:`MAX_VERSION`; None for anything else ("01", "+1", " 1", "1.0", "١")."""
+    if not text or len(text) > 19 or not _ASCII_DIGITS.issuperset(text) or (text[0] == "0" and text != "0"):
+        return None
+    number = int(text)
+    return number if number <= MAX_VERSION else None
+
 
 def model_key(namespace: str, name: str) -> str:
     """How the server keys a model: its name, or with ``--model-namespacing`` its repository and
@@ -69,9 +83,9 @@ class ModelSource:
         except OSError:
             return out
         for entry in entries:
-            name = entry.name
-            if entry.is_dir() and name.isdigit() and (name == "0" or not name.startswith("0")):
-                out[int(name)] = Path(entry.path)
+            number = version_number(entry.name)
+            if number is not None and entry.is_dir():
+                out[number] = Path(entry.path)
         return out
 
 
@@ -127,8 +141,8 @@ class RepositoryDiff:
 
 
 def fingerprint(path: Path) -> str:
-    """A hash of the relative path, size and mtime of every file, and the relative path of every
-    directory, under ``path``.
+    """A hash of the relative path, size, mtime and mode of every file, and the relative path of
+    every directory, under ``path`` (the mode: a file made readable again is a change to load).
 
     Python's bytecode caches (``__pycache__``, written when a model.py is imported) are left out,
     and so are directories' own mtimes (writing ``1/__pycache__`` changes ``1``'s): loading a model
@@ -143,7 +157,7 @@ def fingerprint(path: Path) -> str:
                 st = os.stat(os.path.join(root, name))
             except OSError:
                 continue  # vanished while scanning; the next scan sees the settled tree
-            digest.update(f"{rel_root}/{name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            digest.update(f"{rel_root}/{name}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\n".encode())
         for name in dirs:
             full = os.path.join(root, name)
             target = os.readlink(full) if os.path.islink(full) else ""  # os.walk does not follow links

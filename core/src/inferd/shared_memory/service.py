@@ -13,11 +13,14 @@ import binascii
 import logging
 from typing import Any, Protocol
 
-from inferd.contracts.errors import InferdError, InvalidArgument
+from inferd.contracts.errors import InferdError, InvalidArgument, Unsupported
 from inferd.shared_memory import cuda
 from inferd.shared_memory.registry import Regions
 
 log = logging.getLogger(__name__)
+
+#: Triton's answer (2.69+) to a register or unregister call while ``--allow-client-shm`` is false.
+CLIENT_SHM_DISABLED = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 
 
 class PeerAsker(Protocol):
@@ -35,23 +38,34 @@ class SharedMemory:
     def __init__(self, peers: PeerAsker | None = None) -> None:
         self.regions = Regions()
         self.peers = peers
+        #: ``--allow-client-shm``: clients may register and unregister regions.
+        self.allow_clients = True
+
+    def check_allowed(self) -> None:
+        """Refuse a client's register or unregister call while ``--allow-client-shm`` is false
+        (Triton's sentence, UNSUPPORTED: HTTP 501, gRPC UNIMPLEMENTED), before its body is read."""
+        if not self.allow_clients:
+            raise Unsupported(CLIENT_SHM_DISABLED)
 
     def extensions(self) -> list[str]:
         """The extensions to list in server metadata: CUDA only where it can work."""
         return ["system_shared_memory"] + ([] if cuda.unusable_reason() else ["cuda_shared_memory"])
 
     async def register_system(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self.check_allowed()
         self.regions.register_system(name, key, offset, byte_size)
         await self._everywhere("system", name, {"action": "register", "kind": "system", "name": name, "key": key,
                                           "offset": offset, "byte_size": byte_size})  # fmt: skip
 
     async def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+        self.check_allowed()
         self.regions.register_cuda(name, raw_handle, device_id, byte_size)
         handle = base64.b64encode(raw_handle).decode()
         await self._everywhere("cuda", name, {"action": "register", "kind": "cuda", "name": name, "raw_handle": handle,
                                         "device_id": device_id, "byte_size": byte_size})  # fmt: skip
 
     async def unregister(self, kind: str, name: str = "") -> None:
+        self.check_allowed()
         self.regions.unregister(kind, name)
         if self.peers is not None:
             await self.peers.ask_each(self.OP, {"action": "unregister", "kind": kind, "name": name})

@@ -85,7 +85,12 @@ class ServerProcess:
         return f"127.0.0.1:{self.grpc_port}"
 
     def command(self) -> list[str]:
+        """The command line: ``inferd serve`` on 127.0.0.1, one serving process unless ``args``
+        name ``--workers`` (tests start many servers on small machines; ``--workers auto``, the
+        command's own default, runs one per core)."""
         cmd = [sys.executable, "-m", "inferd.host.cli", "serve", "--http-address", "127.0.0.1"]
+        if not any(a == "--workers" or a.startswith("--workers=") for a in self.args):
+            cmd += ["--workers", "1"]
         for repo in self.repositories:
             cmd += ["--model-repository", str(repo)]
         cmd += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),

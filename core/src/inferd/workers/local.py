@@ -17,6 +17,8 @@ log = logging.getLogger(__name__)
 
 #: How long the ``alive`` check waits for the event loop.
 ALIVE_S = 2.0
+#: How long the ``ready`` answer waits for the event loop and the models' own checks (``Model.check_ready``).
+READY_S = 10.0
 
 
 class WorkerOps:
@@ -27,7 +29,7 @@ class WorkerOps:
         self.dp = dataplane
         self.loop = loop
         self._ops: dict[str, Callable[[dict[str, Any]], Any]] = {
-            "ready": lambda args: self.dp.local_ready(),
+            "ready": lambda args: asyncio.run_coroutine_threadsafe(self.dp.local_ready(), self.loop).result(READY_S),
             "started": lambda args: self.dp.health.started,
             "alive": self._alive,
             "counts": lambda args: self.dp.counts.save() if self.dp.counts is not None else None,

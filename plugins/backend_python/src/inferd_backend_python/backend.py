@@ -14,6 +14,8 @@ from types import ModuleType
 from typing import Any
 
 from inferd.api import SOURCES, Backend, Instance, InstanceSpec, Model, ModelLoadContext, NotFound
+from inferd_backend_python import env as environments
+from inferd_backend_python.archive import Limits
 from inferd_backend_python.instance import (
     BLOCKED,
     PythonInstance,
@@ -28,9 +30,13 @@ from inferd_backend_python.pb_request import (
     ModelBinding,
     bind,
 )
+from inferd_backend_python.readiness import Probe, first_problem, on_thread
 
 _log = logging.getLogger("inferd.contracts.backend.python")
 _DEFAULT_FILENAME = "model.py"
+#: How long an environment unpacked for ``auto_complete_config`` stays for the load that follows
+#: (which then holds it): a packed CUDA environment takes tens of seconds to unpack.
+_AUTOCOMPLETE_HOLD_S = 30.0
 
 
 class PythonBackend(Backend):
@@ -39,7 +45,9 @@ class PythonBackend(Backend):
     name = "python"
     default_model_filename = _DEFAULT_FILENAME
 
-    def __init__(self) -> None:
+    def __init__(self, settings: dict[str, str] | None = None) -> None:
+        #: The bounds of an unpacked EXECUTION_ENV_PATH archive (``--backend-config=python,...``).
+        self.env_limits = environments.limits(settings or {})
         SOURCES.add(FAMILIES)  # the models' pb_utils.MetricFamily objects, on /metrics
 
     def autocomplete_config(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:
@@ -53,7 +61,7 @@ class PythonBackend(Backend):
         if not path.is_file():
             return  # load_model reports the missing file
         name = config.name or model_dir.name
-        if _isolated_autocomplete(config, model_dir, path, name, version_dir.name):
+        if _isolated_autocomplete(config, model_dir, path, name, version_dir.name, self.env_limits):
             return
         module = import_model_file(name, version_dir.name, path, model_dir)
         try:
@@ -68,7 +76,7 @@ class PythonBackend(Backend):
         path = context.version_dir / filename
         from inferd_backend_python.isolated import ProcessModel, isolation_settings
 
-        settings = isolation_settings(context.config, context.model_dir, context.name)
+        settings = isolation_settings(context.config, context.model_dir, context.name, self.env_limits)
         if settings is not None:
             if not path.is_file():
                 raise NotFound(
@@ -79,12 +87,12 @@ class PythonBackend(Backend):
         return PythonModel(context, module, path)
 
 
-def _isolated_autocomplete(config: Any, model_dir: Path, path: Path, name: str, version: str) -> bool:
+def _isolated_autocomplete(config: Any, model_dir: Path, path: Path, name: str, version: str, limits: Limits) -> bool:
     """For an isolated model, run ``auto_complete_config`` in a stub (the model may import packages only
     its environment has). False for an in-process model."""
     from inferd_backend_python import isolated
 
-    settings = isolated.isolation_settings(config, model_dir, name)
+    settings = isolated.isolation_settings(config, model_dir, name, limits)
     if settings is None:
         return False
     if "auto_complete_config" not in path.read_text(errors="replace"):
@@ -95,7 +103,10 @@ def _isolated_autocomplete(config: Any, model_dir: Path, path: Path, name: str, 
     if not as_json.get("name"):
         as_json["name"] = name
     launcher = isolated.Launcher.for_settings(settings, f"model '{name}'")
-    completed = isolated.autocomplete(launcher, as_json, name, path, model_dir, version)
+    try:
+        completed = isolated.autocomplete(launcher, as_json, name, path, model_dir, version)
+    finally:
+        launcher.release(_AUTOCOMPLETE_HOLD_S)
     if completed is not None:
         config.CopyFrom(config_from_json(completed, f"{path} (auto_complete_config)"))
     return True
@@ -136,6 +147,8 @@ class PythonModel(Model):
         #: ``sequence_batching { iterative_sequence: true }``: requests may be rescheduled.
         self.iterative = bool(context.config.sequence_batching.iterative_sequence)
         self.warn_after = execute_warn_secs(context.config, self.name)
+        #: One per instance whose model defines ``is_ready``.
+        self.probes: list[Probe] = []
         self._args = {
             "model_config": json.dumps(config_to_json(context.config)),
             "model_repository": str(context.model_dir),
@@ -147,10 +160,17 @@ class PythonModel(Model):
         args = instance_args(self._args, spec)
         model = start_model_object(self._class, args, self.binding, self.path)
         instance = PythonInstance(self.binding, self.iterative, model, spec.name)
+        if instance.has_is_ready:
+            label = f"model '{self.name}' instance '{spec.name}'"
+            self.probes.append(Probe(label, lambda: on_thread(instance.user_ready)))
         if self.warn_after:
             instance.warn_after = self.warn_after
             BLOCKED.add(instance)
         return instance
+
+    async def check_ready(self) -> str | None:
+        """The instances' ``is_ready`` (those that define one): the first that fails, or None."""
+        return await first_problem(self.probes)
 
     def unload(self) -> None:
         FAMILIES.model_unloaded(self.binding)

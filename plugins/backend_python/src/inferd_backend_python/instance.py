@@ -36,6 +36,7 @@ from inferd_backend_python.pb_request import (
     bind,
 )
 from inferd_backend_python.pb_tensor import TritonError, error_to_inferd, response_to_inferd
+from inferd_backend_python.readiness import answer
 
 _log = logging.getLogger("inferd.contracts.backend.python")
 
@@ -101,6 +102,9 @@ class PythonInstance(Instance):
         self._iterative = iterative
         self.name = name
         self._loop: _LoopThread | None = None
+        self._loop_lock = threading.Lock()
+        #: The model defines ``is_ready`` (looked up once, as Triton's stub does).
+        self.has_is_ready = callable(getattr(obj, "is_ready", None))
         #: When the running ``execute`` started (monotonic s; 0: none runs), for :data:`BLOCKED`.
         self.since = 0.0
         self.warned = 0.0
@@ -222,8 +226,19 @@ class PythonInstance(Instance):
 
     def _loop_thread(self) -> _LoopThread:
         if self._loop is None:
-            self._loop = _LoopThread(f"inferd-python-{self.name}")
+            with self._loop_lock:  # is_ready may ask for it from another thread
+                if self._loop is None:
+                    self._loop = _LoopThread(f"inferd-python-{self.name}")
         return self._loop
+
+    def user_ready(self) -> bool:
+        """Call the model's ``is_ready`` (an ``async def`` one runs on the instance's event loop);
+        raise when it raises or returns something other than a bool. Blocks: call it off the server's loop."""
+        bind(self._binding)
+        result = self._obj.is_ready()
+        if inspect.iscoroutine(result):
+            result = self._loop_thread().submit(result).result()
+        return answer(result)
 
     def close(self) -> None:
         """Call the model's ``finalize`` (errors are logged) and stop its event loop, if any."""

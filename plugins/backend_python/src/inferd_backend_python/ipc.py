@@ -49,8 +49,9 @@ EXEC = 2  # (batch id, [request...]) + tensors -> RESULT
 REPLY = 3  # (call id, what, payload) + tensors: a BLS call's responses, an is_cancelled() answer
 FINALIZE = 4  # () -> FINALIZED, then the stub exits
 AUTOCOMPLETE = 5  # (config json dict, name, path, model dir) -> READY(config dict) | FAILED
+IS_READY = 6  # (call id) -> READINESS
 # Stub -> server.
-READY = 10
+READY = 10  # after INIT: (pid, whether the model defines is_ready)
 FAILED = 11  # (message, error kind)
 RESULT = 12  # (batch id, [response | error | None...], [rescheduled index...], ns the batch before ended) + tensors
 SEND = 13  # (batch id, request index, response | error | None, final) + tensors
@@ -59,6 +60,7 @@ LOG = 15  # (level, logger name, message)
 METRIC = 16  # (operation, ...)
 FINALIZED = 17
 CANCELLED = 18  # (call id, batch id, request index) -> REPLY (call id, "cancelled", bool)
+READINESS = 19  # (call id, is_ready() answer, why it failed | None)
 _LARGE = 99  # the real message is in the attached shared memory (first descriptor)
 
 #: Messages larger than this go through shared memory too (a datagram must fit the socket buffer).

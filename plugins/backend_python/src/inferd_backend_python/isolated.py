@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import itertools
 import json
 import logging
@@ -49,11 +50,14 @@ from inferd.api import (
     Unavailable,
 )
 from inferd_backend_python import env as environments
-from inferd_backend_python import ipc
+from inferd_backend_python import ipc, proctree
+from inferd_backend_python.archive import Limits
 from inferd_backend_python.instance import instance_args
 from inferd_backend_python.pb_metrics import FAMILIES, Metric, MetricFamily
 from inferd_backend_python.pb_request import ModelBinding, bind
+from inferd_backend_python.readiness import Probe, first_problem
 from inferd_backend_python.stub import BOOT
+from inferd_backend_python.stub_logs import LINE_CHARS, SUMMARY_S, LogBudget
 from inferd_backend_python.wire import decode_outcome, decode_request, encode_error, encode_outcome, encode_request
 
 if TYPE_CHECKING:
@@ -66,6 +70,9 @@ _log = logging.getLogger("inferd.contracts.backend.python")
 START_TIMEOUT_S = 300.0
 #: How long ``finalize`` may take at unload before the stub is killed.
 FINALIZE_TIMEOUT_S = 30.0
+#: How long the processes a model started have, once asked to stop (SIGTERM) at unload, before they
+#: are killed with their stub (:mod:`inferd_backend_python.proctree`).
+DESCENDANTS_GRACE_S = 2.0
 #: Restart delays: the first after this long, doubling with each crash in the window, at most _MAX.
 _BACKOFF_S = 0.25
 _BACKOFF_MAX_S = 10.0
@@ -80,6 +87,7 @@ class Settings:
     """How an isolated model's instances run, from its config's ``parameters``."""
 
     env_path: Path | None = None
+    env_limits: Limits = Limits()
     execute_timeout_s: float | None = None
     memory_limit: int | None = None
     cpus: tuple[int, ...] = ()
@@ -92,7 +100,9 @@ def _parameter(config: ModelConfig, key: str) -> str | None:
     return param.string_value.strip() if param is not None else None
 
 
-def isolation_settings(config: ModelConfig, model_dir: Path, name: str) -> Settings | None:
+def isolation_settings(
+    config: ModelConfig, model_dir: Path, name: str, env_limits: Limits | None = None
+) -> Settings | None:
     """The isolation settings of a model, or None when it runs in the server process."""
     mode = _parameter(config, "EXECUTION_MODE")
     env_value = _parameter(config, "EXECUTION_ENV_PATH")
@@ -105,6 +115,7 @@ def isolation_settings(config: ModelConfig, model_dir: Path, name: str) -> Setti
         return None
     return Settings(
         env_path=environments.resolve(env_value, model_dir) if env_value else None,
+        env_limits=env_limits or Limits(),
         execute_timeout_s=_number(config, "EXECUTE_TIMEOUT_SECS", label, float) or None,
         memory_limit=_size(_parameter(config, "MEMORY_LIMIT"), label),
         cpus=_cpus(_parameter(config, "CPU_AFFINITY"), label),
@@ -189,13 +200,20 @@ class Launcher:
     python: str
     variables: dict[str, str] | None
     env_source: str | None
+    environment: environments.Environment | None = None
 
     @classmethod
     def for_settings(cls, settings: Settings, label: str) -> Launcher:
+        """The server's interpreter, or the environment's (an archive is unpacked: :meth:`release`)."""
         if settings.env_path is None:
             return cls(sys.executable, None, None)
-        found = environments.prepare(settings.env_path, label)
-        return cls(found.python, found.variables, found.source)
+        found = environments.prepare(settings.env_path, label, settings.env_limits)
+        return cls(found.python, found.variables, found.source, found)
+
+    def release(self, linger_s: float = 0.0) -> None:
+        """Done starting stubs: an unpacked environment's directory goes with its last user."""
+        if self.environment is not None:
+            environments.release(self.environment, linger_s)
 
     def spawn(self, on_backlog: Callable[[], None] | None = None) -> tuple[subprocess.Popen, ipc.Channel]:
         """A new stub and the server's end of its channel (non-blocking when ``on_backlog`` is given)."""
@@ -249,6 +267,7 @@ def autocomplete(
     """Run ``auto_complete_config`` in a short-lived stub; the completed config (None: no hook)."""
     proc, channel = launcher.spawn()
     label = f"model '{name}'"
+    budget = LogBudget(name, version, functools.partial(STATS.logged, name, version))
     try:
         channel.send(ipc.AUTOCOMPLETE, (config, name, str(path), str(model_dir), version))
         while (message := channel.recv()) is not None:
@@ -258,15 +277,15 @@ def autocomplete(
             if kind == ipc.FAILED:
                 raise _failure(body, launcher, label)
             if kind == ipc.LOG:
-                _log_from_stub(body)
+                budget.log(*_log_record(body))
         raise InternalError(f"{label}: the stub running auto_complete_config {_exit_cause(proc.wait(), None)}")
     except ipc.Malformed as exc:
         raise InternalError(f"{label}: the stub running auto_complete_config sent a malformed message: {exc}") from None
     finally:
+        proctree.end(proc)  # before the socket closes: the stub would leave, its descendants left behind
         channel.close()
-        if proc.poll() is None:
-            proc.kill()
         proc.wait()
+        budget.report()
 
 
 def _failure(body: Sequence[Any], launcher: Launcher, label: str) -> InferdError:
@@ -276,9 +295,14 @@ def _failure(body: Sequence[Any], launcher: Launcher, label: str) -> InferdError
     return InferdError(message, ErrorKind(kind))
 
 
-def _log_from_stub(body: Sequence[Any]) -> None:
+def _log_record(body: Any) -> tuple[int, str, str]:
+    """A LOG message's (level, logger name, text), checked."""
+    if not (isinstance(body, tuple | list) and len(body) == 3):
+        raise ipc.Malformed("a log record that is not (level, logger name, text)")
     level, name, message = body
-    logging.getLogger(name).log(level, "%s", message)
+    if type(level) is not int or type(name) is not str or type(message) is not str:
+        raise ipc.Malformed("a log record that is not (level, logger name, text)")
+    return level, name, message
 
 
 def _exit_cause(returncode: int, reason: str | None) -> str:
@@ -312,12 +336,6 @@ _LOOP_COPY_LIMIT = 256 * 1024
 _LARGE_IN_FLIGHT = 2
 #: Messages the event loop reads from one stub before it serves others (then it comes back).
 _READ_BATCH = 64
-#: Log records a stub may send: a burst of _LOG_BURST, then _LOG_RATE a second; the rest are dropped
-#: (and counted). Each is cut to _LOG_CHARS characters; at most _LOG_NAMES logger names per stub.
-_LOG_BURST = 2000
-_LOG_RATE = 500.0
-_LOG_CHARS = 64 * 1024
-_LOG_NAMES = 256
 
 
 class _Batch:
@@ -394,10 +412,10 @@ class Stub:
         self._gone = threading.Event()
         self._families: dict[int, MetricFamily] = {}
         self._metrics: dict[int, Metric] = {}
-        self._log_tokens = float(_LOG_BURST)
-        self._log_stamp = time.monotonic()
-        self._log_dropped = 0
-        self._log_names: set[str] = set()
+        self._log_budget = owner.model.log_budget
+        #: The model defines ``is_ready`` (the stub says so once ``initialize`` returned).
+        self.has_is_ready = False
+        self._checks: dict[int, asyncio.Future[bool]] = {}  # readiness asks awaiting the stub, on the loop
 
     @classmethod
     def start(cls, owner: ProcessInstance) -> Stub:
@@ -600,7 +618,10 @@ class Stub:
             self._log(body)
         elif kind == ipc.METRIC:
             self._metric(body)
+        elif kind == ipc.READINESS:
+            self._readiness(*body)
         elif kind == ipc.READY:
+            self.has_is_ready = isinstance(body, tuple) and len(body) == 2 and body[1] is True
             self._started.set()
         elif kind == ipc.FAILED:
             self._start_error = _failure(body, self.owner.model.launcher, self.owner.label)
@@ -609,6 +630,27 @@ class Stub:
             self._finalized.set()
         else:
             raise ipc.Malformed(f"a message of unknown kind {kind}")
+
+    def ask_ready(self) -> asyncio.Future[bool]:
+        """Ask the stub for the model's ``is_ready`` answer (on the loop); its future."""
+        future: asyncio.Future[bool] = self.loop.create_future()
+        if self._dead:
+            future.set_exception(InternalError(f"Stub process '{self.owner.name}' is not healthy."))
+            return future
+        call_id = next(self._ids)
+        self._checks[call_id] = future
+        self._send(ipc.IS_READY, call_id, None, False)
+        return future
+
+    def _readiness(self, call_id: int, ready: bool, error: str | None) -> None:
+        future = self._checks.pop(call_id, None)
+        if future is None:
+            raise ipc.Malformed(f"a readiness answer to {call_id!r}, which it was not asked")
+        if not future.done():
+            if error is not None:
+                future.set_exception(InternalError(str(error)))
+            else:
+                future.set_result(ready is True)
 
     def _result(self, body: Any, block: ipc.Block) -> None:
         batch_id, encoded, rescheduled, free_ns = body
@@ -648,34 +690,10 @@ class Stub:
             sender(outcome, bool(final))
 
     def _log(self, body: Any) -> None:
-        """A log record of the model: logged by the server, within the stub's log budget."""
-        level, name, message = body
-        if type(level) is not int or type(name) is not str or type(message) is not str:
-            raise ipc.Malformed("a log record that is not (level, logger name, text)")
-        now = time.monotonic()
-        self._log_tokens = min(_LOG_BURST, self._log_tokens + (now - self._log_stamp) * _LOG_RATE)
-        self._log_stamp = now
-        if self._log_tokens < 1:
-            if not self._log_dropped:
-                self.loop.call_later(1.0, self._report_dropped)
-            self._log_dropped += 1
-            return
-        self._log_tokens -= 1
-        if len(message) > _LOG_CHARS:
-            message = f"{message[:_LOG_CHARS]}... [{len(message) - _LOG_CHARS} characters cut]"
-        if name not in self._log_names:
-            if len(self._log_names) >= _LOG_NAMES:
-                name, message = "inferd.python", f"[{name[:200]}] {message}"
-            else:
-                self._log_names.add(name)
-        logging.getLogger(name).log(level, "%s", message)
-
-    def _report_dropped(self) -> None:
-        _log.warning(
-            "%s: %d log records of its stub dropped (more than %d at once or %g a second)",
-            self.owner.label, self._log_dropped, _LOG_BURST, _LOG_RATE,
-        )  # fmt: skip
-        self._log_dropped = 0
+        """A log record of the model: logged by the server within the model's log budget."""
+        budget = self._log_budget
+        if not budget.log(*_log_record(body)) and budget.dropped == 1:
+            self.loop.call_later(SUMMARY_S, budget.report)
 
     def _bls(self, body: Any, block: ipc.Block) -> None:
         """A BLS call of the model: run through the server's in-process path, the reply sent back."""
@@ -737,15 +755,14 @@ class Stub:
 
     # -- death --
 
-    def kill(self, reason: str | None, kind: str | None) -> None:
-        """Kill the stub (SIGKILL); ``reason`` is what its requests and the model's state will say."""
+    def kill(self, reason: str | None, kind: str | None, grace: float = 0.0) -> None:
+        """Kill the stub and every process its model started (SIGKILL; with ``grace``, those
+        processes get SIGTERM and that long first: blocking, not on the loop); ``reason`` is what
+        its requests and the model's state will say."""
         with self._lock:
             if self._kill_reason is None:
                 self._kill_reason, self._kill_kind = reason, kind
-        try:
-            self.proc.kill()
-        except OSError:
-            pass
+        proctree.end(self.proc, grace)
 
     def _closed(self) -> None:
         """The socket closed (on the loop): the stub is gone. Stop reading; a thread waits for it."""
@@ -760,7 +777,7 @@ class Stub:
         try:
             code = self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # it closed the socket but lives on: end it
-            self.proc.kill()
+            proctree.end(self.proc)
             code = self.proc.wait()
         WATCHDOG.remove(self)
         with self._lock:
@@ -793,6 +810,10 @@ class Stub:
         """Fail every request the dead stub held (on the loop)."""
         pending, self._pending = self._pending, {}
         self._held.clear()
+        checks, self._checks = self._checks, {}
+        for future in checks.values():
+            if not future.done():
+                future.set_exception(InternalError(f"Stub process '{self.owner.name}' is not healthy."))
         for batch in pending.values():
             self._fail_batch(batch, error)
         self._gone.set()
@@ -813,7 +834,7 @@ class Stub:
             _log.warning(
                 "%s: finalize did not return within %g s; killing its stub", self.owner.label, FINALIZE_TIMEOUT_S
             )
-        self.kill("was unloaded", "unload")
+        self.kill("was unloaded", "unload", DESCENDANTS_GRACE_S)
         self._gone.wait(FINALIZE_TIMEOUT_S)
 
 
@@ -838,14 +859,17 @@ class ProcessModel(Model):
         if context.loop is None:
             raise InternalError(f"model '{self.name}': an isolated Python model needs a running server's event loop")
         self.loop = context.loop
-        self.launcher = Launcher.for_settings(settings, f"model '{self.name}'")
         self.instances: list[ProcessInstance] = []
+        #: What its stubs may log, all instances together (:mod:`inferd_backend_python.stub_logs`).
+        self.log_budget = LogBudget(self.name, self.version, functools.partial(STATS.logged, self.name, self.version))
         self._args = {
             "model_config": json.dumps(config_to_json(context.config)),
             "model_repository": str(context.model_dir),
             "model_version": self.version,
             "model_name": self.name,
         }
+        self.launcher = Launcher.for_settings(settings, f"model '{self.name}'")  # last: unload releases it
+        self._released = False
         FAMILIES.model_loaded(self.binding)
         SOURCES.add(STATS)
 
@@ -875,9 +899,16 @@ class ProcessModel(Model):
                 return f"instance '{instance.name}' {instance.problem}"
         return None
 
+    async def check_ready(self) -> str | None:
+        """The instances' ``is_ready`` in their stubs (when the model defines one)."""
+        return await first_problem([i.probe for i in self.instances if i.stub is not None and i.stub.has_is_ready])
+
     def unload(self) -> None:
         FAMILIES.model_unloaded(self.binding)
         STATS.forget(self)
+        if not self._released:  # after the instances' stubs stopped (the builder closes them first)
+            self._released = True
+            self.launcher.release()
 
 
 class ProcessInstance(Instance):
@@ -907,6 +938,15 @@ class ProcessInstance(Instance):
         self._crashes: collections.deque[float] = collections.deque()
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
+        self.probe = Probe(self.label, self._ask_ready)
+
+    def _ask_ready(self) -> asyncio.Future[bool]:
+        stub = self.stub
+        if stub is None:
+            future: asyncio.Future[bool] = self.model.loop.create_future()
+            future.set_exception(InternalError(f"Stub process '{self.name}' is not healthy."))
+            return future
+        return stub.ask_ready()
 
     def execute(self, requests: Sequence[InferRequest]) -> Any:
         stub = self.stub
@@ -1035,11 +1075,13 @@ WATCHDOG = _Watchdog()
 
 
 class _Stats:
-    """Crashes by cause, restarts and RSS of the isolated instances, for ``/metrics``."""
+    """Crashes by cause, restarts and RSS of the isolated instances, and the log lines of their
+    models dropped or cut, for ``/metrics``."""
 
     def __init__(self) -> None:
         self._crashes: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
         self._restarts: collections.Counter[tuple[str, str, str]] = collections.Counter()
+        self._log_lines: collections.Counter[tuple[str, str, str]] = collections.Counter()
         self._instances: dict[int, ProcessInstance] = {}
         self._lock = threading.Lock()
 
@@ -1055,6 +1097,11 @@ class _Stats:
         with self._lock:
             self._restarts[self._watch(instance)] += 1
 
+    def logged(self, model: str, version: str, what: str, n: int) -> None:
+        """``n`` log lines of a model version ``what`` ("dropped", "truncated")."""
+        with self._lock:
+            self._log_lines[(model, version, what)] += n
+
     def started(self, instance: ProcessInstance) -> None:
         with self._lock:
             self._watch(instance)
@@ -1069,6 +1116,7 @@ class _Stats:
 
         with self._lock:
             crashes, restarts = dict(self._crashes), dict(self._restarts)
+            log_lines = dict(self._log_lines)
             instances = list(self._instances.values())
         labels: tuple[str, ...] = ("model", "version", "instance")
         family = PromMetric(
@@ -1086,6 +1134,15 @@ class _Stats:
         for restart, n in sorted(restarts.items()):
             family.add_sample(family.name, dict(zip(labels, restart, strict=True)), n)
         yield family
+        for what, text in (("dropped", "dropped: over the model's log budget"),
+                           ("truncated", f"cut to {LINE_CHARS} characters")):  # fmt: skip
+            name = f"inferd_python_stub_log_lines_{what}_total"
+            family = PromMetric(name, f"Log lines of isolated Python models {text}", "counter")
+            family.name = name
+            for (model, version, kind), n in sorted(log_lines.items()):
+                if kind == what:
+                    family.add_sample(name, {"model": model, "version": version}, n)
+            yield family
         family = PromMetric("inferd_python_stub_rss_bytes", "Resident memory of each running stub process", "gauge")
         for instance in instances:
             stub = instance.stub

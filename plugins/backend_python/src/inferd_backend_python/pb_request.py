@@ -39,10 +39,9 @@ TRITONSERVER_MEMORY_GPU = 2
 #: whether the request was cancelled (the stub's copy of the request cannot see the server's flag).
 CANCEL_QUERY = "inferd.python.cancel_query"
 
-# Request parameters that Triton turns into request properties instead of passing them on.
-_RESERVED_PARAMETERS = frozenset(
-    ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output")
-)
+#: Request parameters that Triton turns into request properties instead of passing them on. (Over
+#: gRPC, Triton 2.51 passes ``binary_data_output`` on to the model; the HTTP frontend consumes it.)
+_RESERVED_PARAMETERS = frozenset(("sequence_id", "sequence_start", "sequence_end", "priority", "timeout"))
 
 _log = logging.getLogger("inferd.python")
 

@@ -37,13 +37,16 @@ from inferd_backend_python.wire import decode_error, decode_outcome, decode_requ
 #: <inferd dir> <inferd_backend_python dir> <pb_utils dir>``.
 #: It first asks the kernel to kill it when the server's thread that started it ends (the server
 #: starts stubs from one thread that lives as long as it does: a server killed with SIGKILL leaves
-#: no stub behind), then imports the server's own copies of these packages by path, so an
-#: execution environment needs only numpy, and reports a failed import on the socket before
-#: anything else runs.
+#: no stub behind) and to hand it the orphans among the processes its model starts (a child
+#: subreaper: the server ends them with the stub, :mod:`inferd_backend_python.proctree`), then
+#: imports the server's own copies of these packages by path, so an execution environment needs
+#: only numpy, and reports a failed import on the socket before anything else runs.
 BOOT = """
 import sys, os, ctypes, importlib.util
 try:
-    ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+    libc = ctypes.CDLL(None)
+    libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+    libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 except Exception:
     pass
 if os.getppid() != int(sys.argv[3]):  # the server died before that
@@ -83,6 +86,10 @@ def main(fd: int, rings: str, load: Callable[[str, str], None], pb_utils_dir: st
     os.close(in_fd)
     os.close(out_fd)
     Stub(ipc.Channel(socket.socket(fileno=fd), out_ring, in_ring)).run()
+
+
+#: How long ``execute`` runs before the readiness thread reads the socket for the main thread.
+_HELP_AFTER_NS = 100_000_000
 
 
 def _keep_heap() -> None:
@@ -131,21 +138,42 @@ class _Inbox:
         self.jobs: collections.deque[tuple[Any, Any] | None] = collections.deque()
         #: Replies by call id: a deque per call waiting for one.
         self.replies: dict[int, collections.deque[tuple[Any, Any]]] = {}
+        #: The call ids of the server's readiness asks, for the thread that answers them.
+        self.checks: collections.deque[int] = collections.deque()
+        #: When the main thread's running ``execute`` began (monotonic ns; 0: none runs).
+        self.executing_since = 0
         self._lock = threading.Lock()  # ``with`` on it directly: a Condition's own ``with`` is Python code
         self._ready = threading.Condition(self._lock)
         self._reading = False
         #: Threads waiting in ``_ready`` for what another thread reads (none: no notify to send).
         self._waiting = 0
+        #: The readiness thread waits in ``_ready`` (woken only for what is filed for it).
+        self._helper_waits = False
 
-    def wait(self, filed: collections.deque[Any]) -> None:
-        """Return once ``filed`` holds something, reading messages meanwhile when no other thread is."""
+    def _main_stuck(self) -> bool:
+        """The main thread has run one ``execute`` for over :data:`_HELP_AFTER_NS`."""
+        since = self.executing_since
+        return since != 0 and time.monotonic_ns() - since > _HELP_AFTER_NS
+
+    def wait(self, filed: collections.deque[Any], helper: bool = False) -> None:
+        """Return once ``filed`` holds something, reading messages meanwhile when no other thread is.
+
+        A ``helper`` reads only while the main thread is stuck in a long ``execute``: a batch that
+        comes when it is free is then read by the main thread itself, not handed over by another."""
         cond, lock = self._ready, self._lock
         with lock:
             reading = False
             while not filed:
-                if not self._reading:
+                if not self._reading and (not helper or self._main_stuck()):
                     self._reading = reading = True
                     break
+                if helper:  # woken for a readiness ask only, else it looks again after a while
+                    self._helper_waits = True
+                    try:
+                        cond.wait(_HELP_AFTER_NS / 1e9)
+                    finally:
+                        self._helper_waits = False
+                    continue
                 self._waiting += 1
                 try:
                     cond.wait()
@@ -161,11 +189,12 @@ class _Inbox:
                 with lock:
                     if message is not None:
                         self._file(*message)
-                    reading = not filed and message is not None  # keep reading: nothing for us yet
+                    # keep reading: nothing for us yet
+                    reading = not filed and message is not None and (not helper or self._main_stuck())
                     if not reading:
                         self._reading = False
-                    if self._waiting:  # what was filed for them, or the reading left to them
-                        cond.notify_all()
+                    if self._waiting or (self._helper_waits and self.checks):  # what was filed for them,
+                        cond.notify_all()  # or the reading left to them
             if message is None:
                 _exit(0)  # the server closed the socket: it is unloading us, or gone
 
@@ -178,6 +207,8 @@ class _Inbox:
                 replies.append((body, block))
         elif kind == ipc.FINALIZE:
             self.jobs.append(None)
+        elif kind == ipc.IS_READY:
+            self.checks.append(body)
 
     def next_job(self) -> tuple[Any, Any] | None:
         jobs = self.jobs
@@ -275,11 +306,13 @@ class Stub:
         logging.getLogger().addHandler(_LogForwarder(self.channel))
         if kind == ipc.AUTOCOMPLETE:
             self._reply(lambda: self._autocomplete(*body))
-            return
-        if kind != ipc.INIT or not self._reply(lambda: self._init(body)):
-            return
-        gc_settings.settle()  # as the server does once started: fewer young collections, the model frozen
-        self._work()
+        elif kind == ipc.INIT and self._reply(lambda: self._init(body)):
+            gc_settings.settle()  # as the server does once started: fewer young collections, the model frozen
+            self._work()
+        # Done: the server ends this process with the processes the model started, which it finds
+        # below this one (an exit now would hand them to init). It may close the socket instead.
+        _flush()
+        self.inbox.wait(collections.deque())
 
     def _reply(self, work: Callable[[], Any]) -> bool:
         """Run ``work``; send READY with its result or FAILED with the error. True when it worked."""
@@ -294,7 +327,7 @@ class Stub:
         self.channel.send(ipc.READY, result)
         return True
 
-    def _init(self, settings: dict[str, Any]) -> int:
+    def _init(self, settings: dict[str, Any]) -> tuple[int, bool]:
         logging.getLogger().setLevel(settings["log_level"])
         if settings.get("cpus"):
             os.sched_setaffinity(0, settings["cpus"])
@@ -309,7 +342,24 @@ class Stub:
         obj = start_model_object(cls, args, binding, path)
         self._iterative = bool(settings["iterative"])
         self.instance = PythonInstance(binding, self._iterative, obj, args["model_instance_name"])
-        return os.getpid()
+        if self.instance.has_is_ready:
+            threading.Thread(target=self._answer_checks, name="inferd-stub-is-ready", daemon=True).start()
+        return (os.getpid(), self.instance.has_is_ready)
+
+    def _answer_checks(self) -> None:
+        """Answer the server's readiness asks with the model's ``is_ready``. The main thread reads
+        them while it waits for batches; this thread reads the socket while the main thread is
+        stuck in a long ``execute``, so that the answer is not held up for its length."""
+        instance, checks = self.instance, self.inbox.checks
+        assert instance is not None
+        while True:
+            self.inbox.wait(checks, helper=True)
+            call_id = checks.popleft()
+            try:
+                ready, error = instance.user_ready(), None
+            except Exception as exc:
+                ready, error = False, f"{type(exc).__name__}: {exc}"
+            self.channel.send(ipc.READINESS, (call_id, ready, error))
 
     def _autocomplete(self, config: dict[str, Any], name: str, path: str, model_dir: str, version: str) -> Any:
         from inferd_backend_python.loader import forget_package
@@ -335,7 +385,8 @@ class Stub:
         instance = self.instance
         assert instance is not None
         send = self.channel.send
-        next_job = self.inbox.next_job
+        inbox = self.inbox
+        next_job = inbox.next_job
         cancelled = self._cancelled
         iterative = self._iterative
         free_ns = 0  # when the batch before ended: a batch that came earlier waited for it
@@ -348,6 +399,7 @@ class Stub:
                 query = functools.partial(cancelled, batch_id, index)
                 requests.append(decode_request(item, block, sender, {CANCEL_QUERY: query}))
             del block  # the input arrays keep the mapping alive as long as the model holds them
+            inbox.executing_since = time.monotonic_ns()
             try:
                 results = instance.execute(requests)
             except BaseException as exc:  # SystemExit and the like: fail the batch, keep serving
@@ -365,11 +417,11 @@ class Stub:
             # before the send: once it is sent the server may hand over a batch that never waited (and this
             # thread may not run again before it does)
             ended_ns = time.monotonic_ns()
+            inbox.executing_since = 0
             send(ipc.RESULT, (batch_id, encoded, rescheduled, free_ns), tensors)
             free_ns = ended_ns
         instance.close()
         send(ipc.FINALIZED, None)
-        _exit(0)
 
     def _cancelled(self, batch_id: int, index: int) -> bool:
         """Ask the server whether request ``index`` of batch ``batch_id`` was cancelled (as Triton's stub does)."""
@@ -392,9 +444,13 @@ class Stub:
 
 def _exit(code: int) -> None:
     """Leave now, whatever threads the model started (they would keep a normal exit waiting)."""
+    _flush()
+    os._exit(code)
+
+
+def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:
             pass
-    os._exit(code)

@@ -19,4 +19,4 @@ def _make_backend() -> Backend:
 @hookimpl
 def inferd_register_backends(register: BackendRegister) -> None:
     """Register the "tensorrt" backend (platform ``tensorrt_plan``, file ``model.plan``)."""
-    register("tensorrt", _make_backend, model_filenames=("model.plan",))
+    register("tensorrt", _make_backend, model_filenames=("model.plan",), single_process=True)

@@ -19,4 +19,4 @@ def _make_backend() -> Backend:
 @hookimpl
 def inferd_register_backends(register: BackendRegister) -> None:
     """Register the "vllm" backend (models identified by ``<version>/model.json``)."""
-    register("vllm", _make_backend, model_filenames=("model.json",))
+    register("vllm", _make_backend, model_filenames=("model.json",), single_process=True)

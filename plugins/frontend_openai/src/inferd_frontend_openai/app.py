@@ -16,7 +16,7 @@ from starlette.types import Receive, Scope, Send
 
 from inferd.api import TOO_DEEP, depth_problem
 from inferd.auth import CURRENT, ApiGroup
-from inferd_frontend_openai import embeddings, engine, params
+from inferd_frontend_openai import embeddings, engine, extra_fields, params
 from inferd_frontend_openai.catalog import Catalog, ServingVersion
 from inferd_frontend_openai.choices import ChoiceRunner, Event
 from inferd_frontend_openai.engine import StreamingDataPlane
@@ -156,10 +156,13 @@ class OpenAIApp:
             lora = self.catalog.resolve(gen.model)[1]
             if lora is not None:
                 gen.sampling["lora_name"] = lora  # Triton's vLLM backend's parameter
+        if gen.vllm:
+            _add_vllm_sampling(gen, mv)
         if gen.logprobs is not None and not engine.gives_logprobs(mv.info):
             raise bad_request(f"model '{gen.model}' does not give logprobs: it has no 'return_logprobs' input and "
                               f"'logprobs' output (Triton's vLLM backend's)", "logprobs")  # fmt: skip
-        reply = Reply(gen.model, chat, gen.logprobs is not None)
+        own_id = ("chatcmpl-" if chat else "cmpl-") + gen.request_id if gen.request_id else ""
+        reply = Reply(gen.model, chat, gen.logprobs is not None, own_id)
         tokenizer = await self.catalog.tokenizer(mv)
         grant = CURRENT.get()
         tenant = grant.tenant if grant is not None else None
@@ -192,6 +195,21 @@ class OpenAIApp:
             meter(False)
             raise from_inferd(first.error)
         return StreamingResponse(_sse(reply, runner, first, events, meter), media_type="text/event-stream")
+
+
+def _add_vllm_sampling(gen: params.Generation, mv: ServingVersion) -> None:
+    """vLLM's sampling fields into the model's ``sampling_parameters``; for a model of another
+    backend, a 400 naming the first one nothing there would apply (``include_stop_str_in_output``
+    is applied here, for every backend)."""
+    if getattr(mv.model, "openai", None) is not None:  # only the vLLM backend's models offer it
+        gen.sampling.update(gen.vllm)
+        return
+    foreign = [extra_fields.request_name(k) for k in gen.vllm if k != "include_stop_str_in_output"]
+    if foreign:
+        name = foreign[0]
+        raise bad_request(f"model '{gen.model}' does not take '{name}': it is a sampling field of vLLM, and "
+                          "only models of the vLLM backend take it; leave it out or set it to vLLM's default",
+                          name)  # fmt: skip
 
 
 def _check_prompt(gen: params.Generation, count: Callable[[str], int], tenant: str, limit: int, chat: bool) -> None:

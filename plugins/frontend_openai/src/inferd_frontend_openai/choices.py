@@ -26,10 +26,12 @@ if TYPE_CHECKING:
 
 
 class StopScanner:
-    """Cuts a stream of text at the first stop string."""
+    """Cuts a stream of text at the first stop string (after it, with ``include``: vLLM's
+    ``include_stop_str_in_output``)."""
 
-    def __init__(self, stops: list[str]) -> None:
+    def __init__(self, stops: list[str], include: bool = False) -> None:
         self.stops = stops
+        self.include = include
         self._hold = max((len(s) for s in stops), default=1) - 1
         self._pending = ""
         self.stopped = False
@@ -39,11 +41,12 @@ class StopScanner:
         if not self.stops:
             return text
         pending = self._pending + text
-        hits = [i for i in (pending.find(s) for s in self.stops) if i >= 0]
+        hits = [(i, len(s)) for i, s in ((pending.find(s), s) for s in self.stops) if i >= 0]
         if hits:
             self.stopped = True
             self._pending = ""
-            return pending[: min(hits)]
+            start, length = min(hits)
+            return pending[: start + length if self.include else start]
         cut = max(len(pending) - self._hold, 0)
         self._pending = pending[cut:]
         return pending[:cut]
@@ -119,7 +122,7 @@ class ChoiceRunner:
         gen = self.gen
         request = engine.build_request(self.info, choice.prompt, self._sampling(choice), gen.stream, self.request_id,
                                        gen.logprobs is not None, choice.prompt_ids)  # fmt: skip
-        scanner = StopScanner(self.gen.stop)
+        scanner = StopScanner(self.gen.stop, bool(gen.vllm.get("include_stop_str_in_output")))
         pieces = engine.run(self.dataplane, self.info, request)
         try:
             async for piece in pieces:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from inferd_frontend_openai import extra_fields
 from inferd_frontend_openai.errors import bad_request
 from inferd_frontend_openai.tokenizer import ChatOptions
 
@@ -47,6 +48,11 @@ class Generation:
     prompt_ids: list[list[int] | None] = field(default_factory=list)
     #: A chat request with tools or structured outputs, as the backend checked it (its ``ToolRequest``).
     tool: Any = None
+    #: vLLM's sampling fields the request sets (:mod:`~inferd_frontend_openai.extra_fields`), under
+    #: ``SamplingParams``' names: added to ``sampling`` for a model of the vLLM backend only.
+    vllm: dict[str, Any] = field(default_factory=dict)
+    #: vLLM's ``request_id``: the response's id is ``cmpl-`` / ``chatcmpl-`` and it ("": a random one).
+    request_id: str = ""
 
     @property
     def tool_mode(self) -> str:
@@ -121,6 +127,11 @@ def decode(body: object, prompts: list[str | list[int]], chat: bool) -> Generati
     gen.echo = _bool(body, "echo")
     gen.logprobs = logprobs(body, chat)
     gen.sampling = _sampling(body, gen)
+    gen.vllm = extra_fields.sampling(body, chat)
+    request_id = body.get("request_id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise bad_request(f"'request_id' must be a string, got {json_type(request_id)}", "request_id")
+    gen.request_id = request_id or ""
     return gen
 
 

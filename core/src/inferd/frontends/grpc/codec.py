@@ -27,7 +27,7 @@ from inferd.contracts.types import (
     numpy_dtype,
 )
 from inferd.frontends.grpc import grpc_service_pb2 as pb
-from inferd.frontends.grpc.parameter_checks import check_request_parameters
+from inferd.frontends.grpc.parameter_checks import ENABLE_EMPTY_FINAL, check_request_parameters
 from inferd.shared_memory import REGION, Regions, read_input, without_region
 
 #: Largest tensor a request may declare (elements), as in the HTTP frontend; beyond it the shape
@@ -55,8 +55,6 @@ CONTENTS_FIELD: dict[str, str] = {
 }
 _ALL_CONTENTS_FIELDS = tuple(sorted(set(CONTENTS_FIELD.values())))
 
-#: Request parameter asking for an empty response flagged final at the end of a stream.
-ENABLE_EMPTY_FINAL = "triton_enable_empty_final_response"
 FINAL_RESPONSE = "triton_final_response"
 
 
@@ -292,6 +290,8 @@ def decode_request(wire: WireRequest, regions: Regions | None = None) -> InferRe
     if msg.parameters:
         check_request_parameters(msg.parameters)
         request.parameters = params_to_dict(msg.parameters)
+        if ENABLE_EMPTY_FINAL in request.parameters:  # the frontend's flag, not the model's (as Triton)
+            request.context[ENABLE_EMPTY_FINAL] = request.parameters.pop(ENABLE_EMPTY_FINAL)
     raw = wire.raw
     used = 0
     for tensor in msg.inputs:

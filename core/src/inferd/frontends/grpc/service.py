@@ -20,7 +20,6 @@ from inferd.contracts.validation import check_repository_name
 from inferd.frontends.grpc import grpc_service_pb2 as pb
 from inferd.frontends.grpc import health_pb2, traffic_pb2
 from inferd.frontends.grpc.codec import (
-    ENABLE_EMPTY_FINAL,
     WireRequest,
     WireResponse,
     encode_response,
@@ -28,6 +27,7 @@ from inferd.frontends.grpc.codec import (
     param_value,
     stream_error,
 )
+from inferd.frontends.grpc.parameter_checks import ENABLE_EMPTY_FINAL
 from inferd.frontends.grpc.plans import RequestPlans
 from inferd.frontends.header_forward import GRPC_TRANSPORT_HEADERS, HeaderForward
 from inferd.shared_memory import bind_outputs
@@ -226,7 +226,7 @@ class InferenceService:
         return pb.ServerReadyResponse(ready=await self.dp.is_ready())
 
     async def ModelReady(self, request: pb.ModelReadyRequest) -> pb.ModelReadyResponse:
-        return pb.ModelReadyResponse(ready=self.dp.model_ready(request.name, request.version))
+        return pb.ModelReadyResponse(ready=await self.dp.model_ready(request.name, request.version))
 
     async def ServerMetadata(self, request: pb.ServerMetadataRequest) -> pb.ServerMetadataResponse:
         meta = self.dp.server_metadata()
@@ -295,7 +295,7 @@ class InferenceService:
                 if sinks is not None:
                     sinks.write(item)
                 await put(encode_response(item, final=ended, in_regions=sinks or ()))
-            if decoupled and not ended and infer_request.parameters.get(ENABLE_EMPTY_FINAL) is True:
+            if decoupled and not ended and infer_request.context.get(ENABLE_EMPTY_FINAL) is True:
                 await put(final_empty_response(infer_request, version))
         except InferdError as exc:  # an access refusal too
             await put((exc, infer_request))

@@ -48,7 +48,8 @@ class TrafficServicer(object):
     def ModelTraffic(self, request, context):
         """Read a model's traffic split (no weights given) or set it live (weights given, on every
         worker). Errors are Triton's statuses: NOT_FOUND for an unknown model or version,
-        INVALID_ARGUMENT for weights that are all 0.
+        INVALID_ARGUMENT for a weight past 1000000, a version not written as a directory name, or
+        weights that are all 0.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -10,6 +10,7 @@ middleware and router (which would route them the same way, about 7 us later).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -226,7 +227,7 @@ class Endpoints:
         return _json(self.dp.model_metadata(request.path_params["model"], _version(request)))
 
     async def model_ready(self, request: Request) -> Response:
-        if self.dp.model_ready(request.path_params["model"], _version(request)):
+        if await self.dp.model_ready(request.path_params["model"], _version(request)):
             return Response(status_code=200)
         return _json({"error": "Model version not ready"}, 400)
 
@@ -276,7 +277,7 @@ class Endpoints:
 
     async def load(self, request: Request) -> Response:
         _no_repository_name(request)
-        params = await _json_body(request)
+        params = await _large_json_body(request)
         parameters = params.get("parameters", {}) if isinstance(params, dict) else {}
         if not isinstance(parameters, dict):
             raise InvalidArgument("load request 'parameters' must be a JSON object")
@@ -298,7 +299,8 @@ class Endpoints:
         return _json(self.dp.traffic(request.path_params["model"]))
 
     async def traffic_post(self, request: Request) -> Response:
-        body = await _json_body(request)
+        raw = await _body(request)  # a long weight stays text: refused naming its model and version
+        body = parse_json(raw, "request", long_as_text=True) if raw.strip() else {}
         if not isinstance(body, dict) or "weights" not in body:
             raise InvalidArgument('traffic request must be a JSON object with "weights": {"<version>": <weight>}')
         return _json(await self.dp.set_traffic(request.path_params["model"], body["weights"]))
@@ -321,6 +323,7 @@ class Endpoints:
 
     async def shm_register(self, request: Request) -> Response:
         kind, name = _shm_kind(request), request.path_params["region"]
+        self.dp.shared_memory.check_allowed()  # before the body, as Triton
         fields = register_request(await _json_body(request), kind)
         if kind == "system":
             await self.dp.shared_memory.register_system(name, fields["key"], fields["offset"], fields["byte_size"])
@@ -356,6 +359,27 @@ async def _body(request: Request) -> bytes:
 async def _json_body(request: Request) -> Any:
     """The body's JSON; ``{}`` for an empty body."""
     body = await _body(request)
+    return parse_json(body, "request") if body.strip() else {}
+
+
+#: A body from this size on is inflated and parsed on a worker thread (:func:`_large_json_body`).
+_PARSED_OFF_LOOP = 256 << 10
+
+
+async def _large_json_body(request: Request) -> Any:
+    """:func:`_json_body` for a route whose body may be megabytes (a load request's config and
+    files): from :data:`_PARSED_OFF_LOOP` bytes, or compressed (a small body may inflate to the
+    limit), inflated and parsed off the event loop."""
+    raw = await request.body()
+    encoding = request.headers.get("content-encoding", "").lower()
+    limit = request.scope.get("inferd.max_input_size")
+    if len(raw) < _PARSED_OFF_LOOP and encoding in ("", "identity"):
+        return _parsed(raw, encoding, limit)
+    return await asyncio.to_thread(_parsed, raw, encoding, limit)
+
+
+def _parsed(raw: bytes, encoding: str, limit: int | None) -> Any:
+    body = decode_body(raw, encoding, limit)
     return parse_json(body, "request") if body.strip() else {}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any, NoReturn
 
 import numpy as np
@@ -67,7 +68,7 @@ _NINETEEN_DIGITS = b"0" * 19
 _ZERO, _POINT, _SIGNS, _EXPONENTS = ord("0"), ord("."), b"+-", b"eE"
 
 
-def parse_json(data: bytes | memoryview, what: str, *, walk: bool = True) -> Any:
+def parse_json(data: bytes | memoryview, what: str, *, walk: bool = True, long_as_text: bool = False) -> Any:
     """``data`` parsed, or InvalidArgument naming ``what`` ("request", ...).
 
     orjson parses numbers ~8x faster than the standard library (a request of 256 floats: 5
@@ -78,7 +79,9 @@ def parse_json(data: bytes | memoryview, what: str, *, walk: bool = True) -> Any
     library: results and error messages stay what they were. A document nested deeper than
     ``inferd.contracts.json_depth.MAX_JSON_DEPTH`` is refused, whichever parser read it; with ``walk``
     False (an infer request) only past the parsers' own limits: :func:`decode_request` then checks
-    the values it keeps (``parameters``) itself, and ``data`` is checked against its shape.
+    the values it keeps (``parameters``) itself, and ``data`` is checked against its shape. With
+    ``long_as_text``, an integer literal of more than 18 digits is kept as its text (the caller
+    refuses it in its own words); otherwise one past Python's limit (4300 digits) is refused.
     """
     raw = bytes(data) if isinstance(data, memoryview) else data
     if not _may_hold_long_integer(raw):
@@ -90,14 +93,22 @@ def parse_json(data: bytes | memoryview, what: str, *, walk: bool = True) -> Any
         else:
             return _shallow(raw, value, what) if walk else value
     try:
-        value = json.loads(raw)
+        value = json.loads(raw, parse_int=_int_or_text if long_as_text else None)
     except RecursionError:
         raise InvalidArgument(f"failed to parse the {what} JSON buffer: {TOO_DEEP}") from None
     except UnicodeDecodeError as exc:
         raise InvalidArgument(f"failed to parse the {what} JSON buffer: {exc}{utf8_hint(raw)}") from None
     except ValueError as exc:
-        raise InvalidArgument(f"failed to parse the {what} JSON buffer: {exc}") from None
+        problem = _TOO_LONG if str(exc).startswith("Exceeds the limit") else exc
+        raise InvalidArgument(f"failed to parse the {what} JSON buffer: {problem}") from None
     return _shallow(raw, value, what) if walk else value
+
+
+_TOO_LONG = f"an integer has more than {sys.get_int_max_str_digits()} digits"
+
+
+def _int_or_text(text: str) -> int | str:
+    return int(text) if len(text) <= 18 else text
 
 
 def _shallow(raw: bytes, value: Any, what: str) -> Any:

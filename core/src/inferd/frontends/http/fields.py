@@ -20,6 +20,8 @@ _BOOL_NAMES = ("binary_data_output", "sequence_start", "sequence_end")
 _INT64 = 1 << 63
 #: Triton's sentence for a parameter value that is not a string, integer, boolean or number.
 INVALID_PARAMETER = "parameter '{}' has invalid type. It should be either 'int', 'bool', or 'string'."
+#: Triton's sentence for a request parameter named ``triton_...`` (reserved for the server's own use).
+RESERVED_PREFIX = "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."
 
 
 def _is_uint64(value: Any) -> bool:
@@ -33,8 +35,11 @@ def unparsable(field: str, reason: str, value: Any, expected: str) -> InvalidArg
 
 def check_parameters(parameters: dict[str, Any]) -> None:
     """Refuse the request parameters Triton types (``priority``, ``timeout``, ``binary_data_output``,
-    the sequence ones) when they hold another kind; other parameters pass as they are."""
+    the sequence ones) when they hold another kind, and any named ``triton_...`` (as Triton does over
+    HTTP); other parameters pass as they are."""
     for key, value in parameters.items():
+        if key.startswith("triton_"):
+            raise InvalidArgument(f"{RESERVED_PREFIX}; got '{key}'")
         if key == "priority" or key == "timeout":
             if not _is_uint64(value):
                 raise unparsable(key, NON_UINT, value, "an unsigned 64-bit integer")

@@ -74,8 +74,8 @@ class LatencyWindows:
     def observe(self, kind: str, ns: int) -> None:
         hist = self.histogram
         if hist is not None and (kind == "first_response" or (kind == "request" and not self.decoupled)):
-            with self._lock:
-                hist.observe(ns / 1e6)
+            with self._lock:  # whole milliseconds, as Triton divides its nanoseconds (integers)
+                hist.observe(float(ns // 1_000_000))
         if self.config.summaries:
             window = self.windows.get(kind)
             if window is not None:
