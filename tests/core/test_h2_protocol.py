@@ -340,6 +340,40 @@ def test_a_request_sent_whole_gets_an_answer_larger_than_the_clients_window(path
     assert _serve_raw(scenario) == body
 
 
+@pytest.mark.parametrize("path", [b"/echo", b"/unary"])
+def test_a_body_of_plain_padded_and_empty_data_frames_sent_in_small_pieces_arrives_whole(path: bytes) -> None:
+    """Request DATA that inferd cuts out of the byte stream itself (plain frames) and DATA that zttp
+    parses (a padded frame), with empty frames between, the bytes sent a few at a time: the call
+    reads the body whole and in order, and the connection serves a second call after it."""
+    body = np.random.default_rng(7).bytes(50_000)  # the answer fits the client's 64 KiB windows
+
+    def scenario(port: int) -> list[bytes]:
+        client = FrameClient(port)
+        client.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            answers = []
+            for _ in range(2):
+                stream = client.zttp.send_request(b"POST", path, b"2", [(b"host", b"inferd"), *GRPC_HEADERS])
+                padded = b"\x05" + body[20_000:30_000] + bytes(5)
+                frames = [_frame(0x0, 0, stream.stream_id, body[:20_000][i : i + 10_000]) for i in (0, 10_000)]
+                frames += [_frame(0x0, 0, stream.stream_id), _frame(0x0, 0x8, stream.stream_id, padded)]
+                rest = [body[30_000:46_384], body[46_384:]]
+                frames += [_frame(0x0, 0, stream.stream_id, part) for part in rest]
+                frames.append(_frame(0x0, 0x1, stream.stream_id))
+                wire = client.zttp.data_to_send() + b"".join(frames)
+                for i in range(0, len(wire), 7_001):
+                    client.send(wire[i : i + 7_001])
+                while not client.ended(stream.stream_id):
+                    client.read_frame()
+                answers.append(client.data(stream.stream_id))
+                client.send(_window_update(0, len(body)))
+            return answers
+        finally:
+            client.close()
+
+    assert _serve_raw(scenario) == [body, body]
+
+
 # DataSender itself: frames cut at the window and frame-size boundaries
 
 

@@ -386,6 +386,22 @@ def test_large_answers_on_a_fresh_connection(h2_server: ServerProcess, elements:
         np.testing.assert_array_equal(result.as_numpy("Y"), x * 2)
 
 
+@pytest.mark.parametrize("deadline", [None, 60.0], ids=["short-path", "asgi-path"])
+def test_large_requests_past_the_connection_window_on_one_connection(
+    h2_server: ServerProcess, deadline: float | None
+) -> None:
+    """Four 12 MiB requests on one connection: 48 MiB, more than the 32 MiB the server's connection
+    window opens and more than a stream's 8 MiB each, so the calls go through only if the server
+    grants the DATA it reads itself (WINDOW_UPDATE); every answer is checked."""
+    own_connection = [("grpc.use_local_subchannel_pool", 1), ("grpc.max_receive_message_length", -1),
+                      ("grpc.max_send_message_length", -1)]  # fmt: skip
+    with grpcclient.InferenceServerClient(h2_server.grpc_url, channel_args=own_connection) as client:
+        for seed in range(4):
+            x = np.random.default_rng(seed).random(3 << 20, dtype=np.float32)
+            result = client.infer("echo", [tensor("X", x, "FP32")], client_timeout=deadline)
+            np.testing.assert_array_equal(result.as_numpy("Y"), x * 2)
+
+
 #: --grpc-max-message-bytes of ``big_h2``: 16 MiB and more.
 BIG_MAX = 18 << 20
 

@@ -48,6 +48,7 @@ from urllib.parse import unquote
 import zttp
 
 from inferd.serving.flow import HIGH_WATER_LIMIT, ReadingFlow
+from inferd.serving.h2_receive import FrameCutter
 from inferd.serving.h2_send import DataSender, receive_windows
 from inferd.serving.h2_stream import AsgiApp, AsgiStream, Headers, UnaryRoute, UnaryStream
 from inferd.serving.writes import HeldWrites
@@ -109,6 +110,8 @@ class GrpcH2Protocol(asyncio.Protocol):
         #: Every call's task (uvicorn's shutdown waits for them, cancels them past the grace).
         self.tasks: set[asyncio.Task[None]] = server_state.tasks
         self.conn: zttp.H2Connection = zttp.Connection(zttp.SERVER, protocol=zttp.HTTP2)
+        #: Cuts DATA payloads out of what is read before zttp parses the rest (:mod:`inferd.serving.h2_receive`).
+        self.cutter = FrameCutter(self._deliver)
         #: The streams whose call runs, by id.
         self.streams: dict[int, Stream] = {}
         self.shutdown_requested = False
@@ -167,15 +170,34 @@ class GrpcH2Protocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._active_at = self.loop.time()
+        cutter = self.cutter
         try:
-            self.conn.receive_data(data)
-            self.handle_events()
+            cutter.feed(data)
+            self._parse()
         except zttp.RemoteProtocolError as exc:
             log.warning("%s: invalid HTTP/2 frame received: %s", self.client, exc)
             self.flush()
             self.transport.close()
             return
         self.flush()
+        self.transport.write(cutter.window_updates())
+
+    def _parse(self) -> None:
+        """Give zttp what the cutter kept for it, and handle the events."""
+        data = self.cutter.take_for_zttp()
+        if data:
+            self.conn.receive_data(data)
+            self.handle_events()
+
+    def _deliver(self, stream_id: int, payload: memoryview) -> None:
+        """A DATA frame's payload, cut out by the cutter: to its stream (after the frames before it)."""
+        if self.cutter.holds_frames:
+            self._parse()
+        stream = self.streams.get(stream_id)
+        if stream is None or stream.response_complete:
+            return
+        if stream.take(payload) > HIGH_WATER_LIMIT:
+            self.flow.pause_reading()
 
     def flush(self) -> None:
         """Write what zttp has to send (acks, the preface, DATA released by a WINDOW_UPDATE)."""
@@ -300,6 +322,7 @@ class GrpcH2Protocol(asyncio.Protocol):
     def _reset(self, stream_id: int) -> None:
         """The client reset a stream: its call, if it still runs, learns it went away."""
         self.sender.close(stream_id)
+        self.cutter.forget(stream_id)
         stream = self.streams.pop(stream_id, None)
         if stream is None:
             return

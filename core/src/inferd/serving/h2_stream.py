@@ -34,7 +34,7 @@ UnaryHandler = Callable[["UnaryStream"], Awaitable[None]]
 UnaryRoute = Callable[[bytes, Headers], "UnaryHandler | None"]
 #: Looks at the body's parts received so far and their size in all; may raise to refuse the
 #: request before the rest of its body is read.
-BodyCheck = Callable[[list[bytes], int], None]
+BodyCheck = Callable[[list["Body"], int], None]
 AsgiMessage = MutableMapping[str, Any]
 #: An ASGI 3 app: (scope, receive, send).
 AsgiApp = Callable[
@@ -87,7 +87,7 @@ class _Stream:
         self.message_event = asyncio.Event()
         self._waiter: asyncio.Future[None] | None = None
 
-    def take(self, data: bytes) -> int:
+    def take(self, data: Body) -> int:
         """Body bytes the protocol read for this stream; returns the bytes now held for the call."""
         raise NotImplementedError
 
@@ -136,14 +136,14 @@ class UnaryStream(_Stream):
     ) -> None:
         super().__init__(conn, event, transport, flow, resume_reading, sender)
         #: The body's parts as zttp read them (kept, not copied), until :meth:`read_body` takes them.
-        self._parts: list[bytes] = []
+        self._parts: list[Body] = []
         self.held = 0
         self._disconnected = False
         self.response_complete = False
         #: The task running the handler, while it runs: a client that goes away cancels it.
         self._task: asyncio.Task[None] | None = None
 
-    def take(self, data: bytes) -> int:
+    def take(self, data: Body) -> int:
         self._parts.append(data)
         self.held += len(data)
         self.message_event.set()
@@ -179,7 +179,7 @@ class UnaryStream(_Stream):
             self._task = None
             on_done(self.stream.stream_id)
 
-    async def read_body(self, check: BodyCheck) -> bytes | bytearray | None:
+    async def read_body(self, check: BodyCheck) -> Body | None:
         """The whole request body, or None when the client went away first.
 
         What arrived is taken at each wake-up and given to ``check``: the protocol stops reading the
@@ -187,7 +187,7 @@ class UnaryStream(_Stream):
         call is under it (as uvicorn's own cycle does on each ``receive``). The parts are joined
         once, at the end (one copy of the body, whatever the number of DATA frames).
         """
-        chunks: list[bytes] = []
+        chunks: list[Body] = []
         size = 0
         while self.more_body and not self._disconnected:
             if self._parts:
@@ -267,7 +267,7 @@ class AsgiStream(_Stream):
         )
         self._on_done: Callable[[int], None] = _nothing
 
-    def take(self, data: bytes) -> int:
+    def take(self, data: Body) -> int:
         self.body += data
         self.message_event.set()
         return len(self.body)

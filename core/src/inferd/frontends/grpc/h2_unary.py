@@ -36,6 +36,7 @@ from inferd.frontends.grpc.service import status_of
 
 if TYPE_CHECKING:
     from inferd.serving import Headers, UnaryHandler, UnaryRoute, UnaryStream
+    from inferd.serving.h2_send import Body
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +144,7 @@ class UnaryCall:
         else:
             await self._answer(stream, [prefix(size), *parts], grpc.StatusCode.OK, "")
 
-    def _check_size(self, chunks: list[bytes], size: int) -> None:
+    def _check_size(self, chunks: list[Body], size: int) -> None:
         """Refuse a message whose prefix says it is over the limit, before more of it is read."""
         if not self._prefix_checked and size >= PREFIX_BYTES:
             self._prefix_checked = True
@@ -155,7 +156,7 @@ class UnaryCall:
                     f"Received message larger than max ({declared} vs. {self.max_message_bytes})",
                 )
 
-    def _message(self, body: bytes | bytearray) -> memoryview:
+    def _message(self, body: Body) -> memoryview:
         """The single request message of the call (the checks and messages of the ASGI path)."""
         reader = MessageReader(self.max_message_bytes)
         messages = reader.feed(body)

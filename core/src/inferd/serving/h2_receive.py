@@ -1,0 +1,189 @@
+"""HTTP/2 request bodies read by inferd itself: DATA payloads cut out of the byte stream before zttp.
+
+zttp parses every frame it is given and copies each DATA frame's payload into a new ``bytes``
+(a 16 MiB request is 1,024 frames of 16 KiB: a copy and a Python event each, a fifth of the
+event loop's time on large calls). :class:`FrameCutter` reads the frame headers of the client's
+byte stream first: the payload of a DATA frame (unpadded, within the frame size zttp advertised)
+goes to the protocol's ``deliver`` as a ``memoryview`` of the bytes read from the socket, never
+copied; zttp still sees the frame, emptied (its 9-byte header with length 0 and the same flags),
+so the stream's state stays zttp's: END_STREAM still ends the request (``EndOfMessage``), a DATA
+frame on a stream that is not open is still zttp's error to answer. Every other frame (HEADERS,
+CONTINUATION, SETTINGS, PING, WINDOW_UPDATE, RST_STREAM, GOAWAY, a padded or oversized DATA frame)
+and the client's preface go to zttp as they came, in order.
+
+zttp grants flow-control window for the DATA bytes it parses; it sees none of the payloads cut out
+here, so the cutter grants them itself (:meth:`FrameCutter.window_updates`): a WINDOW_UPDATE for
+the connection once a quarter of its receive window was read, and for a stream once a quarter of
+the stream's was (none for a stream whose request ended). The windows are the ones
+:func:`~inferd.serving.h2_send.receive_windows` opens; bytes are granted as they are read, as zttp
+did, and memory stays bounded the way it was (a stream holding more than the high-water mark
+stops the protocol reading the socket).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+from inferd.serving.h2_send import DEFAULT_MAX_FRAME, RECEIVE_CONNECTION_WINDOW, RECEIVE_STREAM_WINDOW, frame_header
+
+#: The client connection preface (RFC 9113 3.4), passed to zttp before any frame.
+PREFACE_BYTES = 24
+HEADER_BYTES = 9
+_DATA = 0x0
+_WINDOW_UPDATE = 0x8
+_END_STREAM = 0x1
+_PADDED = 0x8
+_HEADER = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, stream id
+
+#: A DATA payload for the protocol: (stream id, the payload's bytes).
+Deliver = Callable[[int, memoryview], None]
+
+
+class FrameCutter:
+    """One connection's received bytes, cut at frame boundaries: DATA payloads to ``deliver``,
+    the rest (emptied DATA frames included) kept for zttp in :attr:`for_zttp`.
+
+    ``deliver`` is called in the order the payloads came; before it, the protocol gives zttp what
+    :attr:`for_zttp` holds when :attr:`holds_frames` (a HEADERS frame that opens the stream, say),
+    so zttp's events and the payloads stay in the order the client sent them.
+    """
+
+    __slots__ = (
+        "deliver",
+        "max_frame",
+        "for_zttp",
+        "holds_frames",
+        "_preface",
+        "_head",
+        "_left",
+        "_stream",
+        "_flags",
+        "_length",
+        "_connection_read",
+        "_stream_read",
+        "_connection_step",
+        "_stream_step",
+    )
+
+    def __init__(
+        self,
+        deliver: Deliver,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        stream_window: int = RECEIVE_STREAM_WINDOW,
+        connection_window: int = RECEIVE_CONNECTION_WINDOW,
+    ) -> None:
+        self.deliver = deliver
+        #: The largest DATA frame cut out here (the SETTINGS_MAX_FRAME_SIZE zttp advertised); a
+        #: larger one goes to zttp, which refuses it.
+        self.max_frame = max_frame
+        #: Bytes for zttp, in order, not yet given to it.
+        self.for_zttp: list[bytes | memoryview] = []
+        #: Whether :attr:`for_zttp` holds more than emptied DATA frames.
+        self.holds_frames = False
+        self._preface = PREFACE_BYTES
+        self._head = bytearray()  # a frame header cut by the end of a read
+        self._left = 0  # payload bytes of the current frame still to come
+        self._stream = 0  # the current frame's stream when it is a DATA frame cut out here; else 0
+        self._flags = 0
+        self._length = 0
+        self._connection_read = 0  # DATA bytes read since the connection's last WINDOW_UPDATE
+        self._stream_read: dict[int, int] = {}  # by stream, since its last WINDOW_UPDATE
+        self._connection_step = connection_window // 4
+        self._stream_step = stream_window // 4
+
+    def feed(self, data: bytes) -> None:
+        """Cut one read of the socket."""
+        view = memoryview(data)
+        end = len(view)
+        pos = 0
+        if self._preface:
+            pos = min(self._preface, end)
+            self._keep(view[:pos])
+            self._preface -= pos
+        while pos < end:
+            left = self._left
+            if left:
+                take = min(left, end - pos)
+                if self._stream:
+                    self.deliver(self._stream, view[pos : pos + take])
+                else:
+                    self._keep(view[pos : pos + take])
+                pos += take
+                self._left = left - take
+                if self._left == 0 and self._stream:
+                    self._data_end()
+                continue
+            head = self._head
+            if head or end - pos < HEADER_BYTES:
+                need = HEADER_BYTES - len(head)
+                head += view[pos : pos + need]
+                pos += min(need, end - pos)
+                if len(head) < HEADER_BYTES:
+                    return
+                header: bytes | memoryview = bytes(head)
+                head.clear()
+            else:
+                header = view[pos : pos + HEADER_BYTES]
+                pos += HEADER_BYTES
+            self._frame(header)
+
+    def _frame(self, header: bytes | memoryview) -> None:
+        """A frame header: a DATA frame's payload is cut out, any other frame's kept for zttp."""
+        high, low, kind, flags, stream_id = _HEADER.unpack(header)
+        length = high << 16 | low
+        stream_id &= 0x7FFFFFFF
+        if kind == _DATA and not flags & _PADDED and length <= self.max_frame and stream_id:
+            self._stream = stream_id
+            self._flags = flags
+            self._length = self._left = length
+            if not length:
+                self._data_end()
+            return
+        self._stream = 0
+        self._left = length
+        self._keep(bytes(header))
+
+    def _data_end(self) -> None:
+        """A DATA frame cut out here ended: zttp gets it emptied; its bytes count toward the windows."""
+        stream_id, length = self._stream, self._length
+        self._stream = 0
+        self.for_zttp.append(frame_header(0, _DATA, self._flags & _END_STREAM, stream_id))
+        self._connection_read += length
+        if self._flags & _END_STREAM:
+            self._stream_read.pop(stream_id, None)
+        elif length:
+            self._stream_read[stream_id] = self._stream_read.get(stream_id, 0) + length
+
+    def _keep(self, data: bytes | memoryview) -> None:
+        self.for_zttp.append(data)
+        self.holds_frames = True
+
+    def take_for_zttp(self) -> bytes:
+        """What zttp has not been given yet, in one piece (b"": nothing)."""
+        held = self.for_zttp
+        if not held:
+            return b""
+        self.for_zttp = []
+        self.holds_frames = False
+        return bytes(held[0]) if len(held) == 1 else b"".join(held)
+
+    def forget(self, stream_id: int) -> None:
+        """The stream was reset: it is granted no more window."""
+        self._stream_read.pop(stream_id, None)
+
+    def window_updates(self) -> bytes:
+        """WINDOW_UPDATE frames granting what was read past a quarter of a window (b"": none due)."""
+        out = []
+        if self._connection_read >= self._connection_step:
+            out.append(_window_update(0, self._connection_read))
+            self._connection_read = 0
+        step = self._stream_step
+        due = [stream_id for stream_id, read in self._stream_read.items() if read >= step]
+        for stream_id in due:
+            out.append(_window_update(stream_id, self._stream_read.pop(stream_id)))
+        return b"".join(out)
+
+
+def _window_update(stream_id: int, increment: int) -> bytes:
+    return frame_header(4, _WINDOW_UPDATE, 0, stream_id) + increment.to_bytes(4, "big")

@@ -1,0 +1,138 @@
+"""The receive side of inferd's HTTP/2 protocol (``inferd.serving.h2_receive``): DATA payloads cut
+out of the client's byte stream wherever its reads split it, everything else kept for zttp in
+order (DATA frames emptied), and the WINDOW_UPDATEs that grant what zttp no longer sees.
+
+The protocol itself, with these payloads, over real sockets: ``test_h2_protocol.py`` and the
+tritonclient calls of ``tests/e2e/test_grpc_transport.py``."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from inferd.serving.h2_receive import PREFACE_BYTES, FrameCutter
+from inferd.serving.h2_send import frame_header
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+assert len(PREFACE) == PREFACE_BYTES
+
+
+def frame(kind: int, flags: int, stream_id: int, payload: bytes) -> bytes:
+    return frame_header(len(payload), kind, flags, stream_id) + payload
+
+
+HEADERS_1 = frame(0x1, 0x4, 1, b"\x83\x86")  # END_HEADERS; the block's content is zttp's business
+HEADERS_3 = frame(0x1, 0x4, 3, b"\x83\x87")
+PING = frame(0x6, 0, 0, b"12345678")
+PADDED = frame(0x0, 0x8, 3, b"\x03pad" + b"\0\0\0")  # PADDED: pad length 3, "pad", 3 bytes of padding
+OVERSIZED = frame(0x0, 0, 3, b"o" * 16_385)  # over zttp's 16 KiB SETTINGS_MAX_FRAME_SIZE
+
+
+def stream_of_frames() -> tuple[bytes, dict[int, bytes], bytes]:
+    """A client's bytes; what the cutter must deliver per stream; what zttp must be given."""
+    body_1 = bytes(range(256)) * 100  # 25,600 bytes: two DATA frames
+    body_3 = b"three"
+    wire = [
+        PREFACE,
+        HEADERS_1,
+        frame(0x0, 0, 1, body_1[:16_384]),
+        HEADERS_3,
+        PING,
+        frame(0x0, 0, 3, body_3),
+        frame(0x0, 0, 1, b""),
+        PADDED,
+        frame(0x0, 0, 1, body_1[16_384:]),
+        OVERSIZED,
+        frame(0x0, 0x1, 3, b""),
+        frame(0x0, 0x1 | 0x20, 1, b""),
+    ]
+    for_zttp = [
+        PREFACE,
+        HEADERS_1,
+        frame_header(0, 0, 0, 1),
+        HEADERS_3,
+        PING,
+        frame_header(0, 0, 0, 3),
+        frame_header(0, 0, 0, 1),
+        PADDED,
+        frame_header(0, 0, 0, 1),
+        OVERSIZED,
+        frame_header(0, 0, 1, 3),
+        frame_header(0, 0, 1, 1),
+    ]
+    return b"".join(wire), {1: body_1, 3: body_3}, b"".join(for_zttp)
+
+
+def cut(data: bytes, reads: list[int]) -> tuple[dict[int, bytes], bytes]:
+    delivered: dict[int, bytes] = {}
+    cutter = FrameCutter(
+        lambda stream_id, payload: delivered.update({stream_id: delivered.get(stream_id, b"") + payload})
+    )
+    pos = 0
+    for size in reads:
+        cutter.feed(data[pos : pos + size])
+        pos += size
+    assert pos == len(data)
+    return delivered, cutter.take_for_zttp()
+
+
+def _reads(total: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    sizes = []
+    while total:
+        size = min(total, rng.choice([1, 2, 5, 9, 10, 17, 100, 4096, 20_000]))
+        sizes.append(size)
+        total -= size
+    return sizes
+
+
+@pytest.mark.parametrize("split", ["whole", "byte-by-byte", "random-1", "random-2", "random-3"])
+def test_payloads_are_cut_out_wherever_reads_split_the_frames(split: str) -> None:
+    """Each stream gets its DATA payloads in order; zttp gets every other byte in order, each cut-out
+    DATA frame emptied (END_STREAM kept, other flags dropped), padded and oversized DATA whole."""
+    data, bodies, for_zttp = stream_of_frames()
+    if split == "whole":
+        reads = [len(data)]
+    elif split == "byte-by-byte":
+        reads = [1] * len(data)
+    else:
+        reads = _reads(len(data), int(split[-1]))
+    delivered, given = cut(data, reads)
+    assert delivered == bodies
+    assert given == for_zttp
+
+
+def test_frames_before_a_payload_are_flagged_for_zttp_first() -> None:
+    """``holds_frames`` says zttp must parse what is kept (the HEADERS that open a stream) before the
+    payload that follows them goes to its stream; emptied DATA frames alone do not set it."""
+    seen: list[tuple[int, bool]] = []
+    cutter = FrameCutter(lambda stream_id, payload: seen.append((stream_id, cutter.holds_frames)))
+    cutter.feed(PREFACE + HEADERS_1 + frame(0x0, 0, 1, b"a"))
+    cutter.take_for_zttp()
+    cutter.feed(frame(0x0, 0, 1, b"b") + frame(0x0, 0, 1, b"c"))
+    assert seen == [(1, True), (1, False), (1, False)]
+
+
+def test_window_updates_grant_what_was_read_past_a_quarter_of_each_window() -> None:
+    """Streams get WINDOW_UPDATE once a quarter of their window was read (none after END_STREAM, none
+    after a reset), the connection once a quarter of its own was."""
+    cutter = FrameCutter(
+        lambda stream_id, payload: None, max_frame=1 << 20, stream_window=4_000, connection_window=12_000
+    )
+    cutter.feed(PREFACE + frame(0x0, 0, 1, bytes(999)))
+    assert cutter.window_updates() == b""
+    cutter.feed(frame(0x0, 0, 1, bytes(1)) + frame(0x0, 0, 3, bytes(1_500)) + frame(0x0, 0x1, 5, bytes(1_000)))
+    assert cutter.window_updates() == b"".join(
+        [
+            frame(0x8, 0, 0, (3_500).to_bytes(4, "big")),
+            frame(0x8, 0, 1, (1_000).to_bytes(4, "big")),
+            frame(0x8, 0, 3, (1_500).to_bytes(4, "big")),
+        ]
+    )
+    cutter.feed(frame(0x0, 0, 3, bytes(2_000)))
+    cutter.forget(3)
+    cutter.feed(frame(0x0, 0, 7, bytes(1_000)) + frame(0x0, 0x1, 7, bytes(500)))
+    assert cutter.window_updates() == frame(0x8, 0, 0, (3_500).to_bytes(4, "big"))
+    cutter.feed(frame(0x0, 0x8, 9, b"\x00" + bytes(3_100)))  # padded: zttp's, and zttp grants it
+    assert cutter.window_updates() == b""
