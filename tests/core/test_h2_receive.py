@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
-from inferd.serving.h2_receive import PREFACE_BYTES, FrameCutter
+from inferd.serving.h2_receive import PREFACE_BYTES, BodyBuffers, FrameCutter
 from inferd.serving.h2_send import frame_header
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -136,3 +137,28 @@ def test_window_updates_grant_what_was_read_past_a_quarter_of_each_window() -> N
     assert cutter.window_updates() == frame(0x8, 0, 0, (3_500).to_bytes(4, "big"))
     cutter.feed(frame(0x0, 0x8, 9, b"\x00" + bytes(3_100)))  # padded: zttp's, and zttp grants it
     assert cutter.window_updates() == b""
+
+
+def test_large_bodies_are_joined_into_buffers_reused_only_once_nothing_holds_them() -> None:
+    """A joined body is read-only and equal to its parts; its buffer is not handed out again while
+    anything (a numpy array over it) holds it, and is once that goes; buffers past the pool's limit
+    are not kept."""
+    buffers = BodyBuffers(limit=5 << 20)
+    parts = [bytes(range(256)) * 4096, b"tail"]  # 1 MiB + 4 bytes
+    size = sum(len(part) for part in parts)
+    first = buffers.join(parts, size)
+    assert first.readonly and first == b"".join(parts)
+    array = np.frombuffer(first, dtype=np.uint8)
+    del first
+    second = buffers.join([b"x" * size], size)
+    assert second.obj is not array.base.obj
+    assert array[:4].tobytes() == b"\0\1\2\3"  # the first body is intact
+    kept = id(array.base.obj)
+    del array
+    third = buffers.join(parts, size)
+    assert id(third.obj) == kept and third == b"".join(parts)
+    held = [buffers.join([bytes(size)], size) for _ in range(4)]  # past 5 MiB: the last ones are not kept
+    assert len({id(view.obj) for view in held}) == 4
+    del held, second, third
+    views = [buffers.join([bytes(size)], size) for _ in range(6)]  # the 4 kept ones and 2 new: never one twice
+    assert len({id(view.obj) for view in views}) == 6

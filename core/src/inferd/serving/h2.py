@@ -41,14 +41,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 from urllib.parse import unquote
 
 import zttp
 
 from inferd.serving.flow import HIGH_WATER_LIMIT, ReadingFlow
-from inferd.serving.h2_receive import FrameCutter
+from inferd.serving.h2_receive import BodyBuffers, FrameCutter
 from inferd.serving.h2_send import DataSender, receive_windows
 from inferd.serving.h2_stream import AsgiApp, AsgiStream, Headers, UnaryRoute, UnaryStream
 from inferd.serving.writes import HeldWrites
@@ -84,6 +84,8 @@ class Served:
     unary: Mapping[bytes, UnaryRoute] | None
     #: An idle connection is closed (GOAWAY) after this long.
     keep_alive_secs: float
+    #: Where the connections join large request bodies.
+    buffers: BodyBuffers = field(default_factory=BodyBuffers)
 
 
 class GrpcH2Protocol(asyncio.Protocol):
@@ -277,7 +279,9 @@ class GrpcH2Protocol(asyncio.Protocol):
         handler = route(event.method, _header_list(event.headers))
         if handler is None:
             return False
-        stream = UnaryStream(self.conn, event, self.transport, self.flow, self.resume_reading_if_idle, self.sender)
+        stream = UnaryStream(
+            self.conn, event, self.transport, self.flow, self.resume_reading_if_idle, self.sender, self.served.buffers
+        )
         self.streams[event.stream_id] = stream
         self._run(stream.run(handler, self.on_response_complete, self.loop))
         return True

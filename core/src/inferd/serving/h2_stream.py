@@ -22,9 +22,12 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from inferd.serving.h2_receive import POOLED_FROM
+
 if TYPE_CHECKING:
     import zttp
 
+    from inferd.serving.h2_receive import BodyBuffers
     from inferd.serving.h2_send import Body, DataSender
 
 Headers = list[tuple[bytes, bytes]]
@@ -133,8 +136,10 @@ class UnaryStream(_Stream):
         flow: _Flow,
         resume_reading: Callable[[], None],
         sender: DataSender,
+        buffers: BodyBuffers | None = None,
     ) -> None:
         super().__init__(conn, event, transport, flow, resume_reading, sender)
+        self._buffers = buffers
         #: The body's parts as zttp read them (kept, not copied), until :meth:`read_body` takes them.
         self._parts: list[Body] = []
         self.held = 0
@@ -185,7 +190,8 @@ class UnaryStream(_Stream):
         What arrived is taken at each wake-up and given to ``check``: the protocol stops reading the
         connection while a call holds more than its high-water mark, and resumes only once every
         call is under it (as uvicorn's own cycle does on each ``receive``). The parts are joined
-        once, at the end (one copy of the body, whatever the number of DATA frames).
+        once, at the end (one copy of the body, whatever the number of DATA frames), a large body
+        into one of the server's reused buffers (:class:`~inferd.serving.h2_receive.BodyBuffers`).
         """
         chunks: list[Body] = []
         size = 0
@@ -201,12 +207,15 @@ class UnaryStream(_Stream):
         if self._disconnected:
             return None
         chunks += self._parts
+        size += self.held
         self._parts, self.held = [], 0
         # The body's last bytes may have paused reading (over the high-water mark): read again,
         # or the client's WINDOW_UPDATEs for the answer would go unread.
         self.resume_reading()
         if len(chunks) == 1:
             return chunks[0]
+        if self._buffers is not None and size >= POOLED_FROM:
+            return self._buffers.join(chunks, size)
         return b"".join(chunks)
 
     def reset_unread(self) -> None:
