@@ -374,6 +374,34 @@ def test_a_body_of_plain_padded_and_empty_data_frames_sent_in_small_pieces_arriv
     assert _serve_raw(scenario) == [body, body]
 
 
+@pytest.mark.parametrize("path", [b"/echo", b"/unary"])
+def test_a_request_that_declares_its_content_length_is_read_whole(path: bytes) -> None:
+    """h2load, nghttp and curl send ``content-length``, which zttp checks against the DATA it parses
+    (RFC 9113 8.1.1): such a stream's DATA goes to zttp as it came, and it is answered; a call without
+    one on the same connection still is."""
+    body = np.random.default_rng(9).bytes(40_000)
+
+    def scenario(port: int) -> list[bytes]:
+        client = FrameClient(port)
+        try:
+            answers = []
+            for declared in ([(b"content-length", b"40000")], []):
+                headers = [(b"host", b"inferd"), *GRPC_HEADERS, *declared]
+                stream = client.zttp.send_request(b"POST", path, b"2", headers)
+                parts = [body[:16_384], body[16_384:32_768], body[32_768:]]
+                frames = [_frame(0x0, 0x1 if i == 2 else 0, stream.stream_id, part) for i, part in enumerate(parts)]
+                client.send(client.zttp.data_to_send() + b"".join(frames))
+                while not client.ended(stream.stream_id):
+                    assert client.read_frame()[0] != 0x3, "the stream was reset"
+                answers.append(client.data(stream.stream_id))
+                client.send(_window_update(0, len(body)))
+            return answers
+        finally:
+            client.close()
+
+    assert _serve_raw(scenario) == [body, body]
+
+
 # DataSender itself: frames cut at the window and frame-size boundaries
 
 

@@ -65,17 +65,22 @@ def stream_of_frames() -> tuple[bytes, dict[int, bytes], bytes]:
     return b"".join(wire), {1: body_1, 3: body_3}, b"".join(for_zttp)
 
 
-def cut(data: bytes, reads: list[int]) -> tuple[dict[int, bytes], bytes]:
+def cut(data: bytes, reads: list[int], whole: tuple[int, ...] = ()) -> tuple[dict[int, bytes], bytes]:
+    """``data`` fed in ``reads``: what each stream was delivered, and all zttp was given (by ``parse`` or at the end)."""
     delivered: dict[int, bytes] = {}
+    given: list[bytes] = []
     cutter = FrameCutter(
-        lambda stream_id, payload: delivered.update({stream_id: delivered.get(stream_id, b"") + payload})
+        lambda stream_id, payload: delivered.update({stream_id: delivered.get(stream_id, b"") + payload}),
+        lambda: given.append(cutter.take_for_zttp()),
     )
+    for stream_id in whole:
+        cutter.whole(stream_id)
     pos = 0
     for size in reads:
         cutter.feed(data[pos : pos + size])
         pos += size
     assert pos == len(data)
-    return delivered, cutter.take_for_zttp()
+    return delivered, b"".join([*given, cutter.take_for_zttp()])
 
 
 def _reads(total: int, seed: int) -> list[int]:
@@ -104,22 +109,33 @@ def test_payloads_are_cut_out_wherever_reads_split_the_frames(split: str) -> Non
     assert given == for_zttp
 
 
-def test_frames_before_a_payload_are_flagged_for_zttp_first() -> None:
-    """``holds_frames`` says zttp must parse what is kept (the HEADERS that open a stream) before the
-    payload that follows them goes to its stream; emptied DATA frames alone do not set it."""
-    seen: list[tuple[int, bool]] = []
-    cutter = FrameCutter(lambda stream_id, payload: seen.append((stream_id, cutter.holds_frames)))
-    cutter.feed(PREFACE + HEADERS_1 + frame(0x0, 0, 1, b"a"))
-    cutter.take_for_zttp()
-    cutter.feed(frame(0x0, 0, 1, b"b") + frame(0x0, 0, 1, b"c"))
-    assert seen == [(1, True), (1, False), (1, False)]
+def test_zttp_parses_what_comes_before_a_data_frame_first() -> None:
+    """Before a DATA frame is looked at, zttp is given the frames kept before it (the HEADERS that
+    open its stream, say); emptied DATA frames alone are not worth a parse."""
+    events: list[object] = []
+    cutter = FrameCutter(
+        lambda stream_id, payload: events.append((stream_id, bytes(payload))),
+        lambda: events.append(cutter.take_for_zttp()),
+    )
+    cutter.feed(PREFACE + HEADERS_1 + frame(0x0, 0, 1, b"a") + frame(0x0, 0, 1, b"b") + PING + frame(0x0, 0, 1, b"c"))
+    assert events == [PREFACE + HEADERS_1, (1, b"a"), (1, b"b"), frame_header(0, 0, 0, 1) * 2 + PING, (1, b"c")]
+
+
+def test_the_data_of_a_stream_marked_whole_goes_to_zttp_as_it_came() -> None:
+    """A stream whose request declares a content-length (zttp checks the DATA against it): its DATA
+    frames reach zttp unchanged, the other streams' are still cut out."""
+    data, bodies, _ = stream_of_frames()
+    for reads in ([len(data)], [1] * len(data)):
+        delivered, given = cut(data, reads, whole=(1,))
+        assert delivered == {3: bodies[3]}
+        assert frame(0x0, 0, 1, bodies[1][:16_384]) in given and frame(0x0, 0x21, 1, b"") in given
 
 
 def test_window_updates_grant_what_was_read_past_a_quarter_of_each_window() -> None:
     """Streams get WINDOW_UPDATE once a quarter of their window was read (none after END_STREAM, none
     after a reset), the connection once a quarter of its own was."""
     cutter = FrameCutter(
-        lambda stream_id, payload: None, max_frame=1 << 20, stream_window=4_000, connection_window=12_000
+        lambda stream_id, payload: None, lambda: None, max_frame=1 << 20, stream_window=4_000, connection_window=12_000
     )
     cutter.feed(PREFACE + frame(0x0, 0, 1, bytes(999)))
     assert cutter.window_updates() == b""

@@ -113,7 +113,7 @@ class GrpcH2Protocol(asyncio.Protocol):
         self.tasks: set[asyncio.Task[None]] = server_state.tasks
         self.conn: zttp.H2Connection = zttp.Connection(zttp.SERVER, protocol=zttp.HTTP2)
         #: Cuts DATA payloads out of what is read before zttp parses the rest (:mod:`inferd.serving.h2_receive`).
-        self.cutter = FrameCutter(self._deliver)
+        self.cutter = FrameCutter(self._deliver, self._parse)
         #: The streams whose call runs, by id.
         self.streams: dict[int, Stream] = {}
         self.shutdown_requested = False
@@ -192,9 +192,7 @@ class GrpcH2Protocol(asyncio.Protocol):
             self.handle_events()
 
     def _deliver(self, stream_id: int, payload: memoryview) -> None:
-        """A DATA frame's payload, cut out by the cutter: to its stream (after the frames before it)."""
-        if self.cutter.holds_frames:
-            self._parse()
+        """A DATA frame's payload, cut out by the cutter: to its stream."""
         stream = self.streams.get(stream_id)
         if stream is None or stream.response_complete:
             return
@@ -259,6 +257,8 @@ class GrpcH2Protocol(asyncio.Protocol):
             return
         self._taken += 1
         self.sender.open(stream_id)
+        if _declares_length(event.headers):
+            self.cutter.whole(stream_id)
         if self.shutdown_requested:
             self._unavailable(stream_id)
         elif not self._start_unary(event):
@@ -376,6 +376,7 @@ class GrpcH2Protocol(asyncio.Protocol):
     def on_response_complete(self, stream_id: int) -> None:
         """A stream's call ended (answered, failed or gone)."""
         self.server_state.total_requests += 1
+        self.cutter.forget(stream_id)
         if self.streams.pop(stream_id, None) is not None:
             self._stream_closed()
 
@@ -430,6 +431,13 @@ def _address(name: Any) -> tuple[str, int] | None:
     if isinstance(name, tuple | list) and len(name) >= 2:
         return str(name[0]), int(name[1])
     return None
+
+
+def _declares_length(headers: zttp.HeaderBlock | Headers) -> bool:
+    """Whether a request has a ``content-length`` header (gRPC clients send none)."""
+    if isinstance(headers, zttp.HeaderBlock):
+        return headers.get(b"content-length") is not None
+    return any(name.lower() == b"content-length" for name, _ in headers)
 
 
 def _header_list(headers: zttp.HeaderBlock | Headers) -> Headers:

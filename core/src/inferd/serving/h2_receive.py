@@ -39,19 +39,24 @@ _HEADER = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, st
 
 #: A DATA payload for the protocol: (stream id, the payload's bytes).
 Deliver = Callable[[int, memoryview], None]
+#: Gives zttp what the cutter kept for it (:meth:`FrameCutter.take_for_zttp`) and handles its events.
+Parse = Callable[[], None]
 
 
 class FrameCutter:
     """One connection's received bytes, cut at frame boundaries: DATA payloads to ``deliver``,
     the rest (emptied DATA frames included) kept for zttp in :attr:`for_zttp`.
 
-    ``deliver`` is called in the order the payloads came; before it, the protocol gives zttp what
-    :attr:`for_zttp` holds when :attr:`holds_frames` (a HEADERS frame that opens the stream, say),
-    so zttp's events and the payloads stay in the order the client sent them.
+    ``deliver`` is called in the order the payloads came. Before a DATA frame is looked at,
+    ``parse`` gives zttp what it holds when :attr:`holds_frames` (a HEADERS frame that opens the
+    stream, say), so zttp's events and the payloads stay in the order the client sent them, and a
+    stream marked :meth:`whole` by then has its DATA parsed by zttp: a request that declares its
+    ``content-length``, which zttp checks against the DATA it sees (RFC 9113 8.1.1).
     """
 
     __slots__ = (
         "deliver",
+        "parse",
         "max_frame",
         "for_zttp",
         "holds_frames",
@@ -65,16 +70,19 @@ class FrameCutter:
         "_stream_read",
         "_connection_step",
         "_stream_step",
+        "_whole",
     )
 
     def __init__(
         self,
         deliver: Deliver,
+        parse: Parse,
         max_frame: int = DEFAULT_MAX_FRAME,
         stream_window: int = RECEIVE_STREAM_WINDOW,
         connection_window: int = RECEIVE_CONNECTION_WINDOW,
     ) -> None:
         self.deliver = deliver
+        self.parse = parse
         #: The largest DATA frame cut out here (the SETTINGS_MAX_FRAME_SIZE zttp advertised); a
         #: larger one goes to zttp, which refuses it.
         self.max_frame = max_frame
@@ -92,6 +100,7 @@ class FrameCutter:
         self._stream_read: dict[int, int] = {}  # by stream, since its last WINDOW_UPDATE
         self._connection_step = connection_window // 4
         self._stream_step = stream_window // 4
+        self._whole: set[int] = set()  # streams whose DATA zttp parses
 
     def feed(self, data: bytes) -> None:
         """Cut one read of the socket."""
@@ -134,7 +143,15 @@ class FrameCutter:
         high, low, kind, flags, stream_id = _HEADER.unpack(header)
         length = high << 16 | low
         stream_id &= 0x7FFFFFFF
-        if kind == _DATA and not flags & _PADDED and length <= self.max_frame and stream_id:
+        if kind == _DATA and self.holds_frames:
+            self.parse()
+        if (
+            kind == _DATA
+            and not flags & _PADDED
+            and length <= self.max_frame
+            and stream_id
+            and stream_id not in self._whole
+        ):
             self._stream = stream_id
             self._flags = flags
             self._length = self._left = length
@@ -169,9 +186,14 @@ class FrameCutter:
         self.holds_frames = False
         return bytes(held[0]) if len(held) == 1 else b"".join(held)
 
+    def whole(self, stream_id: int) -> None:
+        """The stream's DATA frames go to zttp whole (its request declares a ``content-length``)."""
+        self._whole.add(stream_id)
+
     def forget(self, stream_id: int) -> None:
-        """The stream was reset: it is granted no more window."""
+        """The stream ended or was reset: it is granted no more window."""
         self._stream_read.pop(stream_id, None)
+        self._whole.discard(stream_id)
 
     def window_updates(self) -> bytes:
         """WINDOW_UPDATE frames granting what was read past a quarter of a window (b"": none due)."""
