@@ -12,7 +12,7 @@ import random
 import numpy as np
 import pytest
 
-from inferd.serving.h2_receive import PREFACE_BYTES, BodyBuffers, FrameCutter
+from inferd.serving.h2_receive import CUT_FROM, PREFACE_BYTES, BodyBuffers, FrameCutter
 from inferd.serving.h2_send import frame_header
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -32,21 +32,20 @@ OVERSIZED = frame(0x0, 0, 3, b"o" * 16_385)  # over zttp's 16 KiB SETTINGS_MAX_F
 
 def stream_of_frames() -> tuple[bytes, dict[int, bytes], bytes]:
     """A client's bytes; what the cutter must deliver per stream; what zttp must be given."""
-    body_1 = bytes(range(256)) * 100  # 25,600 bytes: two DATA frames
-    body_3 = b"three"
+    body_1 = bytes(range(256)) * 100  # 25,600 bytes: two DATA frames to cut out
+    small = frame(0x0, 0, 3, b"three")  # under CUT_FROM: zttp's
     wire = [
         PREFACE,
         HEADERS_1,
         frame(0x0, 0, 1, body_1[:16_384]),
         HEADERS_3,
         PING,
-        frame(0x0, 0, 3, body_3),
+        small,
         frame(0x0, 0, 1, b""),
         PADDED,
-        frame(0x0, 0, 1, body_1[16_384:]),
+        frame(0x0, 0x1, 1, body_1[16_384:]),
         OVERSIZED,
         frame(0x0, 0x1, 3, b""),
-        frame(0x0, 0x1 | 0x20, 1, b""),
     ]
     for_zttp = [
         PREFACE,
@@ -54,15 +53,14 @@ def stream_of_frames() -> tuple[bytes, dict[int, bytes], bytes]:
         frame_header(0, 0, 0, 1),
         HEADERS_3,
         PING,
-        frame_header(0, 0, 0, 3),
-        frame_header(0, 0, 0, 1),
+        small,
+        frame(0x0, 0, 1, b""),
         PADDED,
-        frame_header(0, 0, 0, 1),
-        OVERSIZED,
-        frame_header(0, 0, 1, 3),
         frame_header(0, 0, 1, 1),
+        OVERSIZED,
+        frame(0x0, 0x1, 3, b""),
     ]
-    return b"".join(wire), {1: body_1, 3: body_3}, b"".join(for_zttp)
+    return b"".join(wire), {1: body_1}, b"".join(for_zttp)
 
 
 def cut(data: bytes, reads: list[int], whole: tuple[int, ...] = ()) -> tuple[dict[int, bytes], bytes]:
@@ -110,15 +108,27 @@ def test_payloads_are_cut_out_wherever_reads_split_the_frames(split: str) -> Non
 
 
 def test_zttp_parses_what_comes_before_a_data_frame_first() -> None:
-    """Before a DATA frame is looked at, zttp is given the frames kept before it (the HEADERS that
+    """Before a DATA frame is cut out, zttp is given the frames kept before it (the HEADERS that
     open its stream, say); emptied DATA frames alone are not worth a parse."""
     events: list[object] = []
     cutter = FrameCutter(
         lambda stream_id, payload: events.append((stream_id, bytes(payload))),
-        lambda: events.append(cutter.take_for_zttp()),
+        lambda: events.append(bytes(cutter.take_for_zttp())),
     )
-    cutter.feed(PREFACE + HEADERS_1 + frame(0x0, 0, 1, b"a") + frame(0x0, 0, 1, b"b") + PING + frame(0x0, 0, 1, b"c"))
-    assert events == [PREFACE + HEADERS_1, (1, b"a"), (1, b"b"), frame_header(0, 0, 0, 1) * 2 + PING, (1, b"c")]
+    a, b, c = (bytes([n]) * CUT_FROM for n in b"abc")
+    cutter.feed(PREFACE + HEADERS_1 + frame(0x0, 0, 1, a) + frame(0x0, 0, 1, b) + PING + frame(0x0, 0, 1, c))
+    assert events == [PREFACE + HEADERS_1, (1, a), (1, b), frame_header(0, 0, 0, 1) * 2 + PING, (1, c)]
+
+
+def test_a_read_with_nothing_to_cut_goes_to_zttp_as_it_came() -> None:
+    """A small call (HEADERS, a DATA frame under CUT_FROM, the END_STREAM one): no parse on the
+    way, and zttp gets the read itself, not a copy."""
+    parses: list[None] = []
+    cutter = FrameCutter(lambda stream_id, payload: None, lambda: parses.append(None))
+    read = PREFACE + HEADERS_1 + frame(0x0, 0, 1, bytes(CUT_FROM - 1)) + frame(0x0, 0x1, 1, b"")
+    cutter.feed(read)
+    given = cutter.take_for_zttp()
+    assert not parses and given == read and isinstance(given, memoryview) and given.obj is read
 
 
 def test_the_data_of_a_stream_marked_whole_goes_to_zttp_as_it_came() -> None:
@@ -127,31 +137,35 @@ def test_the_data_of_a_stream_marked_whole_goes_to_zttp_as_it_came() -> None:
     data, bodies, _ = stream_of_frames()
     for reads in ([len(data)], [1] * len(data)):
         delivered, given = cut(data, reads, whole=(1,))
-        assert delivered == {3: bodies[3]}
-        assert frame(0x0, 0, 1, bodies[1][:16_384]) in given and frame(0x0, 0x21, 1, b"") in given
+        assert delivered == {}
+        assert frame(0x0, 0, 1, bodies[1][:16_384]) in given and frame(0x0, 0x1, 1, bodies[1][16_384:]) in given
 
 
 def test_window_updates_grant_what_was_read_past_a_quarter_of_each_window() -> None:
     """Streams get WINDOW_UPDATE once a quarter of their window was read (none after END_STREAM, none
-    after a reset), the connection once a quarter of its own was."""
+    after a reset), the connection once a quarter of its own was; zttp grants what it parses."""
     cutter = FrameCutter(
-        lambda stream_id, payload: None, lambda: None, max_frame=1 << 20, stream_window=4_000, connection_window=12_000
+        lambda stream_id, payload: None,
+        lambda: None,
+        max_frame=1 << 20,
+        stream_window=40_000,
+        connection_window=120_000,
     )
-    cutter.feed(PREFACE + frame(0x0, 0, 1, bytes(999)))
+    cutter.feed(PREFACE + frame(0x0, 0, 1, bytes(9_999)))
     assert cutter.window_updates() == b""
-    cutter.feed(frame(0x0, 0, 1, bytes(1)) + frame(0x0, 0, 3, bytes(1_500)) + frame(0x0, 0x1, 5, bytes(1_000)))
+    cutter.feed(frame(0x0, 0, 1, bytes(10_001)) + frame(0x0, 0, 3, bytes(15_000)) + frame(0x0, 0x1, 5, bytes(10_000)))
     assert cutter.window_updates() == b"".join(
         [
-            frame(0x8, 0, 0, (3_500).to_bytes(4, "big")),
-            frame(0x8, 0, 1, (1_000).to_bytes(4, "big")),
-            frame(0x8, 0, 3, (1_500).to_bytes(4, "big")),
+            frame(0x8, 0, 0, (45_000).to_bytes(4, "big")),
+            frame(0x8, 0, 1, (20_000).to_bytes(4, "big")),
+            frame(0x8, 0, 3, (15_000).to_bytes(4, "big")),
         ]
     )
-    cutter.feed(frame(0x0, 0, 3, bytes(2_000)))
+    cutter.feed(frame(0x0, 0, 3, bytes(20_000)))
     cutter.forget(3)
-    cutter.feed(frame(0x0, 0, 7, bytes(1_000)) + frame(0x0, 0x1, 7, bytes(500)))
-    assert cutter.window_updates() == frame(0x8, 0, 0, (3_500).to_bytes(4, "big"))
-    cutter.feed(frame(0x0, 0x8, 9, b"\x00" + bytes(3_100)))  # padded: zttp's, and zttp grants it
+    cutter.feed(frame(0x0, 0, 7, bytes(10_000)) + frame(0x0, 0x1, 7, bytes(15_000)))
+    assert cutter.window_updates() == frame(0x8, 0, 0, (45_000).to_bytes(4, "big"))
+    cutter.feed(frame(0x0, 0x8, 9, b"\x00" + bytes(31_000)) + frame(0x0, 0, 9, bytes(100)))  # padded; small
     assert cutter.window_updates() == b""
 
 

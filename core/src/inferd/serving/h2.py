@@ -437,7 +437,10 @@ def _declares_length(headers: zttp.HeaderBlock | Headers) -> bool:
     """Whether a request has a ``content-length`` header (gRPC clients send none)."""
     if isinstance(headers, zttp.HeaderBlock):
         return headers.get(b"content-length") is not None
-    return any(name.lower() == b"content-length" for name, _ in headers)
+    for name, _ in headers:  # HTTP/2 header names are lower case (zttp refuses others)
+        if name == b"content-length":
+            return True
+    return False
 
 
 def _header_list(headers: zttp.HeaderBlock | Headers) -> Headers:

@@ -37,6 +37,8 @@ _END_STREAM = 0x1
 _PADDED = 0x8
 _HEADER = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, stream id
 
+#: DATA frames from this size up are cut out; smaller ones go to zttp (with the frames around them).
+CUT_FROM = 8 << 10
 #: A DATA payload for the protocol: (stream id, the payload's bytes).
 Deliver = Callable[[int, memoryview], None]
 #: Gives zttp what the cutter kept for it (:meth:`FrameCutter.take_for_zttp`) and handles its events.
@@ -66,6 +68,7 @@ class FrameCutter:
         "_stream",
         "_flags",
         "_length",
+        "_next",
         "_connection_read",
         "_stream_read",
         "_connection_step",
@@ -96,6 +99,7 @@ class FrameCutter:
         self._stream = 0  # the current frame's stream when it is a DATA frame cut out here; else 0
         self._flags = 0
         self._length = 0
+        self._next = 0  # the stream of an eligible DATA frame, until it is cut out
         self._connection_read = 0  # DATA bytes read since the connection's last WINDOW_UPDATE
         self._stream_read: dict[int, int] = {}  # by stream, since its last WINDOW_UPDATE
         self._connection_step = connection_window // 4
@@ -103,13 +107,13 @@ class FrameCutter:
         self._whole: set[int] = set()  # streams whose DATA zttp parses
 
     def feed(self, data: bytes) -> None:
-        """Cut one read of the socket."""
+        """Cut one read of the socket. What zttp keeps of it goes in runs (views of the read): a read
+        with nothing cut out is handed to zttp as it came."""
         view = memoryview(data)
         end = len(view)
-        pos = 0
+        pos = run = 0  # run: where the bytes kept for zttp since the last cut begin
         if self._preface:
             pos = min(self._preface, end)
-            self._keep(view[:pos])
             self._preface -= pos
         while pos < end:
             left = self._left
@@ -117,50 +121,57 @@ class FrameCutter:
                 take = min(left, end - pos)
                 if self._stream:
                     self.deliver(self._stream, view[pos : pos + take])
-                else:
-                    self._keep(view[pos : pos + take])
+                    run = pos + take
                 pos += take
                 self._left = left - take
                 if self._left == 0 and self._stream:
                     self._data_end()
                 continue
             head = self._head
-            if head or end - pos < HEADER_BYTES:
+            if head or end - pos < HEADER_BYTES:  # a header cut by the end of a read
+                if run < pos:
+                    self._keep(view[run:pos])
                 need = HEADER_BYTES - len(head)
                 head += view[pos : pos + need]
-                pos += min(need, end - pos)
+                pos = run = pos + min(need, end - pos)
                 if len(head) < HEADER_BYTES:
                     return
-                header: bytes | memoryview = bytes(head)
+                header = bytes(head)
                 head.clear()
-            else:
-                header = view[pos : pos + HEADER_BYTES]
-                pos += HEADER_BYTES
-            self._frame(header)
+                if not (self._eligible(header) and self._cut()):
+                    self._keep(header)
+                continue
+            start = pos
+            pos += HEADER_BYTES
+            if self._eligible(view[start:pos]):
+                if run < start:
+                    self._keep(view[run:start])
+                run = pos if self._cut() else start
+        if run < end:
+            self._keep(view[run:end])
 
-    def _frame(self, header: bytes | memoryview) -> None:
-        """A frame header: a DATA frame's payload is cut out, any other frame's kept for zttp."""
+    def _eligible(self, header: bytes | memoryview) -> bool:
+        """A frame header: whether it may be cut out, a DATA frame from :data:`CUT_FROM` bytes on
+        (zttp's copy of a smaller one costs less than cutting it), unpadded, within the frame size."""
         high, low, kind, flags, stream_id = _HEADER.unpack(header)
-        length = high << 16 | low
-        stream_id &= 0x7FFFFFFF
-        if kind == _DATA and self.holds_frames:
-            self.parse()
-        if (
-            kind == _DATA
-            and not flags & _PADDED
-            and length <= self.max_frame
-            and stream_id
-            and stream_id not in self._whole
-        ):
-            self._stream = stream_id
-            self._flags = flags
-            self._length = self._left = length
-            if not length:
-                self._data_end()
-            return
+        length = self._left = high << 16 | low
         self._stream = 0
-        self._left = length
-        self._keep(bytes(header))
+        if kind != _DATA or length < CUT_FROM or flags & _PADDED or length > self.max_frame:
+            return False
+        self._flags = flags
+        self._length = length
+        self._next = stream_id & 0x7FFFFFFF
+        return bool(self._next)
+
+    def _cut(self) -> bool:
+        """Cut the eligible DATA frame out unless its stream is marked :meth:`whole`; zttp first
+        parses what it holds (the HEADERS that open the stream, say)."""
+        if self.holds_frames:
+            self.parse()
+        if self._next in self._whole:
+            return False
+        self._stream = self._next
+        return True
 
     def _data_end(self) -> None:
         """A DATA frame cut out here ended: zttp gets it emptied; its bytes count toward the windows."""
@@ -177,14 +188,14 @@ class FrameCutter:
         self.for_zttp.append(data)
         self.holds_frames = True
 
-    def take_for_zttp(self) -> bytes:
-        """What zttp has not been given yet, in one piece (b"": nothing)."""
+    def take_for_zttp(self) -> bytes | memoryview:
+        """What zttp has not been given yet, in one piece (b"": nothing; a read kept whole: its view, uncopied)."""
         held = self.for_zttp
         if not held:
             return b""
         self.for_zttp = []
         self.holds_frames = False
-        return bytes(held[0]) if len(held) == 1 else b"".join(held)
+        return held[0] if len(held) == 1 else b"".join(held)
 
     def whole(self, stream_id: int) -> None:
         """The stream's DATA frames go to zttp whole (its request declares a ``content-length``)."""
