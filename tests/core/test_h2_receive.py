@@ -129,6 +129,9 @@ def test_a_read_with_nothing_to_cut_goes_to_zttp_as_it_came() -> None:
     cutter.feed(read)
     given = cutter.take_for_zttp()
     assert not parses and given == read and isinstance(given, memoryview) and given.obj is read
+    read = HEADERS_3 + frame(0x0, 0x1, 3, bytes(CUT_FROM - 100))  # after the preface: the read itself
+    cutter.feed(read)
+    assert not parses and cutter.take_for_zttp() is read
 
 
 def test_the_data_of_a_stream_marked_whole_goes_to_zttp_as_it_came() -> None:

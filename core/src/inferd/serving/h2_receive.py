@@ -109,8 +109,11 @@ class FrameCutter:
     def feed(self, data: bytes) -> None:
         """Cut one read of the socket. What zttp keeps of it goes in runs (views of the read): a read
         with nothing cut out is handed to zttp as it came."""
+        end = len(data)
+        if end < CUT_FROM and not (self._left or self._head or self._preface) and _whole_frames(data, end):
+            self._keep(data)  # a small read of whole frames (a small call): nothing in it to cut
+            return
         view = memoryview(data)
-        end = len(view)
         pos = run = 0  # run: where the bytes kept for zttp since the last cut begin
         if self._preface:
             pos = min(self._preface, end)
@@ -208,6 +211,8 @@ class FrameCutter:
 
     def window_updates(self) -> bytes:
         """WINDOW_UPDATE frames granting what was read past a quarter of a window (b"": none due)."""
+        if not self._stream_read and self._connection_read < self._connection_step:
+            return b""
         out = []
         if self._connection_read >= self._connection_step:
             out.append(_window_update(0, self._connection_read))
@@ -217,6 +222,14 @@ class FrameCutter:
         for stream_id in due:
             out.append(_window_update(stream_id, self._stream_read.pop(stream_id)))
         return b"".join(out)
+
+
+def _whole_frames(data: bytes, end: int) -> bool:
+    """Whether ``data`` is whole frames, the last one ending where it ends."""
+    pos = 0
+    while pos + HEADER_BYTES <= end:
+        pos += HEADER_BYTES + (data[pos] << 16 | data[pos + 1] << 8 | data[pos + 2])
+    return pos == end
 
 
 def _window_update(stream_id: int, increment: int) -> bytes:

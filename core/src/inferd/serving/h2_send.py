@@ -137,18 +137,20 @@ class DataSender:
         out = self._streams.get(stream_id)
         if out is None:
             out = self._streams[stream_id] = _Outgoing(self.initial)
-        views = [view for view in map(_bytes_view, parts) if view.nbytes]
-        size = sum(view.nbytes for view in views)
+        parts = parts if isinstance(parts, list | tuple) else list(parts)
+        size = 0
+        for part in parts:
+            size += len(part) if type(part) is bytes else memoryview(part).nbytes
         if not size:
             return
-        if size <= JOIN_BELOW:
-            if not out.queued and size <= min(self.window, out.window, self.max_frame):  # the usual small answer
-                self._write(b"".join([frame_header(size, 0x0, 0, stream_id), *views]))
-                self.window -= size
-                out.window -= size
-                return
-            if len(views) > 1:
-                views = [memoryview(b"".join(views))]
+        if size <= JOIN_BELOW and not out.queued and size <= min(self.window, out.window, self.max_frame):
+            self._write(b"".join([frame_header(size, 0x0, 0, stream_id), *parts]))  # the usual small answer
+            self.window -= size
+            out.window -= size
+            return
+        views = [view for view in map(_bytes_view, parts) if view.nbytes]
+        if size <= JOIN_BELOW and len(views) > 1:
+            views = [memoryview(b"".join(views))]
         out.parts.extend(views)
         out.queued += size
         if stream_id not in self._waiting:

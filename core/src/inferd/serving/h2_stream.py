@@ -237,7 +237,12 @@ class UnaryStream(_Stream):
         self.transport.write(self.conn.data_to_send())
         if body:
             self.sender.send(self.stream_id, body)
-        await self._end(trailers)
+        if self.sender.pending(self.stream_id):  # the client's window holds some of it back
+            await self._end(trailers)
+        else:
+            self.sender.close(self.stream_id)
+            self.stream.end_message(trailers)
+            self.transport.write(self.conn.data_to_send())
         self.response_complete = True
         self.message_event.set()
 
