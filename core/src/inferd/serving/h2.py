@@ -18,8 +18,8 @@ between is refused (REFUSED_STREAM), which gRPC clients retry on their new conne
 A peer's cost is bounded as nghttp2 and grpc bound it: a connection is not read while what the
 server wrote to it is unsent past the transport's high-water mark (a peer that sends PINGs or
 SETTINGS, which zttp acknowledges, or calls, without reading the answers, cannot make the server
-buffer more), nor while a stream holds a body over :data:`HIGH_WATER_LIMIT` its call has not
-taken; and control frames (SETTINGS, PING, WINDOW_UPDATE, RST_STREAM) beyond a budget
+buffer more), nor while a stream holds a body over its ``high_water`` mark (64 KiB; 4 MiB for a unary
+call, which takes its whole body anyway) that its call has not taken; and control frames (SETTINGS, PING, WINDOW_UPDATE, RST_STREAM) beyond a budget
 (:data:`CONTROL_FRAME_BURST`, refilled at :data:`CONTROL_FRAMES_PER_SECOND`) close the connection
 with GOAWAY ENHANCE_YOUR_CALM (CVE-2019-9512, -9515 and kin). zttp itself bounds a request's
 header list (it advertises and enforces SETTINGS_MAX_HEADER_LIST_SIZE 65,536: a larger header
@@ -47,7 +47,7 @@ from urllib.parse import unquote
 
 import zttp
 
-from inferd.serving.flow import HIGH_WATER_LIMIT, ReadingFlow
+from inferd.serving.flow import ReadingFlow
 from inferd.serving.h2_receive import BodyBuffers, FrameCutter
 from inferd.serving.h2_send import DataSender, receive_windows
 from inferd.serving.h2_stream import AsgiApp, AsgiStream, Headers, UnaryRoute, UnaryStream
@@ -196,7 +196,7 @@ class GrpcH2Protocol(asyncio.Protocol):
         stream = self.streams.get(stream_id)
         if stream is None or stream.response_complete:
             return
-        if stream.take(payload) > HIGH_WATER_LIMIT:
+        if stream.take(payload) > stream.high_water:
             self.flow.pause_reading()
 
     def flush(self) -> None:
@@ -216,7 +216,7 @@ class GrpcH2Protocol(asyncio.Protocol):
                 stream = streams.get(event.stream_id)
                 if stream is None or stream.response_complete:
                     continue
-                if stream.take(event.data) > HIGH_WATER_LIMIT:
+                if stream.take(event.data) > stream.high_water:
                     self.flow.pause_reading()
             elif kind is zttp.Request:
                 self.handle_request(event)
@@ -369,7 +369,7 @@ class GrpcH2Protocol(asyncio.Protocol):
     def resume_reading_if_idle(self) -> None:
         """Read again, unless a stream still holds a body over the high-water mark its call has not taken."""
         for stream in self.streams.values():
-            if stream.held > HIGH_WATER_LIMIT:
+            if stream.held > stream.high_water:
                 return
         self.flow.resume_reading()
 

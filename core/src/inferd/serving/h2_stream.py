@@ -22,6 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from inferd.serving.flow import HIGH_WATER_LIMIT
 from inferd.serving.h2_receive import POOLED_FROM
 
 if TYPE_CHECKING:
@@ -46,6 +47,9 @@ AsgiApp = Callable[
 
 #: Headers RFC 9113 8.2.2 forbids in HTTP/2 (zttp refuses to send them): dropped from an ASGI answer.
 FORBIDDEN_HEADERS = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"})
+#: Body bytes a unary stream may hold before the connection stops being read: its call takes the whole
+#: body anyway (up to the max message size), so pausing every 64 KiB only paced large requests.
+UNARY_HIGH_WATER = 4 << 20
 _INTERNAL_ERROR = [(b"content-type", b"text/plain; charset=utf-8")]
 
 log = logging.getLogger(__name__)
@@ -140,6 +144,7 @@ class UnaryStream(_Stream):
     ) -> None:
         super().__init__(conn, event, transport, flow, resume_reading, sender)
         self._buffers = buffers
+        self.high_water = UNARY_HIGH_WATER
         #: The body's parts as zttp read them (kept, not copied), until :meth:`read_body` takes them.
         self._parts: list[Body] = []
         self.held = 0
@@ -265,6 +270,7 @@ class AsgiStream(_Stream):
         sender: DataSender,
     ) -> None:
         super().__init__(conn, event, transport, flow, resume_reading, sender)
+        self.high_water = HIGH_WATER_LIMIT
         self.scope = scope
         self.body = bytearray()
         if not self.more_body:
