@@ -80,9 +80,12 @@ async def _calls(n: int) -> float:
 
     from inferd.serving import h2
 
+    # a checkout whose UnaryStream takes the answer's body as parts (h2_send) or as bytes (before it)
+    body: Any = [MESSAGE] if hasattr(h2.UnaryStream, "take") else MESSAGE
+
     async def handler(stream: Any) -> None:
         await stream.read_body(lambda chunks, size: size + len(chunks[-1]))
-        await stream.answer([(b"content-type", b"application/grpc")], MESSAGE, [(b"grpc-status", b"0")])
+        await stream.answer([(b"content-type", b"application/grpc")], body, [(b"grpc-status", b"0")])
 
     routes = {b"/x": lambda method, headers: handler}
     try:

@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -370,6 +371,113 @@ def test_large_messages_both_ways(h2_server: ServerProcess) -> None:
     for result, error in results:
         assert error is None
         np.testing.assert_array_equal(result.as_numpy("Y"), x * 2)
+
+
+@pytest.mark.parametrize("deadline", [None, 60.0], ids=["short-path", "asgi-path"])
+@pytest.mark.parametrize("elements", [1 << 20, 6 << 20], ids=["4MiB+", "24MiB"])
+def test_large_answers_on_a_fresh_connection(h2_server: ServerProcess, elements: int, deadline: float | None) -> None:
+    """The first call of a new connection, its answer larger than the client's first 4 MiB window:
+    the server reads the client's WINDOW_UPDATEs (and its SETTINGS, acked before DATA framed by
+    them) while the request it sent whole is still being answered."""
+    x = np.random.default_rng(elements).random(elements, dtype=np.float32)
+    own_connection = [("grpc.use_local_subchannel_pool", 1), ("grpc.max_receive_message_length", -1),
+                      ("grpc.max_send_message_length", -1)]  # fmt: skip
+    with grpcclient.InferenceServerClient(h2_server.grpc_url, channel_args=own_connection) as client:
+        result = client.infer("echo", [tensor("X", x, "FP32")], client_timeout=deadline)
+        np.testing.assert_array_equal(result.as_numpy("Y"), x * 2)
+
+
+@pytest.mark.parametrize("deadline", [None, 60.0], ids=["short-path", "asgi-path"])
+def test_large_requests_past_the_connection_window_on_one_connection(
+    h2_server: ServerProcess, deadline: float | None
+) -> None:
+    """Four 12 MiB requests on one connection: 48 MiB, more than the 32 MiB the server's connection
+    window opens and more than a stream's 8 MiB each, so the calls go through only if the server
+    grants the DATA it reads itself (WINDOW_UPDATE); every answer is checked."""
+    own_connection = [("grpc.use_local_subchannel_pool", 1), ("grpc.max_receive_message_length", -1),
+                      ("grpc.max_send_message_length", -1)]  # fmt: skip
+    with grpcclient.InferenceServerClient(h2_server.grpc_url, channel_args=own_connection) as client:
+        for seed in range(4):
+            x = np.random.default_rng(seed).random(3 << 20, dtype=np.float32)
+            result = client.infer("echo", [tensor("X", x, "FP32")], client_timeout=deadline)
+            np.testing.assert_array_equal(result.as_numpy("Y"), x * 2)
+
+
+def test_concurrent_large_requests_each_get_their_own_answer(h2_server: ServerProcess) -> None:
+    """Rounds of four 2 MiB calls at once, each with its own values: request bodies joined into the
+    server's reused buffers never mix (a buffer is reused only once nothing holds it)."""
+    inputs = [np.random.default_rng(100 + i).random(1 << 19, dtype=np.float32) for i in range(12)]
+    results: dict[int, Any] = {}
+    with grpcclient.InferenceServerClient(h2_server.grpc_url) as client:
+        for start in range(0, 12, 4):
+            for i in range(start, start + 4):
+                client.async_infer(
+                    "echo",
+                    [tensor("X", inputs[i], "FP32")],
+                    callback=lambda result, error, i=i: results.update({i: error or result}),
+                )
+            deadline = time.monotonic() + 60
+            while len(results) < start + 4 and time.monotonic() < deadline:
+                time.sleep(0.02)
+    assert sorted(results) == list(range(12))
+    for i, x in enumerate(inputs):
+        np.testing.assert_array_equal(results[i].as_numpy("Y"), x * 2)
+
+
+#: --grpc-max-message-bytes of ``big_h2``: 16 MiB and more.
+BIG_MAX = 18 << 20
+
+
+@pytest.fixture(scope="module")
+def big_h2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    repo = write_repository(tmp_path_factory.mktemp("big_h2") / "models", {"add_sub": models.add_sub()})
+    proc = ServerProcess([repo], ["--grpc-transport", "h2", f"--grpc-max-message-bytes={BIG_MAX}"]).start()
+    yield proc
+    proc.stop()
+
+
+def _padded_live(size: int) -> bytes:
+    """A ServerLiveRequest of exactly ``size`` bytes: one unknown field (15) that protobuf keeps."""
+    payload = size - 1 - 4  # tag, a 4-byte varint length
+    length = bytes(((payload >> shift) & 0x7F) | (0x80 if shift < 21 else 0) for shift in (0, 7, 14, 21))
+    return b"\x7a" + length + bytes(payload)
+
+
+@pytest.mark.parametrize("size, status", [(BIG_MAX, 0), (BIG_MAX + 1, 8)], ids=["at-max", "one-over"])
+def test_a_message_at_the_max_size_is_taken_and_one_byte_more_refused(
+    big_h2: ServerProcess, size: int, status: int
+) -> None:
+    body = _padded_live(size)
+    assert len(body) == size
+    conn = RawConnection(big_h2.grpc_port)
+    try:
+        answer = conn.wait(conn.call(LIVE, message(body)).stream_id)
+    finally:
+        conn.close()
+    assert answer.status == 200 and grpc_status(answer)[0] == status
+    if status:
+        assert grpc_status(answer)[1] == f"Received message larger than max ({size} vs. {BIG_MAX})"
+
+
+def test_a_length_prefix_split_across_frames_is_refused_before_the_body(big_h2: ServerProcess) -> None:
+    """The prefix arrives in two DATA frames (3 bytes, then 2) and declares more than the max: the
+    call is answered RESOURCE_EXHAUSTED at once and its stream reset (NO_ERROR), the body unsent."""
+    declared = (BIG_MAX + 5).to_bytes(4, "big")
+    conn = RawConnection(big_h2.grpc_port)
+    try:
+        stream_id = conn.call(LIVE, b"", end=False).stream_id
+        data = [b"\0" + declared[:2], declared[2:]]
+        conn.send_raw(b"".join(len(d).to_bytes(3, "big") + b"\0\0" + stream_id.to_bytes(4, "big") + d for d in data))
+        answer = conn.wait(stream_id)
+    finally:
+        conn.close()
+    assert grpc_status(answer) == (8, f"Received message larger than max ({BIG_MAX + 5} vs. {BIG_MAX})")
+    assert_up_live(big_h2)
+
+
+def assert_up_live(server: ServerProcess) -> None:
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        assert client.is_server_live()
 
 
 # -- the grpcio transport's servers sharing one port ------------------------------------------------

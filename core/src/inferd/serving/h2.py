@@ -18,8 +18,8 @@ between is refused (REFUSED_STREAM), which gRPC clients retry on their new conne
 A peer's cost is bounded as nghttp2 and grpc bound it: a connection is not read while what the
 server wrote to it is unsent past the transport's high-water mark (a peer that sends PINGs or
 SETTINGS, which zttp acknowledges, or calls, without reading the answers, cannot make the server
-buffer more), nor while a stream holds a body over :data:`HIGH_WATER_LIMIT` its call has not
-taken; and control frames (SETTINGS, PING, WINDOW_UPDATE, RST_STREAM) beyond a budget
+buffer more), nor while a stream holds a body over its ``high_water`` mark (64 KiB; 4 MiB for a unary
+call, which takes its whole body anyway) that its call has not taken; and control frames (SETTINGS, PING, WINDOW_UPDATE, RST_STREAM) beyond a budget
 (:data:`CONTROL_FRAME_BURST`, refilled at :data:`CONTROL_FRAMES_PER_SECOND`) close the connection
 with GOAWAY ENHANCE_YOUR_CALM (CVE-2019-9512, -9515 and kin). zttp itself bounds a request's
 header list (it advertises and enforces SETTINGS_MAX_HEADER_LIST_SIZE 65,536: a larger header
@@ -41,13 +41,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 from urllib.parse import unquote
 
 import zttp
 
-from inferd.serving.flow import HIGH_WATER_LIMIT, ReadingFlow
+from inferd.serving.flow import ReadingFlow
+from inferd.serving.h2_receive import BodyBuffers, FrameCutter
+from inferd.serving.h2_send import DataSender, receive_windows
 from inferd.serving.h2_stream import AsgiApp, AsgiStream, Headers, UnaryRoute, UnaryStream
 from inferd.serving.writes import HeldWrites
 
@@ -82,6 +84,8 @@ class Served:
     unary: Mapping[bytes, UnaryRoute] | None
     #: An idle connection is closed (GOAWAY) after this long.
     keep_alive_secs: float
+    #: Where the connections join large request bodies.
+    buffers: BodyBuffers = field(default_factory=BodyBuffers)
 
 
 class GrpcH2Protocol(asyncio.Protocol):
@@ -98,6 +102,7 @@ class GrpcH2Protocol(asyncio.Protocol):
 
     transport: HeldWrites
     flow: ReadingFlow
+    sender: DataSender
     client: tuple[str, int] | None = None
 
     def __init__(self, server_state: Any, _loop: asyncio.AbstractEventLoop | None = None, **_: Any) -> None:
@@ -107,6 +112,8 @@ class GrpcH2Protocol(asyncio.Protocol):
         #: Every call's task (uvicorn's shutdown waits for them, cancels them past the grace).
         self.tasks: set[asyncio.Task[None]] = server_state.tasks
         self.conn: zttp.H2Connection = zttp.Connection(zttp.SERVER, protocol=zttp.HTTP2)
+        #: Cuts DATA payloads out of what is read before zttp parses the rest (:mod:`inferd.serving.h2_receive`).
+        self.cutter = FrameCutter(self._deliver, self._parse)
         #: The streams whose call runs, by id.
         self.streams: dict[int, Stream] = {}
         self.shutdown_requested = False
@@ -130,12 +137,14 @@ class GrpcH2Protocol(asyncio.Protocol):
         self.connections.add(self)
         self.flow = ReadingFlow(transport)
         self.transport = HeldWrites(transport)
+        self.sender = DataSender(self.transport.write)
         self.client = _address(transport.get_extra_info("peername"))
         self._server = _address(transport.get_extra_info("sockname"))
         if transport.get_extra_info("sslcontext") is not None:
             self._scheme = "https"
         self.conn.initiate_connection()
         self.flush()
+        self.transport.write(receive_windows())
         self._active_at = self.loop.time()
         self._idle_timer = self.loop.call_later(self.served.keep_alive_secs, self._idle_check)
 
@@ -163,15 +172,32 @@ class GrpcH2Protocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._active_at = self.loop.time()
+        cutter = self.cutter
         try:
-            self.conn.receive_data(data)
-            self.handle_events()
+            cutter.feed(data)
+            self._parse()
         except zttp.RemoteProtocolError as exc:
             log.warning("%s: invalid HTTP/2 frame received: %s", self.client, exc)
             self.flush()
             self.transport.close()
             return
         self.flush()
+        self.transport.write(cutter.window_updates())
+
+    def _parse(self) -> None:
+        """Give zttp what the cutter kept for it, and handle the events."""
+        data = self.cutter.take_for_zttp()
+        if data:
+            self.conn.receive_data(data)
+            self.handle_events()
+
+    def _deliver(self, stream_id: int, payload: memoryview) -> None:
+        """A DATA frame's payload, cut out by the cutter: to its stream."""
+        stream = self.streams.get(stream_id)
+        if stream is None or stream.response_complete:
+            return
+        if stream.take(payload) > stream.high_water:
+            self.flow.pause_reading()
 
     def flush(self) -> None:
         """Write what zttp has to send (acks, the preface, DATA released by a WINDOW_UPDATE)."""
@@ -190,10 +216,8 @@ class GrpcH2Protocol(asyncio.Protocol):
                 stream = streams.get(event.stream_id)
                 if stream is None or stream.response_complete:
                     continue
-                stream.body += event.data
-                if len(stream.body) > HIGH_WATER_LIMIT:
+                if stream.take(event.data) > stream.high_water:
                     self.flow.pause_reading()
-                stream.message_event.set()
             elif kind is zttp.Request:
                 self.handle_request(event)
             elif kind is zttp.EndOfMessage:
@@ -204,7 +228,14 @@ class GrpcH2Protocol(asyncio.Protocol):
                 stream.message_event.set()
             elif kind is zttp.NeedData or kind is zttp.ConnectionClosed:
                 return
-            elif kind in _CONTROL:  # zttp answers them (acks, send windows); they only cost here
+            elif kind is zttp.WindowUpdate:
+                self.sender.window_update(event.stream_id, event.increment)
+                if not self._allow():
+                    return
+            elif kind in _CONTROL:  # zttp answers them (acks); they only cost here
+                if kind is zttp.Settings:  # its ack (zttp's) goes before DATA framed by the new values
+                    self.flush()
+                    self.sender.settings(event.params)
                 if not self._allow():
                     return
             elif kind is zttp.RstStream:
@@ -225,6 +256,9 @@ class GrpcH2Protocol(asyncio.Protocol):
             self.conn.stream(stream_id).reset(_REFUSED_STREAM)
             return
         self._taken += 1
+        self.sender.open(stream_id)
+        if _declares_length(event.headers):
+            self.cutter.whole(stream_id)
         if self.shutdown_requested:
             self._unavailable(stream_id)
         elif not self._start_unary(event):
@@ -245,7 +279,9 @@ class GrpcH2Protocol(asyncio.Protocol):
         handler = route(event.method, _header_list(event.headers))
         if handler is None:
             return False
-        stream = UnaryStream(self.conn, event, self.transport, self.flow, self.resume_reading_if_idle)
+        stream = UnaryStream(
+            self.conn, event, self.transport, self.flow, self.resume_reading_if_idle, self.sender, self.served.buffers
+        )
         self.streams[event.stream_id] = stream
         self._run(stream.run(handler, self.on_response_complete, self.loop))
         return True
@@ -262,7 +298,9 @@ class GrpcH2Protocol(asyncio.Protocol):
             "raw_path": raw_path, "query_string": event.query, "headers": _header_list(event.headers),
             "extensions": {"http.response.trailers": {}},
         }  # fmt: skip
-        stream = AsgiStream(scope, self.conn, event, self.transport, self.flow, self.resume_reading_if_idle)
+        stream = AsgiStream(
+            scope, self.conn, event, self.transport, self.flow, self.resume_reading_if_idle, self.sender
+        )
         self.streams[event.stream_id] = stream
         self._run(stream.run(self.served.app, self.on_response_complete))
 
@@ -275,11 +313,20 @@ class GrpcH2Protocol(asyncio.Protocol):
         """A stream opened after shutdown began: HTTP 503 (gRPC clients read UNAVAILABLE)."""
         stream = self.conn.stream(stream_id)
         stream.send_response(503, _UNAVAILABLE)
-        stream.send_data(b"Service Unavailable")
-        stream.end_message()
+        self.flush()
+        self.sender.send(stream_id, (b"Service Unavailable",))
+        self.sender.after(stream_id, lambda: self._end_unavailable(stream_id))
+
+    def _end_unavailable(self, stream_id: int) -> None:
+        self.sender.close(stream_id)
+        if not self.transport.is_closing():
+            self.conn.stream(stream_id).end_message()
+            self.flush()
 
     def _reset(self, stream_id: int) -> None:
         """The client reset a stream: its call, if it still runs, learns it went away."""
+        self.sender.close(stream_id)
+        self.cutter.forget(stream_id)
         stream = self.streams.pop(stream_id, None)
         if stream is None:
             return
@@ -322,13 +369,14 @@ class GrpcH2Protocol(asyncio.Protocol):
     def resume_reading_if_idle(self) -> None:
         """Read again, unless a stream still holds a body over the high-water mark its call has not taken."""
         for stream in self.streams.values():
-            if len(stream.body) > HIGH_WATER_LIMIT:
+            if stream.held > stream.high_water:
                 return
         self.flow.resume_reading()
 
     def on_response_complete(self, stream_id: int) -> None:
         """A stream's call ended (answered, failed or gone)."""
         self.server_state.total_requests += 1
+        self.cutter.forget(stream_id)
         if self.streams.pop(stream_id, None) is not None:
             self._stream_closed()
 
@@ -383,6 +431,16 @@ def _address(name: Any) -> tuple[str, int] | None:
     if isinstance(name, tuple | list) and len(name) >= 2:
         return str(name[0]), int(name[1])
     return None
+
+
+def _declares_length(headers: zttp.HeaderBlock | Headers) -> bool:
+    """Whether a request has a ``content-length`` header (gRPC clients send none)."""
+    if isinstance(headers, zttp.HeaderBlock):
+        return headers.get(b"content-length") is not None
+    for name, _ in headers:  # HTTP/2 header names are lower case (zttp refuses others)
+        if name == b"content-length":
+            return True
+    return False
 
 
 def _header_list(headers: zttp.HeaderBlock | Headers) -> Headers:

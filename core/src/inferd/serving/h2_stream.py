@@ -8,8 +8,9 @@ method and headers; a :data:`UnaryHandler` it returns answers the stream through
 request to the ASGI app. The app knows its protocol (gRPC's messages and statuses); the stream
 knows HTTP/2 (zttp's stream API, flow control, the connection's writes).
 
-Both have what the protocol (:mod:`inferd.serving.h2`) reads and writes on a stream: ``body``,
-``more_body``, ``message_event``, ``disconnected``, ``response_complete``; on a
+Both have what the protocol (:mod:`inferd.serving.h2`) reads and writes on a stream: ``take``
+(body bytes read) and ``held`` (how many its call has not taken yet), ``more_body``,
+``message_event``, ``disconnected``, ``response_complete``; on a
 :class:`UnaryStream` the protocol setting ``disconnected`` (the client reset the stream or went
 away) cancels the handler.
 """
@@ -18,20 +19,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
+
+from inferd.serving.flow import HIGH_WATER_LIMIT
+from inferd.serving.h2_receive import POOLED_FROM
 
 if TYPE_CHECKING:
     import zttp
+
+    from inferd.serving.h2_receive import BodyBuffers
+    from inferd.serving.h2_send import Body, DataSender
 
 Headers = list[tuple[bytes, bytes]]
 #: Answers one stream through its :class:`UnaryStream`.
 UnaryHandler = Callable[["UnaryStream"], Awaitable[None]]
 #: A raw path's route: (method, headers with lower-case names) -> the stream's handler, or None (ASGI).
 UnaryRoute = Callable[[bytes, Headers], "UnaryHandler | None"]
-#: Looks at the body's parts received so far and the size before the last one; returns the size.
-#: May raise to refuse the request before the rest of its body is read.
-BodyCheck = Callable[[list[bytearray], int], int]
+#: Looks at the body's parts received so far and their size in all; may raise to refuse the
+#: request before the rest of its body is read.
+BodyCheck = Callable[[list["Body"], int], None]
 AsgiMessage = MutableMapping[str, Any]
 #: An ASGI 3 app: (scope, receive, send).
 AsgiApp = Callable[
@@ -40,6 +47,9 @@ AsgiApp = Callable[
 
 #: Headers RFC 9113 8.2.2 forbids in HTTP/2 (zttp refuses to send them): dropped from an ASGI answer.
 FORBIDDEN_HEADERS = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"})
+#: Body bytes a unary stream may hold before the connection stops being read: its call takes the whole
+#: body anyway (up to the max message size), so pausing every 64 KiB only paced large requests.
+UNARY_HIGH_WATER = 4 << 20
 _INTERNAL_ERROR = [(b"content-type", b"text/plain; charset=utf-8")]
 
 log = logging.getLogger(__name__)
@@ -59,7 +69,9 @@ class _Writer(Protocol):
 
 class _Stream:
     """What the protocol keeps of every stream it hands to inferd: the connection, the stream, where
-    to write, and the request body read so far (``message_event`` is set when more arrived)."""
+    to write (headers and trailers through zttp, body bytes through the connection's
+    :class:`~inferd.serving.h2_send.DataSender`), and the request body read so far
+    (``message_event`` is set when more arrived)."""
 
     def __init__(
         self,
@@ -68,16 +80,53 @@ class _Stream:
         transport: _Writer,
         flow: _Flow,
         resume_reading: Callable[[], None],
+        sender: DataSender,
     ) -> None:
         self.conn = conn
         self.stream = conn.stream(event.stream_id)
+        self.stream_id = event.stream_id
         self.transport = transport
         self.flow = flow
         self.resume_reading = resume_reading
+        self.sender = sender
         # What the protocol reads and writes on a cycle.
-        self.body = bytearray()
         self.more_body = not event.end_stream
         self.message_event = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def take(self, data: Body) -> int:
+        """Body bytes the protocol read for this stream; returns the bytes now held for the call."""
+        raise NotImplementedError
+
+    @property
+    def pending_bytes(self) -> int:
+        """Body bytes of the answer waiting for the client's flow-control window."""
+        return self.sender.pending(self.stream_id)
+
+    disconnected: bool
+
+    async def _end(self, trailers: Headers | None) -> None:
+        """End the answer (``trailers``, if any) once its body went out: waits while the client's
+        window holds some of it back, and ends nothing if the stream goes meanwhile."""
+        if self.sender.pending(self.stream_id):
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            self.sender.after(self.stream_id, lambda: _wake(waiter))
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+            if self.disconnected:
+                return
+        self.sender.close(self.stream_id)
+        if not self.transport.is_closing():
+            self.stream.end_message(trailers)
+            self.transport.write(self.conn.data_to_send())
+
+    def _gone(self) -> None:
+        """The stream was reset or the connection lost: a wait in :meth:`_end` ends."""
+        self.sender.close(self.stream_id)
+        if self._waiter is not None:
+            _wake(self._waiter)
 
 
 class UnaryStream(_Stream):
@@ -90,12 +139,25 @@ class UnaryStream(_Stream):
         transport: _Writer,
         flow: _Flow,
         resume_reading: Callable[[], None],
+        sender: DataSender,
+        buffers: BodyBuffers | None = None,
     ) -> None:
-        super().__init__(conn, event, transport, flow, resume_reading)
+        super().__init__(conn, event, transport, flow, resume_reading, sender)
+        self._buffers = buffers
+        self.high_water = UNARY_HIGH_WATER
+        #: The body's parts as zttp read them (kept, not copied), until :meth:`read_body` takes them.
+        self._parts: list[Body] = []
+        self.held = 0
         self._disconnected = False
         self.response_complete = False
         #: The task running the handler, while it runs: a client that goes away cancels it.
         self._task: asyncio.Task[None] | None = None
+
+    def take(self, data: Body) -> int:
+        self._parts.append(data)
+        self.held += len(data)
+        self.message_event.set()
+        return self.held
 
     @property
     def disconnected(self) -> bool:
@@ -107,6 +169,8 @@ class UnaryStream(_Stream):
         the answer: the handler, if it still runs, is cancelled (a model's request leaves its
         queue, its tenant's slot goes back at once)."""
         self._disconnected = value
+        if value:
+            self._gone()
         task = self._task
         if value and task is not None:
             self._task = None
@@ -125,30 +189,38 @@ class UnaryStream(_Stream):
             self._task = None
             on_done(self.stream.stream_id)
 
-    async def read_body(self, check: BodyCheck) -> bytes | bytearray | None:
+    async def read_body(self, check: BodyCheck) -> Body | None:
         """The whole request body, or None when the client went away first.
 
-        What arrived is taken out of ``body`` at each wake-up and given to ``check``: the protocol
-        stops reading the connection while a call holds more than its high-water mark, and resumes
-        only once every call is under it (as uvicorn's own cycle does on each ``receive``).
+        What arrived is taken at each wake-up and given to ``check``: the protocol stops reading the
+        connection while a call holds more than its high-water mark, and resumes only once every
+        call is under it (as uvicorn's own cycle does on each ``receive``). The parts are joined
+        once, at the end (one copy of the body, whatever the number of DATA frames), a large body
+        into one of the server's reused buffers (:class:`~inferd.serving.h2_receive.BodyBuffers`).
         """
-        chunks: list[bytearray] = []
+        chunks: list[Body] = []
         size = 0
         while self.more_body and not self._disconnected:
-            if self.body:
-                chunks.append(self.body)
-                self.body = bytearray()
-                size = check(chunks, size)
+            if self._parts:
+                chunks += self._parts
+                size += self.held
+                self._parts, self.held = [], 0
+                check(chunks, size)
             self.resume_reading()
             await self.message_event.wait()
             self.message_event.clear()
         if self._disconnected:
             return None
-        if self.body:
-            chunks.append(self.body)
-            self.body = bytearray()
+        chunks += self._parts
+        size += self.held
+        self._parts, self.held = [], 0
+        # The body's last bytes may have paused reading (over the high-water mark): read again,
+        # or the client's WINDOW_UPDATEs for the answer would go unread.
+        self.resume_reading()
         if len(chunks) == 1:
             return chunks[0]
+        if self._buffers is not None and size >= POOLED_FROM:
+            return self._buffers.join(chunks, size)
         return b"".join(chunks)
 
     def reset_unread(self) -> None:
@@ -158,27 +230,33 @@ class UnaryStream(_Stream):
             self.stream.reset(0)
             self.transport.write(self.conn.data_to_send())
 
-    async def answer(self, headers: Headers, data: bytes | None, trailers: Headers | None) -> None:
-        """Status 200 with ``headers``, ``data`` (if any) and ``trailers`` (if any), in one write."""
+    async def answer(self, headers: Headers, body: Sequence[Body], trailers: Headers | None) -> None:
+        """Status 200 with ``headers``, the ``body`` parts (none: no body) and ``trailers`` (if any),
+        written in the same loop turn unless the client's flow-control window holds the body back
+        (then this waits until it went out)."""
         if self.flow.write_paused and not self._disconnected:
             await self.flow.drain()
         if self._disconnected or self.transport.is_closing():
             return
-        stream = self.stream
-        stream.send_response(200, headers)
-        if data:
-            stream.send_data(data)
-        stream.end_message(trailers)
+        self.stream.send_response(200, headers)
+        self.transport.write(self.conn.data_to_send())
+        if body:
+            self.sender.send(self.stream_id, body)
+        if self.sender.pending(self.stream_id):  # the client's window holds some of it back
+            await self._end(trailers)
+        else:
+            self.sender.close(self.stream_id)
+            self.stream.end_message(trailers)
+            self.transport.write(self.conn.data_to_send())
         self.response_complete = True
         self.message_event.set()
-        self.transport.write(self.conn.data_to_send())
 
 
 class AsgiStream(_Stream):
     """One HTTP/2 stream answered by an ASGI app (HTTP response trailers included), run by :meth:`run`.
 
-    ``stream`` (zttp's, whose ``pending_bytes`` wait for the client's window), ``disconnected``
-    and :meth:`abort_stream` are what the gRPC app's streaming reply looks at (``send.__self__``).
+    ``pending_bytes`` (the answer's bytes waiting for the client's window), ``disconnected`` and
+    :meth:`abort_stream` are what the gRPC app's streaming reply looks at (``send.__self__``).
     """
 
     def __init__(
@@ -189,12 +267,15 @@ class AsgiStream(_Stream):
         transport: _Writer,
         flow: _Flow,
         resume_reading: Callable[[], None],
+        sender: DataSender,
     ) -> None:
-        super().__init__(conn, event, transport, flow, resume_reading)
+        super().__init__(conn, event, transport, flow, resume_reading, sender)
+        self.high_water = HIGH_WATER_LIMIT
         self.scope = scope
+        self.body = bytearray()
         if not self.more_body:
             self.message_event.set()
-        self.disconnected = False
+        self._disconnected = False
         self.response_started = False
         self.response_complete = False
         self._body_complete = False
@@ -205,6 +286,26 @@ class AsgiStream(_Stream):
             name == b"te" and value.lower().strip() == b"trailers" for name, value in scope["headers"]
         )
         self._on_done: Callable[[int], None] = _nothing
+
+    def take(self, data: Body) -> int:
+        self.body += data
+        self.message_event.set()
+        return len(self.body)
+
+    @property
+    def held(self) -> int:
+        return len(self.body)
+
+    @property
+    def disconnected(self) -> bool:
+        return self._disconnected
+
+    @disconnected.setter
+    def disconnected(self, value: bool) -> None:
+        """Set by the protocol when the client resets the stream or goes away."""
+        self._disconnected = value
+        if value:
+            self._gone()
 
     async def run(self, app: AsgiApp, on_done: Callable[[int], None]) -> None:
         """``app`` on this stream; an app that fails or ends without an answer gets a 500 or a reset;
@@ -242,6 +343,7 @@ class AsgiStream(_Stream):
         """Reset this stream; the connection's other streams go on."""
         if self.transport.is_closing():
             return
+        self.sender.close(self.stream_id)
         self.stream.reset()
         self.transport.write(self.conn.data_to_send())
         self.disconnected = True
@@ -254,6 +356,8 @@ class AsgiStream(_Stream):
         if self.disconnected or self.response_complete:
             return {"type": "http.disconnect"}
         body, self.body = self.body, bytearray()
+        if not self.more_body:  # its last bytes may have paused reading: read again (WINDOW_UPDATEs)
+            self.resume_reading()
         return {"type": "http.request", "body": bytes(body), "more_body": self.more_body}
 
     async def send(self, message: AsgiMessage) -> None:
@@ -274,11 +378,11 @@ class AsgiStream(_Stream):
                 raise RuntimeError(f"Expected ASGI message 'http.response.body', but got '{kind}'.")
             body = message.get("body", b"")
             if body:
-                stream.send_data(body)
+                self.sender.send(self.stream_id, (body,))
             if not message.get("more_body", False):
                 self._body_complete = True
                 if not self._trailers_expected:
-                    stream.end_message()
+                    await self._end(None)
                     self.response_complete = True
         elif not self.response_complete:
             if kind != "http.response.trailers":
@@ -290,7 +394,7 @@ class AsgiStream(_Stream):
                 if self._send_trailers and name not in FORBIDDEN_HEADERS and name != b"te":
                     self._trailers.append((name, value))
             if not message.get("more_trailers", False):
-                stream.end_message(self._trailers or None)
+                await self._end(self._trailers or None)
                 self.response_complete = True
         else:
             raise RuntimeError(f"Unexpected ASGI message '{kind}' sent, after response already completed.")
@@ -313,3 +417,8 @@ def _allowed(headers: Any) -> Headers:
 
 def _nothing(_stream_id: int) -> None:
     pass
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -106,9 +106,12 @@ zttp | attr | Request Data EndOfMessage NeedData NEED_DATA ConnectionClosed Sett
 zttp:Data | attr | stream_id data | h2.GrpcH2Protocol.handle_events: a stream's body
 zttp:EndOfMessage | attr | stream_id | h2.GrpcH2Protocol.handle_events: a stream's end
 zttp:RstStream | attr | stream_id error_code | h2.GrpcH2Protocol.handle_events: a reset stream; a refused one logged
-zttp:Stream | attr | reset send_response send_data end_message stream_id | h2_stream.UnaryStream, AsgiStream write \
-    their answers
-zttp:Stream | attr | pending_bytes | grpc h2_reply: a streamed call's answers waiting for the client's window
+zttp:Stream | attr | reset send_response end_message stream_id | h2_stream.UnaryStream, AsgiStream write \
+    their answers' headers and trailers (DATA is h2_send's)
+zttp:Settings | attr | params | h2.GrpcH2Protocol.handle_events: the client's SETTINGS, for h2_send's windows and \
+    frame size
+zttp:WindowUpdate | attr | stream_id increment | h2.GrpcH2Protocol.handle_events: the client's WINDOW_UPDATEs, for \
+    h2_send's windows
 zttp:Request | attr | stream_id path method headers end_stream target query | h2: a new stream's request (and \
     its ASGI scope)
 zttp:HeaderBlock | attr | to_list | h2: a request's headers as pairs for a unary route

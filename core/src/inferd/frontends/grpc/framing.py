@@ -32,9 +32,14 @@ def status_number(status: grpc.StatusCode) -> int:
     return int(status.value[0])
 
 
+def prefix(size: int) -> bytes:
+    """The length prefix of an uncompressed message of ``size`` bytes."""
+    return b"\0" + size.to_bytes(4, "big")
+
+
 def frame(parts: list[bytes | memoryview], size: int) -> bytes:
     """One uncompressed length-prefixed message made of ``parts`` (``size`` bytes in all)."""
-    return b"".join([b"\0", size.to_bytes(4, "big"), *parts])
+    return b"".join([prefix(size), *parts])
 
 
 def percent_encode(message: str) -> bytes:

@@ -69,7 +69,7 @@ class Reply:
         await self._start()
         await self.send({"type": "http.response.body", "body": frame(parts, size), "more_body": True})
         cycle = self._cycle
-        if cycle is not None and (getattr(cycle.stream, "pending_bytes", None) or 0) > MAX_PARKED_BYTES:
+        if cycle is not None and getattr(cycle, "pending_bytes", 0) > MAX_PARKED_BYTES:
             await _sent(cycle)
 
     async def finish(self, status: grpc.StatusCode, message: str) -> None:
@@ -101,10 +101,10 @@ async def _sent(cycle: Any) -> None:
     while a client holds its stream back). Past :data:`STALLED_SECONDS` without the client taking
     any of them, the stream is reset and the call fails with RESOURCE_EXHAUSTED."""
     loop = asyncio.get_running_loop()
-    parked, since = cycle.stream.pending_bytes or 0, loop.time()
+    parked, since = cycle.pending_bytes, loop.time()
     while not cycle.disconnected and parked > MAX_PARKED_BYTES // 2:
         await asyncio.sleep(PARKED_POLL_SECONDS)
-        now = cycle.stream.pending_bytes or 0
+        now = cycle.pending_bytes
         if now < parked:
             since = loop.time()
         elif loop.time() - since > STALLED_SECONDS:

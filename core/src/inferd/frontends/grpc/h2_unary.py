@@ -27,8 +27,8 @@ from inferd.frontends.grpc.framing import (
     PREFIX_BYTES,
     GrpcFailure,
     MessageReader,
-    frame,
     percent_encode,
+    prefix,
     status_number,
 )
 from inferd.frontends.grpc.h2_app import GrpcApp, Unary
@@ -36,6 +36,7 @@ from inferd.frontends.grpc.service import status_of
 
 if TYPE_CHECKING:
     from inferd.serving import Headers, UnaryHandler, UnaryRoute, UnaryStream
+    from inferd.serving.h2_send import Body
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,7 @@ class UnaryCall:
         self.max_message_bytes = max_message_bytes
         self.trailers_allowed = b"te" in headers
         self.path = path
+        self._prefix_checked = False
 
     async def run(self, stream: UnaryStream) -> None:
         """Read the message, run the RPC, answer."""
@@ -140,23 +142,21 @@ class UnaryCall:
             log.exception("gRPC %s failed", self.path.decode("latin-1").rsplit("/", 1)[-1])
             await self._answer(stream, None, grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
         else:
-            await self._answer(stream, frame(parts, size), grpc.StatusCode.OK, "")
+            await self._answer(stream, [prefix(size), *parts], grpc.StatusCode.OK, "")
 
-    def _check_size(self, chunks: list[bytearray], before: int) -> int:
-        """Refuse a message whose prefix (or whose bytes so far) say it is over the limit, before
-        more of it is read; returns the bytes received."""
-        size = before + len(chunks[-1])
-        if before < PREFIX_BYTES <= size:
-            head = chunks[0] if len(chunks[0]) >= PREFIX_BYTES else b"".join(chunks)
+    def _check_size(self, chunks: list[Body], size: int) -> None:
+        """Refuse a message whose prefix says it is over the limit, before more of it is read."""
+        if not self._prefix_checked and size >= PREFIX_BYTES:
+            self._prefix_checked = True
+            head = chunks[0] if len(chunks[0]) >= PREFIX_BYTES else b"".join(chunks[:PREFIX_BYTES])
             declared = int.from_bytes(head[1:PREFIX_BYTES], "big")
             if declared > self.max_message_bytes:
                 raise GrpcFailure(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"Received message larger than max ({declared} vs. {self.max_message_bytes})",
                 )
-        return size
 
-    def _message(self, body: bytes | bytearray) -> memoryview:
+    def _message(self, body: Body) -> memoryview:
         """The single request message of the call (the checks and messages of the ASGI path)."""
         reader = MessageReader(self.max_message_bytes)
         messages = reader.feed(body)
@@ -167,8 +167,11 @@ class UnaryCall:
             )
         return messages[0]
 
-    async def _answer(self, stream: UnaryStream, data: bytes | None, status: grpc.StatusCode, message: str) -> None:
-        """Headers, the message (if any) and the status trailers, in one write."""
+    async def _answer(
+        self, stream: UnaryStream, message_parts: list[bytes | memoryview] | None, status: grpc.StatusCode, message: str
+    ) -> None:
+        """Headers, the message (its length prefix and parts, uncopied; None: no message) and the
+        status trailers."""
         if not self.trailers_allowed:
             trailers = None
         elif status is grpc.StatusCode.OK:
@@ -177,4 +180,4 @@ class UnaryCall:
             trailers = [(b"grpc-status", b"%d" % status_number(status)), (b"grpc-message", percent_encode(message))]
             if status is grpc.StatusCode.UNIMPLEMENTED:
                 trailers.append((b"grpc-accept-encoding", ACCEPT_ENCODING))
-        await stream.answer(_HEADERS, data, trailers)
+        await stream.answer(_HEADERS, message_parts or [], trailers)

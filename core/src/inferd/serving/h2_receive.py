@@ -1,0 +1,294 @@
+"""HTTP/2 request bodies read by inferd itself: DATA payloads cut out of the byte stream before zttp.
+
+zttp parses every frame it is given and copies each DATA frame's payload into a new ``bytes``
+(a 16 MiB request is 1,024 frames of 16 KiB: a copy and a Python event each, a fifth of the
+event loop's time on large calls). :class:`FrameCutter` reads the frame headers of the client's
+byte stream first: the payload of a DATA frame (unpadded, within the frame size zttp advertised)
+goes to the protocol's ``deliver`` as a ``memoryview`` of the bytes read from the socket, never
+copied; zttp still sees the frame, emptied (its 9-byte header with length 0 and the same flags),
+so the stream's state stays zttp's: END_STREAM still ends the request (``EndOfMessage``), a DATA
+frame on a stream that is not open is still zttp's error to answer. Every other frame (HEADERS,
+CONTINUATION, SETTINGS, PING, WINDOW_UPDATE, RST_STREAM, GOAWAY, a padded or oversized DATA frame)
+and the client's preface go to zttp as they came, in order.
+
+zttp grants flow-control window for the DATA bytes it parses; it sees none of the payloads cut out
+here, so the cutter grants them itself (:meth:`FrameCutter.window_updates`): a WINDOW_UPDATE for
+the connection once a quarter of its receive window was read, and for a stream once a quarter of
+the stream's was (none for a stream whose request ended). The windows are the ones
+:func:`~inferd.serving.h2_send.receive_windows` opens; bytes are granted as they are read, as zttp
+did, and memory stays bounded the way it was (a stream holding more than the high-water mark
+stops the protocol reading the socket).
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from collections.abc import Callable, Sequence
+
+from inferd.serving.h2_send import DEFAULT_MAX_FRAME, RECEIVE_CONNECTION_WINDOW, RECEIVE_STREAM_WINDOW, frame_header
+
+#: The client connection preface (RFC 9113 3.4), passed to zttp before any frame.
+PREFACE_BYTES = 24
+HEADER_BYTES = 9
+_DATA = 0x0
+_WINDOW_UPDATE = 0x8
+_END_STREAM = 0x1
+_PADDED = 0x8
+_HEADER = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, stream id
+
+#: DATA frames from this size up are cut out; smaller ones go to zttp (with the frames around them).
+CUT_FROM = 8 << 10
+#: A DATA payload for the protocol: (stream id, the payload's bytes).
+Deliver = Callable[[int, memoryview], None]
+#: Gives zttp what the cutter kept for it (:meth:`FrameCutter.take_for_zttp`) and handles its events.
+Parse = Callable[[], None]
+
+
+class FrameCutter:
+    """One connection's received bytes, cut at frame boundaries: DATA payloads to ``deliver``,
+    the rest (emptied DATA frames included) kept for zttp in :attr:`for_zttp`.
+
+    ``deliver`` is called in the order the payloads came. Before a DATA frame is looked at,
+    ``parse`` gives zttp what it holds when :attr:`holds_frames` (a HEADERS frame that opens the
+    stream, say), so zttp's events and the payloads stay in the order the client sent them, and a
+    stream marked :meth:`whole` by then has its DATA parsed by zttp: a request that declares its
+    ``content-length``, which zttp checks against the DATA it sees (RFC 9113 8.1.1).
+    """
+
+    __slots__ = (
+        "deliver",
+        "parse",
+        "max_frame",
+        "for_zttp",
+        "holds_frames",
+        "_preface",
+        "_head",
+        "_left",
+        "_stream",
+        "_flags",
+        "_length",
+        "_next",
+        "_connection_read",
+        "_stream_read",
+        "_connection_step",
+        "_stream_step",
+        "_whole",
+    )
+
+    def __init__(
+        self,
+        deliver: Deliver,
+        parse: Parse,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        stream_window: int = RECEIVE_STREAM_WINDOW,
+        connection_window: int = RECEIVE_CONNECTION_WINDOW,
+    ) -> None:
+        self.deliver = deliver
+        self.parse = parse
+        #: The largest DATA frame cut out here (the SETTINGS_MAX_FRAME_SIZE zttp advertised); a
+        #: larger one goes to zttp, which refuses it.
+        self.max_frame = max_frame
+        #: Bytes for zttp, in order, not yet given to it.
+        self.for_zttp: list[bytes | memoryview] = []
+        #: Whether :attr:`for_zttp` holds more than emptied DATA frames.
+        self.holds_frames = False
+        self._preface = PREFACE_BYTES
+        self._head = bytearray()  # a frame header cut by the end of a read
+        self._left = 0  # payload bytes of the current frame still to come
+        self._stream = 0  # the current frame's stream when it is a DATA frame cut out here; else 0
+        self._flags = 0
+        self._length = 0
+        self._next = 0  # the stream of an eligible DATA frame, until it is cut out
+        self._connection_read = 0  # DATA bytes read since the connection's last WINDOW_UPDATE
+        self._stream_read: dict[int, int] = {}  # by stream, since its last WINDOW_UPDATE
+        self._connection_step = connection_window // 4
+        self._stream_step = stream_window // 4
+        self._whole: set[int] = set()  # streams whose DATA zttp parses
+
+    def feed(self, data: bytes) -> None:
+        """Cut one read of the socket. What zttp keeps of it goes in runs (views of the read): a read
+        with nothing cut out is handed to zttp as it came."""
+        end = len(data)
+        if end < CUT_FROM and not (self._left or self._head or self._preface) and _whole_frames(data, end):
+            self._keep(data)  # a small read of whole frames (a small call): nothing in it to cut
+            return
+        view = memoryview(data)
+        pos = run = 0  # run: where the bytes kept for zttp since the last cut begin
+        if self._preface:
+            pos = min(self._preface, end)
+            self._preface -= pos
+        while pos < end:
+            left = self._left
+            if left:
+                take = min(left, end - pos)
+                if self._stream:
+                    self.deliver(self._stream, view[pos : pos + take])
+                    run = pos + take
+                pos += take
+                self._left = left - take
+                if self._left == 0 and self._stream:
+                    self._data_end()
+                continue
+            head = self._head
+            if head or end - pos < HEADER_BYTES:  # a header cut by the end of a read
+                if run < pos:
+                    self._keep(view[run:pos])
+                need = HEADER_BYTES - len(head)
+                head += view[pos : pos + need]
+                pos = run = pos + min(need, end - pos)
+                if len(head) < HEADER_BYTES:
+                    return
+                header = bytes(head)
+                head.clear()
+                if not (self._eligible(header) and self._cut()):
+                    self._keep(header)
+                continue
+            start = pos
+            pos += HEADER_BYTES
+            if self._eligible(view[start:pos]):
+                if run < start:
+                    self._keep(view[run:start])
+                run = pos if self._cut() else start
+        if run < end:
+            self._keep(view[run:end])
+
+    def _eligible(self, header: bytes | memoryview) -> bool:
+        """A frame header: whether it may be cut out, a DATA frame from :data:`CUT_FROM` bytes on
+        (zttp's copy of a smaller one costs less than cutting it), unpadded, within the frame size."""
+        high, low, kind, flags, stream_id = _HEADER.unpack(header)
+        length = self._left = high << 16 | low
+        self._stream = 0
+        if kind != _DATA or length < CUT_FROM or flags & _PADDED or length > self.max_frame:
+            return False
+        self._flags = flags
+        self._length = length
+        self._next = stream_id & 0x7FFFFFFF
+        return bool(self._next)
+
+    def _cut(self) -> bool:
+        """Cut the eligible DATA frame out unless its stream is marked :meth:`whole`; zttp first
+        parses what it holds (the HEADERS that open the stream, say)."""
+        if self.holds_frames:
+            self.parse()
+        if self._next in self._whole:
+            return False
+        self._stream = self._next
+        return True
+
+    def _data_end(self) -> None:
+        """A DATA frame cut out here ended: zttp gets it emptied; its bytes count toward the windows."""
+        stream_id, length = self._stream, self._length
+        self._stream = 0
+        self.for_zttp.append(frame_header(0, _DATA, self._flags & _END_STREAM, stream_id))
+        self._connection_read += length
+        if self._flags & _END_STREAM:
+            self._stream_read.pop(stream_id, None)
+        elif length:
+            self._stream_read[stream_id] = self._stream_read.get(stream_id, 0) + length
+
+    def _keep(self, data: bytes | memoryview) -> None:
+        self.for_zttp.append(data)
+        self.holds_frames = True
+
+    def take_for_zttp(self) -> bytes | memoryview:
+        """What zttp has not been given yet, in one piece (b"": nothing; a read kept whole: its view, uncopied)."""
+        held = self.for_zttp
+        if not held:
+            return b""
+        self.for_zttp = []
+        self.holds_frames = False
+        return held[0] if len(held) == 1 else b"".join(held)
+
+    def whole(self, stream_id: int) -> None:
+        """The stream's DATA frames go to zttp whole (its request declares a ``content-length``)."""
+        self._whole.add(stream_id)
+
+    def forget(self, stream_id: int) -> None:
+        """The stream ended or was reset: it is granted no more window."""
+        self._stream_read.pop(stream_id, None)
+        self._whole.discard(stream_id)
+
+    def window_updates(self) -> bytes:
+        """WINDOW_UPDATE frames granting what was read past a quarter of a window (b"": none due)."""
+        if not self._stream_read and self._connection_read < self._connection_step:
+            return b""
+        out = []
+        if self._connection_read >= self._connection_step:
+            out.append(_window_update(0, self._connection_read))
+            self._connection_read = 0
+        step = self._stream_step
+        due = [stream_id for stream_id, read in self._stream_read.items() if read >= step]
+        for stream_id in due:
+            out.append(_window_update(stream_id, self._stream_read.pop(stream_id)))
+        return b"".join(out)
+
+
+def _whole_frames(data: bytes, end: int) -> bool:
+    """Whether ``data`` is whole frames, the last one ending where it ends."""
+    pos = 0
+    while pos + HEADER_BYTES <= end:
+        pos += HEADER_BYTES + (data[pos] << 16 | data[pos + 1] << 8 | data[pos + 2])
+    return pos == end
+
+
+def _window_update(stream_id: int, increment: int) -> bytes:
+    return frame_header(4, _WINDOW_UPDATE, 0, stream_id) + increment.to_bytes(4, "big")
+
+
+#: Request bodies from this size up are joined into a reused buffer (:class:`BodyBuffers`).
+POOLED_FROM = 1 << 20
+#: What a server's :class:`BodyBuffers` keeps at most (as Triton's default pinned-memory pool).
+POOL_BYTES = 256 << 20
+_ROUND = 1 << 16
+#: References to a pooled buffer nobody else holds: the pool's list, the loop variable, getrefcount's argument.
+_UNUSED_REFS = 3
+
+
+class BodyBuffers:
+    """Reused buffers for joining large request bodies, shared by a server's connections.
+
+    A fresh 16 MiB buffer costs the kernel 4,096 page faults (and zeroed pages) on first write,
+    more than the copy itself: joining a 16 MiB body into new memory took 10-40 ms on a busy machine
+    and 1.5 ms into memory used before. A body of :data:`POOLED_FROM` bytes or more is copied into
+    a pooled ``bytearray`` nothing references any more (its reference count says so: the numpy
+    arrays over a request's tensors, a response that sends them back, all hold it until they go),
+    and handed on read-only. Buffers are kept up to :data:`POOL_BYTES` in all; past that, a body
+    gets a buffer of its own, freed as before.
+    """
+
+    __slots__ = ("_buffers", "_kept", "limit")
+
+    def __init__(self, limit: int = POOL_BYTES) -> None:
+        self._buffers: list[bytearray] = []
+        self._kept = 0
+        self.limit = limit
+
+    def join(self, parts: Sequence[bytes | bytearray | memoryview], size: int) -> memoryview:
+        """``parts`` (``size`` bytes in all) copied into one buffer, as a read-only view."""
+        view = memoryview(self._take(size))
+        pos = 0
+        for part in parts:
+            end = pos + len(part)
+            view[pos:end] = part
+            pos = end
+        return view[:size].toreadonly()
+
+    def _take(self, size: int) -> bytearray:
+        """An unused pooled buffer of ``size`` to ``size`` + 1/8 bytes, else a new one (pooled while there is room)."""
+        most = size + (size >> 3) + _ROUND
+        spare = -1
+        buffers = self._buffers
+        for index in range(len(buffers)):  # not enumerate: its cached tuple would hold a reference
+            buffer = buffers[index]
+            if sys.getrefcount(buffer) == _UNUSED_REFS:
+                if size <= len(buffer) <= most:
+                    return buffer
+                spare = index
+        buffer = bytearray(-(-size // _ROUND) * _ROUND)
+        if spare >= 0 and self._kept + len(buffer) > self.limit:  # make room: drop an unused one
+            self._kept -= len(buffers.pop(spare))
+        if self._kept + len(buffer) <= self.limit:
+            buffers.append(buffer)
+            self._kept += len(buffer)
+        return buffer
