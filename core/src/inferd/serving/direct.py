@@ -67,8 +67,8 @@ class DirectRoutes(Protocol):
         ...
 
 
-class _Connection(Protocol):
-    """The parts of the HTTP/1.1 protocol a direct cycle uses."""
+class Connection(Protocol):
+    """The parts of the HTTP/1.1 protocol a request (direct or ASGI) uses."""
 
     transport: HeldWrites
     flow: ReadingFlow
@@ -97,7 +97,7 @@ class DirectCycle:
     __slots__ = ("_conn", "_handler", "_headers", "_chunks", "_waiter", "_task", "keep_alive", "more_body",
                  "disconnected", "response_complete")  # fmt: skip
 
-    def __init__(self, conn: _Connection, handler: Handler, headers: Headers, keep_alive: bool) -> None:
+    def __init__(self, conn: Connection, handler: Handler, headers: Headers, keep_alive: bool) -> None:
         self._conn = conn
         self._handler = handler
         self._headers = headers

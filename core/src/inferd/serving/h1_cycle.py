@@ -13,13 +13,10 @@ import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from inferd.serving.direct import STATUS_LINE
+from inferd.serving.direct import STATUS_LINE, Connection
 from inferd.serving.flow import HIGH_WATER_LIMIT
-
-if TYPE_CHECKING:
-    from inferd.serving.h1 import H1Protocol
 
 log = logging.getLogger("inferd.serving.h1")
 
@@ -59,7 +56,7 @@ class AsgiCycle:
         "_head",
     )
 
-    def __init__(self, conn: H1Protocol, scope: dict[str, Any], keep_alive: bool, expect_continue: bool) -> None:
+    def __init__(self, conn: Connection, scope: dict[str, Any], keep_alive: bool, expect_continue: bool) -> None:
         self._conn = conn
         self.scope = scope
         self.body = bytearray()
