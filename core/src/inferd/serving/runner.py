@@ -172,8 +172,11 @@ class Runner:
                             self.what, len(state.tasks), grace)  # fmt: skip
                 for task in list(state.tasks):
                     task.cancel()
-                for connection in list(state.connections):
-                    connection.transport.abort()
+                if state.tasks:  # a cancelled request may still answer (a direct route's 500)
+                    await asyncio.wait(list(state.tasks), timeout=1.0)
+                for connection in list(state.connections):  # what is left waits on a peer that does not read
+                    if not connection.transport.is_closing():
+                        connection.transport.abort()
         except Exception:  # a failed close must not stop the rest of the shutdown
             log.exception("%s did not shut down cleanly", self.what)
         finally:

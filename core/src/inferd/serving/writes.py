@@ -54,6 +54,9 @@ class HeldWrites:
         if not self._transport.is_closing():
             self._transport.writelines(data)
 
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()  # asked once or more per request: not through __getattr__
+
     def close(self) -> None:
         self.flush()
         self._transport.close()
