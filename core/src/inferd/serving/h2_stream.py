@@ -130,7 +130,7 @@ class UnaryStream(_Stream):
 
         What arrived is taken out of ``body`` at each wake-up and given to ``check``: the protocol
         stops reading the connection while a call holds more than its high-water mark, and resumes
-        only once every call is under it (as uvicorn's own cycle does on each ``receive``).
+        only once every call is under it (as the HTTP/1.1 ASGI cycle does on each ``receive``).
         """
         chunks: list[bytearray] = []
         size = 0
