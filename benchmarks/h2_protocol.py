@@ -1,6 +1,6 @@
 """The HTTP/2 protocol's own CPU time per gRPC unary call, in process, without sockets.
 
-Drives ``inferd.serving.h2``'s protocol class as uvicorn's ``Server`` builds it, through a
+Drives ``inferd.serving.h2``'s protocol class as inferd's server (``serving.runner``) builds it, through a
 transport that only collects what is written, with a zttp client sending one call at a time (a
 message of 64 bytes; a route that answers at once through the unary short path, as
 ``h2load -m1 -c1`` against a plain ModelInfer would, minus the model), connections rotated as the
@@ -74,14 +74,16 @@ class Collector:
 
 async def _calls(n: int) -> float:
     """CPU microseconds per call over ``n`` calls."""
-    import uvicorn
     import zttp
-    from uvicorn.server import ServerState
 
     from inferd.serving import h2
 
     # a checkout whose UnaryStream takes the answer's body as parts (h2_send) or as bytes (before it)
     body: Any = [MESSAGE] if hasattr(h2.UnaryStream, "take") else MESSAGE
+    try:
+        from inferd.serving.runner import ServerState
+    except ImportError:  # a checkout whose server is uvicorn's
+        from uvicorn.server import ServerState  # type: ignore[assignment,no-redef]
 
     async def handler(stream: Any) -> None:
         await stream.read_body(lambda chunks, size: size + len(chunks[-1]))
@@ -92,13 +94,11 @@ async def _calls(n: int) -> float:
         protocol = h2.protocol_class(None, routes, 7200)  # type: ignore[arg-type]
     except TypeError:  # a checkout whose protocol_class takes only the routes
         protocol = h2.protocol_class(routes)  # type: ignore[call-arg]
-    config = uvicorn.Config(None, http=protocol, lifespan="off", log_config=None)
-    config.load()
     state = ServerState()
     loop = asyncio.get_running_loop()
     started, done = time.process_time(), 0
     while done < n:
-        server = protocol(config=config, server_state=state, app_state={}, _loop=loop)  # type: ignore[call-arg]
+        server = protocol(server_state=state, _loop=loop)  # type: ignore[call-arg]
         transport = Collector()
         server.connection_made(transport)  # type: ignore[arg-type]
         client = zttp.Connection(zttp.CLIENT, zttp.HTTP2)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The lowest versions core/pyproject.toml allows of the serving stack (uvicorn, zttp, httptools,
+# The lowest versions core/pyproject.toml allows of the serving stack (zttp, httptools,
 # starlette, grpcio, protobuf), installed with core and the Python backend into a venv of their own,
 # serve one inference over HTTP and one over gRPC on each gRPC transport; the guard test checks the
 # internals inferd uses are there. What the lower bounds claim is what this tests (.ci/run runs it).
@@ -18,7 +18,7 @@ trap 'kill $(cat "$work"/pid 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' E
 "$PYTHON" - core/pyproject.toml >"$work/lowest.txt" <<'EOF'
 import re, sys, tomllib
 project = tomllib.load(open(sys.argv[1], "rb"))["project"]
-stack = {"uvicorn", "zttp", "httptools", "starlette", "grpcio", "protobuf"}
+stack = {"zttp", "httptools", "starlette", "grpcio", "protobuf"}
 for requirement in project["dependencies"]:
     name = re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower()
     low = re.search(r"(?:>=|==)\s*([0-9][^,;\s]*)", requirement)
@@ -38,7 +38,7 @@ test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
 pip="$VENV/bin/python -m pip --disable-pip-version-check -q"
 $pip install --no-compile -c "$work/lowest.txt" ./core ./plugins/backend_python pytest
 $pip check
-installed=$($pip freeze | grep -iE '^(uvicorn|zttp|httptools|starlette|grpcio|protobuf)==' | sort -f)
+installed=$($pip freeze | grep -iE '^(zttp|httptools|starlette|grpcio|protobuf)==' | sort -f)
 expected=$(grep -v '^#' "$work/lowest.txt" | sort -f)
 if [ "$(echo "$installed" | tr 'A-Z' 'a-z')" != "$(echo "$expected" | tr 'A-Z' 'a-z')" ]; then
   echo "installed: $installed"; echo "expected: $expected"; exit 1

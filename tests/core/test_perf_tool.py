@@ -263,7 +263,7 @@ def test_json_tensor_formats(server: ServerProcess) -> None:
 
 
 #: What a tool command never loads: the server and its stack.
-SERVER = ("inferd.host.serve_command", "inferd.host.server", "uvicorn", "grpc")
+SERVER = ("inferd.host.serve_command", "inferd.host.server", "httptools", "grpc")
 #: What the tools load only when they run: their client libraries.
 CLIENTS = ("tritonclient", "aiohttp", "matplotlib")
 

@@ -1,5 +1,6 @@
-"""The serving package is the only importer of uvicorn, zttp and httptools, and every name it
-borrows from them is listed in ``inferd.serving.internals`` and found in the installed versions."""
+"""The serving package is the only importer of zttp and httptools (nothing imports uvicorn), and
+every name it uses from them is listed in ``inferd.serving.internals`` and found in the installed
+versions."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from inferd.serving import internals
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVING = ROOT / "core" / "src" / "inferd" / "serving"
-LIBRARIES = ("uvicorn", "zttp", "httptools")
+LIBRARIES = ("zttp", "httptools")
 
 
 def _imported_libraries(path: Path) -> set[str]:
@@ -29,8 +30,12 @@ def _imported_libraries(path: Path) -> set[str]:
     return found
 
 
-def test_only_the_serving_package_imports_uvicorn_zttp_or_httptools() -> None:
-    sources = [*(ROOT / "core" / "src").rglob("*.py"), *ROOT.glob("plugins/*/src/**/*.py")]
+def _sources() -> list[Path]:
+    return [*(ROOT / "core" / "src").rglob("*.py"), *ROOT.glob("plugins/*/src/**/*.py")]
+
+
+def test_only_the_serving_package_imports_zttp_or_httptools() -> None:
+    sources = _sources()
     assert len(sources) > 100 and any(SERVING in path.parents for path in sources)
     outside = {
         str(path.relative_to(ROOT)): sorted(libraries)
@@ -40,13 +45,19 @@ def test_only_the_serving_package_imports_uvicorn_zttp_or_httptools() -> None:
     assert not outside, f"only core/src/inferd/serving/ may import {', '.join(LIBRARIES)}: {outside}"
 
 
+def test_nothing_imports_uvicorn() -> None:
+    """Both protocols and the server are inferd's own: uvicorn is not on any request's path."""
+    importers = [str(path.relative_to(ROOT)) for path in _sources() if "uvicorn" in _imported_libraries(path)]
+    assert not importers
+
+
 def test_every_borrowed_name_is_in_the_installed_libraries() -> None:
     problems = internals.check()
     assert not problems, "the serving package borrows what the installed libraries lack:\n" + "\n".join(problems)
 
 
-def test_the_list_names_every_private_name_the_package_uses() -> None:
-    """Each ``self._name`` the package's classes use but do not define is borrowed, so listed."""
+def test_the_package_uses_no_private_name_it_does_not_define() -> None:
+    """Each ``self._name`` the package's classes use, they define: no library's private name is used."""
     defined: set[str] = set()
     used: dict[str, str] = {}
     for path in SERVING.glob("*.py"):
@@ -64,24 +75,22 @@ def test_the_list_names_every_private_name_the_package_uses() -> None:
                     defined.add(node.attr)
                 elif node.attr.startswith("_") and not node.attr.startswith("__"):
                     used[node.attr] = path.name
+    assert "_transport" in used and "_transport" in defined  # the walk sees both sides (flow.ReadingFlow)
     borrowed = {name: where for name, where in used.items() if name not in defined}
-    assert "_start_asgi_task" in borrowed  # the check sees it
-    listed = {item.name for item in internals.BORROWED}
-    assert {"_serve", "_unset_keepalive_if_required"} <= listed
-    unlisted = {name: where for name, where in borrowed.items() if name not in listed}
-    assert not unlisted, f"private names used but not listed in inferd.serving.internals: {unlisted}"
+    assert not borrowed, f"private names used but not defined in inferd.serving: {borrowed}"
 
 
 @pytest.mark.parametrize(
     ("borrowed", "says"),
     [
-        (internals.Borrowed(internals._H1, "_gone", "attr", "x"), "HttpToolsProtocol has no attribute '_gone'"),
-        (internals.Borrowed(internals._H1, "gone", "self", "x"), "HttpToolsProtocol no longer sets self.gone"),
-        (internals.Borrowed("uvicorn.config:Config", "gone", "param", "x"), "Config takes no parameter 'gone'"),
         (
-            internals.Borrowed(internals._H1, "_gone", "calls", "x", "data_received"),
-            "no longer calls self._gone() from data_received()",
-        ),  # fmt: skip
+            internals.Borrowed("httptools:HttpRequestParser", "gone", "attr", "x"),
+            "HttpRequestParser has no attribute 'gone'",
+        ),
+        (
+            internals.Borrowed("httptools:HttpRequestParser.set_dangerous_leniencies", "gone", "param", "x"),
+            "set_dangerous_leniencies takes no parameter 'gone'",
+        ),
         (internals.Borrowed("zttp:Gone", "stream", "attr", "x"), "zttp:Gone is gone"),
     ],
 )
@@ -92,7 +101,8 @@ def test_the_check_names_what_is_missing(borrowed: internals.Borrowed, says: str
 
 def test_the_facade_imports_none_of_the_libraries() -> None:
     """``import inferd.serving`` (what plugin discovery does) loads no uvicorn, zttp or httptools."""
-    code = f"import sys, inferd.serving; print(sorted(m for m in sys.modules if m.split('.')[0] in {LIBRARIES!r}))"
+    libraries = ("uvicorn", *LIBRARIES)
+    code = f"import sys, inferd.serving; print(sorted(m for m in sys.modules if m.split('.')[0] in {libraries!r}))"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "[]", out
 
@@ -107,9 +117,17 @@ def test_the_versions_checked_are_the_versions_pinned() -> None:
     assert {name: pins.get(name) for name in internals.VERSIONS} == internals.VERSIONS
 
 
+def test_the_h1_protocol_is_inferd_s_own() -> None:
+    """The HTTP/1.1 protocol is inferd's own asyncio.Protocol over httptools' parser."""
+    from inferd.serving import h1
+
+    bases = [f"{cls.__module__}.{cls.__qualname__}" for cls in h1.H1Protocol.__mro__]
+    assert bases == ["inferd.serving.h1.H1Protocol", "asyncio.protocols.Protocol",
+                     "asyncio.protocols.BaseProtocol", "builtins.object"]  # fmt: skip
+
+
 def test_the_h2_protocol_subclasses_no_uvicorn_protocol() -> None:
-    """gRPC's HTTP/2 protocol is inferd's own asyncio.Protocol over zttp's connection: nothing of
-    uvicorn's in its classes (uvicorn only builds it and calls its ``shutdown``)."""
+    """gRPC's HTTP/2 protocol is inferd's own asyncio.Protocol over zttp's connection."""
     from inferd.serving import h2
 
     bases = [f"{cls.__module__}.{cls.__qualname__}" for cls in h2.GrpcH2Protocol.__mro__]

@@ -145,14 +145,6 @@ class LevelFilter(logging.Filter):
         return logging.DEBUG - n + 1 <= s.log_verbose_level
 
 
-class QuietUvicorn(logging.Filter):
-    """Drops uvicorn's own "Shutting down" (once per port it serves: the server logs each frontend's
-    stop by name instead)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.msg != "Shutting down"
-
-
 class LogSettings:
     """The server's log settings, in Triton's names, and the handler that applies them."""
 
@@ -218,9 +210,6 @@ class LogSettings:
             root.addHandler(new)
             self._handler = handler = new
         handler.setFormatter(JsonFormatter() if self.log_format == "json" else TritonFormatter(self.log_format))
-        uvicorn = logging.getLogger("uvicorn.error")
-        if not any(isinstance(f, QuietUvicorn) for f in uvicorn.filters):
-            uvicorn.addFilter(QuietUvicorn())
         v = self.log_verbose_level
         root.setLevel(logging.DEBUG - (v - 1) if v > 0 else logging.INFO)
 

@@ -1,8 +1,9 @@
-"""The serving package: everything that touches uvicorn, zttp or httptools, behind a small seam.
+"""The serving package: inferd's HTTP/1.1 and HTTP/2 servers, the only code that touches zttp or
+httptools, behind a small seam.
 
-Other modules import from here only. Importing this package imports none of those libraries
-(plugin discovery imports it for the body limit's constants); the servers import them when they
-start. What is borrowed from which library, at which version: :mod:`inferd.serving.internals`.
+Other modules import from here only. Importing this package imports neither library (plugin
+discovery imports it for the body limit's constants); the servers import them when they start.
+What is used from which library, at which version: :mod:`inferd.serving.internals`.
 """
 
 from __future__ import annotations

@@ -1,18 +1,18 @@
-"""Direct routes: HTTP/1.1 requests answered straight from uvicorn's protocol, without ASGI.
+"""Direct routes: HTTP/1.1 requests answered straight from inferd's protocol, without ASGI.
 
 A frontend can give :class:`~inferd.serving.AsgiServer` a :class:`DirectRoutes` beside its ASGI
 app. When a request's head is complete, the server's protocol asks it for a handler; a request it
 takes (a POST with a ``Content-Length`` within the body limit, nothing unusual: see
 :func:`takes_directly`) is read into one ``bytes`` and handed to the handler, whose :class:`Reply`
-is written to the socket in one go. Everything else goes to the ASGI app as before. A direct
-request skips what ASGI costs per request: the scope, the receive/send messages, the header
-checks of uvicorn's ``send``, a copy of the body (measured in issue 9's closing note).
+is written to the socket in one go. Everything else goes to the ASGI app
+(:class:`~inferd.serving.h1_cycle.AsgiCycle`). A direct request skips what ASGI costs per request:
+the scope, the receive/send messages, the header checks of ASGI's ``send``, a copy of the body
+(measured in issue 9's closing note).
 
-:class:`DirectCycle` stands in for uvicorn's ``RequestResponseCycle`` in the protocol's
-bookkeeping (keep-alive, pipelining, flow control, disconnects, graceful shutdown), with the
-attributes the protocol reads and writes (``body``, ``more_body``, ``message_event``,
-``disconnected``, ``response_complete``, ``keep_alive``, ``run_asgi``). The response bytes are
-those uvicorn would write for the same status and headers.
+:class:`DirectCycle` is the ASGI cycle's sibling in the protocol's bookkeeping (keep-alive,
+pipelining, flow control, disconnects, graceful shutdown): the same ``add_body``, ``end_body``,
+``disconnect``, ``run``, ``keep_alive`` and ``response_complete``. The response bytes are those
+the ASGI cycle writes for the same status and headers.
 """
 
 from __future__ import annotations
@@ -22,9 +22,13 @@ import http
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-log = logging.getLogger("uvicorn.error")  # where uvicorn logs an application's exception
+if TYPE_CHECKING:
+    from inferd.serving.flow import ReadingFlow
+    from inferd.serving.writes import HeldWrites
+
+log = logging.getLogger("inferd.serving.h1")  # where the ASGI cycle logs an application's exception
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -40,12 +44,12 @@ class Reply:
 
 
 def _status_line(status: int, phrases: dict[int, str]) -> bytes:
-    """uvicorn's status line for ``status`` (``httptools_impl._get_status_line``: the same bytes)."""
+    """The status line for ``status``: ``HTTP/1.1``, the code, the standard phrase (empty for a code without one)."""
     return b"".join([b"HTTP/1.1 ", str(status).encode(), b" ", phrases.get(status, "").encode(), b"\r\n"])
 
 
 _PHRASES = {s.value: s.phrase for s in http.HTTPStatus}  # not HTTPStatus(n) per n: 440 ValueErrors at import
-#: Every status's line, as uvicorn's ``STATUS_LINE`` (owned here: one private name fewer to borrow).
+#: Every status's line.
 STATUS_LINE = {status: _status_line(status, _PHRASES) for status in range(100, 600)}
 
 #: A direct route's handler: the request's headers (lower-case names) and whole body -> its reply.
@@ -63,24 +67,11 @@ class DirectRoutes(Protocol):
         ...
 
 
-class _Flow(Protocol):
-    write_paused: bool
+class Connection(Protocol):
+    """The parts of the HTTP/1.1 protocol a request (direct or ASGI) uses."""
 
-    async def drain(self) -> None: ...
-
-    def resume_reading(self) -> None: ...
-
-
-class _ServerState(Protocol):
-    default_headers: Headers
-
-
-class _Connection(Protocol):
-    """The parts of uvicorn's HTTP protocol a direct cycle uses."""
-
-    transport: asyncio.Transport
-    flow: _Flow
-    server_state: _ServerState
+    transport: HeldWrites
+    flow: ReadingFlow
     loop: asyncio.AbstractEventLoop
 
     def on_response_complete(self) -> None: ...
@@ -101,12 +92,12 @@ def takes_directly(headers: Headers, max_body: int) -> bool:
 
 
 class DirectCycle:
-    """One request answered by a :data:`Handler`, in uvicorn's place for its cycle."""
+    """One request answered by a :data:`Handler`."""
 
     __slots__ = ("_conn", "_handler", "_headers", "_chunks", "_waiter", "_task", "keep_alive", "more_body",
                  "disconnected", "response_complete")  # fmt: skip
 
-    def __init__(self, conn: _Connection, handler: Handler, headers: Headers, keep_alive: bool) -> None:
+    def __init__(self, conn: Connection, handler: Handler, headers: Headers, keep_alive: bool) -> None:
         self._conn = conn
         self._handler = handler
         self._headers = headers
@@ -114,22 +105,21 @@ class DirectCycle:
         self._waiter: asyncio.Future[None] | None = None
         #: The task running the handler, while it runs: a client that goes away cancels it.
         self._task: asyncio.Task[None] | None = None
-        self.keep_alive = keep_alive  # the protocol's shutdown() sets it False
+        self.keep_alive = keep_alive  # the protocol's shutdown() and drain() set it False
         self.more_body = True
         self.disconnected = False
         self.response_complete = False
 
     # -- what the protocol calls ----------------------------------------------------------------
 
-    @property
-    def message_event(self) -> DirectCycle:
-        """uvicorn sets its cycle's event on a disconnect: :meth:`set` wakes a body wait."""
-        return self
-
-    def set(self) -> None:
-        """Wake the body wait; a client that went away while the handler runs cancels it (the
+    def disconnect(self) -> None:
+        """The client went away: a body wait ends, and a running handler is cancelled (the
         request leaves the model's queue, a Python model's ``is_cancelled()`` turns true, and its
         tenant's slot goes back at once)."""
+        self.disconnected = True
+        self._wake()
+
+    def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done() and (self.disconnected or not self.more_body):
             waiter.set_result(None)
@@ -144,10 +134,10 @@ class DirectCycle:
 
     def end_body(self) -> None:
         self.more_body = False
-        self.set()
+        self._wake()
 
-    async def run_asgi(self, _app: object) -> None:
-        """uvicorn's entry point for a cycle (the ASGI app is not used)."""
+    async def run(self, _app: object) -> None:
+        """Wait for the whole body, call the handler, write its reply (the ASGI app is not used)."""
         try:
             if self.more_body and not self.disconnected:
                 self._waiter = asyncio.get_running_loop().create_future()
@@ -179,8 +169,6 @@ class DirectCycle:
         if self.disconnected:
             return
         head = [STATUS_LINE[reply.status]]
-        for name, value in conn.server_state.default_headers:
-            head += (name, b": ", value, b"\r\n")
         says_close = False
         for name, value in reply.headers:
             head += (name, b": ", value, b"\r\n")

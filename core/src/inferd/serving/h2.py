@@ -3,9 +3,8 @@
 Bytes read are fed to zttp's ``H2Connection``; its events go to the stream they name: a new
 stream's request to a unary route (:mod:`inferd.serving.h2_stream`, no ASGI) or to the ASGI app
 (:class:`~inferd.serving.h2_stream.AsgiStream`); its bytes to send are written through one
-:class:`~inferd.serving.writes.HeldWrites` per connection (gathered, one send per loop turn). Only
-uvicorn's ``Server`` (listening socket, graceful shutdown) and ``FlowControl`` are borrowed
-(:mod:`inferd.serving.internals`).
+:class:`~inferd.serving.writes.HeldWrites` per connection (gathered, one send per loop turn). What is
+used of zttp: :mod:`inferd.serving.internals`.
 
 zttp 0.0.35's connection answers its 4097th stream with GOAWAY ENHANCE_YOUR_CALM ("HTTP/2 flood
 detected") and drops it, failing the calls in flight on it; the count is in the sans-IO connection
@@ -31,7 +30,7 @@ value that begins or ends with a space or tab among them (8.2.1), and has no set
 that; grpcio and Triton accept and keep such values. The refusal is logged (once per connection),
 since the client sees only the reset; ``--grpc-transport grpcio`` serves such clients.
 
-Graceful shutdown (uvicorn's ``Server.shutdown`` calls :meth:`GrpcH2Protocol.shutdown`): an idle
+Graceful shutdown (:meth:`Runner.stop <inferd.serving.runner.Runner.stop>` calls :meth:`GrpcH2Protocol.shutdown`): an idle
 connection gets GOAWAY and closes; on a busy one new streams are answered HTTP 503 (gRPC clients
 read UNAVAILABLE) and it closes once its last call ends.
 """
@@ -91,8 +90,8 @@ class Served:
 class GrpcH2Protocol(asyncio.Protocol):
     """One HTTP/2 connection (prior knowledge, or ALPN ``h2``); rotated after 4000 calls.
 
-    Built by uvicorn's ``Server`` for each connection it accepts (keyword arguments ``config``,
-    ``server_state``, ``app_state``, ``_loop``); what it serves is on the class
+    Built by :class:`~inferd.serving.runner.Runner` for each connection it accepts (keyword
+    arguments ``server_state``, ``_loop``); what it serves is on the class
     (:func:`protocol_class`).
     """
 
@@ -109,7 +108,7 @@ class GrpcH2Protocol(asyncio.Protocol):
         self.loop = _loop or asyncio.get_running_loop()
         self.server_state = server_state
         self.connections: set[Any] = server_state.connections
-        #: Every call's task (uvicorn's shutdown waits for them, cancels them past the grace).
+        #: Every call's task (the server's stop waits for them, cancels them past the grace).
         self.tasks: set[asyncio.Task[None]] = server_state.tasks
         self.conn: zttp.H2Connection = zttp.Connection(zttp.SERVER, protocol=zttp.HTTP2)
         #: Cuts DATA payloads out of what is read before zttp parses the rest (:mod:`inferd.serving.h2_receive`).
@@ -392,7 +391,7 @@ class GrpcH2Protocol(asyncio.Protocol):
     # closing
 
     def shutdown(self) -> None:
-        """Graceful shutdown (uvicorn's ``Server.shutdown``): close now when idle; else refuse new
+        """Graceful shutdown (the server's stop): close now when idle; else refuse new
         streams (503) and close once the last call ends."""
         self.shutdown_requested = True
         if not self.streams:

@@ -194,7 +194,7 @@ class UnaryStream(_Stream):
 
         What arrived is taken at each wake-up and given to ``check``: the protocol stops reading the
         connection while a call holds more than its high-water mark, and resumes only once every
-        call is under it (as uvicorn's own cycle does on each ``receive``). The parts are joined
+        call is under it (as the HTTP/1.1 ASGI cycle does on each ``receive``). The parts are joined
         once, at the end (one copy of the body, whatever the number of DATA frames), a large body
         into one of the server's reused buffers (:class:`~inferd.serving.h2_receive.BodyBuffers`).
         """

@@ -1,10 +1,12 @@
-"""Start and stop of inferd's uvicorn servers, HTTP/1.1 and HTTP/2 alike, on the server's own loop.
+"""Start and stop of inferd's servers, HTTP/1.1 and HTTP/2 alike, on the server's own loop.
 
 :class:`Runner` binds the socket itself (a port in use is a clear start-up error; ``--workers N``
-share a port with SO_REUSEPORT), builds ``uvicorn.Config`` with the protocol class of the subclass,
-and starts uvicorn's ``Server`` the way its private ``_serve`` does, without its signal handlers:
-inferd handles signals itself. :meth:`Runner.stop` is uvicorn's graceful shutdown (requests in
-flight finish for up to the grace period), over TLS without waiting on idle clients.
+share a port with SO_REUSEPORT) and serves it with asyncio's ``loop.create_server``, building one
+protocol of the subclass's class per connection (:class:`~inferd.serving.h1.H1Protocol`,
+:class:`~inferd.serving.h2.GrpcH2Protocol`); inferd handles signals itself. :meth:`Runner.stop` is
+a graceful shutdown: the listener closes, each connection is asked to close once its requests are
+answered, and requests in flight finish for up to the grace period (over TLS without waiting on
+idle clients).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import asyncio
 import logging
 import socket
 import ssl
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from inferd.contracts.errors import StartupError
@@ -59,43 +61,51 @@ def bind(host: str, port: int, what: str, backlog: int = 2048, reuse_port: bool 
     return sock
 
 
-def tls_factory(context: ssl.SSLContext | None) -> Callable[[Any, Any], ssl.SSLContext] | None:
-    """uvicorn's ``ssl_context_factory`` serving ``context`` as it is (``None``: clear text)."""
-    if context is None:
-        return None
-    return lambda _config, _default: context
+class ServerState:
+    """What one server's connections share: themselves, their requests' tasks, a count of answers.
+
+    A protocol is built with it (keyword ``server_state``) and adds itself to :attr:`connections`
+    while its connection is open, and each request's task to :attr:`tasks` while it runs: the
+    graceful shutdown waits for both.
+    """
+
+    __slots__ = ("connections", "tasks", "total_requests")
+
+    def __init__(self) -> None:
+        self.connections: set[Any] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.total_requests = 0
 
 
-async def shutdown(server: Any, sockets: list[socket.socket], tls: bool) -> None:
-    """uvicorn's graceful ``server.shutdown``; over TLS, without waiting on idle clients.
+async def _drop_closed(state: ServerState) -> None:
+    """Over TLS: abort each connection closed whose data is sent, not waiting for the peer's close_notify.
 
     asyncio keeps a TLS connection it closed open until the client answers with its own
-    close_notify, for up to 30 s, and uvicorn waits for every connection: an idle keep-alive client
-    that never answers would hold the shutdown that long. A closed connection whose data is sent
-    is dropped instead (close_notify was sent; TLS does not require waiting for the answer).
+    close_notify, for up to 30 s: an idle keep-alive client that never answers would hold the
+    shutdown that long. close_notify was sent; TLS does not require waiting for the answer.
     """
-    sweeper = asyncio.get_running_loop().create_task(_drop_closed(server)) if tls else None
-    try:
-        await server.shutdown(sockets=sockets)
-    finally:
-        if sweeper is not None:
-            sweeper.cancel()
-
-
-async def _drop_closed(server: Any) -> None:
     while True:
         await asyncio.sleep(0.1)
-        for connection in list(server.server_state.connections):
+        for connection in list(state.connections):
             transport = getattr(connection, "transport", None)
             if transport is not None and transport.is_closing() and not transport.get_write_buffer_size():
                 transport.abort()
 
 
-class Runner:
-    """One uvicorn server on a socket of its own: :meth:`start`, then :meth:`stop`.
+async def _settled(state: ServerState) -> None:
+    """Return once every connection has closed and every request's task has ended."""
+    while state.connections:
+        await asyncio.sleep(0.1)
+    while state.tasks:
+        await asyncio.sleep(0.1)
 
-    A subclass names the protocol class that serves a connection (:meth:`protocol`) and the ALPN
-    names a TLS listener offers (:attr:`alpn`).
+
+class Runner:
+    """One server on a socket of its own: :meth:`start`, then :meth:`stop`.
+
+    A subclass names the protocol class that serves a connection (:meth:`protocol`: built with the
+    keywords ``server_state`` and ``_loop``, it has a ``shutdown()`` that closes its connection
+    once its requests are answered) and the ALPN names a TLS listener offers (:attr:`alpn`).
     """
 
     alpn: ClassVar[list[str]] = ["http/1.1"]
@@ -110,61 +120,69 @@ class Runner:
         self.host = host
         self.port = port
         self.what = what
-        self._server: Any = None
-        self._tick: asyncio.Task[None] | None = None
+        self._server: asyncio.Server | None = None
+        self._state = ServerState()
         self._sock: socket.socket | None = None
         self._watch: CertificateWatch[ssl.SSLContext] | None = None
         #: The class :meth:`protocol` built at :meth:`start`.
         self._protocol: type[asyncio.Protocol] | None = None
 
     def protocol(self) -> type[asyncio.Protocol]:
-        """The uvicorn protocol class that serves one connection."""
+        """The protocol class that serves one connection."""
         raise NotImplementedError
 
     async def start(self) -> None:
         """Bind and accept connections; returns once the socket is listening."""
-        import uvicorn
-
-        http = self._protocol = self.protocol()
+        protocol: Any = self.protocol()
+        self._protocol = protocol
         context = None
         if self.tls is not None:
             context, self._watch = listening_context(self.tls, self.alpn, self.what)
         self._sock = bind(self.host, self.port, self.what, reuse_port=self.reuse_port)
         self.port = self._sock.getsockname()[1]
-        config = uvicorn.Config(
-            self.app, http=http, interface="asgi3", lifespan="off", log_config=None, access_log=False, proxy_headers=False,
-            timeout_keep_alive=self.keep_alive_secs,  # type: ignore[arg-type]  # typed int; call_later takes a float
-            server_header=False, date_header=False, ssl_context_factory=tls_factory(context), ws="none",
-        )  # fmt: skip
-        server = uvicorn.Server(config)
-        config.load()
-        server.lifespan = config.lifespan_class(config)
-        await server.startup(sockets=[self._sock])
-        self._server = server
-        # uvicorn's main loop only watches ``should_exit``; run it so its housekeeping continues.
-        self._tick = asyncio.get_running_loop().create_task(server.main_loop(), name=f"inferd-{self.what}")
+        loop = asyncio.get_running_loop()
+        state = self._state = ServerState()
+        self._server = await loop.create_server(
+            lambda: protocol(server_state=state, _loop=loop), sock=self._sock, ssl=context, backlog=2048
+        )
 
     def connections(self) -> list[Any]:
         """The connections open now (instances of the protocol class); none before start or after stop."""
-        server = self._server
-        return [] if server is None else list(server.server_state.connections)
+        return [] if self._server is None else list(self._state.connections)
 
     async def stop(self, grace: float) -> None:
-        """Stop accepting; let requests in flight finish for up to ``grace`` seconds."""
+        """Stop accepting; let requests in flight finish for up to ``grace`` seconds, then end them."""
         if self._watch is not None:
             forget(self._watch)
         server = self._server
         if server is None:
             return
         self._server = None  # a second stop has nothing to do
-        server.should_exit = True
-        server.config.timeout_graceful_shutdown = grace
-        if self._tick is not None:
-            await self._tick
+        state = self._state
+        sweeper = asyncio.get_running_loop().create_task(_drop_closed(state)) if self.tls is not None else None
         try:
-            await shutdown(server, [self._sock] if self._sock else [], self.tls is not None)
+            server.close()
+            if self._sock is not None:
+                self._sock.close()
+            for connection in list(state.connections):
+                connection.shutdown()
+            try:
+                await asyncio.wait_for(_settled(state), grace)
+            except TimeoutError:
+                log.warning("%s: %d request(s) still running after the %g s grace; cancelled",
+                            self.what, len(state.tasks), grace)  # fmt: skip
+                for task in list(state.tasks):
+                    task.cancel()
+                if state.tasks:  # a cancelled request may still answer (a direct route's 500)
+                    await asyncio.wait(list(state.tasks), timeout=1.0)
+                for connection in list(state.connections):  # what is left waits on a peer that does not read
+                    if not connection.transport.is_closing():
+                        connection.transport.abort()
         except Exception:  # a failed close must not stop the rest of the shutdown
             log.exception("%s did not shut down cleanly", self.what)
+        finally:
+            if sweeper is not None:
+                sweeper.cancel()
 
 
 class H2Server(Runner):

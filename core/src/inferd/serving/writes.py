@@ -9,9 +9,9 @@ from typing import Any
 class HeldWrites:
     """A connection's transport whose writes are held and sent together, in one ``writelines``.
 
-    uvicorn writes a response's head, and each body message, with its own ``transport.write``:
-    one ``send`` system call each; over HTTP/2, each ASGI send (headers, body, trailers) is one
-    write too. The HTTP/1.1 protocol flushes when the response is complete; a flush scheduled with
+    An ASGI response's head, and each body message, is its own ``transport.write``, which
+    unheld would be one ``send`` system call each; over HTTP/2, each ASGI send (headers, body,
+    trailers) is one write too. The HTTP/1.1 protocol flushes when the response is complete; a flush scheduled with
     the first held write sends whatever else (``100 Continue``, a streamed response's chunks, the
     frames of every HTTP/2 call answered in this turn) by the next turn of the loop.
     """
@@ -55,7 +55,7 @@ class HeldWrites:
             self._transport.writelines(data)
 
     def is_closing(self) -> bool:
-        return self._transport.is_closing()
+        return self._transport.is_closing()  # asked once or more per request: not through __getattr__
 
     def close(self) -> None:
         self.flush()

@@ -1,7 +1,7 @@
 """The gRPC frontend (KServe v2 + Triton extensions) on the server's loop, over one of two transports.
 
-``--grpc-transport h2`` (the default) serves :class:`InferenceService` as an ASGI app on uvicorn's
-HTTP/2 (zttp) protocol; ``--grpc-transport grpcio`` serves the same service with grpc.aio.
+``--grpc-transport h2`` (the default) serves :class:`InferenceService` as an ASGI app on inferd's
+own HTTP/2 (zttp) protocol; ``--grpc-transport grpcio`` serves the same service with grpc.aio.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ MAX_MESSAGE_BYTES = 2**31 - 1
 
 
 class GrpcTransport(Protocol):
-    """What serves the service on a port: grpc.aio, or HTTP/2 on uvicorn."""
+    """What serves the service on a port: grpc.aio, or inferd's own HTTP/2."""
 
     async def start(self, service: InferenceService, host: str, port: int) -> int:
         """Listen on ``host:port``; returns the port bound."""
@@ -117,7 +117,7 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
         "--grpc-transport",
         choices=TRANSPORTS,
         default="h2",
-        help="what serves gRPC: h2 (HTTP/2 on uvicorn with the zttp parser, the default; about 3x "
+        help="what serves gRPC: h2 (inferd's HTTP/2 on the zttp parser, the default; about 3x "
         "grpcio's throughput) or grpcio (grpc.aio)",
     )
     g.add_argument("--grpc-max-message-bytes", type=int, default=MAX_MESSAGE_BYTES, metavar="BYTES",
