@@ -127,8 +127,9 @@ class Instance(abc.ABC):
     #: call to another model, and keeps no per-thread state) and often quick. Core then runs an
     #: execution on the loop when this instance's recent executions predict it to take at most
     #: ``inferd.contracts.runner.INLINE_LIMIT_NS`` for its batch, and on the instance's thread otherwise:
-    #: for a small model, the two thread hand-offs cost more than its compute.
-    may_run_inline: ClassVar[bool] = False
+    #: for a small model, the two thread hand-offs cost more than its compute. An instance may set
+    #: it per object, and turn it off while it runs (its executions then stay on its thread).
+    may_run_inline: bool = False
 
     #: How many batches core may hand this instance at once (the direct scheduler; the dynamic and
     #: sequence batchers keep one, to form larger batches). More than 1 only for a

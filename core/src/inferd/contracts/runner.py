@@ -150,7 +150,7 @@ class InstanceRunner:
         """Run ``requests`` on this instance's thread (a non-blocking instance, or a quick execution
         of one that ``may_run_inline``: here, on the loop), unrecorded (model warmup uses it);
         ``then`` is called on the event loop once they ran."""
-        if self._thread is None or (self._inline and self._quick(len(requests))):
+        if self._thread is None or (self._inline and self.instance.may_run_inline and self._quick(len(requests))):
             try:
                 execution = self._call(requests)
             except BaseException:
