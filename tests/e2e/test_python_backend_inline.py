@@ -87,13 +87,16 @@ def server(tmp_path_factory: pytest.TempPathFactory):
         "quick": model(),
         "sleeper": model(wait='getattr(time, "sl" + "eep")(0.02)'),  # a wait the source check cannot see
         "visible_sleep": model(wait="time.sleep(0)"),
-        "forced": model(wait="time.sleep(0)", extra=inline("on")),
+        "forced": model(wait="threading.Lock()", extra=inline("on")),  # a lock, never waited for
         "times10": model(),
         "hidden_bls": model(output=HIDDEN_BLS),
         "visible_bls": model(output=VISIBLE_BLS),
         "coro": model(code=CORO_PY),
         "off": model(extra=inline("off")),
         "bogus": model(extra=inline("sometimes")),
+        "sized": {"config.pbtxt": CONFIG.replace("dims: [ 1 ] }, {", "dims: [ -1 ] }, {", 1).replace(
+            'name: "IN" data_type: TYPE_INT32 dims: [ 1 ]', 'name: "IN" data_type: TYPE_INT32 dims: [ -1 ]'),
+                  "1/model.py": WHERE_PY.replace("WAIT", "pass").replace("OUTPUT", TIMES10)},
     })  # fmt: skip
     with ServerProcess([repo], ["--exit-on-error=false"]).start(wait_ready=False) as s:  # "bogus" keeps it not ready
         yield s
@@ -132,6 +135,20 @@ def test_a_model_that_waits_leaves_the_loop_after_one_execution(server):
     assert places.count("MainThread") == 1, places
     assert all(on_instance_thread(w, "sleeper") for w in places[places.index("MainThread") + 1 :]), places
     assert "model 'sleeper' instance 'sleeper_0': execute on the event loop waited" in server.log()
+
+
+def test_a_batch_of_large_inputs_runs_on_a_thread_and_small_ones_on_the_loop(server):
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+    places = []
+    for size in (1, 1, 1, 20_000, 1, 20_000):  # 80 KB of INT32: over the 64 KiB a batch may bring to the loop
+        tensor = httpclient.InferInput("IN", [size], "INT32")
+        values = np.arange(size, dtype=np.int32)
+        tensor.set_data_from_numpy(values)
+        result = client.infer("sized", [tensor])
+        np.testing.assert_array_equal(result.as_numpy("OUT"), values * 10)
+        places.append(result.as_numpy("WHERE")[0].decode())
+    assert places[1:3] == ["MainThread", "MainThread"] and places[4] == "MainThread", places
+    assert places[3].startswith("inferd-sized_0-off-loop") and places[5].startswith("inferd-sized_0-off-loop"), places
 
 
 def test_a_hidden_bls_call_runs_its_batch_again_on_a_thread(server):
