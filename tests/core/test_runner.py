@@ -193,6 +193,23 @@ def test_an_instance_that_turns_inline_off_while_it_runs_stays_on_its_thread() -
     assert instance.threads == ["inferd-m_0", loop_thread, "inferd-m_0", "inferd-m_0"]
 
 
+def test_a_batch_with_more_input_bytes_than_the_instance_allows_inline_runs_on_its_thread() -> None:
+    instance = Timed(inline=True)
+    instance.inline_max_bytes = 8  # two FP32 elements; a request of one row holds one
+    runner = _runner(instance)
+
+    async def main() -> None:
+        for request in ([_request(1, "a")], [_request(1, "b")], [_request(3, "big")], [_request(1, "c")]):
+            await runner.run(request)
+
+    try:
+        asyncio.run(main())
+    finally:
+        runner.close()
+    loop_thread = threading.current_thread().name
+    assert instance.threads == ["inferd-m_0", loop_thread, "inferd-m_0", loop_thread]
+
+
 class Held(Pipelined):
     """A non-blocking instance answering each batch when the test says (one batch at a time)."""
 

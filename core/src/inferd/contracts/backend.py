@@ -131,6 +131,10 @@ class Instance(abc.ABC):
     #: it per object, and turn it off while it runs (its executions then stay on its thread).
     may_run_inline: bool = False
 
+    #: With ``may_run_inline``: a batch whose inputs hold more bytes than this runs on the instance's
+    #: thread however quick its execution is predicted to be (0: no limit).
+    inline_max_bytes: int = 0
+
     #: How many batches core may hand this instance at once (the direct scheduler; the dynamic and
     #: sequence batchers keep one, to form larger batches). More than 1 only for a
     #: non-blocking instance whose ``execute`` returns a future and that runs the batches one at a

@@ -150,7 +150,7 @@ class InstanceRunner:
         """Run ``requests`` on this instance's thread (a non-blocking instance, or a quick execution
         of one that ``may_run_inline``: here, on the loop), unrecorded (model warmup uses it);
         ``then`` is called on the event loop once they ran."""
-        if self._thread is None or (self._inline and self.instance.may_run_inline and self._quick(len(requests))):
+        if self._thread is None or (self._inline and self._may_inline(requests)):
             try:
                 execution = self._call(requests)
             except BaseException:
@@ -190,6 +190,21 @@ class InstanceRunner:
         elif count and count != len(requests):
             execution.results = self._broken(requests, f"returned {count} responses for {len(requests)} requests")
         return execution
+
+    def _may_inline(self, requests: Sequence[InferRequest]) -> bool:
+        """Whether this batch runs on the loop: the instance allows it now, it is predicted quick, and
+        its inputs hold at most the instance's ``inline_max_bytes``."""
+        instance = self.instance
+        if not instance.may_run_inline or not self._quick(len(requests)):
+            return False
+        limit = instance.inline_max_bytes
+        if limit:
+            total = 0
+            for request in requests:
+                for tensor in request.inputs.values():
+                    total += tensor.data.nbytes
+            return total <= limit
+        return True
 
     def _quick(self, size: int) -> bool:
         """Whether a batch of ``size`` requests is predicted to run within :data:`INLINE_LIMIT_NS`:

@@ -95,6 +95,15 @@ def instance_args(base: dict[str, str], spec: InstanceSpec) -> dict[str, str]:
     return args
 
 
+#: A batch with more input bytes than this runs on the instance's thread even when quick: there the loop
+#: goes on reading the next requests while numpy computes without the GIL, and the arrays it makes come
+#: from the thread's malloc arena, which keeps freed memory, where the loop's (the main thread's) gives
+#: it back to the system after each and takes a page fault per 4 KiB on the next (measured: 2 MiB in,
+#: c=1, ~2.4 ms of server CPU a request on the instance thread, ~7 ms on the loop, ~5.5 ms on a thread
+#: pool's thread).
+INLINE_MAX_BYTES = 64 * 1024
+
+
 class PythonInstance(Instance):
     """One ``TritonPythonModel`` object; ``execute`` runs the model's ``execute`` on a batch.
 
@@ -105,6 +114,8 @@ class PythonInstance(Instance):
     for good: the instance runs on its own thread from then on (a BLS call's batch runs again there).
     """
 
+    inline_max_bytes = INLINE_MAX_BYTES
+
     def __init__(self, binding: ModelBinding, iterative: bool, obj: Any, name: str, inline: bool = False) -> None:
         self._obj = obj
         self._execute = obj.execute
@@ -113,7 +124,7 @@ class PythonInstance(Instance):
         self._iterative = iterative
         self.name = name
         self.may_run_inline = inline and not binding.decoupled and not inspect.iscoroutinefunction(obj.execute)
-        #: The thread of the batches handed off from the loop (large ones, a refused one); made when needed.
+        #: The thread of a batch refused on the loop (a BLS call); made when needed.
         self._off_loop: ThreadPoolExecutor | None = None
         self._loop: _LoopThread | None = None
         self._loop_lock = threading.Lock()
@@ -128,8 +139,6 @@ class PythonInstance(Instance):
         if self.may_run_inline:
             loop = _get_running_loop()
             if loop is not None:
-                if _input_bytes(requests) > INLINE_MAX_BYTES:
-                    return loop.run_in_executor(self._off_loop_thread(), self.execute, requests)
                 return self._on_loop(requests, loop)
         self.since = time.monotonic()
         try:
@@ -324,20 +333,6 @@ class PythonInstance(Instance):
 
 #: How long an ``execute`` on the event loop may wait off the CPU before its instance leaves the loop.
 INLINE_WAIT_NS = 1_000_000
-#: A batch with more input bytes than this runs on a thread even when quick: there the loop goes on
-#: reading the next requests while numpy computes without the GIL, and the arrays it makes come from
-#: the thread's malloc arena, which keeps freed memory, where the loop's (the main thread's) gives it
-#: back to the system after each and takes a page fault per 4 KiB on the next (measured: 2 MiB in,
-#: c=1, ~2.5 ms of server CPU a request on a thread, ~7 ms on the loop).
-INLINE_MAX_BYTES = 64 * 1024
-
-
-def _input_bytes(requests: Sequence[InferRequest]) -> int:
-    total = 0
-    for request in requests:
-        for tensor in request.inputs.values():
-            total += tensor.data.nbytes
-    return total
 
 
 _RUSAGE_THREAD = resource.RUSAGE_THREAD
