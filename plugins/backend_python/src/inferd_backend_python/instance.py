@@ -335,7 +335,7 @@ class PythonInstance(Instance):
 INLINE_WAIT_NS = 1_000_000
 
 
-_RUSAGE_THREAD = resource.RUSAGE_THREAD
+_RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)  # Linux; elsewhere the process's
 _thread_usage = resource.getrusage
 _get_running_loop = asyncio._get_running_loop
 _set_running_loop = asyncio._set_running_loop
