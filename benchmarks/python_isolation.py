@@ -21,7 +21,7 @@ is the median over the rounds, with their range. Prints numbers; asserts nothing
 
     .venv/bin/python benchmarks/python_isolation.py                   # ~2 minutes
     .venv/bin/python benchmarks/python_isolation.py --seconds 5 --rounds 5 --servers inferd
-    .venv/bin/python benchmarks/python_isolation.py --baseline /tmp/main   # + process mode from that source tree
+    .venv/bin/python benchmarks/python_isolation.py --baseline /tmp/main   # + both modes from that source tree
 """
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ def main(argv: list[str]) -> None:
     p.add_argument("--rounds", type=int, default=3, help="timed runs per server, model and concurrency (default 3)")
     p.add_argument("--servers", default="inferd,triton", help="inferd, triton (default both)")
     p.add_argument("--triton-dir", type=Path, default=Path("/work/shared/triton"))
-    p.add_argument("--baseline", type=Path, help="also run process mode from this inferd source tree (its core/src and "
+    p.add_argument("--baseline", type=Path, help="also run both modes from this inferd source tree (its core/src and "
                    "plugins/*/src first on PYTHONPATH), in the same rounds: a change against the code before it")  # fmt: skip
     args = p.parse_args(argv)
     servers = [s.strip() for s in args.servers.split(",")]
@@ -280,7 +280,7 @@ def main(argv: list[str]) -> None:
     if "inferd" in servers:
         setups += [("inferd in-process", False), ("inferd process", True)]
     if args.baseline is not None:
-        setups.append(("baseline process", True))
+        setups += [("baseline in-process", False), ("baseline process", True)]
     if "triton" in servers:
         setups.append(("triton stub", None))
     running: list[Server] = []
@@ -296,7 +296,7 @@ def main(argv: list[str]) -> None:
                                 metrics_port)  # fmt: skip
             else:
                 env = None
-                if label == "baseline process":
+                if label.startswith("baseline"):
                     tree = args.baseline.resolve()
                     paths = [tree / "core" / "src", *sorted((tree / "plugins").glob("*/src"))]
                     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(path) for path in paths)}

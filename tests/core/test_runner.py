@@ -113,7 +113,7 @@ class Timed(SyncInstance):
     else none); records the thread each execute ran on."""
 
     def __init__(self, inline: bool) -> None:
-        self.may_run_inline = inline  # type: ignore[misc]  # the class default, per test
+        self.may_run_inline = inline
         self.threads: list[str] = []
 
     def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
@@ -178,6 +178,36 @@ def test_an_instance_that_may_not_run_inline_always_runs_on_its_thread() -> None
     finally:
         runner.close()
     assert instance.threads == ["inferd-m_0"] * 4
+
+
+def test_an_instance_that_turns_inline_off_while_it_runs_stays_on_its_thread() -> None:
+    instance = Timed(inline=True)
+    runner = _runner(instance)
+    try:
+        _run_each(runner, [["a"], ["b"]])
+        instance.may_run_inline = False  # as an in-process Python model does once an execution waited
+        _run_each(runner, [["c"], ["d"]])
+    finally:
+        runner.close()
+    loop_thread = threading.current_thread().name
+    assert instance.threads == ["inferd-m_0", loop_thread, "inferd-m_0", "inferd-m_0"]
+
+
+def test_a_batch_with_more_input_bytes_than_the_instance_allows_inline_runs_on_its_thread() -> None:
+    instance = Timed(inline=True)
+    instance.inline_max_bytes = 8  # two FP32 elements; a request of one row holds one
+    runner = _runner(instance)
+
+    async def main() -> None:
+        for request in ([_request(1, "a")], [_request(1, "b")], [_request(3, "big")], [_request(1, "c")]):
+            await runner.run(request)
+
+    try:
+        asyncio.run(main())
+    finally:
+        runner.close()
+    loop_thread = threading.current_thread().name
+    assert instance.threads == ["inferd-m_0", loop_thread, "inferd-m_0", loop_thread]
 
 
 class Held(Pipelined):

@@ -128,9 +128,14 @@ class SyncInstance(abc.ABC):
     #: ``True``: ``execute`` is safe on the event loop (it never waits on the server, such as a
     #: call to another model, and keeps no per-thread state) and often quick. Core then runs an
     #: execution on the loop when this instance's recent executions predict it to take at most
-    #: 2 ms of CPU for its batch, and on the instance's thread otherwise: for a small model, the
-    #: two thread hand-offs cost more than its compute.
-    may_run_inline: ClassVar[bool] = False
+    #: ``inferd.engine.runner.INLINE_LIMIT_NS`` for its batch, and on the instance's thread otherwise:
+    #: for a small model, the two thread hand-offs cost more than its compute. An instance may set
+    #: it per object, and turn it off while it runs (its executions then stay on its thread).
+    may_run_inline: bool = False
+
+    #: With ``may_run_inline``: a batch whose inputs hold more bytes than this runs on the instance's
+    #: thread however quick its execution is predicted to be (0: no limit).
+    inline_max_bytes: int = 0
 
     @abc.abstractmethod
     def execute(self, requests: Sequence[InferRequest]) -> Sequence[Outcome]:

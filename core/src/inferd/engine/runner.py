@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from inferd.contracts.backend import AsyncInstance, Outcome, Started, SyncInstance
 from inferd.contracts.errors import InferdError, InternalError, Unavailable
@@ -166,7 +166,7 @@ class Runner:
         it); ``then`` is called on the event loop once they ran."""
         if self._async is not None:
             execution = await self._execute_async(self._async, requests, then)
-        elif self._inline and self._quick(len(requests)):
+        elif self._inline and self._may_inline(requests):
             try:
                 execution = self._call(requests)
             finally:
@@ -245,6 +245,21 @@ class Runner:
         while not done:
             await _Waiting(waits_on)
             done, waits_on = self._step(coro, count)
+
+    def _may_inline(self, requests: Sequence[InferRequest]) -> bool:
+        """Whether this batch runs on the loop: the instance allows it now, it is predicted quick, and
+        its inputs hold at most the instance's ``inline_max_bytes`` (asked only of a ``SyncInstance``)."""
+        instance = cast("SyncInstance", self.instance)
+        if not instance.may_run_inline or not self._quick(len(requests)):
+            return False
+        limit = instance.inline_max_bytes
+        if limit:
+            total = 0
+            for request in requests:
+                for tensor in request.inputs.values():
+                    total += tensor.data.nbytes
+            return total <= limit
+        return True
 
     def _quick(self, size: int) -> bool:
         """Whether a batch of ``size`` requests is predicted to run within :data:`INLINE_LIMIT_NS`:

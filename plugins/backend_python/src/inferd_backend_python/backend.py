@@ -20,6 +20,7 @@ from inferd_backend_python.instance import (
     BLOCKED,
     PythonInstance,
     execute_warn_secs,
+    inline_reason,
     instance_args,
     run_auto_complete,
     start_model_object,
@@ -147,6 +148,11 @@ class PythonModel(Model):
         #: ``sequence_batching { iterative_sequence: true }``: requests may be rescheduled.
         self.iterative = bool(context.config.sequence_batching.iterative_sequence)
         self.warn_after = execute_warn_secs(context.config, self.name)
+        #: Why executions never run on the event loop (None: quick ones may).
+        self.inline_reason = inline_reason(context.config, self.name, context.model_dir)
+        if self.inline_reason is not None:
+            _log.debug("model '%s' version %s: execute runs on its instances' threads only: %s",
+                       self.name, self.version, self.inline_reason)  # fmt: skip
         #: One per instance whose model defines ``is_ready``.
         self.probes: list[Probe] = []
         self._args = {
@@ -159,7 +165,7 @@ class PythonModel(Model):
     def create_instance(self, spec: InstanceSpec) -> Instance:
         args = instance_args(self._args, spec)
         model = start_model_object(self._class, args, self.binding, self.path)
-        instance = PythonInstance(self.binding, self.iterative, model, spec.name)
+        instance = PythonInstance(self.binding, self.iterative, model, spec.name, self.inline_reason is None)
         if instance.has_is_ready:
             label = f"model '{self.name}' instance '{spec.name}'"
             self.probes.append(Probe(label, lambda: on_thread(instance.user_ready)))

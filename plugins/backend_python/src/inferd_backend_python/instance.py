@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import re
+import resource
 import threading
 import time
 import weakref
 from collections.abc import Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import CoroutineType as _Coroutine
 from typing import Any
@@ -30,9 +32,11 @@ from inferd.api import (
 )
 from inferd_backend_python.pb_config import ModelConfig as PbModelConfig
 from inferd_backend_python.pb_request import (
+    INLINE,
     TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
     InferenceRequest,
     ModelBinding,
+    RunOnThread,
     bind,
 )
 from inferd_backend_python.pb_tensor import TritonError, error_to_inferd, response_to_inferd
@@ -91,16 +95,37 @@ def instance_args(base: dict[str, str], spec: InstanceSpec) -> dict[str, str]:
     return args
 
 
-class PythonInstance(SyncInstance):
-    """One ``TritonPythonModel`` object; ``execute`` runs the model's ``execute`` on a batch."""
+#: A batch with more input bytes than this runs on the instance's thread even when quick: there the loop
+#: goes on reading the next requests while numpy computes without the GIL, and the arrays it makes come
+#: from the thread's malloc arena, which keeps freed memory, where the loop's (the main thread's) gives
+#: it back to the system after each and takes a page fault per 4 KiB on the next (measured: 2 MiB in,
+#: c=1, ~2.4 ms of server CPU a request on the instance thread, ~7 ms on the loop, ~5.5 ms on a thread
+#: pool's thread).
+INLINE_MAX_BYTES = 64 * 1024
 
-    def __init__(self, binding: ModelBinding, iterative: bool, obj: Any, name: str) -> None:
+
+class PythonInstance(SyncInstance):
+    """One ``TritonPythonModel`` object; ``execute`` runs the model's ``execute`` on a batch.
+
+    With ``inline`` (a plain ``execute``, not decoupled, that calls no other model: :func:`inline_reason`)
+    core runs the executions its recent ones predict to be quick on the server's event loop, without the
+    two thread hand-offs (and the fight for the GIL under load) that cost more than a small model's
+    compute. An execution there that waited (sleep, I/O, a lock) or reached a BLS call turns that off
+    for good: the instance runs on its own thread from then on (a BLS call's batch runs again there).
+    """
+
+    inline_max_bytes = INLINE_MAX_BYTES
+
+    def __init__(self, binding: ModelBinding, iterative: bool, obj: Any, name: str, inline: bool = False) -> None:
         self._obj = obj
         self._execute = obj.execute
         self._binding = binding
         self._decoupled = binding.decoupled
         self._iterative = iterative
         self.name = name
+        self.may_run_inline = inline and not binding.decoupled and not inspect.iscoroutinefunction(obj.execute)
+        #: The thread of a batch refused on the loop (a BLS call); made when needed.
+        self._off_loop: ThreadPoolExecutor | None = None
         self._loop: _LoopThread | None = None
         self._loop_lock = threading.Lock()
         #: The model defines ``is_ready`` (looked up once, as Triton's stub does).
@@ -110,12 +135,55 @@ class PythonInstance(SyncInstance):
         self.warned = 0.0
         self.warn_after = 0.0
 
-    def execute(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
+    def execute(self, requests: Sequence[InferRequest]) -> Any:
+        if self.may_run_inline:
+            loop = _get_running_loop()
+            if loop is not None:
+                return self._on_loop(requests, loop)
         self.since = time.monotonic()
         try:
             return self._run(requests)
         finally:
             self.since = 0.0
+
+    def _on_loop(
+        self, requests: Sequence[InferRequest], loop: asyncio.AbstractEventLoop
+    ) -> list[InferResponse | InferdError] | asyncio.Future[list[InferResponse | InferdError]]:
+        """Run the batch here, on the server's event loop, which the model does not see (``asyncio.run``
+        works in it, as on a thread). Watch for a wait: an execution that spent more than
+        :data:`INLINE_WAIT_NS` off the CPU in a wait of its own (a voluntary context switch, not the
+        scheduler's preemption) held up every request of the server meanwhile."""
+        switches = _thread_usage(_RUSAGE_THREAD).ru_nvcsw
+        start, cpu = time.monotonic_ns(), time.thread_time_ns()
+        INLINE.thread = threading.get_ident()
+        _set_running_loop(None)
+        try:
+            results = self._run(requests)
+        except RunOnThread:
+            results = []
+        finally:
+            _set_running_loop(loop)
+            INLINE.thread = 0
+        waited = time.monotonic_ns() - start - (time.thread_time_ns() - cpu)
+        if INLINE.refused:  # raised, or caught by the model: this execution's results do not count
+            self._leave_loop(f"reached {INLINE.refused}, which waits for the server; this batch runs again there")
+            INLINE.refused = ""
+            return loop.run_in_executor(self._off_loop_thread(), self.execute, requests)
+        if waited > INLINE_WAIT_NS and _thread_usage(_RUSAGE_THREAD).ru_nvcsw > switches:
+            self._leave_loop(f"waited {waited / 1e6:.1f} ms (sleep, I/O or a lock), holding up the server")
+        return results
+
+    def _off_loop_thread(self) -> ThreadPoolExecutor:
+        if self._off_loop is None:
+            self._off_loop = ThreadPoolExecutor(1, thread_name_prefix=f"inferd-{self.name}-off-loop")
+        return self._off_loop
+
+    def _leave_loop(self, why: str) -> None:
+        self.may_run_inline = False
+        _log.info(
+            "model '%s' instance '%s': execute on the event loop %s; it runs on the instance's thread from now on "
+            "(always with parameter EXECUTE_INLINE off)", self._binding.model_name, self.name, why,
+        )  # fmt: skip
 
     def _run(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
         binding = self._binding
@@ -124,6 +192,9 @@ class PythonInstance(SyncInstance):
         try:
             result = self._execute(wrapped)
             if type(result) is _Coroutine:  # inspect.iscoroutine costs a Python call a batch
+                if INLINE.thread and INLINE.thread == threading.get_ident():  # the loop must not wait for it
+                    result.close()
+                    INLINE.refuse("a coroutine returned by execute")
                 if self._decoupled:
                     self._loop_thread().submit(result).add_done_callback(
                         lambda f: self._async_done(f, requests, wrapped)
@@ -255,6 +326,66 @@ class PythonInstance(SyncInstance):
             if self._loop is not None:
                 self._loop.close()
                 self._loop = None
+            if self._off_loop is not None:
+                self._off_loop.shutdown()
+                self._off_loop = None
+
+
+#: How long an ``execute`` on the event loop may wait off the CPU before its instance leaves the loop.
+INLINE_WAIT_NS = 1_000_000
+
+
+_RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)  # Linux; elsewhere the process's
+_thread_usage = resource.getrusage
+_get_running_loop = asyncio._get_running_loop
+_set_running_loop = asyncio._set_running_loop
+#: What in a model's source says that it calls other models (BLS), which it must not do on the loop.
+_CALLS_MODELS = re.compile(rb"InferenceRequest|\.exec\(|async_exec")
+#: What in a model's source says that its ``execute`` may wait (sleep, a lock, an event, a queue, another
+#: thread or process, the network, a client's cancellation), which would hold up the whole server there.
+_MAY_WAIT = re.compile(
+    rb"\bsleep\(|\.wait\(|\.wait_for\(|\.result\(|\.acquire\(|\.recv|\bis_cancelled\(|\binput\("
+    rb"|\b(?:R?Lock|Event|Condition|(?:Bounded)?Semaphore|Barrier|Thread|ThreadPoolExecutor|ProcessPoolExecutor)\("
+    rb"|^\s*(?:import|from)\s+(?:requests|urllib3?|http|httpx|aiohttp|socket|ssl|grpc|tritonclient|subprocess|select"
+    rb"|selectors|queue|multiprocessing|concurrent|redis|boto3|botocore)\b",
+    re.MULTILINE,
+)
+#: The most Python source :func:`inline_reason` reads in a model's directory before it gives up.
+_SCAN_FILES, _SCAN_BYTES = 200, 8 << 20
+
+
+def inline_reason(config: Any, name: str, model_dir: Path) -> str | None:
+    """Why the model's executions must stay on its instances' threads, or None: quick ones may run on
+    the server's event loop. Parameter ``EXECUTE_INLINE``: ``off``; ``auto`` (the default): not for a
+    decoupled model, nor one whose ``.py`` files (its directory's) call other models or may wait;
+    ``on``: whatever its source says (never for a decoupled one). Blocking: reads the model's files."""
+    text = (
+        config.parameters["EXECUTE_INLINE"].string_value.strip().lower()
+        if "EXECUTE_INLINE" in config.parameters
+        else ""
+    )
+    if text not in ("", "auto", "on", "off"):
+        raise InvalidArgument(f"model '{name}': parameter EXECUTE_INLINE is '{text}'; expected 'auto', 'on' or 'off'")
+    if text == "off":
+        return "parameter EXECUTE_INLINE is off"
+    if config.model_transaction_policy.decoupled:
+        return "decoupled"
+    if text == "on":
+        return None
+    budget = _SCAN_BYTES
+    for count, path in enumerate(sorted(model_dir.rglob("*.py"))):
+        try:
+            data = path.read_bytes()[:budget] if count < _SCAN_FILES else b""
+        except OSError:
+            continue
+        budget -= len(data)
+        if count >= _SCAN_FILES or budget <= 0:
+            return f"more Python source than {_SCAN_FILES} files or {_SCAN_BYTES >> 20} MiB to look through"
+        for pattern, what in ((_CALLS_MODELS, "calls other models (BLS)"), (_MAY_WAIT, "may wait")):
+            found = pattern.search(data)
+            if found is not None:
+                return f"'{path.relative_to(model_dir)}' {what}: '{found.group().strip().decode(errors='replace')}'"
+    return None
 
 
 #: Seconds an in-process ``execute`` may run before a warning says it is blocking its instance.

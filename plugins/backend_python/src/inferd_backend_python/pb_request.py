@@ -76,6 +76,36 @@ def current_binding() -> ModelBinding | None:
     return _CURRENT.get() or _last_bound[0]
 
 
+# --- an execute on the server's event loop ----------------------------------------------------
+
+
+class RunOnThread(BaseException):
+    """Raised in an ``execute`` running on the server's event loop at a call that would wait for
+    the server (BLS): the batch runs again on the instance's thread. A ``BaseException``, so that
+    a model's ``except Exception`` lets it through."""
+
+
+class _Inline:
+    """The ``execute`` that runs on the server's event loop now (the loop has one thread: one at a time)."""
+
+    __slots__ = ("refused", "thread")
+
+    def __init__(self) -> None:
+        #: Its thread's ident; 0 when none runs there.
+        self.thread = 0
+        #: What it reached that waits for the server ("": nothing), kept even if the model caught the exception.
+        self.refused = ""
+
+    def refuse(self, what: str) -> None:
+        """Raise :class:`RunOnThread` when called from the ``execute`` on the loop."""
+        if self.thread and self.thread == threading.get_ident():
+            self.refused = what
+            raise RunOnThread(what)
+
+
+INLINE = _Inline()
+
+
 # --- requests ---------------------------------------------------------------------------------
 
 
@@ -283,6 +313,7 @@ class InferenceRequest:
 
         ``decoupled=True``: a :class:`ResponseIterator` over every response, each as it comes.
         """
+        INLINE.refuse("a BLS call")
         binding = current_binding()
         models = binding.models if binding is not None else None
         if decoupled:
