@@ -117,6 +117,13 @@ class InstanceSpec:
     group_name: str
 
 
+class RunOnThread(Exception):
+    """Raised by a :class:`SyncInstance`'s ``execute`` that core runs on the event loop
+    (``may_run_inline``) when it finds it must wait for the server (a call to another model): core
+    then runs the same batch again on the instance's own thread. An instance that raises it should
+    also turn ``may_run_inline`` off, so the next batches go to its thread first."""
+
+
 class SyncInstance(abc.ABC):
     """An instance whose ``execute`` computes: core runs it on the instance's own thread.
 

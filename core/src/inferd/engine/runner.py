@@ -26,7 +26,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from inferd.contracts.backend import AsyncInstance, Outcome, Started, SyncInstance
+from inferd.contracts.backend import AsyncInstance, Outcome, RunOnThread, Started, SyncInstance
 from inferd.contracts.errors import InferdError, InternalError, Unavailable
 from inferd.contracts.log_context import REQUEST_ID, REQUEST_MODEL
 from inferd.contracts.types import InferRequest
@@ -168,7 +168,10 @@ class Runner:
             execution = await self._execute_async(self._async, requests, then)
         elif self._inline and self._may_inline(requests):
             try:
-                execution = self._call(requests)
+                try:
+                    execution = self._call(requests, on_loop=True)
+                except RunOnThread:  # it must wait for the server: the same batch, on its thread
+                    execution = await self._on_thread(requests, None)
             finally:
                 if then is not None:
                     then()
@@ -325,7 +328,7 @@ class Runner:
         return Unavailable(f"model '{self.recorder.stats.name}' is unloading: its instance '{self.spec.name}' "
                            f"did not finish executing within the unload timeout and was abandoned")  # fmt: skip
 
-    def _call(self, requests: Sequence[InferRequest]) -> Execution:
+    def _call(self, requests: Sequence[InferRequest], on_loop: bool = False) -> Execution:
         # Lines the model logs while it runs one request carry that request's id.
         token = REQUEST_ID.set(requests[0].id if len(requests) == 1 else "")
         model = REQUEST_MODEL.set(self.recorder.stats.name)
@@ -336,6 +339,10 @@ class Runner:
             results: list[Outcome] = list(instance.execute(requests))
         except InferdError as exc:  # raised on purpose (a bad input...): the client's error only
             results = [exc] * len(requests)
+        except RunOnThread as exc:
+            if on_loop:
+                raise
+            results = self._failed(exc, len(requests))
         except Exception as exc:
             results = self._failed(exc, len(requests))
         finally:

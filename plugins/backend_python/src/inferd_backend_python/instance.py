@@ -13,7 +13,7 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from types import CoroutineType as _Coroutine
 from typing import Any
@@ -30,6 +30,7 @@ from inferd.api import (
     SyncInstance,
     Unsupported,
 )
+from inferd.api import RunOnThread as ApiRunOnThread
 from inferd_backend_python.pb_config import ModelConfig as PbModelConfig
 from inferd_backend_python.pb_request import (
     INLINE,
@@ -125,7 +126,6 @@ class PythonInstance(SyncInstance):
         self.name = name
         self.may_run_inline = inline and not binding.decoupled and not inspect.iscoroutinefunction(obj.execute)
         #: The thread of a batch refused on the loop (a BLS call); made when needed.
-        self._off_loop: ThreadPoolExecutor | None = None
         self._loop: _LoopThread | None = None
         self._loop_lock = threading.Lock()
         #: The model defines ``is_ready`` (looked up once, as Triton's stub does).
@@ -148,7 +148,7 @@ class PythonInstance(SyncInstance):
 
     def _on_loop(
         self, requests: Sequence[InferRequest], loop: asyncio.AbstractEventLoop
-    ) -> list[InferResponse | InferdError] | asyncio.Future[list[InferResponse | InferdError]]:
+    ) -> list[InferResponse | InferdError]:
         """Run the batch here, on the server's event loop, which the model does not see (``asyncio.run``
         works in it, as on a thread). Watch for a wait: an execution that spent more than
         :data:`INLINE_WAIT_NS` off the CPU in a wait of its own (a voluntary context switch, not the
@@ -168,15 +168,10 @@ class PythonInstance(SyncInstance):
         if INLINE.refused:  # raised, or caught by the model: this execution's results do not count
             self._leave_loop(f"reached {INLINE.refused}, which waits for the server; this batch runs again there")
             INLINE.refused = ""
-            return loop.run_in_executor(self._off_loop_thread(), self.execute, requests)
+            raise ApiRunOnThread
         if waited > INLINE_WAIT_NS and _thread_usage(_RUSAGE_THREAD).ru_nvcsw > switches:
             self._leave_loop(f"waited {waited / 1e6:.1f} ms (sleep, I/O or a lock), holding up the server")
         return results
-
-    def _off_loop_thread(self) -> ThreadPoolExecutor:
-        if self._off_loop is None:
-            self._off_loop = ThreadPoolExecutor(1, thread_name_prefix=f"inferd-{self.name}-off-loop")
-        return self._off_loop
 
     def _leave_loop(self, why: str) -> None:
         self.may_run_inline = False
@@ -326,9 +321,6 @@ class PythonInstance(SyncInstance):
             if self._loop is not None:
                 self._loop.close()
                 self._loop = None
-            if self._off_loop is not None:
-                self._off_loop.shutdown()
-                self._off_loop = None
 
 
 #: How long an ``execute`` on the event loop may wait off the CPU before its instance leaves the loop.
