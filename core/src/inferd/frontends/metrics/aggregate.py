@@ -24,10 +24,8 @@ class SummedStats:
     def __init__(self, local: VersionCounters, peers: Mapping[str, Any] | None) -> None:
         self.local = local
         self.peers = dict(peers) if peers is not None else None
-
-    @property
-    def observer(self) -> LatencyObserver | None:
-        return self.local.observer
+        #: This worker's latency windows (made at the version's attach, before any scrape).
+        self.observer: LatencyObserver | None = local.observer
 
     def snapshot(self) -> dict[str, Any]:
         return add_snapshot(self.local.snapshot(), self.peers)

@@ -10,7 +10,7 @@ are left out, as prometheus-cpp does. With ``--model-namespacing`` every per-mod
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, SummaryMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -21,40 +21,12 @@ from inferd.frontends.metrics.exposition import number
 from inferd.frontends.metrics.latency import LatencyConfig, LatencyWindows
 
 if TYPE_CHECKING:
-    from inferd.config import ModelConfig
-    from inferd.contracts.stats import LatencyObserver
+    from inferd.contracts.dataplane import ServingVersion
     from inferd.frontends.metrics.system import CpuMetrics, GpuMetrics
 
 MODEL = ("model", "version")
 #: ``--model-namespacing``: Triton's labels then (prometheus-cpp writes them sorted by name).
 MODEL_NS = ("model", "namespace", "version")
-
-
-class ServedStats(Protocol):
-    """What the collectors read of a version's :class:`~inferd.contracts.stats.VersionStats` (or of its sum
-    over the workers)."""
-
-    @property
-    def observer(self) -> LatencyObserver | None: ...
-
-    def snapshot(self) -> dict[str, Any]: ...
-
-
-class ServedVersion(Protocol):
-    """What the collectors read of a serving model version."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def version(self) -> int: ...
-    @property
-    def namespace(self) -> str: ...
-    @property
-    def config(self) -> ModelConfig: ...
-    @property
-    def decoupled(self) -> bool: ...
-    @property
-    def stats(self) -> ServedStats: ...
 
 
 _COUNTERS = (
@@ -93,7 +65,7 @@ _SUMMARIES = (
 )  # fmt: skip
 
 
-def cache_enabled(mv: ServedVersion) -> bool:
+def cache_enabled(mv: ServingVersion) -> bool:
     return getattr(mv, "cache", None) is not None or bool(mv.config.response_cache.enable)
 
 
@@ -128,7 +100,7 @@ class _ModelFamilies:
         return [self.success, self.failure, self.count, self.execs, *self.durations, self.pending, self.load,
                 *self.cache, *self.summaries, self.histogram]  # fmt: skip
 
-    def add(self, mv: ServedVersion) -> None:
+    def add(self, mv: ServingVersion) -> None:
         key = [mv.name, mv.namespace, str(mv.version)] if self.namespacing else [mv.name, str(mv.version)]
         snap = mv.stats.snapshot()
         d = snap["durations"]
@@ -184,7 +156,7 @@ class _ModelFamilies:
         self.histogram.add_sample(name + "_count", labels, n)
 
 
-def _pending(mv: ServedVersion) -> int:
+def _pending(mv: ServingVersion) -> int:
     pending = getattr(getattr(mv, "scheduler", None), "pending", None)
     return int(pending()) if callable(pending) else 0
 
@@ -192,7 +164,7 @@ def _pending(mv: ServedVersion) -> int:
 class ModelCollector(Collector):
     """``nv_inference_*``, ``nv_cache_*`` and ``nv_model_load_duration_secs`` of every serving version."""
 
-    def __init__(self, versions: Callable[[], Sequence[ServedVersion]], config: LatencyConfig,
+    def __init__(self, versions: Callable[[], Sequence[ServingVersion]], config: LatencyConfig,
                  namespacing: bool = False) -> None:  # fmt: skip
         self.versions = versions
         self.config = config

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from inferd.contracts.dataplane import DataPlane, OtherWorkers, ServingVersion
-    from inferd.frontends.metrics.collectors import ServedVersion
     from inferd.frontends.metrics.latency import LatencyConfig
     from inferd.frontends.metrics.system import CpuMetrics, GpuMetrics
 
@@ -86,7 +85,7 @@ class MetricsFrontend(Frontend):
         assert self.dataplane is not None
         return list(self.dataplane.serving_versions())
 
-    def served(self) -> Sequence[ServedVersion]:
+    def served(self) -> Sequence[ServingVersion]:
         """What the collectors read: :meth:`versions`, with the other workers' counters when there are."""
         others = self._others
         if others is None:
