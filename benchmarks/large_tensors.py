@@ -34,6 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from triton_bench.load import tree_cpu_seconds  # noqa: E402
 from triton_bench.servers import checkout_env  # noqa: E402
 from triton_bench.servers import triton as triton_server  # noqa: E402
 
@@ -166,40 +167,10 @@ class Target:
     label: str
     protocol: str
     url: str
-    pids: list[int]
+    pid: int  # the server's process: its CPU is its tree's (Triton's stubs, inferd's workers)
     rates: dict[int, list[float]] = field(default_factory=dict)  # size -> infer/s per round
     cpu: dict[int, list[float]] = field(default_factory=dict)  # size -> server CPU ms per infer
     errors: dict[int, str] = field(default_factory=dict)
-
-
-def process_tree(root: int) -> list[int]:
-    """``root`` and its descendants (Triton's stubs, inferd's workers)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-            except (OSError, IndexError, ValueError):
-                continue
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo += children.get(pid, [])
-    return found
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-        except (OSError, IndexError, ValueError):
-            continue
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def start_inferd(repo: Path, work: Path, label: str, args: list[str], env: dict[str, str] | None) -> Any:
@@ -247,26 +218,26 @@ def main(argv: list[str]) -> None:
         for label, extra, env, http_too in plan:
             server = start_inferd(repo, work, label.replace(" ", "-").replace("@", "-"), extra, env)
             started.append(server)
-            pids = process_tree(server.proc.pid)
+            pid = server.proc.pid
             if "grpc" in protocols:
-                targets.append(Target(f"{label} gRPC", "grpc", server.grpc_url, pids))
+                targets.append(Target(f"{label} gRPC", "grpc", server.grpc_url, pid))
             if "http" in protocols and http_too:
-                targets.append(Target(f"{label} HTTP", "http", server.http_url, pids))
+                targets.append(Target(f"{label} HTTP", "http", server.http_url, pid))
         if "triton" in servers:
             server = triton_server(repo, args.triton_dir, work).start("/v2/models/identity/ready")
             started.append(server)
-            pids = process_tree(server.pid)
+            pid = server.pid
             if "grpc" in protocols:
-                targets.append(Target("triton gRPC", "grpc", f"127.0.0.1:{server.grpc_port}", pids))
+                targets.append(Target("triton gRPC", "grpc", f"127.0.0.1:{server.grpc_port}", pid))
             if "http" in protocols:
-                targets.append(Target("triton HTTP", "http", f"127.0.0.1:{server.http_port}", pids))
+                targets.append(Target("triton HTTP", "http", f"127.0.0.1:{server.http_port}", pid))
 
         for round_ in range(args.rounds):
             for size in sizes:
                 for target in targets if round_ % 2 == 0 else targets[::-1]:
-                    cpu0 = cpu_seconds(target.pids)
+                    cpu0 = tree_cpu_seconds(target.pid)
                     rate, error = clients.run(target.protocol, target.url, size, args.seconds)
-                    cpu = cpu_seconds(target.pids) - cpu0
+                    cpu = tree_cpu_seconds(target.pid) - cpu0
                     target.rates.setdefault(size, []).append(rate)
                     target.cpu.setdefault(size, []).append(cpu * 1000 / max(1.0, rate * args.seconds))
                     if error and size not in target.errors:

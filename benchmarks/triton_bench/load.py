@@ -75,6 +75,11 @@ def _tree_ticks(root: int) -> int:
     return total
 
 
+def tree_cpu_seconds(root: int) -> float:
+    """User + system CPU seconds of ``root`` and every live descendant so far."""
+    return _tree_ticks(root) / os.sysconf("SC_CLK_TCK")
+
+
 def _timed(cmd: list[str], server_pid: int | None, seconds: float) -> tuple[str, float]:
     """Run ``cmd``; return (its output, server CPU %)."""
     t0, c0 = time.monotonic(), _tree_ticks(server_pid) if server_pid else 0
