@@ -16,51 +16,29 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from protocol_bench import FakeTransport, compare, run_once, summary
 
 BODY = bytes(64)
 ANSWER = b"x" * 32
 PATHS = {"direct": b"/direct", "asgi": b"/asgi"}
 
 
-class Collector:
-    """A transport that keeps what is written and counts the bytes."""
+class Collector(FakeTransport):
+    """A transport that counts the bytes written."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.size = 0
-        self.closing = False
 
     def write(self, data: bytes) -> None:
         self.size += len(data)
 
     def writelines(self, data: list[bytes]) -> None:
         self.size += sum(len(part) for part in data)
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def close(self) -> None:
-        self.closing = True
-
-    abort = close
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"peername": ("127.0.0.1", 50000), "sockname": ("127.0.0.1", 8000)}.get(name, default)
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
 
 
 async def _null_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -126,17 +104,6 @@ async def _requests(n: int, way: str) -> float:
     return elapsed / n * 1e6
 
 
-def _run(requests: int, way: str, checkout: Path | None) -> float:
-    """One measurement in a fresh process (this checkout's sources, or ``checkout``'s first)."""
-    env = dict(os.environ)
-    if checkout is not None:
-        paths = [checkout / "core" / "src", *sorted(checkout.glob("plugins/*/src"))]
-        env["PYTHONPATH"] = os.pathsep.join(str(p.resolve()) for p in paths)
-    out = subprocess.run([sys.executable, __file__, "--one", str(requests), "--way", way], env=env, check=True,
-                         capture_output=True, text=True).stdout  # fmt: skip
-    return float(out.split()[-1])
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--requests", type=int, default=20000, help="requests per measurement (default 20000)")
@@ -150,22 +117,12 @@ def main() -> None:
 
         print(f"{uvloop.run(_requests(args.one, args.way)):.2f}")
         return
-    builds: list[tuple[str, Path | None]] = [("this", None)]
-    if args.baseline is not None:
-        builds.append(("baseline", args.baseline))
     for way in sorted(PATHS, reverse=True):
-        results: dict[str, list[float]] = {name: [] for name, _ in builds}
-        for round_ in range(args.rounds):
-            for name, checkout in builds if round_ % 2 == 0 else builds[::-1]:
-                results[name].append(_run(args.requests, way, checkout))
-        print(f"\nCPU time per HTTP/1.1 request ({way}), median of {args.rounds} x {args.requests} requests:")
-        for name, values in results.items():
-            print(
-                f"  {name}: {statistics.median(values):.1f} us  (all: {', '.join(f'{v:.1f}' for v in sorted(values))})"
-            )
-        if args.baseline is not None:
-            ratios = [a / b for a, b in zip(results["this"], results["baseline"], strict=True)]
-            print(f"  this/baseline: {statistics.median(ratios):.3f} (median of the same-round ratios)")
+        results = compare(
+            args.baseline, args.rounds,
+            lambda checkout, way=way: run_once(__file__, ["--one", str(args.requests), "--way", way], checkout),
+        )  # fmt: skip
+        summary(f"CPU time per HTTP/1.1 request ({way}), median of {args.rounds} x {args.requests} requests", results)
 
 
 if __name__ == "__main__":

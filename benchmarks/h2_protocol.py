@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from protocol_bench import FakeTransport, compare, run_once, summary
 
 HEADERS = [(b"content-type", b"application/grpc"), (b"te", b"trailers")]
 MESSAGE = b"\0\0\0\0\x40" + bytes(64)
@@ -30,13 +28,13 @@ MESSAGE = b"\0\0\0\0\x40" + bytes(64)
 PER_CONNECTION = 3000
 
 
-class Collector:
+class Collector(FakeTransport):
     """A transport that keeps what is written, for the client to read."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.out: list[bytes] = []
         self.wrote = asyncio.Event()
-        self.closing = False
 
     def write(self, data: bytes) -> None:
         self.out.append(bytes(data))
@@ -50,26 +48,6 @@ class Collector:
         data = b"".join(self.out)
         self.out.clear()
         return data
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def close(self) -> None:
-        self.closing = True
-
-    abort = close
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"peername": ("127.0.0.1", 50000), "sockname": ("127.0.0.1", 8001)}.get(name, default)
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
 
 
 async def _calls(n: int) -> float:
@@ -131,17 +109,6 @@ def _events(conn: Any) -> list[Any]:
     return events
 
 
-def _run(calls: int, checkout: Path | None) -> float:
-    """One measurement in a fresh process (this checkout's sources, or ``checkout``'s first)."""
-    env = dict(os.environ)
-    if checkout is not None:
-        paths = [checkout / "core" / "src", *sorted(checkout.glob("plugins/*/src"))]
-        env["PYTHONPATH"] = os.pathsep.join(str(p.resolve()) for p in paths)
-    out = subprocess.run([sys.executable, __file__, "--one", str(calls)], env=env, check=True,
-                         capture_output=True, text=True).stdout  # fmt: skip
-    return float(out.split()[-1])
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--calls", type=int, default=20000, help="calls per measurement (default 20000)")
@@ -154,20 +121,12 @@ def main() -> None:
 
         print(f"{uvloop.run(_calls(args.one)):.2f}")
         return
-    builds: list[tuple[str, Path | None]] = [("this", None)]
-    if args.baseline is not None:
-        builds.append(("baseline", args.baseline))
-    results: dict[str, list[float]] = {name: [] for name, _ in builds}
-    for round_ in range(args.rounds):
-        for name, checkout in builds if round_ % 2 == 0 else builds[::-1]:
-            results[name].append(_run(args.calls, checkout))
-        print(f"round {round_ + 1}: " + ", ".join(f"{name} {values[-1]:.1f} us" for name, values in results.items()))
-    print(f"\nCPU time per gRPC unary call in the HTTP/2 protocol, median of {args.rounds} x {args.calls} calls:")
-    for name, values in results.items():
-        print(f"  {name}: {statistics.median(values):.1f} us  (all: {', '.join(f'{v:.1f}' for v in sorted(values))})")
-    if args.baseline is not None:
-        ratios = [a / b for a, b in zip(results["this"], results["baseline"], strict=True)]
-        print(f"  this/baseline: {statistics.median(ratios):.3f} (median of the same-round ratios)")
+    results = compare(
+        args.baseline, args.rounds, lambda checkout: run_once(__file__, ["--one", str(args.calls)], checkout)
+    )
+    summary(
+        f"CPU time per gRPC unary call in the HTTP/2 protocol, median of {args.rounds} x {args.calls} calls", results
+    )
 
 
 if __name__ == "__main__":
