@@ -27,17 +27,17 @@ from inferd.api import (
     InstanceSpec,
     InternalError,
     InvalidArgument,
+    RunOnThread,
     SyncInstance,
     Unsupported,
 )
-from inferd.api import RunOnThread as ApiRunOnThread
 from inferd_backend_python.pb_config import ModelConfig as PbModelConfig
 from inferd_backend_python.pb_request import (
     INLINE,
     TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
     InferenceRequest,
     ModelBinding,
-    RunOnThread,
+    WouldWait,
     bind,
 )
 from inferd_backend_python.pb_tensor import TritonError, error_to_inferd, response_to_inferd
@@ -159,7 +159,7 @@ class PythonInstance(SyncInstance):
         _set_running_loop(None)
         try:
             results = self._run(requests)
-        except RunOnThread:
+        except WouldWait:
             results = []
         finally:
             _set_running_loop(loop)
@@ -168,7 +168,7 @@ class PythonInstance(SyncInstance):
         if INLINE.refused:  # raised, or caught by the model: this execution's results do not count
             self._leave_loop(f"reached {INLINE.refused}, which waits for the server; this batch runs again there")
             INLINE.refused = ""
-            raise ApiRunOnThread
+            raise RunOnThread
         if waited > INLINE_WAIT_NS and _thread_usage(_RUSAGE_THREAD).ru_nvcsw > switches:
             self._leave_loop(f"waited {waited / 1e6:.1f} ms (sleep, I/O or a lock), holding up the server")
         return results

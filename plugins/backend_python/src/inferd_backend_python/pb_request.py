@@ -79,7 +79,7 @@ def current_binding() -> ModelBinding | None:
 # --- an execute on the server's event loop ----------------------------------------------------
 
 
-class RunOnThread(BaseException):
+class WouldWait(BaseException):
     """Raised in an ``execute`` running on the server's event loop at a call that would wait for
     the server (BLS): the batch runs again on the instance's thread. A ``BaseException``, so that
     a model's ``except Exception`` lets it through."""
@@ -97,10 +97,10 @@ class _Inline:
         self.refused = ""
 
     def refuse(self, what: str) -> None:
-        """Raise :class:`RunOnThread` when called from the ``execute`` on the loop."""
+        """Raise :class:`WouldWait` when called from the ``execute`` on the loop."""
         if self.thread and self.thread == threading.get_ident():
             self.refused = what
-            raise RunOnThread(what)
+            raise WouldWait(what)
 
 
 INLINE = _Inline()
