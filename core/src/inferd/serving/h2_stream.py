@@ -281,7 +281,7 @@ class AsgiStream(_Stream):
         self._body_complete = False
         self._trailers_expected = False
         self._trailers: Headers = []
-        #: Trailers are sent only to a client that said it takes them (``te: trailers``), as uvicorn does.
+        #: Trailers are sent only to a client that said it takes them (``te: trailers``).
         self._send_trailers = any(
             name == b"te" and value.lower().strip() == b"trailers" for name, value in scope["headers"]
         )

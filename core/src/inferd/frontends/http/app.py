@@ -173,7 +173,7 @@ class HttpApp:
 
 class DirectInfer:
     """The infer routes as :class:`~inferd.serving.DirectRoutes`: the same endpoint's
-    :meth:`~inferd.frontends.http.infer.InferEndpoint.answer`, given the body uvicorn's
+    :meth:`~inferd.frontends.http.infer.InferEndpoint.answer`, given the body inferd's HTTP/1.1
     protocol read. Requests they do not take (another method, chunked bodies...) reach
     :class:`HttpApp` over ASGI, which answers them as before."""
 

@@ -43,7 +43,7 @@ _OCTETS = b"application/octet-stream"
 _HEADER_LENGTH = HEADER_LENGTH.encode()
 _ALLOW_POST = [(b"allow", b"POST")]
 #: Binary responses up to this size go out as one body (copying a few KiB costs less than
-#: another ``send`` through uvicorn and the socket); larger ones part by part, uncopied.
+#: another ``send`` through the HTTP/1.1 protocol and the socket); larger ones part by part, uncopied.
 JOIN_LIMIT = 16 * 1024
 
 
@@ -129,7 +129,7 @@ class RequestHead:
     __slots__ = ("header_length", "encoding", "accept", "headers")
 
     def __init__(self, headers: Headers) -> None:
-        """``headers``: lower-case names, as uvicorn gives them."""
+        """``headers``: lower-case names, as the HTTP/1.1 protocol (``serving/h1.py``) gives them."""
         self.headers = headers
         self.header_length: str | None = None
         self.encoding = ""
