@@ -53,7 +53,7 @@ def call_headers(headers: Headers) -> dict[bytes, bytes]:
     found: dict[bytes, bytes] = {}
     for name, value in headers:
         name = name.lower()
-        if name == b"te":  # any ``te: trailers`` lets trailers through, as the HTTP/1.1 side has it
+        if name == b"te":  # any ``te: trailers`` lets trailers through
             if value.strip().lower() == b"trailers":
                 found[name] = b"trailers"
         elif name in _WANTED:
