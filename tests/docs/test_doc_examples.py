@@ -231,10 +231,17 @@ def test_frontend_example(tmp_path: Path) -> None:
         assert bad_shape["kind"] == "INVALID_ARG" and "add a leading batch dimension" in bad_shape["error"]
         assert unknown["kind"] == "NOT_FOUND"
         assert garbage["kind"] == "INVALID_ARG"
-        idle = socket.create_connection(("127.0.0.1", port), timeout=30)  # open while the server stops
+        # A connection that was answered once and now waits for its next line, open while the server
+        # stops (answered first, so the frontend holds it as idle however loaded the machine is).
+        idle = socket.create_connection(("127.0.0.1", port), timeout=30)
+        idle_stream = idle.makefile("rwb")
+        idle_stream.write(b'{"model": "nope", "id": "r5", "inputs": {}}\n')
+        idle_stream.flush()
+        assert json.loads(idle_stream.readline())["kind"] == "NOT_FOUND"
     finally:
         server.stop()
     assert idle.recv(1) == b""  # the frontend closed the idle connection on stop
+    idle_stream.close()
     idle.close()
     # Without the option the factory returns None and the server runs without the frontend.
     server = start(repo, [backend, frontend])
