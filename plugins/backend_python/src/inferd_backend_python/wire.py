@@ -21,7 +21,8 @@ from inferd.api import (
     InferTensor,
     RequestedOutput,
 )
-from inferd_backend_python.ipc import Block, Tensors, plain, view
+from inferd_backend_python.ipc import plain
+from inferd_backend_python.shm import Block, Tensors, view
 
 #: The fields this module (and pb_tensor) fill positionally: keywords and defaults cost twice as much.
 _POSITIONAL = {
