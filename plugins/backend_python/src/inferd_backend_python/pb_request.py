@@ -198,7 +198,7 @@ class InferenceRequest:
         "_requested",
         "_sender",
         "_timeout",
-    )  # fmt: skip
+    )
 
     def __init__(
         self,

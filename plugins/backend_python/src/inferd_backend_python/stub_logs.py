@@ -82,8 +82,13 @@ class LogBudget:
             _log.warning(
                 "dropped %d log lines from model '%s' version %s: more than its stubs' log budget (%d KiB at once, "
                 "then %d KiB a second, each line counting %d characters more than its text)",
-                self.dropped, self.model, self.version, BURST_CHARS >> 10, RATE_CHARS >> 10, RECORD_COST,
-            )  # fmt: skip
+                self.dropped,
+                self.model,
+                self.version,
+                BURST_CHARS >> 10,
+                RATE_CHARS >> 10,
+                RECORD_COST,
+            )
             self.dropped = 0
 
 
