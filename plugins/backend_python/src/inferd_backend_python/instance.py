@@ -290,7 +290,7 @@ class PythonInstance(SyncInstance):
         return InferdError(message, ErrorKind.INTERNAL)
 
     def _async_done(
-        self, future: Future, requests: Sequence[InferRequest], wrapped: list[InferenceRequest]
+        self, future: Future[Any], requests: Sequence[InferRequest], wrapped: list[InferenceRequest]
     ) -> None:
         exc = None if future.cancelled() else future.exception()
         if exc is not None:
@@ -456,7 +456,7 @@ class _LoopThread:
         self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self.thread.start()
 
-    def submit(self, coro: Any) -> Future:
+    def submit(self, coro: Any) -> Future[Any]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def close(self) -> None:

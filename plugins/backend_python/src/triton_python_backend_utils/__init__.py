@@ -158,7 +158,8 @@ def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) 
 
 def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
     """The ``input`` entry named ``name`` of a config dict (``json.loads(args['model_config'])``)."""
-    for entry in model_config.get("input", ()):
+    entries: list[dict[str, Any]] = model_config.get("input", [])
+    for entry in entries:
         if entry["name"] == name:
             return entry
     return None
@@ -166,7 +167,8 @@ def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[st
 
 def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
     """The ``output`` entry named ``name`` of a config dict, or None."""
-    for entry in model_config.get("output", ()):
+    entries: list[dict[str, Any]] = model_config.get("output", [])
+    for entry in entries:
         if entry["name"] == name:
             return entry
     return None
