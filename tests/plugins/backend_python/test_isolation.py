@@ -17,11 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferd.api import SOURCES
-from inferd.contracts.backend import InstanceSpec, Model
-from inferd.contracts.types import InferResponse
+from inferd.api import SOURCES, InferResponse, InstanceSpec, Model
 from inferd_backend_python.backend import PythonBackend
-from tests.plugins.backend_python.conftest import context_for, make_request, write_model
+
+from .conftest import context_for, make_request, write_model
 
 CONFIG = """
 input [{ name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }]
