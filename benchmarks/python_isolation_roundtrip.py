@@ -77,7 +77,7 @@ async def run(repo: Path, requests: int, wait_exit: bool, through_runner: bool) 
     print(f"{requests} round trips: {wall:.1f} µs wall; CPU µs: server {server.sum():.1f} (user {server[0]:.0f}, "
           f"system {server[1]:.0f}), stub {child.sum():.1f} (user {child[0]:.0f}, system {child[1]:.0f})")  # fmt: skip
     if wait_exit:  # let the stub exit by itself (a profiler in it writes its results)
-        stub._send(ipc.FINALIZE, None)
+        stub.send(ipc.FINALIZE, None)
         await loop.run_in_executor(None, stub.proc.wait)
         return
     await loop.run_in_executor(None, instance.close)

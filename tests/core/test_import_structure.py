@@ -36,6 +36,11 @@ PACKAGE = Path(inferd.__file__).resolve().parent
 PLUGIN_PACKAGES = sorted(p.parent for p in (PACKAGE.parents[2] / "plugins").glob("*/src/*/__init__.py"))
 MAX_MODULE_P90 = 350
 MAX_FUNCTION_P90 = 25
+#: The most lines a module of a plugin under :data:`SPLIT_PLUGINS` may have: past it, a module has
+#: more than one job.
+MAX_PLUGIN_MODULE = 500
+#: The plugins (directories under ``plugins/``) whose modules are held to :data:`MAX_PLUGIN_MODULE`.
+SPLIT_PLUGINS = ("backend_python",)
 
 #: The layers of ``inferd``, lowest first (docs/architecture.md's picture): a module imports, at run
 #: time, only from its own layer or lower ones (an import under ``if TYPE_CHECKING:`` names a type
@@ -470,6 +475,17 @@ def test_function_length_p90() -> None:
     assert value <= MAX_FUNCTION_P90, f"function length p90 is {value} lines (> {MAX_FUNCTION_P90}); longest:\n" + (
         _longest(lengths)
     )
+
+
+@pytest.mark.parametrize("plugin", SPLIT_PLUGINS)
+def test_no_module_of_a_plugin_is_longer_than_the_limit(plugin: str) -> None:
+    packages = [p for p in PLUGIN_PACKAGES if p.parents[1].name == plugin]
+    assert packages, f"no package under plugins/{plugin}/src"
+    sizes = {}
+    for package in packages:
+        sizes.update({m: len(p.read_text().splitlines()) for m, p in shaped_files(module_files(package)).items()})
+    long = {m: n for m, n in sizes.items() if n > MAX_PLUGIN_MODULE}
+    assert not long, f"modules of plugins/{plugin} over {MAX_PLUGIN_MODULE} lines:\n" + _longest(long)
 
 
 # -- the checker itself, on a package written here ------------------------------------------------

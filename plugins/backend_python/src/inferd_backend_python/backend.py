@@ -3,6 +3,8 @@
 ``PythonBackend`` imports ``<model>/<version>/model.py``; each instance is one ``TritonPythonModel``
 object, initialised with Triton's ``args`` dict. ``execute`` receives ``pb_utils`` views of inferd's
 requests (input arrays are not copied) and its responses are turned back into inferd responses.
+An isolated model (``EXECUTION_MODE: process``) runs each instance in a stub process of its own
+instead (:mod:`~inferd_backend_python.process_model`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from typing import Any
 
 from inferd.api import SOURCES, Backend, Instance, InstanceSpec, Model, ModelLoadContext, NotFound
 from inferd_backend_python import env as environments
-from inferd_backend_python.archive import Limits
 from inferd_backend_python.instance import (
     BLOCKED,
     PythonInstance,
@@ -25,12 +26,11 @@ from inferd_backend_python.instance import (
     run_auto_complete,
     start_model_object,
 )
+from inferd_backend_python.isolation import Isolation
 from inferd_backend_python.loader import check_model_class, forget_package, import_model_file
 from inferd_backend_python.pb_metrics import FAMILIES
-from inferd_backend_python.pb_request import (
-    ModelBinding,
-    bind,
-)
+from inferd_backend_python.pb_request import ModelBinding, bind
+from inferd_backend_python.process_settings import isolation_settings
 from inferd_backend_python.readiness import Probe, first_problem, on_thread
 
 _log = logging.getLogger("inferd.contracts.backend.python")
@@ -49,6 +49,8 @@ class PythonBackend(Backend):
     def __init__(self, settings: dict[str, str] | None = None) -> None:
         #: The bounds of an unpacked EXECUTION_ENV_PATH archive (``--backend-config=python,...``).
         self.env_limits = environments.limits(settings or {})
+        #: The threads and statistics its isolated models share (:mod:`inferd_backend_python.isolation`).
+        self.isolation = Isolation()
         SOURCES.add(FAMILIES)  # the models' pb_utils.MetricFamily objects, on /metrics
 
     def autocomplete_config(self, config: Any, model_dir: Path, version_dir: Path | None) -> None:
@@ -62,7 +64,7 @@ class PythonBackend(Backend):
         if not path.is_file():
             return  # load_model reports the missing file
         name = config.name or model_dir.name
-        if _isolated_autocomplete(config, model_dir, path, name, version_dir.name, self.env_limits):
+        if self._isolated_autocomplete(config, model_dir, path, name, version_dir.name):
             return
         module = import_model_file(name, version_dir.name, path, model_dir)
         try:
@@ -75,42 +77,41 @@ class PythonBackend(Backend):
     def load_model(self, context: ModelLoadContext) -> Model:
         filename = context.config.default_model_filename or _DEFAULT_FILENAME
         path = context.version_dir / filename
-        from inferd_backend_python.isolated import ProcessModel, isolation_settings
-
         settings = isolation_settings(context.config, context.model_dir, context.name, self.env_limits)
         if settings is not None:
             if not path.is_file():
                 raise NotFound(
                     f"model '{context.name}' version {context.version}: Python model file not found in '{path}'"
                 )
-            return ProcessModel(context, path, settings)
+            from inferd_backend_python.process_model import ProcessModel
+
+            return ProcessModel(context, path, settings, self.isolation)
         module = import_model_file(context.name, context.version, path, context.model_dir)
         return PythonModel(context, module, path)
 
+    def _isolated_autocomplete(self, config: Any, model_dir: Path, path: Path, name: str, version: str) -> bool:
+        """For an isolated model, run ``auto_complete_config`` in a stub (the model may import packages
+        only its environment has). False for an in-process model."""
+        settings = isolation_settings(config, model_dir, name, self.env_limits)
+        if settings is None:
+            return False
+        if "auto_complete_config" not in path.read_text(errors="replace"):
+            return True  # no hook to run: spare a process start
+        from inferd.api import config_from_json, config_to_json
+        from inferd_backend_python.launcher import Launcher
+        from inferd_backend_python.stub_autocomplete import autocomplete
 
-def _isolated_autocomplete(config: Any, model_dir: Path, path: Path, name: str, version: str, limits: Limits) -> bool:
-    """For an isolated model, run ``auto_complete_config`` in a stub (the model may import packages only
-    its environment has). False for an in-process model."""
-    from inferd_backend_python import isolated
-
-    settings = isolated.isolation_settings(config, model_dir, name, limits)
-    if settings is None:
-        return False
-    if "auto_complete_config" not in path.read_text(errors="replace"):
-        return True  # no hook to run: spare a process start
-    from inferd.api import config_from_json, config_to_json
-
-    as_json = config_to_json(config)
-    if not as_json.get("name"):
-        as_json["name"] = name
-    launcher = isolated.Launcher.for_settings(settings, f"model '{name}'")
-    try:
-        completed = isolated.autocomplete(launcher, as_json, name, path, model_dir, version)
-    finally:
-        launcher.release(_AUTOCOMPLETE_HOLD_S)
-    if completed is not None:
-        config.CopyFrom(config_from_json(completed, f"{path} (auto_complete_config)"))
-    return True
+        as_json = config_to_json(config)
+        if not as_json.get("name"):
+            as_json["name"] = name
+        launcher = Launcher.for_settings(settings, f"model '{name}'", self.isolation.spawner)
+        try:
+            completed = autocomplete(launcher, self.isolation, as_json, name, path, model_dir, version)
+        finally:
+            launcher.release(_AUTOCOMPLETE_HOLD_S)
+        if completed is not None:
+            config.CopyFrom(config_from_json(completed, f"{path} (auto_complete_config)"))
+        return True
 
 
 def _highest_version_dir(model_dir: Path, filename: str) -> Path | None:
@@ -151,8 +152,12 @@ class PythonModel(Model):
         #: Why executions never run on the event loop (None: quick ones may).
         self.inline_reason = inline_reason(context.config, self.name, context.model_dir)
         if self.inline_reason is not None:
-            _log.debug("model '%s' version %s: execute runs on its instances' threads only: %s",
-                       self.name, self.version, self.inline_reason)  # fmt: skip
+            _log.debug(
+                "model '%s' version %s: execute runs on its instances' threads only: %s",
+                self.name,
+                self.version,
+                self.inline_reason,
+            )
         #: One per instance whose model defines ``is_ready``.
         self.probes: list[Probe] = []
         self._args = {

@@ -200,8 +200,11 @@ def remove_stale(parent: Path | None = None) -> list[Path]:
             shutil.rmtree(entry.path, ignore_errors=True)
             removed.append(Path(entry.path))
     if removed:
-        _log.info("removed %d Python environment(s) unpacked by processes that ended: %s", len(removed),
-                  ", ".join(str(p) for p in removed))  # fmt: skip
+        _log.info(
+            "removed %d Python environment(s) unpacked by processes that ended: %s",
+            len(removed),
+            ", ".join(str(p) for p in removed),
+        )
     return removed
 
 

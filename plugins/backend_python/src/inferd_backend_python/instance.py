@@ -177,8 +177,11 @@ class PythonInstance(SyncInstance):
         self.may_run_inline = False
         _log.info(
             "model '%s' instance '%s': execute on the event loop %s; it runs on the instance's thread from now on "
-            "(always with parameter EXECUTE_INLINE off)", self._binding.model_name, self.name, why,
-        )  # fmt: skip
+            "(always with parameter EXECUTE_INLINE off)",
+            self._binding.model_name,
+            self.name,
+            why,
+        )
 
     def _run(self, requests: Sequence[InferRequest]) -> list[InferResponse | InferdError]:
         binding = self._binding
@@ -200,10 +203,11 @@ class PythonInstance(SyncInstance):
             return self._fail(requests, wrapped, exc)
         if self._decoupled:
             if result is not None:
-                self._fail(requests, wrapped, _ExecuteError(
+                error = _ExecuteError(
                     f"Python model '{binding.model_name}' is using the decoupled mode and the "
                     "execute function must return None."
-                ))  # fmt: skip
+                )
+                self._fail(requests, wrapped, error)
             else:
                 self._reschedule_decoupled(requests, wrapped)
             return []
@@ -285,7 +289,9 @@ class PythonInstance(SyncInstance):
             return InferdError(message, error_to_inferd(exc).kind)
         return InferdError(message, ErrorKind.INTERNAL)
 
-    def _async_done(self, future: Future, requests: Sequence[InferRequest], wrapped: list[InferenceRequest]) -> None:
+    def _async_done(
+        self, future: Future[Any], requests: Sequence[InferRequest], wrapped: list[InferenceRequest]
+    ) -> None:
         exc = None if future.cancelled() else future.exception()
         if exc is not None:
             self._fail(requests, wrapped, exc)
@@ -432,8 +438,11 @@ class _BlockedExecutions:
                         "model '%s' instance '%s': execute has been running for %.1f s (EXECUTE_WARN_SECS %g); "
                         "it holds the instance, and unloading the model or stopping the server waits for it. "
                         "An isolated model (EXECUTION_MODE process) can be stopped with EXECUTE_TIMEOUT_SECS",
-                        instance._binding.model_name, instance.name, now - since, instance.warn_after,
-                    )  # fmt: skip
+                        instance._binding.model_name,
+                        instance.name,
+                        now - since,
+                        instance.warn_after,
+                    )
 
 
 BLOCKED = _BlockedExecutions()
@@ -447,7 +456,7 @@ class _LoopThread:
         self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self.thread.start()
 
-    def submit(self, coro: Any) -> Future:
+    def submit(self, coro: Any) -> Future[Any]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def close(self) -> None:

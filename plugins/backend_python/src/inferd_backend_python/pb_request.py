@@ -198,7 +198,7 @@ class InferenceRequest:
         "_requested",
         "_sender",
         "_timeout",
-    )  # fmt: skip
+    )
 
     def __init__(
         self,
@@ -256,7 +256,8 @@ class InferenceRequest:
 
     def correlation_id(self) -> int | str:
         if self._inferd is not None:
-            return self._inferd.parameters.get("sequence_id", 0)
+            correlation: int | str = self._inferd.parameters.get("sequence_id", 0)
+            return correlation
         return self._correlation_id
 
     def flags(self) -> int:

@@ -27,9 +27,21 @@ from inferd.api import (
 
 #: Wire datatype -> TRITONSERVER_DataType number (what ``Tensor.triton_dtype()`` returns).
 WIRE_TO_TRITON_DTYPE: dict[str, int] = {
-    "BOOL": 1, "UINT8": 2, "UINT16": 3, "UINT32": 4, "UINT64": 5, "INT8": 6, "INT16": 7,
-    "INT32": 8, "INT64": 9, "FP16": 10, "FP32": 11, "FP64": 12, "BYTES": 13, "BF16": 14,
-}  # fmt: skip
+    "BOOL": 1,
+    "UINT8": 2,
+    "UINT16": 3,
+    "UINT32": 4,
+    "UINT64": 5,
+    "INT8": 6,
+    "INT16": 7,
+    "INT32": 8,
+    "INT64": 9,
+    "FP16": 10,
+    "FP32": 11,
+    "FP64": 12,
+    "BYTES": 13,
+    "BF16": 14,
+}
 
 _BYTES = "BYTES"
 

@@ -89,7 +89,7 @@ def _alive(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")
 
 
-def end(proc: subprocess.Popen, grace: float = 0.0) -> None:
+def end(proc: subprocess.Popen[bytes], grace: float = 0.0) -> None:
     """Kill the stub ``proc`` and every process below it (see the module's docstring); with
     ``grace``, its descendants are first sent ``SIGTERM`` and given up to ``grace`` seconds to exit
     (blocking for that long at most: not on the event loop)."""

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from inferd.api import RESCHEDULE, InferdError, InferRequest, InferResponse, settle_gc
-from inferd_backend_python import ipc, pb_metrics
+from inferd_backend_python import ipc, pb_metrics, shm
 from inferd_backend_python.instance import PythonInstance, run_auto_complete, start_model_object
 from inferd_backend_python.loader import check_model_class, import_model_file
 from inferd_backend_python.pb_request import CANCEL_QUERY, ModelBinding, bind
@@ -82,7 +82,7 @@ def main(fd: int, rings: str, load: Callable[[str, str], None], pb_utils_dir: st
     _keep_heap()
     load("triton_python_backend_utils", pb_utils_dir)
     in_fd, out_fd, size = (int(n) for n in rings.split(","))
-    in_ring, out_ring = ipc.Ring(in_fd, size), ipc.Ring(out_fd, size)
+    in_ring, out_ring = shm.Ring(in_fd, size), shm.Ring(out_fd, size)
     os.close(in_fd)
     os.close(out_fd)
     Stub(ipc.Channel(socket.socket(fileno=fd), out_ring, in_ring)).run()
@@ -183,7 +183,7 @@ class _Inbox:
             message = None
             try:
                 message = self.channel.recv()
-            except ipc.Malformed:
+            except shm.Malformed:
                 pass
             finally:
                 with lock:
@@ -242,7 +242,7 @@ class _ServerClient:
 
     def _call(self, request: InferRequest, decoupled: bool) -> tuple[int, collections.deque[tuple[Any, Any]]]:
         call_id, replies = self._stub.new_call()
-        tensors = ipc.Tensors()
+        tensors = shm.Tensors()
         item = encode_request(request, tensors)
         self._stub.channel.send(ipc.BLS_CALL, (call_id, decoupled, item), tensors)
         return call_id, replies
@@ -298,7 +298,7 @@ class Stub:
     def run(self) -> None:
         try:
             first = self.channel.recv()
-        except ipc.Malformed:
+        except shm.Malformed:
             first = None
         if first is None:
             return
@@ -411,7 +411,7 @@ class Stub:
                 for request in requests:
                     if request.response_sender is not None:
                         request.response_sender(error, True)
-            tensors = ipc.Tensors()
+            tensors = shm.Tensors()
             encoded = [encode_outcome(r, tensors) for r in results]
             rescheduled = [i for i, r in enumerate(requests) if r.context.get(RESCHEDULE)] if iterative else ()
             # before the send: once it is sent the server may hand over a batch that never waited (and this
@@ -435,7 +435,7 @@ class Stub:
 
     def _sender(self, batch_id: int, index: int) -> Callable[[InferResponse | InferdError | None, bool], None]:
         def send(outcome: InferResponse | InferdError | None, final: bool) -> None:
-            tensors = ipc.Tensors()
+            tensors = shm.Tensors()
             payload = encode_outcome(outcome, tensors)
             self.channel.send(ipc.SEND, (batch_id, index, payload, bool(final)), tensors)
 

@@ -15,6 +15,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
+
+from inferd_backend_python.shm import Malformed
 
 #: Characters of one record the server logs; the rest is cut.
 LINE_CHARS = 16 * 1024
@@ -79,6 +82,21 @@ class LogBudget:
             _log.warning(
                 "dropped %d log lines from model '%s' version %s: more than its stubs' log budget (%d KiB at once, "
                 "then %d KiB a second, each line counting %d characters more than its text)",
-                self.dropped, self.model, self.version, BURST_CHARS >> 10, RATE_CHARS >> 10, RECORD_COST,
-            )  # fmt: skip
+                self.dropped,
+                self.model,
+                self.version,
+                BURST_CHARS >> 10,
+                RATE_CHARS >> 10,
+                RECORD_COST,
+            )
             self.dropped = 0
+
+
+def log_record(body: Any) -> tuple[int, str, str]:
+    """A LOG message's (level, logger name, text), checked (:class:`~inferd_backend_python.shm.Malformed`)."""
+    if not (isinstance(body, tuple | list) and len(body) == 3):
+        raise Malformed("a log record that is not (level, logger name, text)")
+    level, name, message = body
+    if type(level) is not int or type(name) is not str or type(message) is not str:
+        raise Malformed("a log record that is not (level, logger name, text)")
+    return level, name, message

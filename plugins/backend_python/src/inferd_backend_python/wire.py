@@ -21,16 +21,27 @@ from inferd.api import (
     InferTensor,
     RequestedOutput,
 )
-from inferd_backend_python.ipc import Block, Tensors, plain, view
+from inferd_backend_python.ipc import plain
+from inferd_backend_python.shm import Block, Tensors, view
 
 #: The fields this module (and pb_tensor) fill positionally: keywords and defaults cost twice as much.
 _POSITIONAL = {
-    InferRequest: ("model_name", "model_version", "id", "inputs", "outputs", "parameters", "arrival_ns",
-                   "response_sender", "context", "cancelled"),
+    InferRequest: (
+        "model_name",
+        "model_version",
+        "id",
+        "inputs",
+        "outputs",
+        "parameters",
+        "arrival_ns",
+        "response_sender",
+        "context",
+        "cancelled",
+    ),
     InferTensor: ("name", "datatype", "shape", "data", "parameters"),
     RequestedOutput: ("name", "parameters"),
     InferResponse: ("model_name", "model_version", "id", "outputs", "parameters", "final"),
-}  # fmt: skip
+}
 for _cls, _names in _POSITIONAL.items():
     if tuple(f.name for f in dataclasses.fields(_cls)) != _names:
         raise ImportError(f"the fields of {_cls.__name__} changed: update inferd_backend_python.wire")
@@ -63,9 +74,17 @@ def decode_request(
         tensors[tname] = InferTensor(tname, desc[0], array.shape, array, {})
     # every field given, in order: a dataclass's defaults and keywords cost more than the fields
     return InferRequest(
-        name, version, rid, tensors, [RequestedOutput(o, {}) for o in outputs], params, monotonic_ns(), sender,
-        {} if context is None else context, False,
-    )  # fmt: skip
+        name,
+        version,
+        rid,
+        tensors,
+        [RequestedOutput(o, {}) for o in outputs],
+        params,
+        monotonic_ns(),
+        sender,
+        {} if context is None else context,
+        False,
+    )
 
 
 def encode_error(error: BaseException) -> tuple[str, str, str]:

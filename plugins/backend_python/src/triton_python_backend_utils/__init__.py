@@ -32,17 +32,40 @@ from inferd_backend_python.pb_request import (
 from inferd_backend_python.pb_tensor import InferenceResponse, Tensor, TritonError, TritonModelException
 
 __all__ = [
-    "TRITONSERVER_MEMORY_CPU", "TRITONSERVER_MEMORY_GPU", "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END",
-    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START", "TRITONSERVER_REQUEST_RELEASE_ALL",
-    "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE", "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
-    "TRITON_STRING_TO_NUMPY", "InferenceRequest", "InferenceResponse", "InferenceResponseSender",
-    "Logger", "Metric", "MetricFamily", "ModelConfig", "PreferredMemory", "Tensor", "TritonError",
-    "TritonModelException", "deserialize_bytes_tensor", "get_input_config_by_name",
-    "get_input_tensor_by_name", "get_model_dir", "get_output_config_by_name",
-    "get_output_tensor_by_name", "is_model_ready", "load_model", "numpy_to_triton_type",
-    "serialize_byte_tensor", "triton_string_to_numpy", "triton_to_numpy_type", "unload_model",
+    "TRITONSERVER_MEMORY_CPU",
+    "TRITONSERVER_MEMORY_GPU",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START",
+    "TRITONSERVER_REQUEST_RELEASE_ALL",
+    "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE",
+    "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
+    "TRITON_STRING_TO_NUMPY",
+    "InferenceRequest",
+    "InferenceResponse",
+    "InferenceResponseSender",
+    "Logger",
+    "Metric",
+    "MetricFamily",
+    "ModelConfig",
+    "PreferredMemory",
+    "Tensor",
+    "TritonError",
+    "TritonModelException",
+    "deserialize_bytes_tensor",
+    "get_input_config_by_name",
+    "get_input_tensor_by_name",
+    "get_model_dir",
+    "get_output_config_by_name",
+    "get_output_tensor_by_name",
+    "is_model_ready",
+    "load_model",
+    "numpy_to_triton_type",
+    "serialize_byte_tensor",
+    "triton_string_to_numpy",
+    "triton_to_numpy_type",
+    "unload_model",
     "using_decoupled_model_transaction_policy",
-]  # fmt: skip
+]
 
 TRITON_STRING_TO_NUMPY: dict[str, Any] = {
     "TYPE_BOOL": bool,
@@ -62,9 +85,20 @@ TRITON_STRING_TO_NUMPY: dict[str, Any] = {
 
 # TRITONSERVER_DataType numbers <-> numpy types.
 _TRITON_TO_NUMPY: dict[int, Any] = {
-    1: np.bool_, 2: np.uint8, 3: np.uint16, 4: np.uint32, 5: np.uint64, 6: np.int8, 7: np.int16,
-    8: np.int32, 9: np.int64, 10: np.float16, 11: np.float32, 12: np.float64, 13: np.object_,
-}  # fmt: skip
+    1: np.bool_,
+    2: np.uint8,
+    3: np.uint16,
+    4: np.uint32,
+    5: np.uint64,
+    6: np.int8,
+    7: np.int16,
+    8: np.int32,
+    9: np.int64,
+    10: np.float16,
+    11: np.float32,
+    12: np.float64,
+    13: np.object_,
+}
 _NUMPY_TO_TRITON: dict[np.dtype, int] = {np.dtype(t): code for code, t in _TRITON_TO_NUMPY.items()}
 
 
@@ -124,7 +158,8 @@ def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) 
 
 def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
     """The ``input`` entry named ``name`` of a config dict (``json.loads(args['model_config'])``)."""
-    for entry in model_config.get("input", ()):
+    entries: list[dict[str, Any]] = model_config.get("input", [])
+    for entry in entries:
         if entry["name"] == name:
             return entry
     return None
@@ -132,7 +167,8 @@ def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[st
 
 def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
     """The ``output`` entry named ``name`` of a config dict, or None."""
-    for entry in model_config.get("output", ()):
+    entries: list[dict[str, Any]] = model_config.get("output", [])
+    for entry in entries:
         if entry["name"] == name:
             return entry
     return None
