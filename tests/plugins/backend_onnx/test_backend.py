@@ -21,6 +21,7 @@ from . import models as m
 ort = lazy_import("onnxruntime")
 #: The backend module (it imports onnxruntime): loaded by the first test that uses it.
 onnx_backend = lazy_import("inferd_backend_onnx.backend")
+onnx_session = lazy_import("inferd_backend_onnx.session")
 
 
 def config(text: str, name: str = "m"):
@@ -271,7 +272,7 @@ def test_session_options_apply(tmp_path: Path) -> None:
         parameters { key: "memory.enable_memory_arena_shrinkage" value: { string_value: "cpu:0" } }
     """
     model, instance = load(write(tmp_path, "am", m.add_matmul(), None), text)
-    so = model.session_options()
+    so = onnx_session.session_options(model.settings, model.name)
     assert so.graph_optimization_level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     assert so.execution_mode == ort.ExecutionMode.ORT_PARALLEL
     assert (so.enable_cpu_mem_arena, so.enable_mem_pattern) == (True, False)
