@@ -61,12 +61,12 @@ class TensorRTInstance(ArrayInstance):
         strategy = getattr(trt.ExecutionContextAllocationStrategy, options.allocation_strategy)
         self.contexts: dict[int, Any] = {}
         for p in profiles:
-            context = engine.create_execution_context(strategy)
-            if context is None:
+            execution = engine.create_execution_context(strategy)
+            if execution is None:
                 raise InternalError(f"model '{self.model_name}': TensorRT could not create an execution context")
             if self.info.num_profiles > 1 or p != 0:
-                context.set_optimization_profile_async(p, self.stream.handle)
-            self.contexts[p] = context
+                execution.set_optimization_profile_async(p, self.stream.handle)
+            self.contexts[p] = execution
         self.stream.synchronize()
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
