@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -25,7 +25,7 @@ class VllmOptions:
     """One version's engine arguments (for ``AsyncEngineArgs``) and LoRA adapters (name -> directory)."""
 
     engine_args: Mapping[str, Any]
-    loras: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    loras: Mapping[str, str]
 
     @property
     def pooling(self) -> bool:
