@@ -193,7 +193,7 @@ def _rows(inputs: Mapping[str, np.ndarray]) -> int:
 
 
 def _type_name(tensor: Any) -> str:
-    return tensor.DESCRIPTOR.fields_by_name["data_type"].enum_type.values_by_number[tensor.data_type].name
+    return str(tensor.DESCRIPTOR.fields_by_name["data_type"].enum_type.values_by_number[tensor.data_type].name)
 
 
 def _execution_setters(

@@ -47,7 +47,7 @@ def plan_filename(config: ModelConfig, device: int) -> str:
     if config.cc_model_filenames:
         cc = cuda.compute_capability(device)
         if cc in config.cc_model_filenames:
-            return config.cc_model_filenames[cc]
+            return str(config.cc_model_filenames[cc])
     return config.default_model_filename or DEFAULT_FILENAME
 
 

@@ -96,8 +96,8 @@ class Engine:
             if self.pooling:
                 inputs = decode_pooling_inputs(request)
                 lora = self._lora(inputs.sampling)
-                params = pooling_params(inputs.sampling, inputs.sampling_from_tensor)
-                job = self._embed(request, inputs, params, lora, sender)
+                embedding = pooling_params(inputs.sampling, inputs.sampling_from_tensor)
+                job = self._embed(request, inputs, embedding, lora, sender)
             else:
                 inputs = decode_inputs(request)
                 lora = self._lora(inputs.sampling)

@@ -36,7 +36,9 @@ def build_tiny_llama(directory: Path, vocab_size: int = 512, hidden: int = 128, 
         vocab_size=vocab_size, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     tokenizer.train_from_iterator(_CORPUS, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(directory)
     torch.manual_seed(seed)
@@ -52,7 +54,7 @@ def build_tiny_llama(directory: Path, vocab_size: int = 512, hidden: int = 128, 
         eos_token_id=1,
         tie_word_embeddings=False,
     )
-    LlamaForCausalLM(config).float().save_pretrained(directory)
+    LlamaForCausalLM(config).float().save_pretrained(directory)  # type: ignore[no-untyped-call]
     return directory
 
 
