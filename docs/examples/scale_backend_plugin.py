@@ -9,7 +9,8 @@ output ``OUTPUT<n>``. It needs no model file, only a version directory::
     parameters [ { key: "factor" value: { string_value: "3" } } ]
 
 The outputs may be left out: ``autocomplete_config`` mirrors the inputs. In a real plugin the
-hook lives in ``hooks.py`` (which imports no framework) and the classes in ``backend.py``.
+hook lives in ``hooks.py`` (which imports no framework), the Backend and Model in ``backend.py``, the
+Instance in ``instance.py`` and the parameters' parsing in ``options.py`` (docs/writing-a-backend.md).
 """
 
 from __future__ import annotations

@@ -63,14 +63,19 @@ def onnx_model() -> bytes:
     from onnx import TensorProto, helper, numpy_helper
 
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["INPUT0", "W"], ["XW"]), helper.make_node("Add", ["XW", "B"], ["OUTPUT0"]),
-         helper.make_node("Relu", ["INPUT0"], ["OUTPUT1"])],
+        [
+            helper.make_node("MatMul", ["INPUT0", "W"], ["XW"]),
+            helper.make_node("Add", ["XW", "B"], ["OUTPUT0"]),
+            helper.make_node("Relu", ["INPUT0"], ["OUTPUT1"]),
+        ],
         "gpu_check",
         [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", 4])],
-        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", 3]),
-         helper.make_tensor_value_info("OUTPUT1", TensorProto.FLOAT, ["batch", 4])],
+        [
+            helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", 3]),
+            helper.make_tensor_value_info("OUTPUT1", TensorProto.FLOAT, ["batch", 4]),
+        ],
         initializer=[numpy_helper.from_array(W, "W"), numpy_helper.from_array(B, "B")],
-    )  # fmt: skip
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     onnx.checker.check_model(model)
     return model.SerializeToString()
@@ -87,10 +92,16 @@ def build_plans(onnx_bytes: bytes) -> dict[str, bytes] | None:
     print(f"INFO TensorRT {tensorrt.__version__}", flush=True)
     from inferd_backend_tensorrt.build import build_engine
 
-    one = attempt("build engine, 1 profile (batch 1..32)",
-                  lambda: build_engine(onnx_bytes, [{"INPUT0": ((1, 4), (8, 4), (32, 4))}]))  # fmt: skip
-    two = attempt("build engine, 2 profiles (batch 1..4, 5..32)", lambda: build_engine(
-        onnx_bytes, [{"INPUT0": ((1, 4), (2, 4), (4, 4))}, {"INPUT0": ((5, 4), (16, 4), (32, 4))}]))  # fmt: skip
+    one = attempt(
+        "build engine, 1 profile (batch 1..32)",
+        lambda: build_engine(onnx_bytes, [{"INPUT0": ((1, 4), (8, 4), (32, 4))}]),
+    )
+    two = attempt(
+        "build engine, 2 profiles (batch 1..4, 5..32)",
+        lambda: build_engine(
+            onnx_bytes, [{"INPUT0": ((1, 4), (2, 4), (4, 4))}, {"INPUT0": ((5, 4), (16, 4), (32, 4))}]
+        ),
+    )
     return {"one": one, "two": two} if one and two else None
 
 
@@ -129,16 +140,25 @@ def check_autocomplete(server: Any) -> None:
     import tritonclient.http as httpclient
 
     config = httpclient.InferenceServerClient(server.http_url).get_model_config("trt_auto")
-    got = (config.get("max_batch_size"), [(i["name"], i["dims"]) for i in config.get("input", [])],
-           sorted(o["name"] for o in config.get("output", [])), config["instance_group"][0]["kind"])  # fmt: skip
+    got = (
+        config.get("max_batch_size"),
+        [(i["name"], i["dims"]) for i in config.get("input", [])],
+        sorted(o["name"] for o in config.get("output", [])),
+        config["instance_group"][0]["kind"],
+    )
     want = (32, [("INPUT0", [4])], ["OUTPUT0", "OUTPUT1"], "KIND_GPU")
     report(got == want, "trt_auto config auto-completed from the engine", f"{got}" if got != want else "")
 
 
 def check_onnx_provider(log: str) -> None:
     lines = [line for line in log.splitlines() if "'onnx_gpu'" in line and "session on" in line]
-    fallback = [line for line in log.splitlines() if "'onnx_gpu'" in line and "CUDAExecutionProvider" in line
-                and ("not available" in line or "could not start" in line)]  # fmt: skip
+    fallback = [
+        line
+        for line in log.splitlines()
+        if "'onnx_gpu'" in line
+        and "CUDAExecutionProvider" in line
+        and ("not available" in line or "could not start" in line)
+    ]
     ok = bool(lines) and all("CUDAExecutionProvider" in line for line in lines) and not fallback
     report(
         ok,

@@ -32,6 +32,19 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in drop}
 
 
+#: The modules every backend has, for the same jobs: registration, the Backend and its Model, the
+#: Instance, the model's parsed parameters.
+BACKEND_SHAPE = {"__init__", "hooks", "backend", "instance", "options"}
+
+
+def test_the_template_and_every_backend_have_one_shape(tmp_path: Path):
+    package = render(tmp_path, backend_name="shape") / "src" / "inferd_backend_shape"
+    assert {p.stem for p in package.glob("*.py")} == BACKEND_SHAPE
+    for plugin in sorted((ROOT / "plugins").glob("backend_*/src/inferd_backend_*")):
+        missing = BACKEND_SHAPE - {p.stem for p in plugin.glob("*.py")}
+        assert not missing, f"{plugin.relative_to(ROOT)} has no {', '.join(sorted(missing))}"
+
+
 def test_names_derive_from_the_backend_name(tmp_path: Path):
     project = render(tmp_path, backend_name="my_model")
     assert project.name == "inferd-backend-my-model"

@@ -13,7 +13,7 @@ from inferd.config import config_to_json, normalize, parse_config_text
 from inferd.contracts.backend import InstanceSpec, ModelLoadContext
 from inferd.contracts.errors import ConfigError, InternalError, InvalidArgument
 from inferd_backend_onnx import options
-from inferd_backend_onnx.signature import TensorInfo, check_config
+from inferd_backend_onnx.signature import GraphTensor, check_config
 from tests.lazy import lazy_import
 
 from . import models as m
@@ -21,6 +21,7 @@ from . import models as m
 ort = lazy_import("onnxruntime")
 #: The backend module (it imports onnxruntime): loaded by the first test that uses it.
 onnx_backend = lazy_import("inferd_backend_onnx.backend")
+onnx_session = lazy_import("inferd_backend_onnx.session")
 
 
 def config(text: str, name: str = "m"):
@@ -130,8 +131,8 @@ def test_bad_accelerators(text: str, needle: str) -> None:
 
 # -- config checks --------------------------------------------------------------------------------
 
-GRAPH_IN = [TensorInfo("A", "TYPE_FP32", (-1, 4), "tensor(float)")]
-GRAPH_OUT = [TensorInfo("Y", "TYPE_FP32", (-1, 3), "tensor(float)")]
+GRAPH_IN = [GraphTensor("A", "TYPE_FP32", (-1, 4), "tensor(float)")]
+GRAPH_OUT = [GraphTensor("Y", "TYPE_FP32", (-1, 3), "tensor(float)")]
 
 
 @pytest.mark.parametrize("text, needle", [
@@ -172,14 +173,14 @@ def test_check_config_hints_at_max_batch_size() -> None:
 
 
 def test_bf16_is_refused_at_load() -> None:
-    bf16 = [TensorInfo("A", "TYPE_BF16", (-1, 4), "tensor(bfloat16)")]
+    bf16 = [GraphTensor("A", "TYPE_BF16", (-1, 4), "tensor(bfloat16)")]
     cfg = config('max_batch_size: 2 input [{name: "A" data_type: TYPE_BF16 dims: [4]}]')
     with pytest.raises(ConfigError, match="input 'A' is bfloat16"):
         check_config(cfg, "m", bf16, [])
 
 
 def test_check_config_batching_needs_a_dynamic_first_dim() -> None:
-    fixed = [TensorInfo("A", "TYPE_FP32", (2, 4), "tensor(float)")]
+    fixed = [GraphTensor("A", "TYPE_FP32", (2, 4), "tensor(float)")]
     cfg = config('max_batch_size: 2 input [{name: "A" data_type: TYPE_FP32 dims: [4]}]')
     with pytest.raises(
         ConfigError,
@@ -271,7 +272,7 @@ def test_session_options_apply(tmp_path: Path) -> None:
         parameters { key: "memory.enable_memory_arena_shrinkage" value: { string_value: "cpu:0" } }
     """
     model, instance = load(write(tmp_path, "am", m.add_matmul(), None), text)
-    so = model.session_options()
+    so = onnx_session.session_options(model.settings, model.name)
     assert so.graph_optimization_level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     assert so.execution_mode == ort.ExecutionMode.ORT_PARALLEL
     assert (so.enable_cpu_mem_arena, so.enable_mem_pattern) == (True, False)

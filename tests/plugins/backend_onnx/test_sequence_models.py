@@ -21,7 +21,7 @@ from tritonclient.utils import InferenceServerException
 from inferd.config import ModelConfig
 from inferd.config.parse import parse_config_text
 from inferd.testing import ServerProcess
-from inferd_backend_onnx.signature import TensorInfo, autocomplete, check_config, run_output_names
+from inferd_backend_onnx.signature import GraphTensor, autocomplete, check_config, run_output_names
 
 from . import models as m
 
@@ -233,8 +233,8 @@ def _client(server: ServerProcess, protocol: str):  # type: ignore[no-untyped-de
 # -- the config-vs-graph rules, without a session ------------------------------------------------
 
 
-def _infos(*names: str, elem: str = "TYPE_INT32") -> list[TensorInfo]:
-    return [TensorInfo(n, elem, (-1, 1), "tensor(int32)") for n in names]
+def _infos(*names: str, elem: str = "TYPE_INT32") -> list[GraphTensor]:
+    return [GraphTensor(n, elem, (-1, 1), "tensor(int32)") for n in names]
 
 
 def _config(text: str) -> ModelConfig:

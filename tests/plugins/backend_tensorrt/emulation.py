@@ -174,13 +174,14 @@ def fake_tensorrt(engines: list[ComputeEngine]) -> types.ModuleType:
 def installed(gpus: int = 1) -> Iterator[tuple[FakeCudaRuntime, list[ComputeEngine]]]:
     """Install the emulated ``tensorrt`` and CUDA runtime for the backend; restore afterwards."""
     from inferd.lifecycle import builder
-    from inferd_backend_tensorrt import backend, cuda
+    from inferd_backend_tensorrt import cuda
+    from inferd_backend_tensorrt import runtime as trt_runtime
 
     engines: list[ComputeEngine] = []
     runtime = FakeCudaRuntime(gpus)
-    saved = (sys.modules.get("tensorrt"), backend._trt, cuda._rt, backend._Logger.instance)
+    saved = (sys.modules.get("tensorrt"), cuda._rt, trt_runtime.Logger.instance)
     sys.modules["tensorrt"] = fake_tensorrt(engines)
-    backend._trt, cuda._rt, backend._Logger.instance = None, runtime, None
+    cuda._rt, trt_runtime.Logger.instance = runtime, None
     # The server validates a config's GPU ids against the GPUs the driver shows: these ones.
     visible_gpus, builder.visible_gpus = builder.visible_gpus, lambda: list(range(gpus))
     try:
@@ -191,4 +192,4 @@ def installed(gpus: int = 1) -> Iterator[tuple[FakeCudaRuntime, list[ComputeEngi
             sys.modules.pop("tensorrt", None)
         else:
             sys.modules["tensorrt"] = saved[0]
-        backend._trt, cuda._rt, backend._Logger.instance = saved[1], saved[2], saved[3]
+        cuda._rt, trt_runtime.Logger.instance = saved[1], saved[2]

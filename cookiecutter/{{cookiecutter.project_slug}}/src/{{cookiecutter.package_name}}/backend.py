@@ -1,8 +1,16 @@
 """The "{{ cookiecutter.backend_name }}" backend: Backend -> Model -> Instance.
 
 This template echoes: output ``n`` is input ``n``, unchanged. Each method says what a real
-framework puts there. The only module that may import your framework is this one (or modules it
-imports), and only at module level here, because ``hooks.py`` imports this module lazily.
+framework puts there. The package has the shape of inferd's own backends:
+
+- ``hooks.py``: registration, imported at start-up (never your framework);
+- ``backend.py`` (this module): the ``Backend`` (config completion, loading) and the loaded ``Model``;
+- ``instance.py``: the ``Instance`` that executes batches;
+- ``options.py``: the model's parameters, read from its config once, into a frozen dataclass;
+- modules named after their job where the framework needs more (a session, an engine...).
+
+Your framework may be imported here and in the modules this one imports (at module level):
+``hooks.py`` imports this module only when a model needs the backend.
 
 Lifecycle, for each model version:
 
@@ -17,12 +25,13 @@ Lifecycle, for each model version:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-from inferd.api import ArrayInstance, Backend, ConfigError, InstanceSpec, Model, ModelLoadContext, NotFound
+from inferd.api import Backend, InstanceSpec, Model, ModelLoadContext, NotFound
+
+from {{ cookiecutter.package_name }}.instance import {{ cookiecutter.class_prefix }}Instance
+from {{ cookiecutter.package_name }}.options import {{ cookiecutter.class_prefix }}Options, parse_options
 
 if TYPE_CHECKING:
     from inferd.api import ModelConfig
@@ -68,78 +77,33 @@ class {{ cookiecutter.class_prefix }}Backend(Backend):
         ``InvalidArgument``...) naming the model and the file when it fails; the message ends up in
         the repository index and in the load request's answer.
         """
+        options = parse_options(context.config, context.name)
         path = context.model_path
         if not path.exists():
             raise NotFound(f"model '{context.name}': model file '{path}' does not exist")
-        return {{ cookiecutter.class_prefix }}Model(context, path.read_text(errors="replace"))
+        return {{ cookiecutter.class_prefix }}Model(context, options, path.read_text(errors="replace"))
 
 
 class {{ cookiecutter.class_prefix }}Model(Model):
     """A loaded model version: what every instance shares (weights, parsed config)."""
 
-    def __init__(self, context: ModelLoadContext, artifact: str) -> None:
+    def __init__(self, context: ModelLoadContext, options: {{ cookiecutter.class_prefix }}Options, artifact: str) -> None:
         self.context = context
+        self.options = options
         self.artifact = artifact  # a real backend keeps its loaded weights / graph here
-        self.pairs = _pairs(context.config)
 
-    def create_instance(self, spec: InstanceSpec) -> ArrayInstance:
+    def create_instance(self, spec: InstanceSpec) -> {{ cookiecutter.class_prefix }}Instance:
         """Create one instance (called once per instance, off the event loop).
 
         ``spec.kind`` is ``KIND_CPU`` or ``KIND_GPU`` (then ``spec.device_id`` is the GPU);
         ``spec.name`` is Triton's instance name. Create the per-instance state here: a session,
         an execution context, a CUDA stream. Refuse kinds the framework cannot run.
+
+        The instance gets what it needs (the load context, the options, what you loaded), not the
+        model itself: ``instance.py`` then never imports this module.
         """
-        return {{ cookiecutter.class_prefix }}Instance(self, spec)
+        return {{ cookiecutter.class_prefix }}Instance(self.context, self.options, spec)
 
     def unload(self) -> None:
         """Release what ``load_model`` took, after every instance is closed."""
         self.artifact = ""
-
-
-class {{ cookiecutter.class_prefix }}Instance(ArrayInstance):
-    """One execution context. ``ArrayInstance`` concatenates a batch of requests along the batch
-    dimension, calls :meth:`run` once and splits the outputs back per request.
-
-    ``ArrayInstance`` is a ``SyncInstance``: its ``execute`` computes on the instance's own thread.
-    A framework that is not "arrays in, arrays out" (streaming, decoupled models) subclasses
-    ``inferd.api.SyncInstance`` instead and implements ``execute(requests) -> responses``; one that
-    only hands requests to work running elsewhere (an asyncio engine, another process) subclasses
-    ``inferd.api.AsyncInstance`` and implements ``async def execute(requests) -> responses``, run
-    on the server's event loop (it must never block it).
-    """
-
-    def __init__(self, model: {{ cookiecutter.class_prefix }}Model, spec: InstanceSpec) -> None:
-        context = model.context
-        super().__init__(context.name, context.version, context.config.max_batch_size)
-        self.pairs = model.pairs
-        self.spec = spec
-
-    def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
-        """Compute outputs by name from inputs by name (numpy arrays; BYTES are object arrays).
-
-        Called on this instance's own thread, never concurrently with itself. Inputs have the
-        batch dimension when the model batches. Return every output; the requested ones are picked
-        for each request. Raise ``InvalidArgument`` for bad data the config could not catch.
-
-        Echo: each output is the input of the same index (no copy).
-        """
-        return {out: inputs[inp] for inp, out in self.pairs if inp in inputs}
-
-    def close(self) -> None:
-        """Release the instance's resources (session, stream, buffers). Called once, last."""
-
-
-def _pairs(config: ModelConfig) -> list[tuple[str, str]]:
-    """(input, output) names by index; outputs must match their inputs' datatype and dims."""
-    if len(config.input) != len(config.output):
-        raise ConfigError(
-            f"model '{config.name}': the {{ cookiecutter.backend_name }} backend needs one output per input, "
-            f"got {len(config.input)} inputs and {len(config.output)} outputs"
-        )
-    for index, (inp, out) in enumerate(zip(config.input, config.output, strict=True)):
-        if inp.data_type != out.data_type or list(inp.dims) != list(out.dims):
-            raise ConfigError(
-                f"model '{config.name}': output {index} '{out.name}' must have the datatype and dims of "
-                f"input {index} '{inp.name}'"
-            )
-    return [(inp.name, out.name) for inp, out in zip(config.input, config.output, strict=True)]

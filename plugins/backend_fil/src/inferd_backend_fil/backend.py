@@ -9,14 +9,10 @@ the class probabilities (``[num_classes]``; binary models give ``[1]``, the posi
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from inferd.api import (
-    ArrayInstance,
     Backend,
     ConfigError,
     DataType,
@@ -27,13 +23,12 @@ from inferd.api import (
     Model,
     ModelLoadContext,
 )
+from inferd_backend_fil.instance import INPUT_NAME, OUTPUT_NAME, FilInstance
 from inferd_backend_fil.options import FilOptions, parse_options
 from inferd_backend_fil.predictors import Predictor, load_predictor
 
 log = logging.getLogger("inferd.fil")
 
-INPUT_NAME = "input__0"
-OUTPUT_NAME = "output__0"
 #: max_batch_size given to a config that sets none (FIL needs batching; its example uses 32768).
 DEFAULT_MAX_BATCH_SIZE = 32768
 _FP32 = DataType.Value("TYPE_FP32")
@@ -72,9 +67,14 @@ class FilBackend(Backend):
         pair = check_config(context.name, config, predictor, options)
         log.info(
             "%s: %s %s, %d features, %d class(es), is_classifier=%s, predict_proba=%s",
-            what, predictor.framework, predictor.task, predictor.num_features, predictor.num_classes,
-            options.is_classifier, options.predict_proba,
-        )  # fmt: skip
+            what,
+            predictor.framework,
+            predictor.task,
+            predictor.num_features,
+            predictor.num_classes,
+            options.is_classifier,
+            options.predict_proba,
+        )
         return FilModel(context, predictor, options, pair)
 
 
@@ -137,9 +137,8 @@ class FilModel(Model):
     """A loaded tree model; CPU instances share it (prediction is thread-safe)."""
 
     def __init__(self, context: ModelLoadContext, predictor: Predictor, options: FilOptions, pair: bool) -> None:
+        self.context = context
         self.name = context.name
-        self.version = context.version
-        self.max_batch_size = context.config.max_batch_size
         self.predictor = predictor
         self.options = options
         self.pair = pair
@@ -147,37 +146,16 @@ class FilModel(Model):
     def create_instance(self, spec: InstanceSpec) -> Instance:
         device = f"cuda:{spec.device_id}" if spec.kind == "KIND_GPU" else "cpu"
         if device != "cpu" and not hasattr(self.predictor, "booster"):
-            log.warning("model '%s': %s models predict on the CPU; instance '%s' asks for %s", self.name,
-                        self.predictor.framework, spec.name, device)  # fmt: skip
+            log.warning(
+                "model '%s': %s models predict on the CPU; instance '%s' asks for %s",
+                self.name,
+                self.predictor.framework,
+                spec.name,
+                device,
+            )
             device = "cpu"
         try:
             predictor = self.predictor.for_device(device)
         except InferdError as exc:
             raise InvalidArgument(f"model '{self.name}' instance '{spec.name}': {exc.message}") from None
-        return FilInstance(self, predictor)
-
-
-class FilInstance(ArrayInstance):
-    """Predicts a batch with FIL's post-processing of classifier scores."""
-
-    def __init__(self, model: FilModel, predictor: Predictor) -> None:
-        super().__init__(model.name, model.version, model.max_batch_size)
-        self.predictor = predictor
-        options = model.options
-        self.classes = options.is_classifier and not options.predict_proba
-        self.threshold = np.float32(options.threshold)
-        self.multiclass = predictor.task == "multiclass"
-        self.pair = model.pair
-
-    def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
-        scores = self.predictor.scores(inputs[INPUT_NAME])
-        if self.classes:
-            if self.multiclass:
-                out = scores.argmax(axis=1).astype(np.float32).reshape(-1, 1)
-            else:
-                out = (scores > self.threshold).astype(np.float32)
-        elif self.pair:
-            out = np.concatenate([1.0 - scores, scores], axis=1, dtype=np.float32)
-        else:
-            out = scores
-        return {OUTPUT_NAME: out}
+        return FilInstance(self.context, predictor, self.options, self.pair)

@@ -132,7 +132,8 @@ def softmax(margins: np.ndarray) -> np.ndarray:
     """Row-wise softmax as float32."""
     z = np.asarray(margins, dtype=np.float32)
     z = np.exp(z - z.max(axis=1, keepdims=True))
-    return z / z.sum(axis=1, keepdims=True)
+    out: np.ndarray = z / z.sum(axis=1, keepdims=True)
+    return out
 
 
 def load_predictor(path: Path, model_type: str, nthread: int, what: str) -> Predictor:

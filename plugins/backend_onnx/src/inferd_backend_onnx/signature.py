@@ -43,7 +43,7 @@ ORT_TO_CONFIG: dict[str, str] = {
 
 
 @dataclass(frozen=True, slots=True)
-class TensorInfo:
+class GraphTensor:
     """One graph input or output: config data type (``""`` if unservable), dims with -1 for dynamic."""
 
     name: str
@@ -56,12 +56,12 @@ class TensorInfo:
         return self.config_type == "TYPE_STRING"
 
 
-def tensor_infos(node_args: Iterable[Any]) -> list[TensorInfo]:
-    """TensorInfos from ORT ``NodeArg`` objects; symbolic (str) and unknown (None) dims become -1."""
+def graph_tensors(node_args: Iterable[Any]) -> list[GraphTensor]:
+    """GraphTensors from ORT ``NodeArg`` objects; symbolic (str) and unknown (None) dims become -1."""
     out = []
     for arg in node_args:
         dims = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in (arg.shape or ()))
-        out.append(TensorInfo(arg.name, ORT_TO_CONFIG.get(arg.type, ""), dims, arg.type))
+        out.append(GraphTensor(arg.name, ORT_TO_CONFIG.get(arg.type, ""), dims, arg.type))
     return out
 
 
@@ -73,7 +73,7 @@ def _type_name(tensor: Any) -> str:
     return str(DataType.Name(tensor.data_type))
 
 
-def _servable(model: str, info: TensorInfo, kind: str) -> None:
+def _servable(model: str, info: GraphTensor, kind: str) -> None:
     if info.config_type == "TYPE_BF16":
         raise ConfigError(
             f"unable to load model '{model}': {kind} '{info.name}' is bfloat16, which onnxruntime's Python "
@@ -118,7 +118,7 @@ def run_output_names(config: ModelConfig) -> list[str]:
     return names + [n for n in state_outputs(config) if n not in names]
 
 
-def _check_sequence(model: str, kind: str, expected: dict[str, str], infos: dict[str, TensorInfo]) -> None:
+def _check_sequence(model: str, kind: str, expected: dict[str, str], infos: dict[str, GraphTensor]) -> None:
     what = "sequence control or state input" if kind == "input" else "sequence state output"
     for name, config_type in expected.items():
         info = infos.get(name)
@@ -139,9 +139,12 @@ def _check_sequence(model: str, kind: str, expected: dict[str, str], infos: dict
 
 
 def autocomplete(
-    config: ModelConfig, model: str, inputs: Sequence[TensorInfo], outputs: Sequence[TensorInfo],
+    config: ModelConfig,
+    model: str,
+    inputs: Sequence[GraphTensor],
+    outputs: Sequence[GraphTensor],
     default_max_batch_size: int,
-) -> None:  # fmt: skip
+) -> None:
     """Fill max_batch_size, dynamic_batching, inputs and outputs the way Triton's ORT backend does.
 
     An input or output list the config already has is kept as it is; the checks at load time
@@ -169,9 +172,12 @@ def autocomplete(
 
 
 def _autocomplete_max_batch(
-    config: ModelConfig, model: str, inputs: Sequence[TensorInfo], outputs: Sequence[TensorInfo],
+    config: ModelConfig,
+    model: str,
+    inputs: Sequence[GraphTensor],
+    outputs: Sequence[GraphTensor],
     default_max_batch_size: int,
-) -> None:  # fmt: skip
+) -> None:
     batchable = all(info.dims and info.dims[0] == -1 for info in (*inputs, *outputs))
     if not batchable:
         if config.max_batch_size != 0:
@@ -187,8 +193,10 @@ def _autocomplete_max_batch(
         log.warning(
             "autofilled max_batch_size to %d for model '%s' since batching is supported but no "
             "max_batch_size is specified in model configuration. Must specify max_batch_size to "
-            "utilize autofill with a larger max batch size", config.max_batch_size, model,
-        )  # fmt: skip
+            "utilize autofill with a larger max batch size",
+            config.max_batch_size,
+            model,
+        )
     if config.max_batch_size > 1 and config.WhichOneof("scheduling_choice") is None:
         config.dynamic_batching.SetInParent()
 
@@ -197,9 +205,12 @@ def _autocomplete_max_batch(
 
 
 def check_config(
-    config: ModelConfig, model: str, inputs: Sequence[TensorInfo], outputs: Sequence[TensorInfo],
-    overridable: Sequence[TensorInfo] = (),
-) -> None:  # fmt: skip
+    config: ModelConfig,
+    model: str,
+    inputs: Sequence[GraphTensor],
+    outputs: Sequence[GraphTensor],
+    overridable: Sequence[GraphTensor] = (),
+) -> None:
     """Raise ConfigError when the config's inputs or outputs disagree with the model, with the
     sentences of Triton's onnxruntime backend (``ValidateInputs``, ``ValidateOutputs``,
     ``CompareDimsSupported``) first and inferd's hint after ``; ``.
@@ -217,9 +228,11 @@ def check_config(
         listed = [t.name for t in config.input] + list(fed)
         missing = [n for n in by_name if n not in listed]
         extra = [n for n in listed if n not in allowed]
-        hint = (f"model input(s) {', '.join(repr(n) for n in missing)} are not in the configuration" if missing
-                else f"configuration input(s) {', '.join(repr(n) for n in extra)} are not in the model" if extra
-                else "the counts differ")  # fmt: skip
+        hint = "the counts differ"
+        if missing:
+            hint = f"model input(s) {', '.join(repr(n) for n in missing)} are not in the configuration"
+        elif extra:
+            hint = f"configuration input(s) {', '.join(repr(n) for n in extra)} are not in the model"
         raise ConfigError(
             f"unable to load model '{model}', configuration expects {expected} inputs, model provides "
             f"{len(by_name)}; {hint} (it lists: {', '.join(listed) or 'none'}; model inputs: "
@@ -240,7 +253,7 @@ def check_config(
 
 
 def _check_tensor(
-    config: ModelConfig, model: str, kind: str, index: int, tensor: Any, infos: dict[str, TensorInfo], exact: bool
+    config: ModelConfig, model: str, kind: str, index: int, tensor: Any, infos: dict[str, GraphTensor], exact: bool
 ) -> None:
     where = f"{kind}[{index}]"
     info = infos.get(tensor.name)
@@ -277,8 +290,13 @@ def _check_tensor(
 
 
 def _compare_dims(
-    model: str, name: str, model_dims: tuple[int, ...], dims: tuple[int, ...], max_batch_size: int, exact: bool,
-) -> None:  # fmt: skip
+    model: str,
+    name: str,
+    model_dims: tuple[int, ...],
+    dims: tuple[int, ...],
+    max_batch_size: int,
+    exact: bool,
+) -> None:
     """Triton's ``CompareDimsSupported`` sentences (a config -1 must meet a model -1)."""
     head = f"model '{model}', tensor '{name}': "
     if max_batch_size > 0:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,8 @@ import torch
 
 from inferd.api import Backend, ConfigError, DataType, Instance, InstanceSpec, InvalidArgument, Model, ModelLoadContext
 from inferd_backend_pytorch.binding import InputPlan, OutputPlan, model_output_names, plan_inputs
-from inferd_backend_pytorch.loading import load_module
+from inferd_backend_pytorch.instance import PyTorchInstance
+from inferd_backend_pytorch.loading import LoadedModule, load_module
 from inferd_backend_pytorch.options import TorchOptions, backend_options, parse_options
 
 log = logging.getLogger("inferd.pytorch")
@@ -108,41 +109,34 @@ class PyTorchModel(Model):
     """One loaded version. Each instance loads its own copy unless ENABLE_WEIGHT_SHARING is set."""
 
     def __init__(self, context: ModelLoadContext, path: Path, options: TorchOptions, input_names: list[str]) -> None:
+        self.context = context
         self.name = context.name
-        self.version = context.version
-        self.config = context.config
         self.path = path
         self.options = options
         self.input_names = input_names
         self.outputs = OutputPlan(self.name, model_output_names(context.config))
         self._plan: InputPlan | None = None
-        self._shared: dict[str, Callable[..., Any]] = {}
+        self._shared: dict[str, LoadedModule] = {}
         self._lock = threading.Lock()
 
     def create_instance(self, spec: InstanceSpec) -> Instance:
-        from inferd_backend_pytorch.instance import PyTorchInstance
-
         device = instance_device(spec, self.name)
-        module = self._module(device)
-        return PyTorchInstance(self, module, device, spec)
+        loaded = self._module(device)
+        assert self._plan is not None, "_module binds the inputs"
+        return PyTorchInstance(self.context, self.options, self._plan, self.outputs, loaded, device)
 
-    @property
-    def plan(self) -> InputPlan:
-        assert self._plan is not None, "create_instance binds the inputs"
-        return self._plan
-
-    def _module(self, device: torch.device | None) -> Callable[..., Any]:
+    def _module(self, device: torch.device | None) -> LoadedModule:
         key = str(device)
         with self._lock:
             if self.options.weight_sharing and key in self._shared:
                 return self._shared[key]
-            loaded = load_module(self.path, device, f"model '{self.name}' version {self.version}")
+            loaded = load_module(self.path, device, f"model '{self.name}' version {self.context.version}")
             if self._plan is None:
                 self._plan = plan_inputs(self.name, loaded.arguments, self.input_names)
                 log.info("model '%s': inputs bound by %s", self.name, self._plan.convention)
             if self.options.weight_sharing:
-                self._shared[key] = loaded.module
-            return loaded.module
+                self._shared[key] = loaded
+            return loaded
 
     def unload(self) -> None:
         self._shared.clear()
@@ -188,8 +182,12 @@ def apply_thread_settings(intra_op_threads: int, inter_op_threads: int, who: str
                 if owner[0] != count:
                     log.warning(
                         "%s: %s %d ignored; it is process-wide and %s already set it to %d",
-                        who, key, count, owner[1], owner[0],
-                    )  # fmt: skip
+                        who,
+                        key,
+                        count,
+                        owner[1],
+                        owner[0],
+                    )
                 continue
             try:
                 setter(count)

@@ -124,8 +124,10 @@ def _bind(model: str, args: Sequence[Argument], names: Sequence[str]) -> tuple[s
     log.warning(
         "model '%s': inputs %s are neither forward arguments (%s) nor follow the <name>__<index> naming "
         "convention; binding them in config order",
-        model, list(names), ", ".join(arg_names),
-    )  # fmt: skip
+        model,
+        list(names),
+        ", ".join(arg_names),
+    )
     return "config order", list(names)
 
 

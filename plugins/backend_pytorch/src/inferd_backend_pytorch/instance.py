@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -13,7 +13,6 @@ import torch
 from inferd.api import (
     ArrayInstance,
     InferdError,
-    InstanceSpec,
     InternalError,
     InvalidArgument,
     config_to_wire,
@@ -22,25 +21,10 @@ from inferd.api import (
 from inferd_backend_pytorch.loading import error_summary
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
-    from inferd.api import ModelConfig
+    from inferd.api import ModelLoadContext
     from inferd_backend_pytorch.binding import InputPlan, OutputPlan
+    from inferd_backend_pytorch.loading import LoadedModule
     from inferd_backend_pytorch.options import TorchOptions
-
-
-class LoadedModel(Protocol):
-    """What an instance reads of its model (:class:`~inferd_backend_pytorch.backend.PyTorchModel`)."""
-
-    name: str
-    version: int
-    config: ModelConfig
-    path: Path
-    options: TorchOptions
-    outputs: OutputPlan
-
-    @property
-    def plan(self) -> InputPlan: ...
 
 
 # Wire arrays are read-only views of the request's bytes. torch.from_numpy shares them without a
@@ -49,11 +33,20 @@ class LoadedModel(Protocol):
 warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning)
 
 _TORCH_TO_WIRE: dict[torch.dtype, str] = {
-    torch.bool: "BOOL", torch.uint8: "UINT8", torch.int8: "INT8", torch.int16: "INT16",
-    torch.int32: "INT32", torch.int64: "INT64", torch.float16: "FP16", torch.float32: "FP32",
-    torch.float64: "FP64", torch.bfloat16: "BF16", torch.uint16: "UINT16", torch.uint32: "UINT32",
+    torch.bool: "BOOL",
+    torch.uint8: "UINT8",
+    torch.int8: "INT8",
+    torch.int16: "INT16",
+    torch.int32: "INT32",
+    torch.int64: "INT64",
+    torch.float16: "FP16",
+    torch.float32: "FP32",
+    torch.float64: "FP64",
+    torch.bfloat16: "BF16",
+    torch.uint16: "UINT16",
+    torch.uint32: "UINT32",
     torch.uint64: "UINT64",
-}  # fmt: skip
+}
 #: Read-only arrays this small are copied: a copy costs nothing, and CPython shares 1-byte bytes objects.
 _COPY_BELOW_BYTES = 64
 #: Where a returned tensor sits: tuple/list indexes and dict keys from the top.
@@ -64,22 +57,29 @@ class PyTorchInstance(ArrayInstance):
     """Runs ``forward`` for a batch; inputs are shared with numpy, not copied, on CPU."""
 
     def __init__(
-        self, model: LoadedModel, module: Callable[..., Any], device: torch.device | None, spec: InstanceSpec
+        self,
+        context: ModelLoadContext,
+        options: TorchOptions,
+        plan: InputPlan,
+        outputs: OutputPlan,
+        loaded: LoadedModule,
+        device: torch.device | None,
     ) -> None:
-        super().__init__(model.name, model.version, model.config.max_batch_size)
-        self.module = module
-        self.plan = model.plan
-        self.outputs = model.outputs
+        """``plan``: how config inputs become ``forward``'s arguments; ``outputs``: where its results
+        hold the config outputs; ``loaded``: the module on ``device`` (None: where it was saved)."""
+        config = context.config
+        super().__init__(context.name, context.version, config.max_batch_size)
+        self.module = loaded.module
+        self.plan = plan
+        self.outputs = outputs
         self.device = device
-        self.spec = spec
-        options = model.options
         self._grad_mode: Callable[[], Any] = torch.inference_mode if options.inference_mode else torch.no_grad
-        self._setters = _execution_setters(options, model.path.suffix != ".pt2", device)
+        self._setters = _execution_setters(options, loaded.torchscript, device)
         self._clean_cache = options.cache_cleaning and device is not None and device.type == "cuda"
-        self._expected = {t.name: config_to_wire(_type_name(t)) for t in model.config.output}
-        for state in model.config.sequence_batching.state:  # implicit state outputs the config may not list
+        self._expected = {t.name: config_to_wire(_type_name(t)) for t in config.output}
+        for state in config.sequence_batching.state:  # implicit state outputs the config may not list
             self._expected.setdefault(state.output_name, config_to_wire(_type_name(state)))
-        self._what = f"model '{model.name}' version {model.version}"
+        self._what = f"model '{context.name}' version {context.version}"
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
         rows = _rows(inputs) if self.max_batch_size > 0 else -1
@@ -193,10 +193,12 @@ def _rows(inputs: Mapping[str, np.ndarray]) -> int:
 
 
 def _type_name(tensor: Any) -> str:
-    return tensor.DESCRIPTOR.fields_by_name["data_type"].enum_type.values_by_number[tensor.data_type].name
+    return str(tensor.DESCRIPTOR.fields_by_name["data_type"].enum_type.values_by_number[tensor.data_type].name)
 
 
-def _execution_setters(options: Any, torchscript: bool, device: torch.device | None) -> list[Callable[[], Any]]:
+def _execution_setters(
+    options: TorchOptions, torchscript: bool, device: torch.device | None
+) -> list[Callable[[], Any]]:
     """Settings Triton applies before each execution (JIT ones matter for TorchScript only)."""
     setters: list[Callable[[], Any]] = []
     if torchscript:

@@ -33,7 +33,7 @@ def load_module(path: Path, device: torch.device | None, what: str) -> LoadedMod
 
 def _load_torchscript(path: Path, device: torch.device | None, what: str) -> LoadedModule:
     try:
-        module = torch.jit.load(str(path), map_location=device)
+        module = torch.jit.load(str(path), map_location=device)  # type: ignore[no-untyped-call]
     except Exception as exc:
         raise InvalidArgument(
             f"{what}: cannot load TorchScript file {path}: {error_summary(exc)}. model.pt must be saved with "

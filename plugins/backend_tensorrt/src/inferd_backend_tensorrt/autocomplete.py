@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from inferd.api import ConfigError, InvalidArgument, Unsupported
 from inferd_backend_tensorrt.dtypes import config_type
-from inferd_backend_tensorrt.engine import EngineInfo, TensorInfo, profile_indices
+from inferd_backend_tensorrt.engine import EngineInfo, EngineTensor, profile_indices
 
 if TYPE_CHECKING:
     from inferd.api import ModelConfig
@@ -58,13 +58,13 @@ def _batch_hint(config: ModelConfig, info: EngineInfo) -> bool | None:
     return hint
 
 
-def _dims(tensor: TensorInfo, batching: bool) -> tuple[list[int], bool]:
+def _dims(tensor: EngineTensor, batching: bool) -> tuple[list[int], bool]:
     """Config dims for an engine tensor, and whether it needs ``reshape: { shape: [] }``."""
     dims = list(tensor.shape[1:] if batching else tensor.shape)
     return (dims, False) if dims else ([1], True)
 
 
-def _fill_tensors(config: ModelConfig, tensors: list[TensorInfo], is_input: bool, batching: bool) -> None:
+def _fill_tensors(config: ModelConfig, tensors: list[EngineTensor], is_input: bool, batching: bool) -> None:
     field = config.input if is_input else config.output
     present = {t.name: t for t in field}
     for info in tensors:
@@ -180,7 +180,7 @@ def _check_tensors(config: ModelConfig, info: EngineInfo, batching: bool) -> Non
         )
 
 
-def _check_rank(model: str, tensor: object, engine_tensor: TensorInfo, batching: bool) -> None:
+def _check_rank(model: str, tensor: object, engine_tensor: EngineTensor, batching: bool) -> None:
     dims = list(tensor.reshape.shape if tensor.HasField("reshape") else tensor.dims)  # type: ignore[attr-defined]
     full = ([-1] if batching else []) + dims
     shape = list(engine_tensor.shape)

@@ -26,12 +26,13 @@ from inferd.api import (
     Model,
     ModelLoadContext,
     NotFound,
-    Unavailable,
     platform_for,
 )
-from inferd_backend_tensorrt import cuda
+from inferd_backend_tensorrt import cuda, runtime
 from inferd_backend_tensorrt.autocomplete import autocomplete, check_config
 from inferd_backend_tensorrt.engine import EngineInfo, describe, parse_profiles
+from inferd_backend_tensorrt.instance import TensorRTInstance
+from inferd_backend_tensorrt.options import parse_options
 
 if TYPE_CHECKING:
     from inferd.api import ModelConfig
@@ -39,34 +40,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("inferd.contracts.backend.tensorrt")
 
 DEFAULT_FILENAME = "model.plan"
-#: TensorRT engine creation is not thread-safe: deserializations are serialized.
-_DESERIALIZE_LOCK = threading.Lock()
-_trt: Any = None
-
-
-def import_tensorrt(model: str) -> Any:
-    """The ``tensorrt`` module; raises Unavailable naming the model and the fix when it is missing."""
-    global _trt
-    if _trt is None:
-        try:
-            import tensorrt
-        except ImportError as exc:
-            raise Unavailable(
-                f"model '{model}': the TensorRT backend needs the 'tensorrt' package, which is not installed "
-                f"({exc}); {cuda.INSTALL_HINT}"
-            ) from None
-        _trt = tensorrt
-    return _trt
-
-
-def _require(model: str) -> tuple[Any, int]:
-    """TensorRT, the CUDA bindings and a GPU: ``(tensorrt module, number of GPUs)``."""
-    trt = import_tensorrt(model)
-    try:
-        cuda.runtime()
-    except Unavailable as exc:
-        raise Unavailable(f"model '{model}': {exc.message}") from None
-    return trt, cuda.require_gpus(model)
 
 
 def plan_filename(config: ModelConfig, device: int) -> str:
@@ -74,7 +47,7 @@ def plan_filename(config: ModelConfig, device: int) -> str:
     if config.cc_model_filenames:
         cc = cuda.compute_capability(device)
         if cc in config.cc_model_filenames:
-            return config.cc_model_filenames[cc]
+            return str(config.cc_model_filenames[cc])
     return config.default_model_filename or DEFAULT_FILENAME
 
 
@@ -82,30 +55,6 @@ def read_plan(path: Path, model: str) -> bytes:
     if not path.is_file():
         raise NotFound(f"model '{model}': TensorRT plan '{path}' does not exist")
     return path.read_bytes()
-
-
-class _Logger:
-    """One TensorRT logger for the process, forwarding warnings and errors to ``logging``."""
-
-    instance: Any = None
-
-    @classmethod
-    def get(cls, trt: Any) -> Any:
-        if cls.instance is None:
-            cls.instance = trt.Logger(trt.Logger.WARNING)
-        return cls.instance
-
-
-def deserialize(trt: Any, runtime: Any, plan: bytes, model: str, path: Path) -> Any:
-    """``runtime.deserialize_cuda_engine(plan)``; raises InvalidArgument when TensorRT refuses it."""
-    with _DESERIALIZE_LOCK:
-        engine = runtime.deserialize_cuda_engine(plan)
-    if engine is None:
-        raise InvalidArgument(
-            f"model '{model}': TensorRT {trt.__version__} could not deserialize '{path}' (a plan built by another "
-            f"TensorRT version or for another GPU, or not a plan; see the TensorRT messages in the log)"
-        )
-    return engine
 
 
 class TensorRTBackend(Backend):
@@ -119,7 +68,7 @@ class TensorRTBackend(Backend):
         model = config.name or model_dir.name
         if not config.backend and not config.platform:  # found by its model.plan: say so, as Triton does
             config.backend, config.platform = self.name, platform_for(self.name)
-        trt, count = _require(model)
+        trt, count = runtime.require(model)
         gpus = list(range(count))
         if version_dir is None:  # complete the instance groups only
             from inferd_backend_tensorrt.autocomplete import complete_instance_groups
@@ -129,12 +78,12 @@ class TensorRTBackend(Backend):
         device = _first_gpu(config, gpus)
         cuda.set_device(device)
         path = version_dir / plan_filename(config, device)
-        engine = deserialize(trt, trt.Runtime(_Logger.get(trt)), read_plan(path, model), model, path)
+        engine = runtime.deserialize(trt, runtime.new_runtime(trt), read_plan(path, model), model, path)
         autocomplete(config, describe(engine), gpus)
         del engine
 
     def load_model(self, context: ModelLoadContext) -> Model:
-        trt, _ = _require(context.name)
+        trt, _ = runtime.require(context.name)
         return TensorRTModel(trt, context)
 
 
@@ -152,6 +101,7 @@ class TensorRTModel(Model):
         self.trt = trt
         self.context = context
         self.config = context.config
+        self.options = parse_options(self.config, context.name)
         self._plans: dict[str, bytes] = {}
         self._runtimes: dict[int, Any] = {}
         self._engines: dict[int, Any] = {}
@@ -182,18 +132,16 @@ class TensorRTModel(Model):
                 return self._engines[device]
             if shared_only and device in self._spare:
                 return self._spare.pop(device)
-            runtime = self._runtimes.get(device)
-            if runtime is None:
-                runtime = self._runtimes[device] = self.trt.Runtime(_Logger.get(self.trt))
+            trt_runtime = self._runtimes.get(device)
+            if trt_runtime is None:
+                trt_runtime = self._runtimes[device] = runtime.new_runtime(self.trt)
             plan, path = self._plan(device)
-            engine = deserialize(self.trt, runtime, plan, self.context.name, path)
+            engine = runtime.deserialize(self.trt, trt_runtime, plan, self.context.name, path)
             if shared_only and self.info is not None and not self.info.dynamic:
                 self._engines[device] = engine
             return engine
 
     def create_instance(self, spec: InstanceSpec) -> Instance:
-        from inferd_backend_tensorrt.instance import TensorRTInstance
-
         if spec.kind != "KIND_GPU":
             raise InvalidArgument(
                 f"model '{self.context.name}': instance '{spec.name}' has kind {spec.kind}; TensorRT engines run "
@@ -204,7 +152,7 @@ class TensorRTModel(Model):
         profiles = parse_profiles(list(group.profile), self.info.num_profiles, self.context.name) if group else [0]
         engine = self.engine_for(spec.device_id)
         try:
-            return TensorRTInstance(self, engine, spec, profiles)
+            return TensorRTInstance(self.context, self.options, self.info, engine, spec, profiles)
         except InferdError:
             raise
         except Exception as exc:

@@ -18,12 +18,18 @@ Shape = tuple[int, ...]
 Profile = Mapping[str, tuple[Shape, Shape, Shape]]
 
 
-def build_engine(onnx_model: bytes, profiles: Sequence[Profile] = (), *, fp16: bool = False, tf32: bool = False,
-                 workspace_mib: int = 512) -> bytes:  # fmt: skip
+def build_engine(
+    onnx_model: bytes,
+    profiles: Sequence[Profile] = (),
+    *,
+    fp16: bool = False,
+    tf32: bool = False,
+    workspace_mib: int = 512,
+) -> bytes:
     """Parse ``onnx_model`` with TensorRT's ONNX parser and build a serialized engine on the
     current GPU. Each profile gives every dynamic input its (min, opt, max) shapes. TF32 math is
     off unless asked for, so FP32 results match numpy closely."""
-    from inferd_backend_tensorrt.backend import import_tensorrt
+    from inferd_backend_tensorrt.runtime import import_tensorrt
 
     trt = import_tensorrt("(engine build)")
     logger = trt.Logger(trt.Logger.WARNING)

@@ -33,7 +33,7 @@ class ProfileRange:
 
 
 @dataclass(frozen=True)
-class TensorInfo:
+class EngineTensor:
     """One I/O tensor of an engine. ``shape`` has -1 where the engine accepts any size."""
 
     name: str
@@ -54,18 +54,18 @@ class TensorInfo:
 class EngineInfo:
     """Every I/O tensor of an engine and its number of optimization profiles."""
 
-    tensors: tuple[TensorInfo, ...]
+    tensors: tuple[EngineTensor, ...]
     num_profiles: int
 
     @property
-    def inputs(self) -> list[TensorInfo]:
+    def inputs(self) -> list[EngineTensor]:
         return [t for t in self.tensors if t.is_input]
 
     @property
-    def outputs(self) -> list[TensorInfo]:
+    def outputs(self) -> list[EngineTensor]:
         return [t for t in self.tensors if not t.is_input]
 
-    def get(self, name: str) -> TensorInfo | None:
+    def get(self, name: str) -> EngineTensor | None:
         for t in self.tensors:
             if t.name == name:
                 return t
@@ -111,7 +111,7 @@ def describe(engine: Any) -> EngineInfo:
                 lo, opt, hi = engine.get_tensor_profile_shape(name, p)
                 ranges.append(ProfileRange(_shape(lo), _shape(opt), _shape(hi)))
             profiles = tuple(ranges)
-        tensors.append(TensorInfo(name, is_input, trt_name(dtype), wire_from_trt(dtype), shape, is_shape, profiles))
+        tensors.append(EngineTensor(name, is_input, trt_name(dtype), wire_from_trt(dtype), shape, is_shape, profiles))
     return EngineInfo(tuple(tensors), num_profiles)
 
 
@@ -168,7 +168,7 @@ def choose_profile(info: EngineInfo, profiles: Sequence[int], shapes: Mapping[st
             f"{t.name} {list(t.profiles[p].min)}..{list(t.profiles[p].max)}"
             for t in info.inputs
             if not t.is_shape_tensor
-        )  # fmt: skip
+        )
         for p in profiles
     )
     got = ", ".join(f"{n} {list(s)}" for n, s in shapes.items())

@@ -10,56 +10,42 @@ go through pinned host buffers unless the config turns ``optimization.input_pinn
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from inferd.api import ArrayInstance, InstanceSpec, InternalError, InvalidArgument, numpy_dtype
-from inferd_backend_tensorrt import cuda
+from inferd_backend_tensorrt import cuda, runtime
 from inferd_backend_tensorrt.engine import choose_profile
 
 if TYPE_CHECKING:
-    from inferd.api import ModelConfig, ModelLoadContext
+    from inferd.api import ModelLoadContext
     from inferd_backend_tensorrt.engine import EngineInfo
-
-
-class LoadedModel(Protocol):
-    """What an instance reads of its model (:class:`~inferd_backend_tensorrt.backend.TensorRTModel`)."""
-
-    trt: Any
-    context: ModelLoadContext
-    config: ModelConfig
-    info: EngineInfo | None
-
-
-ALLOCATION_PARAMETER = "execution_context_allocation_strategy"
-
-
-def _allocation_strategy(trt: Any, model: LoadedModel) -> Any:
-    """Triton's ``execution_context_allocation_strategy`` parameter: STATIC (default) or ON_PROFILE_CHANGE."""
-    params = model.config.parameters
-    value = params[ALLOCATION_PARAMETER].string_value.upper() if ALLOCATION_PARAMETER in params else "STATIC"
-    if value not in ("STATIC", "ON_PROFILE_CHANGE"):
-        raise InvalidArgument(
-            f"model '{model.context.name}': parameter {ALLOCATION_PARAMETER} is '{value}'; "
-            f"expected STATIC or ON_PROFILE_CHANGE"
-        )
-    return getattr(trt.ExecutionContextAllocationStrategy, value)
+    from inferd_backend_tensorrt.options import TensorRTOptions
 
 
 class TensorRTInstance(ArrayInstance):
     """Runs one engine on one GPU, never concurrently with itself."""
 
-    def __init__(self, model: LoadedModel, engine: Any, spec: InstanceSpec, profiles: list[int]) -> None:
-        config = model.config
-        super().__init__(model.context.name, model.context.version, config.max_batch_size)
-        assert model.info is not None
-        self.info = model.info
+    def __init__(
+        self,
+        context: ModelLoadContext,
+        options: TensorRTOptions,
+        info: EngineInfo,
+        engine: Any,
+        spec: InstanceSpec,
+        profiles: list[int],
+    ) -> None:
+        """``engine``: an ``ICudaEngine`` on GPU ``spec.device_id``, described by ``info``;
+        ``profiles``: the optimization profiles this instance may use."""
+        config = context.config
+        super().__init__(context.name, context.version, config.max_batch_size)
+        self.info = info
         self.engine = engine
         self.device = spec.device_id
         self.profiles = profiles
-        self.pinned_inputs = config.optimization.input_pinned_memory.enable
-        self.pinned_outputs = config.optimization.output_pinned_memory.enable
+        self.pinned_inputs = options.pinned_inputs
+        self.pinned_outputs = options.pinned_outputs
         self.dtypes = {t.name: numpy_dtype(t.datatype or "") for t in self.info.tensors}
         self.inputs = [t.name for t in self.info.inputs]
         self.outputs = [t.name for t in self.info.outputs]
@@ -71,15 +57,16 @@ class TensorRTInstance(ArrayInstance):
         self.stream = cuda.Stream()
         self.device_buffers = {t.name: cuda.DeviceBuffer() for t in self.info.tensors}
         self.host_buffers = {t.name: cuda.PinnedBuffer() for t in self.info.tensors}
-        strategy = _allocation_strategy(model.trt, model)
+        trt = runtime.import_tensorrt(context.name)
+        strategy = getattr(trt.ExecutionContextAllocationStrategy, options.allocation_strategy)
         self.contexts: dict[int, Any] = {}
         for p in profiles:
-            context = engine.create_execution_context(strategy)
-            if context is None:
+            execution = engine.create_execution_context(strategy)
+            if execution is None:
                 raise InternalError(f"model '{self.model_name}': TensorRT could not create an execution context")
             if self.info.num_profiles > 1 or p != 0:
-                context.set_optimization_profile_async(p, self.stream.handle)
-            self.contexts[p] = context
+                execution.set_optimization_profile_async(p, self.stream.handle)
+            self.contexts[p] = execution
         self.stream.synchronize()
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:

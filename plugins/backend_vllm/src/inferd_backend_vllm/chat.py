@@ -59,8 +59,12 @@ class VllmChat:
         parser = self._parsers.get(name)
         if parser is None:
             try:
-                parser = ParserManager.get_parser(tool_parser_name=name, enable_auto_tools=True,
-                                                  model_name=self.model_config.model, tokenizer=self.tokenizer)  # fmt: skip
+                parser = ParserManager.get_parser(
+                    tool_parser_name=name,
+                    enable_auto_tools=True,
+                    model_name=self.model_config.model,
+                    tokenizer=self.tokenizer,
+                )
             except (KeyError, TypeError, ValueError) as exc:
                 raise BadRequest(f"tool-call parser '{name}': {exc}", "tools") from None
             self._parsers[name] = parser
@@ -89,13 +93,15 @@ class VllmChat:
             raise BadRequest(f"tool_choice={what} requires --tool-call-parser to be set", "tool_choice")
         if mode and parser is not None:
             try:
-                request = parser(self.tokenizer, request.tools, model_config=self.model_config,
-                                 chat_template_kwargs=request.chat_template_kwargs or {}).adjust_request(request)  # fmt: skip
+                kwargs = request.chat_template_kwargs or {}
+                adjuster = parser(
+                    self.tokenizer, request.tools, model_config=self.model_config, chat_template_kwargs=kwargs
+                )
+                request = adjuster.adjust_request(request)
             except (VLLMClientError, ValueError) as exc:
                 raise BadRequest(str(exc), "tool_choice") from None
-        tools = (
-            [t.model_dump() for t in request.tools] if request.tools else None
-        )  # vllm serve passes them even with "none"
+        # vllm serve passes the tools even with tool_choice "none"
+        tools = [t.model_dump() for t in request.tools] if request.tools else None
         structured = _as_json(request.extract_structured_outputs())
         if structured is not None and isinstance(structured.get("json"), dict):
             _check_schema(structured["json"], "structured_outputs.json" if mode else _schema_field(body))
@@ -105,14 +111,19 @@ class VllmChat:
         """The content and the tool calls in a finished output ``text`` (vLLM's parser's reading)."""
         if not prepared.mode or prepared.parser is None:
             return text, []
-        parser = prepared.parser(self.tokenizer, prepared.request.tools, model_config=self.model_config,
-                                 chat_template_kwargs=prepared.request.chat_template_kwargs or {})  # fmt: skip
+        kwargs = prepared.request.chat_template_kwargs or {}
+        parser = prepared.parser(
+            self.tokenizer, prepared.request.tools, model_config=self.model_config, chat_template_kwargs=kwargs
+        )
         _, content, calls = parser.parse(text, prepared.request, enable_auto_tools=True)
         out = [
-            {"id": getattr(c, "id", None) or make_tool_call_id(), "type": "function",
-             "function": {"name": c.name, "arguments": c.arguments}}
+            {
+                "id": getattr(c, "id", None) or make_tool_call_id(),
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+            }
             for c in calls or []
-        ]  # fmt: skip
+        ]
         return content, out
 
     def render(self, messages: list[dict[str, Any]], **kwargs: Any) -> str:
@@ -143,9 +154,9 @@ def _as_json(params: Any) -> dict[str, Any] | None:
 
 def _schema_field(body: dict[str, Any]) -> str:
     fmt = body.get("response_format")
-    return "response_format.json_schema.schema" if isinstance(fmt, dict) and fmt.get("type") == "json_schema" else (
-        "structured_outputs.json"
-    )  # fmt: skip
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        return "response_format.json_schema.schema"
+    return "structured_outputs.json"
 
 
 def _check_schema(schema: dict[str, Any], where: str) -> None:

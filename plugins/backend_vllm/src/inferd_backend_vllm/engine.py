@@ -2,7 +2,7 @@
 
 The engine core runs in a process vLLM starts (spawned); this side only hands it requests and
 turns its outputs into responses, on the server's own loop as ``vllm serve`` does on its: the
-instance is non-blocking (``Instance.blocking = False``), so requests come in and responses go
+instance is an ``AsyncInstance``, so requests come in and responses go
 out with no thread hop. Continuous batching is the engine's: every request submitted here goes
 to it at once.
 """
@@ -39,6 +39,7 @@ from inferd.api import (
 from inferd_backend_vllm import sockets
 from inferd_backend_vllm.logs import model_logs
 from inferd_backend_vllm.metrics import VLLM_METRICS, stat_logger_for
+from inferd_backend_vllm.options import VllmOptions
 from inferd_backend_vllm.sampling import pooling_params, sampling_params
 from inferd_backend_vllm.tensors import (
     GenerateInputs,
@@ -58,15 +59,14 @@ class Engine:
 
     ``pooling``: the engine runs vLLM's pooling runner (``"runner": "pooling"``): requests are
     embedded, not generated. ``loras``: the LoRA adapters a request may name (``lora_name``), by
-    name -> path (``multi_lora.json``)."""
+    name (``multi_lora.json``)."""
 
-    def __init__(self, engine_args: dict[str, Any], model_name: str, version: str, loop: asyncio.AbstractEventLoop,
-                 loras: dict[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(self, options: VllmOptions, model_name: str, version: str, loop: asyncio.AbstractEventLoop) -> None:
         self.model_name, self.version = model_name, version
         self.loop = loop
-        self.pooling = engine_args.get("runner") == "pooling"
+        self.pooling = options.pooling
         # Ids from 1 in the file's order, as Triton's vLLM backend numbers them.
-        self.loras = {name: LoRARequest(name, i, path) for i, (name, path) in enumerate((loras or {}).items(), 1)}
+        self.loras = {name: LoRARequest(name, i, path) for i, (name, path) in enumerate(options.loras.items(), 1)}
         self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
         #: This engine's vllm:* metrics (see :mod:`inferd_backend_vllm.metrics`).
         self.metrics = CollectorRegistry(auto_describe=True)
@@ -78,7 +78,7 @@ class Engine:
         try:
             with model_logs(model_name, spawns=True, environ=environ):
                 self.engine = AsyncLLM.from_engine_args(
-                    AsyncEngineArgs(**engine_args), stat_loggers=[stat_logger_for(self.metrics)]
+                    AsyncEngineArgs(**options.engine_args), stat_loggers=[stat_logger_for(self.metrics)]
                 )
         except BaseException:
             sockets.remove(self.sockets)
@@ -96,8 +96,8 @@ class Engine:
             if self.pooling:
                 inputs = decode_pooling_inputs(request)
                 lora = self._lora(inputs.sampling)
-                job = self._embed(request, inputs, pooling_params(inputs.sampling, inputs.sampling_from_tensor), lora,
-                                  sender)  # fmt: skip
+                embedding = pooling_params(inputs.sampling, inputs.sampling_from_tensor)
+                job = self._embed(request, inputs, embedding, lora, sender)
             else:
                 inputs = decode_inputs(request)
                 lora = self._lora(inputs.sampling)
@@ -114,8 +114,12 @@ class Engine:
     def _check_limits(self, max_tokens: int | None) -> None:
         """``max_tokens`` beyond the context is refused as ``vllm serve`` refuses it (its words)."""
         try:
-            TokenizeParams(max_total_tokens=self.max_model_len, max_output_tokens=max_tokens or 0,
-                           max_total_tokens_param="max_model_len", max_output_tokens_param="max_tokens")  # fmt: skip
+            TokenizeParams(
+                max_total_tokens=self.max_model_len,
+                max_output_tokens=max_tokens or 0,
+                max_total_tokens_param="max_model_len",
+                max_output_tokens_param="max_tokens",
+            )
         except VLLMClientError as exc:
             raise InvalidArgument(str(exc)) from None
 
@@ -125,16 +129,21 @@ class Engine:
         if name is None:
             return None
         if not self.loras:
-            raise InvalidArgument(f"LoRA feature is not enabled.; model '{self.model_name}' has no LoRA adapters "
-                                  "('enable_lora' and multi_lora.json beside model.json)")  # fmt: skip
+            raise InvalidArgument(
+                f"LoRA feature is not enabled.; model '{self.model_name}' has no LoRA adapters "
+                "('enable_lora' and multi_lora.json beside model.json)"
+            )
         lora = self.loras.get(name) if isinstance(name, str) else None
         if lora is None:
-            raise InvalidArgument(f"LoRA {name} is not supported, we currently support {list(self.loras)}; "
-                                  f"model '{self.model_name}': 'lora_name' must name an adapter of its multi_lora.json")  # fmt: skip
+            raise InvalidArgument(
+                f"LoRA {name} is not supported, we currently support {list(self.loras)}; "
+                f"model '{self.model_name}': 'lora_name' must name an adapter of its multi_lora.json"
+            )
         return lora
 
-    async def _embed(self, request: InferRequest, inputs: GenerateInputs, params: Any, lora: LoRARequest | None,
-                     sender: Sender) -> None:  # fmt: skip
+    async def _embed(
+        self, request: InferRequest, inputs: GenerateInputs, params: Any, lora: LoRARequest | None, sender: Sender
+    ) -> None:
         request_id = f"{request.id or 'req'}-{uuid.uuid4().hex}"
         last: PoolingRequestOutput | None = None
         try:
@@ -158,8 +167,9 @@ class Engine:
             log.exception("model '%s': embedding failed", self.model_name)
             sender(InternalError(f"Error embedding: {exc}"), True)
 
-    async def _generate(self, request: InferRequest, inputs: GenerateInputs, params: Any, lora: LoRARequest | None,
-                        sender: Sender) -> None:  # fmt: skip
+    async def _generate(
+        self, request: InferRequest, inputs: GenerateInputs, params: Any, lora: LoRARequest | None, sender: Sender
+    ) -> None:
         request_id = f"{request.id or 'req'}-{uuid.uuid4().hex}"
         outputs = ResponseBuilder(self.model_name, self.version, request.id, inputs)
         last: RequestOutput | None = None

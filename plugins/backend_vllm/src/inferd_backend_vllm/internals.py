@@ -16,26 +16,46 @@ VERSION = "0.32.0"
 
 #: (module, attribute path, private?, what for). Private names (a leading underscore) are the risk.
 BORROWED: tuple[tuple[str, str, bool, str], ...] = (
-    ("vllm.renderers.hf", "resolve_chat_template_content_format", False,
-     "chat.VllmChat.render: whether a template loops over content parts (vllm serve's 'auto')"),
+    (
+        "vllm.renderers.hf",
+        "resolve_chat_template_content_format",
+        False,
+        "chat.VllmChat.render: whether a template loops over content parts (vllm serve's 'auto')",
+    ),
     ("vllm.renderers.chat_utils", "parse_chat_messages", False, "chat.VllmChat.render: vllm serve's message parsing"),
     ("vllm.renderers.hf", "safe_apply_chat_template", False, "chat.VllmChat.render: vllm serve's chat rendering"),
     ("vllm.renderers", "TokenizeParams", False, "engine.Engine._check_limits: max_tokens beyond max_model_len"),
     ("vllm.inputs", "TokensPrompt", False, "engine: the input_ids prompt"),
     ("vllm.exceptions", "VLLMClientError", False, "engine, chat: the request's fault (a 400)"),
     ("vllm.exceptions", "VLLMValidationError", False, "chat: vLLM's validation errors and their parameter"),
-    ("vllm.entrypoints.openai.chat_completion.protocol", "ChatCompletionRequest", False,
-     "chat.VllmChat.tool_request: vLLM's request model (validation, structured outputs)"),
-    ("vllm.entrypoints.openai.chat_completion.protocol", "ChatCompletionRequest.extract_structured_outputs", False,
-     "chat: response_format and structured_outputs as StructuredOutputsParams"),
-    ("vllm.entrypoints.openai.chat_completion.protocol", "ChatCompletionNamedToolChoiceParam", False,
-     "chat: a named tool_choice"),
+    (
+        "vllm.entrypoints.openai.chat_completion.protocol",
+        "ChatCompletionRequest",
+        False,
+        "chat.VllmChat.tool_request: vLLM's request model (validation, structured outputs)",
+    ),
+    (
+        "vllm.entrypoints.openai.chat_completion.protocol",
+        "ChatCompletionRequest.extract_structured_outputs",
+        False,
+        "chat: response_format and structured_outputs as StructuredOutputsParams",
+    ),
+    (
+        "vllm.entrypoints.openai.chat_completion.protocol",
+        "ChatCompletionNamedToolChoiceParam",
+        False,
+        "chat: a named tool_choice",
+    ),
     ("vllm.parser", "ParserManager.get_parser", False, "chat: the --tool-call-parser class"),
-    ("vllm.parser.abstract_parser", "DelegatingParser.adjust_request", False,
-     "chat: tool_choice required/named as a structured-output constraint"),
+    (
+        "vllm.parser.abstract_parser",
+        "DelegatingParser.adjust_request",
+        False,
+        "chat: tool_choice required/named as a structured-output constraint",
+    ),
     ("vllm.parser.abstract_parser", "DelegatingParser.parse", False, "chat: tool calls read from the output"),
     ("vllm.renderers.chat_utils", "make_tool_call_id", False, "chat: a tool call's id"),
-)  # fmt: skip
+)
 
 
 def check() -> list[str]:

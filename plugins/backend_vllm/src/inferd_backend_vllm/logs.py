@@ -29,9 +29,19 @@ from inferd.api import REQUEST_MODEL
 MODEL: contextvars.ContextVar[str] = contextvars.ContextVar("inferd_vllm_model", default="")
 #: Fragments of the lines a user serving a model does not need: DEBUG.
 NOISE = (
-    "Triton", "weights", "checkpoint", "Checkpoint", "Auto-prefetch", "[shutdown]", "Passing raw prompts",
-    "Enforce eager", "Inductor compilation", "IR op priority", "custom fusions", "Chunked prefill",
-)  # fmt: skip
+    "Triton",
+    "weights",
+    "checkpoint",
+    "Checkpoint",
+    "Auto-prefetch",
+    "[shutdown]",
+    "Passing raw prompts",
+    "Enforce eager",
+    "Inductor compilation",
+    "IR op priority",
+    "custom fusions",
+    "Chunked prefill",
+)
 
 
 class _Labelled:

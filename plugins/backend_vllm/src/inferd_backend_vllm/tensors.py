@@ -153,10 +153,12 @@ def logprobs_json(steps: Iterable[Mapping[int, Any] | None] | None) -> str:
     for a position vLLM has none for: its FlatLogprobs may hold None)."""
     if steps is None:
         return "null"
-    return json.dumps(
-        [
-            None if step is None else
-            {str(tid): {"logprob": lp.logprob, "rank": lp.rank, "decoded_token": lp.decoded_token} for tid, lp in step.items()}
-            for step in steps
-        ]
-    )  # fmt: skip
+    return json.dumps([None if step is None else _step_json(step) for step in steps])
+
+
+def _step_json(step: Mapping[int, Any]) -> dict[str, dict[str, Any]]:
+    """One position's candidates: token id -> its logprob, rank and text."""
+    return {
+        str(tid): {"logprob": lp.logprob, "rank": lp.rank, "decoded_token": lp.decoded_token}
+        for tid, lp in step.items()
+    }

@@ -36,16 +36,25 @@ def build_tiny_llama(directory: Path, vocab_size: int = 512, hidden: int = 128, 
         vocab_size=vocab_size, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     tokenizer.train_from_iterator(_CORPUS, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(directory)
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
-        bos_token_id=0, eos_token_id=1, tie_word_embeddings=False,
-    )  # fmt: skip
-    LlamaForCausalLM(config).float().save_pretrained(directory)
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        bos_token_id=0,
+        eos_token_id=1,
+        tie_word_embeddings=False,
+    )
+    LlamaForCausalLM(config).float().save_pretrained(directory)  # type: ignore[no-untyped-call]
     return directory
 
 
@@ -64,9 +73,11 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(
         prog="python -m inferd_backend_vllm.tiny_model",
-        description="Build a tiny random-weight Llama (2 layers, 512-token vocabulary) and its tokenizer into "
-                    "DIR, offline, to try the vLLM backend: it answers fast and says random things.",
-    )  # fmt: skip
+        description=(
+            "Build a tiny random-weight Llama (2 layers, 512-token vocabulary) and its tokenizer into "
+            "DIR, offline, to try the vLLM backend: it answers fast and says random things."
+        ),
+    )
     parser.add_argument("directory", type=Path, metavar="DIR")
     args = parser.parse_args(argv)
     print(build_tiny_llama(args.directory))
