@@ -148,7 +148,7 @@ def start_vllm(model: Path, workdir: Path, *args: str) -> tuple[subprocess.Popen
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--port", str(port),
            "--host", "127.0.0.1", "--served-model-name", "llm", "--dtype", "float32", "--max-model-len", "256",
            "--enforce-eager", *args]  # fmt: skip
-    log = open(workdir / "vllm-serve.log", "wb")
+    log = open(workdir / "vllm-serve.log", "wb")  # noqa: SIM115 - vllm writes to it for as long as it runs
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ENV})
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
@@ -190,7 +190,7 @@ def main() -> None:
         servers = []
         try:
             for start in (start_inferd, start_vllm):
-                servers.append(start(args.model, workdir))
+                servers.append(start(args.model, workdir))  # noqa: PERF401 - one by one: `finally` stops those started
             targets = [target for _, target in servers]
             runs = measure(targets, args.concurrency, args.rounds, args.requests_per_client, args.max_tokens)
         finally:

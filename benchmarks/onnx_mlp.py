@@ -13,6 +13,7 @@ numbers only; it never asserts.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
@@ -111,10 +112,8 @@ def measure(
     threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(callers)]
     for t in threads:
         t.start()
-    try:
+    with contextlib.suppress(threading.BrokenBarrierError):
         ready.wait()
-    except threading.BrokenBarrierError:
-        pass
     for t in threads:
         t.join()
     elapsed = time.monotonic() - (window[0] - seconds) if window else float("nan")

@@ -123,7 +123,7 @@ class Server:
         self.label = label
         self.port = port
         self.metrics_port = metrics_port
-        self.log = tempfile.TemporaryFile()
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - the server writes to it for as long as it runs
         self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 120
         while not self._get("/v2/health/live"):

@@ -239,9 +239,11 @@ def _build_jobs(bench: Bench, repo: Path, protocols: list[str], batchings: list[
 
             jobs.append(job)
         if not has_transport and "grpc" in protocols:
-            for t in _csv(bench.args.grpc_transports):
-                jobs.append(functools.partial(bench.not_available, f"{name} w{w} grpc={t}", ["grpc"], batchings,
-                                              "n/a (flag not available)"))  # fmt: skip
+            not_available = "n/a (flag not available)"
+            jobs.extend(
+                functools.partial(bench.not_available, f"{name} w{w} grpc={t}", ["grpc"], batchings, not_available)
+                for t in _csv(bench.args.grpc_transports)
+            )
     return jobs
 
 

@@ -386,9 +386,7 @@ class Tracer:
                 self.exporter([trace.to_json()])
             return
         scope.pending.append(trace.to_json())
-        if values.log_frequency and len(scope.pending) >= values.log_frequency:
-            self._flush(scope, indexed=True)
-        elif values.count == 0 and values.log_frequency:
+        if values.log_frequency and (len(scope.pending) >= values.log_frequency or values.count == 0):
             self._flush(scope, indexed=True)
 
     def _flush(self, scope: _Scope, indexed: bool | None = None, wait: bool = False) -> None:

@@ -138,10 +138,7 @@ class TrafficSplit:
     def pick(self, request_id: str) -> int:
         """The version a request with no version runs on: by its id's crc32 when it has one."""
         versions, cumulative, total = self._table
-        if request_id:
-            slot = (zlib.crc32(request_id.encode()) * total) >> 32
-        else:
-            slot = int(random.random() * total)
+        slot = (zlib.crc32(request_id.encode()) * total) >> 32 if request_id else int(random.random() * total)
         return versions[bisect_right(cumulative, slot)]
 
     def stable(self) -> int:
@@ -201,7 +198,7 @@ class TrafficSplit:
         step = next((s for s in self.policy.promote_steps if s > self.weights[canary] * 100 // self._total()), None)
         if step is None:
             return None
-        weights = {**{v: 0 for v in self.weights}, canary: step, stable: 100 - step}
+        weights = {**dict.fromkeys(self.weights, 0), canary: step, stable: 100 - step}
         state = PROMOTED if step >= 100 else CANARY
         self.windows[canary].clear()  # the next step is judged on its own requests
         return self._decide("promote", canary, weights, state)

@@ -148,7 +148,8 @@ class ModelManager:
             source = dataclasses.replace(source, namespace=namespace)
             await self._load_one(source, override)
             self._overridden[source.key] = source
-            return self._check_loaded(source.key)
+            self._check_loaded(source.key)
+            return
         snapshot = self.table.snapshot = await asyncio.to_thread(self.rescan, False)
         keys = snapshot.keys_of(name)
         if not keys:

@@ -436,7 +436,7 @@ def _declares_length(headers: zttp.HeaderBlock | Headers) -> bool:
     """Whether a request has a ``content-length`` header (gRPC clients send none)."""
     if isinstance(headers, zttp.HeaderBlock):
         return headers.get(b"content-length") is not None
-    for name, _ in headers:  # HTTP/2 header names are lower case (zttp refuses others)
+    for name, _ in headers:  # noqa: SIM110 - request path: cheaper than any() over a generator; HTTP/2 header names are lower case (zttp refuses others)
         if name == b"content-length":
             return True
     return False

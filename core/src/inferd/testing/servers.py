@@ -99,7 +99,7 @@ class ServerProcess:
 
     def start(self, timeout: float = 120.0, wait_ready: bool = True) -> ServerProcess:
         self.ports_path.unlink(missing_ok=True)
-        self._log = open(self.log_path, "ab")
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - the server writes to it until stop() closes it
         self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
         self.wait_ports(timeout)
         self.wait_live(timeout)

@@ -12,6 +12,7 @@ supervisor that was killed (its pid is in the name) are removed when the next on
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -50,10 +51,8 @@ _DIRECTORY = re.compile(rf"^{_PREFIX}(\d+)-[^-]+$")
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
     """Linux: the worker gets SIGTERM if the supervisor dies, so none is left behind."""
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
 
 
 def hold_port(host: str) -> socket.socket:

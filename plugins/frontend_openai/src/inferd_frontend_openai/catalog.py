@@ -9,6 +9,7 @@ wins over an adapter of the same name."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import weakref
 from collections.abc import Sequence
@@ -130,10 +131,8 @@ class Catalog:
         first request does not wait for ``transformers`` to import; a failure waits for a request."""
         for mv in list(self.models.served_models()):
             if is_text_model(mv.info):
-                try:
+                with contextlib.suppress(OpenAIError):
                     await self.tokenizer(mv)
-                except OpenAIError:
-                    pass
 
     async def _load(self, mv: ServedModel) -> Tokenizer:
         tokenizer = await self._tokenizer(mv)

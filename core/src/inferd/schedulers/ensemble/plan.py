@@ -208,7 +208,7 @@ class Plan:
     def _plan_batch_fixes(self, config: ModelConfig, configs: dict[int, ModelConfig]) -> None:
         """Where a tensor goes between a batching and a non-batching model (either may be the
         ensemble itself), plan the batch dimension's fix as Triton's ensemble scheduler makes it."""
-        batches = {name: config.max_batch_size > 0 for name in self.inputs}
+        batches = dict.fromkeys(self.inputs, config.max_batch_size > 0)
         for step in self.steps:
             for _, tensor in step.outputs:
                 batches[tensor] = configs[step.index].max_batch_size > 0
@@ -307,7 +307,7 @@ class Plan:
     def _check_decoupled(self) -> None:
         """Triton's rule: a step's inputs (and the ensemble's outputs) must all descend from the
         responses of the same decoupled step, or from none."""
-        origin: dict[str, int] = {name: -1 for name in self.inputs}
+        origin: dict[str, int] = dict.fromkeys(self.inputs, -1)
         downstream: dict[int, set[int]] = {}
         for step in self.steps:  # run order
             origins = {origin.get(t, -1) for t in step.reads}

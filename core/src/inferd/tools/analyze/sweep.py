@@ -117,10 +117,8 @@ class Sweep:
             self.original = info.config
             todo = candidates(self.opts.model, info.config, self.space)
             self.progress(f"{len(todo)} configurations of model '{self.opts.model}' to measure")
-            results: list[CandidateResult] = []
             try:
-                for candidate in todo:
-                    results.append(await self._measure(control, candidate))
+                results = [await self._measure(control, candidate) for candidate in todo]
             finally:
                 if not was_loaded:
                     self.progress(f"unloading model '{self.opts.model}' (it was not loaded before)")
