@@ -50,11 +50,12 @@ def build_mlp(path: Path, seed: int = 0) -> None:
             nodes.append(helper.make_node("Relu", [f"a{i}"], [y]))
         x = y
     graph = helper.make_graph(
-        nodes, "mlp",
+        nodes,
+        "mlp",
         [helper.make_tensor_value_info("INPUT", TensorProto.FLOAT, ["batch", IN])],
         [helper.make_tensor_value_info("OUTPUT", TensorProto.FLOAT, ["batch", OUT])],
         initializer=inits,
-    )  # fmt: skip
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     onnx.checker.check_model(model)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -186,8 +187,10 @@ def main(argv: list[str]) -> None:
         if args.intra_op_threads is None and not args.gpu:
             per_instance = default_intra_op_threads(args.instances or 2)
             rate, lat = in_process(path, x, args.seconds, per_instance, args.gpu)
-            print(f"onnxruntime in-process, 1 caller, intra-op threads {per_instance} (as each server instance): "
-                  f"{rate:9.1f} infer/s  {lat:7.3f} ms")  # fmt: skip
+            print(
+                f"onnxruntime in-process, 1 caller, intra-op threads {per_instance} (as each server instance): "
+                f"{rate:9.1f} infer/s  {lat:7.3f} ms"
+            )
         server = ServerProcess([repo], ["--model-control-mode", "none"]).start()
         try:
             urls = {"http": server.http_url, "grpc": server.grpc_url}

@@ -100,8 +100,10 @@ def _validate_model_metrics(config: ModelConfig, fail: Fail) -> None:
             log.warning(
                 "Metric family '%s' in 'metric_identifier' is not a customizable metric in Triton core.%s; "
                 "its histogram_options are ignored (customizable: %s)",
-                family, where, ", ".join(CUSTOMIZABLE_METRICS),
-            )  # fmt: skip
+                family,
+                where,
+                ", ".join(CUSTOMIZABLE_METRICS),
+            )
 
 
 def _fail(message: str) -> NoReturn:

@@ -90,8 +90,10 @@ def add_snapshot(local: dict[str, Any], other: dict[str, Any] | None) -> dict[st
     """``local`` (a :meth:`ModelStats.snapshot`) plus ``other`` (one from :func:`snapshots`)."""
     if other is None:
         return local
-    durations = {k: (c + other["durations"].get(k, (0, 0))[0], ns + other["durations"].get(k, (0, 0))[1])
-                 for k, (c, ns) in local["durations"].items()}  # fmt: skip
+    durations = {
+        k: (c + other["durations"].get(k, (0, 0))[0], ns + other["durations"].get(k, (0, 0))[1])
+        for k, (c, ns) in local["durations"].items()
+    }
     failures = {r: n + other["failures"].get(r, 0) for r, n in local["failures"].items()}
     return {
         **local,

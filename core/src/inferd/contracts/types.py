@@ -47,9 +47,21 @@ NUMPY_TO_WIRE: dict[np.dtype, str] = {dt: name for name, dt in WIRE_TO_NUMPY.ite
 
 #: Every datatype name the protocol knows, in Triton's spelling.
 WIRE_DATATYPES: tuple[str, ...] = (
-    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
-    "FP16", "FP32", "FP64", "BYTES", "BF16",
-)  # fmt: skip
+    "BOOL",
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "FP16",
+    "FP32",
+    "FP64",
+    "BYTES",
+    "BF16",
+)
 
 
 def config_to_wire(config_type: str) -> str:

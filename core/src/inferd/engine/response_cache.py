@@ -159,5 +159,10 @@ class ModelCache:
         log.error(
             "response cache %s failed for model '%s' version %d (serving without the cache; "
             "further errors muted for %.0f s): %s: %s",
-            what, self.model_name, self.version, _ERROR_LOG_INTERVAL_S, type(exc).__name__, exc,
-        )  # fmt: skip
+            what,
+            self.model_name,
+            self.version,
+            _ERROR_LOG_INTERVAL_S,
+            type(exc).__name__,
+            exc,
+        )

@@ -153,8 +153,11 @@ class Validator:
         missing = [n for n in self.required if n not in request.inputs and n not in implicit]
         total = sum(1 for n in self.inputs if n not in implicit)
         required = sum(1 for n in self.required if n not in implicit)
-        expected = (f"expected {total} inputs" if total == required
-                    else f"expected number of inputs between {required} and {total}")  # fmt: skip
+        expected = (
+            f"expected {total} inputs"
+            if total == required
+            else f"expected number of inputs between {required} and {total}"
+        )
         raise InvalidArgument(
             f"{expected} but got {len(request.inputs)} inputs for model '{self.model}'. Got input(s) "
             f"{_quoted(request.inputs)}, but missing required input(s) {_quoted(missing)}. "

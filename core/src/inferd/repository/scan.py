@@ -194,9 +194,12 @@ def namespace_of(repo: Repository) -> str:
 
 
 def scan(
-    repositories: Sequence[Repository], config_name: str | None = None, previous: Snapshot | None = None,
-    namespacing: bool = False, namespaces: Sequence[str] = (),
-) -> Snapshot:  # fmt: skip
+    repositories: Sequence[Repository],
+    config_name: str | None = None,
+    previous: Snapshot | None = None,
+    namespacing: bool = False,
+    namespaces: Sequence[str] = (),
+) -> Snapshot:
     """Read every repository; a name found in two repositories is reported, not loaded, unless
     ``namespacing`` (``--model-namespacing``) keys each model by its repository's namespace
     (``namespaces[i]`` for ``repositories[i]``; its path or URL when not given) and name.

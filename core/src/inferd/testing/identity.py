@@ -113,8 +113,7 @@ class IdentityPlugin:
 identity_plugin: Any = IdentityPlugin()
 
 
-def identity_config(name: str, tensors: list[tuple[str, list[int]]], max_batch_size: int = 8,
-                    extra: str = "") -> str:  # fmt: skip
+def identity_config(name: str, tensors: list[tuple[str, list[int]]], max_batch_size: int = 8, extra: str = "") -> str:
     """A config.pbtxt for an identity model: ``tensors`` are ``(TYPE_xxx, dims)`` per pair."""
     inputs = ", ".join(
         f'{{ name: "INPUT{i}" data_type: {dt} dims: {list(dims)} }}' for i, (dt, dims) in enumerate(tensors)

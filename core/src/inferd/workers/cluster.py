@@ -206,8 +206,12 @@ class ClusterDataPlane(DataPlane):
     def own_counts(self) -> Counts:
         """This worker's counters, as the other workers sum them (see :mod:`inferd.workers.counts`)."""
         snapshots = [[mv.name, mv.version, mv.stats.snapshot(), mv.namespace] for mv in self.local.table.serving()]
-        return {"pid": os.getpid(), "stats": self.local.statistics_entries(), "snapshots": snapshots,
-                "sources": SOURCES.snapshot()}  # fmt: skip
+        return {
+            "pid": os.getpid(),
+            "stats": self.local.statistics_entries(),
+            "snapshots": snapshots,
+            "sources": SOURCES.snapshot(),
+        }
 
     async def save_counts(self) -> None:
         """Write this worker's counters where the others find them once it is gone. Call it after

@@ -110,10 +110,13 @@ def retire(directory: Path, pid: int) -> None:
         path.unlink(missing_ok=True)
         return
     retired = _retired(directory)
-    _write(directory / RETIRED, {
-        "pids": [*retired["pids"], pid],
-        "stats": merge.add_statistics(retired["stats"], dead["stats"]),
-        "snapshots": merge.add_snapshot_rows(retired["snapshots"], dead["snapshots"]),
-        "sources": merge.add_sources(retired["sources"], dead["sources"]),
-    })  # fmt: skip
+    _write(
+        directory / RETIRED,
+        {
+            "pids": [*retired["pids"], pid],
+            "stats": merge.add_statistics(retired["stats"], dead["stats"]),
+            "snapshots": merge.add_snapshot_rows(retired["snapshots"], dead["snapshots"]),
+            "sources": merge.add_sources(retired["sources"], dead["sources"]),
+        },
+    )
     path.unlink()

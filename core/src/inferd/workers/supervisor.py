@@ -162,8 +162,16 @@ class Supervisor:
 
     def _spawn(self, index: int) -> subprocess.Popen[bytes]:
         slot = WorkerSlot(index, self.count, self.directory)
-        cmd = [sys.executable, "-c", "from inferd.host.cli import console_main; console_main()", *self.argv,
-               "--worker-index", str(index), "--worker-dir", str(slot.directory)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-c",
+            "from inferd.host.cli import console_main; console_main()",
+            *self.argv,
+            "--worker-index",
+            str(index),
+            "--worker-dir",
+            str(slot.directory),
+        ]
         self.ready[index] = False
         self.answered[index] = self.next_check[index] = time.monotonic()
         return subprocess.Popen(cmd, preexec_fn=_die_with_parent)  # the supervisor runs no threads
@@ -214,8 +222,14 @@ class Supervisor:
         except (OSError, InferdError):
             silent = time.monotonic() - self.answered[index]
         if silent >= self.health_timeout_s and not self._stopping:
-            log.error("worker %d (pid %d) did not answer its health check for %.1f s (--worker-health-timeout "
-                      "%g); killing it", index, proc.pid, silent, self.health_timeout_s)  # fmt: skip
+            log.error(
+                "worker %d (pid %d) did not answer its health check for %.1f s (--worker-health-timeout "
+                "%g); killing it",
+                index,
+                proc.pid,
+                silent,
+                self.health_timeout_s,
+            )
             proc.kill()
             proc.wait()
 

@@ -34,8 +34,13 @@ KINDS: dict[str, tuple[frozenset[type], str]] = {
     "BOOL": (frozenset({bool}), _BOOLEAN),
     "BYTES": (frozenset({str}), _STRING),
 }
-_EXPECTED = {_SIGNED: "an integer", _UNSIGNED: "an integer >= 0", _NUMBER: "a number", _BOOLEAN: "true or false",
-             _STRING: "a string"}  # fmt: skip
+_EXPECTED = {
+    _SIGNED: "an integer",
+    _UNSIGNED: "an integer >= 0",
+    _NUMBER: "a number",
+    _BOOLEAN: "true or false",
+    _STRING: "a string",
+}
 
 
 def json_array(data: Any, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:

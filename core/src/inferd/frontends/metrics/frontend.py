@@ -40,8 +40,15 @@ def latency_config(settings: list[tuple[str, str]]) -> LatencyConfig:
                 flag = parse_bool(value)
             except argparse.ArgumentTypeError as exc:
                 raise StartupError(f"--metrics-config {key}={value}: {exc}") from None
-            setattr(config, {"counter_latencies": "counters", "summary_latencies": "summaries",
-                             "histogram_latencies": "histograms"}[key], flag)  # fmt: skip
+            setattr(
+                config,
+                {
+                    "counter_latencies": "counters",
+                    "summary_latencies": "summaries",
+                    "histogram_latencies": "histograms",
+                }[key],
+                flag,
+            )
         elif key == "summary_quantiles":
             try:
                 config.quantiles = parse_quantiles(value)
@@ -60,8 +67,16 @@ class MetricsFrontend(Frontend):
 
     name = "metrics"
 
-    def __init__(self, host: str, port: int, interval_s: float, config: LatencyConfig,
-                 cpu: bool = True, gpu: bool = True, tls: TlsConfig | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        interval_s: float,
+        config: LatencyConfig,
+        cpu: bool = True,
+        gpu: bool = True,
+        tls: TlsConfig | None = None,
+    ) -> None:
         self.host = host
         self.tls = tls
         self.port = port

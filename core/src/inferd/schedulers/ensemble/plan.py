@@ -109,13 +109,23 @@ class Plan:
         for i, s in enumerate(config.ensemble_scheduling.step):
             inputs = tuple(sorted(s.input_map.items()))
             steps.append(
-                Step(i, s.model_name, "" if s.model_version < 0 else str(s.model_version), s.model_name, inputs,
-                     tuple(sorted(s.output_map.items())), reads=frozenset(t for _, t in inputs))
-            )  # fmt: skip
+                Step(
+                    i,
+                    s.model_name,
+                    "" if s.model_version < 0 else str(s.model_version),
+                    s.model_name,
+                    inputs,
+                    tuple(sorted(s.output_map.items())),
+                    reads=frozenset(t for _, t in inputs),
+                )
+            )
         plan = cls(
-            config.name, steps, [t.name for t in config.input], [t.name for t in config.output],
+            config.name,
+            steps,
+            [t.name for t in config.input],
+            [t.name for t in config.output],
             frozenset(t.name for t in config.input if t.optional),
-        )  # fmt: skip
+        )
         plan.steps = plan._ordered()
         plan._check_inputs_used()
         return plan
