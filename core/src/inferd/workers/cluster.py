@@ -17,12 +17,12 @@ import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from inferd.contracts import merge
 from inferd.contracts.dataplane import DataPlane, OtherWorkers
 from inferd.contracts.errors import InferdError
 from inferd.contracts.metric_sources import SOURCES, SummedSources
 from inferd.dataplane import usage_from_families
 from inferd.repository.scan import check_model_name
+from inferd.workers import merge
 from inferd.workers.counts import Counts, CountsFile
 
 if TYPE_CHECKING:
