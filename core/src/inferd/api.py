@@ -112,7 +112,7 @@ if TYPE_CHECKING:
     )
     from inferd.contracts.json_depth import TOO_DEEP, depth_problem
     from inferd.contracts.log_context import REQUEST_ID, REQUEST_MODEL
-    from inferd.contracts.metric_sources import SOURCES, MetricsSource
+    from inferd.contracts.metric_sources import MetricsSource
     from inferd.contracts.model_info import Infer, ModelInfo, Resolve, Stream, TensorInfo
     from inferd.contracts.scheduler import InstanceRunner, ModelCaller, Rejected, Scheduler, SchedulerContext
     from inferd.contracts.types import (
@@ -133,6 +133,7 @@ if TYPE_CHECKING:
     )
     from inferd.contracts.validation import RequestValidator, TensorSpec
     from inferd.engine.gc_settings import settle as settle_gc
+    from inferd.engine.metric_sources import SOURCES
     from inferd.engine.pool import InstancePool
     from inferd.serving import HTTP_MAX_INPUT_SIZE, TOO_LARGE, AsgiServer, BodyLimit
     from inferd.serving.tls import TlsConfig

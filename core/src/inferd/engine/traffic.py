@@ -24,8 +24,8 @@ from prometheus_client.metrics_core import Metric
 
 from inferd.config.parameters import ModelParameters
 from inferd.contracts.errors import InvalidArgument, NotFound
-from inferd.contracts.metric_sources import SOURCES
 from inferd.engine.canary import Policy, Window, now
+from inferd.engine.metric_sources import SOURCES
 from inferd.repository.scan import version_number
 
 log = logging.getLogger(__name__)

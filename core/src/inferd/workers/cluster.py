@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from inferd.contracts.dataplane import DataPlane, OtherWorkers
 from inferd.contracts.errors import InferdError
-from inferd.contracts.metric_sources import SOURCES, SummedSources
 from inferd.dataplane import usage_from_families
+from inferd.engine.metric_sources import SOURCES
 from inferd.repository.scan import check_model_name
 from inferd.workers import merge
 from inferd.workers.counts import Counts, CountsFile
@@ -148,8 +148,7 @@ class ClusterDataPlane(DataPlane):
     async def tenant_usage(self) -> UsageReport:
         others = await self.other_counts()
         await self.save_counts()
-        summed = SummedSources(self.local.usage_sources(), lambda: [c["sources"] for c in others])
-        return usage_from_families(summed.collect())
+        return usage_from_families(self.local.usage_sources().summed([c["sources"] for c in others]))
 
     async def update_trace_settings(self, settings: dict[str, Any], model: str = "") -> TraceSettings:
         current = await self.local.update_trace_settings(settings, model)

@@ -54,7 +54,7 @@ class ModelLlmStats:
 
 class LlmMetrics:
     """Per-model, per-version token counters and latency histograms (a canary of an LLM is judged by
-    them); a metrics source (:data:`inferd.contracts.metric_sources.SOURCES`: summed over ``--workers N``)."""
+    them); a metrics source (:data:`inferd.api.SOURCES`: summed over ``--workers N``)."""
 
     def __init__(self) -> None:
         self.models: dict[tuple[str, str], ModelLlmStats] = {}

@@ -11,10 +11,10 @@ from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from inferd.api import SOURCES
 from inferd.contracts.errors import StartupError
 from inferd.contracts.flags import parse_bool
 from inferd.contracts.frontend import Frontend
-from inferd.contracts.metric_sources import SOURCES, SummedSources
 from inferd.serving import AsgiServer
 from inferd.serving.tls import TlsConfig
 
@@ -240,9 +240,7 @@ class _PluginSources:
 
     def collect(self) -> Iterator[Metric]:
         others = self.frontend._others
-        if others is None:
-            return SOURCES.collect()
-        return SummedSources(SOURCES, lambda: list(others.sources)).collect()
+        return SOURCES.collect() if others is None else SOURCES.summed(others.sources)
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str:
