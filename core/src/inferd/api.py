@@ -110,7 +110,6 @@ if TYPE_CHECKING:
         ServerView,
         hookimpl,
     )
-    from inferd.contracts.json_depth import TOO_DEEP, depth_problem
     from inferd.contracts.log_context import REQUEST_ID, REQUEST_MODEL
     from inferd.contracts.metric_sources import MetricsSource
     from inferd.contracts.model_info import Infer, ModelInfo, Resolve, Stream, TensorInfo
@@ -135,7 +134,7 @@ if TYPE_CHECKING:
     from inferd.engine.gc_settings import settle as settle_gc
     from inferd.engine.metric_sources import SOURCES
     from inferd.engine.pool import InstancePool
-    from inferd.serving import HTTP_MAX_INPUT_SIZE, TOO_LARGE, AsgiServer, BodyLimit
+    from inferd.serving import HTTP_MAX_INPUT_SIZE, TOO_DEEP, TOO_LARGE, AsgiServer, BodyLimit, depth_problem
     from inferd.serving.tls import TlsConfig
     from inferd.serving.tls import http_config as http_tls_config
 
