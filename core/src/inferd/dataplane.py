@@ -39,9 +39,9 @@ from inferd.contracts.dataplane import (
     VersionTraffic,
 )
 from inferd.contracts.errors import InferdError, InvalidArgument, Unavailable, poll_failure
-from inferd.contracts.names import name_problem, shown
 from inferd.engine.metric_sources import MetricSources
 from inferd.lifecycle.manager import ControlMode
+from inferd.repository.names import name_problem, shown
 from inferd.repository.scan import check_model_name
 from inferd.shared_memory import SharedMemory
 

@@ -17,7 +17,7 @@ from typing import Protocol
 
 from inferd.config import ModelConfig, load_config
 from inferd.contracts.errors import InferdError, InternalError, InvalidArgument, poll_failure
-from inferd.contracts.names import MAX_NAME_BYTES, inside, name_problem, shown
+from inferd.repository.names import MAX_NAME_BYTES, inside, name_problem, shown
 
 #: The largest version number (Triton's versions are int64).
 MAX_VERSION = (1 << 63) - 1
