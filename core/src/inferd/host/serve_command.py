@@ -16,10 +16,11 @@ from pathlib import Path
 from inferd import __version__, serving
 from inferd.auth import AccessControl, AuthConfigError, RestrictionError, access_from_flags
 from inferd.contracts.errors import InferdError, StartupError
-from inferd.contracts.flags import SuggestingParser, backend_config_setting, parse_bool
+from inferd.contracts.flags import parse_bool
 from inferd.engine.rate_limiter import parse_resource
 from inferd.frontends.header_forward import pattern_option
 from inferd.host import triton_flags
+from inferd.host.arguments import SuggestingParser, backend_config_setting
 from inferd.host.logging_settings import configure_logging
 from inferd.host.plugins import PluginHost
 from inferd.host.server import Server, ServerOptions

@@ -18,7 +18,7 @@ from typing import Any
 
 from inferd import config as cfg
 from inferd.contracts.errors import InferdError, NotFound
-from inferd.contracts.flags import backend_config_setting
+from inferd.host.arguments import backend_config_setting
 from inferd.host.plugins import PluginHost
 from inferd.lifecycle.builder import VersionBuilder
 from inferd.lifecycle.manager import failure_reason, prepare
