@@ -79,6 +79,38 @@ TEST_KIT = ("inferd.testing",)
 #: ``os._exit``); library code raises ``StartupError`` and the command line turns it into a status.
 COMMAND_LINE = ("inferd.host.cli", "inferd.host.serve_command")
 
+#: ``inferd.contracts`` only declares: its classes are ABCs, Protocols, dataclasses, errors or enums
+#: (or subclasses of its own), and its only functions are hook specifications and these helpers,
+#: which still wait for a home outside it (the list only shrinks).
+CONTRACT_BASES = frozenset({"abc.ABC", "Protocol", "Exception", "enum.Enum"})
+CONTRACT_HELPERS = frozenset(
+    {
+        "backend.concat_inputs",
+        "backend.process_cores",
+        "cache.frozen_copy",
+        "errors.error_response",
+        "errors.poll_failure",
+        "flags._bad_setting",
+        "flags.parse_bool",
+        "flags.setting_flag",
+        "flags.setting_integer",
+        "hints.closest",
+        "hints.did_you_mean",
+        "types._bytes_sentence",
+        "types.array_from_bytes",
+        "types.array_to_bytes",
+        "types.config_to_wire",
+        "types.datatype_hint",
+        "types.deserialize_bytes_tensor",
+        "types.element_count",
+        "types.element_size",
+        "types.numpy_dtype",
+        "types.serialize_bytes_tensor",
+        "types.wire_datatype",
+        "types.wire_to_config",
+    }
+)
+
 GRPC_IMPORTERS = (
     "inferd.frontends.grpc",
     "inferd.serving",
@@ -290,6 +322,25 @@ def process_exits(modules: dict[str, Path]) -> list[str]:
     return sorted(found)
 
 
+def implementation_in(modules: dict[str, Path], package: str) -> tuple[list[str], set[str]]:
+    """In ``package``'s modules: ``module:line class`` for each class that is no contract (none of
+    :data:`CONTRACT_BASES`, no dataclass, no subclass of one of the package's classes), and
+    ``module.function`` (the module's last name) for each module-level function but hook specifications."""
+    classes, functions = [], set()
+    trees = {m: ast.parse(p.read_text(), str(p)) for m, p in modules.items() if _under(m, [package])}
+    own = {n.name for tree in trees.values() for n in tree.body if isinstance(n, ast.ClassDef)}
+    for module, tree in trees.items():
+        for node in tree.body:
+            decorators = [ast.unparse(d).split("(")[0] for d in getattr(node, "decorator_list", [])]
+            if isinstance(node, ast.ClassDef):
+                bases = {ast.unparse(b) for b in node.bases}
+                if not (bases & (CONTRACT_BASES | own) or "dataclass" in decorators):
+                    classes.append(f"{module}:{node.lineno} {node.name}")
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and "hookspec" not in decorators:
+                functions.add(f"{module.rsplit('.', 1)[-1]}.{node.name}")
+    return sorted(classes), functions
+
+
 def _under(module: str, roots: Iterable[str]) -> bool:
     return any(module == root or module.startswith(root + ".") for root in roots)
 
@@ -442,6 +493,15 @@ def test_hookspecs_import_nothing_from_inferd_server() -> None:
     assert not bad, "inferd.contracts.hookspecs imports inferd.host.server:\n" + "\n".join(bad)
 
 
+def test_contracts_only_declare() -> None:
+    classes, functions = implementation_in(module_files(), "inferd.contracts")
+    assert not classes, "classes in inferd.contracts that are no contract (move them where they are used):\n" + (
+        "\n".join(classes)
+    )
+    assert not functions - CONTRACT_HELPERS, f"functions in inferd.contracts: {sorted(functions - CONTRACT_HELPERS)}"
+    assert not CONTRACT_HELPERS - functions, f"gone from inferd.contracts: {sorted(CONTRACT_HELPERS - functions)}"
+
+
 def test_only_the_grpc_transports_and_clients_import_grpc() -> None:
     modules = module_files()
     assert all(any(_under(m, [root]) for m in modules) for root in GRPC_IMPORTERS), "a GRPC_IMPORTERS entry is gone"
@@ -525,6 +585,19 @@ def test_the_forbidden_import_check_and_p90(tmp_path: Path) -> None:
     })  # fmt: skip
     assert _forbidden(["pkg.ok", "pkg.bad"], "pkg.model", modules) == ["pkg.bad:3 imports pkg.model"]
     assert p90(list(range(1, 11))) == 9 and p90([5]) == 5 and p90(list(range(1, 101))) == 90
+
+
+def test_the_contracts_check(tmp_path: Path) -> None:
+    modules = _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/c.py": "import abc\nfrom dataclasses import dataclass\nclass A(abc.ABC): ...\nclass B(A): ...\n"
+            "@dataclass(frozen=True)\nclass D: ...\nclass Impl:\n    pass\n@hookspec\ndef h(): ...\n"
+            "def helper(): return 1\n",
+        },
+    )
+    assert implementation_in(modules, "pkg") == (["pkg.c:8 Impl"], {"c.helper"})
 
 
 def test_the_grpc_import_check(tmp_path: Path) -> None:
