@@ -48,7 +48,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("lifecycle", ("inferd.lifecycle",)),
     ("dataplane", ("inferd.workers", "inferd.dataplane")),
     # the facade plugins import: the contracts, and the few helpers of the engine it names
-    # (``InstancePool``, ``gc_settings``), imported lazily by name (``importlib``, unseen here)
+    # (``InstancePool``, ``gc_settings``, ``SOURCES``), imported lazily by name (``importlib``, unseen here)
     ("public API", ("inferd.api",)),
     ("built-in plugins", ("inferd.frontends", "inferd.schedulers", "inferd.caches")),
     ("host", ("inferd.host",)),
