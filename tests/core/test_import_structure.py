@@ -597,7 +597,7 @@ def test_the_contracts_check(tmp_path: Path) -> None:
             "def helper(): return 1\n",
         },
     )
-    assert implementation_in(modules, "pkg") == (["pkg.c:8 Impl"], {"c.helper"})
+    assert implementation_in(modules, "pkg") == (["pkg.c:7 Impl"], {"c.helper"})
 
 
 def test_the_grpc_import_check(tmp_path: Path) -> None:
