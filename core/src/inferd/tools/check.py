@@ -105,8 +105,8 @@ def check(
     builder = VersionBuilder(
         registries.backends,
         registries.schedulers,
-        None,
-        autocomplete=autocomplete,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        autocomplete=autocomplete,
         backend_config=backend_config,
     )
     snapshot = scan([r.resolve() for r in repositories if r.is_dir()], config_name)
