@@ -93,7 +93,7 @@ def create_redis_cache(settings: dict[str, str]) -> RedisCache:
             f"redis cache needs '{missing[0]}': --cache-config redis,host=HOST --cache-config redis,port=PORT"
         )
     s = {**DEFAULTS, **settings}
-    pool = redis.BlockingConnectionPool(
+    pool = redis.BlockingConnectionPool(  # type: ignore[no-untyped-call]  # redis does not annotate it
         host=s["host"],
         port=_int(s, "port", 1),
         db=_int(s, "db"),
