@@ -41,7 +41,7 @@ MAX_FUNCTION_P90 = 25
 #: time, only from its own layer or lower ones (an import under ``if TYPE_CHECKING:`` names a type
 #: for an annotation and may point up; it still counts for cycles).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("contracts", ("inferd", "inferd.contracts")),
+    ("contracts", ("inferd", "inferd.contracts", "inferd.datatypes")),
     ("config", ("inferd.config",)),
     ("services", ("inferd.auth", "inferd.serving", "inferd.shared_memory", "inferd.repository")),
     ("engine", ("inferd.engine",)),
@@ -57,11 +57,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("testing", ("inferd.testing",)),
 ]
 #: What the built-in plugins may import besides their own package: the API, the contracts and the
-#: services underneath it, and the data plane they receive.
+#: datatypes, the services underneath it, and the data plane they receive.
 BUILT_IN_PLUGINS = ("inferd.frontends", "inferd.schedulers", "inferd.caches")
 BUILT_IN_MAY_IMPORT = (
-    *("inferd.api", "inferd.contracts", "inferd.config", "inferd.auth", "inferd.serving", "inferd.shared_memory"),
-    "inferd.dataplane",
+    *("inferd.api", "inferd.contracts", "inferd.datatypes", "inferd.config", "inferd.auth", "inferd.serving"),
+    *("inferd.shared_memory", "inferd.dataplane"),
 )
 #: The one host module a plugin's source under ``plugins/``, the cookiecutter template and
 #: ``docs/examples/`` may import.
@@ -96,18 +96,6 @@ CONTRACT_HELPERS = frozenset(
         "flags.setting_integer",
         "hints.closest",
         "hints.did_you_mean",
-        "types._bytes_sentence",
-        "types.array_from_bytes",
-        "types.array_to_bytes",
-        "types.config_to_wire",
-        "types.datatype_hint",
-        "types.deserialize_bytes_tensor",
-        "types.element_count",
-        "types.element_size",
-        "types.numpy_dtype",
-        "types.serialize_bytes_tensor",
-        "types.wire_datatype",
-        "types.wire_to_config",
     }
 )
 

@@ -114,14 +114,11 @@ if TYPE_CHECKING:
     from inferd.contracts.metric_sources import MetricsSource
     from inferd.contracts.model_info import Infer, ModelInfo, Resolve, Stream, TensorInfo
     from inferd.contracts.scheduler import InstanceRunner, ModelCaller, Rejected, Scheduler, SchedulerContext
-    from inferd.contracts.types import (
+    from inferd.contracts.types import PICKED, InferRequest, InferResponse, InferTensor, RequestedOutput
+    from inferd.contracts.validation import RequestValidator, TensorSpec
+    from inferd.datatypes import (
         NUMPY_TO_WIRE,
-        PICKED,
         WIRE_TO_NUMPY,
-        InferRequest,
-        InferResponse,
-        InferTensor,
-        RequestedOutput,
         array_from_bytes,
         array_to_bytes,
         config_to_wire,
@@ -130,7 +127,6 @@ if TYPE_CHECKING:
         serialize_bytes_tensor,
         wire_datatype,
     )
-    from inferd.contracts.validation import RequestValidator, TensorSpec
     from inferd.engine.gc_settings import settle as settle_gc
     from inferd.engine.metric_sources import SOURCES
     from inferd.engine.pool import InstancePool

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, TypeAlias
 import numpy as np
 
 from inferd.contracts.errors import InferdError, InvalidArgument
-from inferd.contracts.types import InferRequest, InferResponse, InferTensor, wire_datatype
+from inferd.contracts.types import InferRequest, InferResponse, InferTensor
+from inferd.datatypes import wire_datatype
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig

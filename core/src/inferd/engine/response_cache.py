@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from inferd.contracts.types import InferRequest, InferResponse, serialize_bytes_tensor
+from inferd.contracts.types import InferRequest, InferResponse
+from inferd.datatypes import serialize_bytes_tensor
 
 if TYPE_CHECKING:
     from inferd.contracts.cache import ResponseCache

@@ -11,8 +11,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, NoReturn
 
 from inferd.contracts.errors import InvalidArgument
-from inferd.contracts.types import InferRequest, config_to_wire, numpy_dtype
+from inferd.contracts.types import InferRequest
 from inferd.contracts.validation import TensorSpec
+from inferd.datatypes import config_to_wire, numpy_dtype
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig

@@ -61,7 +61,7 @@ class ContractModel(NamedTuple):
 
 def make_inputs(specs: Sequence[InputSpec], rows: int | None, seed: int = 0) -> dict[str, np.ndarray]:
     """Deterministic test data for ``specs``; ``rows`` adds a batch dimension (None: none)."""
-    from inferd.contracts.types import numpy_dtype
+    from inferd.datatypes import numpy_dtype
 
     rng = np.random.default_rng(seed)
     out: dict[str, np.ndarray] = {}
@@ -209,7 +209,7 @@ class BackendContract:
             actual, expected = got[name], np.asarray(expected)
             assert actual.shape == expected.shape, f"output '{name}': shape {actual.shape}, expected {expected.shape}"
             if name in declared and declared[name] != "BYTES":
-                from inferd.contracts.types import numpy_dtype
+                from inferd.datatypes import numpy_dtype
 
                 assert actual.dtype == numpy_dtype(declared[name]), (
                     f"output '{name}': dtype {actual.dtype}, the config declares {declared[name]}"

@@ -10,16 +10,8 @@ import numpy as np
 import orjson
 
 from inferd.contracts.errors import InferdError, InvalidArgument
-from inferd.contracts.types import (
-    InferRequest,
-    InferResponse,
-    InferTensor,
-    RequestedOutput,
-    array_from_bytes,
-    array_to_bytes,
-    datatype_hint,
-    numpy_dtype,
-)
+from inferd.contracts.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from inferd.datatypes import array_from_bytes, array_to_bytes, datatype_hint, numpy_dtype
 from inferd.frontends.http.fields import (
     NON_UINT,
     check_output_parameters,

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from inferd.contracts.errors import InvalidArgument
-from inferd.contracts.types import InferRequest, InferResponse, InferTensor, element_count
+from inferd.contracts.types import InferRequest, InferResponse, InferTensor
+from inferd.datatypes import element_count
 from inferd.frontends.http.codec import _json_data, parse_json
 from inferd.frontends.http.fields import check_parameter, check_text, show
 from inferd.frontends.http.json_tensors import json_array

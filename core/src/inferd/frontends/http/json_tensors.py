@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from inferd.contracts.errors import InvalidArgument
-from inferd.contracts.types import element_count, numpy_dtype
+from inferd.datatypes import element_count, numpy_dtype
 from inferd.frontends.http.fields import show
 
 _SIGNED = "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from inferd.contracts.errors import ConfigError, InferdError
-from inferd.contracts.types import InferTensor, config_to_wire
+from inferd.contracts.types import InferTensor
+from inferd.datatypes import config_to_wire
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
