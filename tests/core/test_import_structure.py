@@ -85,9 +85,7 @@ COMMAND_LINE = ("inferd.host.cli", "inferd.host.serve_command")
 CONTRACT_BASES = frozenset({"abc.ABC", "Protocol", "Exception", "enum.Enum"})
 CONTRACT_HELPERS = frozenset(
     {
-        "backend.concat_inputs",
         "backend.process_cores",
-        "cache.frozen_copy",
         "errors.error_response",
         "errors.poll_failure",
         "flags._bad_setting",

@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from inferd.config.model_config_pb2 import DataType
     from inferd.contracts.backend import (
         RESCHEDULE,
-        ArrayInstance,
         AsyncInstance,
         Backend,
         Instance,
@@ -61,7 +60,7 @@ if TYPE_CHECKING:
         SyncInstance,
         process_cores,
     )
-    from inferd.contracts.cache import ResponseCache, frozen_copy
+    from inferd.contracts.cache import ResponseCache
     from inferd.contracts.dataplane import (
         BatchStatistics,
         ChatEngine,
@@ -127,9 +126,11 @@ if TYPE_CHECKING:
         serialize_bytes_tensor,
         wire_datatype,
     )
+    from inferd.engine.array_instance import ArrayInstance
     from inferd.engine.gc_settings import settle as settle_gc
     from inferd.engine.metric_sources import SOURCES
     from inferd.engine.pool import InstancePool
+    from inferd.engine.response_cache import frozen_copy
     from inferd.serving import HTTP_MAX_INPUT_SIZE, TOO_DEEP, TOO_LARGE, AsgiServer, BodyLimit, depth_problem
     from inferd.serving.tls import TlsConfig
     from inferd.serving.tls import http_config as http_tls_config

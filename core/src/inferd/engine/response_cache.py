@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from inferd.contracts.types import InferRequest, InferResponse
+from inferd.contracts.types import InferRequest, InferResponse, InferTensor
 from inferd.datatypes import serialize_bytes_tensor
 
 if TYPE_CHECKING:
@@ -167,3 +167,13 @@ class ModelCache:
             type(exc).__name__,
             exc,
         )
+
+
+def frozen_copy(response: InferResponse) -> InferResponse:
+    """A copy of ``response`` that owns read-only copies of its output arrays."""
+    outputs = []
+    for t in response.outputs:
+        data = np.array(t.data, copy=True)
+        data.flags.writeable = False
+        outputs.append(InferTensor(t.name, t.datatype, tuple(t.shape), data, dict(t.parameters)))
+    return InferResponse(response.model_name, response.model_version, "", outputs, dict(response.parameters))
