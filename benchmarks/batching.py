@@ -49,11 +49,29 @@ def run_level(
     less CPU per request than tritonclient, which matters when client and server share 2 cores."""
     csv_path = tmp / f"{model}-{protocol}-{concurrency}.csv"
     subprocess.run(
-        [sys.executable, "-m", "inferd.host.cli", "perf", "-m", model, "-i", protocol, "-u", url,
-         "--concurrency-range", f"{concurrency}:{concurrency}", "-p", str(int(seconds * 1000)), "-r", "3",
-         "-f", str(csv_path)],
-        check=True, stdout=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "inferd.host.cli",
+            "perf",
+            "-m",
+            model,
+            "-i",
+            protocol,
+            "-u",
+            url,
+            "--concurrency-range",
+            f"{concurrency}:{concurrency}",
+            "-p",
+            str(int(seconds * 1000)),
+            "-r",
+            "3",
+            "-f",
+            str(csv_path),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     with open(csv_path) as f:
         row = next(csv.DictReader(f))
     return float(row["Inferences/Second"]), float(row["p50 latency"]) / 1000, float(row["p99 latency"]) / 1000
@@ -72,8 +90,10 @@ def main() -> None:
         repo = write_repository(Path(tmp) / "models", args.delay_us, args.instances)
         server = ServerProcess([repo], log_path=Path(tmp) / "inferd.log").start()
         try:
-            print(f"command: .venv/bin/python benchmarks/batching.py --seconds {args.seconds} --concurrency {args.concurrency} "
-                  f"--delay-us {args.delay_us} --instances {args.instances} --protocol {args.protocol}")  # fmt: skip
+            print(
+                f"command: .venv/bin/python benchmarks/batching.py --seconds {args.seconds} --concurrency {args.concurrency} "
+                f"--delay-us {args.delay_us} --instances {args.instances} --protocol {args.protocol}"
+            )
             url = server.http_url if args.protocol == "http" else server.grpc_url
             print(f"{'model':<12} {'concurrency':>11} {'infer/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
             for level in levels:

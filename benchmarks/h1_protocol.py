@@ -74,9 +74,18 @@ def _connection_factory(loop: asyncio.AbstractEventLoop) -> Any:
         import uvicorn
         from uvicorn.server import ServerState  # type: ignore[assignment,no-redef]
 
-        config = uvicorn.Config(_null_app, http=cls, interface="asgi3", lifespan="off", log_config=None,
-                                access_log=False, proxy_headers=False, server_header=False, date_header=False,
-                                ws="none")  # fmt: skip
+        config = uvicorn.Config(
+            _null_app,
+            http=cls,
+            interface="asgi3",
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            proxy_headers=False,
+            server_header=False,
+            date_header=False,
+            ws="none",
+        )
         config.load()
         state = ServerState()
         return lambda: cls(config=config, server_state=state, app_state={}, _loop=loop)
@@ -119,9 +128,10 @@ def main() -> None:
         return
     for way in sorted(PATHS, reverse=True):
         results = compare(
-            args.baseline, args.rounds,
+            args.baseline,
+            args.rounds,
             lambda checkout, way=way: run_once(__file__, ["--one", str(args.requests), "--way", way], checkout),
-        )  # fmt: skip
+        )
         summary(f"CPU time per HTTP/1.1 request ({way}), median of {args.rounds} x {args.requests} requests", results)
 
 

@@ -176,8 +176,9 @@ class Target:
 def start_inferd(repo: Path, work: Path, label: str, args: list[str], env: dict[str, str] | None) -> Any:
     from inferd.testing.servers import ServerProcess
 
-    server = ServerProcess([repo], ["--grpc-max-message-bytes", str(1 << 30), *args], env,
-                           log_path=work / f"{label}.log")  # fmt: skip
+    server = ServerProcess(
+        [repo], ["--grpc-max-message-bytes", str(1 << 30), *args], env, log_path=work / f"{label}.log"
+    )
     return server.start(timeout=180)
 
 
@@ -185,15 +186,22 @@ def main(argv: list[str]) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="4K,256K,4M,16M", help="tensor sizes, comma-separated (default 4K,256K,4M,16M)")
     p.add_argument("--protocols", default="grpc,http", help="grpc, http (default both)")
-    p.add_argument("--servers", default="inferd,grpcio,triton",
-                   help="inferd (default transport), grpcio (inferd --grpc-transport grpcio), triton")  # fmt: skip
+    p.add_argument(
+        "--servers",
+        default="inferd,grpcio,triton",
+        help="inferd (default transport), grpcio (inferd --grpc-transport grpcio), triton",
+    )
     p.add_argument("--concurrency", type=int, default=8, help="client processes (default 8)")
     p.add_argument("--seconds", type=float, default=3.0, help="length of each timed run (default 3)")
     p.add_argument("--rounds", type=int, default=2, help="runs of every cell, servers in turn (default 2)")
     p.add_argument("--instances", type=int, default=1, help="instance_group count of the model (default 1)")
     p.add_argument("--triton-dir", type=Path, default=Path("/work/shared/triton"))
-    p.add_argument("--baseline", type=Path, help="another checkout of inferd, served beside this one with the "
-                   "default transport (its sources first on PYTHONPATH): rows 'inferd@base'")  # fmt: skip
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout of inferd, served beside this one with the "
+        "default transport (its sources first on PYTHONPATH): rows 'inferd@base'",
+    )
     args = p.parse_args(argv)
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     protocols = [s.strip() for s in args.protocols.split(",")]
@@ -253,9 +261,11 @@ def main(argv: list[str]) -> None:
 def report(targets: list[Target], sizes: list[int], args: argparse.Namespace, argv: list[str]) -> None:
     """One table: infer/s, MB/s, server CPU per infer, and same-round ratios to Triton's same protocol."""
     by_label = {t.label: t for t in targets}
-    print(f"\ncores: {len(os.sched_getaffinity(0))}, load average {os.getloadavg()[0]:.1f} at the end, "
-          f"c={args.concurrency} client processes, {args.rounds} rounds of {args.seconds:g} s, Python identity model "
-          f"(FP32, instances {args.instances}); median over the rounds; ratio: median of same-round ratios [range]\n")  # fmt: skip
+    print(
+        f"\ncores: {len(os.sched_getaffinity(0))}, load average {os.getloadavg()[0]:.1f} at the end, "
+        f"c={args.concurrency} client processes, {args.rounds} rounds of {args.seconds:g} s, Python identity model "
+        f"(FP32, instances {args.instances}); median over the rounds; ratio: median of same-round ratios [range]\n"
+    )
     print(f"{'size':>8}  {'server':22} {'infer/s':>9} {'MB/s':>8} {'CPU ms/inf':>11}  {'vs Triton':>20}  errors")
     for size in sizes:
         for target in targets:
@@ -271,8 +281,10 @@ def report(targets: list[Target], sizes: list[int], args: argparse.Namespace, ar
                 each = [a / b for a, b in zip(rates, triton.rates[size], strict=True) if b]
                 if each:
                     ratio = f"{statistics.median(each):.2f}x [{min(each):.2f}-{max(each):.2f}]"
-            print(f"{size_label(size):>8}  {target.label:22} {rate:9.0f} {mbps:8.0f} {cpu:11.2f}  {ratio:>20}  "
-                  f"{target.errors.get(size, '')}")  # fmt: skip
+            print(
+                f"{size_label(size):>8}  {target.label:22} {rate:9.0f} {mbps:8.0f} {cpu:11.2f}  {ratio:>20}  "
+                f"{target.errors.get(size, '')}"
+            )
         print()
     print("python benchmarks/large_tensors.py " + " ".join(argv))
 

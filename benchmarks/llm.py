@@ -55,8 +55,15 @@ class Target:
 
 def openai_target(name: str, base: str, model: str) -> Target:
     def body(prompt: str, max_tokens: int) -> dict[str, object]:
-        return {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
-                "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
+        return {
+            "model": model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
 
     def tokens(event: dict[str, object]) -> int:
         usage = event.get("usage")
@@ -145,10 +152,26 @@ def start_inferd(
 def start_vllm(model: Path, workdir: Path, *args: str) -> tuple[subprocess.Popen[bytes], Target]:
     """``vllm serve`` on ``model`` (``args``: more of its flags)."""
     port = free_port()
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--port", str(port),
-           "--host", "127.0.0.1", "--served-model-name", "llm", "--dtype", "float32", "--max-model-len", "256",
-           "--enforce-eager", *args]  # fmt: skip
-    log = open(workdir / "vllm-serve.log", "wb")
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--served-model-name",
+        "llm",
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "256",
+        "--enforce-eager",
+        *args,
+    ]
+    log = open(workdir / "vllm-serve.log", "wb")  # noqa: SIM115 - vllm writes to it for as long as it runs
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ENV})
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
@@ -190,7 +213,7 @@ def main() -> None:
         servers = []
         try:
             for start in (start_inferd, start_vllm):
-                servers.append(start(args.model, workdir))
+                servers.append(start(args.model, workdir))  # noqa: PERF401 - one by one: `finally` stops those started
             targets = [target for _, target in servers]
             runs = measure(targets, args.concurrency, args.rounds, args.requests_per_client, args.max_tokens)
         finally:
@@ -233,8 +256,10 @@ def report(runs: Runs, names: list[str], concurrency: list[int]) -> None:
     for c in concurrency:
         pairs = list(zip(runs[(ours, c)], runs[(theirs, c)], strict=True))
         ratios = {k: [a[k] / b[k] for a, b in pairs if b[k]] for k, _ in keys[:2]}
-        line = "  ".join(f"{label} {statistics.median(v):.2f} [{min(v):.2f}-{max(v):.2f}]" for (k, label), v in
-                         zip(keys[:2], ratios.values(), strict=True))  # fmt: skip
+        line = "  ".join(
+            f"{label} {statistics.median(v):.2f} [{min(v):.2f}-{max(v):.2f}]"
+            for (k, label), v in zip(keys[:2], ratios.values(), strict=True)
+        )
         print(f"  conc {c:>3}: {line}")
 
 

@@ -43,8 +43,12 @@ BENCH = (
     "main(parser.parse_args(sys.argv[1:]))\n"
 )
 ENDPOINTS = {"completions": ("openai", "/v1/completions"), "chat": ("openai-chat", "/v1/chat/completions")}
-METRICS = (("output_throughput", "out tok/s"), ("median_ttft_ms", "TTFT p50 ms"), ("median_tpot_ms", "TPOT p50 ms"),
-           ("cpu_ms", "server CPU ms/req"))  # fmt: skip
+METRICS = (
+    ("output_throughput", "out tok/s"),
+    ("median_ttft_ms", "TTFT p50 ms"),
+    ("median_tpot_ms", "TPOT p50 ms"),
+    ("cpu_ms", "server CPU ms/req"),
+)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -64,12 +68,44 @@ def bench(base: str, pid: int, endpoint: str, model: Path, args: argparse.Namesp
     """One run of vLLM's serving benchmark against ``base`` (server process ``pid``); its result JSON and
     the server's CPU time per request (steadier than rates on a shared machine: others' load adds none)."""
     backend, path = ENDPOINTS[endpoint]
-    cmd = [sys.executable, "-c", BENCH, "--backend", backend, "--base-url", base, "--endpoint", path,
-           "--model", "llm", "--tokenizer", str(model), "--dataset-name", "random",
-           "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
-           "--num-prompts", str(args.num_prompts), "--max-concurrency", str(args.max_concurrency),
-           "--seed", str(args.seed), "--ignore-eos", "--temperature", "0", "--num-warmups", "8", "--disable-tqdm",
-           "--save-result", "--result-dir", str(result.parent), "--result-filename", result.name]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-c",
+        BENCH,
+        "--backend",
+        backend,
+        "--base-url",
+        base,
+        "--endpoint",
+        path,
+        "--model",
+        "llm",
+        "--tokenizer",
+        str(model),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(args.input_len),
+        "--random-output-len",
+        str(args.output_len),
+        "--num-prompts",
+        str(args.num_prompts),
+        "--max-concurrency",
+        str(args.max_concurrency),
+        "--seed",
+        str(args.seed),
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--num-warmups",
+        "8",
+        "--disable-tqdm",
+        "--save-result",
+        "--result-dir",
+        str(result.parent),
+        "--result-filename",
+        result.name,
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     before = cpu_seconds(pid)
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
@@ -96,8 +132,11 @@ def measure(servers: dict[str, tuple[str, int]], model: Path, args: argparse.Nam
             for name in names if r % 2 == 0 else names[::-1]:
                 result = workdir / f"{name.replace(' ', '-')}-{endpoint}-{r}.json"
                 runs[(name, endpoint)].append(bench(*servers[name], endpoint, model, args, result))
-                print(f"round {r + 1} {endpoint:<11} {name:<12} " + "  ".join(
-                    f"{label} {runs[(name, endpoint)][-1][key]:.1f}" for key, label in METRICS), flush=True)  # fmt: skip
+                print(
+                    f"round {r + 1} {endpoint:<11} {name:<12} "
+                    + "  ".join(f"{label} {runs[(name, endpoint)][-1][key]:.1f}" for key, label in METRICS),
+                    flush=True,
+                )
     return runs
 
 

@@ -13,6 +13,7 @@ numbers only; it never asserts.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
@@ -49,11 +50,12 @@ def build_mlp(path: Path, seed: int = 0) -> None:
             nodes.append(helper.make_node("Relu", [f"a{i}"], [y]))
         x = y
     graph = helper.make_graph(
-        nodes, "mlp",
+        nodes,
+        "mlp",
         [helper.make_tensor_value_info("INPUT", TensorProto.FLOAT, ["batch", IN])],
         [helper.make_tensor_value_info("OUTPUT", TensorProto.FLOAT, ["batch", OUT])],
         initializer=inits,
-    )  # fmt: skip
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     onnx.checker.check_model(model)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,10 +113,8 @@ def measure(
     threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(callers)]
     for t in threads:
         t.start()
-    try:
+    with contextlib.suppress(threading.BrokenBarrierError):
         ready.wait()
-    except threading.BrokenBarrierError:
-        pass
     for t in threads:
         t.join()
     elapsed = time.monotonic() - (window[0] - seconds) if window else float("nan")
@@ -187,8 +187,10 @@ def main(argv: list[str]) -> None:
         if args.intra_op_threads is None and not args.gpu:
             per_instance = default_intra_op_threads(args.instances or 2)
             rate, lat = in_process(path, x, args.seconds, per_instance, args.gpu)
-            print(f"onnxruntime in-process, 1 caller, intra-op threads {per_instance} (as each server instance): "
-                  f"{rate:9.1f} infer/s  {lat:7.3f} ms")  # fmt: skip
+            print(
+                f"onnxruntime in-process, 1 caller, intra-op threads {per_instance} (as each server instance): "
+                f"{rate:9.1f} infer/s  {lat:7.3f} ms"
+            )
         server = ServerProcess([repo], ["--model-control-mode", "none"]).start()
         try:
             urls = {"http": server.http_url, "grpc": server.grpc_url}

@@ -123,7 +123,7 @@ class Server:
         self.label = label
         self.port = port
         self.metrics_port = metrics_port
-        self.log = tempfile.TemporaryFile()
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - the server writes to it for as long as it runs
         self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 120
         while not self._get("/v2/health/live"):
@@ -164,8 +164,13 @@ class Server:
         conn.request("GET", "/metrics")
         text = conn.getresponse().read().decode()
         wanted = (f"{model}_execute_ns", f"{model}_executions")
-        values = {family.name: sample.value for family in text_string_to_metric_families(text) if family.name in wanted
-                  for sample in family.samples if sample.labels.get("model") == model}  # fmt: skip
+        values = {
+            family.name: sample.value
+            for family in text_string_to_metric_families(text)
+            if family.name in wanted
+            for sample in family.samples
+            if sample.labels.get("model") == model
+        }
         return values.get(wanted[1], 0.0), values.get(wanted[0], 0.0)
 
     def stop(self) -> None:
@@ -178,13 +183,21 @@ class Server:
 
 def infer_body(n: int) -> tuple[bytes, dict[str, str], np.ndarray]:
     a = np.arange(n, dtype=np.float32)
-    header = json.dumps({
-        "inputs": [{"name": name, "shape": [n], "datatype": "FP32", "parameters": {"binary_data_size": a.nbytes}}
-                   for name in ("INPUT0", "INPUT1")],
-        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
-    }).encode()  # fmt: skip
+    header = json.dumps(
+        {
+            "inputs": [
+                {"name": name, "shape": [n], "datatype": "FP32", "parameters": {"binary_data_size": a.nbytes}}
+                for name in ("INPUT0", "INPUT1")
+            ],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
     body = header + a.tobytes() * 2
-    return body, {"Inference-Header-Content-Length": str(len(header)), "Content-Type": "application/octet-stream"}, a * 2  # fmt: skip
+    return (
+        body,
+        {"Inference-Header-Content-Length": str(len(header)), "Content-Type": "application/octet-stream"},
+        a * 2,
+    )
 
 
 def run_client(port: int, model: str, n: int, until: float, latencies: list[float], errors: list[str]) -> None:
@@ -271,8 +284,12 @@ def main(argv: list[str]) -> None:
     p.add_argument("--rounds", type=int, default=3, help="timed runs per server, model and concurrency (default 3)")
     p.add_argument("--servers", default="inferd,triton", help="inferd, triton (default both)")
     p.add_argument("--triton-dir", type=Path, default=Path("/work/shared/triton"))
-    p.add_argument("--baseline", type=Path, help="also run both modes from this inferd source tree (its core/src and "
-                   "plugins/*/src first on PYTHONPATH), in the same rounds: a change against the code before it")  # fmt: skip
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        help="also run both modes from this inferd source tree (its core/src and "
+        "plugins/*/src first on PYTHONPATH), in the same rounds: a change against the code before it",
+    )
     args = p.parse_args(argv)
     servers = [s.strip() for s in args.servers.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="inferd-bench-iso-"))
@@ -291,24 +308,64 @@ def main(argv: list[str]) -> None:
             write_repo(repo, bool(process))
             http_port, grpc_port, metrics_port = free_ports(3)
             if process is None:
-                server = Server(label, ["bash", str(args.triton_dir / "start.sh"), str(repo), str(http_port),
-                                        str(grpc_port), str(metrics_port), "--model-control-mode=explicit"], http_port,
-                                metrics_port)  # fmt: skip
+                server = Server(
+                    label,
+                    [
+                        "bash",
+                        str(args.triton_dir / "start.sh"),
+                        str(repo),
+                        str(http_port),
+                        str(grpc_port),
+                        str(metrics_port),
+                        "--model-control-mode=explicit",
+                    ],
+                    http_port,
+                    metrics_port,
+                )
             else:
                 env = None
                 if label.startswith("baseline"):
                     tree = args.baseline.resolve()
                     paths = [tree / "core" / "src", *sorted((tree / "plugins").glob("*/src"))]
                     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(path) for path in paths)}
-                server = Server(label, [sys.executable, "-m", "inferd.host.cli", "serve", "--model-repository", str(repo),
-                                        "--http-port", str(http_port), "--grpc-port", str(grpc_port),
-                                        "--metrics-port", str(metrics_port), "--model-control-mode", "explicit"],
-                                http_port, metrics_port, env)  # fmt: skip
+                server = Server(
+                    label,
+                    [
+                        sys.executable,
+                        "-m",
+                        "inferd.host.cli",
+                        "serve",
+                        "--model-repository",
+                        str(repo),
+                        "--http-port",
+                        str(http_port),
+                        "--grpc-port",
+                        str(grpc_port),
+                        "--metrics-port",
+                        str(metrics_port),
+                        "--model-control-mode",
+                        "explicit",
+                    ],
+                    http_port,
+                    metrics_port,
+                    env,
+                )
             running.append(server)
             for suffix in SIZES:
-                rows[(label, suffix)] = {"load_ms": server.load(f"add_sub_{suffix}") * 1000, "backend_us": [], "execute_us": [], "stub_us": [],
-                                         "p50_us": [], "p99_us": [], "c1_rps": [], "c8_rps": [], "cpu1_us": [],
-                                         "cpu8_us": [], "errors": 0, "error": []}  # fmt: skip
+                rows[(label, suffix)] = {
+                    "load_ms": server.load(f"add_sub_{suffix}") * 1000,
+                    "backend_us": [],
+                    "execute_us": [],
+                    "stub_us": [],
+                    "p50_us": [],
+                    "p99_us": [],
+                    "c1_rps": [],
+                    "c8_rps": [],
+                    "cpu1_us": [],
+                    "cpu8_us": [],
+                    "errors": 0,
+                    "error": [],
+                }
         # the servers take turns, round after round: a busy machine's noise falls on all of them alike
         for round_ in range(args.rounds):
             for server in running:
@@ -342,8 +399,10 @@ def main(argv: list[str]) -> None:
     base = {
         suffix: statistics.median(r["p50_us"]) for (label, suffix), r in rows.items() if label == "inferd in-process"
     }
-    print(f"\ncores: {len(os.sched_getaffinity(0))}, load {os.getloadavg()[0]:.1f}, {args.rounds} rounds of "
-          f"{args.seconds:g} s per run, HTTP binary tensors, batch 1; median (min-max) over the rounds\n")  # fmt: skip
+    print(
+        f"\ncores: {len(os.sched_getaffinity(0))}, load {os.getloadavg()[0]:.1f}, {args.rounds} rounds of "
+        f"{args.seconds:g} s per run, HTTP binary tensors, batch 1; median (min-max) over the rounds\n"
+    )
     columns = (
         "load ms",
         "backend µs",
@@ -365,12 +424,24 @@ def main(argv: list[str]) -> None:
         n = SIZES[suffix]
         model = f"{suffix} ({n * 4 * 2 // 1024} KiB in)" if n > 4 else "small (32 B in)"
         overhead = statistics.median(r["p50_us"]) - base[suffix] if suffix in base else float("nan")
-        cells = (f"{r['load_ms']:.0f}", spread(r["backend_us"]), spread(r["execute_us"]), spread(r["stub_us"]),
-                 spread(r["p50_us"]), spread(r["p99_us"]),
-                 f"{overhead:.0f}", spread(r["c1_rps"]), spread(r["c8_rps"]), spread(r["cpu1_us"]),
-                 spread(r["cpu8_us"]))  # fmt: skip
-        print(f"{label:18} {model:20} " + " ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True))
-              + f" {r['errors']:6d} {' '.join(r['error'])}")  # fmt: skip
+        cells = (
+            f"{r['load_ms']:.0f}",
+            spread(r["backend_us"]),
+            spread(r["execute_us"]),
+            spread(r["stub_us"]),
+            spread(r["p50_us"]),
+            spread(r["p99_us"]),
+            f"{overhead:.0f}",
+            spread(r["c1_rps"]),
+            spread(r["c8_rps"]),
+            spread(r["cpu1_us"]),
+            spread(r["cpu8_us"]),
+        )
+        print(
+            f"{label:18} {model:20} "
+            + " ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True))
+            + f" {r['errors']:6d} {' '.join(r['error'])}"
+        )
 
 
 if __name__ == "__main__":

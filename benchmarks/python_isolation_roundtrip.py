@@ -74,8 +74,10 @@ async def run(repo: Path, requests: int, wait_exit: bool, through_runner: bool) 
         await execute([request()])
     wall = (time.perf_counter() - wall0) / requests * 1e6
     server, child = (cpu(os.getpid()) - server0) / requests * 1e6, (cpu(stub.pid) - stub0) / requests * 1e6
-    print(f"{requests} round trips: {wall:.1f} µs wall; CPU µs: server {server.sum():.1f} (user {server[0]:.0f}, "
-          f"system {server[1]:.0f}), stub {child.sum():.1f} (user {child[0]:.0f}, system {child[1]:.0f})")  # fmt: skip
+    print(
+        f"{requests} round trips: {wall:.1f} µs wall; CPU µs: server {server.sum():.1f} (user {server[0]:.0f}, "
+        f"system {server[1]:.0f}), stub {child.sum():.1f} (user {child[0]:.0f}, system {child[1]:.0f})"
+    )
     if wait_exit:  # let the stub exit by itself (a profiler in it writes its results)
         stub.send(ipc.FINALIZE, None)
         await loop.run_in_executor(None, stub.proc.wait)

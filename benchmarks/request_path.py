@@ -88,8 +88,13 @@ async def _measure(repo: Path, name: str, x: np.ndarray, concurrency: int, total
         await server.stop()
     others = sum(cpu_after[t] - cpu_before.get(t, 0.0) for t in cpu_after if t != loop_id)
     compute = _compute_ns(stats_after) - _compute_ns(stats_before)
-    return {"loop_us": loop_cpu / total * 1e6, "threads_us": others / total * 1e6, "compute_us": compute / total / 1e3,
-            "rate": total / wall, "failures": failures}  # fmt: skip
+    return {
+        "loop_us": loop_cpu / total * 1e6,
+        "threads_us": others / total * 1e6,
+        "compute_us": compute / total / 1e3,
+        "rate": total / wall,
+        "failures": failures,
+    }
 
 
 def _compute_ns(stats: list[dict]) -> int:
@@ -110,14 +115,18 @@ def main() -> None:
         generated = models.generate(names, Path(tmp))
         models.write_repositories(generated, Path(tmp), 64, 2, 1)
         repo = Path(tmp) / "inferd-models"
-        print(f"{'model':<14}{'loop CPU us/req':>17}{'instance threads us/req':>25}{'model time (wall)':>22}"
-              f"{'req/s (in-process)':>20}")  # fmt: skip
+        print(
+            f"{'model':<14}{'loop CPU us/req':>17}{'instance threads us/req':>25}{'model time (wall)':>22}"
+            f"{'req/s (in-process)':>20}"
+        )
         for name in names:
             served = models.served_name(name, args.batching == "on")
             x = generated[name].sample_input()
             r = run(_measure(repo, served, x, args.concurrency, args.requests))
-            print(f"{served:<14}{r['loop_us']:>17.1f}{r['threads_us']:>25.1f}{r['compute_us']:>22.1f}{r['rate']:>20,.0f}"
-                  + (f"  ({r['failures']:.0f} failed)" if r["failures"] else ""))  # fmt: skip
+            print(
+                f"{served:<14}{r['loop_us']:>17.1f}{r['threads_us']:>25.1f}{r['compute_us']:>22.1f}{r['rate']:>20,.0f}"
+                + (f"  ({r['failures']:.0f} failed)" if r["failures"] else "")
+            )
 
 
 if __name__ == "__main__":

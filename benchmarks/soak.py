@@ -64,10 +64,25 @@ def main() -> None:
         work = Path(tmp)
         generated = models.generate(["tiny"], work)
         models.write_repositories(generated, work, 64, 2, 1)
-        cmd = [inferd, "serve", "--model-repository", str(ROOT / "examples" / "models"), "--model-repository",
-               str(work / "inferd-models"), "--http-address", "127.0.0.1", "--http-port", str(args.port),
-               "--grpc-port", str(args.port + 1), "--metrics-port", str(args.port + 2), "--allow-openai=false",
-               "--workers", str(args.workers)]  # fmt: skip
+        cmd = [
+            inferd,
+            "serve",
+            "--model-repository",
+            str(ROOT / "examples" / "models"),
+            "--model-repository",
+            str(work / "inferd-models"),
+            "--http-address",
+            "127.0.0.1",
+            "--http-port",
+            str(args.port),
+            "--grpc-port",
+            str(args.port + 1),
+            "--metrics-port",
+            str(args.port + 2),
+            "--allow-openai=false",
+            "--workers",
+            str(args.workers),
+        ]
         with open(work / "server.log", "wb") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         try:
@@ -81,8 +96,11 @@ def main() -> None:
             while time.monotonic() < deadline:
                 result = load.run_wrk(args.port, request, 64, args.slice, work, proc.pid)
                 samples.append([_rss_mib(p) for p in _serving(proc.pid)])
-                print(f"{len(samples) * args.slice:6.0f} s  {result.rate:8,.0f} infer/s  errors {result.errors} {result.note}  "
-                      f"RSS (MiB): {', '.join(f'{r:.1f}' for r in samples[-1])}", flush=True)  # fmt: skip
+                print(
+                    f"{len(samples) * args.slice:6.0f} s  {result.rate:8,.0f} infer/s  errors {result.errors} {result.note}  "
+                    f"RSS (MiB): {', '.join(f'{r:.1f}' for r in samples[-1])}",
+                    flush=True,
+                )
             if len(samples) > 1:
                 growth = [last - first for first, last in zip(samples[0], samples[-1], strict=True)]
                 print(

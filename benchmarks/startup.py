@@ -46,9 +46,25 @@ def repositories(root: Path) -> dict[str, Path]:
 
 
 def command(repo: Path, ports: Path, python_flags: list[str] = []) -> list[str]:  # noqa: B006 (never mutated)
-    return [sys.executable, *python_flags, "-c", CLI, "serve", "--http-address", "127.0.0.1",
-            "--model-repository", str(repo), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
-            "--ports-file", str(ports)]  # fmt: skip
+    return [
+        sys.executable,
+        *python_flags,
+        "-c",
+        CLI,
+        "serve",
+        "--http-address",
+        "127.0.0.1",
+        "--model-repository",
+        str(repo),
+        "--http-port",
+        "0",
+        "--grpc-port",
+        "0",
+        "--metrics-port",
+        "0",
+        "--ports-file",
+        str(ports),
+    ]
 
 
 def sources(checkout: Path) -> list[Path]:
@@ -56,8 +72,9 @@ def sources(checkout: Path) -> list[Path]:
     return [checkout / "core" / "src", *sorted((checkout / "plugins").glob("*/src"))]
 
 
-def start_once(repo: Path, ports: Path, log: Path, env: dict[str, str] | None = None,
-               timeout: float = 60.0) -> tuple[float, float]:  # fmt: skip
+def start_once(
+    repo: Path, ports: Path, log: Path, env: dict[str, str] | None = None, timeout: float = 60.0
+) -> tuple[float, float]:
     """(CPU s, wall s) of one start until its ports file appears."""
     ports.unlink(missing_ok=True)
     began = time.monotonic()
@@ -110,15 +127,21 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7, help="starts per repository (default 7)")
     parser.add_argument("--repos", default="empty,python", help="comma-separated: empty, python")
     parser.add_argument("--importtime", action="store_true", help="print the slowest imports of one start")
-    parser.add_argument("--baseline", type=Path, metavar="DIR",
-                        help="another checkout (e.g. a `git worktree` of main) started in turn with this one, "
-                             "start after start, each from its own sources (load skews both alike)")  # fmt: skip
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="DIR",
+        help="another checkout (e.g. a `git worktree` of main) started in turn with this one, "
+        "start after start, each from its own sources (load skews both alike)",
+    )
     args = parser.parse_args()
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     checkouts: dict[str, dict[str, str] | None] = {"this": None}  # None: as installed (or as PYTHONPATH says)
     if args.baseline is not None:
-        checkouts = {name: {**os.environ, "PYTHONPATH": os.pathsep.join(str(s) for s in sources(checkout))}
-                     for name, checkout in (("baseline", args.baseline.resolve()), ("this", ROOT))}  # fmt: skip
+        checkouts = {
+            name: {**os.environ, "PYTHONPATH": os.pathsep.join(str(s) for s in sources(checkout))}
+            for name, checkout in (("baseline", args.baseline.resolve()), ("this", ROOT))
+        }
     for src in sources(ROOT) + (sources(args.baseline) if args.baseline else []):
         compileall.compile_dir(src, quiet=1)
     with tempfile.TemporaryDirectory(prefix="inferd-startup-") as tmp:
@@ -128,8 +151,10 @@ def main() -> None:
         if args.importtime:
             importtime(repos["empty"], ports, log)
             return
-        print(f"{'checkout':<9} {'repository':<11} {'CPU s (median)':>15} {'range':>13} "
-              f"{'wall s (median)':>16} {'range':>13}")  # fmt: skip
+        print(
+            f"{'checkout':<9} {'repository':<11} {'CPU s (median)':>15} {'range':>13} "
+            f"{'wall s (median)':>16} {'range':>13}"
+        )
         for name in args.repos.split(","):
             results: dict[str, list[tuple[float, float]]] = {checkout: [] for checkout in checkouts}
             for _ in range(args.runs):
@@ -137,8 +162,10 @@ def main() -> None:
                     results[checkout].append(start_once(repos[name], ports, log, env))
             for checkout, runs in results.items():
                 cpu, wall = [r[0] for r in runs], [r[1] for r in runs]
-                print(f"{checkout:<9} {name:<11} {statistics.median(cpu):>15.3f} {min(cpu):>6.2f}-{max(cpu):<6.2f}"
-                      f" {statistics.median(wall):>16.3f} {min(wall):>6.2f}-{max(wall):<6.2f}")  # fmt: skip
+                print(
+                    f"{checkout:<9} {name:<11} {statistics.median(cpu):>15.3f} {min(cpu):>6.2f}-{max(cpu):<6.2f}"
+                    f" {statistics.median(wall):>16.3f} {min(wall):>6.2f}-{max(wall):<6.2f}"
+                )
 
 
 if __name__ == "__main__":

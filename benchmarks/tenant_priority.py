@@ -79,8 +79,14 @@ def sha(key: str) -> str:
 
 
 def auth(interactive: int, batch: int) -> str:
-    return json.dumps({"tenants": {"interactive": {"keys": [sha("interactive-key")], "priority": interactive},
-                                   "batch": {"keys": [sha("batch-key")], "priority": batch}}})  # fmt: skip
+    return json.dumps(
+        {
+            "tenants": {
+                "interactive": {"keys": [sha("interactive-key")], "priority": interactive},
+                "batch": {"keys": [sha("batch-key")], "priority": batch},
+            }
+        }
+    )
 
 
 def run(server: ServerProcess, clients: dict[str, int], seconds: float, think: float = 0.0) -> dict[str, list[float]]:
@@ -88,10 +94,27 @@ def run(server: ServerProcess, clients: dict[str, int], seconds: float, think: f
     interactive clients pause up to ``think`` seconds between requests (arriving at random
     moments, not just as an instance frees); the batch clients flood."""
     start = time.time() + 1.0  # every process started before any sends
-    procs = [(key, subprocess.Popen([sys.executable, "-c", CLIENT, server.http_url, key, str(seconds), str(start),
-                                     str(think if key == "interactive-key" else 0.0)],
-                                    stdout=subprocess.PIPE, text=True))  # fmt: skip
-             for key, count in clients.items() for _ in range(count)]  # fmt: skip
+    procs = [
+        (
+            key,
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    CLIENT,
+                    server.http_url,
+                    key,
+                    str(seconds),
+                    str(start),
+                    str(think if key == "interactive-key" else 0.0),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            ),
+        )
+        for key, count in clients.items()
+        for _ in range(count)
+    ]
     out: dict[str, list[float]] = {key: [] for key in clients}
     for key, proc in procs:
         stdout, _ = proc.communicate(timeout=seconds + 60)
@@ -122,8 +145,10 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        model = {"config.pbtxt": CONFIG.format(instances=args.instances),
-                 "1/model.py": MODEL_PY.format(service_ms=args.service_ms)}  # fmt: skip
+        model = {
+            "config.pbtxt": CONFIG.format(instances=args.instances),
+            "1/model.py": MODEL_PY.format(service_ms=args.service_ms),
+        }
         repo = write_repository(root / "models", {"work": model})
         (root / "auth.json").write_text(auth(1, 2))
         with ServerProcess([repo], [f"--auth-config={root / 'auth.json'}"]) as server:
@@ -140,11 +165,17 @@ def main() -> None:
                 for key, times in run(server, both, args.seconds, think).items():
                     rounds["equal"].setdefault(key, []).append(times)
                 set_priorities(root / "auth.json", server, 1, 2)
-    table = {(phase, key, q): statistics.median(quantile(times, q) for times in runs)
-             for phase, by_key in rounds.items() for key, runs in by_key.items() for q in (50, 99)}  # fmt: skip
-    print(f"model: {args.instances} instance(s), {args.service_ms:g} ms a request; closed-loop clients: "
-          f"{args.interactive_clients} interactive, {args.batch_clients} batch; {args.seconds:g} s a phase; "
-          f"medians of {args.rounds} rounds")  # fmt: skip
+    table = {
+        (phase, key, q): statistics.median(quantile(times, q) for times in runs)
+        for phase, by_key in rounds.items()
+        for key, runs in by_key.items()
+        for q in (50, 99)
+    }
+    print(
+        f"model: {args.instances} instance(s), {args.service_ms:g} ms a request; closed-loop clients: "
+        f"{args.interactive_clients} interactive, {args.batch_clients} batch; {args.seconds:g} s a phase; "
+        f"medians of {args.rounds} rounds"
+    )
     print(f"{'tenant':<22}{'':>5}{'unloaded ms':>13}{'loaded ms':>11}{'ratio':>7}{'same priority ms':>18}")
     for key, label in (("interactive-key", "interactive (prio 1)"), ("batch-key", "batch (prio 2)")):
         for q in (50, 99):

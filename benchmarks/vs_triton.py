@@ -50,20 +50,33 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seconds", type=int, default=5, help="length of each timed run, whole seconds (default 5)")
     p.add_argument("--warmup", type=int, default=1, help="untimed run before each row, s (default 1; 0: none)")
     p.add_argument("--repeat", type=int, default=2, help="timed runs per row; the table shows the median (default 2)")
-    p.add_argument("--rounds", type=int, default=1,
-                   help="run every server N times, in turn (each other round in reverse order); ratios are then "
-                        "the median of same-round ratios, so a machine whose speed drifts compares like with like "
-                        "(default 1)")  # fmt: skip
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every server N times, in turn (each other round in reverse order); ratios are then "
+        "the median of same-round ratios, so a machine whose speed drifts compares like with like "
+        "(default 1)",
+    )
     p.add_argument("--max-batch-size", type=int, default=64, help="max_batch_size of every model (default 64)")
     p.add_argument("--instances", type=int, default=2, help="instance_group count of every model (default 2)")
     p.add_argument("--triton-dir", type=Path, default=_default_triton_dir(), help="the reference Triton's scripts")
-    p.add_argument("--baseline", type=Path, default=None,
-                   help="another checkout of inferd (e.g. `git worktree add /tmp/base <commit>`) served beside this "
-                        "one from the same .venv, its sources first on PYTHONPATH; its rows are labelled "
-                        "'inferd@base': before/after in one run")  # fmt: skip
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="another checkout of inferd (e.g. `git worktree add /tmp/base <commit>`) served beside this "
+        "one from the same .venv, its sources first on PYTHONPATH; its rows are labelled "
+        "'inferd@base': before/after in one run",
+    )
     args = p.parse_args(argv)
-    allowed = {"models": {"tiny", "mlp"}, "protocols": set(wire.PROTOCOLS), "batching": {"on", "off"},
-               "servers": {"triton", "inferd", "null"}, "grpc_transports": {"grpcio", "h2"}}  # fmt: skip
+    allowed = {
+        "models": {"tiny", "mlp"},
+        "protocols": set(wire.PROTOCOLS),
+        "batching": {"on", "off"},
+        "servers": {"triton", "inferd", "null"},
+        "grpc_transports": {"grpcio", "h2"},
+    }
     for opt, choices in allowed.items():
         if bad := set(_csv(getattr(args, opt))) - choices:
             p.error(
@@ -94,8 +107,11 @@ def ensure_triton_env(triton_dir: Path) -> None:
     import onnxruntime
 
     pin = f"onnxruntime=={onnxruntime.__version__}"
-    print(f"Triton's venv lacks onnxruntime (its model.py files run the ONNX files with it): installing "
-          f"{pin} into {venv}", file=sys.stderr)  # fmt: skip
+    print(
+        f"Triton's venv lacks onnxruntime (its model.py files run the ONNX files with it): installing "
+        f"{pin} into {venv}",
+        file=sys.stderr,
+    )
     for spec in (pin, "onnxruntime"):
         if subprocess.run([str(py), "-m", "pip", "install", "-q", spec]).returncode == 0:
             return
@@ -185,8 +201,14 @@ class Bench:
                 if before and before[1] >= 0:
                     failed = servers.inference_counts(server.http_port, model)[1] - before[1]
                     if failed:
-                        result = load.Result(result.rate, result.p50_ms, result.p99_ms, result.errors + failed,
-                                             result.cpu_pct, f"{failed} failed inferences")  # fmt: skip
+                        result = load.Result(
+                            result.rate,
+                            result.p50_ms,
+                            result.p99_ms,
+                            result.errors + failed,
+                            result.cpu_pct,
+                            f"{failed} failed inferences",
+                        )
                 row.results.append(result)
                 row.rounds.setdefault(self.round, []).append(result.rate)
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
@@ -194,8 +216,10 @@ class Bench:
         else:
             row.status = "; ".join(sorted({r.note for r in row.results if r.note}))  # every round's
         latest = row.results[-1].rate if row.results else float("nan")
-        log(f"{row.case.server} {row.case.model} {req.protocol} batching={row.case.batching} c={conc}: "
-            f"{latest:,.0f} infer/s {row.status}")  # fmt: skip
+        log(
+            f"{row.case.server} {row.case.model} {req.protocol} batching={row.case.batching} c={conc}: "
+            f"{latest:,.0f} infer/s {row.status}"
+        )
 
 
 def log(message: str) -> None:
@@ -214,8 +238,9 @@ def inferd_jobs(bench: Bench, repo: Path, protocols: list[str], batchings: list[
     return [job for name, env in builds for job in _build_jobs(bench, repo, protocols, batchings, name, env)]
 
 
-def _build_jobs(bench: Bench, repo: Path, protocols: list[str], batchings: list[str], name: str,
-                env: dict[str, str] | None) -> list[Job]:  # fmt: skip
+def _build_jobs(
+    bench: Bench, repo: Path, protocols: list[str], batchings: list[str], name: str, env: dict[str, str] | None
+) -> list[Job]:
     flags = servers.inferd_flags(env)
     has_workers, has_transport = "--workers" in flags, "--grpc-transport" in flags
     http = [p for p in protocols if p != "grpc"]
@@ -223,8 +248,9 @@ def _build_jobs(bench: Bench, repo: Path, protocols: list[str], batchings: list[
     jobs: list[Job] = []
     for w in _csv(bench.args.workers):
         if w not in ("1", "auto") and not has_workers:
-            jobs.append(functools.partial(bench.not_available, f"{name} w{w}", protocols, batchings,
-                                          "n/a (flag not available)"))  # fmt: skip
+            jobs.append(
+                functools.partial(bench.not_available, f"{name} w{w}", protocols, batchings, "n/a (flag not available)")
+            )
             continue
         for i, transport in enumerate(transports):
             served = (http if i == 0 else []) + (["grpc"] if "grpc" in protocols else [])
@@ -232,16 +258,19 @@ def _build_jobs(bench: Bench, repo: Path, protocols: list[str], batchings: list[
                 continue
             grpc_label = f"{name} w{w}" + (f" grpc={transport}" if transport else "")
 
-            def job(w: str = w, transport: str | None = transport, served: list[str] = served,
-                    grpc_label: str = grpc_label) -> None:  # fmt: skip
+            def job(
+                w: str = w, transport: str | None = transport, served: list[str] = served, grpc_label: str = grpc_label
+            ) -> None:
                 server = servers.inferd(repo, w if has_workers else None, transport, bench.work, name, env)
                 bench.run_server(server, f"{name} w{w}", served, batchings, grpc_label)
 
             jobs.append(job)
         if not has_transport and "grpc" in protocols:
-            for t in _csv(bench.args.grpc_transports):
-                jobs.append(functools.partial(bench.not_available, f"{name} w{w} grpc={t}", ["grpc"], batchings,
-                                              "n/a (flag not available)"))  # fmt: skip
+            not_available = "n/a (flag not available)"
+            jobs.extend(
+                functools.partial(bench.not_available, f"{name} w{w} grpc={t}", ["grpc"], batchings, not_available)
+                for t in _csv(bench.args.grpc_transports)
+            )
     return jobs
 
 
@@ -255,8 +284,9 @@ def null_jobs(bench: Bench, protocols: list[str]) -> list[Job]:
             if loop == "uvloop" and not _importable("uvloop"):
                 jobs.append(functools.partial(bench.not_available, label, http, ["-"], "n/a (uvloop not installed)"))
                 continue
-            jobs.append(lambda loop=loop, label=label: bench.run_server(servers.null_http(loop, bench.work), label,
-                                                                         http, ["-"]))  # fmt: skip
+            jobs.append(
+                lambda loop=loop, label=label: bench.run_server(servers.null_http(loop, bench.work), label, http, ["-"])
+            )
     if "grpc" in protocols:
         jobs.append(lambda: bench.run_server(servers.null_grpc(bench.work), "null grpc.aio", ["grpc"], ["-"]))
     return jobs
@@ -268,8 +298,23 @@ def _importable(module: str) -> bool:
 
 def command_line(args: argparse.Namespace) -> str:
     """The command that reproduces this table, every setting spelled out."""
-    opts = ["models", "protocols", "concurrency", "batching", "servers", "workers", "grpc_transports", "seconds",
-            "warmup", "repeat", "rounds", "max_batch_size", "instances", "triton_dir", "baseline"]  # fmt: skip
+    opts = [
+        "models",
+        "protocols",
+        "concurrency",
+        "batching",
+        "servers",
+        "workers",
+        "grpc_transports",
+        "seconds",
+        "warmup",
+        "repeat",
+        "rounds",
+        "max_batch_size",
+        "instances",
+        "triton_dir",
+        "baseline",
+    ]
     parts = [".venv/bin/python", "benchmarks/vs_triton.py"]
     for opt in opts:
         if getattr(args, opt) is not None:
@@ -324,14 +369,21 @@ def main(argv: list[str]) -> None:
                 log(f"round {bench.round + 1} of {args.rounds}")
             for job in jobs if bench.round % 2 == 0 else reversed(jobs):
                 job()
-    print(f"\ninferd vs Triton 2.51: batch-1 requests, wrk -t1 (HTTP) / h2load -t1 -m1 (gRPC); {cores} cores; "
-          f"max_batch_size {args.max_batch_size}, {args.instances} instances per model")  # fmt: skip
+    print(
+        f"\ninferd vs Triton 2.51: batch-1 requests, wrk -t1 (HTTP) / h2load -t1 -m1 (gRPC); {cores} cores; "
+        f"max_batch_size {args.max_batch_size}, {args.instances} instances per model"
+    )
     print(table.render(bench.rows))
-    print(table.noise_note(bench.rows, args.repeat, args.seconds, args.warmup, (load_before[0], os.getloadavg()[0]),
-                           args.rounds))  # fmt: skip
-    print("server CPU: % of one core, the server process and all its descendants; errors: non-2xx, socket "
-          "errors and failed inferences (server statistics); vs Triton: infer/s over Triton's same row "
-          "(null stacks: over Triton with batching on).")  # fmt: skip
+    print(
+        table.noise_note(
+            bench.rows, args.repeat, args.seconds, args.warmup, (load_before[0], os.getloadavg()[0]), args.rounds
+        )
+    )
+    print(
+        "server CPU: % of one core, the server process and all its descendants; errors: non-2xx, socket "
+        "errors and failed inferences (server statistics); vs Triton: infer/s over Triton's same row "
+        "(null stacks: over Triton with batching on)."
+    )
     print(f"reproduce: {command_line(args)}")
 
 

@@ -125,9 +125,19 @@ def run_h2load(
     body.write_bytes(req.body)
     log = work / "h2load.log"
     log.unlink(missing_ok=True)
-    cmd = ["h2load", "-t1", "-m1", f"-c{conc}", "-D", str(max(1, round(seconds))), "-d", str(body),
-           f"--log-file={log}", *(a for k, v in req.headers.items() for a in ("-H", f"{k}: {v}")),
-           f"http://127.0.0.1:{port}{req.path}"]  # fmt: skip
+    cmd = [
+        "h2load",
+        "-t1",
+        "-m1",
+        f"-c{conc}",
+        "-D",
+        str(max(1, round(seconds))),
+        "-d",
+        str(body),
+        f"--log-file={log}",
+        *(a for k, v in req.headers.items() for a in ("-H", f"{k}: {v}")),
+        f"http://127.0.0.1:{port}{req.path}",
+    ]
     out, cpu = _timed(cmd, server_pid, seconds)
     rows = [line.split("\t") for line in log.read_text().splitlines() if line.strip()]
     ok = [int(r[2]) for r in rows if r[1] == "200"]

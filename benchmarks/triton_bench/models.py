@@ -54,11 +54,12 @@ def build_tiny(path: Path, seed: int = 0) -> None:
     """Write ``OUTPUT = INPUT + C`` with a seeded constant C of width 16 (dynamic batch dimension)."""
     c = np.random.default_rng(seed).standard_normal(TINY_WIDTH).astype(np.float32)
     graph = helper.make_graph(
-        [helper.make_node("Add", ["INPUT", "C"], ["OUTPUT"])], "tiny",
+        [helper.make_node("Add", ["INPUT", "C"], ["OUTPUT"])],
+        "tiny",
         [helper.make_tensor_value_info("INPUT", TensorProto.FLOAT, ["batch", TINY_WIDTH])],
         [helper.make_tensor_value_info("OUTPUT", TensorProto.FLOAT, ["batch", TINY_WIDTH])],
         initializer=[numpy_helper.from_array(c, "C")],
-    )  # fmt: skip
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     onnx.checker.check_model(model)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -42,8 +42,16 @@ async def null_app(scope: Scope, receive: Receive, send: Send) -> None:
 def serve_http(loop: str, port: int) -> None:
     import uvicorn
 
-    uvicorn.run(null_app, host="127.0.0.1", port=port, loop=loop, http="httptools",
-                lifespan="off", access_log=False, log_level="warning")  # fmt: skip
+    uvicorn.run(
+        null_app,
+        host="127.0.0.1",
+        port=port,
+        loop=loop,
+        http="httptools",
+        lifespan="off",
+        access_log=False,
+        log_level="warning",
+    )
 
 
 async def _null_infer(request: bytes, context: grpc.aio.ServicerContext) -> bytes:

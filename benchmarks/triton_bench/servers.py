@@ -63,8 +63,9 @@ class Server:
     def start(self, ready_path: str | None, timeout: float = 180.0) -> Server:
         """Start the process; wait until ``ready_path`` answers 200 (HTTP) and the gRPC port accepts."""
         with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                         start_new_session=True)  # fmt: skip
+            self.proc = subprocess.Popen(
+                self.cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -140,14 +141,32 @@ def inferd_flags(env: dict[str, str] | None = None) -> set[str]:
     return set(re.findall(r"--[a-z][a-z0-9-]*", out))
 
 
-def inferd(repo: Path, workers: str | None, transport: str | None, work: Path, name: str = "inferd",
-           env: dict[str, str] | None = None) -> Server:  # fmt: skip
+def inferd(
+    repo: Path,
+    workers: str | None,
+    transport: str | None,
+    work: Path,
+    name: str = "inferd",
+    env: dict[str, str] | None = None,
+) -> Server:
     """An ``inferd serve`` on ``repo``; ``workers``/``transport`` None leave that flag out (``workers``
     "auto": the flag's default, also left out); ``env`` (:func:`checkout_env`) runs another
     checkout's sources."""
     h, g, m = free_ports(3)
-    cmd = [*INFERD, "serve", "--model-repository", str(repo), "--http-address", "127.0.0.1",
-           "--http-port", str(h), "--grpc-port", str(g), "--metrics-port", str(m)]  # fmt: skip
+    cmd = [
+        *INFERD,
+        "serve",
+        "--model-repository",
+        str(repo),
+        "--http-address",
+        "127.0.0.1",
+        "--http-port",
+        str(h),
+        "--grpc-port",
+        str(g),
+        "--metrics-port",
+        str(m),
+    ]
     if workers is not None and workers != "auto":
         cmd += ["--workers", workers]
     if transport is not None:

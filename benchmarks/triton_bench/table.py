@@ -52,16 +52,33 @@ class Row:
         return sum(r.errors for r in self.results)
 
 
-HEADER = ("model", "protocol", "batching", "server/config", "c", "infer/s", "p50 ms", "p99 ms", "server CPU",
-          "errors", "spread", "vs Triton")  # fmt: skip
+HEADER = (
+    "model",
+    "protocol",
+    "batching",
+    "server/config",
+    "c",
+    "infer/s",
+    "p50 ms",
+    "p99 ms",
+    "server CPU",
+    "errors",
+    "spread",
+    "vs Triton",
+)
 
 
 def _triton_row(rows: list[Row], case: Case) -> Row | None:
     batching = "on" if case.batching == "-" else case.batching
     for row in rows:
         c = row.case
-        if (c.server, c.model, c.protocol, c.batching, c.conc) == ("triton", case.model, case.protocol, batching,
-                                                                     case.conc) and row.results:  # fmt: skip
+        if (c.server, c.model, c.protocol, c.batching, c.conc) == (
+            "triton",
+            case.model,
+            case.protocol,
+            batching,
+            case.conc,
+        ) and row.results:
             return row
     return None
 
@@ -87,8 +104,16 @@ def _cells(row: Row, rows: list[Row]) -> tuple[str, ...]:
         return (*head, row.status)
     spread = f"{row.spread:.0f}%" if row.spread == row.spread else "-"
     errors = str(row.errors) + (f" ({row.status})" if row.status else "")
-    return (*head, f"{row.rate:,.0f}", f"{row.median('p50_ms'):.2f}", f"{row.median('p99_ms'):.2f}",
-            f"{row.median('cpu_pct'):.0f}%", errors, spread, _ratio(row, rows))  # fmt: skip
+    return (
+        *head,
+        f"{row.rate:,.0f}",
+        f"{row.median('p50_ms'):.2f}",
+        f"{row.median('p99_ms'):.2f}",
+        f"{row.median('cpu_pct'):.0f}%",
+        errors,
+        spread,
+        _ratio(row, rows),
+    )
 
 
 def render(rows: list[Row]) -> str:
@@ -96,15 +121,27 @@ def render(rows: list[Row]) -> str:
 
     A row without results (not available, failed check) shows why in place of its numbers.
     """
-    order = sorted(rows, key=lambda r: (r.case.model, r.case.protocol, r.case.conc, r.case.batching == "-",
-                                        r.case.batching, r.case.server != "triton", r.case.server))  # fmt: skip
+    order = sorted(
+        rows,
+        key=lambda r: (
+            r.case.model,
+            r.case.protocol,
+            r.case.conc,
+            r.case.batching == "-",
+            r.case.batching,
+            r.case.server != "triton",
+            r.case.server,
+        ),
+    )
     lines = [HEADER, *(_cells(r, rows) for r in order)]
     full = [line for line in lines if len(line) == len(HEADER)]
     widths = [max(len(line[i]) for line in (lines if i < 5 else full)) for i in range(len(HEADER))]
 
     def fmt(line: tuple[str, ...]) -> str:
-        cells = [cell.rjust(w) if i >= 4 and line is not HEADER else cell.ljust(w)
-                 for i, (cell, w) in enumerate(zip(line, widths, strict=False))]  # fmt: skip
+        cells = [
+            cell.rjust(w) if i >= 4 and line is not HEADER else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(line, widths, strict=False))
+        ]
         if len(line) < len(HEADER):
             cells[-1] = line[-1]
         return " | ".join(cells).rstrip()
@@ -124,16 +161,21 @@ def noise_note(
             f"{repeat * rounds} runs ({rounds} rounds of {runs}); vs Triton: the median of the {rounds} "
             f"same-round ratios [lowest-highest]"
         )
-    lines = [f"noise: each row is the median of {runs}; "
-             f"1-minute load average {load[0]:.2f} before, {load[1]:.2f} after."]  # fmt: skip
+    lines = [
+        f"noise: each row is the median of {runs}; 1-minute load average {load[0]:.2f} before, {load[1]:.2f} after."
+    ]
     spreads = [(r.spread, r) for r in timed if r.spread == r.spread]
     if spreads:
         worst, row = max(spreads, key=lambda s: s[0])
         mid = statistics.median(s for s, _ in spreads)
-        lines.append(f"spread (max-min)/median across all runs: median {mid:.0f}%, worst {worst:.0f}% "
-                     f"({row.case.server}, {row.case.model} {row.case.protocol} c={row.case.conc}).")  # fmt: skip
+        lines.append(
+            f"spread (max-min)/median across all runs: median {mid:.0f}%, worst {worst:.0f}% "
+            f"({row.case.server}, {row.case.model} {row.case.protocol} c={row.case.conc})."
+        )
     else:
         lines.append("spread: not measured (one run per row; use --repeat 3 to see it).")
-    lines.append("The load generators share the cores with the server. Ratios within ~10% of 1.0 are a tie unless "
-                 "the spread is small; run on a quiet machine.")  # fmt: skip
+    lines.append(
+        "The load generators share the cores with the server. Ratios within ~10% of 1.0 are a tie unless "
+        "the spread is small; run on a quiet machine."
+    )
     return "\n".join(lines)

@@ -40,17 +40,25 @@ def build_request(protocol: str, model: str, x: np.ndarray) -> Request:
     shape = list(x.shape)
     if protocol == "http-binary":
         raw = x.astype("<f4").tobytes()
-        head = json.dumps({
-            "inputs": [{"name": "INPUT", "shape": shape, "datatype": "FP32", "parameters": {"binary_data_size": len(raw)}}],
-            "outputs": [{"name": "OUTPUT", "parameters": {"binary_data": True}}],
-        }, separators=(",", ":")).encode()  # fmt: skip
+        head = json.dumps(
+            {
+                "inputs": [
+                    {"name": "INPUT", "shape": shape, "datatype": "FP32", "parameters": {"binary_data_size": len(raw)}}
+                ],
+                "outputs": [{"name": "OUTPUT", "parameters": {"binary_data": True}}],
+            },
+            separators=(",", ":"),
+        ).encode()
         headers = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(head))}
         return Request(protocol, f"/v2/models/{model}/infer", head + raw, headers)
     if protocol == "http-json":
-        body = json.dumps({
-            "inputs": [{"name": "INPUT", "shape": shape, "datatype": "FP32", "data": x.ravel().tolist()}],
-            "outputs": [{"name": "OUTPUT"}],
-        }, separators=(",", ":")).encode()  # fmt: skip
+        body = json.dumps(
+            {
+                "inputs": [{"name": "INPUT", "shape": shape, "datatype": "FP32", "data": x.ravel().tolist()}],
+                "outputs": [{"name": "OUTPUT"}],
+            },
+            separators=(",", ":"),
+        ).encode()
         return Request(protocol, f"/v2/models/{model}/infer", body, {"Content-Type": "application/json"})
     if protocol == "grpc":
         msg = pb.ModelInferRequest(

@@ -8,10 +8,11 @@ import argparse
 import pytest
 
 from inferd.contracts.errors import ConfigError
-from inferd.contracts.flags import SuggestingParser, backend_config_setting, setting_flag, setting_integer
+from inferd.contracts.flags import setting_flag, setting_integer
 from inferd.engine.health import ServerHealth, all_versions_loaded, model_is_ready, unready_models
 from inferd.engine.states import LOADING, READY, UNLOADED, UNLOADING, ModelRecord, State, VersionState, Why
 from inferd.host import triton_flags
+from inferd.host.arguments import SuggestingParser, backend_config_setting
 from inferd.host.plugins import PluginHost
 from inferd.host.registry import Registry
 from inferd.host.serve_command import build_parser, options_from_args

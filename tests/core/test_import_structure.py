@@ -45,14 +45,14 @@ PLUGINS = sorted({p.parents[1].name for p in PLUGIN_PACKAGES})
 #: time, only from its own layer or lower ones (an import under ``if TYPE_CHECKING:`` names a type
 #: for an annotation and may point up; it still counts for cycles).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("contracts", ("inferd", "inferd.contracts")),
+    ("contracts", ("inferd", "inferd.contracts", "inferd.datatypes")),
     ("config", ("inferd.config",)),
     ("services", ("inferd.auth", "inferd.serving", "inferd.shared_memory", "inferd.repository")),
     ("engine", ("inferd.engine",)),
     ("lifecycle", ("inferd.lifecycle",)),
     ("dataplane", ("inferd.workers", "inferd.dataplane")),
     # the facade plugins import: the contracts, and the few helpers of the engine it names
-    # (``InstancePool``, ``gc_settings``), imported lazily by name (``importlib``, unseen here)
+    # (``InstancePool``, ``gc_settings``, ``SOURCES``), imported lazily by name (``importlib``, unseen here)
     ("public API", ("inferd.api",)),
     ("built-in plugins", ("inferd.frontends", "inferd.schedulers", "inferd.caches")),
     ("host", ("inferd.host",)),
@@ -61,11 +61,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("testing", ("inferd.testing",)),
 ]
 #: What the built-in plugins may import besides their own package: the API, the contracts and the
-#: services underneath it, and the data plane they receive.
+#: datatypes, the services underneath it, and the data plane they receive.
 BUILT_IN_PLUGINS = ("inferd.frontends", "inferd.schedulers", "inferd.caches")
 BUILT_IN_MAY_IMPORT = (
-    *("inferd.api", "inferd.contracts", "inferd.config", "inferd.auth", "inferd.serving", "inferd.shared_memory"),
-    "inferd.dataplane",
+    *("inferd.api", "inferd.contracts", "inferd.datatypes", "inferd.config", "inferd.auth", "inferd.serving"),
+    *("inferd.shared_memory", "inferd.dataplane"),
 )
 #: The one host module a plugin's source under ``plugins/``, the cookiecutter template and
 #: ``docs/examples/`` may import.
@@ -82,6 +82,24 @@ TEST_KIT = ("inferd.testing",)
 #: The command line: the only modules that end the process (``raise SystemExit``, ``sys.exit``,
 #: ``os._exit``); library code raises ``StartupError`` and the command line turns it into a status.
 COMMAND_LINE = ("inferd.host.cli", "inferd.host.serve_command")
+
+#: ``inferd.contracts`` only declares: its classes are ABCs, Protocols, dataclasses, errors or enums
+#: (or subclasses of its own), and its only functions are hook specifications and these helpers,
+#: which still wait for a home outside it (the list only shrinks).
+CONTRACT_BASES = frozenset({"abc.ABC", "Protocol", "Exception", "enum.Enum"})
+CONTRACT_HELPERS = frozenset(
+    {
+        "backend.process_cores",
+        "errors.error_response",
+        "errors.poll_failure",
+        "flags._bad_setting",
+        "flags.parse_bool",
+        "flags.setting_flag",
+        "flags.setting_integer",
+        "hints.closest",
+        "hints.did_you_mean",
+    }
+)
 
 GRPC_IMPORTERS = (
     "inferd.frontends.grpc",
@@ -294,6 +312,25 @@ def process_exits(modules: dict[str, Path]) -> list[str]:
     return sorted(found)
 
 
+def implementation_in(modules: dict[str, Path], package: str) -> tuple[list[str], set[str]]:
+    """In ``package``'s modules: ``module:line class`` for each class that is no contract (none of
+    :data:`CONTRACT_BASES`, no dataclass, no subclass of one of the package's classes), and
+    ``module.function`` (the module's last name) for each module-level function but hook specifications."""
+    classes, functions = [], set()
+    trees = {m: ast.parse(p.read_text(), str(p)) for m, p in modules.items() if _under(m, [package])}
+    own = {n.name for tree in trees.values() for n in tree.body if isinstance(n, ast.ClassDef)}
+    for module, tree in trees.items():
+        for node in tree.body:
+            decorators = [ast.unparse(d).split("(")[0] for d in getattr(node, "decorator_list", [])]
+            if isinstance(node, ast.ClassDef):
+                bases = {ast.unparse(b) for b in node.bases}
+                if not (bases & (CONTRACT_BASES | own) or "dataclass" in decorators):
+                    classes.append(f"{module}:{node.lineno} {node.name}")
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and "hookspec" not in decorators:
+                functions.add(f"{module.rsplit('.', 1)[-1]}.{node.name}")
+    return sorted(classes), functions
+
+
 def _under(module: str, roots: Iterable[str]) -> bool:
     return any(module == root or module.startswith(root + ".") for root in roots)
 
@@ -446,6 +483,15 @@ def test_hookspecs_import_nothing_from_inferd_server() -> None:
     assert not bad, "inferd.contracts.hookspecs imports inferd.host.server:\n" + "\n".join(bad)
 
 
+def test_contracts_only_declare() -> None:
+    classes, functions = implementation_in(module_files(), "inferd.contracts")
+    assert not classes, "classes in inferd.contracts that are no contract (move them where they are used):\n" + (
+        "\n".join(classes)
+    )
+    assert not functions - CONTRACT_HELPERS, f"functions in inferd.contracts: {sorted(functions - CONTRACT_HELPERS)}"
+    assert not CONTRACT_HELPERS - functions, f"gone from inferd.contracts: {sorted(CONTRACT_HELPERS - functions)}"
+
+
 def test_only_the_grpc_transports_and_clients_import_grpc() -> None:
     modules = module_files()
     assert all(any(_under(m, [root]) for m in modules) for root in GRPC_IMPORTERS), "a GRPC_IMPORTERS entry is gone"
@@ -540,6 +586,19 @@ def test_the_forbidden_import_check_and_p90(tmp_path: Path) -> None:
     })  # fmt: skip
     assert _forbidden(["pkg.ok", "pkg.bad"], "pkg.model", modules) == ["pkg.bad:3 imports pkg.model"]
     assert p90(list(range(1, 11))) == 9 and p90([5]) == 5 and p90(list(range(1, 101))) == 90
+
+
+def test_the_contracts_check(tmp_path: Path) -> None:
+    modules = _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/c.py": "import abc\nfrom dataclasses import dataclass\nclass A(abc.ABC): ...\nclass B(A): ...\n"
+            "@dataclass(frozen=True)\nclass D: ...\nclass Impl:\n    pass\n@hookspec\ndef h(): ...\n"
+            "def helper(): return 1\n",
+        },
+    )
+    assert implementation_in(modules, "pkg") == (["pkg.c:7 Impl"], {"c.helper"})
 
 
 def test_the_grpc_import_check(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""``inferd.contracts.names``: the one check of client-chosen names, and the containment check of paths the
-server writes; and ``inferd.contracts.json_depth``, the nesting limit of client JSON."""
+"""``inferd.repository.names``: the one check of client-chosen names, and the containment check of paths the
+server writes; and ``inferd.serving.json_depth``, the nesting limit of client JSON."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from inferd.contracts.errors import InvalidArgument
-from inferd.contracts.json_depth import MAX_JSON_DEPTH, TOO_DEEP, depth_problem
-from inferd.contracts.names import MAX_NAME_BYTES, inside, name_problem
+from inferd.repository.names import MAX_NAME_BYTES, inside, name_problem
 from inferd.repository.scan import OverrideDirs
+from inferd.serving.json_depth import MAX_JSON_DEPTH, TOO_DEEP, depth_problem
 
 
 @pytest.mark.parametrize(

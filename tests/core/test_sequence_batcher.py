@@ -21,10 +21,11 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.config import parse_config_text
-from inferd.contracts.backend import ArrayInstance, InstanceSpec
+from inferd.contracts.backend import InstanceSpec
 from inferd.contracts.errors import InferdError
 from inferd.contracts.scheduler import SchedulerContext
 from inferd.contracts.types import InferRequest, InferTensor
+from inferd.engine.array_instance import ArrayInstance
 from inferd.engine.recorder import Recorder
 from inferd.engine.runner import Runner
 from inferd.engine.stats import ModelStats

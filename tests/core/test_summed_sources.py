@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from prometheus_client.metrics_core import Metric
 
-from inferd.contracts.metric_sources import MetricSources, SummedSources
+from inferd.engine.metric_sources import MetricSources, SummedSources
 
 
 class _Tokens:

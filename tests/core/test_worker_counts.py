@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from inferd.contracts import merge
 from inferd.engine.stats import ModelStats
+from inferd.workers import merge
 from inferd.workers.counts import CountsFile, counts_path, retire
 from inferd.workers.supervisor import remove_stale_directories, socket_parent
 

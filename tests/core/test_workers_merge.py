@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-from inferd.contracts import merge
 from inferd.engine.stats import ModelStats
+from inferd.frontends.metrics.aggregate import add_snapshot
+from inferd.workers import merge
 
 # (batch size, input ns, infer ns, output ns), then a request's success or failure
 TRAFFIC_A = [(1, 10, 20, 30), (4, 11, 21, 31), (1, 12, 22, 32)]
@@ -33,7 +34,7 @@ def test_statistics_and_snapshots_sum_like_one_process():
     assert summed == expected
 
     peers = merge.snapshots([json.loads(json.dumps([["m", "1", b.snapshot(), ""]]))])
-    assert merge.add_snapshot(a.snapshot(), peers[("m", "1", "")]) == everything.snapshot()
+    assert add_snapshot(a.snapshot(), peers[("m", "1", "")]) == everything.snapshot()
 
 
 def test_a_version_only_a_peer_serves_is_left_out():

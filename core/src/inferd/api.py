@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from inferd.config.model_config_pb2 import DataType
     from inferd.contracts.backend import (
         RESCHEDULE,
-        ArrayInstance,
         AsyncInstance,
         Backend,
         Instance,
@@ -61,7 +60,7 @@ if TYPE_CHECKING:
         SyncInstance,
         process_cores,
     )
-    from inferd.contracts.cache import ResponseCache, frozen_copy
+    from inferd.contracts.cache import ResponseCache
     from inferd.contracts.dataplane import (
         BatchStatistics,
         ChatEngine,
@@ -110,19 +109,15 @@ if TYPE_CHECKING:
         ServerView,
         hookimpl,
     )
-    from inferd.contracts.json_depth import TOO_DEEP, depth_problem
     from inferd.contracts.log_context import REQUEST_ID, REQUEST_MODEL
-    from inferd.contracts.metric_sources import SOURCES, MetricsSource
+    from inferd.contracts.metric_sources import MetricsSource
     from inferd.contracts.model_info import Infer, ModelInfo, Resolve, Stream, TensorInfo
     from inferd.contracts.scheduler import InstanceRunner, ModelCaller, Rejected, Scheduler, SchedulerContext
-    from inferd.contracts.types import (
+    from inferd.contracts.types import PICKED, InferRequest, InferResponse, InferTensor, RequestedOutput
+    from inferd.contracts.validation import RequestValidator, TensorSpec
+    from inferd.datatypes import (
         NUMPY_TO_WIRE,
-        PICKED,
         WIRE_TO_NUMPY,
-        InferRequest,
-        InferResponse,
-        InferTensor,
-        RequestedOutput,
         array_from_bytes,
         array_to_bytes,
         config_to_wire,
@@ -131,10 +126,12 @@ if TYPE_CHECKING:
         serialize_bytes_tensor,
         wire_datatype,
     )
-    from inferd.contracts.validation import RequestValidator, TensorSpec
+    from inferd.engine.array_instance import ArrayInstance
     from inferd.engine.gc_settings import settle as settle_gc
+    from inferd.engine.metric_sources import SOURCES
     from inferd.engine.pool import InstancePool
-    from inferd.serving import HTTP_MAX_INPUT_SIZE, TOO_LARGE, AsgiServer, BodyLimit
+    from inferd.engine.response_cache import frozen_copy
+    from inferd.serving import HTTP_MAX_INPUT_SIZE, TOO_DEEP, TOO_LARGE, AsgiServer, BodyLimit, depth_problem
     from inferd.serving.tls import TlsConfig
     from inferd.serving.tls import http_config as http_tls_config
 

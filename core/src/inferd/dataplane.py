@@ -39,9 +39,9 @@ from inferd.contracts.dataplane import (
     VersionTraffic,
 )
 from inferd.contracts.errors import InferdError, InvalidArgument, Unavailable, poll_failure
-from inferd.contracts.metric_sources import MetricSources
-from inferd.contracts.names import name_problem, shown
+from inferd.engine.metric_sources import MetricSources
 from inferd.lifecycle.manager import ControlMode
+from inferd.repository.names import name_problem, shown
 from inferd.repository.scan import check_model_name
 from inferd.shared_memory import SharedMemory
 
@@ -93,10 +93,17 @@ class LocalDataPlane(DataPlane):
     """
 
     def __init__(
-        self, manager: ModelManager, router: Router, health: ServerHealth, tracer: Tracer,
-        log_settings: ProcessLogSettings, server_name: str = "inferd", access: AccessControl | None = None,
-        shared_memory: SharedMemory | None = None, shares_ports: bool = False,
-    ) -> None:  # fmt: skip
+        self,
+        manager: ModelManager,
+        router: Router,
+        health: ServerHealth,
+        tracer: Tracer,
+        log_settings: ProcessLogSettings,
+        server_name: str = "inferd",
+        access: AccessControl | None = None,
+        shared_memory: SharedMemory | None = None,
+        shares_ports: bool = False,
+    ) -> None:
         """``access``: the restricted APIs, API keys and tenant limits (``inferd.auth``); None: every
         request is open. With API keys, ``infer`` and ``stream`` count each tenant's requests and tokens.
         ``shared_memory``: the regions (one that spans the workers, with ``--workers N``);
@@ -350,7 +357,7 @@ def _statistics(e: dict[str, Any]) -> ModelStatistics:
                 _duration(b["compute_input"]),
                 _duration(b["compute_infer"]),
                 _duration(b["compute_output"]),
-            )  # fmt: skip
+            )
             for b in e["batch_stats"]
         ),
         memory_usage=tuple(e["memory_usage"]),
@@ -367,17 +374,28 @@ def traffic_from_json(shown: dict[str, Any]) -> Traffic:
     versions = {v: TrafficVersion(**d) for v, d in shown["versions"].items()}
     if "policy" not in shown:  # no split
         return Traffic(shown["model"], shown["weights"], versions)
-    return Traffic(shown["model"], shown["weights"], versions, shown["source"], shown["policy"],
-                   shown["last_check"], tuple(shown["decisions"]))  # fmt: skip
+    return Traffic(
+        shown["model"],
+        shown["weights"],
+        versions,
+        shown["source"],
+        shown["policy"],
+        shown["last_check"],
+        tuple(shown["decisions"]),
+    )
 
 
 def usage_from_families(families: Iterator[Metric]) -> UsageReport:
     """The metering families (summed over the workers already) as :class:`Usage`."""
     tenants = usage_json(families)["tenants"]
-    return UsageReport({
-        tenant: TenantUsage({m: UsageCounts(**c) for m, c in entry["models"].items()}, UsageCounts(**entry["totals"]))
-        for tenant, entry in tenants.items()
-    })  # fmt: skip
+    return UsageReport(
+        {
+            tenant: TenantUsage(
+                {m: UsageCounts(**c) for m, c in entry["models"].items()}, UsageCounts(**entry["totals"])
+            )
+            for tenant, entry in tenants.items()
+        }
+    )
 
 
 #: The largest ``config`` a load request may carry, as JSON text (docs/security.md): hundreds of

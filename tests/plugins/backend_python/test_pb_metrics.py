@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from triton_python_backend_utils import MetricFamily, TritonModelException
 
-from inferd.contracts.metric_sources import SOURCES
+from inferd.api import SOURCES
 from inferd_backend_python import pb_request
 from inferd_backend_python.pb_metrics import FAMILIES
 

@@ -38,10 +38,30 @@ from inferd.auth.policy import (
 from inferd.auth.usage import METERED, Usage, usage_json
 
 __all__ = [
-    "CURRENT", "METERED", "OPEN", "Usage", "usage_json", "AccessControl", "AccessDenied", "AccessPolicy",
-    "ApiGroup", "AuthConfigError", "Grant", "Restriction", "RestrictionError", "Tenant", "access_from_flags",
-    "Hidden", "ModelAction", "admit", "digest", "hidden", "unknown_model", "visible_entries", "visible_names",
-]  # fmt: skip
+    "CURRENT",
+    "METERED",
+    "OPEN",
+    "Usage",
+    "usage_json",
+    "AccessControl",
+    "AccessDenied",
+    "AccessPolicy",
+    "ApiGroup",
+    "AuthConfigError",
+    "Grant",
+    "Restriction",
+    "RestrictionError",
+    "Tenant",
+    "access_from_flags",
+    "Hidden",
+    "ModelAction",
+    "admit",
+    "digest",
+    "hidden",
+    "unknown_model",
+    "visible_entries",
+    "visible_names",
+]
 
 
 class _HasName(Protocol):
@@ -56,8 +76,9 @@ class AccessControl:
     """The server's access rules: one :class:`AccessPolicy` per protocol, sharing the key file and
     the tenants' limits (a tenant's rate is one budget across HTTP, gRPC and plugins)."""
 
-    def __init__(self, http: Mapping[ApiGroup, Restriction], grpc: Mapping[ApiGroup, Restriction],
-                 keys: KeyFile | None) -> None:  # fmt: skip
+    def __init__(
+        self, http: Mapping[ApiGroup, Restriction], grpc: Mapping[ApiGroup, Restriction], keys: KeyFile | None
+    ) -> None:
         self.keys = keys
         self.limits = TenantLimits()
         #: Requests and tokens by tenant and model (``inferd.auth.usage``).
@@ -91,8 +112,9 @@ class AccessControl:
         total = Metric(name, "Requests by tenant and access outcome", "counter")
         for (tenant, outcome), count in sorted(self.limits.counts.items()):
             total.add_sample(name, {"tenant": tenant or "(none)", "outcome": outcome}, count)
-        in_flight = GaugeMetricFamily("inferd_tenant_requests_in_flight", "Requests in flight by tenant",
-                                      labels=["tenant"])  # fmt: skip
+        in_flight = GaugeMetricFamily(
+            "inferd_tenant_requests_in_flight", "Requests in flight by tenant", labels=["tenant"]
+        )
         for name, state in sorted(self.limits.states.items()):
             in_flight.add_metric([name], state.in_flight)
         yield total
@@ -108,8 +130,9 @@ def visible_entries(entries: Sequence[Named]) -> list[Named]:
     return [e for e in entries if grant.sees(e.name)]
 
 
-def access_from_flags(http_restricted: Sequence[str], grpc_restricted: Sequence[str],
-                      auth_config: str | None) -> AccessControl | None:  # fmt: skip
+def access_from_flags(
+    http_restricted: Sequence[str], grpc_restricted: Sequence[str], auth_config: str | None
+) -> AccessControl | None:
     """The rules the flags ask for, or ``None`` when none does. Raises :class:`RestrictionError` or
     :class:`AuthConfigError` (naming the flag, or the file and line) for a bad value."""
     http = parse_restrictions(list(http_restricted), "--http-restricted-api")

@@ -44,8 +44,14 @@ class Models(Protocol):
     def model_names(self) -> list[str]: ...
 
 
-def admit(policy: AccessPolicy, group: ApiGroup, action: ModelAction, model: str, headers: Mapping[str, str],
-          dataplane: Models) -> Grant | Hidden:  # fmt: skip
+def admit(
+    policy: AccessPolicy,
+    group: ApiGroup,
+    action: ModelAction,
+    model: str,
+    headers: Mapping[str, str],
+    dataplane: Models,
+) -> Grant | Hidden:
     """``policy``'s answer to a request of ``group`` doing ``action`` with ``model`` ("" for none)."""
     grant = policy.admit(group, model, headers)
     if grant.visible:

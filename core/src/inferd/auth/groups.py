@@ -53,8 +53,10 @@ def parse_restrictions(values: list[str], flag: str, kind: str = "api") -> dict[
         groups, colon, pair = value.partition(":")
         key, eq, secret = pair.partition("=")
         if not colon or not eq or not groups.strip() or not key.strip():
-            raise RestrictionError(f"{flag}={value}: expected <api>[,<api>...]:<key>=<value>, e.g. "
-                                   "model-repository,logging:admin-key=secret")  # fmt: skip
+            raise RestrictionError(
+                f"{flag}={value}: expected <api>[,<api>...]:<key>=<value>, e.g. "
+                "model-repository,logging:admin-key=secret"
+            )
         for name in groups.split(","):
             group = parse_group(name, kind)
             if group in out:

@@ -21,11 +21,22 @@ log = logging.getLogger("inferd.auth")
 
 CHECK_SECONDS = 1.0
 #: What a tenant may use when its entry names no ``apis``: no administration.
-DEFAULT_APIS = frozenset({ApiGroup.HEALTH, ApiGroup.METADATA, ApiGroup.INFERENCE, ApiGroup.MODEL_CONFIG,
-                          ApiGroup.STATISTICS})  # fmt: skip
+DEFAULT_APIS = frozenset(
+    {ApiGroup.HEALTH, ApiGroup.METADATA, ApiGroup.INFERENCE, ApiGroup.MODEL_CONFIG, ApiGroup.STATISTICS}
+)
 _HEX = re.compile(r"(?:sha256:)?([0-9a-fA-F]{64})")
-_TENANT_FIELDS = {"keys", "models", "apis", "rate", "burst", "concurrency", "priority", "queue_timeout_ms",
-                  "max_prompt_tokens", "tokens_per_minute"}  # fmt: skip
+_TENANT_FIELDS = {
+    "keys",
+    "models",
+    "apis",
+    "rate",
+    "burst",
+    "concurrency",
+    "priority",
+    "queue_timeout_ms",
+    "max_prompt_tokens",
+    "tokens_per_minute",
+}
 
 
 class AuthConfigError(ValueError):
@@ -126,8 +137,9 @@ def _tenant(name: str, entry: Any, where: str) -> tuple[Tenant, list[str]]:
         raise AuthConfigError(f"{where}: tenant '{name}' must be a mapping with 'keys'")
     unknown = sorted(set(entry) - _TENANT_FIELDS)
     if unknown:
-        raise AuthConfigError(f"{where}: tenant '{name}': unknown field '{unknown[0]}' "
-                              f"(fields: {', '.join(sorted(_TENANT_FIELDS))})")  # fmt: skip
+        raise AuthConfigError(
+            f"{where}: tenant '{name}': unknown field '{unknown[0]}' (fields: {', '.join(sorted(_TENANT_FIELDS))})"
+        )
     keys, models, apis = entry.get("keys"), entry.get("models", ["*"]), entry.get("apis")
     if not isinstance(keys, list) or not keys:
         raise AuthConfigError(f"{where}: tenant '{name}': 'keys' must be a list of sha256 hex digests")
@@ -135,8 +147,10 @@ def _tenant(name: str, entry: Any, where: str) -> tuple[Tenant, list[str]]:
     for key in keys:
         match = _HEX.fullmatch(str(key).strip())
         if match is None:
-            raise AuthConfigError(f"{where}: tenant '{name}': key '{str(key)[:12]}...' is not a sha256 hex digest "
-                                  "(store sha256(key), e.g. printf %s KEY | sha256sum)")  # fmt: skip
+            raise AuthConfigError(
+                f"{where}: tenant '{name}': key '{str(key)[:12]}...' is not a sha256 hex digest "
+                "(store sha256(key), e.g. printf %s KEY | sha256sum)"
+            )
         digests.append(match.group(1).lower())
     if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
         raise AuthConfigError(f"{where}: tenant '{name}': 'models' must be a list of glob patterns")
@@ -146,14 +160,16 @@ def _tenant(name: str, entry: Any, where: str) -> tuple[Tenant, list[str]]:
         raise AuthConfigError(f"{where}: tenant '{name}': {exc}") from None
     rate, burst, limit = (_number(entry, n, where) for n in ("rate", "burst", "concurrency"))
     concurrency = None if limit is None else int(limit)
-    priority, prompt_limit, per_minute = (_integer(entry, n, name, where)
-                                          for n in ("priority", "max_prompt_tokens", "tokens_per_minute"))  # fmt: skip
+    priority, prompt_limit, per_minute = (
+        _integer(entry, n, name, where) for n in ("priority", "max_prompt_tokens", "tokens_per_minute")
+    )
     timeout = entry.get("queue_timeout_ms")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
         raise AuthConfigError(f"{where}: tenant '{name}': 'queue_timeout_ms' must be a number > 0, got {timeout!r}")
     timeout_us = 0 if timeout is None else max(1, round(timeout * 1000))
-    return Tenant(name, tuple(models), groups, rate, burst, concurrency, priority, timeout_us, prompt_limit,
-                  per_minute), digests  # fmt: skip
+    return Tenant(
+        name, tuple(models), groups, rate, burst, concurrency, priority, timeout_us, prompt_limit, per_minute
+    ), digests
 
 
 def parse_config(path: Path, text: str) -> AuthConfig:

@@ -87,23 +87,32 @@ class TenantLimits:
         state = self._state(tenant)
         if tenant.concurrency is not None and state.in_flight >= tenant.concurrency:
             self.counts[tenant.name, "concurrency_limited"] += 1
-            return Limited("concurrency_limited",
-                           f"tenant '{tenant.name}' already has {state.in_flight} requests in flight "
-                           f"(its limit is {tenant.concurrency}); retry when one is answered", 1)  # fmt: skip
+            return Limited(
+                "concurrency_limited",
+                f"tenant '{tenant.name}' already has {state.in_flight} requests in flight "
+                f"(its limit is {tenant.concurrency}); retry when one is answered",
+                1,
+            )
         if state.budget is not None:
             wait = state.budget.wait()
             if wait > 0.0:
                 self.counts[tenant.name, "token_limited"] += 1
-                return Limited("token_limited",
-                               f"tenant '{tenant.name}' used its {tenant.tokens_per_minute} tokens per minute; "
-                               f"retry in {wait:.3f} s", math.ceil(wait))  # fmt: skip
+                return Limited(
+                    "token_limited",
+                    f"tenant '{tenant.name}' used its {tenant.tokens_per_minute} tokens per minute; "
+                    f"retry in {wait:.3f} s",
+                    math.ceil(wait),
+                )
         if state.bucket is not None:
             wait = state.bucket.take()
             if wait > 0.0:
                 self.counts[tenant.name, "rate_limited"] += 1
-                return Limited("rate_limited",
-                               f"tenant '{tenant.name}' is over its rate limit of {tenant.rate:g} requests/s "
-                               f"(burst {state.bucket.burst:g}); retry in {wait:.3f} s", math.ceil(wait))  # fmt: skip
+                return Limited(
+                    "rate_limited",
+                    f"tenant '{tenant.name}' is over its rate limit of {tenant.rate:g} requests/s "
+                    f"(burst {state.bucket.burst:g}); retry in {wait:.3f} s",
+                    math.ceil(wait),
+                )
         state.in_flight += 1
         self.counts[tenant.name, "admitted"] += 1
         return None

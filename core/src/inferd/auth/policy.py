@@ -97,8 +97,14 @@ CURRENT: contextvars.ContextVar[Grant | None] = contextvars.ContextVar("inferd_g
 class AccessPolicy:
     """The access rules of one frontend protocol (``http``, ``grpc``, or a plugin's own)."""
 
-    def __init__(self, restricted: Mapping[ApiGroup, Restriction], keys: KeyFile | None, limits: TenantLimits,
-                 header_prefix: str, restricted_word: str = "API") -> None:  # fmt: skip
+    def __init__(
+        self,
+        restricted: Mapping[ApiGroup, Restriction],
+        keys: KeyFile | None,
+        limits: TenantLimits,
+        header_prefix: str,
+        restricted_word: str = "API",
+    ) -> None:
         self.restricted = dict(restricted)
         self.keys = keys
         self.limits = limits
@@ -163,12 +169,16 @@ class AccessPolicy:
         value = headers.get("authorization")
         if value is None:
             self.limits.count("", "unauthenticated")
-            raise _unauthenticated("missing API key: send it as 'Authorization: Bearer <key>' (an HTTP header, "
-                                   "or 'authorization' gRPC metadata)")  # fmt: skip
+            raise _unauthenticated(
+                "missing API key: send it as 'Authorization: Bearer <key>' (an HTTP header, "
+                "or 'authorization' gRPC metadata)"
+            )
         if len(value) > MAX_AUTHORIZATION:
             self.limits.count("", "unauthenticated")
-            raise _unauthenticated(f"the Authorization header is {len(value)} bytes long, at most "
-                                   f"{MAX_AUTHORIZATION}: send 'Authorization: Bearer <key>'")  # fmt: skip
+            raise _unauthenticated(
+                f"the Authorization header is {len(value)} bytes long, at most "
+                f"{MAX_AUTHORIZATION}: send 'Authorization: Bearer <key>'"
+            )
         if value[: len(_BEARER)].lower() != _BEARER or not value[len(_BEARER) :].strip():
             self.limits.count("", "unauthenticated")
             raise _unauthenticated("the Authorization header must be 'Bearer <key>'")

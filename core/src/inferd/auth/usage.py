@@ -154,8 +154,9 @@ class Usage:
                 model = resolve(request.model_name, request.model_version)
             return counted(tenant, model, stream(request, model))
 
-        async def counted(tenant: Tenant, model: ModelInfo, inner: AsyncIterator[InferResponse | InferdError]
-                          ) -> AsyncIterator[InferResponse | InferdError]:  # fmt: skip
+        async def counted(
+            tenant: Tenant, model: ModelInfo, inner: AsyncIterator[InferResponse | InferdError]
+        ) -> AsyncIterator[InferResponse | InferdError]:
             prompt = completion = 0
             failed = False
             try:

@@ -12,7 +12,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from inferd.contracts.cache import ResponseCache, frozen_copy
+from inferd.api import frozen_copy
+from inferd.contracts.cache import ResponseCache
 from inferd.contracts.errors import InvalidArgument
 from inferd.contracts.hookspecs import CacheRegister, hookimpl
 from inferd.contracts.types import InferResponse

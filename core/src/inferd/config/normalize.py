@@ -50,9 +50,9 @@ def normalize(
         sequence = config.sequence_batching
         if sequence.max_sequence_idle_microseconds == 0:
             sequence.max_sequence_idle_microseconds = SEQUENCE_IDLE_DEFAULT_MICROSECONDS
-        if sequence.HasField("oldest") and not sequence.oldest.preferred_batch_size:
-            if config.max_batch_size > 0:
-                sequence.oldest.preferred_batch_size.append(config.max_batch_size)
+        oldest = sequence.HasField("oldest") and not sequence.oldest.preferred_batch_size
+        if oldest and config.max_batch_size > 0:
+            sequence.oldest.preferred_batch_size.append(config.max_batch_size)
 
     if is_ensemble:
         # Triton derives 'decoupled' from the steps when it builds the ensemble; until then false.

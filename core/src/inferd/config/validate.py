@@ -100,8 +100,10 @@ def _validate_model_metrics(config: ModelConfig, fail: Fail) -> None:
             log.warning(
                 "Metric family '%s' in 'metric_identifier' is not a customizable metric in Triton core.%s; "
                 "its histogram_options are ignored (customizable: %s)",
-                family, where, ", ".join(CUSTOMIZABLE_METRICS),
-            )  # fmt: skip
+                family,
+                where,
+                ", ".join(CUSTOMIZABLE_METRICS),
+            )
 
 
 def _fail(message: str) -> NoReturn:
@@ -128,9 +130,8 @@ def _validate_platform(config: ModelConfig, fail: Fail) -> None:
         fail(f"ensemble scheduling cannot be set for model '{name}' whose platform is not {ENSEMBLE_PLATFORM}")
     if not config.backend:
         fail(f"unexpected platform type '{config.platform}' for {name}; set 'backend' (or a known 'platform')")
-    if config.backend in KNOWN_PLATFORM_BACKENDS:
-        if backend_of_platform(config.platform) != config.backend:
-            fail(f"unexpected 'platform' and 'backend' pair, got:{config.platform}, {config.backend}")
+    if config.backend in KNOWN_PLATFORM_BACKENDS and backend_of_platform(config.platform) != config.backend:
+        fail(f"unexpected 'platform' and 'backend' pair, got:{config.platform}, {config.backend}")
 
 
 def _validate_version_policy(config: ModelConfig, fail: Fail) -> None:
@@ -280,9 +281,8 @@ def _validate_sequence_batching(config: ModelConfig, fail: Fail) -> None:
                     f"sequence batching preferred batch size must be <= max batch size for {name}; "
                     f"got {size} > max_batch_size {config.max_batch_size}"
                 )
-    if sequence.HasField("direct"):
-        if not 0.0 <= sequence.direct.minimum_slot_utilization <= 1.0:
-            fail(f"sequence batching minimum slot utilization must be in range (0.0, 1.0] for {name}")
+    if sequence.HasField("direct") and not 0.0 <= sequence.direct.minimum_slot_utilization <= 1.0:
+        fail(f"sequence batching minimum slot utilization must be in range (0.0, 1.0] for {name}")
 
 
 _BOOL_VALUES = ("int32_false_true", "fp32_false_true", "bool_false_true")

@@ -5,9 +5,7 @@ from __future__ import annotations
 import abc
 from typing import ClassVar
 
-import numpy as np
-
-from inferd.contracts.types import InferResponse, InferTensor
+from inferd.contracts.types import InferResponse
 
 
 class ResponseCache(abc.ABC):
@@ -37,13 +35,3 @@ class ResponseCache(abc.ABC):
 
     def close(self) -> None:
         """Release connections or memory when the server stops (optional)."""
-
-
-def frozen_copy(response: InferResponse) -> InferResponse:
-    """A copy of ``response`` that owns read-only copies of its output arrays."""
-    outputs = []
-    for t in response.outputs:
-        data = np.array(t.data, copy=True)
-        data.flags.writeable = False
-        outputs.append(InferTensor(t.name, t.datatype, tuple(t.shape), data, dict(t.parameters)))
-    return InferResponse(response.model_name, response.model_version, "", outputs, dict(response.parameters))

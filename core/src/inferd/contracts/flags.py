@@ -1,17 +1,12 @@
-"""Argument types shared by the CLI and the plugins that add ``inferd serve`` options, the
-``--backend-config`` setting format and its typed readers, and a parser that suggests the closest
-option for a mistyped one."""
+"""Typed readers of settings: Triton's boolean flag values (for the CLI and the plugins that add
+``inferd serve`` options) and a backend's ``--backend-config`` settings."""
 
 from __future__ import annotations
 
 import argparse
-import difflib
-from collections.abc import Mapping, Sequence
-from typing import NoReturn
+from collections.abc import Mapping
 
 from inferd.contracts.errors import ConfigError
-
-_BACKEND_CONFIG_FORMAT = "--backend-config option format is '<backend name>,<setting>=<value>'. Got {}"
 
 
 def parse_bool(value: str) -> bool:
@@ -22,25 +17,6 @@ def parse_bool(value: str) -> bool:
     if v in ("0", "false", "no", "off"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
-
-
-def backend_config_setting(value: str) -> tuple[str, str, str]:
-    """``<backend>,<setting>=<value>`` or ``<setting>=<value>`` (every backend): ``(backend, setting,
-    value)``, ``backend`` empty for the global form. Triton's parse rules and messages; the value
-    may hold commas and ``=``."""
-    comma, equals = value.find(","), value.find("=")
-    if comma == 0:
-        raise argparse.ArgumentTypeError(
-            "No backend specified. --backend-config option format is <backend name>,<setting>=<value> "
-            f"or <setting>=<value>. Got {value}"
-        )
-    backend, rest = "", value
-    if comma > 0 and (equals < 0 or comma < equals):
-        backend, rest = value[:comma], value[comma + 1 :]
-    setting, eq, setting_value = rest.partition("=")
-    if not eq or not setting or not setting_value:
-        raise argparse.ArgumentTypeError(_BACKEND_CONFIG_FORMAT.format(value))
-    return backend, setting, setting_value
 
 
 def _bad_setting(backend: str, key: str, value: str, expected: str) -> ConfigError:
@@ -70,37 +46,3 @@ def setting_flag(settings: Mapping[str, str], backend: str, key: str, default: b
         return parse_bool(raw)
     except argparse.ArgumentTypeError:
         raise _bad_setting(backend, key, raw, "true or false (1 or 0)") from None
-
-
-class SuggestingParser(argparse.ArgumentParser):
-    """argparse that answers a mistyped option with the closest known one (exit code 2, as argparse).
-
-    Sub-commands made from it (``add_subparsers``) are of this class too, so ``inferd serve
-    --strict-readyness=false`` says ``did you mean --strict-readiness?`` with serve's usage.
-    """
-
-    def parse_known_args(  # type: ignore[override]
-        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
-    ) -> tuple[argparse.Namespace, list[str]]:
-        parsed, extras = super().parse_known_args(args, namespace)
-        unknown = [a for a in extras if a.startswith("--")]
-        if unknown:
-            self._unrecognized(unknown)
-        return parsed, extras
-
-    def _unrecognized(self, unknown: list[str]) -> NoReturn:
-        known = [o for o in self._option_string_actions if o.startswith("--")]
-        parts = []
-        for arg in unknown:
-            flag = arg.split("=", 1)[0]
-            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
-            parts.append(f"{arg} (did you mean {close[0]}?)" if close else arg)
-        self.error(f"unrecognized arguments: {' '.join(parts)}")
-
-    def error(self, message: str) -> NoReturn:
-        """The error (and its suggestion) first, then a one-line usage, not argparse's full usage:
-        ``inferd serve``'s runs to several screens and would push the error out of sight."""
-        usage = " ".join(self.format_usage().split())
-        if len(usage) > 100:
-            usage = f"usage: {self.prog} [OPTIONS]  (all options: {self.prog} --help)"
-        self.exit(2, f"{self.prog}: error: {message}\n{usage}\n")

@@ -107,21 +107,34 @@ class BackendRegister(Protocol):
 
     @overload
     def __call__(
-        self, name: str, factory: BackendFactory, *, model_filenames: Sequence[str] | None = None,
+        self,
+        name: str,
+        factory: BackendFactory,
+        *,
+        model_filenames: Sequence[str] | None = None,
         single_process: bool = False,
-    ) -> None: ...  # fmt: skip
+    ) -> None: ...
 
     @overload
     def __call__(
-        self, name: str, factory: ConfiguredBackendFactory, *, model_filenames: Sequence[str] | None = None,
-        settings: Sequence[str], single_process: bool = False,
-    ) -> None: ...  # fmt: skip
+        self,
+        name: str,
+        factory: ConfiguredBackendFactory,
+        *,
+        model_filenames: Sequence[str] | None = None,
+        settings: Sequence[str],
+        single_process: bool = False,
+    ) -> None: ...
 
     def __call__(
-        self, name: str, factory: BackendFactory | ConfiguredBackendFactory, *,
-        model_filenames: Sequence[str] | None = None, settings: Sequence[str] | None = None,
+        self,
+        name: str,
+        factory: BackendFactory | ConfiguredBackendFactory,
+        *,
+        model_filenames: Sequence[str] | None = None,
+        settings: Sequence[str] | None = None,
         single_process: bool = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Register backend ``name``; ``model_filenames`` are the files that identify its models;
         ``settings`` the ``--backend-config`` keys it reads (its factory then takes them);
         ``single_process=True``: its models must not be loaded once per serving process, so

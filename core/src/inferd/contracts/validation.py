@@ -11,18 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from inferd.contracts.errors import Unsupported
 from inferd.contracts.types import InferRequest
-
-
-def check_repository_name(name: str) -> None:
-    """Refuse a repository named in a repository request (index, load, unload), as Triton does:
-    the server's repositories are one namespace."""
-    if name:
-        raise Unsupported(
-            f"'repository_name' specification is not supported (repository '{name}': "
-            f"this server's repositories are one namespace; leave the name out)"
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,8 +54,21 @@ class Window:
     fast trip reads on each canary failure, without walking the buckets.
     """
 
-    __slots__ = ("bucket_s", "stamps", "counts", "fails", "hist", "tick", "requests", "failures", "seen",
-                 "seen_failed", "streak", "mark_seen", "mark_failed")  # fmt: skip
+    __slots__ = (
+        "bucket_s",
+        "stamps",
+        "counts",
+        "fails",
+        "hist",
+        "tick",
+        "requests",
+        "failures",
+        "seen",
+        "seen_failed",
+        "streak",
+        "mark_seen",
+        "mark_failed",
+    )
 
     def __init__(self, seconds: float) -> None:
         self.bucket_s = seconds / BUCKETS
@@ -120,8 +133,12 @@ class Window:
                 if seen >= rank:
                     p95 = _bin_upper_ms(b)
                     break
-        return {"requests": count, "failures": failures, "failure_rate": failures / count if count else 0.0,
-                "p95_ms": round(p95, 3)}  # fmt: skip
+        return {
+            "requests": count,
+            "failures": failures,
+            "failure_rate": failures / count if count else 0.0,
+            "p95_ms": round(p95, 3),
+        }
 
 
 @dataclass(frozen=True)
@@ -156,10 +173,16 @@ class Policy:
             promote_steps=tuple(int(s) for s in steps.split(",")) if steps else (),
             trip_failures=int(params.integer("canary_trip_failures", d.trip_failures)),
         )
-        if (policy.window_s <= 0 or policy.min_requests < 1 or policy.trip_failures < 0
-                or any(not 0 < s <= 100 for s in policy.promote_steps)):  # fmt: skip
-            raise ValueError("canary_window_s must be > 0, canary_min_requests >= 1, canary_trip_failures >= 0, "
-                             "promotion steps in 1..100")  # fmt: skip
+        if (
+            policy.window_s <= 0
+            or policy.min_requests < 1
+            or policy.trip_failures < 0
+            or any(not 0 < s <= 100 for s in policy.promote_steps)
+        ):
+            raise ValueError(
+                "canary_window_s must be > 0, canary_min_requests >= 1, canary_trip_failures >= 0, "
+                "promotion steps in 1..100"
+            )
         return policy
 
     def rule(self) -> str:
@@ -193,8 +216,16 @@ class Policy:
             worse.append(f"p95 {canary['p95_ms']:g} ms > limit {limit:g} ms (stable p95 {stable['p95_ms']:g} ms)")
         return "; ".join(worse)
 
-    def trips(self, requests: int, failures: int, stable_requests: int, stable_failures: int,
-              streak: int = 0, meanwhile: int = 0, meanwhile_failed: int = 0) -> str:  # fmt: skip
+    def trips(
+        self,
+        requests: int,
+        failures: int,
+        stable_requests: int,
+        stable_failures: int,
+        streak: int = 0,
+        meanwhile: int = 0,
+        meanwhile_failed: int = 0,
+    ) -> str:
         """Why a canary's failures are clearly worse than the stable version's ("" while they are not):
         the fast trip, asked on each canary failure. O(1): a few float operations, none at all
         while the canary has failed fewer than ``trip_failures`` times or no more often than the stable.
@@ -221,13 +252,21 @@ class Policy:
         if q >= 1:
             return ""
         if rate > q and requests * _kl(rate, q) >= _EVIDENCE:
-            return (f"failure rate {rate:.2%} ({failures} of {requests}) > stable "
-                    f"{stable_failures / stable_requests:.2%} ({stable_failures} of {stable_requests}) + {m:.2%}, "
-                    f"beyond chance (fast trip)")  # fmt: skip
-        if (streak >= self.trip_failures and -streak * math.log(q) >= _EVIDENCE and meanwhile > meanwhile_failed
-                and _streak_evidence(streak, meanwhile, meanwhile_failed) >= _EVIDENCE):  # fmt: skip
-            return (f"{streak} failures in a row while the stable version answered {meanwhile - meanwhile_failed} "
-                    f"of {meanwhile} (fast trip)")  # fmt: skip
+            return (
+                f"failure rate {rate:.2%} ({failures} of {requests}) > stable "
+                f"{stable_failures / stable_requests:.2%} ({stable_failures} of {stable_requests}) + {m:.2%}, "
+                f"beyond chance (fast trip)"
+            )
+        if (
+            streak >= self.trip_failures
+            and -streak * math.log(q) >= _EVIDENCE
+            and meanwhile > meanwhile_failed
+            and _streak_evidence(streak, meanwhile, meanwhile_failed) >= _EVIDENCE
+        ):
+            return (
+                f"{streak} failures in a row while the stable version answered {meanwhile - meanwhile_failed} "
+                f"of {meanwhile} (fast trip)"
+            )
         return ""
 
 
@@ -240,8 +279,11 @@ def _streak_evidence(streak: int, n: int, f: int) -> float:
     """ln of the likelihood ratio of "the canary failed ``streak`` of ``streak`` requests, the stable
     ``f`` of ``n``, each at its own rate" over "both at one rate" (the two-sample binomial test)."""
     total = streak + n
-    return ((streak + f) * math.log(total / (streak + f)) + (n - f) * math.log(total / n)
-            + (f * math.log(f / n) if f else 0.0))  # fmt: skip
+    return (
+        (streak + f) * math.log(total / (streak + f))
+        + (n - f) * math.log(total / n)
+        + (f * math.log(f / n) if f else 0.0)
+    )
 
 
 #: The clock windows use (seconds).

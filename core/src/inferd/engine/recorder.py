@@ -36,9 +36,14 @@ class Recorder:
             trace.mark("QUEUE_START")
 
     def executed(
-        self, requests: Sequence[InferRequest], results: Sequence[Outcome | None], dequeued_ns: int,
-        start_ns: int, end_ns: int, done_ns: int,
-    ) -> list[Outcome]:  # fmt: skip
+        self,
+        requests: Sequence[InferRequest],
+        results: Sequence[Outcome | None],
+        dequeued_ns: int,
+        start_ns: int,
+        end_ns: int,
+        done_ns: int,
+    ) -> list[Outcome]:
         """One execution of ``requests``; returns each request's response or error.
 
         As Triton counts them: the execution always counts (``execution_count``, ``batch_stats`` by

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from inferd.contracts.types import InferRequest, InferResponse, serialize_bytes_tensor
+from inferd.contracts.types import InferRequest, InferResponse, InferTensor
+from inferd.datatypes import serialize_bytes_tensor
 
 if TYPE_CHECKING:
     from inferd.contracts.cache import ResponseCache
@@ -159,5 +160,20 @@ class ModelCache:
         log.error(
             "response cache %s failed for model '%s' version %d (serving without the cache; "
             "further errors muted for %.0f s): %s: %s",
-            what, self.model_name, self.version, _ERROR_LOG_INTERVAL_S, type(exc).__name__, exc,
-        )  # fmt: skip
+            what,
+            self.model_name,
+            self.version,
+            _ERROR_LOG_INTERVAL_S,
+            type(exc).__name__,
+            exc,
+        )
+
+
+def frozen_copy(response: InferResponse) -> InferResponse:
+    """A copy of ``response`` that owns read-only copies of its output arrays."""
+    outputs = []
+    for t in response.outputs:
+        data = np.array(t.data, copy=True)
+        data.flags.writeable = False
+        outputs.append(InferTensor(t.name, t.datatype, tuple(t.shape), data, dict(t.parameters)))
+    return InferResponse(response.model_name, response.model_version, "", outputs, dict(response.parameters))

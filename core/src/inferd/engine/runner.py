@@ -93,8 +93,10 @@ class Runner:
         #: The instance's coroutine function when it is an :class:`AsyncInstance` (runs on the loop).
         self._async = instance.execute if isinstance(instance, AsyncInstance) else None
         if self._async is not None and not inspect.iscoroutinefunction(self._async):
-            raise TypeError(f"instance '{spec.name}' ({type(instance).__qualname__}) is an AsyncInstance whose "
-                            "execute is not an 'async def'")  # fmt: skip
+            raise TypeError(
+                f"instance '{spec.name}' ({type(instance).__qualname__}) is an AsyncInstance whose "
+                "execute is not an 'async def'"
+            )
         #: How many batches may execute at once (``AsyncInstance.pipeline_depth``; the instance orders them).
         self.depth = max(1, instance.pipeline_depth) if isinstance(instance, AsyncInstance) else 1
         self._turn = _Turns(self.depth)
@@ -185,9 +187,11 @@ class Runner:
         return execution
 
     async def _execute_async(
-        self, execute: Callable[[Sequence[InferRequest]], _Execute], requests: Sequence[InferRequest],
+        self,
+        execute: Callable[[Sequence[InferRequest]], _Execute],
+        requests: Sequence[InferRequest],
         then: Callable[[], None] | None,
-    ) -> Execution:  # fmt: skip
+    ) -> Execution:
         """Run an :class:`AsyncInstance`'s coroutine in the caller's task: the part before its
         first wait right away (one that never waits costs no task), then each wait through
         :class:`_Waiting`, so that the caller leaving (cancelled) does not cancel the execution:
@@ -325,8 +329,10 @@ class Runner:
         return time.monotonic() - since
 
     def _unloading(self) -> Unavailable:
-        return Unavailable(f"model '{self.recorder.stats.name}' is unloading: its instance '{self.spec.name}' "
-                           f"did not finish executing within the unload timeout and was abandoned")  # fmt: skip
+        return Unavailable(
+            f"model '{self.recorder.stats.name}' is unloading: its instance '{self.spec.name}' "
+            f"did not finish executing within the unload timeout and was abandoned"
+        )
 
     def _call(self, requests: Sequence[InferRequest], on_loop: bool = False) -> Execution:
         # Lines the model logs while it runs one request carry that request's id.

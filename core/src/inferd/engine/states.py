@@ -38,7 +38,7 @@ class Why(enum.Enum):
     #: outputs it no longer fits (the detail names the step and the tensor).
     STEPS_CHANGED = "a model its steps call changed and it no longer fits: {}"
     #: Loaded, but its backend says it cannot serve now (``Model.not_serving``).
-    NOT_SERVING = "{}"
+    NOT_SERVING = "{}"  # noqa: PIE796 - LOAD_FAILED's text, so its alias: ``failed`` is true of it
 
 
 @dataclass(frozen=True)

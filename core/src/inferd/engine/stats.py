@@ -106,9 +106,15 @@ class ModelStats:
         b.compute_output.add(output_ns)
 
     def record_batch(
-        self, rows: int, succeeded: int, totals_ns: Sequence[int], queues_ns: Sequence[int], input_ns: int,
-        infer_ns: int, output_ns: int,
-    ) -> None:  # fmt: skip
+        self,
+        rows: int,
+        succeeded: int,
+        totals_ns: Sequence[int],
+        queues_ns: Sequence[int],
+        input_ns: int,
+        infer_ns: int,
+        output_ns: int,
+    ) -> None:
         """One execution (:meth:`record_execution`) and its requests that ended with a response
         (:meth:`record_successes`), under one lock."""
         with self._lock:
@@ -176,9 +182,15 @@ class ModelStats:
                 self.observer.observe("cache_hit" if hit else "cache_miss", ns)
 
     def record_response(
-        self, index: int, infer_ns: int, output_ns: int = 0, *, ok: bool = True, empty: bool = False,
+        self,
+        index: int,
+        infer_ns: int,
+        output_ns: int = 0,
+        *,
+        ok: bool = True,
+        empty: bool = False,
         cancelled: bool = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """One response of a decoupled request: the ``index``-th (from 0) of its request.
 
         ``empty`` is a final flag with no outputs; ``ok=False`` an error response.

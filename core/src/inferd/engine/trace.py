@@ -67,8 +67,14 @@ class TraceValues:
         return v
 
 
-_FIELD = {"trace_level": "level", "trace_rate": "rate", "trace_count": "count",
-          "log_frequency": "log_frequency", "trace_file": "file", "trace_mode": "mode"}  # fmt: skip
+_FIELD = {
+    "trace_level": "level",
+    "trace_rate": "rate",
+    "trace_count": "count",
+    "log_frequency": "log_frequency",
+    "trace_file": "file",
+    "trace_mode": "mode",
+}
 
 
 def parse_setting(name: str, value: Any) -> Any:
@@ -111,8 +117,9 @@ class RequestTrace:
 
     __slots__ = ("id", "model_name", "model_version", "request_id", "parent_id", "tensors", "events", "_scope")
 
-    def __init__(self, trace_id: int, model_name: str, model_version: int, request_id: str, scope: _Scope,
-                 parent_id: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self, trace_id: int, model_name: str, model_version: int, request_id: str, scope: _Scope, parent_id: int = 0
+    ) -> None:
         self.id = trace_id
         self.model_name = model_name
         self.model_version = model_version
@@ -140,9 +147,18 @@ class RequestTrace:
         if not self.tensors:
             return
         for t in tensors:
-            self.events.append({"id": self.id, "activity": activity, "tensor": {
-                "name": t.name, "data": _tensor_text(t), "shape": ",".join(map(str, t.shape)), "dtype": t.datatype,
-            }})  # fmt: skip
+            self.events.append(
+                {
+                    "id": self.id,
+                    "activity": activity,
+                    "tensor": {
+                        "name": t.name,
+                        "data": _tensor_text(t),
+                        "shape": ",".join(map(str, t.shape)),
+                        "dtype": t.datatype,
+                    },
+                }
+            )
 
     def to_json(self) -> list[dict[str, Any]]:
         head: dict[str, Any] = {"id": self.id, "model_name": self.model_name, "model_version": self.model_version}
@@ -263,8 +279,11 @@ class Tracer:
             else:
                 self._configure_one(v, item, key, value)
         if v.level != ("OFF",) and not v.file and v.mode == "triton":
-            log.warning("tracing is on (level %s) but no trace file is set (--trace-config triton,file=PATH): "
-                        "no trace will be written", ",".join(v.level))  # fmt: skip
+            log.warning(
+                "tracing is on (level %s) but no trace file is set (--trace-config triton,file=PATH): "
+                "no trace will be written",
+                ",".join(v.level),
+            )
         self.global_scope.values = TraceValues(**v.__dict__)
         self._refresh()
 
@@ -285,8 +304,10 @@ class Tracer:
                 raise InvalidArgument(f"--trace-config mode={value}: expected one of {list(MODES)}")
             v.mode = value
         else:
-            raise InvalidArgument(f"--trace-config '{item}': unknown setting '{key}'; known: level, rate, count, "
-                                  f"mode, triton,file, triton,log-frequency")  # fmt: skip
+            raise InvalidArgument(
+                f"--trace-config '{item}': unknown setting '{key}'; known: level, rate, count, "
+                f"mode, triton,file, triton,log-frequency"
+            )
 
     def settings(self, model: str = "") -> dict[str, Any]:
         """Triton's trace-setting JSON for the server, or for ``model``."""
@@ -386,9 +407,7 @@ class Tracer:
                 self.exporter([trace.to_json()])
             return
         scope.pending.append(trace.to_json())
-        if values.log_frequency and len(scope.pending) >= values.log_frequency:
-            self._flush(scope, indexed=True)
-        elif values.count == 0 and values.log_frequency:
+        if values.log_frequency and (len(scope.pending) >= values.log_frequency or values.count == 0):
             self._flush(scope, indexed=True)
 
     def _flush(self, scope: _Scope, indexed: bool | None = None, wait: bool = False) -> None:

@@ -24,8 +24,8 @@ from prometheus_client.metrics_core import Metric
 
 from inferd.config.parameters import ModelParameters
 from inferd.contracts.errors import InvalidArgument, NotFound
-from inferd.contracts.metric_sources import SOURCES
 from inferd.engine.canary import Policy, Window, now
+from inferd.engine.metric_sources import SOURCES
 from inferd.repository.scan import version_number
 
 log = logging.getLogger(__name__)
@@ -64,14 +64,18 @@ def check_weights(weights: Mapping[Any, Any], model: str, serving: list[int] | N
     for key, weight in weights.items():
         version = version_number(key) if isinstance(key, str) else None
         if not version:
-            raise InvalidArgument(f"model '{model}': traffic version '{_quote(key)}' is not a version number "
-                                  f"(an integer > 0 written in digits, without a sign, spaces or leading zeros)")  # fmt: skip
+            raise InvalidArgument(
+                f"model '{model}': traffic version '{_quote(key)}' is not a version number "
+                f"(an integer > 0 written in digits, without a sign, spaces or leading zeros)"
+            )
         out[version] = _weight(weight, model, version)
     if serving is not None:
         unknown = sorted(set(out) - set(serving))
         if unknown:
-            raise NotFound(f"Request for unknown model: '{model}' version {unknown[0]} is not found; "
-                           f"available versions: {', '.join(map(str, serving))}")  # fmt: skip
+            raise NotFound(
+                f"Request for unknown model: '{model}' version {unknown[0]} is not found; "
+                f"available versions: {', '.join(map(str, serving))}"
+            )
     if not any(out.values()):
         raise InvalidArgument(f"model '{model}': traffic weights are all 0 (at least one version needs a weight)")
     return dict(sorted(out.items()))
@@ -86,8 +90,10 @@ def _weight(value: Any, model: str, version: int) -> int:
     else:
         weight = None
     if weight is None or not 0 <= weight <= MAX_WEIGHT:
-        raise InvalidArgument(f"model '{model}': traffic weight of version {version} must be an integer from 0 to "
-                              f"{MAX_WEIGHT}, got {_quote(value)}")  # fmt: skip
+        raise InvalidArgument(
+            f"model '{model}': traffic weight of version {version} must be an integer from 0 to "
+            f"{MAX_WEIGHT}, got {_quote(value)}"
+        )
     return weight
 
 
@@ -138,10 +144,7 @@ class TrafficSplit:
     def pick(self, request_id: str) -> int:
         """The version a request with no version runs on: by its id's crc32 when it has one."""
         versions, cumulative, total = self._table
-        if request_id:
-            slot = (zlib.crc32(request_id.encode()) * total) >> 32
-        else:
-            slot = int(random.random() * total)
+        slot = (zlib.crc32(request_id.encode()) * total) >> 32 if request_id else int(random.random() * total)
         return versions[bisect_right(cumulative, slot)]
 
     def stable(self) -> int:
@@ -174,8 +177,15 @@ class TrafficSplit:
         stable.advance(t)
         if window.streak == 1:  # a run of failures begins: what the stable version has served so far
             window.mark_seen, window.mark_failed = stable.seen, stable.seen_failed
-        verdict = self.policy.trips(window.requests, window.failures, stable.requests, stable.failures, window.streak,
-                                    stable.seen - window.mark_seen, stable.seen_failed - window.mark_failed)  # fmt: skip
+        verdict = self.policy.trips(
+            window.requests,
+            window.failures,
+            stable.requests,
+            stable.failures,
+            window.streak,
+            stable.seen - window.mark_seen,
+            stable.seen_failed - window.mark_failed,
+        )
         if not verdict:
             return None
         self.last_check = self._explain(canary, self._stable, window.figures(t), stable.figures(t), verdict)
@@ -201,7 +211,7 @@ class TrafficSplit:
         step = next((s for s in self.policy.promote_steps if s > self.weights[canary] * 100 // self._total()), None)
         if step is None:
             return None
-        weights = {**{v: 0 for v in self.weights}, canary: step, stable: 100 - step}
+        weights = {**dict.fromkeys(self.weights, 0), canary: step, stable: 100 - step}
         state = PROMOTED if step >= 100 else CANARY
         self.windows[canary].clear()  # the next step is judged on its own requests
         return self._decide("promote", canary, weights, state)
@@ -219,17 +229,31 @@ class TrafficSplit:
         counter[canary] = counter.get(canary, 0) + 1
         decision = {"time": time.time(), "action": action, **self.last_check, "weights": self.wire_weights()}
         self.decisions = [*self.decisions[-(KEEP_DECISIONS - 1) :], decision]
-        log.warning("model '%s': canary version %d %s: %s; canary %s, stable %s, window %g s; weights now %s",
-                    self.model, canary, "rolled back" if action == "rollback" else "promoted",
-                    self.last_check.get("verdict") or "it holds", self.last_check["canary"],
-                    self.last_check["stable"], self.policy.window_s, self.wire_weights())  # fmt: skip
+        log.warning(
+            "model '%s': canary version %d %s: %s; canary %s, stable %s, window %g s; weights now %s",
+            self.model,
+            canary,
+            "rolled back" if action == "rollback" else "promoted",
+            self.last_check.get("verdict") or "it holds",
+            self.last_check["canary"],
+            self.last_check["stable"],
+            self.policy.window_s,
+            self.wire_weights(),
+        )
         return action
 
-    def _explain(self, canary: int, stable: int, c: dict[str, float], s: dict[str, float], verdict: str | None
-                 ) -> dict[str, Any]:  # fmt: skip
-        return {"canary_version": canary, "stable_version": stable, "canary": c, "stable": s,
-                "window_s": self.policy.window_s, "rule": self.policy.rule(),
-                "verdict": "too few requests to judge" if verdict is None else (verdict or "holds")}  # fmt: skip
+    def _explain(
+        self, canary: int, stable: int, c: dict[str, float], s: dict[str, float], verdict: str | None
+    ) -> dict[str, Any]:
+        return {
+            "canary_version": canary,
+            "stable_version": stable,
+            "canary": c,
+            "stable": s,
+            "window_s": self.policy.window_s,
+            "rule": self.policy.rule(),
+            "verdict": "too few requests to judge" if verdict is None else (verdict or "holds"),
+        }
 
     def count(self, action: str, version: int) -> int:
         """How many ``action`` decisions concerned ``version`` (on any worker: decisions are shared)."""
@@ -242,20 +266,38 @@ class TrafficSplit:
         """What GET .../traffic shows."""
         t = now() if t is None else t
         versions = {
-            str(v): {"weight": w, "share": round(w / self._total(), 6), "state": self.states.get(v, OFF),
-                     "rollbacks": self.count("rollback", v), "promotions": self.count("promote", v),
-                     "window": self.windows[v].figures(t)}
+            str(v): {
+                "weight": w,
+                "share": round(w / self._total(), 6),
+                "state": self.states.get(v, OFF),
+                "rollbacks": self.count("rollback", v),
+                "promotions": self.count("promote", v),
+                "window": self.windows[v].figures(t),
+            }
             for v, w in self.weights.items()
-        }  # fmt: skip
-        return {"model": self.model, "weights": self.wire_weights(), "source": self.source, "versions": versions,
-                "policy": {**self.policy.__dict__, "promote_steps": list(self.policy.promote_steps),
-                           "rule": self.policy.rule()},
-                "last_check": self.last_check, "decisions": self.decisions}  # fmt: skip
+        }
+        return {
+            "model": self.model,
+            "weights": self.wire_weights(),
+            "source": self.source,
+            "versions": versions,
+            "policy": {
+                **self.policy.__dict__,
+                "promote_steps": list(self.policy.promote_steps),
+                "rule": self.policy.rule(),
+            },
+            "last_check": self.last_check,
+            "decisions": self.decisions,
+        }
 
     def wire(self) -> dict[str, Any]:
         """What another worker needs to take this split as it is."""
-        return {"weights": self.wire_weights(), "states": {str(v): s for v, s in self.states.items()},
-                "decisions": self.decisions, "source": self.source}  # fmt: skip
+        return {
+            "weights": self.wire_weights(),
+            "states": {str(v): s for v, s in self.states.items()},
+            "decisions": self.decisions,
+            "source": self.source,
+        }
 
 
 class Traffic:
@@ -281,8 +323,9 @@ class Traffic:
             self.splits.pop(model, None)
             return
         try:
-            self.splits[model] = TrafficSplit(model, parse_split(text, model, serving), Policy.from_config(params),
-                                              "config")  # fmt: skip
+            self.splits[model] = TrafficSplit(
+                model, parse_split(text, model, serving), Policy.from_config(params), "config"
+            )
         except (InvalidArgument, NotFound, ValueError) as exc:
             log.error("model '%s': traffic_split '%s' not applied: %s", model, text, exc)
 
@@ -336,9 +379,12 @@ class Traffic:
             split = self.splits.get(entry.get("name", ""))
             version = int(entry.get("version") or 0)
             if split is not None and version in split.weights:
-                entry["traffic"] = {"state": split.states.get(version, OFF), "weight": split.weights[version],
-                                    "rollbacks": split.count("rollback", version),
-                                    "promotions": split.count("promote", version)}  # fmt: skip
+                entry["traffic"] = {
+                    "state": split.states.get(version, OFF),
+                    "weight": split.weights[version],
+                    "rollbacks": split.count("rollback", version),
+                    "promotions": split.count("promote", version),
+                }
 
     def mark_index(self, rows: list[dict[str, str]]) -> None:
         """Add each split version's traffic state (and a rollback's reason) to the repository index rows."""

@@ -11,8 +11,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, NoReturn
 
 from inferd.contracts.errors import InvalidArgument
-from inferd.contracts.types import InferRequest, config_to_wire, numpy_dtype
+from inferd.contracts.types import InferRequest
 from inferd.contracts.validation import TensorSpec
+from inferd.datatypes import config_to_wire, numpy_dtype
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
@@ -153,8 +154,11 @@ class Validator:
         missing = [n for n in self.required if n not in request.inputs and n not in implicit]
         total = sum(1 for n in self.inputs if n not in implicit)
         required = sum(1 for n in self.required if n not in implicit)
-        expected = (f"expected {total} inputs" if total == required
-                    else f"expected number of inputs between {required} and {total}")  # fmt: skip
+        expected = (
+            f"expected {total} inputs"
+            if total == required
+            else f"expected number of inputs between {required} and {total}"
+        )
         raise InvalidArgument(
             f"{expected} but got {len(request.inputs)} inputs for model '{self.model}'. Got input(s) "
             f"{_quoted(request.inputs)}, but missing required input(s) {_quoted(missing)}. "

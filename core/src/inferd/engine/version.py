@@ -66,9 +66,11 @@ class ModelVersion:
         self.info = _describe(self)
         #: What frontends with a catalog of their own see of it (the OpenAI API's models and adapters).
         self.served = ServedModel(
-            self.info, model_dir, model.lora_adapters if model is not None else (),
+            self.info,
+            model_dir,
+            model.lora_adapters if model is not None else (),
             model.chat_engine if model is not None else None,
-        )  # fmt: skip
+        )
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """Validate, apply config reshapes, and hand the request to the cache or the scheduler."""
@@ -110,15 +112,24 @@ class ModelVersion:
         log.error(
             "model '%s' version %d: %d request(s) still in flight after %.1f s of unloading; abandoned %d "
             "instance(s) stuck in execute (for up to %.1f s), their threads left running",
-            self.name, self.version, self.scheduler.inflight(), timeout, len(stuck), max(stuck, default=0.0),
-        )  # fmt: skip
+            self.name,
+            self.version,
+            self.scheduler.inflight(),
+            timeout,
+            len(stuck),
+            max(stuck, default=0.0),
+        )
         done, _ = await asyncio.wait({draining}, timeout=timeout)
         if done:
             draining.result()
             return
         draining.cancel()
-        log.error("model '%s' version %d: %d request(s) still in flight; unloaded anyway",
-                  self.name, self.version, self.scheduler.inflight())  # fmt: skip
+        log.error(
+            "model '%s' version %d: %d request(s) still in flight; unloaded anyway",
+            self.name,
+            self.version,
+            self.scheduler.inflight(),
+        )
 
     def close(self) -> None:
         """Close instances and unload the backend model (blocking: run off the event loop)."""

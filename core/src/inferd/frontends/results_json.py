@@ -77,7 +77,7 @@ def statistics(s: ModelStatistics) -> dict[str, Any]:
                 "compute_output": _duration(b.compute_output),
             }
             for b in s.batch_stats
-        ],  # fmt: skip
+        ],
         "memory_usage": list(s.memory_usage),
     }
     if s.traffic is not None:
@@ -88,36 +88,67 @@ def statistics(s: ModelStatistics) -> dict[str, Any]:
 
 def trace_settings(t: TraceSettings) -> dict[str, Any]:
     """Triton's trace settings: strings everywhere, a list of strings for the level."""
-    return {"trace_level": list(t.trace_level), "trace_rate": t.trace_rate, "trace_count": t.trace_count,
-            "log_frequency": t.log_frequency, "trace_file": t.trace_file, "trace_mode": t.trace_mode}  # fmt: skip
+    return {
+        "trace_level": list(t.trace_level),
+        "trace_rate": t.trace_rate,
+        "trace_count": t.trace_count,
+        "log_frequency": t.log_frequency,
+        "trace_file": t.trace_file,
+        "trace_mode": t.trace_mode,
+    }
 
 
 def log_settings(s: LogSettings) -> dict[str, Any]:
-    return {"log_file": s.log_file, "log_info": s.log_info, "log_warning": s.log_warning, "log_error": s.log_error,
-            "log_verbose_level": s.log_verbose_level, "log_format": s.log_format}  # fmt: skip
+    return {
+        "log_file": s.log_file,
+        "log_info": s.log_info,
+        "log_warning": s.log_warning,
+        "log_error": s.log_error,
+        "log_verbose_level": s.log_verbose_level,
+        "log_format": s.log_format,
+    }
 
 
 def traffic(t: Traffic) -> dict[str, Any]:
     """A model's split, as ``docs/traffic.md`` shows it."""
     versions = {
-        v: {"weight": d.weight, "share": d.share, "state": d.state, "rollbacks": d.rollbacks,
-            "promotions": d.promotions, "window": d.window}
+        v: {
+            "weight": d.weight,
+            "share": d.share,
+            "state": d.state,
+            "rollbacks": d.rollbacks,
+            "promotions": d.promotions,
+            "window": d.window,
+        }
         for v, d in t.versions.items()
-    }  # fmt: skip
+    }
     if t.policy is None:
         return {"model": t.model, "weights": dict(t.weights), "versions": versions}
-    return {"model": t.model, "weights": dict(t.weights), "source": t.source, "versions": versions,
-            "policy": t.policy, "last_check": t.last_check, "decisions": list(t.decisions or ())}  # fmt: skip
+    return {
+        "model": t.model,
+        "weights": dict(t.weights),
+        "source": t.source,
+        "versions": versions,
+        "policy": t.policy,
+        "last_check": t.last_check,
+        "decisions": list(t.decisions or ()),
+    }
 
 
 def _counts(c: UsageCounts) -> dict[str, int]:
-    return {"success_requests": c.success_requests, "failure_requests": c.failure_requests,
-            "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens}  # fmt: skip
+    return {
+        "success_requests": c.success_requests,
+        "failure_requests": c.failure_requests,
+        "prompt_tokens": c.prompt_tokens,
+        "completion_tokens": c.completion_tokens,
+    }
 
 
 def usage(u: UsageReport) -> dict[str, Any]:
     """``GET /v2/usage``: ``{"tenants": {tenant: {"models": {model: {...}}, "totals": {...}}}}``."""
-    return {"tenants": {
-        name: {"models": {m: _counts(c) for m, c in t.models.items()}, "totals": _counts(t.totals)}
-        for name, t in u.tenants.items()
-    }}  # fmt: skip
+    return {
+        "tenants": {
+            name: {"models": {m: _counts(c) for m, c in t.models.items()}, "totals": _counts(t.totals)}
+            for name, t in u.tenants.items()
+        }
+    }

@@ -13,8 +13,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from inferd.contracts.flags import SuggestingParser
 from inferd.engine import gc_settings
+from inferd.host.arguments import SuggestingParser
 from inferd.tools import COMMANDS, command
 
 # The collector's serving thresholds for the whole start-up, from here: the imports, plugins and

@@ -30,8 +30,12 @@ def _log_format(value: str) -> str:
 def trace_items(extra: dict[str, Any]) -> list[str]:
     """``--trace-config`` values, with the deprecated single flags turned into them first."""
     items: list[str] = []
-    for flag, key in (("trace_file", "triton,file"), ("trace_rate", "rate"), ("trace_count", "count"),
-                      ("trace_log_frequency", "triton,log-frequency")):  # fmt: skip
+    for flag, key in (
+        ("trace_file", "triton,file"),
+        ("trace_rate", "rate"),
+        ("trace_count", "count"),
+        ("trace_log_frequency", "triton,log-frequency"),
+    ):
         if extra.get(flag) is not None:
             items.append(f"{key}={extra[flag]}")
     items += [f"level={level}" for level in extra.get("trace_level") or []]
@@ -63,9 +67,14 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
         "--log-warning", type=parse_bool, default=True, metavar="BOOL", help="log WARNING lines (default: true)"
     )
     g.add_argument("--log-error", type=parse_bool, default=True, metavar="BOOL", help="log ERROR lines (default: true)")
-    g.add_argument("--log-format", type=_log_format, default="default", metavar="FORMAT",
-                   help="default (Triton's layout), ISO8601, or json: one JSON object per line with time, level, "
-                        "logger, message, request_id and model (default: default)")  # fmt: skip
+    g.add_argument(
+        "--log-format",
+        type=_log_format,
+        default="default",
+        metavar="FORMAT",
+        help="default (Triton's layout), ISO8601, or json: one JSON object per line with time, level, "
+        "logger, message, request_id and model (default: default)",
+    )
 
 
 @hookimpl

@@ -72,8 +72,9 @@ class PluginRegister:
         return f"<register {self.kind}>"
 
 
-def call_registration_hook(hook: pluggy.HookCaller, registry: Registry[T], failed: Failed,
-                           trace: Callable[[str], object]) -> list[Registering]:  # fmt: skip
+def call_registration_hook(
+    hook: pluggy.HookCaller, registry: Registry[T], failed: Failed, trace: Callable[[str], object]
+) -> list[Registering]:
     """Call ``hook`` through pluggy (wrappers and tracing run) and fill ``registry`` from it.
 
     pluggy calls the last registered plugin first; the names are added in the order the plugins

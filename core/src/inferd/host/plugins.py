@@ -15,6 +15,7 @@ out). The registration hooks run through ``pm.hook`` the first time a registry i
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import importlib.metadata
@@ -164,10 +165,8 @@ class PluginHost:
         if distribution not in self._versions:
             version = ""
             if distribution:
-                try:
+                with contextlib.suppress(importlib.metadata.PackageNotFoundError):
                     version = importlib.metadata.version(distribution)
-                except importlib.metadata.PackageNotFoundError:
-                    pass
             self._versions[distribution] = version
         return self._versions[distribution]
 
@@ -200,7 +199,7 @@ class PluginHost:
                 return
             except pluggy.PluginValidationError as exc:
                 name = self.pm.get_name(exc.plugin)
-                assert name is not None, exc
+                assert name is not None  # a registered plugin has a name
                 message = unknown_hooks_message(name, unknown_hooks(self.pm, exc.plugin))
                 log.error("%s", message)
                 self._info(name).errors.append(message)

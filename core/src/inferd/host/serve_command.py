@@ -16,10 +16,11 @@ from pathlib import Path
 from inferd import __version__, serving
 from inferd.auth import AccessControl, AuthConfigError, RestrictionError, access_from_flags
 from inferd.contracts.errors import InferdError, StartupError
-from inferd.contracts.flags import SuggestingParser, backend_config_setting, parse_bool
+from inferd.contracts.flags import parse_bool
 from inferd.engine.rate_limiter import parse_resource
 from inferd.frontends.header_forward import pattern_option
 from inferd.host import triton_flags
+from inferd.host.arguments import SuggestingParser, backend_config_setting
 from inferd.host.logging_settings import configure_logging
 from inferd.host.plugins import PluginHost
 from inferd.host.server import Server, ServerOptions
@@ -410,15 +411,47 @@ def build_parser(host: PluginHost) -> argparse.ArgumentParser:
 
 
 _OWN_DESTS = {
-    "command", "model_repository", "model_control_mode", "repository_poll_secs", "load_model",
-    "disable_auto_complete_config", "strict_model_config", "model_config_name", "model_load_thread_count",
-    "model_unload_timeout_secs", "model_namespacing",
-    "http_port", "grpc_port", "metrics_port", "host", "allow_http", "allow_grpc", "allow_metrics",
-    "exit_timeout_secs", "drain_delay_secs", "log_verbose", "cache_config", "response_cache_byte_size", "cache_directory",
-    "workers", "workers_chosen", "worker_index", "worker_dir", "worker_health_timeout", "ports_file", "strict_readiness", "exit_on_error", "backend_config", "server_id",
-    "http_restricted_api", "grpc_restricted_protocol", "auth_config", "allow_client_shm",
-    "rate_limit", "rate_limit_resource",
-}  # fmt: skip
+    "command",
+    "model_repository",
+    "model_control_mode",
+    "repository_poll_secs",
+    "load_model",
+    "disable_auto_complete_config",
+    "strict_model_config",
+    "model_config_name",
+    "model_load_thread_count",
+    "model_unload_timeout_secs",
+    "model_namespacing",
+    "http_port",
+    "grpc_port",
+    "metrics_port",
+    "host",
+    "allow_http",
+    "allow_grpc",
+    "allow_metrics",
+    "exit_timeout_secs",
+    "drain_delay_secs",
+    "log_verbose",
+    "cache_config",
+    "response_cache_byte_size",
+    "cache_directory",
+    "workers",
+    "workers_chosen",
+    "worker_index",
+    "worker_dir",
+    "worker_health_timeout",
+    "ports_file",
+    "strict_readiness",
+    "exit_on_error",
+    "backend_config",
+    "server_id",
+    "http_restricted_api",
+    "grpc_restricted_protocol",
+    "auth_config",
+    "allow_client_shm",
+    "rate_limit",
+    "rate_limit_resource",
+}
 
 
 def _cache_config(args: argparse.Namespace) -> dict[str, dict[str, str]]:
@@ -520,8 +553,10 @@ def _choose_workers(args: argparse.Namespace, host: PluginHost, access: AccessCo
     the repositories, and ``args.workers_chosen`` to the start-up block's line."""
     models = auto.repository_models(
         [Path(r) if "://" not in r else r for r in args.model_repository],
-        args.model_control_mode == ControlMode.EXPLICIT.value, args.load_model, args.model_config_name,
-    )  # fmt: skip
+        args.model_control_mode == ControlMode.EXPLICIT.value,
+        args.load_model,
+        args.model_config_name,
+    )
     choice = auto.choose(models, host.backends, tenant_limits=access is not None and access.tenant_limits())
     args.workers = choice.count
     args.workers_chosen = choice.describe()
@@ -537,10 +572,11 @@ def _workers_note(args: argparse.Namespace) -> str:
 def _supervise(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """``--workers N`` (N > 1): this process runs N workers of ``inferd serve <argv>``. A port given
     as 0 is picked here and held while they run, so every worker binds the same one."""
-    ports = (("--http-port", args.host, args.http_port, args.allow_http),
-             ("--grpc-port", args.grpc_address or args.host, args.grpc_port, args.allow_grpc),
-             ("--metrics-port", getattr(args, "metrics_address", None) or args.host, args.metrics_port,
-              args.allow_metrics))  # fmt: skip
+    ports = (
+        ("--http-port", args.host, args.http_port, args.allow_http),
+        ("--grpc-port", args.grpc_address or args.host, args.grpc_port, args.allow_grpc),
+        ("--metrics-port", getattr(args, "metrics_address", None) or args.host, args.metrics_port, args.allow_metrics),
+    )
     held = [(flag, hold_port(host)) for flag, host, port, allowed in ports if port == 0 and allowed]
     picked = [part for flag, sock in held for part in (flag, str(sock.getsockname()[1]))]
     try:

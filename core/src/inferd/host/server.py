@@ -124,8 +124,13 @@ class ServerOptions:
 class Server:
     """One inferd server: plugin host, model manager, data plane, poller and frontends."""
 
-    def __init__(self, options: ServerOptions, host: PluginHost | None = None, plugins: Iterable[Any] = (),
-                 access: AccessControl | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        options: ServerOptions,
+        host: PluginHost | None = None,
+        plugins: Iterable[Any] = (),
+        access: AccessControl | None = None,
+    ) -> None:
         """Build every part bottom-up, each handed what it uses: nothing is wired afterwards.
         ``access``: the access rules the flags ask for (:func:`inferd.auth.access_from_flags`).
 
@@ -145,17 +150,30 @@ class Server:
         for line in backend_config_warnings(registries.backends, options.backend_config):
             log.warning("%s", line)
         builder = VersionBuilder(
-            registries.backends, registries.schedulers, self.router, self.cache, options.autocomplete,
-            options.backend_config, self._rate_limiter(),
-            self.workers.cores(), (self.workers.index, self.workers.count),
-        )  # fmt: skip
+            registries.backends,
+            registries.schedulers,
+            self.router,
+            self.cache,
+            options.autocomplete,
+            options.backend_config,
+            self._rate_limiter(),
+            self.workers.cores(),
+            (self.workers.index, self.workers.count),
+        )
         self.manager = ModelManager(self._lifecycle_options(), self.table, builder)
         shared_memory = self.workers.shared_memory()
         shared_memory.allow_clients = options.allow_client_shm
         self.local = LocalDataPlane(
-            self.manager, self.router, self.health, self.tracer, LOG_SETTINGS, options.server_id, access,
-            shared_memory, self.workers.shares_ports,
-        )  # fmt: skip
+            self.manager,
+            self.router,
+            self.health,
+            self.tracer,
+            LOG_SETTINGS,
+            options.server_id,
+            access,
+            shared_memory,
+            self.workers.shares_ports,
+        )
         #: What frontends receive: the local plane, spanning the other workers with ``--workers N``.
         self.dataplane: DataPlane = self.workers.dataplane(self.local)
         self.frontends: list[Frontend] = []
@@ -223,9 +241,14 @@ class Server:
         if self.workers.index == 0:  # one block for --workers N
             options = self.options
             summary = startup_summary(
-                self.table.index(), self.frontends, self.local.access, options.model_control_mode,
-                self.manager.options.repositories, options.repository_poll_secs, options.workers_note,
-            )  # fmt: skip
+                self.table.index(),
+                self.frontends,
+                self.local.access,
+                options.model_control_mode,
+                self.manager.options.repositories,
+                options.repository_poll_secs,
+                options.workers_note,
+            )
             log.info("serving:\n%s", summary, extra=BLOCK)
 
     async def _check_repositories(self) -> None:
@@ -328,8 +351,12 @@ class Server:
         self.host.shutdown(self)
         self.workers.stop_control()
         self.close_repositories()
-        log.info("unloaded %d model%s; inferd stopped in %.2f s", loaded, "" if loaded == 1 else "s",
-                 time.monotonic() - stopping)  # fmt: skip
+        log.info(
+            "unloaded %d model%s; inferd stopped in %.2f s",
+            loaded,
+            "" if loaded == 1 else "s",
+            time.monotonic() - stopping,
+        )
 
     def close_repositories(self) -> None:
         """Delete the local mirrors of remote repositories (blocking)."""

@@ -86,5 +86,8 @@ def given(values: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
 def warnings(values: Mapping[str, Any]) -> list[str]:
     """One line per not-applicable flag given: ``--http-thread-count=8 does not apply to inferd
     (ignored): <why>``."""
-    return [f"{flag}={value} does not apply to inferd (ignored): {NOT_APPLICABLE[flag]}"
-            for flag, value in given(values) if flag in NOT_APPLICABLE]  # fmt: skip
+    return [
+        f"{flag}={value} does not apply to inferd (ignored): {NOT_APPLICABLE[flag]}"
+        for flag, value in given(values)
+        if flag in NOT_APPLICABLE
+    ]

@@ -284,8 +284,18 @@ class VersionBuilder:
         )
         scheduler = self.schedulers.create(scheduler_name(config), context)
         labels = {**scheduler.output_labels(), **labels}
-        mv = ModelVersion(source.name, version, config, model, runners, scheduler, recorder.stats,
-                          source.path, labels, source.namespace)  # fmt: skip
+        mv = ModelVersion(
+            source.name,
+            version,
+            config,
+            model,
+            runners,
+            scheduler,
+            recorder.stats,
+            source.path,
+            labels,
+            source.namespace,
+        )
         if mv.decoupled and config.response_cache.enable:  # an ensemble over a decoupled step
             raise InvalidArgument(
                 f"Response Cache does not currently support model {source.name} with 'decoupled' "
@@ -301,8 +311,9 @@ class VersionBuilder:
             log.warning(
                 "model '%s' version %d enables response_cache, but the server has no cache "
                 "configured (--cache-config <name>,<key>=<value>); its responses are not cached",
-                mv.name, mv.version,
-            )  # fmt: skip
+                mv.name,
+                mv.version,
+            )
             return None
         return ModelCache(self.cache, mv.name, mv.version, mv.stats)
 

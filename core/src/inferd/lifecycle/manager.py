@@ -148,7 +148,8 @@ class ModelManager:
             source = dataclasses.replace(source, namespace=namespace)
             await self._load_one(source, override)
             self._overridden[source.key] = source
-            return self._check_loaded(source.key)
+            self._check_loaded(source.key)
+            return
         snapshot = self.table.snapshot = await asyncio.to_thread(self.rescan, False)
         keys = snapshot.keys_of(name)
         if not keys:
@@ -193,9 +194,12 @@ class ModelManager:
         loaded = self._overridden.get(key)
         record = self.table.records.get(key)
         return (
-            loaded is not None and record is not None and bool(record.serving)
-            and loaded.path == source.path and loaded.fingerprint == source.fingerprint
-        )  # fmt: skip
+            loaded is not None
+            and record is not None
+            and bool(record.serving)
+            and loaded.path == source.path
+            and loaded.fingerprint == source.fingerprint
+        )
 
     async def _load_composing(self, source: ModelSource, override: cfg.ModelConfig | None) -> None:
         """As Triton does, load the models an ensemble's steps call that are not serving yet,
@@ -268,8 +272,9 @@ class ModelManager:
                 if record is not None and not model_is_ready(record):
                     log.warning(
                         "model '%s' appeared under poll and failed to load: it is UNAVAILABLE (its reason is "
-                        "in the repository index) and the server stays ready", name,
-                    )  # fmt: skip
+                        "in the repository index) and the server stays ready",
+                        name,
+                    )
 
     def _step_keys(self, namespace: str, names: Iterable[str]) -> list[str]:
         """The keys of the models an ensemble of ``namespace`` calls by these names (a name held by
@@ -334,8 +339,10 @@ class ModelManager:
             self.table.traffic.configured(record.name, config, sorted(record.serving))
             log.info(
                 "model '%s' versions %s ready in %.2f s",
-                source.name, sorted(record.serving) or "none", time.monotonic() - started,
-            )  # fmt: skip
+                source.name,
+                sorted(record.serving) or "none",
+                time.monotonic() - started,
+            )
         await self._after_load(source.key, before)
 
     def _prepare(
@@ -555,12 +562,16 @@ def interface(serving: Mapping[int, ModelVersion]) -> Interface:
     """What an ensemble step relies on in the versions of the model it calls: inputs, outputs,
     batching, decoupled and output labels (a reload that keeps them needs no ensemble rebuilt)."""
     return tuple(
-        (v, mv.max_batch_size, mv.decoupled,
-         tuple(t.SerializeToString(deterministic=True) for t in mv.config.input),
-         tuple(t.SerializeToString(deterministic=True) for t in mv.config.output),
-         tuple(sorted((name, tuple(labels)) for name, labels in mv.labels().items())))
+        (
+            v,
+            mv.max_batch_size,
+            mv.decoupled,
+            tuple(t.SerializeToString(deterministic=True) for t in mv.config.input),
+            tuple(t.SerializeToString(deterministic=True) for t in mv.config.output),
+            tuple(sorted((name, tuple(labels)) for name, labels in mv.labels().items())),
+        )
         for v, mv in sorted(serving.items())
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ new snapshot against the last one, and hands the diff to the lifecycle. A period
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from pathlib import Path
 from typing import Protocol
@@ -87,10 +88,8 @@ class RepositoryPoller:
     async def run(self) -> None:
         """Apply each settled change, woken by the observer or every ``poll_secs``; until cancelled."""
         while True:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout=self.poll_secs)
-            except TimeoutError:
-                pass
             try:
                 await self._settle_and_apply()
             except asyncio.CancelledError:

@@ -10,14 +10,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from inferd.contracts.errors import InferdError, InvalidArgument
-from inferd.contracts.types import (
-    InferRequest,
-    InferTensor,
-    array_from_bytes,
-    config_to_wire,
-    element_count,
-    numpy_dtype,
-)
+from inferd.contracts.types import InferRequest, InferTensor
+from inferd.datatypes import array_from_bytes, config_to_wire, element_count, numpy_dtype
 
 if TYPE_CHECKING:
     from inferd.engine.version import ModelVersion

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from inferd.contracts.names import inside, name_problem
+from inferd.repository.names import inside, name_problem
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ class ObjectStoreRepository:
 
 def _safe(rel: str) -> bool:
     """Whether an object's key (below the prefix) can be a file under the mirror: names only
-    (``inferd.contracts.names``), so no '..', no empty or absolute path, no backslash or control character."""
+    (``inferd.repository.names``), so no '..', no empty or absolute path, no backslash or control character."""
     return not any(name_problem(part) for part in rel.split("/"))
 
 

@@ -17,7 +17,7 @@ from typing import Protocol
 
 from inferd.config import ModelConfig, load_config
 from inferd.contracts.errors import InferdError, InternalError, InvalidArgument, poll_failure
-from inferd.contracts.names import MAX_NAME_BYTES, inside, name_problem, shown
+from inferd.repository.names import MAX_NAME_BYTES, inside, name_problem, shown
 
 #: The largest version number (Triton's versions are int64).
 MAX_VERSION = (1 << 63) - 1
@@ -194,9 +194,12 @@ def namespace_of(repo: Repository) -> str:
 
 
 def scan(
-    repositories: Sequence[Repository], config_name: str | None = None, previous: Snapshot | None = None,
-    namespacing: bool = False, namespaces: Sequence[str] = (),
-) -> Snapshot:  # fmt: skip
+    repositories: Sequence[Repository],
+    config_name: str | None = None,
+    previous: Snapshot | None = None,
+    namespacing: bool = False,
+    namespaces: Sequence[str] = (),
+) -> Snapshot:
     """Read every repository; a name found in two repositories is reported, not loaded, unless
     ``namespacing`` (``--model-namespacing``) keys each model by its repository's namespace
     (``namespaces[i]`` for ``repositories[i]``; its path or URL when not given) and name.

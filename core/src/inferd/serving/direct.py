@@ -94,8 +94,18 @@ def takes_directly(headers: Headers, max_body: int) -> bool:
 class DirectCycle:
     """One request answered by a :data:`Handler`."""
 
-    __slots__ = ("_conn", "_handler", "_headers", "_chunks", "_waiter", "_task", "keep_alive", "more_body",
-                 "disconnected", "response_complete")  # fmt: skip
+    __slots__ = (
+        "_conn",
+        "_handler",
+        "_headers",
+        "_chunks",
+        "_waiter",
+        "_task",
+        "keep_alive",
+        "more_body",
+        "disconnected",
+        "response_complete",
+    )
 
     def __init__(self, conn: Connection, handler: Handler, headers: Headers, keep_alive: bool) -> None:
         self._conn = conn
@@ -186,5 +196,8 @@ class DirectCycle:
         conn.on_response_complete()
 
 
-_ERROR_HEADERS = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", b"21"),
-                  (b"connection", b"close")]  # fmt: skip
+_ERROR_HEADERS = [
+    (b"content-type", b"text/plain; charset=utf-8"),
+    (b"content-length", b"21"),
+    (b"connection", b"close"),
+]

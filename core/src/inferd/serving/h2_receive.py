@@ -220,7 +220,7 @@ class FrameCutter:
         step = self._stream_step
         due = [stream_id for stream_id, read in self._stream_read.items() if read >= step]
         for stream_id in due:
-            out.append(_window_update(stream_id, self._stream_read.pop(stream_id)))
+            out.append(_window_update(stream_id, self._stream_read.pop(stream_id)))  # noqa: PERF401 - request path: cheaper than a comprehension for the few due
         return b"".join(out)
 
 

@@ -101,8 +101,11 @@ class BodyLimit:
 
     async def _refuse(self, send: Send, size: str) -> None:
         body = json.dumps({"error": TOO_LARGE.format(size=size, limit=self.limit)}).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                   (b"connection", b"close")]  # fmt: skip
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
         await send({"type": "http.response.start", "status": 400, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
@@ -110,10 +113,19 @@ class BodyLimit:
 class AsgiServer(Runner):
     """Serves ``app`` on ``host:port`` until :meth:`stop`; over TLS with ``tls`` (see :mod:`inferd.serving.tls`)."""
 
-    def __init__(self, app: Any, host: str, port: int, what: str, reuse_port: bool = False,
-                 tls: TlsConfig | None = None, direct: DirectRoutes | None = None,
-                 keep_alive_secs: float = 75.0, max_header_bytes: int = HTTP_MAX_HEADER_SIZE,
-                 header_timeout: float = HTTP_HEADER_TIMEOUT) -> None:  # fmt: skip
+    def __init__(
+        self,
+        app: Any,
+        host: str,
+        port: int,
+        what: str,
+        reuse_port: bool = False,
+        tls: TlsConfig | None = None,
+        direct: DirectRoutes | None = None,
+        keep_alive_secs: float = 75.0,
+        max_header_bytes: int = HTTP_MAX_HEADER_SIZE,
+        header_timeout: float = HTTP_HEADER_TIMEOUT,
+    ) -> None:
         super().__init__(app, host, port, what, reuse_port, tls, keep_alive_secs)
         #: Requests answered beside the app, without ASGI (:mod:`inferd.serving.direct`).
         self.direct = direct

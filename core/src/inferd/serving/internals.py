@@ -122,6 +122,8 @@ def check(borrowed: list[Borrowed] | None = None) -> list[str]:
         import zttp
 
         if type(zttp.NEED_DATA) is not zttp.NeedData:  # h2.GrpcH2Protocol.handle_events would never stop
-            problems.append("zttp.NEED_DATA is no longer of type zttp.NeedData: h2.GrpcH2Protocol.handle_events "
-                            "stops at an event of that type")  # fmt: skip
+            problems.append(
+                "zttp.NEED_DATA is no longer of type zttp.NeedData: h2.GrpcH2Protocol.handle_events "
+                "stops at an event of that type"
+            )
     return problems

@@ -110,8 +110,16 @@ class Runner:
 
     alpn: ClassVar[list[str]] = ["http/1.1"]
 
-    def __init__(self, app: Any, host: str, port: int, what: str, reuse_port: bool = False,
-                 tls: TlsConfig | None = None, keep_alive_secs: float = 75.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        app: Any,
+        host: str,
+        port: int,
+        what: str,
+        reuse_port: bool = False,
+        tls: TlsConfig | None = None,
+        keep_alive_secs: float = 75.0,
+    ) -> None:
         self.app = app
         #: How long an idle keep-alive connection stays open.
         self.keep_alive_secs = keep_alive_secs
@@ -169,8 +177,12 @@ class Runner:
             try:
                 await asyncio.wait_for(_settled(state), grace)
             except TimeoutError:
-                log.warning("%s: %d request(s) still running after the %g s grace; cancelled",
-                            self.what, len(state.tasks), grace)  # fmt: skip
+                log.warning(
+                    "%s: %d request(s) still running after the %g s grace; cancelled",
+                    self.what,
+                    len(state.tasks),
+                    grace,
+                )
                 for task in list(state.tasks):
                     task.cancel()
                 if state.tasks:  # a cancelled request may still answer (a direct route's 500)
@@ -191,8 +203,17 @@ class H2Server(Runner):
 
     alpn: ClassVar[list[str]] = ["h2"]
 
-    def __init__(self, app: Any, host: str, port: int, what: str, unary: Mapping[bytes, UnaryRoute] | None = None,
-                 reuse_port: bool = False, tls: TlsConfig | None = None, keep_alive_secs: float = 75.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        app: Any,
+        host: str,
+        port: int,
+        what: str,
+        unary: Mapping[bytes, UnaryRoute] | None = None,
+        reuse_port: bool = False,
+        tls: TlsConfig | None = None,
+        keep_alive_secs: float = 75.0,
+    ) -> None:
         super().__init__(app, host, port, what, reuse_port, tls, keep_alive_secs)
         #: The requests answered without ASGI, by raw path.
         self.unary = unary

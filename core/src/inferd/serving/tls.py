@@ -30,8 +30,20 @@ from typing import Any, Generic, TypeVar
 from inferd.contracts.errors import StartupError
 from inferd.contracts.flags import parse_bool
 
-__all__ = ["CertificateWatch", "TlsConfig", "TlsError", "TlsFlags", "add_arguments", "grpc_config", "http_config",
-           "listening_context", "refusal", "reload_on_sighup", "server_context", "warnings"]  # fmt: skip
+__all__ = [
+    "CertificateWatch",
+    "TlsConfig",
+    "TlsError",
+    "TlsFlags",
+    "add_arguments",
+    "grpc_config",
+    "http_config",
+    "listening_context",
+    "refusal",
+    "reload_on_sighup",
+    "server_context",
+    "warnings",
+]
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +123,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="CA certificates that sign the HTTP clients' certificates",
     )
-    g.add_argument("--http-ssl-verify-client", type=parse_bool, default=False, metavar="BOOL",
-                   help="require an HTTP client certificate signed by --http-ssl-ca-certs (default: false)")  # fmt: skip
+    g.add_argument(
+        "--http-ssl-verify-client",
+        type=parse_bool,
+        default=False,
+        metavar="BOOL",
+        help="require an HTTP client certificate signed by --http-ssl-ca-certs (default: false)",
+    )
 
 
 def grpc_config(values: Mapping[str, Any]) -> TlsConfig | None:
@@ -138,14 +155,23 @@ def http_config(values: Mapping[str, Any]) -> TlsConfig | None:
     cert, key, ca = values.get("http_ssl_certfile"), values.get("http_ssl_keyfile"), values.get("http_ssl_ca_certs")
     verify = bool(values.get("http_ssl_verify_client"))
     if not cert:
-        given = [f for f, v in (("--http-ssl-keyfile", key), ("--http-ssl-ca-certs", ca),
-                                ("--http-ssl-verify-client=true", verify)) if v]  # fmt: skip
+        given = [
+            f
+            for f, v in (
+                ("--http-ssl-keyfile", key),
+                ("--http-ssl-ca-certs", ca),
+                ("--http-ssl-verify-client=true", verify),
+            )
+            if v
+        ]
         if given:
             raise TlsError(f"{given[0]} needs --http-ssl-certfile (the server's certificate file)")
         return None
     if verify and not ca:
-        raise TlsError("--http-ssl-verify-client=true needs --http-ssl-ca-certs (the CA certificates that sign "
-                       "the clients' certificates)")  # fmt: skip
+        raise TlsError(
+            "--http-ssl-verify-client=true needs --http-ssl-ca-certs (the CA certificates that sign "
+            "the clients' certificates)"
+        )
     return TlsConfig(cert, key or None, ca or None, verify, HTTP_FLAGS)
 
 
@@ -198,8 +224,9 @@ def server_context(config: TlsConfig, alpn: Sequence[str] = ()) -> ssl.SSLContex
         raise TlsError(f"{key_flag}: the private key is encrypted; give an unencrypted key file") from None
     except ssl.SSLError as exc:
         if exc.reason == "KEY_VALUES_MISMATCH":
-            raise TlsError(f"{key_flag}: the private key does not match the certificate in {flags.cert} "
-                           f"{config.cert}") from None  # fmt: skip
+            raise TlsError(
+                f"{key_flag}: the private key does not match the certificate in {flags.cert} {config.cert}"
+            ) from None
         raise TlsError(f"{key_flag}: no PEM private key found in the file") from None
     if config.ca:
         _has_certificate(config.ca, flags.ca, ctx)

@@ -8,7 +8,7 @@ import threading
 from typing import Any, Protocol
 
 from inferd.contracts.errors import ErrorKind, InferdError, InvalidArgument, NotFound
-from inferd.contracts.names import name_problem, shown
+from inferd.repository.names import name_problem, shown
 from inferd.shared_memory.cuda import CudaRegion
 from inferd.shared_memory.system import SystemRegion
 
@@ -56,7 +56,7 @@ class Regions:
             self._regions[name] = CudaRegion(name, raw_handle, device_id, byte_size)
 
     def _check_free(self, name: str) -> None:
-        """Refuse a name that is taken, or that is no name (``inferd.contracts.names``)."""
+        """Refuse a name that is taken, or that is no name (``inferd.repository.names``)."""
         problem = name_problem(name)
         if problem:
             raise InvalidArgument(

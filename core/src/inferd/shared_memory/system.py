@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from inferd.contracts.errors import ErrorKind, InferdError, InvalidArgument
-from inferd.contracts.names import name_problem, shown
+from inferd.repository.names import name_problem, shown
 
 #: Where POSIX ``shm_open`` keeps its objects on Linux.
 SHM_DIR = "/dev/shm"

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from inferd.contracts.errors import ErrorKind, InferdError, InvalidArgument
-from inferd.contracts.types import InferRequest, InferResponse, array_from_bytes, array_to_bytes, element_size
+from inferd.contracts.types import InferRequest, InferResponse
+from inferd.datatypes import array_from_bytes, array_to_bytes, element_size
 from inferd.shared_memory.registry import Regions, Sink
 
 REGION = "shared_memory_region"

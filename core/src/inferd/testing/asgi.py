@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 
 
 @contextlib.asynccontextmanager
-async def asgi_client(repositories: Sequence[Path], plugins: Iterable[Any] | None = None,
-                      **options: Any) -> AsyncIterator[tuple[httpx.AsyncClient, Server]]:  # fmt: skip
+async def asgi_client(
+    repositories: Sequence[Path], plugins: Iterable[Any] | None = None, **options: Any
+) -> AsyncIterator[tuple[httpx.AsyncClient, Server]]:
     """``async with asgi_client([repo], cache_config=...) as (client, server)``: the server started
     (its models loaded), its HTTP app behind ``client``; stopped on exit. ``plugins``: exactly
     these plugin objects; by default the installed plugins (entry points) as ``inferd serve`` has.
@@ -34,8 +35,9 @@ async def asgi_client(repositories: Sequence[Path], plugins: Iterable[Any] | Non
     from inferd.host.server import Server, ServerOptions
     from inferd.serving import HTTP_MAX_INPUT_SIZE, BodyLimit
 
-    opts = ServerOptions([Path(r) for r in repositories], allow_http=False, allow_grpc=False, allow_metrics=False,
-                         **options)  # fmt: skip
+    opts = ServerOptions(
+        [Path(r) for r in repositories], allow_http=False, allow_grpc=False, allow_metrics=False, **options
+    )
     host = PluginHost() if plugins is None else PluginHost(load_entrypoints=False, plugins=plugins)
     server = Server(opts, host=host)
     await server.start()

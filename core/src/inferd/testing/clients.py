@@ -112,8 +112,13 @@ class ProtocolClient:
 
     # -- inference -------------------------------------------------------------------------------
 
-    def infer(self, model: str, arrays: Mapping[str, np.ndarray], datatypes: Mapping[str, str] | None = None,
-              outputs: Sequence[str] = ()) -> dict[str, np.ndarray]:  # fmt: skip
+    def infer(
+        self,
+        model: str,
+        arrays: Mapping[str, np.ndarray],
+        datatypes: Mapping[str, str] | None = None,
+        outputs: Sequence[str] = (),
+    ) -> dict[str, np.ndarray]:
         """Send ``arrays`` (wire datatypes from ``datatypes`` or the arrays' dtypes); return outputs by name."""
         from tritonclient.utils import np_to_triton_dtype
 

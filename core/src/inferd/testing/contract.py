@@ -61,7 +61,7 @@ class ContractModel(NamedTuple):
 
 def make_inputs(specs: Sequence[InputSpec], rows: int | None, seed: int = 0) -> dict[str, np.ndarray]:
     """Deterministic test data for ``specs``; ``rows`` adds a batch dimension (None: none)."""
-    from inferd.contracts.types import numpy_dtype
+    from inferd.datatypes import numpy_dtype
 
     rng = np.random.default_rng(seed)
     out: dict[str, np.ndarray] = {}
@@ -209,7 +209,7 @@ class BackendContract:
             actual, expected = got[name], np.asarray(expected)
             assert actual.shape == expected.shape, f"output '{name}': shape {actual.shape}, expected {expected.shape}"
             if name in declared and declared[name] != "BYTES":
-                from inferd.contracts.types import numpy_dtype
+                from inferd.datatypes import numpy_dtype
 
                 assert actual.dtype == numpy_dtype(declared[name]), (
                     f"output '{name}': dtype {actual.dtype}, the config declares {declared[name]}"
@@ -226,8 +226,14 @@ class BackendContract:
         types = {s.name: s.datatype for s in self.inputs}
         self.check_outputs(srv, sent, client.infer(srv.model, sent, types))
 
-    def _expect_error(self, client: ProtocolClient, srv: ContractServer, arrays: dict[str, np.ndarray],
-                      types: dict[str, str], tensor: str) -> None:  # fmt: skip
+    def _expect_error(
+        self,
+        client: ProtocolClient,
+        srv: ContractServer,
+        arrays: dict[str, np.ndarray],
+        types: dict[str, str],
+        tensor: str,
+    ) -> None:
         with pytest.raises(CallError) as info:
             client.infer(srv.model, arrays, types)
         err = info.value
@@ -247,8 +253,10 @@ class BackendContract:
         assert meta["name"] == srv.model
         batch = [-1] if srv.max_batch_size > 0 else []
         for key, config_key in (("inputs", "input"), ("outputs", "output")):
-            want = [(t["name"], _wire(t["data_type"]), batch + [int(d) for d in t.get("dims", [])])
-                    for t in srv.config.get(config_key, [])]  # fmt: skip
+            want = [
+                (t["name"], _wire(t["data_type"]), batch + [int(d) for d in t.get("dims", [])])
+                for t in srv.config.get(config_key, [])
+            ]
             got = [(t["name"], t["datatype"], t["shape"]) for t in meta.get(key, [])]
             assert got == want, f"metadata {key} {got} do not match the config's {want}"
         declared = {t["name"]: t["datatype"] for t in meta["inputs"]}

@@ -5,7 +5,7 @@ and declares its inputs and outputs in pairs (``INPUT0``/``OUTPUT0``...: same da
 
     server = inferd_server(repo, plugins=[identity_plugin])
 
-It batches (an :class:`~inferd.contracts.backend.ArrayInstance`), serves every datatype including BYTES,
+It batches (an :class:`~inferd.engine.array_instance.ArrayInstance`), serves every datatype including BYTES,
 and needs no model file, only a version directory.
 """
 
@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from inferd.contracts.backend import ArrayInstance, Backend, Instance, InstanceSpec, Model, ModelLoadContext
+from inferd.contracts.backend import Backend, Instance, InstanceSpec, Model, ModelLoadContext
 from inferd.contracts.errors import ConfigError
 from inferd.contracts.hookspecs import BackendRegister, hookimpl
+from inferd.engine.array_instance import ArrayInstance
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
@@ -113,8 +114,7 @@ class IdentityPlugin:
 identity_plugin: Any = IdentityPlugin()
 
 
-def identity_config(name: str, tensors: list[tuple[str, list[int]]], max_batch_size: int = 8,
-                    extra: str = "") -> str:  # fmt: skip
+def identity_config(name: str, tensors: list[tuple[str, list[int]]], max_batch_size: int = 8, extra: str = "") -> str:
     """A config.pbtxt for an identity model: ``tensors`` are ``(TYPE_xxx, dims)`` per pair."""
     inputs = ", ".join(
         f'{{ name: "INPUT{i}" data_type: {dt} dims: {list(dims)} }}' for i, (dt, dims) in enumerate(tensors)

@@ -64,8 +64,13 @@ class ServerProcess:
     is used as it is; a server started again keeps the ports it had.
     """
 
-    def __init__(self, repositories: Sequence[Path], args: Sequence[str] = (), env: dict[str, str] | None = None,
-                 log_path: Path | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        repositories: Sequence[Path],
+        args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        log_path: Path | None = None,
+    ) -> None:
         self.repositories = [Path(r) for r in repositories]
         self.args = list(args)
         self.http_port = self.grpc_port = self.metrics_port = 0
@@ -93,13 +98,22 @@ class ServerProcess:
             cmd += ["--workers", "1"]
         for repo in self.repositories:
             cmd += ["--model-repository", str(repo)]
-        cmd += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
-                "--metrics-port", str(self.metrics_port), "--ports-file", str(self.ports_path), *self.args]  # fmt: skip
+        cmd += [
+            "--http-port",
+            str(self.http_port),
+            "--grpc-port",
+            str(self.grpc_port),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--ports-file",
+            str(self.ports_path),
+            *self.args,
+        ]
         return cmd
 
     def start(self, timeout: float = 120.0, wait_ready: bool = True) -> ServerProcess:
         self.ports_path.unlink(missing_ok=True)
-        self._log = open(self.log_path, "ab")
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - the server writes to it until stop() closes it
         self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
         self.wait_ports(timeout)
         self.wait_live(timeout)
@@ -188,8 +202,14 @@ class InProcessServer:
     which plugins exist.
     """
 
-    def __init__(self, repositories: Sequence[Path], plugins: Iterable[Any] = (), load_entrypoints: bool = False,
-                 disabled: Iterable[str] = (), **options: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        repositories: Sequence[Path],
+        plugins: Iterable[Any] = (),
+        load_entrypoints: bool = False,
+        disabled: Iterable[str] = (),
+        **options: Any,
+    ) -> None:
         from inferd.host.plugins import PluginHost
         from inferd.host.server import Server, ServerOptions
 
@@ -199,9 +219,13 @@ class InProcessServer:
         #: Every frontend's port by name once started: ``{"http": ..., "grpc": ..., "metrics": ...}``.
         self.ports: dict[str, int] = {}
         opts = ServerOptions(
-            model_repositories=[Path(r) for r in repositories], host="127.0.0.1", http_port=self.http_port,
-            grpc_port=self.grpc_port, metrics_port=self.metrics_port, **options,
-        )  # fmt: skip
+            model_repositories=[Path(r) for r in repositories],
+            host="127.0.0.1",
+            http_port=self.http_port,
+            grpc_port=self.grpc_port,
+            metrics_port=self.metrics_port,
+            **options,
+        )
         host = PluginHost(load_entrypoints=load_entrypoints, plugins=plugins, disabled=disabled)
         self.server = Server(opts, host=host)
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -18,7 +18,7 @@ from typing import Any
 
 from inferd import config as cfg
 from inferd.contracts.errors import InferdError, NotFound
-from inferd.contracts.flags import backend_config_setting
+from inferd.host.arguments import backend_config_setting
 from inferd.host.plugins import PluginHost
 from inferd.lifecycle.builder import VersionBuilder
 from inferd.lifecycle.manager import failure_reason, prepare
@@ -38,10 +38,11 @@ class Checked:
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser(
-        "check", help="validate model repositories offline (parse, auto-complete, validate every model)",
+        "check",
+        help="validate model repositories offline (parse, auto-complete, validate every model)",
         description="Parse, auto-complete and validate every model of the repositories as 'inferd serve' would, "
-                    "without loading them; exit 1 when a model has an error.",
-    )  # fmt: skip
+        "without loading them; exit 1 when a model has an error.",
+    )
     p.add_argument("repositories", nargs="+", metavar="REPO", help="a model repository directory (one or more)")
     p.add_argument(
         "--model-config-name",
@@ -86,19 +87,35 @@ class _Offline:
         return [{"name": n} for n in self.snapshot.models]
 
 
-def check(repositories: Sequence[Path], config_name: str | None = None, autocomplete: bool = True,
-          backend_config: dict[str, dict[str, str]] | None = None, host: PluginHost | None = None) -> list[Checked]:  # fmt: skip
+def check(
+    repositories: Sequence[Path],
+    config_name: str | None = None,
+    autocomplete: bool = True,
+    backend_config: dict[str, dict[str, str]] | None = None,
+    host: PluginHost | None = None,
+) -> list[Checked]:
     """Every model of ``repositories``, by name (a missing repository is an error, as at start-up)."""
-    results = [Checked(str(r), False, error=f"Internal - failed to stat file {r} (model repository)")
-               for r in repositories if not r.is_dir()]  # fmt: skip
+    results = [
+        Checked(str(r), False, error=f"Internal - failed to stat file {r} (model repository)")
+        for r in repositories
+        if not r.is_dir()
+    ]
     registries = (host or PluginHost()).registries()
     # The builder's model caller is only for loaded models (ensembles, BLS): nothing loads here.
-    builder = VersionBuilder(registries.backends, registries.schedulers, None, autocomplete=autocomplete,  # type: ignore[arg-type]
-                             backend_config=backend_config)  # fmt: skip
+    builder = VersionBuilder(
+        registries.backends,
+        registries.schedulers,
+        None,  # type: ignore[arg-type]
+        autocomplete=autocomplete,
+        backend_config=backend_config,
+    )
     snapshot = scan([r.resolve() for r in repositories if r.is_dir()], config_name)
     for name, paths in sorted(snapshot.duplicates.items()):
-        results.append(Checked(name, False, error=f"model '{name}' exists in more than one repository: "
-                                                  f"{', '.join(map(str, paths))}"))  # fmt: skip
+        results.append(
+            Checked(
+                name, False, error=f"model '{name}' exists in more than one repository: {', '.join(map(str, paths))}"
+            )
+        )
     configs: dict[str, cfg.ModelConfig] = {}
     ensembles: list[tuple[Checked, cfg.ModelConfig]] = []
     for name, source in sorted(snapshot.models.items()):
@@ -136,8 +153,9 @@ def run(args: argparse.Namespace) -> int:
     settings: dict[str, dict[str, str]] = {}
     for backend, key, value in args.backend_config:
         settings.setdefault(backend, {})[key] = value
-    results = check([Path(r) for r in args.repositories], args.model_config_name,
-                    not args.disable_auto_complete_config, settings)  # fmt: skip
+    results = check(
+        [Path(r) for r in args.repositories], args.model_config_name, not args.disable_auto_complete_config, settings
+    )
     failed = [r for r in results if not r.ok]
     if args.json:
         print(json.dumps({"models": [asdict(r) for r in results], "errors": len(failed)}, indent=2))

@@ -21,11 +21,12 @@ READY, NOT_READY, USAGE, DOWN = 0, 1, 2, 3
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser(
-        "health", help="ask a server whether it is live and ready, and which models are not (exit code for probes)",
+        "health",
+        help="ask a server whether it is live and ready, and which models are not (exit code for probes)",
         description="Ask a server's HTTP port (inferd or Triton) whether it is live and ready, and list its models' "
-                    "states. Exit status: 0 ready (with --live: live), 1 live but not ready, 3 not live or not "
-                    "reachable.",
-    )  # fmt: skip
+        "states. Exit status: 0 ready (with --live: live), 1 live but not ready, 3 not live or not "
+        "reachable.",
+    )
     p.add_argument(
         "url",
         nargs="?",

@@ -17,12 +17,12 @@ import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from inferd.contracts import merge
 from inferd.contracts.dataplane import DataPlane, OtherWorkers
 from inferd.contracts.errors import InferdError
-from inferd.contracts.metric_sources import SOURCES, SummedSources
 from inferd.dataplane import usage_from_families
+from inferd.engine.metric_sources import SOURCES
 from inferd.repository.scan import check_model_name
+from inferd.workers import merge
 from inferd.workers.counts import Counts, CountsFile
 
 if TYPE_CHECKING:
@@ -148,8 +148,7 @@ class ClusterDataPlane(DataPlane):
     async def tenant_usage(self) -> UsageReport:
         others = await self.other_counts()
         await self.save_counts()
-        summed = SummedSources(self.local.usage_sources(), lambda: [c["sources"] for c in others])
-        return usage_from_families(summed.collect())
+        return usage_from_families(self.local.usage_sources().summed([c["sources"] for c in others]))
 
     async def update_trace_settings(self, settings: dict[str, Any], model: str = "") -> TraceSettings:
         current = await self.local.update_trace_settings(settings, model)
@@ -206,8 +205,12 @@ class ClusterDataPlane(DataPlane):
     def own_counts(self) -> Counts:
         """This worker's counters, as the other workers sum them (see :mod:`inferd.workers.counts`)."""
         snapshots = [[mv.name, mv.version, mv.stats.snapshot(), mv.namespace] for mv in self.local.table.serving()]
-        return {"pid": os.getpid(), "stats": self.local.statistics_entries(), "snapshots": snapshots,
-                "sources": SOURCES.snapshot()}  # fmt: skip
+        return {
+            "pid": os.getpid(),
+            "stats": self.local.statistics_entries(),
+            "snapshots": snapshots,
+            "sources": SOURCES.snapshot(),
+        }
 
     async def save_counts(self) -> None:
         """Write this worker's counters where the others find them once it is gone. Call it after

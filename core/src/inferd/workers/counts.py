@@ -14,7 +14,7 @@ worker that stops answering (stopped, wedged) would drop out of it. So:
 
 Counts are ``{"pid", "stats", "snapshots", "sources"}``: the worker's ``model_stats`` entries,
 its metric snapshots (``[name, version, snapshot, namespace]`` rows) and its plugins' metric families. Only
-counters are summed (see :mod:`inferd.contracts.merge`); gauges are the answering worker's.
+counters are summed (see :mod:`inferd.workers.merge`); gauges are the answering worker's.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from inferd.contracts import merge
+from inferd.workers import merge
 
 log = logging.getLogger(__name__)
 
@@ -110,10 +110,13 @@ def retire(directory: Path, pid: int) -> None:
         path.unlink(missing_ok=True)
         return
     retired = _retired(directory)
-    _write(directory / RETIRED, {
-        "pids": [*retired["pids"], pid],
-        "stats": merge.add_statistics(retired["stats"], dead["stats"]),
-        "snapshots": merge.add_snapshot_rows(retired["snapshots"], dead["snapshots"]),
-        "sources": merge.add_sources(retired["sources"], dead["sources"]),
-    })  # fmt: skip
+    _write(
+        directory / RETIRED,
+        {
+            "pids": [*retired["pids"], pid],
+            "stats": merge.add_statistics(retired["stats"], dead["stats"]),
+            "snapshots": merge.add_snapshot_rows(retired["snapshots"], dead["snapshots"]),
+            "sources": merge.add_sources(retired["sources"], dead["sources"]),
+        },
+    )
     path.unlink()

@@ -36,14 +36,34 @@ class ClusterSharedMemory(SharedMemory):
 
     async def register_system(self, name: str, key: str, offset: int, byte_size: int) -> None:
         await super().register_system(name, key, offset, byte_size)
-        await self._everywhere("system", name, {"action": "register", "kind": "system", "name": name, "key": key,
-                                                "offset": offset, "byte_size": byte_size})  # fmt: skip
+        await self._everywhere(
+            "system",
+            name,
+            {
+                "action": "register",
+                "kind": "system",
+                "name": name,
+                "key": key,
+                "offset": offset,
+                "byte_size": byte_size,
+            },
+        )
 
     async def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
         await super().register_cuda(name, raw_handle, device_id, byte_size)
         handle = base64.b64encode(raw_handle).decode()
-        await self._everywhere("cuda", name, {"action": "register", "kind": "cuda", "name": name, "raw_handle": handle,
-                                              "device_id": device_id, "byte_size": byte_size})  # fmt: skip
+        await self._everywhere(
+            "cuda",
+            name,
+            {
+                "action": "register",
+                "kind": "cuda",
+                "name": name,
+                "raw_handle": handle,
+                "device_id": device_id,
+                "byte_size": byte_size,
+            },
+        )
 
     async def unregister(self, kind: str, name: str = "") -> None:
         await super().unregister(kind, name)
@@ -79,5 +99,8 @@ class ClusterSharedMemory(SharedMemory):
             try:
                 self.apply(args)
             except InferdError as exc:
-                log.warning("could not register shared memory region '%s' as the running workers have it: %s",
-                            args.get("name"), exc.message)  # fmt: skip
+                log.warning(
+                    "could not register shared memory region '%s' as the running workers have it: %s",
+                    args.get("name"),
+                    exc.message,
+                )

@@ -12,6 +12,7 @@ supervisor that was killed (its pid is in the name) are removed when the next on
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -50,10 +51,8 @@ _DIRECTORY = re.compile(rf"^{_PREFIX}(\d+)-[^-]+$")
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
     """Linux: the worker gets SIGTERM if the supervisor dies, so none is left behind."""
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
 
 
 def hold_port(host: str) -> socket.socket:
@@ -163,8 +162,16 @@ class Supervisor:
 
     def _spawn(self, index: int) -> subprocess.Popen[bytes]:
         slot = WorkerSlot(index, self.count, self.directory)
-        cmd = [sys.executable, "-c", "from inferd.host.cli import console_main; console_main()", *self.argv,
-               "--worker-index", str(index), "--worker-dir", str(slot.directory)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-c",
+            "from inferd.host.cli import console_main; console_main()",
+            *self.argv,
+            "--worker-index",
+            str(index),
+            "--worker-dir",
+            str(slot.directory),
+        ]
         self.ready[index] = False
         self.answered[index] = self.next_check[index] = time.monotonic()
         return subprocess.Popen(cmd, preexec_fn=_die_with_parent)  # the supervisor runs no threads
@@ -215,8 +222,14 @@ class Supervisor:
         except (OSError, InferdError):
             silent = time.monotonic() - self.answered[index]
         if silent >= self.health_timeout_s and not self._stopping:
-            log.error("worker %d (pid %d) did not answer its health check for %.1f s (--worker-health-timeout "
-                      "%g); killing it", index, proc.pid, silent, self.health_timeout_s)  # fmt: skip
+            log.error(
+                "worker %d (pid %d) did not answer its health check for %.1f s (--worker-health-timeout "
+                "%g); killing it",
+                index,
+                proc.pid,
+                silent,
+                self.health_timeout_s,
+            )
             proc.kill()
             proc.wait()
 

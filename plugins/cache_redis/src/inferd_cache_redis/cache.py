@@ -19,11 +19,27 @@ from inferd_cache_redis.codec import decode, encode
 log = logging.getLogger(__name__)
 
 KEY_PREFIX = b"inferd:"
-SETTINGS = ("host", "port", "user", "password", "db", "connect_timeout", "socket_timeout", "wait_timeout",
-            "pool_size", "ttl")  # fmt: skip
+SETTINGS = (
+    "host",
+    "port",
+    "user",
+    "password",
+    "db",
+    "connect_timeout",
+    "socket_timeout",
+    "wait_timeout",
+    "pool_size",
+    "ttl",
+)
 #: inferd's defaults; Triton waits forever (0) for connects and replies, and pools 1 connection.
-DEFAULTS = {"db": "0", "connect_timeout": "1000", "socket_timeout": "1000", "wait_timeout": "100",
-            "pool_size": "8", "ttl": "0"}  # fmt: skip
+DEFAULTS = {
+    "db": "0",
+    "connect_timeout": "1000",
+    "socket_timeout": "1000",
+    "wait_timeout": "100",
+    "pool_size": "8",
+    "ttl": "0",
+}
 
 
 class RedisCache(ResponseCache):
@@ -77,7 +93,7 @@ def create_redis_cache(settings: dict[str, str]) -> RedisCache:
             f"redis cache needs '{missing[0]}': --cache-config redis,host=HOST --cache-config redis,port=PORT"
         )
     s = {**DEFAULTS, **settings}
-    pool = redis.BlockingConnectionPool(
+    pool = redis.BlockingConnectionPool(  # type: ignore[no-untyped-call]  # redis does not annotate it
         host=s["host"],
         port=_int(s, "port", 1),
         db=_int(s, "db"),
@@ -92,6 +108,10 @@ def create_redis_cache(settings: dict[str, str]) -> RedisCache:
     try:
         cache.client.ping()
     except redis.RedisError as exc:  # Triton serves on without the cache while Redis is down
-        log.warning("redis cache: %s:%s does not answer yet (%s); requests run uncached until it does",
-                    s["host"], s["port"], exc)  # fmt: skip
+        log.warning(
+            "redis cache: %s:%s does not answer yet (%s); requests run uncached until it does",
+            s["host"],
+            s["port"],
+            exc,
+        )
     return cache

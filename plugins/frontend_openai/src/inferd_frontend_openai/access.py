@@ -72,15 +72,18 @@ class Guarded:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            return await self.app(scope, receive, send)
+            await self.app(scope, receive, send)
+            return
         group, model = self.group(scope["path"])
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         try:
             grant = self.policy.admit(group, model, headers)
         except AccessDenied as exc:
-            return await answer(send, *refusal(exc))
+            await answer(send, *refusal(exc))
+            return
         except InferdError:  # a model the tenant may not see
-            return await answer(send, model_not_found(model))
+            await answer(send, model_not_found(model))
+            return
         with grant.serving():
             await self.app(scope, receive, send)
 

@@ -45,8 +45,13 @@ ROUTES: tuple[tuple[str, str, str, ApiGroup], ...] = (
 class OpenAIApp:
     """The ASGI application over one data plane."""
 
-    def __init__(self, dataplane: StreamingDataPlane, catalog: Catalog, metrics: LlmMetrics | None = None,
-                 access: AccessControl | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        dataplane: StreamingDataPlane,
+        catalog: Catalog,
+        metrics: LlmMetrics | None = None,
+        access: AccessControl | None = None,
+    ) -> None:
         """``access``: the server's access rules, whose tenants' usage this API meters (None: no rules)."""
         self.dataplane = dataplane
         self.access = access
@@ -74,11 +79,16 @@ class OpenAIApp:
         mv = self.catalog.version(gen.model)
         if any(ids is not None for ids in gen.prompt_ids):
             if not engine.takes_ids(mv.info):
-                raise bad_request(f"model '{gen.model}' takes no token ids: it has no 'input_ids' INT64 input "
-                                  "(the vLLM backend's); send text", "prompt")  # fmt: skip
+                raise bad_request(
+                    f"model '{gen.model}' takes no token ids: it has no 'input_ids' INT64 input "
+                    "(the vLLM backend's); send text",
+                    "prompt",
+                )
             tokenizer = await self.catalog.tokenizer(mv)
-            gen.prompts = [tokenizer.decode(ids) if ids is not None else text
-                           for text, ids in zip(gen.prompts, gen.prompt_ids, strict=True)]  # fmt: skip
+            gen.prompts = [
+                tokenizer.decode(ids) if ids is not None else text
+                for text, ids in zip(gen.prompts, gen.prompt_ids, strict=True)
+            ]
         return await self._generate(gen, mv, chat=False)
 
     async def chat_completions(self, request: Request) -> Response:
@@ -91,8 +101,11 @@ class OpenAIApp:
         wanted = params.wants_structure(body)
         if wanted is not None:
             if tokenizer.engine is None:
-                raise bad_request(f"model '{gen.model}' does not serve '{wanted}': it has no structured-output "
-                                  "backend (models of the vLLM backend do)", wanted)  # fmt: skip
+                raise bad_request(
+                    f"model '{gen.model}' does not serve '{wanted}': it has no structured-output "
+                    "backend (models of the vLLM backend do)",
+                    wanted,
+                )
             try:
                 gen.tool = tokenizer.engine.tool_request(body, tokenizer.tool_call_parser)
             except ValueError as exc:  # the backend's BadRequest, naming the field
@@ -106,16 +119,20 @@ class OpenAIApp:
             raise bad_request(f"model '{gen.model}': {exc}", "messages") from None
         gen.prompts = [prompt]
         # vLLM's tokens for the rendered prompt (no special tokens added), as vllm serve sends them
-        gen.prompt_ids = [tokenizer.encode(prompt) if tokenizer.engine is not None and engine.takes_ids(mv.info)
-                          else None]  # fmt: skip
+        gen.prompt_ids = [
+            tokenizer.encode(prompt) if tokenizer.engine is not None and engine.takes_ids(mv.info) else None
+        ]
         return await self._generate(gen, mv, chat=True)
 
     async def embeddings(self, request: Request) -> Response:
         emb = embeddings.decode(await _body(request))
         mv, lora = self.catalog.resolve(emb.model)
         if not embeddings.is_embedding_model(mv.info):
-            raise bad_request(f"model '{emb.model}' does not serve embeddings: it generates text; serve an embedding "
-                              "model with vLLM's pooling runner (\"runner\": \"pooling\" in its model.json)", "model")  # fmt: skip
+            raise bad_request(
+                f"model '{emb.model}' does not serve embeddings: it generates text; serve an embedding "
+                'model with vLLM\'s pooling runner ("runner": "pooling" in its model.json)',
+                "model",
+            )
         return JSONResponse(await embeddings.run(self.dataplane, mv.info, emb, lora))
 
     async def tokenize(self, request: Request) -> Response:
@@ -137,8 +154,12 @@ class OpenAIApp:
             if not isinstance(prompt, str):
                 raise bad_request("'prompt' must be a string", "prompt")
             ids = tokenizer.encode(prompt, special if isinstance(special, bool) else True)
-        answer: dict[str, Any] = {"count": len(ids), "max_model_len": tokenizer.max_model_len, "tokens": ids,
-                                  "token_strs": None}  # fmt: skip
+        answer: dict[str, Any] = {
+            "count": len(ids),
+            "max_model_len": tokenizer.max_model_len,
+            "tokens": ids,
+            "token_strs": None,
+        }
         if body.get("return_token_strs"):
             answer["token_strs"] = tokenizer.hf.convert_ids_to_tokens(ids)
         return JSONResponse(answer)
@@ -155,8 +176,11 @@ class OpenAIApp:
 
     async def _generate(self, gen: params.Generation, mv: ServedModel, chat: bool) -> Response:
         if not engine.is_text_model(mv.info):
-            raise bad_request(f"model '{gen.model}' is an embedding model: it serves /v1/embeddings, not "
-                              f"{'chat completions' if chat else 'completions'}", "model")  # fmt: skip
+            raise bad_request(
+                f"model '{gen.model}' is an embedding model: it serves /v1/embeddings, not "
+                f"{'chat completions' if chat else 'completions'}",
+                "model",
+            )
         if gen.model != mv.name:  # maybe a LoRA adapter of mv (a model's own name resolves to itself)
             lora = self.catalog.resolve(gen.model)[1]
             if lora is not None:
@@ -164,8 +188,11 @@ class OpenAIApp:
         if gen.vllm:
             _add_vllm_sampling(gen, mv)
         if gen.logprobs is not None and not engine.gives_logprobs(mv.info):
-            raise bad_request(f"model '{gen.model}' does not give logprobs: it has no 'return_logprobs' input and "
-                              f"'logprobs' output (Triton's vLLM backend's)", "logprobs")  # fmt: skip
+            raise bad_request(
+                f"model '{gen.model}' does not give logprobs: it has no 'return_logprobs' input and "
+                f"'logprobs' output (Triton's vLLM backend's)",
+                "logprobs",
+            )
         own_id = ("chatcmpl-" if chat else "cmpl-") + gen.request_id if gen.request_id else ""
         reply = Reply(gen.model, chat, gen.logprobs is not None, own_id)
         tokenizer = await self.catalog.tokenizer(mv)
@@ -212,9 +239,11 @@ def _add_vllm_sampling(gen: params.Generation, mv: ServedModel) -> None:
     foreign = [extra_fields.request_name(k) for k in gen.vllm if k != "include_stop_str_in_output"]
     if foreign:
         name = foreign[0]
-        raise bad_request(f"model '{gen.model}' does not take '{name}': it is a sampling field of vLLM, and "
-                          "only models of the vLLM backend take it; leave it out or set it to vLLM's default",
-                          name)  # fmt: skip
+        raise bad_request(
+            f"model '{gen.model}' does not take '{name}': it is a sampling field of vLLM, and "
+            "only models of the vLLM backend take it; leave it out or set it to vLLM's default",
+            name,
+        )
 
 
 def _check_prompt(gen: params.Generation, count: Callable[[str], int], tenant: str, limit: int, chat: bool) -> None:
@@ -223,13 +252,19 @@ def _check_prompt(gen: params.Generation, count: Callable[[str], int], tenant: s
     ids = gen.prompt_ids or [None] * len(gen.prompts)
     tokens = sum(len(i) if i is not None else count(p) for p, i in zip(gen.prompts, ids, strict=False))
     if tokens > limit:
-        raise OpenAIError(400, f"the prompt has {tokens} tokens, more than the {limit} tenant '{tenant}' may send "
-                               "in one request (its max_prompt_tokens)", "invalid_request_error",
-                          "messages" if chat else "prompt", "prompt_too_long")  # fmt: skip
+        raise OpenAIError(
+            400,
+            f"the prompt has {tokens} tokens, more than the {limit} tenant '{tenant}' may send "
+            "in one request (its max_prompt_tokens)",
+            "invalid_request_error",
+            "messages" if chat else "prompt",
+            "prompt_too_long",
+        )
 
 
-async def _sse(reply: Reply, runner: ChoiceRunner, first: Event, events: AsyncIterator[Event],
-               meter: Callable[[bool], None]) -> AsyncIterator[bytes]:  # fmt: skip
+async def _sse(
+    reply: Reply, runner: ChoiceRunner, first: Event, events: AsyncIterator[Event], meter: Callable[[bool], None]
+) -> AsyncIterator[bytes]:
     """The chunks of a streamed response; an error after the start is an error event. The
     request is metered once its events end (or the client goes away)."""
     gen = runner.gen
@@ -248,8 +283,11 @@ async def _sse(reply: Reply, runner: ChoiceRunner, first: Event, events: AsyncIt
                 yield sse(from_inferd(event.error).body())
             else:
                 if event.text and not gen.tool_mode:  # with tools, the text is read whole once it ends
-                    yield sse(reply.chunk(event.choice.index, event.text, usage=usage, tokens=event.tokens,
-                                          offset=event.offset))  # fmt: skip
+                    yield sse(
+                        reply.chunk(
+                            event.choice.index, event.text, usage=usage, tokens=event.tokens, offset=event.offset
+                        )
+                    )
                 if event.finished and gen.tool_mode:
                     if event.choice.text:
                         yield sse(reply.chunk(event.choice.index, event.choice.text, usage=usage))

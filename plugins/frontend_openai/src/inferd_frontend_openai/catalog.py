@@ -9,6 +9,7 @@ wins over an adapter of the same name."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import weakref
 from collections.abc import Sequence
@@ -41,8 +42,13 @@ class Models(Protocol):
 class Catalog:
     """Lists text models and hands out each one's tokenizer (loaded once, off the event loop)."""
 
-    def __init__(self, models: Models, tokenizer_dir: Path | None = None, chat_template: str | None = None,
-                 tool_call_parser: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        models: Models,
+        tokenizer_dir: Path | None = None,
+        chat_template: str | None = None,
+        tool_call_parser: str | None = None,
+    ) -> None:
         self.models = models
         self.tokenizer_dir = tokenizer_dir
         #: ``--chat-template`` (its text) and ``--tool-call-parser``: every model's, unless its model.json says.
@@ -76,8 +82,14 @@ class Catalog:
 
     def entry(self, name: str) -> dict[str, object]:
         """A model as ``/v1/models`` lists it; ``max_model_len`` where the backend knows it (vLLM's)."""
-        entry: dict[str, object] = {"id": name, "object": "model", "created": self.created, "owned_by": "inferd",
-                                    "root": name, "parent": None}  # fmt: skip
+        entry: dict[str, object] = {
+            "id": name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "inferd",
+            "root": name,
+            "parent": None,
+        }
         try:
             engine = self.models.served_model(name).chat_engine
         except InferdError:
@@ -130,10 +142,8 @@ class Catalog:
         first request does not wait for ``transformers`` to import; a failure waits for a request."""
         for mv in list(self.models.served_models()):
             if is_text_model(mv.info):
-                try:
+                with contextlib.suppress(OpenAIError):
                     await self.tokenizer(mv)
-                except OpenAIError:
-                    pass
 
     async def _load(self, mv: ServedModel) -> Tokenizer:
         tokenizer = await self._tokenizer(mv)
@@ -166,6 +176,7 @@ class Catalog:
             try:
                 hf = self._tokenizers[directory] = await asyncio.to_thread(load, directory)
             except Exception as exc:  # transformers and tokenizers raise their own exception types
-                raise OpenAIError(500, f"model '{mv.name}': cannot load the tokenizer in {directory}: {exc}",
-                                  "server_error") from None  # fmt: skip
+                raise OpenAIError(
+                    500, f"model '{mv.name}': cannot load the tokenizer in {directory}: {exc}", "server_error"
+                ) from None
         return Tokenizer(hf, None, template)

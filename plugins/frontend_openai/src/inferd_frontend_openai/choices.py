@@ -97,8 +97,15 @@ class Event:
 class ChoiceRunner:
     """Runs every choice of a :class:`Generation` and yields their events as they come."""
 
-    def __init__(self, dataplane: StreamingDataPlane, info: ModelInfo, gen: Generation, tokenizer: Tokenizer,
-                 metrics: LlmMetrics | None = None, request_id: str = "") -> None:  # fmt: skip
+    def __init__(
+        self,
+        dataplane: StreamingDataPlane,
+        info: ModelInfo,
+        gen: Generation,
+        tokenizer: Tokenizer,
+        metrics: LlmMetrics | None = None,
+        request_id: str = "",
+    ) -> None:
         self.arrival = time.monotonic()
         self.request_id = request_id
         self.metrics = metrics
@@ -109,7 +116,7 @@ class ChoiceRunner:
         ids = gen.prompt_ids or [None] * len(gen.prompts)
         self.choices = [
             Choice(p * gen.n + i, prompt, ids[p]) for p, prompt in enumerate(gen.prompts) for i in range(gen.n)
-        ]  # fmt: skip
+        ]
 
     def _sampling(self, choice: Choice) -> dict[str, object]:
         sampling = dict(self.gen.sampling)
@@ -120,8 +127,15 @@ class ChoiceRunner:
     async def _events(self, choice: Choice) -> AsyncIterator[Event]:
         """The events of one choice, its last one ``finished`` (an error ends it too)."""
         gen = self.gen
-        request = engine.build_request(self.info, choice.prompt, self._sampling(choice), gen.stream, self.request_id,
-                                       gen.logprobs is not None, choice.prompt_ids)  # fmt: skip
+        request = engine.build_request(
+            self.info,
+            choice.prompt,
+            self._sampling(choice),
+            gen.stream,
+            self.request_id,
+            gen.logprobs is not None,
+            choice.prompt_ids,
+        )
         scanner = StopScanner(self.gen.stop, bool(gen.vllm.get("include_stop_str_in_output")))
         pieces = engine.run(self.dataplane, self.info, request)
         try:
@@ -184,8 +198,14 @@ class ChoiceRunner:
             choice.finish_reason = "tool_calls" if called else choice.finish_reason
         if self.metrics is not None:
             to_first = None if choice.first_at is None else choice.first_at - self.arrival
-            self.metrics.choice_done(self.info.name, str(self.info.version), choice.prompt_tokens, choice.completion_tokens, to_first,
-                                     choice.last_at - self.arrival)  # fmt: skip
+            self.metrics.choice_done(
+                self.info.name,
+                str(self.info.version),
+                choice.prompt_tokens,
+                choice.completion_tokens,
+                to_first,
+                choice.last_at - self.arrival,
+            )
 
     async def events(self) -> AsyncIterator[Event]:
         """Every choice's events; closing this iterator cancels the choices still running.

@@ -146,4 +146,5 @@ def _encode(vector: np.ndarray, fmt: str) -> list[float] | str:
     """``float``: the numbers; ``base64``: the little-endian float32 bytes, base64 (OpenAI's and vLLM's)."""
     if fmt == "base64":
         return base64.b64encode(vector.astype("<f4", copy=False).tobytes()).decode("ascii")
-    return vector.tolist()
+    numbers: list[float] = vector.tolist()
+    return numbers

@@ -74,8 +74,15 @@ def _tensor(info: ModelInfo, name: str, value: object, datatype: str) -> InferTe
     return InferTensor(name, datatype, shape, np.array([value], dtype=dtype).reshape(shape))
 
 
-def build_request(info: ModelInfo, prompt: str, sampling: dict[str, object], stream: bool, id: str = "",
-                  logprobs: bool = False, ids: list[int] | None = None) -> InferRequest:  # fmt: skip
+def build_request(
+    info: ModelInfo,
+    prompt: str,
+    sampling: dict[str, object],
+    stream: bool,
+    id: str = "",
+    logprobs: bool = False,
+    ids: list[int] | None = None,
+) -> InferRequest:
     """The inferd request for one choice (``id``: the OpenAI response's, for logs and traces;
     ``ids``: the prompt's token ids, for a model that :func:`takes_ids`)."""
     request = InferRequest(info.name, str(info.version), id)
@@ -113,8 +120,13 @@ def piece(response: InferResponse) -> Piece:
     """The :class:`Piece` one response carries."""
     reason = _text(response, "finish_reason")
     reason = reason if reason not in ("", "None") else None
-    return Piece(_text(response, "text_output") or "", reason, _count(response, "num_output_tokens"),
-                 _text(response, "logprobs"), _count(response, "num_input_tokens"))  # fmt: skip
+    return Piece(
+        _text(response, "text_output") or "",
+        reason,
+        _count(response, "num_output_tokens"),
+        _text(response, "logprobs"),
+        _count(response, "num_input_tokens"),
+    )
 
 
 def _count(response: InferResponse, name: str) -> int | None:

@@ -18,8 +18,14 @@ _BY_KIND: dict[ErrorKind, tuple[int, str]] = {
 class OpenAIError(Exception):
     """An error answered as OpenAI answers it: ``status`` and the error object's fields."""
 
-    def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -42,8 +48,9 @@ def bad_request(message: str, param: str | None = None) -> OpenAIError:
 def model_not_found(model: str, suggestion: str | None = None) -> OpenAIError:
     """A 404, in OpenAI's words; then the closest model the caller may see, when one is close."""
     hint = f" Did you mean `{suggestion}`?" if suggestion else ""
-    return OpenAIError(404, f"The model `{model}` does not exist.{hint}", "invalid_request_error", "model",
-                       "model_not_found")  # fmt: skip
+    return OpenAIError(
+        404, f"The model `{model}` does not exist.{hint}", "invalid_request_error", "model", "model_not_found"
+    )
 
 
 def from_inferd(exc: InferdError) -> OpenAIError:

@@ -25,11 +25,38 @@ from inferd_frontend_openai.errors import bad_request
 #: OpenAI's, vLLM's chat rendering, structured outputs, ``request_id`` (the response's id) and ``user``
 #: (ignored, as vLLM ignores it).
 SERVED = frozenset(
-    ("model", "messages", "prompt", "frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "top_logprobs",
-     "max_tokens", "max_completion_tokens", "n", "response_format", "seed", "stop", "stream", "stream_options",
-     "temperature", "top_p", "tools", "tool_choice", "echo", "add_generation_prompt", "continue_final_message",
-     "documents", "chat_template", "chat_template_kwargs", "structured_outputs", "request_id", "user")
-)  # fmt: skip
+    (
+        "model",
+        "messages",
+        "prompt",
+        "frequency_penalty",
+        "presence_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "max_tokens",
+        "max_completion_tokens",
+        "n",
+        "response_format",
+        "seed",
+        "stop",
+        "stream",
+        "stream_options",
+        "temperature",
+        "top_p",
+        "tools",
+        "tool_choice",
+        "echo",
+        "add_generation_prompt",
+        "continue_final_message",
+        "documents",
+        "chat_template",
+        "chat_template_kwargs",
+        "structured_outputs",
+        "request_id",
+        "user",
+    )
+)
 #: vLLM sampling fields: name -> (JSON kind, vLLM's default).
 SAMPLING: dict[str, tuple[str, object]] = {
     "ignore_eos": ("boolean", False),
@@ -89,9 +116,11 @@ _KINDS: dict[str, type | tuple[type, ...]] = {"boolean": bool, "integer": int, "
 
 
 def _is_default(value: object, default: object) -> bool:
-    return value is None or (type(value) is type(default) and value == default) or (
-        default is None and (value is False or value == [] or value == {})
-    )  # fmt: skip
+    return (
+        value is None
+        or (type(value) is type(default) and value == default)
+        or (default is None and (value is False or value == [] or value == {}))
+    )
 
 
 def _checked(name: str, kind: str, value: object) -> object:
@@ -115,8 +144,9 @@ def sampling(body: dict[str, Any], chat: bool) -> dict[str, object]:
     for name, default in (_REFUSED_CHAT if chat else _REFUSED_COMPLETION).items():
         value = body.get(name)
         if not _is_default(value, default):
-            raise bad_request(f"'{name}' is not supported by this server (inferd); leave it out or set it to "
-                              f"{_show(default)}", name)  # fmt: skip
+            raise bad_request(
+                f"'{name}' is not supported by this server (inferd); leave it out or set it to {_show(default)}", name
+            )
     fields: dict[str, object] = {}
     for name, (kind, default) in SAMPLING.items():
         value = body.get(name)

@@ -31,9 +31,17 @@ class OpenAIFrontend(Frontend):
 
     name = "OpenAI"
 
-    def __init__(self, host: str, port: int, tokenizer: Path | None = None, fallback: bool = False,
-                 tls: TlsConfig | None = None, max_input_size: int = HTTP_MAX_INPUT_SIZE,
-                 chat_template: str | None = None, tool_call_parser: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        tokenizer: Path | None = None,
+        fallback: bool = False,
+        tls: TlsConfig | None = None,
+        max_input_size: int = HTTP_MAX_INPUT_SIZE,
+        chat_template: str | None = None,
+        tool_call_parser: str | None = None,
+    ) -> None:
         self.host = host
         self.chat_template = chat_template
         self.tool_call_parser = tool_call_parser
@@ -54,8 +62,10 @@ class OpenAIFrontend(Frontend):
 
         if self.fallback and not any(served(mv.info) for mv in dataplane.served_models()):
             self.not_serving = "not serving: no model it serves is loaded; set --openai-port to serve it"
-            log.info("OpenAI API not served: no loaded model follows its convention (decoupled, text_input and "
-                     "text_output BYTES) and no --openai-port was given")  # fmt: skip
+            log.info(
+                "OpenAI API not served: no loaded model follows its convention (decoupled, text_input and "
+                "text_output BYTES) and no --openai-port was given"
+            )
             return
         from inferd_frontend_openai.access import Guarded, OpenAIBodyLimit  # the app: only when it is served
         from inferd_frontend_openai.app import ROUTES, OpenAIApp

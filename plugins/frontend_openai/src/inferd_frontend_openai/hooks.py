@@ -25,23 +25,45 @@ DEFAULT_PORT = 9000
 @hookimpl
 def inferd_add_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("OpenAI-compatible API (inferd-frontend-openai)")
-    group.add_argument("--allow-openai", type=parse_bool, default=True, metavar="<bool>",
-                       help="serve the OpenAI-compatible API (default: true)")  # fmt: skip
-    group.add_argument("--openai-port", type=int, default=None, metavar="<int>",
-                       help=f"its port (default: {DEFAULT_PORT}, opened only when a model this API serves "
-                            "is loaded at start-up; 0: any free port; when the default port is in use the "
-                            "server starts without this API and warns)")  # fmt: skip
-    group.add_argument("--openai-address", default="", metavar="<string>",
-                       help="its address (default: the server's --http-address)")  # fmt: skip
-    group.add_argument("--openai-tokenizer", default="", metavar="<path>",
-                       help="a Hugging Face tokenizer directory used for every model (default: each "
-                            "model's own)")  # fmt: skip
-    group.add_argument("--chat-template", default="", metavar="<path>",
-                       help="a Jinja chat template file (or the template itself) for every model, as vllm serve's "
-                            "(default: each model's own; a vLLM model's model.json 'chat_template' wins)")  # fmt: skip
-    group.add_argument("--tool-call-parser", default="", metavar="<string>",
-                       help="vLLM's tool-call parser for 'auto' tool choice (e.g. hermes), as vllm serve's "
-                            "(default: none; a vLLM model's model.json 'tool_call_parser' wins)")  # fmt: skip
+    group.add_argument(
+        "--allow-openai",
+        type=parse_bool,
+        default=True,
+        metavar="<bool>",
+        help="serve the OpenAI-compatible API (default: true)",
+    )
+    group.add_argument(
+        "--openai-port",
+        type=int,
+        default=None,
+        metavar="<int>",
+        help=f"its port (default: {DEFAULT_PORT}, opened only when a model this API serves "
+        "is loaded at start-up; 0: any free port; when the default port is in use the "
+        "server starts without this API and warns)",
+    )
+    group.add_argument(
+        "--openai-address", default="", metavar="<string>", help="its address (default: the server's --http-address)"
+    )
+    group.add_argument(
+        "--openai-tokenizer",
+        default="",
+        metavar="<path>",
+        help="a Hugging Face tokenizer directory used for every model (default: each model's own)",
+    )
+    group.add_argument(
+        "--chat-template",
+        default="",
+        metavar="<path>",
+        help="a Jinja chat template file (or the template itself) for every model, as vllm serve's "
+        "(default: each model's own; a vLLM model's model.json 'chat_template' wins)",
+    )
+    group.add_argument(
+        "--tool-call-parser",
+        default="",
+        metavar="<string>",
+        help="vLLM's tool-call parser for 'auto' tool choice (e.g. hermes), as vllm serve's "
+        "(default: none; a vLLM model's model.json 'tool_call_parser' wins)",
+    )
 
 
 def _factory(options: ServerSettings) -> OpenAIFrontend | None:
@@ -61,9 +83,16 @@ def _factory(options: ServerSettings) -> OpenAIFrontend | None:
     port = extra.get("openai_port")
     host = extra.get("openai_address") or options.host
     http = options.http  # the HTTP port's certificates and body limit, as the metrics port's
-    return OpenAIFrontend(host, DEFAULT_PORT if port is None else int(port), tokenizer, fallback=port is None,
-                          tls=http.tls, max_input_size=http.max_input_size, chat_template=template,
-                          tool_call_parser=extra.get("tool_call_parser") or None)  # fmt: skip
+    return OpenAIFrontend(
+        host,
+        DEFAULT_PORT if port is None else int(port),
+        tokenizer,
+        fallback=port is None,
+        tls=http.tls,
+        max_input_size=http.max_input_size,
+        chat_template=template,
+        tool_call_parser=extra.get("tool_call_parser") or None,
+    )
 
 
 @hookimpl

@@ -33,8 +33,13 @@ def parse(text: str, top: int) -> list[TokenLogprob]:
         entries = [e for e in step.values() if isinstance(e, dict)]
         sampled = entries[0]
         ranked = sorted(entries, key=lambda e: e.get("rank") or 0)[:top] if top else []
-        out.append(TokenLogprob(_token(sampled), float(sampled.get("logprob", 0.0)),
-                                tuple((_token(e), float(e.get("logprob", 0.0))) for e in ranked)))  # fmt: skip
+        out.append(
+            TokenLogprob(
+                _token(sampled),
+                float(sampled.get("logprob", 0.0)),
+                tuple((_token(e), float(e.get("logprob", 0.0))) for e in ranked),
+            )
+        )
     return out
 
 

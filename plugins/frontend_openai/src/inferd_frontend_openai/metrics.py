@@ -54,13 +54,14 @@ class ModelLlmStats:
 
 class LlmMetrics:
     """Per-model, per-version token counters and latency histograms (a canary of an LLM is judged by
-    them); a metrics source (:data:`inferd.contracts.metric_sources.SOURCES`: summed over ``--workers N``)."""
+    them); a metrics source (:data:`inferd.api.SOURCES`: summed over ``--workers N``)."""
 
     def __init__(self) -> None:
         self.models: dict[tuple[str, str], ModelLlmStats] = {}
 
-    def choice_done(self, model: str, version: str, prompt_tokens: int, tokens: int, first_s: float | None,
-                    last_s: float) -> None:  # fmt: skip
+    def choice_done(
+        self, model: str, version: str, prompt_tokens: int, tokens: int, first_s: float | None, last_s: float
+    ) -> None:
         """One finished choice of ``model`` ``version``: its token counts, and when its first and last
         text came (seconds after the request arrived; ``first_s`` None when it sent no text)."""
         key = (model, version)
@@ -79,13 +80,19 @@ class LlmMetrics:
         if not self.models:
             return
         prompt = CounterMetricFamily("inferd_llm_prompt_tokens", "Prompt tokens of OpenAI API requests", labels=LABELS)
-        generated = CounterMetricFamily("inferd_llm_generation_tokens", "Tokens generated for OpenAI API requests",
-                                        labels=LABELS)  # fmt: skip
-        ttft = HistogramMetricFamily("inferd_llm_time_to_first_token_seconds",
-                                     "Time from a request's arrival to its first text, per choice", labels=LABELS)  # fmt: skip
-        tpot = HistogramMetricFamily("inferd_llm_time_per_output_token_seconds",
-                                     "Time between a choice's first and last text, per token after the first",
-                                     labels=LABELS)  # fmt: skip
+        generated = CounterMetricFamily(
+            "inferd_llm_generation_tokens", "Tokens generated for OpenAI API requests", labels=LABELS
+        )
+        ttft = HistogramMetricFamily(
+            "inferd_llm_time_to_first_token_seconds",
+            "Time from a request's arrival to its first text, per choice",
+            labels=LABELS,
+        )
+        tpot = HistogramMetricFamily(
+            "inferd_llm_time_per_output_token_seconds",
+            "Time between a choice's first and last text, per token after the first",
+            labels=LABELS,
+        )
         for key, stats in sorted(self.models.items()):
             labels = list(key)
             prompt.add_metric(labels, stats.prompt_tokens)

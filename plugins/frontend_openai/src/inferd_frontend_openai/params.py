@@ -187,8 +187,10 @@ def completion_prompts(body: object) -> list[str | list[int]]:
             return [prompt]
         if all(isinstance(p, list) and p and all(is_id(t) for t in p) for p in prompt):
             return list(prompt)
-    raise bad_request("'prompt' must be a string, an array of token ids (non-negative integers), or a non-empty "
-                      "array of either", "prompt")  # fmt: skip
+    raise bad_request(
+        "'prompt' must be a string, an array of token ids (non-negative integers), or a non-empty array of either",
+        "prompt",
+    )
 
 
 def is_id(value: object) -> bool:
@@ -231,14 +233,18 @@ def chat_options(body: dict[str, Any]) -> ChatOptions:
         raise bad_request(f"'add_generation_prompt' must be a boolean, got {json_type(add)}", "add_generation_prompt")
     final = _bool(body, "continue_final_message")
     if final and add:
-        raise bad_request("Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
-                          "continue_final_message")  # fmt: skip
+        raise bad_request(
+            "Cannot set both `continue_final_message` and `add_generation_prompt` to True.", "continue_final_message"
+        )
     kwargs = body.get("chat_template_kwargs") or {}
     if not isinstance(kwargs, dict):
         raise bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs")
     if body.get("chat_template") is not None or kwargs.get("chat_template") is not None:
-        raise bad_request("Chat template is passed with request, but --trust-request-chat-template is not set. "
-                          "Refused request with untrusted chat template.", "chat_template")  # fmt: skip
+        raise bad_request(
+            "Chat template is passed with request, but --trust-request-chat-template is not set. "
+            "Refused request with untrusted chat template.",
+            "chat_template",
+        )
     documents = body.get("documents")
     if documents is not None and not isinstance(documents, list):
         raise bad_request("'documents' must be an array of objects", "documents")
@@ -256,8 +262,9 @@ def wants_structure(body: dict[str, Any]) -> str | None:
     """The first field asking for tools or structured outputs (a ``text`` response format asks none)."""
     for name in STRUCTURED:
         value = body.get(name)
-        if value is not None and not (name == "response_format" and isinstance(value, dict)
-                                      and value.get("type") == "text"):  # fmt: skip
+        if value is not None and not (
+            name == "response_format" and isinstance(value, dict) and value.get("type") == "text"
+        ):
             return name
     return None
 

@@ -65,8 +65,17 @@ class Reply:
             return None
         return lp.chat(tokens) if self.chat else lp.completion(tokens, offset)
 
-    def chunk(self, index: int, text: str | None, finish_reason: str | None = None, *, role: bool = False,
-              usage: bool = False, tokens: list[TokenLogprob] | None = None, offset: int = 0) -> dict[str, Any]:  # fmt: skip
+    def chunk(
+        self,
+        index: int,
+        text: str | None,
+        finish_reason: str | None = None,
+        *,
+        role: bool = False,
+        usage: bool = False,
+        tokens: list[TokenLogprob] | None = None,
+        offset: int = 0,
+    ) -> dict[str, Any]:
         """One stream chunk for choice ``index``: new ``text`` (None: none) with its ``tokens``'
         log-probabilities (``offset``: where it starts), or its finish; ``role``: the chat's first
         chunk; ``usage``: carry ``"usage": null`` (include_usage)."""

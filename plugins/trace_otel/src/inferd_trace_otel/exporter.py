@@ -22,8 +22,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 DEFAULT_URL = "http://localhost:4318/v1/traces"
-_BSP = {"bsp_max_queue_size": "max_queue_size", "bsp_schedule_delay": "schedule_delay_millis",
-        "bsp_max_export_batch_size": "max_export_batch_size"}  # fmt: skip
+_BSP = {
+    "bsp_max_queue_size": "max_queue_size",
+    "bsp_schedule_delay": "schedule_delay_millis",
+    "bsp_max_export_batch_size": "max_export_batch_size",
+}
 _COMPUTE = ("COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END")
 
 
@@ -55,9 +58,11 @@ class OtelExporter:
             span_exporter = OTLPSpanExporter(endpoint=self.url)
         self.provider = TracerProvider(resource=Resource.create(resource))
         processor = BatchSpanProcessor(
-            span_exporter, max_queue_size=bsp.get("max_queue_size"), schedule_delay_millis=bsp.get("schedule_delay_millis"),
+            span_exporter,
+            max_queue_size=bsp.get("max_queue_size"),
+            schedule_delay_millis=bsp.get("schedule_delay_millis"),
             max_export_batch_size=bsp.get("max_export_batch_size"),
-        )  # fmt: skip
+        )
         self.provider.add_span_processor(processor)
         self.tracer = self.provider.get_tracer("inferd")
         self.offset_ns = time.time_ns() - time.monotonic_ns()
@@ -72,8 +77,12 @@ class OtelExporter:
         if not stamps:
             return
         at = dict(stamps)
-        attributes = {"model_name": head["model_name"], "model_version": head["model_version"],
-                      "request_id": head.get("request_id", ""), "parent_id": head.get("parent_id", 0)}  # fmt: skip
+        attributes = {
+            "model_name": head["model_name"],
+            "model_version": head["model_version"],
+            "request_id": head.get("request_id", ""),
+            "parent_id": head.get("parent_id", 0),
+        }
         start = at.get("REQUEST_START", min(ns for _, ns in stamps))
         span = self.tracer.start_span(head["model_name"], start_time=start, attributes=attributes)
         for name, ns in stamps:

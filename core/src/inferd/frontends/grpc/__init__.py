@@ -42,9 +42,15 @@ class GrpcFrontend(Frontend):
     name = "gRPC"
 
     def __init__(
-        self, host: str, port: int, transport: str = "h2", max_message_bytes: int = MAX_MESSAGE_BYTES,
-        tls: TlsConfig | None = None, stream_max_inflight: int | None = None, forward_pattern: str | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        host: str,
+        port: int,
+        transport: str = "h2",
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        tls: TlsConfig | None = None,
+        stream_max_inflight: int | None = None,
+        forward_pattern: str | None = None,
+    ) -> None:
         #: ``--grpc-header-forward-pattern`` (None: metadata is not forwarded).
         self.forward_pattern = forward_pattern
         self.host = host
@@ -120,9 +126,14 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
         help="what serves gRPC: h2 (inferd's HTTP/2 on the zttp parser, the default; about 3x "
         "grpcio's throughput) or grpcio (grpc.aio)",
     )
-    g.add_argument("--grpc-max-message-bytes", type=int, default=MAX_MESSAGE_BYTES, metavar="BYTES",
-                   help="largest gRPC message received or sent; larger ones fail with RESOURCE_EXHAUSTED "
-                        f"(default: {MAX_MESSAGE_BYTES})")  # fmt: skip
+    g.add_argument(
+        "--grpc-max-message-bytes",
+        type=int,
+        default=MAX_MESSAGE_BYTES,
+        metavar="BYTES",
+        help="largest gRPC message received or sent; larger ones fail with RESOURCE_EXHAUSTED "
+        f"(default: {MAX_MESSAGE_BYTES})",
+    )
     g.add_argument(
         "--grpc-header-forward-pattern",
         type=pattern_option,

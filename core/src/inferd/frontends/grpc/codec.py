@@ -15,17 +15,8 @@ from typing import Any
 import numpy as np
 
 from inferd.contracts.errors import InferdError, InvalidArgument
-from inferd.contracts.types import (
-    InferRequest,
-    InferResponse,
-    InferTensor,
-    RequestedOutput,
-    array_from_bytes,
-    array_to_bytes,
-    datatype_hint,
-    element_count,
-    numpy_dtype,
-)
+from inferd.contracts.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from inferd.datatypes import array_from_bytes, array_to_bytes, datatype_hint, element_count, numpy_dtype
 from inferd.frontends.grpc import grpc_service_pb2 as pb
 from inferd.frontends.grpc.parameter_checks import ENABLE_EMPTY_FINAL, check_request_parameters
 from inferd.shared_memory import REGION, Regions, read_input, without_region

@@ -233,10 +233,13 @@ def build_handlers(svc: InferenceService) -> list[grpc.GenericRpcHandler]:
     unary = grpc.unary_unary_rpc_method_handler
     guard = svc if svc.policy is not None else None
     methods: dict[Rpc, grpc.RpcMethodHandler] = {
-        rpc: unary(_unary(getattr(svc, rpc.name), rpc, guard), request_deserializer=rpc.request.FromString,
-                   response_serializer=rpc.response.SerializeToString)
+        rpc: unary(
+            _unary(getattr(svc, rpc.name), rpc, guard),
+            request_deserializer=rpc.request.FromString,
+            response_serializer=rpc.response.SerializeToString,
+        )
         for rpc in UNARY
-    }  # fmt: skip
+    }
     methods[INFER_RPC] = unary(
         _unary(svc.ModelInfer, INFER_RPC, guard, forwards=svc.forward is not None),
         request_deserializer=split_infer_request,

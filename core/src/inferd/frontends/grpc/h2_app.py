@@ -52,8 +52,13 @@ class Disconnected(Exception):
     """The client reset the stream or the connection went away."""
 
 
-async def _run(svc: InferenceService, rpc: Rpc, method: Callable[[Any], Awaitable[Any]], request: Any,
-               headers: Mapping[str, str] | None) -> Any:  # fmt: skip
+async def _run(
+    svc: InferenceService,
+    rpc: Rpc,
+    method: Callable[[Any], Awaitable[Any]],
+    request: Any,
+    headers: Mapping[str, str] | None,
+) -> Any:
     """``method(request)``, admitted by the policy first when the server has one (a refusal is an
     :class:`~inferd.contracts.errors.InferdError`: the call answers its kind's status)."""
     if svc.policy is None:

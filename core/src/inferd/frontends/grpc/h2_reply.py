@@ -12,8 +12,12 @@ from inferd.frontends.grpc.framing import ACCEPT_ENCODING, GrpcFailure, frame, p
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
-_START = {"type": "http.response.start", "status": 200, "trailers": True,
-          "headers": [(b"content-type", b"application/grpc")]}  # fmt: skip
+_START = {
+    "type": "http.response.start",
+    "status": 200,
+    "trailers": True,
+    "headers": [(b"content-type", b"application/grpc")],
+}
 _END_BODY = {"type": "http.response.body", "body": b"", "more_body": False}
 _OK = {"type": "http.response.trailers", "headers": [(b"grpc-status", b"0")], "more_trailers": False}
 #: Sent with UNIMPLEMENTED answers to a compressed call: what this server does take.
@@ -90,8 +94,13 @@ class Reply:
     async def http_error(self, status: int, text: str) -> None:
         """A request that is not a gRPC call: a plain HTTP answer."""
         self.started = self.done = True
-        await self.send({"type": "http.response.start", "status": status,
-                         "headers": [(b"content-type", b"text/plain; charset=utf-8")]})  # fmt: skip
+        await self.send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8")],
+            }
+        )
         await self.send({"type": "http.response.body", "body": text.encode(), "more_body": False})
 
 
@@ -109,6 +118,8 @@ async def _sent(cycle: Any) -> None:
             since = loop.time()
         elif loop.time() - since > STALLED_SECONDS:
             cycle.abort_stream()
-            raise GrpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                              f"the client read no response of this stream for {STALLED_SECONDS:g} s")  # fmt: skip
+            raise GrpcFailure(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the client read no response of this stream for {STALLED_SECONDS:g} s",
+            )
         parked = now

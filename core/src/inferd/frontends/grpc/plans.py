@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inferd.contracts.types import InferRequest, InferTensor, RequestedOutput, array_from_bytes
+from inferd.contracts.types import InferRequest, InferTensor, RequestedOutput
+from inferd.datatypes import array_from_bytes
 from inferd.frontends.grpc.codec import WireRequest, decode_request
 from inferd.shared_memory import Regions
 

@@ -16,7 +16,6 @@ from google.protobuf import json_format
 
 from inferd.auth import CURRENT, ApiGroup, Grant, Hidden, ModelAction, admit, unknown_model, visible_entries
 from inferd.contracts.errors import ErrorKind, InferdError, InvalidArgument
-from inferd.contracts.validation import check_repository_name
 from inferd.frontends import results_json
 from inferd.frontends.grpc import grpc_service_pb2 as pb
 from inferd.frontends.grpc import health_pb2, traffic_pb2
@@ -31,6 +30,7 @@ from inferd.frontends.grpc.codec import (
 from inferd.frontends.grpc.parameter_checks import ENABLE_EMPTY_FINAL
 from inferd.frontends.grpc.plans import RequestPlans
 from inferd.frontends.header_forward import GRPC_TRANSPORT_HEADERS, HeaderForward
+from inferd.frontends.repository_name import check_repository_name
 from inferd.shared_memory import bind_outputs
 
 if TYPE_CHECKING:
@@ -95,21 +95,28 @@ UNARY: tuple[Rpc, ...] = (
     Rpc(SERVICE, "ModelStatistics", ApiGroup.STATISTICS, pb.ModelStatisticsRequest, pb.ModelStatisticsResponse),
     Rpc(SERVICE, "RepositoryIndex", _REPOSITORY, pb.RepositoryIndexRequest, pb.RepositoryIndexResponse),
     Rpc(SERVICE, "RepositoryModelLoad", _REPOSITORY, pb.RepositoryModelLoadRequest, pb.RepositoryModelLoadResponse),
-    Rpc(SERVICE, "RepositoryModelUnload", _REPOSITORY, pb.RepositoryModelUnloadRequest,
-        pb.RepositoryModelUnloadResponse),
+    Rpc(
+        SERVICE, "RepositoryModelUnload", _REPOSITORY, pb.RepositoryModelUnloadRequest, pb.RepositoryModelUnloadResponse
+    ),
     Rpc(SERVICE, "TraceSetting", ApiGroup.TRACE, pb.TraceSettingRequest, pb.TraceSettingResponse),
     Rpc(SERVICE, "LogSettings", ApiGroup.LOGGING, pb.LogSettingsRequest, pb.LogSettingsResponse),
     *(
-        Rpc(SERVICE, f"{kind}SharedMemory{op}", _SHM, getattr(pb, f"{kind}SharedMemory{op}Request"),
-            getattr(pb, f"{kind}SharedMemory{op}Response"))
+        Rpc(
+            SERVICE,
+            f"{kind}SharedMemory{op}",
+            _SHM,
+            getattr(pb, f"{kind}SharedMemory{op}Request"),
+            getattr(pb, f"{kind}SharedMemory{op}Response"),
+        )
         for kind in ("System", "Cuda")
         for op in ("Status", "Register", "Unregister")
     ),
     Rpc(HEALTH_SERVICE, "Check", _HEALTH, health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse),
     # weighted versions (inferd's own): a model-repository change
-    Rpc(TRAFFIC_SERVICE, "ModelTraffic", _REPOSITORY, traffic_pb2.ModelTrafficRequest,
-        traffic_pb2.ModelTrafficResponse),
-)  # fmt: skip
+    Rpc(
+        TRAFFIC_SERVICE, "ModelTraffic", _REPOSITORY, traffic_pb2.ModelTrafficRequest, traffic_pb2.ModelTrafficResponse
+    ),
+)
 #: Every RPC the transports serve.
 RPCS: tuple[Rpc, ...] = (*UNARY, INFER_RPC, STREAM_RPC)
 
@@ -118,9 +125,16 @@ _CLOSING = object()
 #: Requests one ModelStreamInfer call runs at once (``--grpc-stream-max-inflight``'s default).
 STREAM_MAX_INFLIGHT = 64
 #: The field of each RPC's request that names a model (ModelInfer's is in ``WireRequest.message``).
-MODEL_FIELD = {"ModelReady": "name", "ModelMetadata": "name", "ModelConfig": "name", "ModelStatistics": "name",
-               "RepositoryModelLoad": "model_name", "RepositoryModelUnload": "model_name",
-               "TraceSetting": "model_name", "ModelTraffic": "name"}  # fmt: skip
+MODEL_FIELD = {
+    "ModelReady": "name",
+    "ModelMetadata": "name",
+    "ModelConfig": "name",
+    "ModelStatistics": "name",
+    "RepositoryModelLoad": "model_name",
+    "RepositoryModelUnload": "model_name",
+    "TraceSetting": "model_name",
+    "ModelTraffic": "name",
+}
 
 
 def model_of(rpc: str, request: Any) -> str:
@@ -156,15 +170,19 @@ def _check_seen(model: str) -> None:
 
 
 #: The RPCs whose answer for a model the caller may not see is not NOT_FOUND (:func:`inferd.auth.admit`).
-_ACTIONS = {"ModelReady": ModelAction.READY, "RepositoryModelLoad": ModelAction.LOAD,
-            "RepositoryModelUnload": ModelAction.UNLOAD}  # fmt: skip
+_ACTIONS = {
+    "ModelReady": ModelAction.READY,
+    "RepositoryModelLoad": ModelAction.LOAD,
+    "RepositoryModelUnload": ModelAction.UNLOAD,
+}
 
 
 class InferenceService:
     """One method per RPC; each takes the request message and returns the response message."""
 
-    def __init__(self, dataplane: DataPlane, stream_max_inflight: int = STREAM_MAX_INFLIGHT,
-                 forward_pattern: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, dataplane: DataPlane, stream_max_inflight: int = STREAM_MAX_INFLIGHT, forward_pattern: str | None = None
+    ) -> None:
         """``dataplane`` answers every RPC; nothing here knows the transport. A stream holds at
         most ``stream_max_inflight`` requests in flight (and as many responses not yet sent).
         ``forward_pattern``: ``--grpc-header-forward-pattern`` (None: metadata is not forwarded)."""
@@ -186,8 +204,9 @@ class InferenceService:
             secrets = self.policy.secret_headers() if self.policy is not None else frozenset()
             self.forward = HeaderForward(forward_pattern, GRPC_TRANSPORT_HEADERS | secrets)
 
-    async def admitted(self, rpc: Rpc, method: Callable[[Any], Awaitable[Any]], request: Any,
-                       metadata: Mapping[str, str]) -> Any:  # fmt: skip
+    async def admitted(
+        self, rpc: Rpc, method: Callable[[Any], Awaitable[Any]], request: Any, metadata: Mapping[str, str]
+    ) -> Any:
         """``method(request)`` once the policy admits it as ``rpc``'s group (raises ``AccessDenied``
         or an unknown model's error); a model the caller may not see answers as an unknown one."""
         assert self.policy is not None
@@ -267,9 +286,12 @@ class InferenceService:
         return encode_response(response, in_regions=sinks)
 
     async def stream_one(
-        self, wire: WireRequest, put: Callable[[Any], Awaitable[None]], grant: Grant | None = None,
+        self,
+        wire: WireRequest,
+        put: Callable[[Any], Awaitable[None]],
+        grant: Grant | None = None,
         metadata: Mapping[str, str] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Every response of one stream request, in order, through ``put``; errors included.
         With ``grant`` (the stream's), the request holds a slot of its tenant while it runs;
         ``metadata`` (the stream's) is given only to forward it."""
@@ -311,9 +333,12 @@ class InferenceService:
                 held.release()
 
     async def ModelStreamInfer(
-        self, requests: AsyncIterator[WireRequest], grpc_error: bool, grant: Grant | None = None,
+        self,
+        requests: AsyncIterator[WireRequest],
+        grpc_error: bool,
+        grant: Grant | None = None,
         metadata: Mapping[str, str] | None = None,
-    ) -> AsyncIterator[WireResponse | pb.ModelStreamInferResponse]:  # fmt: skip
+    ) -> AsyncIterator[WireResponse | pb.ModelStreamInferResponse]:
         """Requests of one stream run concurrently; the responses of each come in order.
 
         At most :attr:`stream_max_inflight` requests run at once: the next message is read only
@@ -403,8 +428,9 @@ class InferenceService:
         else:
             shown = self.dp.traffic(request.name)
         states = {v: d.state for v, d in shown.versions.items()}
-        return traffic_pb2.ModelTrafficResponse(weights=shown.weights, states=states,
-                                                json=json.dumps(results_json.traffic(shown)))  # fmt: skip
+        return traffic_pb2.ModelTrafficResponse(
+            weights=shown.weights, states=states, json=json.dumps(results_json.traffic(shown))
+        )
 
     async def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest) -> pb.RepositoryModelLoadResponse:
         check_repository_name(request.repository_name)
@@ -439,9 +465,12 @@ class InferenceService:
         else:
             current = self.dp.trace_settings(request.model_name)
         value_type = pb.TraceSettingResponse.SettingValue
-        return pb.TraceSettingResponse(settings={
-            k: value_type(value=v if isinstance(v, list) else [v]) for k, v in results_json.trace_settings(current).items()
-        })  # fmt: skip
+        return pb.TraceSettingResponse(
+            settings={
+                k: value_type(value=v if isinstance(v, list) else [v])
+                for k, v in results_json.trace_settings(current).items()
+            }
+        )
 
     async def LogSettings(self, request: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
         settings = {}

@@ -22,9 +22,16 @@ class HttpFrontend(Frontend):
 
     name = "HTTP"
 
-    def __init__(self, host: str, port: int, tls: TlsConfig | None = None, max_input_size: int = HTTP_MAX_INPUT_SIZE,
-                 max_header_size: int = HTTP_MAX_HEADER_SIZE, header_timeout: float = HTTP_HEADER_TIMEOUT,
-                 forward_pattern: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        tls: TlsConfig | None = None,
+        max_input_size: int = HTTP_MAX_INPUT_SIZE,
+        max_header_size: int = HTTP_MAX_HEADER_SIZE,
+        header_timeout: float = HTTP_HEADER_TIMEOUT,
+        forward_pattern: str | None = None,
+    ) -> None:
         self.server: AsgiServer | None = None
         self.host = host
         self.port = port
@@ -42,9 +49,16 @@ class HttpFrontend(Frontend):
         app = BodyLimit(http_app, self.max_input_size)  # --http-max-input-size
         direct = http_app.direct_routes(self.max_input_size)
         self.server = AsgiServer(
-            app, self.host, self.port, "HTTP frontend", dataplane.settings.shares_ports, tls=self.tls, direct=direct,
-            max_header_bytes=self.max_header_size, header_timeout=self.header_timeout,
-        )  # fmt: skip
+            app,
+            self.host,
+            self.port,
+            "HTTP frontend",
+            dataplane.settings.shares_ports,
+            tls=self.tls,
+            direct=direct,
+            max_header_bytes=self.max_header_size,
+            header_timeout=self.header_timeout,
+        )
         await self.server.start()
         self.port = self.server.port
 
@@ -67,8 +81,15 @@ def _factory(options: ServerSettings) -> HttpFrontend | None:
     if not options.allow_http:
         return None
     http = options.http
-    return HttpFrontend(options.host, options.http_port, http.tls, http.max_input_size, http.max_header_size,
-                        http.header_timeout, http.forward_pattern)  # fmt: skip
+    return HttpFrontend(
+        options.host,
+        options.http_port,
+        http.tls,
+        http.max_input_size,
+        http.max_header_size,
+        http.header_timeout,
+        http.forward_pattern,
+    )
 
 
 @hookimpl

@@ -67,8 +67,9 @@ async def _run(call: Awaitable[Response], grant: Grant) -> Response:
         return await call
 
 
-def admit_infer(policy: AccessPolicy, group: ApiGroup, model: str, headers: list[tuple[bytes, bytes]],
-                path: str) -> Grant | Reply:  # fmt: skip
+def admit_infer(
+    policy: AccessPolicy, group: ApiGroup, model: str, headers: list[tuple[bytes, bytes]], path: str
+) -> Grant | Reply:
     """The policy's answer to an infer request (of API ``group``): its grant, or the refusal to
     send instead (a refusal, or the unknown-model error for a model the tenant may not see)."""
     fields = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers}
@@ -97,9 +98,17 @@ class AdmittedInfer:
 
 
 async def admitted_answer(
-    endpoint: InferEndpoint, policy: AccessPolicy, group: ApiGroup, head: RequestHead, body: bytes, model: str,
-    version: str, limit: int, path: str, headers: list[tuple[bytes, bytes]],
-) -> Reply:  # fmt: skip
+    endpoint: InferEndpoint,
+    policy: AccessPolicy,
+    group: ApiGroup,
+    head: RequestHead,
+    body: bytes,
+    model: str,
+    version: str,
+    limit: int,
+    path: str,
+    headers: list[tuple[bytes, bytes]],
+) -> Reply:
     """:class:`AdmittedInfer` for the direct path: the same refusals, the same bytes."""
     admission = admit_infer(policy, group, model, headers, path)
     if isinstance(admission, Reply):

@@ -29,7 +29,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from inferd.auth import AccessPolicy, ApiGroup, visible_entries
 from inferd.config import config_to_json
 from inferd.contracts.errors import InferdError, InvalidArgument
-from inferd.contracts.validation import check_repository_name
 from inferd.frontends import results_json
 from inferd.frontends.header_forward import HeaderForward
 from inferd.frontends.http.access import AdmittedInfer, admitted, admitted_answer
@@ -37,6 +36,7 @@ from inferd.frontends.http.codec import parse_json
 from inferd.frontends.http.errors import decode_body, error_body, error_reply
 from inferd.frontends.http.generate import NOT_ONE_RESPONSE, decode_generate, encode_generate, sse_event
 from inferd.frontends.http.infer import InferEndpoint, RequestHead
+from inferd.frontends.repository_name import check_repository_name
 from inferd.serving import Handler, Headers, Reply
 from inferd.shared_memory.service import register_request
 
@@ -148,8 +148,9 @@ class HttpApp:
         routes = [Route(r.path, _guarded(_endpoint(endpoints, r, policy)), methods=[r.method]) for r in ROUTES]
         self.app = Starlette(routes=[*infer_routes, *routes], exception_handlers={HTTPException: _on_http_error})
         #: The infer routes' own patterns, groups and apps, for the dispatch ahead of the router.
-        self.infer_routes = [(route.path_regex, r.group, route.app) for route, r in zip(infer_routes, INFER_ROUTES,
-                                                                                          strict=True)]  # fmt: skip
+        self.infer_routes = [
+            (route.path_regex, r.group, route.app) for route, r in zip(infer_routes, INFER_ROUTES, strict=True)
+        ]
 
     def _infer_app(self, group: ApiGroup) -> ASGIApp:
         """The infer endpoint, behind the access policy (admitting it as ``group``) when there is one."""
@@ -177,8 +178,13 @@ class DirectInfer:
     protocol read. Requests they do not take (another method, chunked bodies...) reach
     :class:`HttpApp` over ASGI, which answers them as before."""
 
-    def __init__(self, endpoint: InferEndpoint, patterns: list[tuple[re.Pattern[str], ApiGroup]], max_body: int,
-                 policy: AccessPolicy | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        endpoint: InferEndpoint,
+        patterns: list[tuple[re.Pattern[str], ApiGroup]],
+        max_body: int,
+        policy: AccessPolicy | None = None,
+    ) -> None:
         self.endpoint = endpoint
         #: Each infer route's pattern and API group.
         self.patterns = patterns
@@ -195,13 +201,15 @@ class DirectInfer:
                 return partial(self._answer, group, params["model"], params.get("version") or "", path)
         return None
 
-    def _answer(self, group: ApiGroup, model: str, version: str, path: str, headers: Headers,
-                body: bytes) -> Awaitable[Reply]:  # fmt: skip
+    def _answer(
+        self, group: ApiGroup, model: str, version: str, path: str, headers: Headers, body: bytes
+    ) -> Awaitable[Reply]:
         head = RequestHead(headers)
         if self.policy is None:
             return self.endpoint.answer(head, body, model, version, self.max_body, path)
-        return admitted_answer(self.endpoint, self.policy, group, head, body, model, version, self.max_body, path,
-                               headers)  # fmt: skip
+        return admitted_answer(
+            self.endpoint, self.policy, group, head, body, model, version, self.max_body, path, headers
+        )
 
 
 def _endpoint(endpoints: Endpoints, route: HttpRoute, policy: AccessPolicy | None) -> Endpoint:

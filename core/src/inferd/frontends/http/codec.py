@@ -10,17 +10,8 @@ import numpy as np
 import orjson
 
 from inferd.contracts.errors import InferdError, InvalidArgument
-from inferd.contracts.json_depth import MAX_JSON_DEPTH, TOO_DEEP, depth_problem, nested_deeper_than
-from inferd.contracts.types import (
-    InferRequest,
-    InferResponse,
-    InferTensor,
-    RequestedOutput,
-    array_from_bytes,
-    array_to_bytes,
-    datatype_hint,
-    numpy_dtype,
-)
+from inferd.contracts.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from inferd.datatypes import array_from_bytes, array_to_bytes, datatype_hint, numpy_dtype
 from inferd.frontends.http.fields import (
     NON_UINT,
     check_output_parameters,
@@ -31,6 +22,7 @@ from inferd.frontends.http.fields import (
 )
 from inferd.frontends.http.json_tensors import json_array
 from inferd.frontends.http.utf8 import utf8_hint
+from inferd.serving import MAX_JSON_DEPTH, TOO_DEEP, depth_problem, nested_deeper_than
 from inferd.shared_memory import REGION, Regions, only_one_source, read_input, without_region
 
 HEADER_LENGTH = "inference-header-content-length"
@@ -77,7 +69,7 @@ def parse_json(data: bytes | memoryview, what: str, *, walk: bool = True, long_a
     (:func:`_may_hold_long_integer`), and every body orjson refuses (it refuses some that the
     standard library accepts: NaN, lone surrogates, a byte-order mark), are parsed by the standard
     library: results and error messages stay what they were. A document nested deeper than
-    ``inferd.contracts.json_depth.MAX_JSON_DEPTH`` is refused, whichever parser read it; with ``walk``
+    ``inferd.serving.json_depth.MAX_JSON_DEPTH`` is refused, whichever parser read it; with ``walk``
     False (an infer request) only past the parsers' own limits: :func:`decode_request` then checks
     the values it keeps (``parameters``) itself, and ``data`` is checked against its shape. With
     ``long_as_text``, an integer literal of more than 18 digits is kept as its text (the caller
@@ -112,7 +104,7 @@ def _int_or_text(text: str) -> int | str:
 
 
 def _shallow(raw: bytes, value: Any, what: str) -> Any:
-    """``value``, unless it nests deeper than ``inferd.contracts.json_depth`` allows."""
+    """``value``, unless it nests deeper than ``inferd.serving.json_depth`` allows."""
     problem = depth_problem(raw, value)
     if problem:
         raise InvalidArgument(f"failed to parse the {what} JSON buffer: {problem}")

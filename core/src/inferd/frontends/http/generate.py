@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from inferd.contracts.errors import InvalidArgument
-from inferd.contracts.types import InferRequest, InferResponse, InferTensor, element_count
+from inferd.contracts.types import InferRequest, InferResponse, InferTensor
+from inferd.datatypes import element_count
 from inferd.frontends.http.codec import _json_data, parse_json
 from inferd.frontends.http.fields import check_parameter, check_text, show
 from inferd.frontends.http.json_tensors import json_array
@@ -85,7 +86,7 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def _refuse_duplicate_keys(body: bytes) -> None:
     """A second, key-checking parse (the standard library's, which reports pairs); generate
     bodies are small, and the first parse already refused what is not JSON."""
-    try:
+    try:  # noqa: SIM105 - on the request path, where try/except costs less than contextlib.suppress
         json.loads(body, object_pairs_hook=_unique)
     except (ValueError, RecursionError):
         pass  # the first parse accepted it (a form only orjson reads): no pairs to check

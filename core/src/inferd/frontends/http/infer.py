@@ -190,6 +190,10 @@ async def _compressed(parts: list[bytes | memoryview], json_length: int | None, 
     body = await compress_body(parts, length, coding)
     if json_length is None:
         return json_reply(200, body, [(b"content-encoding", coding.encode())])
-    headers = [(b"content-type", _OCTETS), (b"content-length", str(len(body)).encode()),
-               (_HEADER_LENGTH, str(json_length).encode()), (b"content-encoding", coding.encode())]  # fmt: skip
+    headers = [
+        (b"content-type", _OCTETS),
+        (b"content-length", str(len(body)).encode()),
+        (_HEADER_LENGTH, str(json_length).encode()),
+        (b"content-encoding", coding.encode()),
+    ]
     return Reply(200, headers, [body])

@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from inferd.contracts.errors import InvalidArgument
-from inferd.contracts.types import element_count, numpy_dtype
+from inferd.datatypes import element_count, numpy_dtype
 from inferd.frontends.http.fields import show
 
 _SIGNED = "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"
@@ -28,14 +28,19 @@ _NOT_ARRAY = "Unable to parse 'data': attempt to access JSON non-array as array"
 _INTS = frozenset({int})
 #: datatype -> (the Python types its JSON elements may have, Triton's sentence for any other).
 KINDS: dict[str, tuple[frozenset[type], str]] = {
-    **{t: (_INTS, _SIGNED) for t in ("INT8", "INT16", "INT32", "INT64")},
-    **{t: (_INTS, _UNSIGNED) for t in ("UINT8", "UINT16", "UINT32", "UINT64")},
+    **dict.fromkeys(("INT8", "INT16", "INT32", "INT64"), (_INTS, _SIGNED)),
+    **dict.fromkeys(("UINT8", "UINT16", "UINT32", "UINT64"), (_INTS, _UNSIGNED)),
     **{t: (frozenset({int, float}), _NUMBER) for t in ("FP16", "BF16", "FP32", "FP64")},
     "BOOL": (frozenset({bool}), _BOOLEAN),
     "BYTES": (frozenset({str}), _STRING),
 }
-_EXPECTED = {_SIGNED: "an integer", _UNSIGNED: "an integer >= 0", _NUMBER: "a number", _BOOLEAN: "true or false",
-             _STRING: "a string"}  # fmt: skip
+_EXPECTED = {
+    _SIGNED: "an integer",
+    _UNSIGNED: "an integer >= 0",
+    _NUMBER: "a number",
+    _BOOLEAN: "true or false",
+    _STRING: "a string",
+}
 
 
 def json_array(data: Any, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferd.contracts.errors import InvalidArgument
-from inferd.contracts.types import InferRequest, InferTensor, RequestedOutput, array_from_bytes
+from inferd.contracts.types import InferRequest, InferTensor, RequestedOutput
+from inferd.datatypes import array_from_bytes
 from inferd.frontends.http.codec import decode_request, parse_json, trailing_bytes_error
 from inferd.shared_memory import Regions
 

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from inferd.contracts.errors import InvalidArgument
-from inferd.contracts.types import InferRequest, InferTensor, array_from_bytes, element_count, numpy_dtype
+from inferd.contracts.types import InferRequest, InferTensor
+from inferd.datatypes import array_from_bytes, element_count, numpy_dtype
 
 if TYPE_CHECKING:
     from inferd.contracts.model_info import ModelInfo

@@ -86,6 +86,12 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
         metavar="BOOL",
         help="report GPU metrics through NVML when pynvml and a GPU are present (default: true)",
     )
-    g.add_argument("--metrics-config", action="append", default=[], type=_setting, metavar="KEY=VALUE",
-                   help="counter_latencies=BOOL (default true), summary_latencies=BOOL, histogram_latencies=BOOL, "
-                        "summary_quantiles=Q:E,... (repeatable)")  # fmt: skip
+    g.add_argument(
+        "--metrics-config",
+        action="append",
+        default=[],
+        type=_setting,
+        metavar="KEY=VALUE",
+        help="counter_latencies=BOOL (default true), summary_latencies=BOOL, histogram_latencies=BOOL, "
+        "summary_quantiles=Q:E,... (repeatable)",
+    )

@@ -10,12 +10,28 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from inferd.contracts import merge
-from inferd.contracts.merge import add_snapshot
-
 if TYPE_CHECKING:
     from inferd.contracts.dataplane import ServingVersion, VersionCounters
     from inferd.contracts.stats import LatencyObserver
+
+
+def add_snapshot(local: dict[str, Any], other: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``local`` (a :meth:`ModelStats.snapshot`) plus ``other`` (the other workers' sum, from
+    :attr:`OtherWorkers.snapshots <inferd.contracts.dataplane.OtherWorkers.snapshots>`)."""
+    if other is None:
+        return local
+    durations = {
+        k: (c + other["durations"].get(k, (0, 0))[0], ns + other["durations"].get(k, (0, 0))[1])
+        for k, (c, ns) in local["durations"].items()
+    }
+    failures = {r: n + other["failures"].get(r, 0) for r, n in local["failures"].items()}
+    return {
+        **local,
+        "durations": durations,
+        "failures": failures,
+        "inference_count": local["inference_count"] + other["inference_count"],
+        "execution_count": local["execution_count"] + other["execution_count"],
+    }
 
 
 class SummedStats:
@@ -47,6 +63,8 @@ class SummedVersion:
         return getattr(self._version, name)
 
 
-def summed(versions: list[ServingVersion], others: Mapping[merge.RowKey, Mapping[str, Any]]) -> list[SummedVersion]:
-    """``versions`` with every other worker's counters (snapshots summed by ``merge.RowKey``) added."""
+def summed(
+    versions: list[ServingVersion], others: Mapping[tuple[str, str, str], Mapping[str, Any]]
+) -> list[SummedVersion]:
+    """``versions`` with every other worker's counters (snapshots summed by (name, version, namespace)) added."""
     return [SummedVersion(mv, others.get((mv.name, str(mv.version), mv.namespace))) for mv in versions]

@@ -30,17 +30,32 @@ MODEL_NS = ("model", "namespace", "version")
 
 
 _COUNTERS = (
-    ("nv_inference_request_duration_us", "success",
-     "Cumulative inference request duration in microseconds (includes cached requests)"),
-    ("nv_inference_queue_duration_us", "queue",
-     "Cumulative inference queuing duration in microseconds (includes cached requests)"),
-    ("nv_inference_compute_input_duration_us", "compute_input",
-     "Cumulative compute input duration in microseconds (does not include cached requests)"),
-    ("nv_inference_compute_infer_duration_us", "compute_infer",
-     "Cumulative compute inference duration in microseconds (does not include cached requests)"),
-    ("nv_inference_compute_output_duration_us", "compute_output",
-     "Cumulative inference compute output duration in microseconds (does not include cached requests)"),
-)  # fmt: skip
+    (
+        "nv_inference_request_duration_us",
+        "success",
+        "Cumulative inference request duration in microseconds (includes cached requests)",
+    ),
+    (
+        "nv_inference_queue_duration_us",
+        "queue",
+        "Cumulative inference queuing duration in microseconds (includes cached requests)",
+    ),
+    (
+        "nv_inference_compute_input_duration_us",
+        "compute_input",
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
+    ),
+    (
+        "nv_inference_compute_infer_duration_us",
+        "compute_infer",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
+    ),
+    (
+        "nv_inference_compute_output_duration_us",
+        "compute_output",
+        "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+    ),
+)
 _CACHE = (
     ("nv_cache_num_hits_per_model", "Number of cache hits per model"),
     ("nv_cache_num_misses_per_model", "Number of cache misses per model"),
@@ -48,21 +63,49 @@ _CACHE = (
     ("nv_cache_miss_duration_per_model", "Total cache miss (insert+lookup) duration per model, in microseconds"),
 )
 _SUMMARIES = (
-    ("nv_inference_request_summary_us", "request", "success",
-     "Summary of inference request duration in microseconds (includes cached requests)"),
-    ("nv_inference_queue_summary_us", "queue", "queue",
-     "Summary of inference queuing duration in microseconds (includes cached requests)"),
-    ("nv_inference_compute_input_summary_us", "compute_input", "compute_input",
-     "Summary of compute input duration in microseconds (does not include cached requests)"),
-    ("nv_inference_compute_infer_summary_us", "compute_infer", "compute_infer",
-     "Summary of compute inference duration in microseconds (does not include cached requests)"),
-    ("nv_inference_compute_output_summary_us", "compute_output", "compute_output",
-     "Summary of compute output duration in microseconds (does not include cached requests)"),
-    ("nv_cache_hit_summary_per_model", "cache_hit", "cache_hit",
-     "Summary of cache hit durations per model, in microseconds"),
-    ("nv_cache_miss_summary_per_model", "cache_miss", "cache_miss",
-     "Summary of cache miss (lookup + insert) durations per model, in microseconds"),
-)  # fmt: skip
+    (
+        "nv_inference_request_summary_us",
+        "request",
+        "success",
+        "Summary of inference request duration in microseconds (includes cached requests)",
+    ),
+    (
+        "nv_inference_queue_summary_us",
+        "queue",
+        "queue",
+        "Summary of inference queuing duration in microseconds (includes cached requests)",
+    ),
+    (
+        "nv_inference_compute_input_summary_us",
+        "compute_input",
+        "compute_input",
+        "Summary of compute input duration in microseconds (does not include cached requests)",
+    ),
+    (
+        "nv_inference_compute_infer_summary_us",
+        "compute_infer",
+        "compute_infer",
+        "Summary of compute inference duration in microseconds (does not include cached requests)",
+    ),
+    (
+        "nv_inference_compute_output_summary_us",
+        "compute_output",
+        "compute_output",
+        "Summary of compute output duration in microseconds (does not include cached requests)",
+    ),
+    (
+        "nv_cache_hit_summary_per_model",
+        "cache_hit",
+        "cache_hit",
+        "Summary of cache hit durations per model, in microseconds",
+    ),
+    (
+        "nv_cache_miss_summary_per_model",
+        "cache_miss",
+        "cache_miss",
+        "Summary of cache miss (lookup + insert) durations per model, in microseconds",
+    ),
+)
 
 
 def cache_enabled(mv: ServingVersion) -> bool:
@@ -76,29 +119,50 @@ class _ModelFamilies:
         self.config = config
         self.namespacing = namespacing
         self.labels = labels = MODEL_NS if namespacing else MODEL
-        self.success = CounterMetricFamily("nv_inference_request_success",
-                                           "Number of successful inference requests, all batch sizes", labels=labels)  # fmt: skip
-        self.failure = CounterMetricFamily("nv_inference_request_failure",
-                                           "Number of failed inference requests, all batch sizes",
-                                           labels=(*labels[:-1], "reason", "version"))  # fmt: skip
-        self.count = CounterMetricFamily("nv_inference_count",
-                                         "Number of inferences performed (does not include cached requests)", labels=labels)  # fmt: skip
-        self.execs = CounterMetricFamily("nv_inference_exec_count",
-                                         "Number of model executions performed (does not include cached requests)",
-                                         labels=labels)  # fmt: skip
+        self.success = CounterMetricFamily(
+            "nv_inference_request_success", "Number of successful inference requests, all batch sizes", labels=labels
+        )
+        self.failure = CounterMetricFamily(
+            "nv_inference_request_failure",
+            "Number of failed inference requests, all batch sizes",
+            labels=(*labels[:-1], "reason", "version"),
+        )
+        self.count = CounterMetricFamily(
+            "nv_inference_count", "Number of inferences performed (does not include cached requests)", labels=labels
+        )
+        self.execs = CounterMetricFamily(
+            "nv_inference_exec_count",
+            "Number of model executions performed (does not include cached requests)",
+            labels=labels,
+        )
         self.durations = [CounterMetricFamily(name, text, labels=labels) for name, _, text in _COUNTERS]
-        self.pending = GaugeMetricFamily("nv_inference_pending_request_count",
-                                         "Instantaneous number of pending requests awaiting execution per-model.",
-                                         labels=labels)  # fmt: skip
+        self.pending = GaugeMetricFamily(
+            "nv_inference_pending_request_count",
+            "Instantaneous number of pending requests awaiting execution per-model.",
+            labels=labels,
+        )
         self.load = GaugeMetricFamily("nv_model_load_duration_secs", "Model load time in seconds", labels=labels)
         self.cache = [CounterMetricFamily(name, text, labels=labels) for name, text in _CACHE]
         self.summaries = [SummaryMetricFamily(name, text, labels=labels) for name, _, _, text in _SUMMARIES]
-        self.histogram = HistogramMetricFamily("nv_inference_first_response_histogram_ms",
-                                               "Duration from request to first response in milliseconds", labels=labels)  # fmt: skip
+        self.histogram = HistogramMetricFamily(
+            "nv_inference_first_response_histogram_ms",
+            "Duration from request to first response in milliseconds",
+            labels=labels,
+        )
 
     def all(self) -> list[Metric]:
-        return [self.success, self.failure, self.count, self.execs, *self.durations, self.pending, self.load,
-                *self.cache, *self.summaries, self.histogram]  # fmt: skip
+        return [
+            self.success,
+            self.failure,
+            self.count,
+            self.execs,
+            *self.durations,
+            self.pending,
+            self.load,
+            *self.cache,
+            *self.summaries,
+            self.histogram,
+        ]
 
     def add(self, mv: ServingVersion) -> None:
         key = [mv.name, mv.namespace, str(mv.version)] if self.namespacing else [mv.name, str(mv.version)]
@@ -129,8 +193,9 @@ class _ModelFamilies:
             for family, value in zip(self.cache, values, strict=True):
                 family.add_metric(key, value)
 
-    def _add_summaries(self, windows: LatencyWindows, labels: dict[str, str],
-                       d: dict[str, tuple[int, int]], cached: bool) -> None:  # fmt: skip
+    def _add_summaries(
+        self, windows: LatencyWindows, labels: dict[str, str], d: dict[str, tuple[int, int]], cached: bool
+    ) -> None:
         """Quantiles over the window; ``_count`` and ``_sum`` from the counters (so they match)."""
         for family, (_, kind, key, _) in zip(self.summaries, _SUMMARIES, strict=True):
             if kind.startswith("cache") and not cached:
@@ -164,8 +229,9 @@ def _pending(mv: ServingVersion) -> int:
 class ModelCollector(Collector):
     """``nv_inference_*``, ``nv_cache_*`` and ``nv_model_load_duration_secs`` of every serving version."""
 
-    def __init__(self, versions: Callable[[], Sequence[ServingVersion]], config: LatencyConfig,
-                 namespacing: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self, versions: Callable[[], Sequence[ServingVersion]], config: LatencyConfig, namespacing: bool = False
+    ) -> None:
         self.versions = versions
         self.config = config
         #: ``--model-namespacing``: every series has a ``namespace`` label.
@@ -210,9 +276,11 @@ class SystemCollector(Collector):
                 for g in self.gpu.samples:
                     gauge.add_metric([g.uuid], getattr(g, attr))
                 out.append(gauge)
-            energy = CounterMetricFamily("nv_energy_consumption",
-                                         "GPU energy consumption in joules since the server started",
-                                         labels=["gpu_uuid"])  # fmt: skip
+            energy = CounterMetricFamily(
+                "nv_energy_consumption",
+                "GPU energy consumption in joules since the server started",
+                labels=["gpu_uuid"],
+            )
             for g in self.gpu.samples:
                 energy.add_metric([g.uuid], g.energy)
             out.append(energy)

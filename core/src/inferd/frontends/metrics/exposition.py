@@ -65,8 +65,7 @@ def classic_text(registry: Collector) -> bytes:
             continue
         lines.append(f"# HELP {family.name} {_help(family.documentation)}")
         lines.append(f"# TYPE {family.name} {_CLASSIC_TYPES.get(family.type, family.type)}")
-        for s in family.samples:
-            lines.append(f"{_sample_name(family, s.name)}{_labels(s.labels)} {number(s.value)}")
+        lines.extend([f"{_sample_name(family, s.name)}{_labels(s.labels)} {number(s.value)}" for s in family.samples])
     return ("\n".join(lines) + "\n" if lines else "").encode()
 
 

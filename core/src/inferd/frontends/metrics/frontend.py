@@ -11,10 +11,10 @@ from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from inferd.api import SOURCES
 from inferd.contracts.errors import StartupError
 from inferd.contracts.flags import parse_bool
 from inferd.contracts.frontend import Frontend
-from inferd.contracts.metric_sources import SOURCES, SummedSources
 from inferd.serving import AsgiServer
 from inferd.serving.tls import TlsConfig
 
@@ -40,8 +40,15 @@ def latency_config(settings: list[tuple[str, str]]) -> LatencyConfig:
                 flag = parse_bool(value)
             except argparse.ArgumentTypeError as exc:
                 raise StartupError(f"--metrics-config {key}={value}: {exc}") from None
-            setattr(config, {"counter_latencies": "counters", "summary_latencies": "summaries",
-                             "histogram_latencies": "histograms"}[key], flag)  # fmt: skip
+            setattr(
+                config,
+                {
+                    "counter_latencies": "counters",
+                    "summary_latencies": "summaries",
+                    "histogram_latencies": "histograms",
+                }[key],
+                flag,
+            )
         elif key == "summary_quantiles":
             try:
                 config.quantiles = parse_quantiles(value)
@@ -60,8 +67,16 @@ class MetricsFrontend(Frontend):
 
     name = "metrics"
 
-    def __init__(self, host: str, port: int, interval_s: float, config: LatencyConfig,
-                 cpu: bool = True, gpu: bool = True, tls: TlsConfig | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        interval_s: float,
+        config: LatencyConfig,
+        cpu: bool = True,
+        gpu: bool = True,
+        tls: TlsConfig | None = None,
+    ) -> None:
         self.host = host
         self.tls = tls
         self.port = port
@@ -225,9 +240,7 @@ class _PluginSources:
 
     def collect(self) -> Iterator[Metric]:
         others = self.frontend._others
-        if others is None:
-            return SOURCES.collect()
-        return SummedSources(SOURCES, lambda: list(others.sources)).collect()
+        return SOURCES.collect() if others is None else SOURCES.summed(others.sources)
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str:

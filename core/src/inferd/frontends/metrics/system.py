@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,10 +60,8 @@ class CpuMetrics:
                 if total > 0:
                     self.sample.utilization = max(0.0, min(1.0, (total - idle) / total))
             self._last = stat
-        try:
+        with contextlib.suppress(OSError, ValueError):
             self.sample.memory_total, self.sample.memory_used = self._read_meminfo()
-        except (OSError, ValueError):
-            pass
 
 
 @dataclass

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from inferd.contracts.errors import ConfigError, InferdError
-from inferd.contracts.types import InferTensor, config_to_wire
+from inferd.contracts.types import InferTensor
+from inferd.datatypes import config_to_wire
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig
@@ -109,13 +110,23 @@ class Plan:
         for i, s in enumerate(config.ensemble_scheduling.step):
             inputs = tuple(sorted(s.input_map.items()))
             steps.append(
-                Step(i, s.model_name, "" if s.model_version < 0 else str(s.model_version), s.model_name, inputs,
-                     tuple(sorted(s.output_map.items())), reads=frozenset(t for _, t in inputs))
-            )  # fmt: skip
+                Step(
+                    i,
+                    s.model_name,
+                    "" if s.model_version < 0 else str(s.model_version),
+                    s.model_name,
+                    inputs,
+                    tuple(sorted(s.output_map.items())),
+                    reads=frozenset(t for _, t in inputs),
+                )
+            )
         plan = cls(
-            config.name, steps, [t.name for t in config.input], [t.name for t in config.output],
+            config.name,
+            steps,
+            [t.name for t in config.input],
+            [t.name for t in config.output],
             frozenset(t.name for t in config.input if t.optional),
-        )  # fmt: skip
+        )
         plan.steps = plan._ordered()
         plan._check_inputs_used()
         return plan
@@ -208,7 +219,7 @@ class Plan:
     def _plan_batch_fixes(self, config: ModelConfig, configs: dict[int, ModelConfig]) -> None:
         """Where a tensor goes between a batching and a non-batching model (either may be the
         ensemble itself), plan the batch dimension's fix as Triton's ensemble scheduler makes it."""
-        batches = {name: config.max_batch_size > 0 for name in self.inputs}
+        batches = dict.fromkeys(self.inputs, config.max_batch_size > 0)
         for step in self.steps:
             for _, tensor in step.outputs:
                 batches[tensor] = configs[step.index].max_batch_size > 0
@@ -307,7 +318,7 @@ class Plan:
     def _check_decoupled(self) -> None:
         """Triton's rule: a step's inputs (and the ensemble's outputs) must all descend from the
         responses of the same decoupled step, or from none."""
-        origin: dict[str, int] = {name: -1 for name in self.inputs}
+        origin: dict[str, int] = dict.fromkeys(self.inputs, -1)
         downstream: dict[int, set[int]] = {}
         for step in self.steps:  # run order
             origins = {origin.get(t, -1) for t in step.reads}

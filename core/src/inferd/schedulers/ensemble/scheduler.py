@@ -164,9 +164,13 @@ class EnsembleScheduler(Scheduler):
                 inputs[fix.name] = fix.apply(tensor)
         request = run.request
         child = InferRequest(
-            step.model, step.version, request.id, inputs, list(self._requested[step.index]),
+            step.model,
+            step.version,
+            request.id,
+            inputs,
+            list(self._requested[step.index]),
             dict(request.parameters),
-        )  # fmt: skip
+        )
         trace = request.context.get(TRACE_KEY) if request.context else None
         if trace is not None:  # the step is traced as a child of the ensemble request
             child.context[TRACE_PARENT_KEY] = trace

@@ -147,8 +147,10 @@ class SequenceBatchScheduler(Scheduler):
         elif start:
             log.warning(
                 "sequence %s for model '%s' has a conflict. The previous sequence did not end before this "
-                "sequence start. Previous sequence will be terminated early.", cid, self._name,
-            )  # fmt: skip
+                "sequence start. Previous sequence will be terminated early.",
+                cid,
+                self._name,
+            )
         loop = asyncio.get_running_loop()
         now = time.monotonic_ns()
         item = _Item(request, loop.create_future(), start, end, now, shape_key(request, self._batched, self._ragged))
@@ -335,9 +337,13 @@ class SequenceBatchScheduler(Scheduler):
         if self._oldest:
             ready.sort(key=lambda s: s.queue[0].enqueue_ns)
             count, wait_ns = plan_batch(
-                (s.queue[0] for s in ready), self._max_rows, self._preferred, self._max_preferred,
-                self._delay_ns, now,
-            )  # fmt: skip
+                (s.queue[0] for s in ready),
+                self._max_rows,
+                self._preferred,
+                self._max_preferred,
+                self._delay_ns,
+                now,
+            )
             return ready[:count], wait_ns
         if self._delay_ns and self._utilization:
             waited = now - min(s.queue[0].enqueue_ns for s in ready)

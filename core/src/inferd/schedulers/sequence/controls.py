@@ -17,14 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from inferd.contracts.errors import ConfigError, InvalidArgument
-from inferd.contracts.types import (
-    InferRequest,
-    InferResponse,
-    InferTensor,
-    config_to_wire,
-    deserialize_bytes_tensor,
-    numpy_dtype,
-)
+from inferd.contracts.types import InferRequest, InferResponse, InferTensor
+from inferd.datatypes import config_to_wire, deserialize_bytes_tensor, numpy_dtype
 
 if TYPE_CHECKING:
     from inferd.config import ModelConfig

@@ -176,14 +176,26 @@ async def _run(args: argparse.Namespace) -> int:
 
     report.pyplot()  # the report needs matplotlib: say so before the sweep, not after it
     opts = PerfOptions(
-        model=args.model, url=args.url, protocol=args.protocol, shapes=dict(parse_shape(s) for s in args.shape),
-        input_data=args.input_data, measurement_interval_ms=args.measurement_interval, max_trials=args.max_trials,
-        stability_percentage=args.stability_percentage, verbose=args.verbose,
+        model=args.model,
+        url=args.url,
+        protocol=args.protocol,
+        shapes=dict(parse_shape(s) for s in args.shape),
+        input_data=args.input_data,
+        measurement_interval_ms=args.measurement_interval,
+        max_trials=args.max_trials,
+        stability_percentage=args.stability_percentage,
+        verbose=args.verbose,
         # p50/90/95/99 are always reported; another percentile must be asked for (it then also stabilizes)
         percentile=None if args.latency_percentile in PERCENTILES else args.latency_percentile,
-    )  # fmt: skip
-    space = SearchSpace(args.max_batch_sizes, args.instance_counts, args.dynamic_batching, args.queue_delays_us,
-                        args.preferred_batch_sizes, args.include_default)  # fmt: skip
+    )
+    space = SearchSpace(
+        args.max_batch_sizes,
+        args.instance_counts,
+        args.dynamic_batching,
+        args.queue_delays_us,
+        args.preferred_batch_sizes,
+        args.include_default,
+    )
     constraints = Constraints(args.latency_budget, args.latency_percentile, args.min_throughput)
     sweep = Sweep(
         opts, space, args.concurrency, args.batch_sizes, constraints, progress=lambda line: print(line, flush=True)
@@ -208,8 +220,10 @@ def _print_summary(ranked: list[Any], constraints: Any, top_n: int, export_path:
     for i, c in enumerate([c for c in ranked if c.best is not None][:top_n], start=1):
         b = c.best
         note = "" if c.meets else "  (misses the constraints)"
-        print(f"  {i}. {c.candidate.name}: {c.candidate.describe()}; {b.result.throughput:.1f} infer/sec, "
-              f"p{p} {latency_ms(b.result, p):.2f} ms at batch {b.batch_size}, concurrency {b.concurrency}{note}")  # fmt: skip
+        print(
+            f"  {i}. {c.candidate.name}: {c.candidate.describe()}; {b.result.throughput:.1f} infer/sec, "
+            f"p{p} {latency_ms(b.result, p):.2f} ms at batch {b.batch_size}, concurrency {b.concurrency}{note}"
+        )
     if not any(c.meets for c in ranked):
         print("  no configuration met the constraints; the best by throughput are listed")
     print(f"Report: {export_path / 'report.html'}")

@@ -89,9 +89,15 @@ def config_json(config: ModelConfig) -> str:
 class Sweep:
     """Runs the candidates of ``space`` on the model named in ``base_opts``."""
 
-    def __init__(self, base_opts: PerfOptions, space: SearchSpace, concurrencies: Sequence[int],
-                 batch_sizes: Sequence[int], constraints: Constraints,
-                 progress: Callable[[str], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        base_opts: PerfOptions,
+        space: SearchSpace,
+        concurrencies: Sequence[int],
+        batch_sizes: Sequence[int],
+        constraints: Constraints,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
         self.opts = base_opts
         self.space = space
         self.concurrencies = list(concurrencies)
@@ -117,10 +123,8 @@ class Sweep:
             self.original = info.config
             todo = candidates(self.opts.model, info.config, self.space)
             self.progress(f"{len(todo)} configurations of model '{self.opts.model}' to measure")
-            results: list[CandidateResult] = []
             try:
-                for candidate in todo:
-                    results.append(await self._measure(control, candidate))
+                results = [await self._measure(control, candidate) for candidate in todo]
             finally:
                 if not was_loaded:
                     self.progress(f"unloading model '{self.opts.model}' (it was not loaded before)")
@@ -156,8 +160,10 @@ class Sweep:
                         meets = self.constraints.check(r)
                         out.measurements.append(Measurement(batch, concurrency, r, meets))
                         p = self.constraints.latency_percentile
-                        self.progress(f"  batch {batch}, concurrency {concurrency}: {r.throughput:.1f} infer/sec, "
-                                      f"p{p} {latency_ms(r, p):.2f} ms{'' if meets else '  (misses constraints)'}")  # fmt: skip
+                        self.progress(
+                            f"  batch {batch}, concurrency {concurrency}: {r.throughput:.1f} infer/sec, "
+                            f"p{p} {latency_ms(r, p):.2f} ms{'' if meets else '  (misses constraints)'}"
+                        )
             except ToolError as exc:
                 out.error = str(exc)
                 self.progress(f"  {candidate.name}: {exc}")
@@ -170,6 +176,7 @@ async def _load(control: Transport, config: str | None, what: str) -> None:
     except ToolError as exc:
         text = str(exc)
         if "not allowed" in text.lower():  # the server's model control mode is none or poll
-            raise ControlModeError(f"{what}: {text}; inferd analyze needs the server started with "
-                            "--model-control-mode=explicit") from None  # fmt: skip
+            raise ControlModeError(
+                f"{what}: {text}; inferd analyze needs the server started with --model-control-mode=explicit"
+            ) from None
         raise

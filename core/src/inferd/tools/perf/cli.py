@@ -221,18 +221,34 @@ def options_from_args(args: argparse.Namespace) -> Any:
     except ValueError:
         raise ToolError(f"--sequence-id-range expects START[:END], got '{args.sequence_id_range}'") from None
     return PerfOptions(
-        model=args.model, version=args.version, url=args.url, protocol=args.protocol, batch_size=args.batch_size,
-        shapes=dict(parse_shape(s) for s in args.shape), input_data=args.input_data,
-        string_length=args.string_length, string_data=args.string_data,
-        measurement_interval_ms=args.measurement_interval, stability_percentage=args.stability_percentage,
-        max_trials=args.max_trials, percentile=args.percentile, latency_threshold_ms=args.latency_threshold,
-        streaming=args.streaming, async_mode=args.async_mode, sequence_length=args.sequence_length,
-        sequence_length_variation=args.sequence_length_variation, sequence_id_start=seq_start,
-        num_of_sequences=args.num_of_sequences, request_distribution=args.request_distribution,
-        input_tensor_format=args.input_tensor_format, output_tensor_format=args.output_tensor_format,
-        http_headers=headers, verbose=args.verbose, shared_memory=args.shared_memory,
+        model=args.model,
+        version=args.version,
+        url=args.url,
+        protocol=args.protocol,
+        batch_size=args.batch_size,
+        shapes=dict(parse_shape(s) for s in args.shape),
+        input_data=args.input_data,
+        string_length=args.string_length,
+        string_data=args.string_data,
+        measurement_interval_ms=args.measurement_interval,
+        stability_percentage=args.stability_percentage,
+        max_trials=args.max_trials,
+        percentile=args.percentile,
+        latency_threshold_ms=args.latency_threshold,
+        streaming=args.streaming,
+        async_mode=args.async_mode,
+        sequence_length=args.sequence_length,
+        sequence_length_variation=args.sequence_length_variation,
+        sequence_id_start=seq_start,
+        num_of_sequences=args.num_of_sequences,
+        request_distribution=args.request_distribution,
+        input_tensor_format=args.input_tensor_format,
+        output_tensor_format=args.output_tensor_format,
+        http_headers=headers,
+        verbose=args.verbose,
+        shared_memory=args.shared_memory,
         output_shared_memory_size=args.output_shared_memory_size,
-    )  # fmt: skip
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -275,8 +291,11 @@ async def _run(opts: Any, args: argparse.Namespace) -> int:
                     break
         finally:
             rec = session.recorder
-            print(f"inferd perf: {rec.completed} requests completed ({rec.responses} responses), {rec.failed} failed "
-                  f"(every request sent, in measurement windows or not)", flush=True)  # fmt: skip
+            print(
+                f"inferd perf: {rec.completed} requests completed ({rec.responses} responses), {rec.failed} failed "
+                f"(every request sent, in measurement windows or not)",
+                flush=True,
+            )
         print(report.summary_text(results, opts), flush=True)
         if args.filename:
             report.write_csv(

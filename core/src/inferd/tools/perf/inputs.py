@@ -36,7 +36,7 @@ NP_DTYPES: dict[str, Any] = {
     "FP64": np.float64,
     "BYTES": np.object_,
     "BF16": np.uint16,
-}  # fmt: skip  (BF16 travels as its raw 2-byte words)
+}  # BF16 travels as its raw 2-byte words
 
 
 def input_dims(info: ModelInfo, spec: TensorSpec, opts: PerfOptions) -> list[int]:

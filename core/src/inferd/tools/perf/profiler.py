@@ -103,20 +103,30 @@ def merge(
     avg_latency = float(lat.mean()) / 1000.0 if n else 0.0
     secs = duration_ns / 1e9 if duration_ns else 1.0
     return LevelResult(
-        mode=mode, level=level, batch_size=opts.batch_size, request_count=n, duration_s=duration_ns / 1e9,
-        throughput=n * opts.batch_size / secs, response_throughput=float(arr[:, 5].sum()) / secs,
-        avg_latency_us=avg_latency, percentiles_us=pct,
+        mode=mode,
+        level=level,
+        batch_size=opts.batch_size,
+        request_count=n,
+        duration_s=duration_ns / 1e9,
+        throughput=n * opts.batch_size / secs,
+        response_throughput=float(arr[:, 5].sum()) / secs,
+        avg_latency_us=avg_latency,
+        percentiles_us=pct,
         stabilizing_latency_us=avg_latency if opts.percentile is None else pct[opts.percentile],
         avg_request_us=float(arr[:, 1].mean()) / 1000.0 if n else 0.0,
         avg_send_us=float(arr[:, 3].mean()) / 1000.0 if n else 0.0,
         avg_recv_us=float(arr[:, 4].mean()) / 1000.0 if n else 0.0,
-        server=server, client_cpu_us_per_request=sum(w.cpu_s for w in windows) * 1e6 / n if n else 0.0,
-        stable=is_stable, windows=len(windows), delayed=delayed,
-    )  # fmt: skip
+        server=server,
+        client_cpu_us_per_request=sum(w.cpu_s for w in windows) * 1e6 / n if n else 0.0,
+        stable=is_stable,
+        windows=len(windows),
+        delayed=delayed,
+    )
 
 
-async def measure(load: Load, transport: Transport, recorder: Recorder, opts: PerfOptions, mode: str,
-                  level: float) -> LevelResult:  # fmt: skip
+async def measure(
+    load: Load, transport: Transport, recorder: Recorder, opts: PerfOptions, mode: str, level: float
+) -> LevelResult:
     """Run windows on an already started load until stable or ``--max-trials``, then stop it."""
     interval = opts.measurement_interval_ms / 1000.0
     windows: list[Window] = []
@@ -134,8 +144,13 @@ async def measure(load: Load, transport: Transport, recorder: Recorder, opts: Pe
             windows.append(Window(records, t_end - t_start, after - before, cpu_end - cpu_start))
             before, t_start, cpu_start = after, t_end, cpu_end
             w = windows[-1]
-            log.info("  Pass [%d] throughput: %.2f infer/sec. %s latency: %.0f usec", trial + 1,
-                     w.throughput(opts.batch_size), _latency_name(opts), w.latency_us(opts.percentile))  # fmt: skip
+            log.info(
+                "  Pass [%d] throughput: %.2f infer/sec. %s latency: %.0f usec",
+                trial + 1,
+                w.throughput(opts.batch_size),
+                _latency_name(opts),
+                w.latency_us(opts.percentile),
+            )
             if stable(windows, opts):
                 break
     finally:

@@ -51,8 +51,10 @@ def level_text(r: LevelResult, opts: PerfOptions, info: ModelInfo, server_stats:
     lines += [f"    p{p} latency: {v:.0f} usec" for p, v in r.percentiles_us.items()]
     proto = "gRPC" if opts.protocol == "grpc" else "HTTP"
     io = "(un)marshal request/response" if opts.protocol == "grpc" else "send/recv"
-    lines.append(f"    Avg {proto} time: {r.avg_request_us:.0f} usec ({io} {r.avg_send_us + r.avg_recv_us:.0f} usec + "
-                 f"response wait {r.response_wait_us:.0f} usec)")  # fmt: skip
+    lines.append(
+        f"    Avg {proto} time: {r.avg_request_us:.0f} usec ({io} {r.avg_send_us + r.avg_recv_us:.0f} usec + "
+        f"response wait {r.response_wait_us:.0f} usec)"
+    )
     lines.append(f"    Client CPU: {r.client_cpu_us_per_request:.0f} usec/request (inferd perf's own process time)")
     if not r.stable:
         lines.append(f"    [WARNING] not stable within {opts.stability_percentage:g}% after {opts.max_trials} windows")
@@ -96,8 +98,13 @@ def csv_columns(
         cols.append("Response Throughput")
     cols.append("Client Send")
     if server_stats:
-        cols += ["Network+Server Send/Recv", "Server Queue", "Server Compute Input", "Server Compute Infer",
-                 "Server Compute Output"]  # fmt: skip
+        cols += [
+            "Network+Server Send/Recv",
+            "Server Queue",
+            "Server Compute Input",
+            "Server Compute Infer",
+            "Server Compute Output",
+        ]
         if info.response_cache:
             cols += ["Server Cache Hit", "Server Cache Miss"]
     cols.append("Client Recv")
@@ -131,8 +138,14 @@ def _csv_row(r: LevelResult, opts: PerfOptions, info: ModelInfo, server_stats: b
     return row
 
 
-def write_csv(path: Path, results: list[LevelResult], opts: PerfOptions, info: ModelInfo, server_stats: bool,
-              verbose: bool = False) -> None:  # fmt: skip
+def write_csv(
+    path: Path,
+    results: list[LevelResult],
+    opts: PerfOptions,
+    info: ModelInfo,
+    server_stats: bool,
+    verbose: bool = False,
+) -> None:
     """perf_analyzer's latency report: one row per level, sorted by increasing throughput, times in usec."""
     with open(path, "w", newline="") as f:
         _write(f, results, opts, info, server_stats, verbose)

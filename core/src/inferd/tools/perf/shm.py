@@ -5,6 +5,7 @@ with the server before measuring and unregistered and removed after."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from dataclasses import dataclass, field
@@ -77,9 +78,7 @@ class PerfRegions:
     async def release(self, server: RegionControl) -> None:
         """Unregister the regions (best effort: the server may be gone) and remove them."""
         for name, _, _, handle in self.made:
-            try:
+            with contextlib.suppress(ToolError):  # the run is over either way
                 await server.unregister_region(name)
-            except ToolError:  # the run is over either way
-                pass
             self._shm.destroy_shared_memory_region(handle)
         self.made.clear()

@@ -86,22 +86,6 @@ def snapshots(peers: list[list[list[Any]]]) -> dict[RowKey, dict[str, Any]]:
     return out
 
 
-def add_snapshot(local: dict[str, Any], other: dict[str, Any] | None) -> dict[str, Any]:
-    """``local`` (a :meth:`ModelStats.snapshot`) plus ``other`` (one from :func:`snapshots`)."""
-    if other is None:
-        return local
-    durations = {k: (c + other["durations"].get(k, (0, 0))[0], ns + other["durations"].get(k, (0, 0))[1])
-                 for k, (c, ns) in local["durations"].items()}  # fmt: skip
-    failures = {r: n + other["failures"].get(r, 0) for r, n in local["failures"].items()}
-    return {
-        **local,
-        "durations": durations,
-        "failures": failures,
-        "inference_count": local["inference_count"] + other["inference_count"],
-        "execution_count": local["execution_count"] + other["execution_count"],
-    }
-
-
 def add_statistics(mine: list[dict[str, Any]], other: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``model_stats`` entries of two workers summed per :data:`Key`, every entry kept."""
     by_key = dict(zip(keys((s["name"], s["version"]) for s in mine), mine, strict=True))
