@@ -133,7 +133,7 @@ def _open(archive: Path) -> Iterator[tarfile.TarFile]:
         elif magic.startswith(b"BZh"):
             inner = bz2.BZ2File(raw, "rb")
         elif magic.startswith(b"\xfd7zXZ\x00"):
-            inner = lzma.LZMAFile(raw, "rb")
+            inner = lzma.LZMAFile(raw, "rb")  # noqa: SIM115  # closed by the with below
         with inner, tarfile.open(fileobj=_Capped(inner), mode="r:") as tar:
             yield tar
 
@@ -249,10 +249,8 @@ class _Writer:
         try:
             for name in parts:
                 if create:
-                    try:
+                    with contextlib.suppress(FileExistsError):
                         os.mkdir(name, 0o755, dir_fd=fd)
-                    except FileExistsError:
-                        pass
                 try:
                     inner = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
@@ -309,10 +307,8 @@ class _Writer:
                 out.write(chunk)
             out.flush()
             os.fchmod(fd, member.mode & 0o755)
-            try:
+            with contextlib.suppress(OverflowError, OSError, ValueError):
                 os.utime(fd, (member.mtime, member.mtime))  # .pyc files compare their source's
-            except (OverflowError, OSError, ValueError):
-                pass
         return written
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import array
 import collections
+import contextlib
 import fcntl
 import marshal
 import mmap
@@ -282,10 +283,8 @@ class Channel:
                     os.close(f)
             self._backlog.clear()
             self._drained.notify_all()
-        try:
+        with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         self.sock.close()
         self._out.close()
         self._in.close()

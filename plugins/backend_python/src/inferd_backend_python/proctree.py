@@ -16,6 +16,7 @@ its descendants: they go to init, as they would under Triton.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -73,10 +74,8 @@ def descendants(pid: int) -> list[int]:
 
 
 def _signal(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(OSError):  # gone already
         os.kill(pid, sig)
-    except OSError:  # gone already
-        pass
 
 
 def _alive(pid: int) -> bool:
@@ -102,10 +101,8 @@ def end(proc: subprocess.Popen[bytes], grace: float = 0.0) -> None:
         deadline = time.monotonic() + grace
         while any(_alive(pid) for pid in below) and time.monotonic() < deadline:
             time.sleep(0.02)
-    try:
+    with contextlib.suppress(OSError):
         proc.send_signal(signal.SIGSTOP)  # it starts nothing more while its tree is walked
-    except OSError:
-        pass
     stopped: set[int] = set()
     for _ in range(_WALKS):
         new = [pid for pid in descendants(proc.pid) if pid not in stopped]
@@ -116,7 +113,5 @@ def end(proc: subprocess.Popen[bytes], grace: float = 0.0) -> None:
         stopped.update(new)
     for pid in stopped:
         _signal(pid, signal.SIGKILL)
-    try:
+    with contextlib.suppress(OSError):
         proc.kill()
-    except OSError:
-        pass

@@ -10,6 +10,7 @@ calling again, so a slow ``is_ready`` is never run more than once at a time per 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable
 
@@ -72,10 +73,8 @@ def on_thread(work: Callable[[], bool]) -> asyncio.Future[bool]:
             result = work()
         except BaseException as exc:
             error = exc
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: the server stopped, nobody waits
             loop.call_soon_threadsafe(settle, result, error)
-        except RuntimeError:  # the loop closed meanwhile: the server stopped, nobody waits
-            pass
 
     threading.Thread(target=run, name="inferd-python-is-ready", daemon=True).start()
     return future

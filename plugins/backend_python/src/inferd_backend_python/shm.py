@@ -14,6 +14,7 @@ This module imports only the standard library and numpy: the stub of a model wit
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import fcntl
 import math
@@ -202,7 +203,7 @@ class Ring:
         """The block as a buffer object over the ring; its room is freed once nothing refers to it."""
         base, size, end = where
         ints = type(base) is int and type(size) is int and type(end) is int
-        if not (ints and self.HEADER <= base and 0 < size and base + size <= len(self.mm) and end >= 0):
+        if not (ints and base >= self.HEADER and size > 0 and base + size <= len(self.mm) and end >= 0):
             raise Malformed(f"a tensor block at {where!r} outside the ring")
         owner = (ctypes.c_char * size).from_buffer(self.mm, base)
         entry = [end, 0]
@@ -212,10 +213,8 @@ class Ring:
         return owner
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(BufferError):  # arrays still view it: unmapped when the last of them goes
             self.mm.close()
-        except BufferError:  # arrays still view it: unmapped when the last of them goes
-            pass
 
     def _release(self, entry: list[int]) -> None:
         with self._lock:

@@ -13,6 +13,7 @@ forwarded to the server too. The stub exits when the server closes the socket (o
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import functools
 import itertools
@@ -375,10 +376,8 @@ class Stub:
             forget_package(module.__name__.rpartition(".")[0])
 
     def _metric(self, *operation: Any) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.channel.send(ipc.METRIC, operation)
-        except OSError:
-            pass
 
     def _work(self) -> None:
         """Run the batches the server sends, one at a time, on this (the main) thread."""
@@ -450,7 +449,5 @@ def _exit(code: int) -> None:
 
 def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(Exception):
             stream.flush()
-        except Exception:
-            pass

@@ -9,6 +9,7 @@ the server's messages unread. Its death, seen as the socket closing, fails what 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import subprocess
 import threading
@@ -90,10 +91,8 @@ class Stub:
         stub = cls(owner, context, proc, channel)
         holder.append(stub)
         context.loop.call_soon_threadsafe(context.loop.add_reader, stub._fd, stub._readable)
-        try:
+        with contextlib.suppress(OSError):  # it died already: the reader says how
             channel.send(ipc.INIT, init)
-        except OSError:
-            pass  # it died already: the reader says how
         if not stub._started.wait(START_TIMEOUT_S):
             stub.kill(f"did not finish initialize within {START_TIMEOUT_S:g} s", "timeout")
             stub._started.wait()
@@ -117,10 +116,8 @@ class Stub:
     def wake_writer(self) -> None:
         """Some messages wait for the stub to read (any thread): the loop sends them as the socket
         takes them."""
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the server is stopping
             self.loop.call_soon_threadsafe(self._backlogged)
-        except RuntimeError:  # the loop is closed: the server is stopping
-            pass
 
     def _backlogged(self) -> None:
         if not self.batches.closed:

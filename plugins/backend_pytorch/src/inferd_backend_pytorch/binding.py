@@ -110,7 +110,7 @@ def _bind(model: str, args: Sequence[Argument], names: Sequence[str]) -> tuple[s
     """The naming convention and, for each argument in order, the config input bound to it."""
     arg_names = [a.name for a in args]
     if all(n in arg_names for n in names):
-        return "forward argument", [n for n in arg_names]
+        return "forward argument", list(arg_names)
     indexes = [index_suffix(n) for n in names]
     if all(i is not None for i in indexes):
         return "<name>__<index>", _by_index(model, names, indexes, len(args))  # type: ignore[arg-type]

@@ -79,7 +79,7 @@ class VllmChat:
         except VLLMValidationError as exc:
             raise BadRequest(str(exc), exc.parameter) from None
         except ValueError as exc:  # pydantic's ValidationError: its first error, naming the field
-            errors: list[Any] = getattr(exc, "errors", lambda: [])()
+            errors: list[Any] = getattr(exc, "errors", list)()
             if not errors:
                 raise BadRequest(str(exc)) from None
             where = ".".join(str(p) for p in errors[0]["loc"] if "(" not in str(p))
