@@ -11,7 +11,7 @@ config is re-read live), to show what the priority buys. It prints numbers only.
 
     .venv/bin/python benchmarks/tenant_priority.py --seconds 5
 
-The target (issue 24): interactive's loaded p99 within 2x of its unloaded p99, batch's grows.
+The target: interactive's loaded p99 within 2x of its unloaded p99, batch's grows.
 """
 
 from __future__ import annotations

@@ -46,8 +46,8 @@ _Execute = Coroutine[Any, Any, "Sequence[Outcome | None] | Started"]
 #: predicted to take at most this long (from the CPU time of its recent executions). Handing a
 #: batch to the instance thread and its results back costs two thread wake-ups and a fight for
 #: the GIL, and while the thread computes the loop dispatches smaller batches; on the loop the
-#: requests that arrive meanwhile wait and join the next, larger batch. Measured in issue 9
-#: (A/B pairs, HTTP at c=64, 2 cores): the ONNX ``Add`` model (~50 µs a batch) +8-16% infer/s,
+#: requests that arrive meanwhile wait and join the next, larger batch. Measured with
+#: benchmarks/vs_triton.py (A/B pairs, HTTP at c=64, 2 cores): the ONNX ``Add`` model (~50 µs a batch) +8-16% infer/s,
 #: the ``mlp`` model (~0.6-1.3 ms a batch) +14-53% with one worker and up to +50% with two. Past
 #: this limit the thread keeps the execution: a long one would hold up every other request of
 #: the worker, and instances whose compute could overlap would run one at a time.

@@ -7,7 +7,7 @@ takes (a POST with a ``Content-Length`` within the body limit, nothing unusual: 
 is written to the socket in one go. Everything else goes to the ASGI app
 (:class:`~inferd.serving.h1_cycle.AsgiCycle`). A direct request skips what ASGI costs per request:
 the scope, the receive/send messages, the header checks of ASGI's ``send``, a copy of the body
-(measured in issue 9's closing note).
+(measured with benchmarks/h1_protocol.py).
 
 :class:`DirectCycle` is the ASGI cycle's sibling in the protocol's bookkeeping (keep-alive,
 pipelining, flow control, disconnects, graceful shutdown): the same ``add_body``, ``end_body``,

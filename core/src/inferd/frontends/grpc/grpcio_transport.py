@@ -55,7 +55,7 @@ def server_options(max_message_bytes: int, reuse_port: bool = False) -> list[tup
 #: the next call only once the previous one has reached the loop (a round trip through grpc's poller
 #: thread per call), so at c=64 calls trickle in one by one and the dynamic batcher runs batches of
 #: ~2. Sixteen servers take up to sixteen calls per round: on the tiny model that halved the CPU per
-#: call and doubled the calls/s (issue 9's measurements; 8 servers cost 13% more CPU per call, 32 4%).
+#: call and doubled the calls/s (measured with benchmarks/vs_triton.py; 8 servers cost 13% more CPU per call, 32 4%).
 SERVERS = 16
 
 
