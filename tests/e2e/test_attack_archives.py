@@ -13,7 +13,6 @@ and every failed load left its extracted copy in ``$TMPDIR``.
 from __future__ import annotations
 
 import base64
-import hashlib
 import http.client
 import io
 import json
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 
@@ -53,10 +53,6 @@ CONFIG = json.dumps({
     "output": [{"name": "Y", "data_type": "TYPE_FP32", "dims": [1]}],
     "parameters": {"EXECUTION_ENV_PATH": {"string_value": "$$TRITON_MODEL_DIRECTORY/env.tar.gz"}},
 })  # fmt: skip
-
-
-def sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 def start_time(pid: int) -> int:
@@ -91,7 +87,7 @@ def stale(root: Path) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def server(root: Path, stale: dict[str, Path]) -> Iterator[ServerProcess]:
     repo = write_repository(root / "models", {"add_sub": models.add_sub()})
-    auth = {"tenants": {"admin": {"keys": [sha("admin-key")],
+    auth = {"tenants": {"admin": {"keys": [digest("admin-key")],
                                   "apis": ["health", "metadata", "inference", "model-repository"]}}}  # fmt: skip
     (root / "auth.json").write_text(json.dumps(auth))
     args = [

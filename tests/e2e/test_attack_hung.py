@@ -8,7 +8,6 @@ Against a real ``inferd serve``: HTTP, and gRPC on both transports (h2, grpcio).
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import socket
@@ -23,6 +22,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
+from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.e2e.h2_client import GRPC_HEADERS, RawConnection, message
@@ -74,10 +74,6 @@ ADMIN = {"authorization": "Bearer admin-key"}
 UNLOAD_TIMEOUT = 2
 
 
-def _sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 @pytest.fixture(scope="module", params=["h2", "grpcio"])
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp(f"hung-{request.param}")
@@ -87,8 +83,8 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         "stuck": {"config.pbtxt": STUCK_CONFIG, "1/model.py": STUCK_PY.format(marker=str(root / "executing"))},
     })  # fmt: skip
     tenants = {
-        "one": {"keys": [_sha("one-key")], "concurrency": 1},
-        "admin": {"keys": [_sha("admin-key")], "apis": ["health", "metadata", "inference", "model-repository"]},
+        "one": {"keys": [digest("one-key")], "concurrency": 1},
+        "admin": {"keys": [digest("admin-key")], "apis": ["health", "metadata", "inference", "model-repository"]},
     }
     (root / "auth.json").write_text(json.dumps({"tenants": tenants}))
     proc = ServerProcess([repo], [

@@ -7,7 +7,6 @@ On both gRPC transports (h2, the default, and grpcio), against a real ``inferd s
 
 from __future__ import annotations
 
-import hashlib
 import json
 import queue
 import time
@@ -20,6 +19,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 
+from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
 
 #: The per-stream cap the servers here run with.
@@ -78,10 +78,6 @@ class TritonPythonModel:
 """
 
 
-def _sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 FREE = {"authorization": "Bearer free-key"}
 ONE = {"authorization": "Bearer one-key"}
 
@@ -94,7 +90,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         "echo": {"config.pbtxt": ECHO_CONFIG, "1/model.py": ECHO_PY},
         "counter_cap": files, "counter_tenant": files,
     })  # fmt: skip
-    tenants = {"free": {"keys": [_sha("free-key")]}, "one": {"keys": [_sha("one-key")], "concurrency": 1}}
+    tenants = {"free": {"keys": [digest("free-key")]}, "one": {"keys": [digest("one-key")], "concurrency": 1}}
     (root / "auth.json").write_text(json.dumps({"tenants": tenants}))
     # A stream whose client reads nothing is reset 30 s after (h2): the server is not kept that long.
     proc = ServerProcess([repo], [f"--grpc-transport={request.param}", f"--grpc-stream-max-inflight={CAP}",

@@ -4,7 +4,6 @@ file reloads, per-tenant limits and their counters."""
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import os
@@ -21,34 +20,30 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.e2e.raw_http import raw_http
 from tests.e2e.test_grpc import MODELS
 
-
-def sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 CONFIG = f"""
 tenants:
   alice:
-    keys: [{sha("alice-key")}]
+    keys: [{digest("alice-key")}]
     models: ["add_*"]
   ops:
-    keys: [{sha("ops-key")}]
+    keys: [{digest("ops-key")}]
     models: ["add_*"]
     apis: [model-repository, statistics, trace]
   admin:
-    keys: [{sha("admin-key")}]
+    keys: [{digest("admin-key")}]
     apis: [health, metadata, inference, model-config, model-repository, statistics, logging, trace]
   limited:
-    keys: [{sha("limited-key")}]
+    keys: [{digest("limited-key")}]
     rate: 0.5
     burst: 1
   slow:
-    keys: [{sha("slow-key")}]
+    keys: [{digest("slow-key")}]
     models: [sleep]
     concurrency: 1
 """
@@ -370,7 +365,7 @@ def _until(condition, timeout: float = 15.0) -> bool:
 def test_key_file_changes_apply_without_restart_and_a_bad_file_keeps_the_old_keys(tmp_path):
     repo = write_repository(tmp_path / "models", {"add_sub": models.add_sub()})
     keys = tmp_path / "keys.json"
-    keys.write_text(json.dumps({"tenants": {"a": {"keys": [sha("one")]}}}))
+    keys.write_text(json.dumps({"tenants": {"a": {"keys": [digest("one")]}}}))
     proc = ServerProcess([repo], [f"--auth-config={keys}"]).start()
     try:
 
@@ -378,7 +373,7 @@ def test_key_file_changes_apply_without_restart_and_a_bad_file_keeps_the_old_key
             return raw_http(proc, "GET", "/v2/models/add_sub", bearer(key))[0]
 
         assert (status("one"), status("two")) == (200, 401)
-        _touch(keys, json.dumps({"tenants": {"a": {"keys": [sha("two")]}}}))
+        _touch(keys, json.dumps({"tenants": {"a": {"keys": [digest("two")]}}}))
         assert _until(lambda: status("two") == 200)
         assert status("one") == 401
         _touch(keys, '{"tenants": {"a": {"keys": [')
@@ -392,7 +387,7 @@ def test_key_file_changes_apply_without_restart_and_a_bad_file_keeps_the_old_key
 
 def test_a_malformed_key_file_stops_the_start_naming_file_and_line(tmp_path):
     keys = tmp_path / "keys.yaml"
-    keys.write_text(f"tenants:\n  a:\n    keys: [{sha('k')}]\n  b:\n    keys: [nothex]\n")
+    keys.write_text(f"tenants:\n  a:\n    keys: [{digest('k')}]\n  b:\n    keys: [nothex]\n")
     cmd = [
         sys.executable,
         "-m",

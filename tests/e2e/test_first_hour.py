@@ -4,7 +4,6 @@ and poll mode: the start-up summary, a broken model added under poll (the server
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -22,6 +21,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.e2e.test_tls import TlsServer
@@ -31,9 +31,9 @@ trustme = pytest.importorskip("trustme")
 KEYS = {"alice": "alice-key", "bob": "bob-key", "ops": "ops-key"}
 AUTH = f"""
 tenants:
-  alice: {{keys: [{hashlib.sha256(b"alice-key").hexdigest()}], models: ["add_*"]}}
-  bob: {{keys: [{hashlib.sha256(b"bob-key").hexdigest()}], models: [string_identity]}}
-  ops: {{keys: [{hashlib.sha256(b"ops-key").hexdigest()}], apis: [health, model-repository]}}
+  alice: {{keys: [{digest("alice-key")}], models: ["add_*"]}}
+  bob: {{keys: [{digest("bob-key")}], models: [string_identity]}}
+  ops: {{keys: [{digest("ops-key")}], apis: [health, model-repository]}}
 """
 STRING_IDENTITY = """
 backend: "python"

@@ -6,7 +6,6 @@ machine for reasons that are not the server's."""
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import subprocess
@@ -15,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 
@@ -36,10 +36,6 @@ print(counts.get(200, 0), counts.get(429, 0))
 """
 
 
-def sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 def _body() -> str:
     tensor = {"shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}
     return json.dumps({"inputs": [{"name": "INPUT0", **tensor}, {"name": "INPUT1", **tensor}]})
@@ -49,8 +45,8 @@ def _body() -> str:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("isolation")
     repo = write_repository(root / "models", {"add_sub": models.add_sub()})
-    config = {"tenants": {"flood": {"keys": [sha("flood-key")], "rate": 20, "burst": 20, "concurrency": 1},
-                          "polite": {"keys": [sha("polite-key")]}}}  # fmt: skip
+    config = {"tenants": {"flood": {"keys": [digest("flood-key")], "rate": 20, "burst": 20, "concurrency": 1},
+                          "polite": {"keys": [digest("polite-key")]}}}  # fmt: skip
     (root / "auth.json").write_text(json.dumps(config))
     proc = ServerProcess([repo], [f"--auth-config={root / 'auth.json'}"]).start()
     yield proc

@@ -7,7 +7,6 @@ administrator's."""
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import re
@@ -21,6 +20,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
 from tests.plugins.frontend_openai.chat_model import write_chat_model
 
@@ -53,17 +53,13 @@ output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
 
 
-def sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 AUTH = {
     "tenants": {
-        "alice": {"keys": [sha("alice-key")]},
-        "bob": {"keys": [sha("bob-key")]},
-        "admin": {"keys": [sha("admin-key")], "apis": ["inference", "model-repository", "metadata"]},
-        "metered": {"keys": [sha("metered-key")], "tokens_per_minute": 5},
-        "short": {"keys": [sha("short-key")], "max_prompt_tokens": 3},
+        "alice": {"keys": [digest("alice-key")]},
+        "bob": {"keys": [digest("bob-key")]},
+        "admin": {"keys": [digest("admin-key")], "apis": ["inference", "model-repository", "metadata"]},
+        "metered": {"keys": [digest("metered-key")], "tokens_per_minute": 5},
+        "short": {"keys": [digest("short-key")], "max_prompt_tokens": 3},
     }
 }
 

@@ -5,7 +5,6 @@ own counter, returned as ``ORDER``) shows who went first. No timing is asserted.
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import re
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
 
 GATE_PY = """
@@ -70,15 +70,11 @@ SEQUENCE = """sequence_batching {
 }"""
 
 
-def sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 AUTH = {
     "tenants": {
-        "interactive": {"keys": [sha("interactive-key")], "priority": 1},
-        "batch": {"keys": [sha("batch-key")], "priority": 2},
-        "hurried": {"keys": [sha("hurried-key")], "priority": 2, "queue_timeout_ms": 200},
+        "interactive": {"keys": [digest("interactive-key")], "priority": 1},
+        "batch": {"keys": [digest("batch-key")], "priority": 2},
+        "hurried": {"keys": [digest("hurried-key")], "priority": 2, "queue_timeout_ms": 200},
     }
 }
 MODELS = {  # name -> scheduling
@@ -218,7 +214,7 @@ def test_a_high_priority_sequence_takes_the_next_free_slot(server):
 )
 def test_bad_priority_or_token_values_stop_the_start(tmp_path, field, value, expected):
     auth = tmp_path / "auth.json"
-    auth.write_text(json.dumps({"tenants": {"bad": {"keys": [sha("k")], field: value}}}))
+    auth.write_text(json.dumps({"tenants": {"bad": {"keys": [digest("k")], field: value}}}))
     cmd = [
         sys.executable,
         "-m",
