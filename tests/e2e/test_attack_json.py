@@ -5,14 +5,13 @@ never a 500 from a ``RecursionError``; and the server keeps serving."""
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
 from inferd.testing import ServerProcess, free_port, write_repository
 from tests.e2e import models
+from tests.http_calls import http_call
 
 DEEP = 100_000
 TOO_DEEP = "nested more than 64 levels deep"
@@ -41,12 +40,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerPro
 
 
 def _post(url: str, body: str) -> tuple[int, str]:
-    request = urllib.request.Request(url, body.encode(), {"Content-Type": "application/json"}, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
+    status, raw = http_call(url, "POST", body.encode(), {"Content-Type": "application/json"})
+    return status, raw.decode()
 
 
 def _bodies(depth: int) -> dict[str, tuple[str, str]]:

@@ -23,6 +23,7 @@ from tritonclient.utils import InferenceServerException
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.e2e.attack import rss_mb
+from tests.http_calls import http_call
 
 LIMIT = 4 << 20  # docs/security.md
 #: How long a liveness probe may wait while the big load is parsed. Parsed on the event loop, it
@@ -56,13 +57,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 def _load(server: ServerProcess, config: str, gzipped: bool = False) -> tuple[int, str]:
     body = json.dumps({"parameters": {"config": config}}).encode()
     headers = {"Content-Encoding": "gzip"} if gzipped else {}
-    request = urllib.request.Request(f"http://{server.http_url}/v2/repository/models/add_sub/load",
-                                     gzip.compress(body, 1) if gzipped else body, headers, method="POST")  # fmt: skip
-    try:
-        with urllib.request.urlopen(request, timeout=300) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
+    url = f"http://{server.http_url}/v2/repository/models/add_sub/load"
+    status, raw = http_call(url, "POST", gzip.compress(body, 1) if gzipped else body, headers, timeout=300)
+    return status, raw.decode()
 
 
 class _Prober:

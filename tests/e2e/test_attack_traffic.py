@@ -8,8 +8,6 @@ refused with Python's int-conversion message; "01" was taken as version 1."""
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ import pytest
 from inferd.frontends.grpc import traffic_pb2, traffic_pb2_grpc
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
+from tests.http_calls import json_call
 
 LIMIT = "1000000"  # docs/traffic.md
 #: What Python says where inferd did not speak for itself.
@@ -39,12 +38,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def _http(server: ServerProcess, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
-    request = urllib.request.Request(f"http://{server.http_url}{path}", body, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read() or b"null")
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"null")
+    return json_call(f"http://{server.http_url}{path}", method, body)
 
 
 def _set(server: ServerProcess, weights_json: str) -> tuple[int, Any]:

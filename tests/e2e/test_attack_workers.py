@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from multiprocessing import shared_memory
 from pathlib import Path
@@ -28,6 +28,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
+from tests.waiting import wait_for
 
 # PID = the process serving the request. Two instances: one in each worker.
 WHOAMI_CONFIG = """
@@ -57,15 +58,6 @@ FAST_EXIT = ["--exit-timeout-secs", "2"]
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     return write_repository(tmp_path / "models", {"whoami": WHOAMI})
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 90.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def whoami(url: str, timeout: float = 10.0) -> int:
@@ -345,7 +337,7 @@ def listening_ports(pid: int) -> set[int]:
 def test_openai_port_is_not_opened_by_default_without_a_model_it_serves(repo: Path) -> None:
     pytest.importorskip("inferd_frontend_openai")
     with ServerProcess([repo]) as srv:
-        wait_for(lambda: "OpenAI API not served: no loaded model" in srv.log(), 30, "the log line")
+        wait_for(lambda: "OpenAI API not served: no loaded model" in srv.log(), "the log line", 30)
         assert listening_ports(srv.proc.pid) == {srv.http_port, srv.grpc_port, srv.metrics_port}
 
 

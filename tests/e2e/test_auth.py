@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.e2e.raw_http import raw_http
 from tests.e2e.test_grpc import MODELS
+from tests.waiting import wait_for
 
 CONFIG = f"""
 tenants:
@@ -353,15 +353,6 @@ def _touch(path: Path, text: str) -> None:
     os.utime(path, ns=(before + 2_000_000_000, before + 2_000_000_000))
 
 
-def _until(condition, timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def test_key_file_changes_apply_without_restart_and_a_bad_file_keeps_the_old_keys(tmp_path):
     repo = write_repository(tmp_path / "models", {"add_sub": models.add_sub()})
     keys = tmp_path / "keys.json"
@@ -374,11 +365,13 @@ def test_key_file_changes_apply_without_restart_and_a_bad_file_keeps_the_old_key
 
         assert (status("one"), status("two")) == (200, 401)
         _touch(keys, json.dumps({"tenants": {"a": {"keys": [digest("two")]}}}))
-        assert _until(lambda: status("two") == 200)
+        wait_for(lambda: status("two") == 200, "the new key to apply", log=proc.log)
         assert status("one") == 401
         _touch(keys, '{"tenants": {"a": {"keys": [')
         # the file is looked at (at most once a second) as requests come
-        assert _until(lambda: status("two") == 200 and "the previous keys stay in force" in proc.log())
+        wait_for(
+            lambda: status("two") == 200 and "the previous keys stay in force" in proc.log(), "the bad file refused"
+        )
         assert f"{keys}:1: not valid JSON" in proc.log()
         assert status("two") == 200
     finally:

@@ -16,6 +16,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
+from tests.waiting import wait_for
 
 STEP_CONFIG = """
 backend: "python"
@@ -96,15 +97,6 @@ def input_dims(client, name: str) -> list[int]:
         return [int(d) for d in client.get_model_metadata(name)["inputs"][0]["shape"]]
     except InferenceServerException:
         return []
-
-
-def wait_for(predicate, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def unavailable_for_the_step(client) -> bool:

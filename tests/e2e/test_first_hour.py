@@ -4,14 +4,11 @@ and poll mode: the start-up summary, a broken model added under poll (the server
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import signal
 import ssl
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +22,7 @@ from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.e2e.test_tls import TlsServer
+from tests.http_calls import json_call
 
 trustme = pytest.importorskip("trustme")
 
@@ -84,15 +82,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsServer]:
 
 def call(server: TlsServer, method: str, path: str, tenant: str | None = None, body: Any = None) -> tuple[int, Any]:
     headers = {"Authorization": f"Bearer {KEYS[tenant]}"} if tenant else {}
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"https://localhost:{server.http_port}{path}", data, headers, method=method)
     context = ssl.create_default_context(cafile=server.ca)
-    try:
-        with urllib.request.urlopen(request, timeout=30, context=context) as response:
-            status, raw = response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        status, raw = exc.code, exc.read()
-    return status, json.loads(raw) if raw else None
+    return json_call(f"https://localhost:{server.http_port}{path}", method, body, headers, 30, context)
 
 
 def ready(server: TlsServer) -> int:

@@ -7,7 +7,6 @@ import os
 import shutil
 import signal
 import threading
-import time
 
 import gevent
 import numpy as np
@@ -17,6 +16,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
+from tests.waiting import wait_for
 
 
 def add_sub_call(client: httpclient.InferenceServerClient, model: str = "add_sub", version: str = "") -> np.ndarray:
@@ -25,15 +25,6 @@ def add_sub_call(client: httpclient.InferenceServerClient, model: str = "add_sub
     inputs[0].set_data_from_numpy(a)
     inputs[1].set_data_from_numpy(a)
     return client.infer(model, inputs, model_version=version).as_numpy("OUTPUT0")
-
-
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def index_of(client) -> dict[tuple[str, str], tuple[str, str]]:

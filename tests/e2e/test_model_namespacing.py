@@ -9,7 +9,6 @@ tritonserver 2.51 (CPU, Python backend) started with the same repositories and
 
 from __future__ import annotations
 
-import json
 import re
 import time
 import urllib.error
@@ -23,6 +22,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
+from tests.http_calls import json_call
 
 ADD = """
 import numpy as np
@@ -85,14 +85,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def _http(server: ServerProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"http://{server.http_url}{path}", data=data, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=60) as r:
-            status, text = r.status, r.read()
-    except urllib.error.HTTPError as exc:
-        status, text = exc.code, exc.read()
-    return status, json.loads(text) if text else None
+    return json_call(f"http://{server.http_url}{path}", method, body)
 
 
 def _infer(server: ServerProcess, name: str) -> tuple[int, Any]:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
 from inferd.testing.servers import free_ports
+from tests.http_calls import http_call
 
 IDENTITY = """
 import json
@@ -65,11 +64,7 @@ CACHE_SENTENCE = (
 
 
 def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            return int(r.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
+    return http_call(url, timeout=10)[0]
 
 
 def _serve(*args: str) -> subprocess.CompletedProcess[str]:

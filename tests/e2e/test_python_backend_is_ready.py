@@ -10,9 +10,6 @@ byte to CALLS. Input 9 makes ``execute`` hold until the test removes the file RU
 from __future__ import annotations
 
 import threading
-import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,6 +19,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
+from tests.http_calls import http_call
+from tests.waiting import wait_for
 
 CONFIG = """
 backend: "python"
@@ -137,23 +136,12 @@ def _infer(client: httpclient.InferenceServerClient, model: str, n: int) -> int:
 
 
 def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=120) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
+    return http_call(url, timeout=120)[0]
 
 
 def _calls(server, model: str) -> int:
     calls = Path(server.repo) / model / "CALLS"
     return len(calls.read_text()) if calls.exists() else 0
-
-
-def _wait_for(condition, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_every_model_is_ready_and_is_ready_is_asked(server, clients):
@@ -206,7 +194,7 @@ def test_readiness_is_answered_while_execute_runs(server, clients, model):
     with ThreadPoolExecutor(1) as pool:
         held = pool.submit(_infer, httpclient.InferenceServerClient(server.http_url, network_timeout=120), model, 9)
         try:
-            _wait_for(running.exists, f"{model}'s execute to start")
+            wait_for(running.exists, f"{model}'s execute to start")
             before = _calls(server, model)
             # an answer that waited for the execute to end would time out after 5 s: not ready
             assert http.is_model_ready(model) and grpc.is_model_ready(model)
@@ -233,7 +221,7 @@ def test_a_slow_is_ready_fails_the_check_and_runs_once_at_a_time(server, clients
     assert answers == [400, 400, 400]  # each gave up after 5 s
     assert _calls(server, model) == before + 1  # the three asks shared one call
     slow.unlink()
-    _wait_for(lambda: http.is_model_ready(model), f"{model} to answer ready again")  # the late answer counts
+    wait_for(lambda: http.is_model_ready(model), f"{model} to answer ready again")  # the late answer counts
 
 
 def test_with_workers_server_readiness_asks_every_workers_instance(tmp_path):

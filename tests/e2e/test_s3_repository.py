@@ -22,8 +22,9 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, free_port
 from tests.e2e import models
-from tests.e2e.test_lifecycle import BROKEN_PY, add_sub_call, index_of, wait_for
+from tests.e2e.test_lifecycle import BROKEN_PY, add_sub_call, index_of
 from tests.lazy import lazy_import
+from tests.waiting import wait_for
 
 boto3 = lazy_import("boto3", skip="boto3 comes with inferd's s3 extra (make install)")
 lazy_import("moto", skip="moto[server] is a test dependency (requirements-dev.txt)")

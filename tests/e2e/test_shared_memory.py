@@ -13,8 +13,6 @@ import json
 import os
 import queue
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 from inferd.shared_memory.cuda import unusable_reason
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
+from tests.http_calls import http_call
 
 IDENTITY_CONFIG = """
 backend: "python"
@@ -256,12 +255,7 @@ def test_register_errors(client: Client, protocol: str, region: Any) -> None:
 
 def _http(server: ServerProcess, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
     data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-    request = urllib.request.Request(f"http://{server.http_url}{path}", data=data, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+    return http_call(f"http://{server.http_url}{path}", method, data, timeout=10)
 
 
 def test_http_routes_and_bodies(server: ServerProcess, region: Any) -> None:

@@ -11,7 +11,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 
 from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
+from tests.waiting import wait_for
 
 GATE_PY = """
 import json, os, time
@@ -119,13 +119,6 @@ def _pending(server: ServerProcess, model: str) -> float:
     return float(match.group(1)) if match else 0.0
 
 
-def _wait(check: Any, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 class _Calls:
     """Requests sent from threads; ``results[label]`` is (status, ORDER or error body)."""
 
@@ -151,7 +144,7 @@ def _hold_gate(server: ServerProcess, folder: Path, model: str, calls: _Calls, *
     for marker in ("started", "release"):
         (folder / model / marker).unlink(missing_ok=True)
     calls.send("gate", server, model, "batch-key", 0, **kwargs)
-    _wait(lambda: (folder / model / "started").exists(), f"{model} to run its first request")
+    wait_for(lambda: (folder / model / "started").exists(), f"{model} to run its first request")
 
 
 @pytest.mark.parametrize("model", ["gate", "gate_levels"])
@@ -164,9 +157,9 @@ def test_a_high_priority_tenant_passes_queued_low_priority_requests(server, mode
     params = {"priority": 1} if model == "gate_levels" else None
     for i in range(3):
         calls.send(f"low{i}", proc, model, "batch-key", 1, params)
-        _wait(lambda i=i: _pending(proc, model) >= i + 1, f"low request {i} to queue")
+        wait_for(lambda i=i: _pending(proc, model) >= i + 1, f"low request {i} to queue")
     calls.send("high", proc, model, "interactive-key", 1)
-    _wait(lambda: _pending(proc, model) >= 4, "the high-priority request to queue")
+    wait_for(lambda: _pending(proc, model) >= 4, "the high-priority request to queue")
     (folder / model / "release").touch()
     results = calls.join()
     assert all(status == 200 for status, _ in results.values()), results
@@ -191,9 +184,9 @@ def test_a_high_priority_sequence_takes_the_next_free_slot(server):
     calls = _Calls()
     _hold_gate(proc, folder, "gate_sequence", calls, sequence=(100, True, True))
     calls.send("low", proc, "gate_sequence", "batch-key", 1, sequence=(101, True, True))
-    _wait(lambda: _pending(proc, "gate_sequence") >= 1, "the low-priority sequence to wait for the slot")
+    wait_for(lambda: _pending(proc, "gate_sequence") >= 1, "the low-priority sequence to wait for the slot")
     calls.send("high", proc, "gate_sequence", "interactive-key", 1, sequence=(102, True, True))
-    _wait(lambda: _pending(proc, "gate_sequence") >= 2, "both sequences to wait for the slot")
+    wait_for(lambda: _pending(proc, "gate_sequence") >= 2, "both sequences to wait for the slot")
     (folder / "gate_sequence" / "release").touch()
     results = calls.join()
     assert all(status == 200 for status, _ in results.values()), results

@@ -29,6 +29,7 @@ from inferd.host import cli
 from inferd.serving import tls
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
+from tests.waiting import wait_for
 
 trustme = pytest.importorskip("trustme")
 
@@ -273,13 +274,6 @@ def swap_server_certificate(srv: TlsServer, pki: Pki, name: str) -> None:
         os.replace(root / f"new.{ext}", root / f"server.{ext}")
 
 
-def until(ok: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not ok():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-
-
 def grpc_trusts(srv: TlsServer, ca: str) -> bool:
     """Whether a new gRPC connection trusting only ``ca`` gets through."""
     with grpc_client(srv, ca=ca) as client:
@@ -304,19 +298,22 @@ def test_certificates_reload_on_sighup_and_on_change_without_dropping_connection
         swap_server_certificate(server, pki, "other-server")
         assert server.proc is not None
         server.proc.send_signal(signal.SIGHUP)  # at once, for both ports
-        until(lambda: grpc_trusts(server, other_ca) and http_trusts(server, other_ca))
+        wait_for(lambda: grpc_trusts(server, other_ca) and http_trusts(server, other_ca), "the other certificate")
         assert not grpc_trusts(server, ca) and not http_trusts(server, ca)
         add_sub(grpc_open)  # the open connections keep going on the old certificate
         add_sub(http_open)
         swap_server_certificate(server, pki, "expired")  # no signal: the change is seen by the next clients
-        until(lambda: not http_trusts(server, other_ca))
+        wait_for(lambda: not http_trusts(server, other_ca), "the expired certificate over HTTPS")
         with pytest.raises(ssl.SSLCertVerificationError, match="certificate has expired"):
             http_client(server).is_server_live()
-        until(lambda: not grpc_trusts(server, ca) and not grpc_trusts(server, other_ca))
+        wait_for(
+            lambda: not grpc_trusts(server, ca) and not grpc_trusts(server, other_ca),
+            "the expired certificate over gRPC",
+        )
     finally:
         swap_server_certificate(server, pki, "server")
         server.proc.send_signal(signal.SIGHUP)
-    until(lambda: grpc_trusts(server, ca) and http_trusts(server, ca))
+    wait_for(lambda: grpc_trusts(server, ca) and http_trusts(server, ca), "the first certificate back")
     grpc_open.close()
     assert "TLS certificate reloaded from" in server.log()
 
@@ -327,7 +324,7 @@ def test_a_rotation_that_does_not_load_keeps_the_old_certificate(server: TlsServ
     try:
         assert server.proc is not None
         server.proc.send_signal(signal.SIGHUP)
-        until(lambda: "the new TLS certificate files were not loaded" in server.log())
+        wait_for(lambda: "the new TLS certificate files were not loaded" in server.log(), "the refusal in the log")
         assert_healthy(server)
     finally:
         shutil.copy(pki.dir / "server.key", root / "server.key")

@@ -18,6 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from inferd.testing import ServerProcess, write_repository
+from tests.http_calls import json_call
 
 # V = the version that answered (read from the version directory's name), X echoed.
 CONFIG = """
@@ -65,14 +66,7 @@ def model_files(name: str, versions: dict[int, int], **params: str) -> dict[str,
 
 
 def call(server: ServerProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"http://{server.http_url}{path}", data=data, method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            raw = resp.read()
-            return resp.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
+    return json_call(f"http://{server.http_url}{path}", method, body, timeout=30)
 
 
 def infer_body(request_id: str = "") -> bytes:

@@ -20,6 +20,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
+from tests.waiting import wait_for
 
 # PID = the process serving the request, after sleeping MS milliseconds. Eight instances: four
 # on each of two workers (a config's instances are dealt out among the workers).
@@ -83,15 +84,6 @@ def metric(srv: ServerProcess, family: str, model: str) -> float:
     match = re.search(rf'^{family}{{model="{model}",version="1"}} (\S+)$', text, re.M)
     assert match, text
     return float(match.group(1))
-
-
-def wait_for(predicate, timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def worker_pids(url: str) -> set[int]:

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from inferd.testing import ServerProcess
+from tests.http_calls import json_call
 from tests.lazy import lazy_import
 from tests.plugins.backend_vllm.conftest import SKIP, SideBySide, VllmServe
 
@@ -71,12 +72,7 @@ def inferd_client(server: ServerProcess) -> openai.OpenAI:
 
 
 def post(server: ServerProcess, model: str, route: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(f"http://{server.http_url}/v2/models/{model}/{route}", json.dumps(body).encode())
-    try:
-        with urllib.request.urlopen(request, timeout=120) as resp:
-            return resp.status, json.load(resp)
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.load(exc)
+    return json_call(f"http://{server.http_url}/v2/models/{model}/{route}", "POST", body, timeout=120)
 
 
 def vllm_samples(server: ServerProcess) -> dict[str, float]:

@@ -20,6 +20,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from inferd.testing import ServerProcess
+from tests.http_calls import http_call
 from tests.plugins.backend_vllm.conftest import SKIP, SideBySide
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(SKIP is not None, reason=SKIP or "")]
@@ -27,12 +28,7 @@ PROMPT = "hello world"
 
 
 def post(server: ServerProcess, route: str, body: dict[str, Any]) -> tuple[int, bytes]:
-    req = urllib.request.Request(f"http://{server.http_url}/v2/models/llm/{route}", data=json.dumps(body).encode())
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+    return http_call(f"http://{server.http_url}/v2/models/llm/{route}", "POST", json.dumps(body).encode())
 
 
 def generate(server: ServerProcess, **body: Any) -> dict[str, Any]:
