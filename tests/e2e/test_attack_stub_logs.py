@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import time
-import urllib.request
 from collections.abc import Iterator
 
 import numpy as np
@@ -14,6 +13,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
+from tests.metrics_text import metric
 
 LINE_CHARS = 16 * 1024  # docs/security.md
 #: The log a 3 s flood may add: a burst of 1 MiB and 256 KiB a second (3-4 MB however slowly the
@@ -62,10 +62,7 @@ def _infer(client: httpclient.InferenceServerClient, n: int) -> int:
 
 
 def _metric(server: ServerProcess, name: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30) as response:
-        text = response.read().decode()
-    found = re.search(rf'^{name}{{model="flood",version="1"}} (\S+)$', text, re.M)
-    return float(found.group(1)) if found else 0.0
+    return metric(server, name, model="flood", version="1")
 
 
 def test_a_flood_of_long_lines_is_cut_dropped_counted_and_reported(server):

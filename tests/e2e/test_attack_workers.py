@@ -17,7 +17,6 @@ import subprocess
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from multiprocessing import shared_memory
@@ -28,6 +27,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
+from tests.metrics_text import sample, scrape
 from tests.waiting import wait_for
 
 # PID = the process serving the request. Two instances: one in each worker.
@@ -112,17 +112,12 @@ def stats_counts(url: str) -> tuple[int, int] | None:
 def metric_counts(srv: ServerProcess) -> tuple[int, int] | None:
     """(nv_inference_request_success, nv_inference_count) of whoami from one scrape; None: no answer."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{srv.metrics_port}/metrics", timeout=10) as r:
-            text = r.read().decode()
+        text = scrape(srv, timeout=10)
     except OSError:
         return None
-    values = []
-    for family in ("nv_inference_request_success", "nv_inference_count"):
-        match = re.search(rf'^{family}{{model="whoami",version="1"}} (\S+)$', text, re.M)
-        if match is None:
-            return None
-        values.append(int(float(match.group(1))))
-    return values[0], values[1]
+    success = sample(text, "nv_inference_request_success", model="whoami", version="1")
+    count = sample(text, "nv_inference_count", model="whoami", version="1")
+    return None if success is None or count is None else (int(success), int(count))
 
 
 def watch_counters(srv: ServerProcess, readings: list[tuple[str, tuple[int, int]]], stop: threading.Event) -> None:

@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 import os
 import queue
-import re
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from tritonclient.utils import InferenceServerException
 from inferd.frontends.grpc import grpc_service_pb2 as pb
 from inferd.frontends.grpc import grpc_service_pb2_grpc as pb_grpc
 from inferd.testing import ServerProcess, write_repository
+from tests.metrics_text import samples, scrape
 
 RAISES = """
 class TritonPythonModel:
@@ -121,9 +120,8 @@ def _counts(server: ServerProcess, model: str) -> dict[str, object]:
 
 
 def _failures(server: ServerProcess, model: str) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics").read().decode()
-    pattern = re.compile(rf'^nv_inference_request_failure\{{model="{model}",reason="(\w+)",version="1"\}} (\S+)$', re.M)
-    return {reason: float(value) for reason, value in pattern.findall(text)}
+    failures = samples(scrape(server), "nv_inference_request_failure")
+    return {labels["reason"]: value for labels, value in failures if labels["model"] == model}
 
 
 def _delta(after: dict[str, object], before: dict[str, object]) -> dict[str, object]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import queue
 import re
 import textwrap
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
+from tests.metrics_text import scrape
 
 ADD_SUB_CONFIG = """
 backend: "python"
@@ -400,7 +400,7 @@ def test_custom_metrics(server):
     for _ in range(3):
         inputs, a, b = _add_sub_inputs(httpclient)
         np.testing.assert_array_equal(client.infer("custom_metrics", inputs).as_numpy("OUTPUT0"), a + b)
-    text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30).read().decode()
+    text = scrape(server)
     latency = re.search(r'^requests_process_latency_ns\{model="custom_metrics",version="1"\} (\S+)$', text, re.M)
     assert latency is not None and float(latency.group(1)) >= 3, text
     assert re.search(r'^custom_metrics_requests\{model="custom_metrics"\} 3(\.0)?$', text, re.M), text

@@ -13,7 +13,6 @@ import re
 import socket
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
+from tests.metrics_text import scrape
 
 ECHO_CONFIG = """
 backend: "python"
@@ -476,7 +476,7 @@ def test_a_crash_loop_ends_unavailable_with_the_reason(server):
 def test_metrics_count_crashes_by_cause_and_restarts(server):
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
     _wait_ready(client, "boom")
-    text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30).read().decode()
+    text = scrape(server)
     samples = []
     for line in text.splitlines():
         match = re.fullmatch(r"(inferd_python_stub_\w+)\{(.*)\} (\S+)", line)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import re
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
+from tests.metrics_text import metric
 from tests.plugins.frontend_openai.chat_model import write_chat_model
 
 WORDS_PY = """
@@ -93,17 +93,6 @@ def _openai(server: ServerProcess, key: str, body: dict[str, Any]) -> tuple[int,
     return _post(f"127.0.0.1:{server.ports['openai']}", "/v1/completions", key, body)
 
 
-def _metric(server: ServerProcess, family: str, **labels: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    for line in text.splitlines():
-        match = re.fullmatch(rf"{family}{{(.*)}} (\S+)", line)
-        if match and sorted(match.group(1).split(",")) == sorted(wanted.split(",")):
-            return float(match.group(2))
-    return 0.0
-
-
 def _usage(server: ServerProcess, key: str) -> tuple[int, Any]:
     conn = http.client.HTTPConnection(server.http_url, timeout=30)
     conn.request("GET", "/v2/usage", headers={"Authorization": f"Bearer {key}"})
@@ -147,10 +136,10 @@ def test_tokens_are_counted_exactly_per_tenant_and_model(server):
     assert all(u["prompt_tokens"] > 0 and u["completion_tokens"] > 0 for u in usages), usages
 
     def tokens(tenant: str, model: str, kind: str) -> float:
-        return _metric(server, "inferd_tenant_tokens_total", tenant=tenant, model=model, kind=kind)
+        return metric(server, "inferd_tenant_tokens_total", tenant=tenant, model=model, kind=kind)
 
     def requests(tenant: str, model: str, outcome: str) -> float:
-        return _metric(server, "inferd_tenant_model_requests_total", tenant=tenant, model=model, outcome=outcome)
+        return metric(server, "inferd_tenant_model_requests_total", tenant=tenant, model=model, outcome=outcome)
 
     assert (tokens("alice", "words", "prompt"), tokens("alice", "words", "completion")) == (6, 9)
     assert (requests("alice", "words", "success"), requests("alice", "words", "failure")) == (3, 1)
@@ -189,7 +178,7 @@ def test_tokens_per_minute_answers_429_with_retry_after_on_every_port(server):
     with pytest.raises(InferenceServerException) as info:
         client.infer("words", [inp], headers={"authorization": "Bearer metered-key"})
     assert info.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
-    assert _metric(server, "inferd_tenant_requests_total", tenant="metered", outcome="token_limited") == 3
+    assert metric(server, "inferd_tenant_requests_total", tenant="metered", outcome="token_limited") == 3
 
 
 def test_a_prompt_over_the_tenants_limit_is_refused_on_the_openai_port(server):
@@ -220,8 +209,8 @@ def test_counts_are_the_whole_servers_under_workers(tmp_path: Path):
             assert status == 200
             pids.add(body["pid"])
             sent += 1
-        prompt = _metric(proc, "inferd_tenant_tokens_total", tenant="alice", model="words", kind="prompt")
-        completion = _metric(proc, "inferd_tenant_tokens_total", tenant="alice", model="words", kind="completion")
+        prompt = metric(proc, "inferd_tenant_tokens_total", tenant="alice", model="words", kind="prompt")
+        completion = metric(proc, "inferd_tenant_tokens_total", tenant="alice", model="words", kind="completion")
         assert (prompt, completion) == (2 * sent, 3 * sent)
         status, usage = _usage(proc, "admin-key")
         assert status == 200

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import http.client
 import json
-import re
 import subprocess
 import sys
 import threading
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ import pytest
 
 from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
+from tests.metrics_text import metric
 from tests.waiting import wait_for
 
 GATE_PY = """
@@ -113,10 +112,7 @@ def _infer(server: ServerProcess, model: str, key: str, value: int, params: dict
 
 
 def _pending(server: ServerProcess, model: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    match = re.search(rf'nv_inference_pending_request_count{{model="{model}",version="1"}} (\S+)', text)
-    return float(match.group(1)) if match else 0.0
+    return metric(server, "nv_inference_pending_request_count", model=model, version="1")
 
 
 class _Calls:

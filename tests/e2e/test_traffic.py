@@ -19,6 +19,7 @@ import tritonclient.grpc as grpcclient
 
 from inferd.testing import ServerProcess, write_repository
 from tests.http_calls import json_call
+from tests.metrics_text import metric
 
 # V = the version that answered (read from the version directory's name), X echoed.
 CONFIG = """
@@ -195,17 +196,6 @@ def test_bad_traffic_requests_are_refused(start) -> None:
     assert code == 404 and "nope" in reply["error"]
     code, reply = call(server, "GET", "/v2/models/m/traffic")
     assert code == 200 and reply["weights"] == {}
-
-
-def metric(server: ServerProcess, name: str, **labels: str) -> float:
-    """One sample of ``/metrics`` (0 when absent)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30) as resp:
-        text = resp.read().decode()
-    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    for line in text.splitlines():
-        if line.startswith(f"{name}{{{wanted}}} "):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
 
 
 def until(condition, what: str, server: ServerProcess, model: str, timeout: float = 90.0) -> list[tuple[int, bytes]]:

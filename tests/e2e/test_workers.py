@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 import numpy as np
 import pytest
@@ -20,6 +18,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
+from tests.metrics_text import sample, scrape
 from tests.waiting import wait_for
 
 # PID = the process serving the request, after sleeping MS milliseconds. Eight instances: four
@@ -79,11 +78,10 @@ def on_new_connections(url: str, ask, times: int = 16) -> list:
 
 
 def metric(srv: ServerProcess, family: str, model: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{srv.metrics_port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    match = re.search(rf'^{family}{{model="{model}",version="1"}} (\S+)$', text, re.M)
-    assert match, text
-    return float(match.group(1))
+    text = scrape(srv, timeout=10)
+    value = sample(text, family, model=model, version="1")
+    assert value is not None, text
+    return value
 
 
 def worker_pids(url: str) -> set[int]:

@@ -21,6 +21,7 @@ import tritonclient.grpc as grpcclient
 
 from inferd.testing import ServerProcess
 from tests.http_calls import http_call
+from tests.metrics_text import scrape
 from tests.plugins.backend_vllm.conftest import SKIP, SideBySide
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(SKIP is not None, reason=SKIP or "")]
@@ -232,9 +233,7 @@ def test_bad_input_is_a_400_naming_the_tensor(llm_server: ServerProcess, body: d
 
 def metric(server: ServerProcess, name: str, labels: str) -> float | None:
     """The value of the series ``name{labels...}`` on /metrics, or None."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as resp:
-        text = resp.read().decode()
-    for line in text.splitlines():
+    for line in scrape(server).splitlines():
         if line.startswith(name + "{") and labels in line:
             return float(line.rsplit(" ", 1)[1])
     return None
