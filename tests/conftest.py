@@ -1,4 +1,5 @@
-"""Shared fixtures: model repositories of Python-backend models and real inferd servers."""
+"""Shared fixtures: real ``inferd serve`` processes (``serve``), model repositories of Python-backend
+models, and how the suite is spread over xdist workers."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import compileall
 import os
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from inferd.engine import gc_settings
+from tests.servers import Servers
 
 pytest_plugins = ["inferd.testing"]
 
@@ -24,6 +27,17 @@ def python_model_files(config: str, model_py: str, versions: tuple[int, ...] = (
     for v in versions:
         files[f"{v}/model.py"] = textwrap.dedent(model_py)
     return files
+
+
+@pytest.fixture(scope="module")
+def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    """``serve(models, *flags)`` starts a real ``inferd serve`` for a repository (a dict written to
+    a temporary folder, or paths) with those command-line flags, and returns it once ready
+    (:class:`tests.servers.Servers`). Every server it started stops when the module's tests are done;
+    ``with serve(...) as server:`` stops one sooner (a parametrized fixture's, a test's own)."""
+    servers = Servers(tmp_path_factory)
+    yield servers
+    servers.close()
 
 
 #: Folders whose tests are end to end (real servers, installs, generated projects): marked ``e2e``.

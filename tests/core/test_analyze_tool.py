@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ import tritonclient.http as httpclient
 
 from inferd.config import parse_config_text
 from inferd.testing import ServerProcess, write_repository
+from tests.servers import Servers
 
 CONFIG = """
 backend: "python"
@@ -44,11 +44,9 @@ FILES = {"config.pbtxt": textwrap.dedent(CONFIG), "1/model.py": textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("analyze") / "models", {"add": FILES, "idle": FILES})
-    proc = ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=add"]).start()
-    yield proc
-    proc.stop()
+def server(serve: Servers) -> ServerProcess:
+    repo = {"add": FILES, "idle": FILES}
+    return serve(repo, "--model-control-mode=explicit", "--load-model=add")
 
 
 def analyze(*args: str) -> subprocess.CompletedProcess[str]:

@@ -34,6 +34,7 @@ from inferd.engine.version import ModelVersion
 from inferd.schedulers.batching.batches import plan_batch
 from inferd.schedulers.dynamic import DynamicBatchScheduler
 from inferd.testing import ServerProcess, write_repository
+from tests.servers import Servers
 
 # -- batch planning ------------------------------------------------------------------------------
 
@@ -289,7 +290,7 @@ MODELS = {
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
     root = tmp_path_factory.mktemp("dynamic")
     logs = root / "logs"
     logs.mkdir()
@@ -298,10 +299,9 @@ def server(tmp_path_factory: pytest.TempPathFactory):
         for name, (body, mbs, count, sleep) in MODELS.items()
     }
     repo = write_repository(root / "models", models)
-    srv = ServerProcess([repo]).start()
-    srv.logs = logs  # type: ignore[attr-defined]
-    yield srv
-    srv.stop()
+    srv = serve(repo)
+    srv.logs = logs
+    return srv
 
 
 def _executions(server: ServerProcess, model: str) -> list[dict[str, Any]]:

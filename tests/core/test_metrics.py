@@ -31,6 +31,7 @@ from inferd.frontends.metrics.frontend import latency_config
 from inferd.frontends.metrics.latency import LatencyConfig, LatencyWindows, parse_quantiles
 from inferd.frontends.metrics.system import CpuMetrics, GpuMetrics
 from inferd.testing import ServerProcess, write_repository
+from tests.servers import Servers
 
 DOUBLE_CONFIG = """
 backend: "python"
@@ -114,13 +115,16 @@ def x_input(values: list[float]) -> httpclient.InferInput:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repo = write_repository(tmp_path_factory.mktemp("metrics") / "models", {"double": {
-        "config.pbtxt": DOUBLE_CONFIG, "1/model.py": DOUBLE_PY}})  # fmt: skip
-    srv = ServerProcess([repo], ["--metrics-interval-ms=200", "--metrics-config", "summary_latencies=true",
-                                 "--metrics-config", "histogram_latencies=true"]).start()  # fmt: skip
-    yield srv
-    srv.stop()
+def server(serve: Servers) -> ServerProcess:
+    repo = {"double": {"config.pbtxt": DOUBLE_CONFIG, "1/model.py": DOUBLE_PY}}
+    return serve(
+        repo,
+        "--metrics-interval-ms=200",
+        "--metrics-config",
+        "summary_latencies=true",
+        "--metrics-config",
+        "histogram_latencies=true",
+    )
 
 
 @pytest.fixture(scope="module")

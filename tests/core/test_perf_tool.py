@@ -12,15 +12,15 @@ import re
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from inferd.tools import COMMANDS
+from tests.servers import Servers
 
 ADD_CONFIG = """
 backend: "python"
@@ -120,17 +120,14 @@ FAST = ["-p", "200", "-r", "3"]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(serve: Servers) -> ServerProcess:
     models = {
         "add": {"config.pbtxt": ADD_CONFIG, "1/model.py": ADD_PY},
         "repeat": {"config.pbtxt": REPEAT_CONFIG, "1/model.py": REPEAT_PY},
         "seq": {"config.pbtxt": SEQ_CONFIG, "1/model.py": SEQ_PY},
     }
     models = {m: {k: textwrap.dedent(v) for k, v in files.items()} for m, files in models.items()}
-    repo = write_repository(tmp_path_factory.mktemp("perf") / "models", models)
-    proc = ServerProcess([repo]).start()
-    yield proc
-    proc.stop()
+    return serve(models)
 
 
 def perf(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

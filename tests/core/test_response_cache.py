@@ -23,6 +23,7 @@ from inferd.host.plugins import PluginHost
 from inferd.host.serve_command import build_parser, options_from_args
 from inferd.host.server import Server, ServerOptions
 from inferd.testing import ServerProcess, asgi_client, write_repository
+from tests.servers import Servers
 
 COUNTED_CONFIG = """
 name: "{name}"
@@ -353,20 +354,15 @@ def test_server_builds_one_named_cache(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repo = write_repository(
-        tmp_path_factory.mktemp("cache") / "models",
-        {
-            "counted": counted("counted"),
-            "plain": counted("plain", cached=False),
-            "batched": {"config.pbtxt": BATCHED_CONFIG, "1/model.py": BATCHED_PY},
-            "text": {"config.pbtxt": TEXT_CONFIG, "1/model.py": TEXT_PY},
-            "ens": {"config.pbtxt": ENSEMBLE_CONFIG},
-        },
-    )
-    srv = ServerProcess([repo], ["--cache-config", "local,size=1048576"]).start()
-    yield srv
-    srv.stop()
+def server(serve: Servers) -> ServerProcess:
+    repo = {
+        "counted": counted("counted"),
+        "plain": counted("plain", cached=False),
+        "batched": {"config.pbtxt": BATCHED_CONFIG, "1/model.py": BATCHED_PY},
+        "text": {"config.pbtxt": TEXT_CONFIG, "1/model.py": TEXT_PY},
+        "ens": {"config.pbtxt": ENSEMBLE_CONFIG},
+    }
+    return serve(repo, "--cache-config", "local,size=1048576")
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,7 @@ from inferd.engine.version import ModelVersion
 from inferd.schedulers.sequence.batcher import SequenceBatchScheduler
 from inferd.schedulers.sequence.controls import ImplicitState, SequenceControls
 from inferd.testing import ServerProcess, write_repository
+from tests.servers import Servers
 
 MODEL_PY = """
 import json
@@ -138,14 +139,12 @@ MODELS = {
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
     root = tmp_path_factory.mktemp("sequence")
     repo = write_repository(
         root / "models", {n: {"config.pbtxt": c, "1/model.py": MODEL_PY} for n, c in MODELS.items()}
     )
-    srv = ServerProcess([repo]).start()
-    yield srv
-    srv.stop()
+    return serve(repo)
 
 
 def _infer(client: httpclient.InferenceServerClient, model: str, value: int, batched: bool = True, **kw: Any):

@@ -21,6 +21,7 @@ from inferd.contracts.errors import InvalidArgument, Unsupported
 from inferd.contracts.types import InferRequest
 from inferd.engine.trace import Tracer, parse_setting
 from inferd.testing import ServerProcess, write_repository
+from tests.servers import Servers
 
 IDENTITY_CONFIG = """
 backend: "python"
@@ -72,14 +73,17 @@ def assert_ordered(trace: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
     root = tmp_path_factory.mktemp("trace")
-    srv = ServerProcess([repo(root / "models")], [
-        "--trace-config", f"triton,file={root / 'trace.json'}", "--trace-config", "triton,log-frequency=2",
-    ]).start()  # fmt: skip
+    srv = serve(
+        repo(root / "models"),
+        "--trace-config",
+        f"triton,file={root / 'trace.json'}",
+        "--trace-config",
+        "triton,log-frequency=2",
+    )
     srv.trace_file = root / "trace.json"
-    yield srv
-    srv.stop()
+    return srv
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.e2e.h2_client import GRPC_HEADERS, RawConnection, message
+from tests.servers import Servers
 
 # Waits SECONDS, or until its request is cancelled (Triton's request.is_cancelled()).
 PATIENT_CONFIG = """
@@ -75,24 +76,33 @@ UNLOAD_TIMEOUT = 2
 
 
 @pytest.fixture(scope="module", params=["h2", "grpcio"])
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, serve: Servers
+) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp(f"hung-{request.param}")
-    repo = write_repository(root / "models", {
-        "add_sub": models.add_sub(),
-        "patient": {"config.pbtxt": PATIENT_CONFIG, "1/model.py": PATIENT_PY},
-        "stuck": {"config.pbtxt": STUCK_CONFIG, "1/model.py": STUCK_PY.format(marker=str(root / "executing"))},
-    })  # fmt: skip
+    repo = write_repository(
+        root / "models",
+        {
+            "add_sub": models.add_sub(),
+            "patient": {"config.pbtxt": PATIENT_CONFIG, "1/model.py": PATIENT_PY},
+            "stuck": {"config.pbtxt": STUCK_CONFIG, "1/model.py": STUCK_PY.format(marker=str(root / "executing"))},
+        },
+    )
     tenants = {
         "one": {"keys": [digest("one-key")], "concurrency": 1},
         "admin": {"keys": [digest("admin-key")], "apis": ["health", "metadata", "inference", "model-repository"]},
     }
     (root / "auth.json").write_text(json.dumps({"tenants": tenants}))
-    proc = ServerProcess([repo], [
-        f"--grpc-transport={request.param}", f"--auth-config={root / 'auth.json'}", "--model-control-mode=explicit",
-        "--load-model=*", f"--model-unload-timeout-secs={UNLOAD_TIMEOUT}", "--exit-timeout-secs=5",
-    ]).start()  # fmt: skip
-    yield proc
-    proc.stop()
+    with serve(
+        repo,
+        f"--grpc-transport={request.param}",
+        f"--auth-config={root / 'auth.json'}",
+        "--model-control-mode=explicit",
+        "--load-model=*",
+        f"--model-unload-timeout-secs={UNLOAD_TIMEOUT}",
+        "--exit-timeout-secs=5",
+    ) as proc:
+        yield proc
 
 
 def _post(server: ServerProcess, path: str, body: dict, headers: dict[str, str], timeout: float) -> tuple[int, dict]:

@@ -12,7 +12,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -20,10 +19,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.e2e import models
 from tests.e2e.attack import rss_mb
 from tests.http_calls import http_call
+from tests.servers import Servers
 
 LIMIT = 4 << 20  # docs/security.md
 #: How long a liveness probe may wait while the big load is parsed. Parsed on the event loop, it
@@ -48,10 +48,8 @@ def _config(size: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("load") / "models", {"add_sub": models.add_sub()})
-    with ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=add_sub"]) as srv:
-        yield srv
+def server(serve: Servers) -> ServerProcess:
+    return serve({"add_sub": models.add_sub()}, "--model-control-mode=explicit", "--load-model=add_sub")
 
 
 def _load(server: ServerProcess, config: str, gzipped: bool = False) -> tuple[int, str]:

@@ -21,8 +21,9 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.e2e import models
+from tests.servers import Servers
 
 SECRET = b"the server's private key: do not map me into a client's region!!"
 _keys = itertools.count()
@@ -30,10 +31,8 @@ Client = httpclient.InferenceServerClient | grpcclient.InferenceServerClient
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("shm") / "models", {"add_sub": models.add_sub()})
-    with ServerProcess([repo]) as srv:
-        yield srv
+def server(serve: Servers) -> ServerProcess:
+    return serve({"add_sub": models.add_sub()})
 
 
 @pytest.fixture(params=["http", "grpc"])

@@ -20,7 +20,8 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 
 from inferd.auth import digest
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
+from tests.servers import Servers
 
 #: The per-stream cap the servers here run with.
 CAP = 4
@@ -83,20 +84,23 @@ ONE = {"authorization": "Bearer one-key"}
 
 
 @pytest.fixture(scope="module", params=["h2", "grpcio"])
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    root = tmp_path_factory.mktemp(f"stream-{request.param}")
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, serve: Servers
+) -> Iterator[ServerProcess]:
     files = {"config.pbtxt": COUNTER_CONFIG, "1/model.py": COUNTER_PY}
-    repo = write_repository(root / "models", {
-        "echo": {"config.pbtxt": ECHO_CONFIG, "1/model.py": ECHO_PY},
-        "counter_cap": files, "counter_tenant": files,
-    })  # fmt: skip
+    repo = {"echo": {"config.pbtxt": ECHO_CONFIG, "1/model.py": ECHO_PY}, "counter_cap": files, "counter_tenant": files}
     tenants = {"free": {"keys": [digest("free-key")]}, "one": {"keys": [digest("one-key")], "concurrency": 1}}
-    (root / "auth.json").write_text(json.dumps({"tenants": tenants}))
+    auth = tmp_path_factory.mktemp(f"stream-{request.param}") / "auth.json"
+    auth.write_text(json.dumps({"tenants": tenants}))
     # A stream whose client reads nothing is reset 30 s after (h2): the server is not kept that long.
-    proc = ServerProcess([repo], [f"--grpc-transport={request.param}", f"--grpc-stream-max-inflight={CAP}",
-                                  f"--auth-config={root / 'auth.json'}", "--exit-timeout-secs=3"]).start()  # fmt: skip
-    yield proc
-    proc.stop()
+    with serve(
+        repo,
+        f"--grpc-transport={request.param}",
+        f"--grpc-stream-max-inflight={CAP}",
+        f"--auth-config={auth}",
+        "--exit-timeout-secs=3",
+    ) as proc:
+        yield proc
 
 
 def _rss_bytes(pid: int) -> int:

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.metrics_text import metric
+from tests.servers import Servers
 
 LINE_CHARS = 16 * 1024  # docs/security.md
 #: The log a 3 s flood may add: a burst of 1 MiB and 256 KiB a second (3-4 MB however slowly the
@@ -48,11 +48,8 @@ class TritonPythonModel:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("logs") / "models",
-                            {"flood": {"config.pbtxt": CONFIG, "1/model.py": FLOOD_PY}})  # fmt: skip
-    with ServerProcess([repo]) as srv:
-        yield srv
+def server(serve: Servers) -> ServerProcess:
+    return serve({"flood": {"config.pbtxt": CONFIG, "1/model.py": FLOOD_PY}})
 
 
 def _infer(client: httpclient.InferenceServerClient, n: int) -> int:

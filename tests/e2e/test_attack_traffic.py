@@ -19,6 +19,7 @@ from inferd.frontends.grpc import traffic_pb2, traffic_pb2_grpc
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.http_calls import json_call
+from tests.servers import Servers
 
 LIMIT = "1000000"  # docs/traffic.md
 #: What Python says where inferd did not speak for itself.
@@ -29,12 +30,9 @@ INFER = json.dumps({
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(serve: Servers) -> ServerProcess:
     config = models.ADD_SUB_CONFIG + "version_policy: { all: {} }\n"
-    repo = write_repository(tmp_path_factory.mktemp("traffic") / "models", {"m": models.add_sub(versions=(1, 2),
-                                                                                                  config=config)})  # fmt: skip
-    with ServerProcess([repo]) as srv:
-        yield srv
+    return serve({"m": models.add_sub(versions=(1, 2), config=config)})
 
 
 def _http(server: ServerProcess, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:

@@ -24,6 +24,7 @@ from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.e2e.raw_http import raw_http
 from tests.e2e.test_grpc import MODELS
+from tests.servers import Servers
 from tests.waiting import wait_for
 
 CONFIG = f"""
@@ -55,15 +56,21 @@ def bearer(key: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module", params=["h2", "grpcio"])
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, serve: Servers
+) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("auth")
     repo = write_repository(root / "models", MODEL_SET)
     (root / "auth.yaml").write_text(CONFIG)
-    args = ["--grpc-transport", request.param, "--model-control-mode=explicit", "--load-model=*",
-            f"--auth-config={root / 'auth.yaml'}"]  # fmt: skip
-    proc = ServerProcess([repo], args).start()
-    yield proc
-    proc.stop()
+    args = [
+        "--grpc-transport",
+        request.param,
+        "--model-control-mode=explicit",
+        "--load-model=*",
+        f"--auth-config={root / 'auth.yaml'}",
+    ]
+    with serve(repo, *args) as proc:
+        yield proc
 
 
 def _infer_body() -> bytes:

@@ -5,15 +5,15 @@ real server, by Python-backend models that report the collector's state of the p
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
 from inferd.engine import gc_settings
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.e2e.models import add_sub, simple
+from tests.servers import Servers
 
 GC_STATE_CONFIG = """
 backend: "python"
@@ -56,18 +56,13 @@ class TritonPythonModel:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    root = tmp_path_factory.mktemp("gc")
-    repo = write_repository(
-        root / "models",
-        {
-            "gc_state": simple(GC_STATE_CONFIG, GC_STATE_PY),
-            "add_sub": add_sub(),
-            "start_up": simple(GC_STATE_CONFIG, START_UP_PY),
-        },
-    )
-    with ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=*"]) as srv:
-        yield srv
+def server(serve: Servers) -> ServerProcess:
+    gc_models = {
+        "gc_state": simple(GC_STATE_CONFIG, GC_STATE_PY),
+        "add_sub": add_sub(),
+        "start_up": simple(GC_STATE_CONFIG, START_UP_PY),
+    }
+    return serve(gc_models, "--model-control-mode=explicit", "--load-model=*")
 
 
 def _state(client: httpclient.InferenceServerClient, model: str = "gc_state") -> tuple[int, int]:

@@ -14,7 +14,8 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
+from tests.servers import Servers
 
 # Decoupled: COUNT responses (TEXT-i, i, the request parameters), then the final flag. TEXT "boom"
 # sends one response and then an error; a negative COUNT sends only an error.
@@ -120,18 +121,13 @@ def model(config: str, code: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repo = write_repository(
-        tmp_path_factory.mktemp("generate") / "models",
-        {
-            "repeat": model(REPEAT_CONFIG, REPEAT_PY),
-            "upper": model(UPPER_CONFIG, UPPER_PY),
-            "batched": model(BATCHED_CONFIG, BATCHED_PY),
-        },
-    )
-    srv = ServerProcess([repo]).start()
-    yield srv
-    srv.stop()
+def server(serve: Servers) -> ServerProcess:
+    repo = {
+        "repeat": model(REPEAT_CONFIG, REPEAT_PY),
+        "upper": model(UPPER_CONFIG, UPPER_PY),
+        "batched": model(BATCHED_CONFIG, BATCHED_PY),
+    }
+    return serve(repo)
 
 
 def post(server, path: str, body: object) -> tuple[int, str, bytes]:

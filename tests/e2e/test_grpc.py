@@ -23,6 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
+from tests.servers import Servers
 
 TYPES_CONFIG = """
 name: "types"
@@ -166,11 +167,8 @@ def transport(request: pytest.FixtureRequest) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, transport: list[str]) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("grpc") / "models", MODELS)
-    proc = ServerProcess([repo], transport).start()
-    yield proc
-    proc.stop()
+def server(serve: Servers, transport: list[str]) -> ServerProcess:
+    return serve(MODELS, *transport)
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,7 @@ from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.e2e.h2_client import GRPC_HEADERS, RawConnection, message
 from tests.e2e.test_grpc import MODELS, add_sub_inputs, tensor
+from tests.servers import Servers
 
 LIVE = "/inference.GRPCInferenceService/ServerLive"
 INFER = "/inference.GRPCInferenceService/ModelInfer"
@@ -36,12 +37,11 @@ MAX_BYTES = 64
 
 
 @pytest.fixture(scope="module", params=["grpcio", "h2"])
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("transport") / "models", {"sleep": MODELS["sleep"]})
-    proc = ServerProcess([repo], ["--grpc-transport", request.param]).start()
-    proc.transport = request.param  # type: ignore[attr-defined]
-    yield proc
-    proc.stop()
+def server(request: pytest.FixtureRequest, serve: Servers) -> Iterator[ServerProcess]:
+    repo = {"sleep": MODELS["sleep"]}
+    with serve(repo, "--grpc-transport", request.param) as proc:
+        proc.transport = request.param
+        yield proc
 
 
 @pytest.fixture(scope="module", params=["grpcio", "h2"])

@@ -18,17 +18,15 @@ import tritonclient.http as httpclient
 from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e.models import PICKY_CONFIG, PICKY_PY, add_sub, simple
+from tests.servers import Servers
 
 A = np.array([[1.5, 2.0, -3.0, 4.25]], np.float32)
 B = np.array([[0.5, 1.0, 1.0, -0.25]], np.float32)
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    root = tmp_path_factory.mktemp("direct")
-    repo = write_repository(root / "models", {"add_sub": add_sub(), "picky": simple(PICKY_CONFIG, PICKY_PY)})
-    with ServerProcess([repo]) as srv:
-        yield srv
+def server(serve: Servers) -> ServerProcess:
+    return serve({"add_sub": add_sub(), "picky": simple(PICKY_CONFIG, PICKY_PY)})
 
 
 def _binary_body(*arrays: np.ndarray, outputs: bool = True) -> tuple[bytes, int]:

@@ -20,8 +20,9 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.e2e import models
+from tests.servers import Servers
 
 # Echoes every input to the output of the same position (configs below name them IN0 -> OUT0).
 IDENTITY_PY = """
@@ -52,21 +53,16 @@ output [ {{ name: "OUT0" data_type: {datatype} dims: {dims} }} ]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repo = write_repository(
-        tmp_path_factory.mktemp("parity") / "models",
-        {
-            "i32": identity("TYPE_INT32", "[ -1 ]"),
-            "batched": identity("TYPE_INT32", "[ 2 ]", max_batch_size=8),
-            "grid": identity("TYPE_FP32", "[ 2, 3 ]"),
-            "flags": identity("TYPE_BOOL", "[ -1 ]"),
-            "text": identity("TYPE_STRING", "[ 1 ]"),
-            "add_sub": models.add_sub(),
-        },
-    )
-    srv = ServerProcess([repo]).start()
-    yield srv
-    srv.stop()
+def server(serve: Servers) -> ServerProcess:
+    repo = {
+        "i32": identity("TYPE_INT32", "[ -1 ]"),
+        "batched": identity("TYPE_INT32", "[ 2 ]", max_batch_size=8),
+        "grid": identity("TYPE_FP32", "[ 2, 3 ]"),
+        "flags": identity("TYPE_BOOL", "[ -1 ]"),
+        "text": identity("TYPE_STRING", "[ 1 ]"),
+        "add_sub": models.add_sub(),
+    }
+    return serve(repo)
 
 
 @pytest.fixture(scope="module")

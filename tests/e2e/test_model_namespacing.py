@@ -23,6 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
 from tests.http_calls import json_call
+from tests.servers import Servers
 
 ADD = """
 import numpy as np
@@ -64,7 +65,7 @@ INDEX = ["cross", "e", "ens_a", "m", "only_a", "e", "ens_b", "m", "only_b"]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
     root = tmp_path_factory.mktemp("namespacing")
     repos = []
     for repo, add in (("a", 1), ("b", 2)):
@@ -78,10 +79,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
             models["cross"] = _ensemble("only_b")
         repos.append(write_repository(root / repo, models))
     # explicit mode with every model loaded at start-up (what mode none loads), so loads and unloads can be asked
-    srv = ServerProcess(repos, ["--model-namespacing=true", "--model-control-mode=explicit", "--load-model=*"])
-    srv.start()
-    yield srv
-    srv.stop()
+    return serve(repos, "--model-namespacing=true", "--model-control-mode=explicit", "--load-model=*")
 
 
 def _http(server: ServerProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:

@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
+from tests.servers import Servers
 
 MODEL_PY = """
 import json, time
@@ -66,16 +66,15 @@ parameters {{ key: "log" value: {{ string_value: "{log}" }} }}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
     root = tmp_path_factory.mktemp("batching")
     models = {
         name: {"config.pbtxt": _config(name, body, root / f"{name}.jsonl"), "1/model.py": MODEL_PY}
         for name, body in MODELS.items()
     }
-    srv = ServerProcess([write_repository(root / "models", models)]).start()
+    srv = serve(models)
     srv.root = root  # type: ignore[attr-defined]
-    yield srv
-    srv.stop()
+    return srv
 
 
 def _infer(server: ServerProcess, model: str, rows: int, value: float) -> None:

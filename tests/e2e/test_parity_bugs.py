@@ -11,7 +11,6 @@ import json
 import os
 import queue
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -23,8 +22,9 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.frontends.grpc import grpc_service_pb2 as pb
 from inferd.frontends.grpc import grpc_service_pb2_grpc as pb_grpc
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.metrics_text import samples, scrape
+from tests.servers import Servers
 
 RAISES = """
 class TritonPythonModel:
@@ -77,22 +77,18 @@ def _override(name: str, marker: str = "override") -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(
-        tmp_path_factory.mktemp("parity_bugs") / "models",
-        {
-            "fail_plain": {"config.pbtxt": PLAIN, "1/model.py": RAISES},
-            "fail_batched": {"config.pbtxt": BATCHED, "1/model.py": RAISES},
-            "fail_decoupled": {"config.pbtxt": DECOUPLED, "1/model.py": RAISES},
-            "fail_ensemble": {"config.pbtxt": ENSEMBLE},
-            "identity": {"config.pbtxt": PLAIN, "1/model.py": IDENTITY},
-            "overridden": {"config.pbtxt": PLAIN, "1/model.py": IDENTITY},
-            "broken": {"config.pbtxt": PLAIN, "1/model.py": "raise RuntimeError('cannot import this model')\n"},
-        },
-    )
+def server(serve: Servers) -> ServerProcess:
+    repo = {
+        "fail_plain": {"config.pbtxt": PLAIN, "1/model.py": RAISES},
+        "fail_batched": {"config.pbtxt": BATCHED, "1/model.py": RAISES},
+        "fail_decoupled": {"config.pbtxt": DECOUPLED, "1/model.py": RAISES},
+        "fail_ensemble": {"config.pbtxt": ENSEMBLE},
+        "identity": {"config.pbtxt": PLAIN, "1/model.py": IDENTITY},
+        "overridden": {"config.pbtxt": PLAIN, "1/model.py": IDENTITY},
+        "broken": {"config.pbtxt": PLAIN, "1/model.py": "raise RuntimeError('cannot import this model')\n"},
+    }
     args = ["--model-control-mode=explicit", *(f"--load-model={m}" for m in STARTUP)]
-    with ServerProcess([repo], args) as srv:
-        yield srv
+    return serve(repo, *args)
 
 
 def _http(server: ServerProcess) -> httpclient.InferenceServerClient:

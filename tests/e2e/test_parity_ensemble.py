@@ -9,8 +9,6 @@ same models and requests.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -18,6 +16,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
+from tests.servers import Servers
 
 IDENTITY = """
 import triton_python_backend_utils as pb_utils
@@ -57,7 +56,7 @@ ensemble_scheduling {{ step [ {{ model_name: "{step}" model_version: -1
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
     root = tmp_path_factory.mktemp("ensembles")
     models = {
         "nop_batch": _model(8, "[ -1 ]"),
@@ -65,8 +64,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         "ens_nobatch_over_batch": _ensemble(0, "nop_batch"),
         "ens_batch_over_nobatch": _ensemble(8, "nop_nobatch"),
     }
-    with ServerProcess([write_repository(root / "models", models)]) as srv:
-        yield srv
+    return serve(write_repository(root / "models", models))
 
 
 def _http(server: ServerProcess, model: str, shape: tuple[int, ...], classes: int = 0) -> httpclient.InferResult:

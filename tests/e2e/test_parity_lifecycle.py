@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ import tritonclient.http as httpclient
 from inferd.testing import ServerProcess, write_repository
 from inferd.testing.servers import free_ports
 from tests.http_calls import http_call
+from tests.servers import Servers
 
 IDENTITY = """
 import json
@@ -86,12 +86,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(repo: Path) -> Iterator[ServerProcess]:
+def server(repo: Path, serve: Servers) -> ServerProcess:
     missing = repo.parent / "no-such-repository"
-    srv = ServerProcess([repo, missing], ["--exit-on-error=false", "--cache-config", "local,size=1048576"])
-    srv.start(wait_ready=False)
-    yield srv
-    srv.stop()
+    return serve([repo, missing], "--exit-on-error=false", "--cache-config", "local,size=1048576", wait_ready=False)
 
 
 def test_missing_repository_with_exit_on_error_false_runs_on_unready(server):

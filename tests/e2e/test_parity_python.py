@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import queue
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
+from tests.servers import Servers
 
 # Checks what Triton passes to initialize(), as qa/python_models/init_args does.
 INIT_ARGS = """
@@ -117,12 +117,16 @@ HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
     root: Path = tmp_path_factory.mktemp("python") / "models"
     expected = {
-        "model_name": "init_args", "model_instance_name": "init_args_0_0", "model_instance_kind": "CPU",
-        "model_instance_device_id": "0", "model_version": "1", "model_repository": str(root / "init_args"),
-    }  # fmt: skip
+        "model_name": "init_args",
+        "model_instance_name": "init_args_0_0",
+        "model_instance_kind": "CPU",
+        "model_instance_device_id": "0",
+        "model_version": "1",
+        "model_repository": str(root / "init_args"),
+    }
     models = {
         "init_args": {"config.pbtxt": INIT_ARGS_CONFIG, "1/model.py": INIT_ARGS.format(expected=expected)},
         "err_plain": {"config.pbtxt": _errors_config('backend: "python"\nmax_batch_size: 0'), "1/model.py": ERRORS},
@@ -141,8 +145,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     }
     if HAS_TORCH:
         models["pytorch_fp32_fp32"] = {"config.pbtxt": TORCH_CONFIG, "1/model.py": TORCH_NET}
-    with ServerProcess([write_repository(root, models)]) as srv:
-        yield srv
+    return serve(write_repository(root, models))
 
 
 def _stats(server: ServerProcess, model: str) -> dict[str, int]:

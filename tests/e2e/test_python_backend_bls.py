@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import queue
 import textwrap
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
+from tests.servers import Servers
 
 # Decoupled: IN responses OUT=0..IN-1, then a flag-only final; a negative IN is one final error.
 REPEAT_CONFIG = """
@@ -169,26 +171,22 @@ class TritonPythonModel:
 
 
 @pytest.fixture(scope="module", params=["in_process", "process"])
-def server(request, tmp_path_factory):
+def server(request: pytest.FixtureRequest, serve: Servers) -> Iterator[ServerProcess]:
     """Every model in the server process, or each in a stub process of its own (``EXECUTION_MODE``)."""
     mode = f'parameters {{ key: "EXECUTION_MODE" value: {{ string_value: "{request.param}" }} }}\n'
 
     def _model(config: str, code: str) -> dict[str, str]:
         return {"config.pbtxt": textwrap.dedent(config) + mode, "1/model.py": textwrap.dedent(code)}
 
-    repo = write_repository(
-        tmp_path_factory.mktemp(f"pybls-{request.param}") / "models",
-        {
-            "repeat": _model(REPEAT_CONFIG, REPEAT_PY),
-            "times10": _model(TIMES10_CONFIG, TIMES10_PY),
-            "caller": _model(CALLER_CONFIG, CALLER_PY),
-            "relay": _model(RELAY_CONFIG, RELAY_PY),
-            "async_caller": _model(ASYNC_CALLER_CONFIG, ASYNC_CALLER_PY),
-        },
-    )
-    srv = ServerProcess([repo]).start()
-    yield srv
-    srv.stop()
+    repo = {
+        "repeat": _model(REPEAT_CONFIG, REPEAT_PY),
+        "times10": _model(TIMES10_CONFIG, TIMES10_PY),
+        "caller": _model(CALLER_CONFIG, CALLER_PY),
+        "relay": _model(RELAY_CONFIG, RELAY_PY),
+        "async_caller": _model(ASYNC_CALLER_CONFIG, ASYNC_CALLER_PY),
+    }
+    with serve(repo) as srv:
+        yield srv
 
 
 def _inputs(module, n: int, mode: str) -> list:

@@ -22,6 +22,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
+from tests.servers import Servers
 
 CONFIG = """
 backend: "python"
@@ -75,7 +76,7 @@ def _make_env(root: Path, with_numpy: bool) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
     base = tmp_path_factory.mktemp("pyenv")
     env = _make_env(base / "env", with_numpy=True)
     bare = _make_env(base / "bare", with_numpy=False)
@@ -90,9 +91,7 @@ def server(tmp_path_factory):
     )
     with tarfile.open(repo / "packed" / "env.tar.gz", "w:gz", compresslevel=1) as archive:
         archive.add(env, arcname=".")
-    srv = ServerProcess([repo], ["--exit-on-error=false", "--strict-readiness=false"]).start()
-    yield srv
-    srv.stop()
+    return serve(repo, "--exit-on-error=false", "--strict-readiness=false")
 
 
 def _wait_loaded(client: httpclient.InferenceServerClient, names: set[str]) -> dict[str, dict]:

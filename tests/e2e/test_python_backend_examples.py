@@ -11,6 +11,7 @@ from __future__ import annotations
 import queue
 import re
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
 from tests.metrics_text import scrape
+from tests.servers import Servers
 
 ADD_SUB_CONFIG = """
 backend: "python"
@@ -290,12 +292,13 @@ def _repository(root, mode: str):
 
 
 @pytest.fixture(scope="module", params=MODES)
-def server(request, tmp_path_factory):
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, serve: Servers
+) -> Iterator[ServerProcess]:
     repo = _repository(tmp_path_factory.mktemp(f"pyex-{request.param}") / "models", request.param)
-    srv = ServerProcess([repo]).start()
-    srv.mode = request.param
-    yield srv
-    srv.stop()
+    with serve(repo) as srv:
+        srv.mode = request.param
+        yield srv
 
 
 def _add_sub_inputs(module, shape=(4,), name: str | None = None):

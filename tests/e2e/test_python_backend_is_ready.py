@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
 from tests.http_calls import http_call
+from tests.servers import Servers
 from tests.waiting import wait_for
 
 CONFIG = """
@@ -100,21 +100,16 @@ GATED = ["gate", "gate_iso", "gate_async_iso"]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repo = write_repository(
-        tmp_path_factory.mktemp("isready") / "models",
+def server(serve: Servers) -> ServerProcess:
+    return serve(
         {
             "gate": {"config.pbtxt": CONFIG, "1/model.py": SYNC_PY},
             "gate_iso": {"config.pbtxt": CONFIG + PROCESS, "1/model.py": SYNC_PY},
             "gate_async_iso": {"config.pbtxt": CONFIG + PROCESS, "1/model.py": ASYNC_PY},
             "plain": {"config.pbtxt": CONFIG, "1/model.py": MODEL_PY},
             "two": {"config.pbtxt": CONFIG + ALL_VERSIONS, "1/model.py": VERSIONED_PY, "2/model.py": VERSIONED_PY},
-        },
+        }
     )
-    srv = ServerProcess([repo]).start()
-    srv.repo = repo
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture
@@ -124,7 +119,7 @@ def clients(server):
     yield http, grpc
     for model in GATED:
         for flag in ("NOT_READY", "RAISE", "WEIRD", "SLOW", "RUNNING"):
-            (Path(server.repo) / model / flag).unlink(missing_ok=True)
+            (server.repositories[0] / model / flag).unlink(missing_ok=True)
     http.close()
     grpc.close()
 
@@ -140,7 +135,7 @@ def _status(url: str) -> int:
 
 
 def _calls(server, model: str) -> int:
-    calls = Path(server.repo) / model / "CALLS"
+    calls = server.repositories[0] / model / "CALLS"
     return len(calls.read_text()) if calls.exists() else 0
 
 
@@ -158,7 +153,7 @@ def test_every_model_is_ready_and_is_ready_is_asked(server, clients):
 @pytest.mark.parametrize("model", GATED)
 def test_is_ready_false_makes_the_model_and_the_server_not_ready(server, clients, model):
     http, grpc = clients
-    flag = Path(server.repo) / model / "NOT_READY"
+    flag = server.repositories[0] / model / "NOT_READY"
     flag.write_text("")
     assert not http.is_model_ready(model)
     assert not grpc.is_model_ready(model)
@@ -177,7 +172,7 @@ def test_is_ready_false_makes_the_model_and_the_server_not_ready(server, clients
 @pytest.mark.parametrize("flag", ["RAISE", "WEIRD"])
 def test_an_is_ready_that_raises_or_returns_no_bool_is_not_ready(server, clients, model, flag):
     http, grpc = clients
-    path = Path(server.repo) / model / flag
+    path = server.repositories[0] / model / flag
     path.write_text("")
     assert not http.is_model_ready(model)
     assert not grpc.is_model_ready(model)
@@ -190,7 +185,7 @@ def test_an_is_ready_that_raises_or_returns_no_bool_is_not_ready(server, clients
 @pytest.mark.parametrize("model", ["gate", "gate_iso"])
 def test_readiness_is_answered_while_execute_runs(server, clients, model):
     http, grpc = clients
-    running = Path(server.repo) / model / "RUNNING"
+    running = server.repositories[0] / model / "RUNNING"
     with ThreadPoolExecutor(1) as pool:
         held = pool.submit(_infer, httpclient.InferenceServerClient(server.http_url, network_timeout=120), model, 9)
         try:
@@ -208,7 +203,7 @@ def test_readiness_is_answered_while_execute_runs(server, clients, model):
 @pytest.mark.parametrize("model", ["gate", "gate_iso"])
 def test_a_slow_is_ready_fails_the_check_and_runs_once_at_a_time(server, clients, model):
     http, _ = clients
-    slow = Path(server.repo) / model / "SLOW"
+    slow = server.repositories[0] / model / "SLOW"
     slow.write_text("")
     before = _calls(server, model)
     answers: list[int] = []
@@ -248,15 +243,15 @@ def test_a_model_with_one_version_ready_keeps_the_server_ready(server, clients):
     """inferd's readiness rule: a model serves while one of its versions does; model ready is per version."""
     http, grpc = clients
     assert http.is_model_ready("two", "1") and http.is_model_ready("two", "2")
-    flag = Path(server.repo) / "two" / "NOT_READY_2"
+    flag = server.repositories[0] / "two" / "NOT_READY_2"
     flag.write_text("")
     try:
         assert not http.is_model_ready("two", "2") and not grpc.is_model_ready("two", "2")
         assert http.is_model_ready("two", "1") and grpc.is_model_ready("two", "1")
         assert http.is_server_ready()
-        (Path(server.repo) / "two" / "NOT_READY_1").write_text("")
+        (server.repositories[0] / "two" / "NOT_READY_1").write_text("")
         assert not http.is_server_ready()
     finally:
         flag.unlink()
-        (Path(server.repo) / "two" / "NOT_READY_1").unlink(missing_ok=True)
+        (server.repositories[0] / "two" / "NOT_READY_1").unlink(missing_ok=True)
     assert http.is_server_ready()

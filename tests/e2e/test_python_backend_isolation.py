@@ -21,8 +21,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.metrics_text import scrape
+from tests.servers import Servers
 
 ECHO_CONFIG = """
 backend: "python"
@@ -204,24 +205,19 @@ LOOP_PARAMS = PROCESS + 'parameters { key: "RESTART_LIMIT" value: { string_value
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repo = write_repository(
-        tmp_path_factory.mktemp("pyiso") / "models",
-        {
-            "healthy": {"config.pbtxt": ECHO_CONFIG, "1/model.py": ECHO_PY},
-            "healthy_iso": {"config.pbtxt": ECHO_CONFIG + PROCESS, "1/model.py": ECHO_PY},
-            "boom": {"config.pbtxt": ECHO_CONFIG + BOOM_PARAMS, "1/model.py": BOOM_PY},
-            "loop": {"config.pbtxt": ECHO_CONFIG + LOOP_PARAMS, "1/model.py": LOOP_PY},
-            "slow": {"config.pbtxt": ECHO_CONFIG + SLOW_PARAMS, "1/model.py": SLOW_PY},
-            "identity": {"config.pbtxt": IDENTITY_CONFIG + PROCESS, "1/model.py": IDENTITY_PY},
-            "cancel": {"config.pbtxt": ECHO_CONFIG + CANCEL_PARAMS, "1/model.py": CANCEL_PY},
-            "nap": {"config.pbtxt": ECHO_CONFIG + PROCESS, "1/model.py": NAP_PY},
-        },
-    )
-    srv = ServerProcess([repo]).start()
-    srv.repo = repo
-    yield srv
-    srv.stop()
+def server(serve: Servers) -> ServerProcess:
+    repo = {
+        "healthy": {"config.pbtxt": ECHO_CONFIG, "1/model.py": ECHO_PY},
+        "healthy_iso": {"config.pbtxt": ECHO_CONFIG + PROCESS, "1/model.py": ECHO_PY},
+        "boom": {"config.pbtxt": ECHO_CONFIG + BOOM_PARAMS, "1/model.py": BOOM_PY},
+        "loop": {"config.pbtxt": ECHO_CONFIG + LOOP_PARAMS, "1/model.py": LOOP_PY},
+        "slow": {"config.pbtxt": ECHO_CONFIG + SLOW_PARAMS, "1/model.py": SLOW_PY},
+        "identity": {"config.pbtxt": IDENTITY_CONFIG + PROCESS, "1/model.py": IDENTITY_PY},
+        "cancel": {"config.pbtxt": ECHO_CONFIG + CANCEL_PARAMS, "1/model.py": CANCEL_PY},
+        "nap": {"config.pbtxt": ECHO_CONFIG + PROCESS, "1/model.py": NAP_PY},
+    }
+    srv = serve(repo)
+    return srv
 
 
 def _infer(client: httpclient.InferenceServerClient, model: str, n: int) -> int:
@@ -424,7 +420,7 @@ def test_a_stub_flooding_the_log_is_cut_to_its_budget_and_keeps_serving(server):
 def test_a_restarting_instance_is_not_ready_and_says_why(server):
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
     _wait_ready(client, "boom")
-    gate = Path(server.repo) / "boom" / "GATE"
+    gate = server.repositories[0] / "boom" / "GATE"
     gate.write_text("hold the restart")
     try:
         with pytest.raises(InferenceServerException, match="SIGSEGV"):
@@ -518,7 +514,7 @@ def test_the_stub_runs_on_the_cpus_of_cpu_affinity(server):
 
 def test_a_client_that_goes_away_makes_is_cancelled_true_in_the_stub(server):
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
-    marker = Path(server.repo) / "cancel" / "CANCELLED"
+    marker = server.repositories[0] / "cancel" / "CANCELLED"
     body = b'{"inputs":[{"name":"IN","shape":[1],"datatype":"INT32","data":[1]}]}'
     with socket.create_connection(("127.0.0.1", server.http_port)) as sock:
         sock.sendall(b"POST /v2/models/cancel/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
+from tests.servers import Servers
 
 CONFIG = """
 backend: "python"
@@ -59,18 +60,13 @@ instance_group [ { count: 2 kind: KIND_CPU } ]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repo = write_repository(
-        tmp_path_factory.mktemp("pyisow") / "models",
-        {
-            "healthy": {"config.pbtxt": CONFIG, "1/model.py": ECHO_PY},
-            "boom": {"config.pbtxt": CONFIG + BOOM_PARAMS, "1/model.py": BOOM_PY},
-        },
-    )
-    srv = ServerProcess([repo], ["--workers", "2"]).start()
-    srv.repo = repo
-    yield srv
-    srv.stop()
+def server(serve: Servers) -> ServerProcess:
+    repo = {
+        "healthy": {"config.pbtxt": CONFIG, "1/model.py": ECHO_PY},
+        "boom": {"config.pbtxt": CONFIG + BOOM_PARAMS, "1/model.py": BOOM_PY},
+    }
+    srv = serve(repo, "--workers", "2")
+    return srv
 
 
 def _infer(server: ServerProcess, model: str, n: int, timeout: float = 60) -> tuple[int, str]:
@@ -144,7 +140,7 @@ def test_a_crash_in_one_workers_stub_fails_only_its_request_and_the_stub_comes_b
 
 
 def test_a_worker_killed_with_sigkill_leaves_no_stub_behind(server):
-    busy = Path(server.repo) / "boom" / "BUSY"
+    busy = server.repositories[0] / "boom" / "BUSY"
     busy.unlink(missing_ok=True)
     deadline = time.monotonic() + 60
     answers: list[tuple[int, str]] = []

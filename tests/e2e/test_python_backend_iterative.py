@@ -19,7 +19,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
+from tests.servers import Servers
 
 # Not decoupled: runs each request IN times (rescheduling it in between), then answers OUT = runs
 # and CID = "<correlation id>|flags=<flags seen on each run>".
@@ -113,18 +114,13 @@ def _model(config: str, code: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repo = write_repository(
-        tmp_path_factory.mktemp("pyiter") / "models",
-        {
-            "iter_plain": _model(PLAIN_CONFIG, PLAIN_PY),
-            "iter_dec": _model(DECOUPLED_CONFIG, DECOUPLED_PY),
-            "not_iterative": _model(NOT_ITERATIVE_CONFIG, NOT_ITERATIVE_PY),
-        },
-    )
-    srv = ServerProcess([repo]).start()
-    yield srv
-    srv.stop()
+def server(serve: Servers) -> ServerProcess:
+    repo = {
+        "iter_plain": _model(PLAIN_CONFIG, PLAIN_PY),
+        "iter_dec": _model(DECOUPLED_CONFIG, DECOUPLED_PY),
+        "not_iterative": _model(NOT_ITERATIVE_CONFIG, NOT_ITERATIVE_PY),
+    }
+    return serve(repo)
 
 
 def _infer(server, protocol: str, model: str, n: int, **kw) -> tuple[int, str]:

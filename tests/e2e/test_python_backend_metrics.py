@@ -18,6 +18,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
+from tests.servers import Servers
 
 CONFIG = """
 backend: "python"
@@ -87,14 +88,9 @@ def _model(code: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repo = write_repository(
-        tmp_path_factory.mktemp("pymetrics") / "models",
-        {"metrics_model": _model(MODEL_PY), "conflict": _model(CONFLICT_PY)},
-    )
-    srv = ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=metrics_model"]).start()
-    yield srv
-    srv.stop()
+def server(serve: Servers) -> ServerProcess:
+    repo = {"metrics_model": _model(MODEL_PY), "conflict": _model(CONFLICT_PY)}
+    return serve(repo, "--model-control-mode=explicit", "--load-model=metrics_model")
 
 
 def _scrape(server, accept: str = "") -> str:

@@ -21,9 +21,10 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.e2e import models
 from tests.e2e.raw_http import raw_http
+from tests.servers import Servers
 
 HTTP_FLAGS = ["--http-restricted-api=model-repository,logging:admin-key=secret1",
               "--http-restricted-api=inference:ikey=ival"]  # fmt: skip
@@ -35,13 +36,18 @@ GRPC_SENTENCE = "This protocol is restricted, expecting header 'triton-grpc-prot
 
 
 @pytest.fixture(scope="module", params=["h2", "grpcio"])
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("restricted") / "models", {"add_sub": models.add_sub()})
-    args = ["--grpc-transport", request.param, "--model-control-mode=explicit", "--load-model=add_sub",
-            *HTTP_FLAGS, *GRPC_FLAGS]  # fmt: skip
-    proc = ServerProcess([repo], args).start()
-    yield proc
-    proc.stop()
+def server(request: pytest.FixtureRequest, serve: Servers) -> Iterator[ServerProcess]:
+    repo = {"add_sub": models.add_sub()}
+    args = [
+        "--grpc-transport",
+        request.param,
+        "--model-control-mode=explicit",
+        "--load-model=add_sub",
+        *HTTP_FLAGS,
+        *GRPC_FLAGS,
+    ]
+    with serve(repo, *args) as proc:
+        yield proc
 
 
 def _infer_body() -> bytes:

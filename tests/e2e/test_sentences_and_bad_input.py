@@ -15,7 +15,6 @@ import http.client
 import json
 import re
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -29,6 +28,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
+from tests.servers import Servers
 
 NO_OUTPUT_PY = """
 import triton_python_backend_utils as pb_utils
@@ -48,16 +48,15 @@ def _inputs_config(optional: bool) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("sentences") / "models", {
+def server(serve: Servers) -> ServerProcess:
+    repo = {
         "add_sub": models.add_sub(),
         "echo": models.simple(models.ECHO_CONFIG, models.ECHO_PY),
         "input_all_required": models.simple(_inputs_config(False), NO_OUTPUT_PY),
         "input_optional": models.simple(_inputs_config(True), NO_OUTPUT_PY),
-    })  # fmt: skip
+    }
     args = ["--model-control-mode=explicit", "--load-model=*", "--log-verbose=1"]
-    with ServerProcess([repo], args) as srv:
-        yield srv
+    return serve(repo, *args)
 
 
 def _http_error(srv: ServerProcess, method: str, path: str, body: bytes | str, headers: dict | None = None):

@@ -29,6 +29,7 @@ from inferd.shared_memory.cuda import unusable_reason
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.http_calls import http_call
+from tests.servers import Servers
 
 IDENTITY_CONFIG = """
 backend: "python"
@@ -103,16 +104,15 @@ def marker(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, marker: Path) -> Iterator[ServerProcess]:
-    root = write_repository(tmp_path_factory.mktemp("shm") / "models", {
+def server(marker: Path, serve: Servers) -> ServerProcess:
+    repo = {
         "add_sub": models.add_sub(),
         "identity": models.simple(IDENTITY_CONFIG, IDENTITY_PY),
         "origin": models.simple(ORIGIN_CONFIG, ORIGIN_PY),
         "slow": models.simple(SLOW_CONFIG, SLOW_PY.format(marker=str(marker))),
         "cached": models.add_sub(config=models.ADD_SUB_CONFIG + "response_cache { enable: true }\n"),
-    })  # fmt: skip
-    with ServerProcess([root], ["--cache-config", "local,size=1048576"]) as srv:
-        yield srv
+    }
+    return serve(repo, "--cache-config", "local,size=1048576")
 
 
 Client = httpclient.InferenceServerClient | grpcclient.InferenceServerClient

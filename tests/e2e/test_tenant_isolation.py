@@ -10,13 +10,13 @@ import http.client
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
 from inferd.auth import digest
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.e2e import models
+from tests.servers import Servers
 
 FLOOD = """
 import http.client, sys, threading, time
@@ -42,15 +42,12 @@ def _body() -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    root = tmp_path_factory.mktemp("isolation")
-    repo = write_repository(root / "models", {"add_sub": models.add_sub()})
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
+    auth = tmp_path_factory.mktemp("isolation") / "auth.json"
     config = {"tenants": {"flood": {"keys": [digest("flood-key")], "rate": 20, "burst": 20, "concurrency": 1},
                           "polite": {"keys": [digest("polite-key")]}}}  # fmt: skip
-    (root / "auth.json").write_text(json.dumps(config))
-    proc = ServerProcess([repo], [f"--auth-config={root / 'auth.json'}"]).start()
-    yield proc
-    proc.stop()
+    auth.write_text(json.dumps(config))
+    return serve({"add_sub": models.add_sub()}, f"--auth-config={auth}")
 
 
 def _polite(server: ServerProcess, count: int) -> None:

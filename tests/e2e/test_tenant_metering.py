@@ -10,7 +10,6 @@ from __future__ import annotations
 import http.client
 import json
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
 from tests.metrics_text import metric
 from tests.plugins.frontend_openai.chat_model import write_chat_model
+from tests.servers import Servers
 
 WORDS_PY = """
 import os
@@ -65,14 +65,12 @@ AUTH = {
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
     root = tmp_path_factory.mktemp("metering")
     repo = write_repository(root / "models", {"words": {"config.pbtxt": WORDS_CONFIG, "1/model.py": WORDS_PY}})
     write_chat_model(repo, "chat")
     (root / "auth.json").write_text(json.dumps(AUTH))
-    args = [f"--auth-config={root / 'auth.json'}", "--openai-port", "0", "--openai-address", "127.0.0.1"]
-    with ServerProcess([repo], args) as proc:
-        yield proc
+    return serve(repo, f"--auth-config={root / 'auth.json'}", "--openai-port", "0", "--openai-address", "127.0.0.1")
 
 
 def _post(address: str, path: str, key: str, body: Any) -> tuple[int, dict[str, str], Any]:

@@ -10,15 +10,15 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from inferd.auth import digest
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.metrics_text import metric
+from tests.servers import Servers
 from tests.waiting import wait_for
 
 GATE_PY = """
@@ -84,15 +84,14 @@ MODELS = {  # name -> scheduling
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Path]]:
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> tuple[ServerProcess, Path]:
     root = tmp_path_factory.mktemp("priority")
     repo = {}
     for name, scheduling in MODELS.items():
         (root / name).mkdir()
         repo[name] = {"config.pbtxt": _config(name, root / name, scheduling), "1/model.py": GATE_PY}
     (root / "auth.json").write_text(json.dumps(AUTH))
-    with ServerProcess([write_repository(root / "models", repo)], [f"--auth-config={root / 'auth.json'}"]) as proc:
-        yield proc, root
+    return serve(repo, f"--auth-config={root / 'auth.json'}"), root
 
 
 def _infer(server: ServerProcess, model: str, key: str, value: int, params: dict[str, Any] | None = None,

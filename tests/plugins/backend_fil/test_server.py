@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -11,8 +10,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.lazy import lazy_import
+from tests.servers import Servers
 
 from . import trees
 
@@ -36,45 +36,46 @@ def boosters() -> dict[str, xgboost.Booster]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, boosters: dict[str, xgboost.Booster]) -> Iterator[ServerProcess]:
+def server(boosters: dict[str, xgboost.Booster], serve: Servers) -> ServerProcess:
     reg, binary, multi = boosters["reg"], boosters["bin"], boosters["multi"]
 
     def save(booster: xgboost.Booster):
         return lambda path: booster.save_model(str(path))
 
-    repo = write_repository(
-        tmp_path_factory.mktemp("fil") / "models",
-        {
-            "regressor": {"config.pbtxt": _config(6, 1, model_type="xgboost_json"), "1/xgboost.json": save(reg)},
-            "binary_class": {
-                "config.pbtxt": _config(6, 1, 'instance_group [ { kind: KIND_CPU count: 2 } ]',
-                                        model_type="xgboost_ubj", output_class="true", threshold="0.6"),
-                "1/xgboost.ubj": save(binary),
-            },
-            "binary_proba": {
-                "config.pbtxt": _config(6, 2, model_type="xgboost_json", is_classifier="true", predict_proba="true"),
-                "1/xgboost.json": save(binary),
-            },
-            "multi_proba": {
-                "config.pbtxt": _config(6, 3, model_type="xgboost_ubj", is_classifier="true", predict_proba="true"),
-                "1/xgboost.ubj": save(multi),
-            },
-            "multi_class": {
-                "config.pbtxt": _config(6, 1, model_type="xgboost_json", is_classifier="true"),
-                "1/xgboost.json": save(multi),
-            },
-            "auto": {
-                "config.pbtxt": 'backend: "fil"\nparameters { key: "model_type" value { string_value: "xgboost_ubj" } }',
-                "1/xgboost.ubj": save(reg),
-            },
-            "wrong_features": {"config.pbtxt": _config(5, 1, model_type="xgboost_json"), "1/xgboost.json": save(reg)},
+    repo = {
+        "regressor": {"config.pbtxt": _config(6, 1, model_type="xgboost_json"), "1/xgboost.json": save(reg)},
+        "binary_class": {
+            "config.pbtxt": _config(
+                6,
+                1,
+                "instance_group [ { kind: KIND_CPU count: 2 } ]",
+                model_type="xgboost_ubj",
+                output_class="true",
+                threshold="0.6",
+            ),
+            "1/xgboost.ubj": save(binary),
         },
-    )  # fmt: skip
-    srv = ServerProcess(
-        [repo], ["--model-control-mode=explicit", "--load-model=*", "--exit-on-error=false", "--strict-readiness=false"]
-    ).start()
-    yield srv
-    srv.stop()
+        "binary_proba": {
+            "config.pbtxt": _config(6, 2, model_type="xgboost_json", is_classifier="true", predict_proba="true"),
+            "1/xgboost.json": save(binary),
+        },
+        "multi_proba": {
+            "config.pbtxt": _config(6, 3, model_type="xgboost_ubj", is_classifier="true", predict_proba="true"),
+            "1/xgboost.ubj": save(multi),
+        },
+        "multi_class": {
+            "config.pbtxt": _config(6, 1, model_type="xgboost_json", is_classifier="true"),
+            "1/xgboost.json": save(multi),
+        },
+        "auto": {
+            "config.pbtxt": 'backend: "fil"\nparameters { key: "model_type" value { string_value: "xgboost_ubj" } }',
+            "1/xgboost.ubj": save(reg),
+        },
+        "wrong_features": {"config.pbtxt": _config(5, 1, model_type="xgboost_json"), "1/xgboost.json": save(reg)},
+    }
+    return serve(
+        repo, "--model-control-mode=explicit", "--load-model=*", "--exit-on-error=false", "--strict-readiness=false"
+    )
 
 
 def _clients(server: ServerProcess) -> list[tuple[Any, Any]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -13,6 +12,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
 from tests.lazy import lazy_import
+from tests.servers import Servers
 
 #: Loaded on first use: every xdist worker collects this file, few run it (torch costs ~2 s of CPU to import).
 torch = lazy_import("torch")
@@ -50,7 +50,7 @@ output [ { name: "sum" data_type: TYPE_FP32 dims: [ 3 ] }, { name: "OUTPUT__1" d
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
     root = tmp_path_factory.mktemp("pytorch")
     repo = write_repository(
         root / "models",
@@ -66,11 +66,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
             "broken": {"config.pbtxt": ADD_SUB, "1/model.pt": b"this is not a TorchScript archive"},
         },
     )
-    srv = ServerProcess(
-        [repo], ["--model-control-mode=explicit", "--load-model=*", "--exit-on-error=false", "--strict-readiness=false"]
-    ).start()
-    yield srv
-    srv.stop()
+    return serve(
+        repo, "--model-control-mode=explicit", "--load-model=*", "--exit-on-error=false", "--strict-readiness=false"
+    )
 
 
 def _clients(server: ServerProcess) -> list[tuple[Any, Any]]:

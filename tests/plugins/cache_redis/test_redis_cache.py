@@ -19,6 +19,7 @@ import tritonclient.http as httpclient
 from inferd.contracts.errors import InvalidArgument
 from inferd.contracts.types import InferResponse, InferTensor
 from inferd.testing import ServerProcess, free_port, write_repository
+from tests.servers import Servers
 
 REDIS_SERVER = shutil.which("redis-server")
 pytestmark = pytest.mark.skipif(
@@ -134,10 +135,8 @@ def repo(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(repo, redis_server):
-    srv = ServerProcess([repo], ["--cache-config", f"redis,host=127.0.0.1,port={redis_server.port}"]).start()
-    yield srv
-    srv.stop()
+def server(repo, redis_server, serve: Servers) -> ServerProcess:
+    return serve(repo, "--cache-config", f"redis,host=127.0.0.1,port={redis_server.port}")
 
 
 # -- no server ---------------------------------------------------------------------------------------
