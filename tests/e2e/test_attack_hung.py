@@ -237,7 +237,7 @@ class TritonPythonModel:
 
 def test_clients_that_go_away_while_queued_leave_no_traceback_and_no_lost_instance(tmp_path):
     """Many clients queued for one instance hang up at once, as a load generator's do when it
-    stops: each cancelled waiter leaves the queue once (issue 42 item 7: a release() between a
+    stops: each cancelled waiter leaves the queue once (before: a release() between a
     waiter's cancel and its wake-up dropped it, then its own clean-up raised ``ValueError: <Future
     cancelled> is not in deque``, one traceback per waiter), and the instance is not lost."""
     repo = write_repository(tmp_path / "models", {"busy": {"config.pbtxt": BUSY_CONFIG, "1/model.py": BUSY_PY}})

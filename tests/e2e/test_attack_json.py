@@ -131,7 +131,7 @@ def test_the_openai_frontend_refuses_deep_json_too(server: ServerProcess, depth:
 
 def test_an_integer_of_thousands_of_digits_is_refused_in_inferds_words(server: ServerProcess) -> None:
     """Python refuses to read an integer of more than 4300 digits; the 400 says so without its advice
-    to call ``sys.set_int_max_str_digits()`` (issue 41)."""
+    to call ``sys.set_int_max_str_digits()``."""
     number = "7" * 5000
     for path, body in [("/v2/repository/index", f'{{"ready":{number}}}'),
                        ("/v2/models/add_sub/infer", f'{{"parameters":{{"n":{number}}},"inputs":[{INPUTS}]}}'),

@@ -1,4 +1,4 @@
-"""A load request carrying a huge ``parameters.config`` (issue 41, item 4): refused with a 400 that
+"""A load request carrying a huge ``parameters.config``: refused with a 400 that
 names the limit, parsed off the event loop, and its memory given back. Before: a config of ~48 MB
 (a 55 MB body) took 18 s to load here, ``/v2/health/live`` waited 8-15 s for it, and the server
 still held 340-700 MB more after two such loads. After: refused in 0.5 s, live answered within

@@ -1,4 +1,4 @@
-"""An isolated Python model that floods the log (issue 41, item 5): its lines are cut to 16 KiB
+"""An isolated Python model that floods the log: its lines are cut to 16 KiB
 characters and its records beyond its log budget dropped, counted in ``/metrics`` and reported.
 Before: ``pb_utils.Logger.log_info('X' * 60000)`` in a loop wrote 210 MB of server log in 3 s."""
 

@@ -1,4 +1,4 @@
-"""The processes an isolated Python model starts end with it (issue 41, item 5): a child in a
+"""The processes an isolated Python model starts end with it: a child in a
 session of its own (``setsid``) and a daemon that left the stub's tree by a double fork (its parent
 exited; it ignores SIGTERM) are both gone once the model is unloaded. Before, both lived on
 (re-parented to init) after the unload."""

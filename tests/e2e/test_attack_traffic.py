@@ -1,4 +1,4 @@
-"""Traffic weights an attacker picks (issue 41, item 3): a weight past the documented maximum, one
+"""Traffic weights an attacker picks: a weight past the documented maximum, one
 of thousands of digits, a version written "01" — each a 400 in inferd's own words naming the model,
 the version and the limit, over HTTP and gRPC; the split in force stays as it was and requests that
 name no version keep being answered. Before: a weight of 401 digits was taken (200) and every

@@ -1,6 +1,6 @@
 """A model an ensemble calls reloads with other inputs: the ensemble is rebuilt over it, or leaves
 serving with a reason naming the step and the tensor; it never stays READY while every request
-fails on a shape the client did not choose (issue 42 item 2). A real ``inferd serve`` in poll and
+fails on a shape the client did not choose. A real ``inferd serve`` in poll and
 explicit mode, Python step models written here, requests through tritonclient.
 """
 

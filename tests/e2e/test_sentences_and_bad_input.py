@@ -88,7 +88,7 @@ def _fp32_inputs(module, names: list[str]) -> list:
     return out
 
 
-# -- item 6: Triton's sentences -------------------------------------------------------------------
+# -- Triton's sentences -------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("model", "expected"), [
@@ -143,7 +143,7 @@ def test_load_outside_explicit_mode_says_polling(tmp_path: Path) -> None:
                for m in messages), messages  # fmt: skip
 
 
-# -- item 10: generate, and request text in the log ----------------------------------------------
+# -- generate, and request text in the log ----------------------------------------------
 
 
 def test_generate_takes_the_id_and_refuses_duplicate_keys(server: ServerProcess) -> None:
@@ -193,7 +193,7 @@ def test_request_text_cannot_forge_log_lines(server: ServerProcess, log_format: 
         client.update_log_settings({"log_format": "default"})
 
 
-# -- item 11: bad inputs ----------------------------------------------------------------------------
+# -- bad inputs ----------------------------------------------------------------------------
 
 ADD_SUB_INPUTS = [{"name": n, "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]} for n in ("INPUT0", "INPUT1")]
 

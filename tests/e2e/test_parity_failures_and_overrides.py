@@ -1,8 +1,9 @@
-"""Issue 10's bugs end to end against a real ``inferd serve`` (explicit mode), with tritonclient.
+"""Failures and overrides as Triton counts and words them, end to end against a real ``inferd serve``
+(explicit mode), with tritonclient.
 
 Each expectation is what the real Triton 2.51 answered for the same model and request (see the
-comments): failure counting (item 9), the repository API with overrides (item 10) and the error
-sentences clients match on (item 11).
+comments): failure counting, the repository API with overrides and the error sentences clients
+match on.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ def _delta(after: dict[str, object], before: dict[str, object]) -> dict[str, obj
     return out
 
 
-# -- item 9: a failed execution counts one failure per request -----------------------------------
+# -- a failed execution counts one failure per request -----------------------------------
 
 
 def test_failed_unbatched_execution_counts_one_failure_per_request(server: ServerProcess) -> None:
@@ -192,7 +193,7 @@ def test_failed_ensemble_step_counts_once_in_each_model(server: ServerProcess) -
     assert metric["OTHER"] - metric_before["OTHER"] == 1 and metric["BACKEND"] == metric_before["BACKEND"]
 
 
-# -- item 10: the repository API with overrides ---------------------------------------------------
+# -- the repository API with overrides ---------------------------------------------------
 
 
 def _marker(server: ServerProcess, model: str) -> str:
@@ -248,7 +249,7 @@ def test_bad_override_file_name_is_refused_with_tritons_sentence(server: ServerP
     assert "ghost2" not in _index_names(server) and client.is_server_live()
 
 
-# -- item 11: Triton's sentences first --------------------------------------------------------------
+# -- Triton's sentences first --------------------------------------------------------------
 
 
 def test_unknown_model_and_version_say_what_triton_says(server: ServerProcess) -> None:

@@ -1,4 +1,4 @@
-"""Issue 10 items 4 and 8 end to end: compressed HTTP responses, raw binary request bodies, and
+"""HTTP as Triton reads and writes it, end to end: compressed responses, raw binary request bodies, and
 JSON / parameters read without silent coercion, against a real ``inferd serve``.
 
 The expected sentences are the ones the real Triton 2.51 answered to the same requests.
@@ -98,7 +98,7 @@ def error_of(server, model: str, body: bytes, headers: dict[str, str] | None = N
     return status, json.loads(data)["error"]
 
 
-# -- item 4: compressed responses ----------------------------------------------------------------
+# -- compressed responses ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
@@ -170,7 +170,7 @@ def test_unsupported_request_encoding_is_501_with_the_accepted_list(server, enco
     assert post(server, "/v2/models/i32/infer", i32_body([1]), {"Content-Encoding": "identity"})[0] == 200
 
 
-# -- item 4: raw binary request bodies -------------------------------------------------------------
+# -- raw binary request bodies ---------------------------------------------------------------------
 
 RAW = {"Inference-Header-Content-Length": "0", "Content-Type": "application/octet-stream"}
 
@@ -226,7 +226,7 @@ def test_raw_body_errors_say_what_triton_says(server):
     assert (status, message) == (400, "inference header size should be in range (0, 1), got: -1")
 
 
-# -- item 8: JSON data of the wrong kind -----------------------------------------------------------
+# -- JSON data of the wrong kind -------------------------------------------------------------------
 
 SIGNED = "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"
 BOOLEAN = "Unable to parse 'data': attempt to access JSON non-boolean as boolean"
@@ -303,7 +303,7 @@ def test_non_utf8_and_lone_surrogates_are_400_naming_the_field(server):
     assert "input 'IN0': data[0]" in message
 
 
-# -- item 8: request fields and parameters of the wrong type -------------------------------------
+# -- request fields and parameters of the wrong type ---------------------------------------------
 
 
 @pytest.mark.parametrize(
