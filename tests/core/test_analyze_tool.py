@@ -16,6 +16,7 @@ import tritonclient.http as httpclient
 
 from inferd.config import parse_config_text
 from inferd.testing import ServerProcess, write_repository
+from tests.python_models import source
 from tests.servers import Servers
 
 CONFIG = """
@@ -28,18 +29,7 @@ input [
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
 instance_group [ { count: 1 kind: KIND_CPU } ]
 """
-MODEL_PY = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            a = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(r, "INPUT1").as_numpy()
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a + b)]))
-        return out
-"""
+MODEL_PY = source("add_two")
 FILES = {"config.pbtxt": textwrap.dedent(CONFIG), "1/model.py": textwrap.dedent(MODEL_PY)}
 
 

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess
+from tests.python_models import source
 from tests.servers import Servers
 
 CONFIG = """
@@ -42,19 +43,7 @@ model_metrics {
 }
 """
 # Sleeps MS milliseconds, then echoes it.
-SLEEP_PY = """
-import time
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            ms = pb_utils.get_input_tensor_by_name(r, "MS").as_numpy()
-            time.sleep(float(ms[0]) / 1000.0)
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("MS_OUT", ms)]))
-        return out
-"""
+SLEEP_PY = source("slow")
 INCOMPLETE = {
     "no_identifier": (
         "model_metrics { metric_control [ { histogram_options { buckets: [ 1 ] } } ] }",

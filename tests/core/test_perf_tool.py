@@ -20,6 +20,7 @@ import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess
 from inferd.tools import COMMANDS
+from tests.python_models import source
 from tests.servers import Servers
 
 ADD_CONFIG = """
@@ -31,18 +32,7 @@ input [
 ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
 """
-ADD_PY = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            a = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(r, "INPUT1").as_numpy()
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a + b)]))
-        return out
-"""
+ADD_PY = source("add_two")
 # Decoupled: COUNT responses, then the final flag on its own.
 REPEAT_CONFIG = """
 backend: "python"

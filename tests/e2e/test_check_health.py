@@ -35,7 +35,7 @@ def inferd(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    files = {name: {"config.pbtxt": config, "1/model.py": models.ADD_SUB_PY.format(offset=0)}
+    files = {name: {"config.pbtxt": config, "1/model.py": models.add_sub_py(0)}
              for name, config in BROKEN.items()}  # fmt: skip
     return write_repository(tmp_path_factory.mktemp("check") / "models", {"add_sub": models.add_sub(), **files})
 

@@ -125,7 +125,7 @@ def test_explicit_mode_counts_the_models_loaded_through_the_api(tmp_path):
         assert _readiness(srv) == (False, False)
         http.unload_model("broken")  # as Triton: the failed load still counts
         assert _readiness(srv) == (False, False)
-        (repo / "broken" / "1" / "model.py").write_text(models.ADD_SUB_PY.format(offset=0))
+        (repo / "broken" / "1" / "model.py").write_text(models.add_sub_py(0))
         http.load_model("broken")
         assert _readiness(srv) == (True, True)
         (repo / "good" / "1" / "model.py").write_text(BROKEN_PY)

@@ -16,6 +16,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
+from tests.python_models import source
 from tests.waiting import wait_for
 
 STEP_CONFIG = """
@@ -26,18 +27,7 @@ output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ {n} ] }} ]
 """
 
 # Y = 2 X, whatever the shape: only the config says what the step takes.
-STEP_PY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 2)])
-            for r in requests
-        ]
-"""
-
+STEP_PY = source("double")
 ENSEMBLE_CONFIG = """
 platform: "ensemble"
 max_batch_size: 0

@@ -151,7 +151,7 @@ def test_a_broken_model_added_under_poll_leaves_the_server_ready(server: TlsServ
         assert f"model '{name}' appeared under poll and failed to load: it is UNAVAILABLE" in log
     # fixing the files loads the model on the next change
     (repo / "add_typo" / "config.pbtxt").write_text(models.ADD_SUB_CONFIG)
-    (repo / "add_typo" / "1" / "model.py").write_text(models.ADD_SUB_PY.format(offset=0))
+    (repo / "add_typo" / "1" / "model.py").write_text(models.add_sub_py(0))
     deadline = time.monotonic() + 60
     while call(server, "GET", "/v2/models/add_typo/ready", "alice")[0] != 200 and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -27,6 +27,7 @@ from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.e2e.h2_client import GRPC_HEADERS, RawConnection, message
 from tests.e2e.test_grpc import MODELS, add_sub_inputs, tensor
+from tests.python_models import source
 from tests.servers import Servers
 
 LIVE = "/inference.GRPCInferenceService/ServerLive"
@@ -81,17 +82,7 @@ max_batch_size: 0
 input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]
 output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]
 """
-ECHO_PY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 2)])
-            for r in requests
-        ]
-"""
+ECHO_PY = source("double")
 
 
 def sleep_input(seconds: float) -> list[grpcclient.InferInput]:

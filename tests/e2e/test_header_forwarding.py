@@ -23,6 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess
 from tests.e2e import models
+from tests.python_models import source
 from tests.servers import Servers
 
 PARAMS_CONFIG = """
@@ -31,16 +32,7 @@ max_batch_size: 0
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "PARAMS" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
-PARAMS_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("PARAMS", np.array([r.parameters()], dtype=np.object_))])
-                for r in requests]
-"""
+PARAMS_PY = source("parameters")
 ENSEMBLE = """
 platform: "ensemble"
 max_batch_size: 0

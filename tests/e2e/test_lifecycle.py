@@ -126,7 +126,7 @@ def test_poll_mode_add_change_remove_under_traffic(tmp_path, workers):
 
         # a new version appears: the policy (latest 1) switches to it
         (repo / "add_sub" / "2").mkdir()
-        (repo / "add_sub" / "2" / "model.py").write_text(models.ADD_SUB_PY.format(offset=10))
+        (repo / "add_sub" / "2" / "model.py").write_text(models.add_sub_py(10))
         wait_for(lambda: client.get_model_metadata("add_sub")["versions"] == ["2"], what="version 2")
         np.testing.assert_array_equal(add_sub_call(client, "add_sub"), [[12, 14, 16, 18]])
 
@@ -139,7 +139,7 @@ def test_poll_mode_add_change_remove_under_traffic(tmp_path, workers):
         (repo / "add_sub" / "2" / "model.py").write_text(BROKEN_PY)
         wait_for(lambda: "cannot import" in index_of(client).get(("add_sub", "2"), ("", ""))[1], what="failed reload")
         np.testing.assert_array_equal(add_sub_call(client, "add_sub"), [[12, 14, 16, 18]])
-        (repo / "add_sub" / "2" / "model.py").write_text(models.ADD_SUB_PY.format(offset=20))
+        (repo / "add_sub" / "2" / "model.py").write_text(models.add_sub_py(20))
         wait_for(lambda: add_sub_call(client, "add_sub")[0, 0] == 22, what="repaired model")
 
         # remove a model
@@ -187,7 +187,7 @@ def test_two_repositories_and_duplicate_names(tmp_path):
 
 def test_missing_config_with_autocomplete_disabled(tmp_path):
     repo = write_repository(
-        tmp_path / "models", {"ok": models.add_sub(), "noconf": {"1/model.py": models.ADD_SUB_PY.format(offset=0)}}
+        tmp_path / "models", {"ok": models.add_sub(), "noconf": {"1/model.py": models.add_sub_py(0)}}
     )
     with ServerProcess([repo], ["--disable-auto-complete-config", *STARTS_WITH_A_BROKEN_MODEL]) as srv:
         client = httpclient.InferenceServerClient(srv.http_url)
@@ -231,7 +231,7 @@ def test_load_with_config_and_file_overrides(tmp_path):
             "input": [{"name": n, "data_type": "TYPE_FP32", "dims": [4]} for n in ("INPUT0", "INPUT1")],
             "output": [{"name": n, "data_type": "TYPE_FP32", "dims": [4]} for n in ("OUTPUT0", "OUTPUT1")],
         }  # fmt: skip
-        code = models.ADD_SUB_PY.format(offset=500).encode()
+        code = models.add_sub_py(500).encode()
         client.load_model("add_sub", config=json.dumps(config), files={"file:3/model.py": code})
         assert client.get_model_metadata("add_sub")["versions"] == ["3"]
         assert add_sub_call(client)[0, 0] == 502

@@ -16,19 +16,10 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
+from tests.python_models import source
 from tests.servers import Servers
 
-IDENTITY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
-            for r in requests
-        ]
-"""
+IDENTITY = source("identity")
 LABELS = "".join(f"label{i}\n" for i in range(16))
 
 

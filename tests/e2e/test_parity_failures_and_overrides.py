@@ -25,6 +25,7 @@ from inferd.frontends.grpc import grpc_service_pb2 as pb
 from inferd.frontends.grpc import grpc_service_pb2_grpc as pb_grpc
 from inferd.testing import ServerProcess
 from tests.metrics_text import samples, scrape
+from tests.python_models import source
 from tests.servers import Servers
 
 RAISES = """
@@ -32,17 +33,7 @@ class TritonPythonModel:
     def execute(self, requests):
         raise RuntimeError("boom from model")
 """
-IDENTITY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
-            for r in requests
-        ]
-"""
+IDENTITY = source("identity")
 IO = """
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]

@@ -27,6 +27,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferd.testing import ServerProcess
 from tests.e2e import models
+from tests.python_models import source
 from tests.servers import Servers
 
 CONFIG = """
@@ -37,15 +38,7 @@ output [ { name: "PARAMS" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
 DECOUPLED = "model_transaction_policy { decoupled: true }\n"
 PROCESS = 'parameters { key: "EXECUTION_MODE" value: { string_value: "process" } }\n'
-MODEL_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("PARAMS", np.array([r.parameters()], dtype=np.object_))])
-                for r in requests]
-"""
+MODEL_PY = source("parameters")
 DECOUPLED_PY = """
 import numpy as np
 import triton_python_backend_utils as pb_utils

@@ -143,7 +143,7 @@ def test_poll_mode_picks_up_changes_in_the_bucket_under_traffic(s3, tmp_path):
         np.testing.assert_array_equal(grpc_add_sub(srv.grpc_url, "late"), [[1002, 1004, 1006, 1008]])
 
         # a new version uploaded: the policy (latest 1) switches to it
-        s3.upload("models", "repo/v1", {"add_sub": {"2/model.py": models.ADD_SUB_PY.format(offset=10)}})
+        s3.upload("models", "repo/v1", {"add_sub": {"2/model.py": models.add_sub_py(10)}})
         wait_for(lambda: client.get_model_metadata("add_sub")["versions"] == ["2"], what="version 2")
         np.testing.assert_array_equal(add_sub_call(client, "add_sub"), [[12, 14, 16, 18]])
 
@@ -155,7 +155,7 @@ def test_poll_mode_picks_up_changes_in_the_bucket_under_traffic(s3, tmp_path):
         # a broken upload keeps the old version serving, its reason in the index
         s3.upload("models", "repo/v1", {"add_sub": {"2/model.py": BROKEN_PY}})
         wait_for(lambda: "cannot import" in index_of(client)[("add_sub", "2")][1], what="failed reload")
-        s3.upload("models", "repo/v1", {"add_sub": {"2/model.py": models.ADD_SUB_PY.format(offset=20)}})
+        s3.upload("models", "repo/v1", {"add_sub": {"2/model.py": models.add_sub_py(20)}})
         wait_for(lambda: add_sub_call(client, "add_sub")[0, 0] == 22, what="repaired model")
 
         # a removed model
@@ -216,7 +216,7 @@ def test_explicit_mode_loads_from_the_bucket(s3, tmp_path):
         assert not client.is_model_ready("other")
         client.load_model("other")
         np.testing.assert_array_equal(add_sub_call(client, "other"), [[102, 104, 106, 108]])
-        s3.upload("models", "a/b", {"other": {"1/model.py": models.ADD_SUB_PY.format(offset=200)}})
+        s3.upload("models", "a/b", {"other": {"1/model.py": models.add_sub_py(200)}})
         client.load_model("other")
         np.testing.assert_array_equal(add_sub_call(client, "other"), [[202, 204, 206, 208]])
 

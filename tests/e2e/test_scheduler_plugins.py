@@ -60,7 +60,7 @@ def site(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def server(site, serve: Servers) -> ServerProcess:
     """``inferd serve`` with the plugin installed; ``misnamed`` is in the repository, not loaded."""
-    add_sub = {"1/model.py": models.ADD_SUB_PY.format(offset=0)}
+    add_sub = {"1/model.py": models.add_sub_py(0)}
     repo = {
         "tagged": {"config.pbtxt": models.ADD_SUB_CONFIG + TWO_INSTANCES + selecting("tagging"), **add_sub},
         "plain": {"config.pbtxt": models.ADD_SUB_CONFIG + "dynamic_batching { }\n", **add_sub},
