@@ -73,34 +73,7 @@ input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OPEN" data_type: TYPE_INT32 dims: [ 1 ] } ]
 instance_group [ { count: 1 kind: KIND_CPU } ]
 """
-SEQ_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-def scalar(request, name):
-    return int(pb_utils.get_input_tensor_by_name(request, name).as_numpy().reshape(-1)[0])
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.open = set()
-
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            cid, start, end = scalar(r, "CORRID"), scalar(r, "START"), scalar(r, "END")
-            if not scalar(r, "READY"):
-                pass  # a filler request of an empty batch slot (Triton's direct strategy sends them)
-            elif start:
-                if cid in self.open:
-                    raise ValueError(f"sequence {cid} started twice")
-                self.open.add(cid)
-            elif cid not in self.open:
-                raise ValueError(f"sequence {cid} continues without a start")
-            if end and scalar(r, "READY"):
-                self.open.discard(cid)
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OPEN", np.array([[len(self.open)]], np.int32))]))
-        return out
-"""
+SEQ_PY = source("perf_tool_seq")
 
 TOTALS = re.compile(r"inferd perf: (\d+) requests completed \((\d+) responses\), (\d+) failed")
 CSV_HEAD = ["Concurrency", "Inferences/Second", "Client Send", "Network+Server Send/Recv", "Server Queue",

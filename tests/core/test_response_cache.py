@@ -23,6 +23,7 @@ from inferd.host.plugins import PluginHost
 from inferd.host.serve_command import build_parser, options_from_args
 from inferd.host.server import Server, ServerOptions
 from inferd.testing import ServerProcess, asgi_client, write_repository
+from tests.python_models import source
 from tests.servers import Servers
 
 COUNTED_CONFIG = """
@@ -38,30 +39,7 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 {extra}
 """
 # CALLS counts this instance's executions: a cached response repeats the count it was made with.
-COUNTED_PY = """
-import json
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.calls = 0
-
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            self.calls += 1
-            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
-            if (x < 0).any():
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"negative input, call {self.calls}")))
-                continue
-            scale = float(json.loads(request.parameters() or "{}").get("scale", 2))
-            responses.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("OUT", (x * scale).astype(np.float32)),
-                pb_utils.Tensor("CALLS", np.array([self.calls], dtype=np.int64)),
-            ]))
-        return responses
-"""
+COUNTED_PY = source("response_cache_counted")
 BATCHED_CONFIG = """
 name: "batched"
 backend: "python"

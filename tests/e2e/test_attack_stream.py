@@ -21,6 +21,7 @@ from tritonclient.grpc import service_pb2
 
 from inferd.auth import digest
 from inferd.testing import ServerProcess
+from tests.python_models import source
 from tests.servers import Servers
 
 #: The per-stream cap the servers here run with.
@@ -50,33 +51,7 @@ model_transaction_policy { decoupled: true }
 input [ { name: "SECONDS" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "PEAK" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
-COUNTER_PY = """
-import threading, time
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.lock = threading.Lock()
-        self.active = self.peak = 0
-
-    def execute(self, requests):
-        for request in requests:
-            threading.Thread(target=self.answer, args=(request,), daemon=True).start()
-        return None
-
-    def answer(self, request):
-        with self.lock:
-            self.active += 1
-            self.peak = max(self.peak, self.active)
-        time.sleep(float(pb_utils.get_input_tensor_by_name(request, "SECONDS").as_numpy()[0]))
-        with self.lock:
-            self.active -= 1
-            peak = self.peak
-        request.get_response_sender().send(
-            pb_utils.InferenceResponse([pb_utils.Tensor("PEAK", np.array([peak], np.int32))]),
-            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-"""
+COUNTER_PY = source("attack_stream_counter")
 
 
 FREE = {"authorization": "Bearer free-key"}

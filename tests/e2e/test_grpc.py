@@ -23,6 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
+from tests.python_models import source
 from tests.servers import Servers
 
 TYPES_CONFIG = """
@@ -42,27 +43,7 @@ output [
   { name: "OUT_BYTES" data_type: TYPE_STRING dims: [ -1 ] }
 ]
 """
-TYPES_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            i64 = pb_utils.get_input_tensor_by_name(request, "IN_INT64").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "IN_BOOL").as_numpy()
-            f16 = pb_utils.get_input_tensor_by_name(request, "IN_FP16").as_numpy()
-            s = pb_utils.get_input_tensor_by_name(request, "IN_BYTES").as_numpy()
-            upper = np.array([x.upper() for x in s.reshape(-1)], dtype=np.object_).reshape(s.shape)
-            responses.append(pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("OUT_INT64", i64 * 3),
-                pb_utils.Tensor("OUT_BOOL", np.logical_not(b)),
-                pb_utils.Tensor("OUT_FP16", (f16 * 2).astype(np.float16)),
-                pb_utils.Tensor("OUT_BYTES", upper),
-            ]))
-        return responses
-"""
+TYPES_PY = source("grpc_types")
 PARAMS_CONFIG = """
 name: "params"
 backend: "python"

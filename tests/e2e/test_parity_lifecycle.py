@@ -19,29 +19,10 @@ import tritonclient.http as httpclient
 from inferd.testing import ServerProcess, write_repository
 from inferd.testing.servers import free_ports
 from tests.http_calls import http_call
+from tests.python_models import source
 from tests.servers import Servers
 
-IDENTITY = """
-import json
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        policy = json.loads(args["model_config"]).get("model_transaction_policy", {})
-        self.decoupled = policy.get("decoupled", False)
-
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-            response = pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)])
-            if self.decoupled:
-                r.get_response_sender().send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-            else:
-                out.append(response)
-        return None if self.decoupled else out
-"""
+IDENTITY = source("parity_lifecycle_identity")
 IO = """
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]

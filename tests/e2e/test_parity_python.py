@@ -21,6 +21,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
+from tests.python_models import source
 from tests.servers import Servers
 
 # Checks what Triton passes to initialize(), as qa/python_models/init_args does.
@@ -76,30 +77,7 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 
 # An error response for negative inputs: returned, or sent through the response sender.
-ERRORS = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        import json
-        policy = json.loads(args["model_config"]).get("model_transaction_policy", {})
-        self.decoupled = policy.get("decoupled", False)
-
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-            if (x < 0).any():
-                response = pb_utils.InferenceResponse(error=pb_utils.TritonError("negative input"))
-            else:
-                response = pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)])
-            if self.decoupled:
-                r.get_response_sender().send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-            else:
-                out.append(response)
-        return None if self.decoupled else out
-"""
+ERRORS = source("parity_python_errors")
 
 
 def _errors_config(head: str) -> str:

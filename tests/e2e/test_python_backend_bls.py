@@ -19,6 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess
+from tests.python_models import source
 from tests.servers import Servers
 
 # Decoupled: IN responses OUT=0..IN-1, then a flag-only final; a negative IN is one final error.
@@ -68,54 +69,7 @@ max_batch_size: 0
 input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "MODE" data_type: TYPE_STRING dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "INFO" data_type: TYPE_STRING dims: [ -1 ] } ]
 """
-CALLER_PY = """
-import asyncio
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-def bls(name, n):
-    return pb_utils.InferenceRequest(model_name=name, inputs=[pb_utils.Tensor("IN", np.array([n], np.int32))],
-                                     requested_output_names=["OUT"])
-
-def collect(responses):
-    values, info = [], []
-    for r in responses:
-        if r.has_error():
-            info.append("error:" + r.error().message())
-            continue
-        t = pb_utils.get_output_tensor_by_name(r, "OUT")
-        if t is None:
-            info.append("empty")
-        else:
-            values.extend(int(v) for v in t.as_numpy())
-            info.append("out")
-    return values, info
-
-async def via_async(n):
-    return collect(await bls("repeat", n).async_exec(decoupled=True))
-
-CALLS = {
-    "sync": lambda n: collect(bls("repeat", n).exec(decoupled=True)),
-    "bytes": lambda n: collect(bls(b"repeat", n).exec(decoupled=True)),
-    "bytes_plain": lambda n: collect([bls(b"times10", n).exec()]),
-    "async": lambda n: asyncio.run(via_async(n)),
-    "ordinary": lambda n: collect(bls("times10", n).exec(decoupled=True)),
-    "plain_exec": lambda n: collect([bls("repeat", n).exec()]),
-    "missing": lambda n: collect(bls("nope", n).exec(decoupled=True)),
-}
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            n = int(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0])
-            mode = pb_utils.get_input_tensor_by_name(r, "MODE").as_numpy()[0].decode()
-            values, info = CALLS[mode](n)
-            out.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("OUT", np.array(values, np.int32)),
-                pb_utils.Tensor("INFO", np.array([s.encode() for s in info] or [b""], np.object_))]))
-        return out
-"""
+CALLER_PY = source("python_backend_bls_caller")
 # async def execute: two decoupled BLS calls at once; OUT: both streams' values, in order.
 ASYNC_CALLER_CONFIG = """
 backend: "python"

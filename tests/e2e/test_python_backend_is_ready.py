@@ -19,6 +19,7 @@ import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
 from tests.http_calls import http_call
+from tests.python_models import source
 from tests.servers import Servers
 from tests.waiting import wait_for
 
@@ -31,42 +32,7 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 PROCESS = 'parameters { key: "EXECUTION_MODE" value: { string_value: "process" } }\n'
 
-MODEL_PY = """
-import asyncio, os, time
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.dir = args["model_repository"]
-
-    def flag(self, name):
-        return os.path.exists(os.path.join(self.dir, name))
-
-    def answer(self):
-        with open(os.path.join(self.dir, "CALLS"), "a") as f:
-            f.write("x")
-        if self.flag("SLOW"):
-            time.sleep(8)
-        if self.flag("RAISE"):
-            raise RuntimeError("the feature store is down")
-        if self.flag("WEIRD"):
-            return 1
-        return not self.flag("NOT_READY")
-
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            n = int(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0])
-            if n == 9:
-                running = os.path.join(self.dir, "RUNNING")
-                open(running, "w").close()
-                deadline = time.monotonic() + 120
-                while os.path.exists(running) and time.monotonic() < deadline:
-                    time.sleep(0.05)
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([n + 1], np.int32))]))
-        return out
-"""
+MODEL_PY = source("python_backend_is_ready")
 SYNC_PY = (
     MODEL_PY
     + """

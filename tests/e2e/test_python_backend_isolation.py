@@ -23,6 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess
 from tests.metrics_text import scrape
+from tests.python_models import source
 from tests.servers import Servers
 
 ECHO_CONFIG = """
@@ -50,67 +51,7 @@ class TritonPythonModel:
 # MEMORY_LIMIT; 11 results that describe a 64 MiB tensor and send no tensor block (the server once made up the
 # array, garbage past the memory limit, and answered with it); 8 logs 20000 lines, then answers; else echo+1.
 # While the file GATE (beside config.pbtxt) exists, initialize waits: the test holds a restart with it.
-BOOM_PY = """
-import ctypes, fcntl, marshal, os, socket, sys, time
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-def send_raw(body, where=None, fds=()):
-    frame = sys._getframe()
-    while "batch_id" not in frame.f_locals:  # the stub's loop, running this batch
-        frame = frame.f_back
-    sock = socket.socket(fileno=os.dup(int(sys.argv[1])))
-    data = marshal.dumps((12, (frame.f_locals["batch_id"], [body], [], 0), where))
-    socket.send_fds(sock, [data], list(fds)) if fds else sock.send(data)
-
-def result(shape, offset, nbytes):
-    return ("r", "boom", "1", "", [("OUT", ("INT32", shape, offset, nbytes))], {}, True)
-
-class TritonPythonModel:
-    def initialize(self, args):
-        gate = os.path.join(args["model_repository"], "GATE")
-        while os.path.exists(gate):
-            time.sleep(0.05)
-
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            n = int(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0])
-            if n == 1:
-                ctypes.string_at(0)
-            elif n == 2:
-                os._exit(7)
-            elif n == 3:
-                hold = np.ones(400 * 1024 * 1024, np.uint8)
-                time.sleep(30)
-            elif n == 4:
-                time.sleep(30)
-            elif n == 5:
-                send_raw(result((1,), 0, 4), where=(1 << 40, 4, 0))
-                time.sleep(30)  # the server kills us now
-            elif n == 6:
-                fd = os.memfd_create("cut")
-                os.write(fd, np.array([6], np.int32).tobytes() * 1024)
-                send_raw(result((1,), 0, 4), fds=[fd])
-                os.ftruncate(fd, 0)
-                time.sleep(30)
-            elif n == 7:
-                fd = os.memfd_create("big", os.MFD_ALLOW_SEALING)
-                os.ftruncate(fd, 1 << 30)
-                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
-                send_raw(result((1 << 28,), 0, 1 << 30), fds=[fd])
-                time.sleep(30)
-            elif n == 11:
-                send_raw(result((1 << 24,), 0, 1 << 26))
-                time.sleep(30)
-            elif n == 8:
-                for i in range(20000):
-                    pb_utils.Logger.log_info(f"flood {i}")
-            elif n == 9:
-                time.sleep(1.2)
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([n + 1], np.int32))]))
-        return out
-"""
+BOOM_PY = source("python_backend_isolation_boom")
 BOOM_PARAMS = (
     PROCESS
     + """
@@ -158,30 +99,7 @@ class TritonPythonModel:
 SLOW_PARAMS = 'parameters { key: "EXECUTE_WARN_SECS" value: { string_value: "1" } }\n'
 # Isolated, on CPU 0 only. IN 0: OUT is the bit mask of the CPUs it may run on. IN 1: polls is_cancelled() for
 # up to 30 s; once it turns true, writes how long that took to CANCELLED (beside config.pbtxt) and fails.
-CANCEL_PY = """
-import os, time
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.marker = os.path.join(args["model_repository"], "CANCELLED")
-
-    def execute(self, requests):
-        (r,) = requests
-        if int(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0]) == 0:
-            mask = sum(1 << cpu for cpu in os.sched_getaffinity(0))
-            return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([mask], np.int32))])]
-        started = time.monotonic()
-        while time.monotonic() - started < 30:
-            if r.is_cancelled():
-                with open(self.marker, "w") as f:
-                    f.write("%.2f" % (time.monotonic() - started))
-                error = pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)
-                return [pb_utils.InferenceResponse(error=error)]
-            time.sleep(0.02)
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([-1], np.int32))])]
-"""
+CANCEL_PY = source("python_backend_isolation_cancel")
 CANCEL_PARAMS = PROCESS + 'parameters { key: "CPU_AFFINITY" value: { string_value: "0" } }\n'
 # Isolated; each execute takes 0.5 s.
 NAP_PY = """

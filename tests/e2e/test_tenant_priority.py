@@ -18,33 +18,11 @@ import pytest
 from inferd.auth import digest
 from inferd.testing import ServerProcess
 from tests.metrics_text import metric
+from tests.python_models import source
 from tests.servers import Servers
 from tests.waiting import wait_for
 
-GATE_PY = """
-import json, os, time
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.folder = json.loads(args["model_config"])["parameters"]["folder"]["string_value"]
-        self.count = 0
-
-    def execute(self, requests):
-        out = []
-        for request in requests:
-            value = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy().reshape(-1)[0])
-            if value == 0:  # the gate: say it runs, then wait for the test to release it
-                open(os.path.join(self.folder, "started"), "w").close()
-                deadline = time.monotonic() + 60
-                while not os.path.exists(os.path.join(self.folder, "release")) and time.monotonic() < deadline:
-                    time.sleep(0.01)
-            self.count += 1
-            shape = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy().shape
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("ORDER", np.full(shape, self.count, np.int32))]))
-        return out
-"""
+GATE_PY = source("tenant_priority_gate")
 
 
 def _config(name: str, folder: Path, scheduling: str, batch: int = 1) -> str:

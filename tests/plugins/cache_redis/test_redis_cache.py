@@ -19,6 +19,7 @@ import tritonclient.http as httpclient
 from inferd.contracts.errors import InvalidArgument
 from inferd.contracts.types import InferResponse, InferTensor
 from inferd.testing import ServerProcess, free_port, write_repository
+from tests.python_models import source
 from tests.servers import Servers
 
 REDIS_SERVER = shutil.which("redis-server")
@@ -39,27 +40,7 @@ instance_group [ { kind: KIND_CPU count: 1 } ]
 response_cache { enable: true }
 """
 # CALLS counts this instance's executions: a cached response repeats the count it was made with.
-MODEL_PY = """
-import json
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.calls = 0
-
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            self.calls += 1
-            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
-            scale = float(json.loads(request.parameters() or "{}").get("scale", 2))
-            responses.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("OUT", (x * scale).astype(np.float32)),
-                pb_utils.Tensor("CALLS", np.array([self.calls], dtype=np.int64)),
-            ]))
-        return responses
-"""
+MODEL_PY = source("redis_cache")
 
 
 class RedisServer:
