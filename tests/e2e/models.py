@@ -10,6 +10,8 @@ temporary repositories.
 
 from __future__ import annotations
 
+import json
+
 from tests.python_models import source
 
 ADD_SUB_CONFIG = source("add_sub", "config.pbtxt")
@@ -19,6 +21,9 @@ ECHO_CONFIG = source("echo", "config.pbtxt")
 ECHO_PY = source("echo")
 SLOW_CONFIG = source("slow", "config.pbtxt")
 SLOW_PY = source("slow")
+_ONES = {"shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}
+#: An HTTP infer request body for ``add_sub``: INPUT0 and INPUT1 both [[1, 2, 3, 4]].
+ADD_SUB_JSON = json.dumps({"inputs": [{"name": "INPUT0", **_ONES}, {"name": "INPUT1", **_ONES}]}).encode()
 
 
 def add_sub_py(offset: int = 0) -> str:

@@ -25,6 +25,7 @@ from tests.e2e import models
 from tests.e2e.raw_http import raw_http
 from tests.e2e.test_grpc import MODELS
 from tests.servers import Servers
+from tests.triton_clients import add_sub_inputs
 from tests.waiting import wait_for
 
 CONFIG = f"""
@@ -73,22 +74,8 @@ def server(
         yield proc
 
 
-def _infer_body() -> bytes:
-    tensor = {"shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}
-    return json.dumps({"inputs": [{"name": "INPUT0", **tensor}, {"name": "INPUT1", **tensor}]}).encode()
-
-
-def _inputs() -> list[grpcclient.InferInput]:
-    out = []
-    for name in ("INPUT0", "INPUT1"):
-        tensor = grpcclient.InferInput(name, [1, 4], "FP32")
-        tensor.set_data_from_numpy(np.ones((1, 4), np.float32))
-        out.append(tensor)
-    return out
-
-
 def _healthy(server: ServerProcess) -> None:
-    status, _, body = raw_http(server, "POST", "/v2/models/add_sub/infer", bearer("alice-key"), _infer_body())
+    status, _, body = raw_http(server, "POST", "/v2/models/add_sub/infer", bearer("alice-key"), models.ADD_SUB_JSON)
     assert status == 200, body
 
 
@@ -107,7 +94,7 @@ def _healthy(server: ServerProcess) -> None:
     ],
 )
 def test_http_without_a_valid_key_is_401(server, headers, message):
-    status, reply_headers, body = raw_http(server, "POST", "/v2/models/add_sub/infer", headers, _infer_body())
+    status, reply_headers, body = raw_http(server, "POST", "/v2/models/add_sub/infer", headers, models.ADD_SUB_JSON)
     assert status == 401
     assert message in json.loads(body)["error"]
     assert reply_headers["www-authenticate"] == "Bearer"
@@ -137,7 +124,7 @@ def test_http_tenant_calls_its_models_with_tritonclient(server):
 @pytest.mark.parametrize(
     ("method", "path", "body"),
     [
-        ("POST", "/v2/models/{}/infer", _infer_body()),
+        ("POST", "/v2/models/{}/infer", models.ADD_SUB_JSON),
         ("GET", "/v2/models/{}", b""),
         ("GET", "/v2/models/{}/versions/1", b""),
         ("GET", "/v2/models/{}/config", b""),
@@ -253,17 +240,17 @@ def test_grpc_without_a_valid_key_is_unauthenticated(server):
     for headers, message in ((None, "missing API key"), ({"authorization": "Bearer wrong"}, "unknown API key"),
                              ({"x-api-key": "alice-key"}, "missing API key"),
                              ({"authorization": "Bearer " + "k" * 5000}, "at most 4096")):  # fmt: skip
-        error = _grpc_error(lambda h=headers: client.infer("add_sub", _inputs(), headers=h))
+        error = _grpc_error(lambda h=headers: client.infer("add_sub", add_sub_inputs(), headers=h))
         assert error.status() == "StatusCode.UNAUTHENTICATED" and message in error.message(), error
     assert client.is_server_live() and client.is_server_ready()  # health stays open
-    result = client.infer("add_sub", _inputs(), headers={"authorization": "Bearer alice-key"})
+    result = client.infer("add_sub", add_sub_inputs(), headers={"authorization": "Bearer alice-key"})
     assert result.as_numpy("OUTPUT0").tolist() == [[2.0] * 4]
 
 
 def test_grpc_unseen_models_answer_as_unknown_ones(server):
     client = grpcclient.InferenceServerClient(server.grpc_url)
     alice = {"authorization": "Bearer alice-key"}
-    for call in (lambda m: client.infer(m, _inputs(), headers=alice),
+    for call in (lambda m: client.infer(m, add_sub_inputs(), headers=alice),
                  lambda m: client.get_model_metadata(m, headers=alice),
                  lambda m: client.get_model_config(m, headers=alice),
                  lambda m: client.get_inference_statistics(m, headers=alice)):  # fmt: skip
@@ -329,7 +316,7 @@ def test_grpc_stream_needs_a_key_and_checks_each_model(server):
     results: list[object] = []
     client.start_stream(lambda result, error: results.append(error or result))
     try:
-        client.async_stream_infer("add_sub", _inputs())
+        client.async_stream_infer("add_sub", add_sub_inputs())
     except InferenceServerException:  # the stream may have ended already (it does at once)
         pass
     client.stop_stream()
@@ -339,9 +326,9 @@ def test_grpc_stream_needs_a_key_and_checks_each_model(server):
     client.start_stream(
         lambda result, error: results.append(error or result), headers={"authorization": "Bearer alice-key"}
     )
-    client.async_stream_infer("add_sub", _inputs())
-    client.async_stream_infer("secret", _inputs())
-    client.async_stream_infer("nonexistent", _inputs())
+    client.async_stream_infer("add_sub", add_sub_inputs())
+    client.async_stream_infer("secret", add_sub_inputs())
+    client.async_stream_infer("nonexistent", add_sub_inputs())
     client.stop_stream()
     # the requests of a stream run concurrently: answers come in any order
     answers = [r for r in results if not isinstance(r, InferenceServerException)]

@@ -25,6 +25,7 @@ from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.python_models import source
 from tests.servers import Servers
+from tests.triton_clients import add_sub_inputs
 
 TYPES_CONFIG = """
 name: "types"
@@ -172,14 +173,10 @@ def tensor(name: str, array: np.ndarray, datatype: str) -> grpcclient.InferInput
     return t
 
 
-def add_sub_inputs(a: np.ndarray, b: np.ndarray) -> list[grpcclient.InferInput]:
-    return [tensor("INPUT0", a, "FP32"), tensor("INPUT1", b, "FP32")]
-
-
 def assert_healthy(client: grpcclient.InferenceServerClient) -> None:
     assert client.is_server_live() and client.is_server_ready()
     a = np.ones((1, 4), np.float32)
-    result = client.infer("add_sub", add_sub_inputs(a, a))
+    result = client.infer("add_sub", add_sub_inputs(grpcclient, a, a))
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)
 
 
@@ -238,7 +235,7 @@ def test_infer_fp32_raw(client: grpcclient.InferenceServerClient) -> None:
     rng = np.random.default_rng(0)
     a = rng.standard_normal((3, 4)).astype(np.float32)
     b = rng.standard_normal((3, 4)).astype(np.float32)
-    result = client.infer("add_sub", add_sub_inputs(a, b))
+    result = client.infer("add_sub", add_sub_inputs(grpcclient, a, b))
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
     response = result.get_response()
@@ -272,7 +269,10 @@ def test_requested_output_subset_and_request_id(client: grpcclient.InferenceServ
     a = np.full((1, 4), 3, np.float32)
     b = np.arange(4, dtype=np.float32).reshape(1, 4)
     result = client.infer(
-        "add_sub", add_sub_inputs(a, b), outputs=[grpcclient.InferRequestedOutput("OUTPUT1")], request_id="req-42"
+        "add_sub",
+        add_sub_inputs(grpcclient, a, b),
+        outputs=[grpcclient.InferRequestedOutput("OUTPUT1")],
+        request_id="req-42",
     )
     response = result.get_response()
     assert response.id == "req-42"
@@ -409,7 +409,7 @@ def test_statistics_count(client: grpcclient.InferenceServerClient) -> None:
     a = np.ones((1, 4), np.float32)
     n = 5
     for _ in range(n):
-        client.infer("add_sub", add_sub_inputs(a, a))
+        client.infer("add_sub", add_sub_inputs(grpcclient, a, a))
     assert success() - before == n
     with pytest.raises(InferenceServerException) as info:
         client.get_inference_statistics("no_such_model")
@@ -428,7 +428,7 @@ def test_stream_many_requests(client: grpcclient.InferenceServerClient) -> None:
             a = np.full((1, 4), i, np.float32)
             b = np.arange(4, dtype=np.float32).reshape(1, 4)
             sent[f"s{i}"] = a + b
-            client.async_stream_infer("add_sub", add_sub_inputs(a, b), request_id=f"s{i}")
+            client.async_stream_infer("add_sub", add_sub_inputs(grpcclient, a, b), request_id=f"s{i}")
         got = {}
         for _ in sent:
             result, error = results.get(timeout=20)
@@ -616,7 +616,9 @@ def test_load_with_config_override(explicit_server: ServerProcess) -> None:
         client.load_model("add_sub", config=config)
         assert client.get_model_config("add_sub").config.max_batch_size == 4
         a = np.ones((2, 4), np.float32)
-        np.testing.assert_array_equal(client.infer("add_sub", add_sub_inputs(a, a)).as_numpy("OUTPUT0"), a + a)
+        np.testing.assert_array_equal(
+            client.infer("add_sub", add_sub_inputs(grpcclient, a, a)).as_numpy("OUTPUT0"), a + a
+        )
 
 
 # -- shutdown -------------------------------------------------------------------------------------

@@ -26,9 +26,10 @@ from tritonclient.utils import InferenceServerException
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.e2e.h2_client import GRPC_HEADERS, RawConnection, message
-from tests.e2e.test_grpc import MODELS, add_sub_inputs, tensor
+from tests.e2e.test_grpc import MODELS, tensor
 from tests.python_models import source
 from tests.servers import Servers
+from tests.triton_clients import add_sub_inputs
 
 LIVE = "/inference.GRPCInferenceService/ServerLive"
 INFER = "/inference.GRPCInferenceService/ModelInfer"
@@ -136,7 +137,7 @@ def test_max_message_sizes(small_server: ServerProcess) -> None:
     with grpcclient.InferenceServerClient(small_server.grpc_url) as client:
         a = np.ones((1, 4), np.float32)
         with pytest.raises(InferenceServerException) as error:
-            client.infer("add_sub", add_sub_inputs(a, a))
+            client.infer("add_sub", add_sub_inputs(grpcclient, a, a))
         assert error.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
         assert client.is_server_live()
 
@@ -153,7 +154,9 @@ def assert_up(server: ServerProcess) -> None:
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
         assert client.is_server_live()
         a = np.ones((1, 4), np.float32)
-        np.testing.assert_array_equal(client.infer("add_sub", add_sub_inputs(a, a)).as_numpy("OUTPUT0"), a + a)
+        np.testing.assert_array_equal(
+            client.infer("add_sub", add_sub_inputs(grpcclient, a, a)).as_numpy("OUTPUT0"), a + a
+        )
 
 
 @pytest.mark.parametrize(
@@ -506,7 +509,9 @@ def test_calls_on_many_connections_are_all_answered(tmp_path: Path) -> None:
                 for call in range(20):
                     a = np.full((1, 4), index, np.float32)
                     b = np.full((1, 4), call, np.float32)
-                    sums.append(float(client.infer("add_sub", add_sub_inputs(a, b)).as_numpy("OUTPUT0")[0, 0]))
+                    sums.append(
+                        float(client.infer("add_sub", add_sub_inputs(grpcclient, a, b)).as_numpy("OUTPUT0")[0, 0])
+                    )
                 return sums
 
         with ThreadPoolExecutor(64) as pool:

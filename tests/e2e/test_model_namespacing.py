@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
 from tests.http_calls import json_call
 from tests.servers import Servers
+from tests.triton_clients import error_of
 
 ADD = """
 import numpy as np
@@ -104,12 +104,6 @@ def grpc(server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:
     client.close()
 
 
-def _grpc_error(call: Any) -> tuple[str, str]:
-    with pytest.raises(InferenceServerException) as info:
-        call()
-    return str(info.value.status()), info.value.message()
-
-
 def test_every_model_of_both_repositories_loads_and_is_listed(server):
     assert _index(server) == [(name, "READY", "") for name in INDEX]
 
@@ -144,11 +138,11 @@ def test_a_name_in_both_repositories_is_refused_with_tritons_sentence(server, gr
     inp = grpcclient.InferInput("INPUT0", [2], "FP32")
     inp.set_data_from_numpy(np.array([1, 2], np.float32))
     invalid = ("StatusCode.INVALID_ARGUMENT", sentence)
-    assert _grpc_error(lambda: grpc.infer(name, [inp])) == invalid
-    assert _grpc_error(lambda: grpc.get_model_metadata(name)) == invalid
-    assert _grpc_error(lambda: grpc.get_model_config(name)) == invalid
+    assert error_of(lambda: grpc.infer(name, [inp])) == invalid
+    assert error_of(lambda: grpc.get_model_metadata(name)) == invalid
+    assert error_of(lambda: grpc.get_model_config(name)) == invalid
     assert grpc.is_model_ready(name) is False
-    assert _grpc_error(lambda: grpc.get_inference_statistics(name)) == (
+    assert error_of(lambda: grpc.get_inference_statistics(name)) == (
         "StatusCode.INVALID_ARGUMENT", f"requested model '{name}' is not available")  # fmt: skip
 
 

@@ -30,6 +30,7 @@ from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.http_calls import http_call
 from tests.servers import Servers
+from tests.triton_clients import error_of
 
 IDENTITY_CONFIG = """
 backend: "python"
@@ -183,12 +184,6 @@ def registered_pair(client: Client, region: Callable[[int], tuple[str, str, Any]
 
 def run(client: Client, request: tuple[list[Any], list[Any]]) -> Any:
     return client.infer("add_sub", request[0], outputs=request[1])
-
-
-def error_of(call: Callable[[], Any]) -> tuple[str, str]:
-    with pytest.raises(InferenceServerException) as info:
-        call()
-    return str(info.value.status()), info.value.message()
 
 
 def expect(protocol: str, http_status: str, grpc_code: str) -> str:

@@ -13,6 +13,7 @@ from tritonclient.utils import InferenceServerException
 from inferd.testing import ServerProcess
 from tests.lazy import lazy_import
 from tests.servers import Servers
+from tests.triton_clients import both_clients
 
 from . import trees
 
@@ -78,13 +79,6 @@ def server(boosters: dict[str, xgboost.Booster], serve: Servers) -> ServerProces
     )
 
 
-def _clients(server: ServerProcess) -> list[tuple[Any, Any]]:
-    return [
-        (httpclient, httpclient.InferenceServerClient(server.http_url)),
-        (grpcclient, grpcclient.InferenceServerClient(server.grpc_url)),
-    ]
-
-
 def _predict(module: Any, client: Any, model: str, x: np.ndarray) -> np.ndarray:
     tensor = module.InferInput("input__0", list(x.shape), "FP32")
     tensor.set_data_from_numpy(x)
@@ -96,7 +90,7 @@ X, _ = trees.data(rows=40, seed=3)
 
 def test_regressor_equals_inplace_predict(server: ServerProcess, boosters: dict[str, Any]) -> None:
     want = boosters["reg"].inplace_predict(X).reshape(-1, 1)
-    for module, client in _clients(server):
+    for module, client in both_clients(server):
         np.testing.assert_allclose(_predict(module, client, "regressor", X), want, rtol=1e-6)
         np.testing.assert_allclose(_predict(module, client, "regressor", X[:1]), want[:1], rtol=1e-6)
 
@@ -104,13 +98,13 @@ def test_regressor_equals_inplace_predict(server: ServerProcess, boosters: dict[
 def test_binary_classes_with_threshold(server: ServerProcess, boosters: dict[str, Any]) -> None:
     p = boosters["bin"].predict(xgboost.DMatrix(X))
     want = (p > 0.6).astype(np.float32).reshape(-1, 1)
-    for module, client in _clients(server):
+    for module, client in both_clients(server):
         np.testing.assert_array_equal(_predict(module, client, "binary_class", X), want)
 
 
 def test_binary_probabilities_two_columns(server: ServerProcess, boosters: dict[str, Any]) -> None:
     p = boosters["bin"].predict(xgboost.DMatrix(X)).reshape(-1, 1)
-    for module, client in _clients(server):
+    for module, client in both_clients(server):
         np.testing.assert_allclose(
             _predict(module, client, "binary_proba", X), np.hstack([1 - p, p]), rtol=1e-6, atol=1e-7
         )
@@ -118,7 +112,7 @@ def test_binary_probabilities_two_columns(server: ServerProcess, boosters: dict[
 
 def test_multiclass_probabilities_and_classes(server: ServerProcess, boosters: dict[str, Any]) -> None:
     proba = trees.probabilities(boosters["multi"], X)
-    for module, client in _clients(server):
+    for module, client in both_clients(server):
         np.testing.assert_allclose(_predict(module, client, "multi_proba", X), proba, rtol=1e-5, atol=1e-7)
         classes = _predict(module, client, "multi_class", X)
         np.testing.assert_array_equal(classes, proba.argmax(axis=1).reshape(-1, 1).astype(np.float32))
