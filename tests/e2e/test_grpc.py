@@ -149,8 +149,9 @@ def transport(request: pytest.FixtureRequest) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def server(serve: Servers, transport: list[str]) -> ServerProcess:
-    return serve(MODELS, *transport)
+def server(serve: Servers, transport: list[str]) -> Iterator[ServerProcess]:
+    with serve(MODELS, *transport) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
@@ -571,12 +572,10 @@ def test_decoupled_stream_aio(server: ServerProcess) -> None:
 
 
 @pytest.fixture(scope="module")
-def explicit_server(tmp_path_factory: pytest.TempPathFactory, transport: list[str]) -> Iterator[ServerProcess]:
+def explicit_server(serve: Servers, transport: list[str]) -> Iterator[ServerProcess]:
     models = {name: MODELS[name] for name in ("add_sub", "types")}
-    repo = write_repository(tmp_path_factory.mktemp("grpc-explicit") / "models", models)
-    proc = ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=add_sub", *transport]).start()
-    yield proc
-    proc.stop()
+    with serve(models, "--model-control-mode=explicit", "--load-model=add_sub", *transport) as srv:
+        yield srv
 
 
 def test_repository_index_load_unload(explicit_server: ServerProcess) -> None:

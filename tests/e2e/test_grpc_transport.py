@@ -47,12 +47,10 @@ def server(request: pytest.FixtureRequest, serve: Servers) -> Iterator[ServerPro
 
 
 @pytest.fixture(scope="module", params=["grpcio", "h2"])
-def small_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("small") / "models", {"add_sub": models.add_sub()})
+def small_server(request: pytest.FixtureRequest, serve: Servers) -> Iterator[ServerProcess]:
     args = ["--grpc-transport", request.param, f"--grpc-max-message-bytes={MAX_BYTES}"]
-    proc = ServerProcess([repo], args).start()
-    yield proc
-    proc.stop()
+    with serve({"add_sub": models.add_sub()}, *args) as proc:
+        yield proc
 
 
 #: 1000 zero bytes, gzipped to a few dozen: inside ``MAX_BYTES`` on the wire, far past it inflated.
@@ -60,11 +58,8 @@ BOMB = zlib.compress(bytes(1000), wbits=31)
 
 
 @pytest.fixture(scope="module")
-def small_h2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("small_h2") / "models", {"add_sub": models.add_sub()})
-    proc = ServerProcess([repo], ["--grpc-transport", "h2", f"--grpc-max-message-bytes={MAX_BYTES}"]).start()
-    yield proc
-    proc.stop()
+def small_h2(serve: Servers) -> ServerProcess:
+    return serve({"add_sub": models.add_sub()}, "--grpc-transport", "h2", f"--grpc-max-message-bytes={MAX_BYTES}")
 
 
 @pytest.fixture(scope="module")
@@ -423,11 +418,8 @@ BIG_MAX = 18 << 20
 
 
 @pytest.fixture(scope="module")
-def big_h2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("big_h2") / "models", {"add_sub": models.add_sub()})
-    proc = ServerProcess([repo], ["--grpc-transport", "h2", f"--grpc-max-message-bytes={BIG_MAX}"]).start()
-    yield proc
-    proc.stop()
+def big_h2(serve: Servers) -> ServerProcess:
+    return serve({"add_sub": models.add_sub()}, "--grpc-transport", "h2", f"--grpc-max-message-bytes={BIG_MAX}")
 
 
 def _padded_live(size: int) -> bytes:
