@@ -21,7 +21,7 @@ from tritonclient.utils import InferenceServerException
 from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
-from tests.e2e.test_tls import TlsServer
+from tests.e2e.tls_server import TlsServer
 from tests.http_calls import json_call
 
 trustme = pytest.importorskip("trustme")

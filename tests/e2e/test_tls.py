@@ -15,7 +15,7 @@ import ssl
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from inferd.host import cli
 from inferd.serving import tls
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
+from tests.e2e.tls_server import TlsServer, client_context
 from tests.waiting import wait_for
 
 trustme = pytest.importorskip("trustme")
@@ -66,49 +67,6 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     pki.issue("expired", "localhost", expired=True)
     (pki.dir / "garbage.pem").write_bytes(b"not a certificate\n")
     return pki
-
-
-def client_context(ca: str, cert: str | None = None) -> Callable[[], ssl.SSLContext]:
-    """tritonclient.http's ``ssl_context_factory``: trust ``ca``, present ``cert`` (``.pem`` + ``.key``)."""
-
-    def make() -> ssl.SSLContext:
-        ctx = ssl.create_default_context(cafile=ca)
-        if cert:
-            ctx.load_cert_chain(cert + ".pem", cert + ".key")
-        return ctx
-
-    return make
-
-
-class TlsServer(ServerProcess):
-    """``inferd serve`` whose HTTP port speaks TLS: liveness is polled over https."""
-
-    ca: str = ""
-    client_cert: str | None = None
-
-    def _https(self, path: str) -> int:
-        try:
-            url = f"https://localhost:{self.http_port}{path}"
-            with urllib.request.urlopen(url, timeout=2, context=client_context(self.ca, self.client_cert)()) as r:
-                return int(r.status)
-        except OSError:
-            return 0
-
-    def wait_live(self, timeout: float = 120.0) -> None:
-        self._until(lambda: self._https("/v2/health/live") == 200, timeout)
-
-    def wait_ready(self, timeout: float = 120.0) -> None:
-        self._until(lambda: self._https("/v2/health/ready") == 200, timeout)
-
-    def _until(self, ok: Callable[[], bool], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"inferd exited with {self.proc.returncode}:\n{self.log()}")
-            if ok():
-                return
-            time.sleep(0.05)
-        raise TimeoutError(f"inferd did not answer over https in {timeout} s:\n{self.log()}")
 
 
 #: What tritonclient.http raises when the server ends the connection: a TLS alert, or closed (TLS 1.3

@@ -14,12 +14,12 @@ import pytest
 from inferd.auth import digest
 from inferd.testing import write_repository
 from tests.e2e import models
+from tests.e2e.tls_server import TlsServer
 from tests.lazy import lazy_import
 
 from .chat_model import write_chat_model
 
 trustme = pytest.importorskip("trustme")
-from tests.e2e.test_tls import TlsServer  # noqa: E402  (needs trustme's test module)
 
 openai = lazy_import("openai")
 
