@@ -23,7 +23,7 @@ from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.e2e.raw_http import raw_http
-from tests.e2e.test_grpc import MODELS
+from tests.python_models import python_model
 from tests.servers import Servers
 from tests.triton_clients import add_sub_inputs
 from tests.waiting import wait_for
@@ -49,7 +49,7 @@ tenants:
     models: [sleep]
     concurrency: 1
 """
-MODEL_SET = {"add_sub": models.add_sub(), "secret": models.add_sub(), "sleep": MODELS["sleep"]}
+MODEL_SET = {"add_sub": models.add_sub(), "secret": models.add_sub(), "sleep": python_model("sleep")}
 
 
 def bearer(key: str) -> dict[str, str]:

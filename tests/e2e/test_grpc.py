@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
-from tests.python_models import source
+from tests.python_models import python_model, source
 from tests.servers import Servers
 from tests.triton_clients import add_sub_inputs
 
@@ -110,30 +110,9 @@ class TritonPythonModel:
         return None
 """
 
-SLEEP_CONFIG = """
-name: "sleep"
-backend: "python"
-max_batch_size: 0
-input [ { name: "SECONDS" data_type: TYPE_FP32 dims: [ 1 ] } ]
-output [ { name: "SECONDS_OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
-instance_group [ { kind: KIND_CPU count: 2 } ]
-"""
-SLEEP_PY = """
-import time
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            seconds = pb_utils.get_input_tensor_by_name(request, "SECONDS").as_numpy()
-            time.sleep(float(seconds[0]))
-            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("SECONDS_OUT", seconds)]))
-        return responses
-"""
 
 MODELS: dict[str, dict[str, str]] = {
-    "sleep": {"config.pbtxt": SLEEP_CONFIG, "1/model.py": SLEEP_PY},
+    "sleep": python_model("sleep"),
     "add_sub": models.add_sub(),
     "types": {"config.pbtxt": TYPES_CONFIG, "1/model.py": TYPES_PY},
     "params": {"config.pbtxt": PARAMS_CONFIG, "1/model.py": PARAMS_PY},

@@ -26,8 +26,8 @@ from tritonclient.utils import InferenceServerException
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.e2e.h2_client import GRPC_HEADERS, RawConnection, message
-from tests.e2e.test_grpc import MODELS, tensor
-from tests.python_models import source
+from tests.e2e.test_grpc import tensor
+from tests.python_models import python_model, source
 from tests.servers import Servers
 from tests.triton_clients import add_sub_inputs
 
@@ -40,7 +40,7 @@ MAX_BYTES = 64
 
 @pytest.fixture(scope="module", params=["grpcio", "h2"])
 def server(request: pytest.FixtureRequest, serve: Servers) -> Iterator[ServerProcess]:
-    repo = {"sleep": MODELS["sleep"]}
+    repo = {"sleep": python_model("sleep")}
     with serve(repo, "--grpc-transport", request.param) as proc:
         proc.transport = request.param
         yield proc

@@ -19,35 +19,12 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
 from tests.metrics_text import sample, scrape
+from tests.python_models import python_model
 from tests.waiting import wait_for
 
 # PID = the process serving the request, after sleeping MS milliseconds. Eight instances: four
 # on each of two workers (a config's instances are dealt out among the workers).
-WHOAMI_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "MS" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "PID" data_type: TYPE_INT64 dims: [ 1 ] } ]
-instance_group [ { kind: KIND_CPU count: 8 } ]
-"""
-WHOAMI_PY = """
-import os
-import time
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            ms = pb_utils.get_input_tensor_by_name(r, "MS").as_numpy()
-            time.sleep(float(ms[0]) / 1000.0)
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("PID", np.array([os.getpid()], np.int64))]))
-        return out
-"""
-WHOAMI = {"config.pbtxt": WHOAMI_CONFIG, "1/model.py": WHOAMI_PY}
+WHOAMI = python_model("whoami")
 
 
 def whoami(url: str, model: str = "whoami", ms: int = 0, timeout: float = 30.0) -> int:
