@@ -28,29 +28,11 @@ import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
 from tests.metrics_text import sample, scrape
+from tests.python_models import python_model, source
 from tests.waiting import wait_for
 
 # PID = the process serving the request. Two instances: one in each worker.
-WHOAMI_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "MS" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "PID" data_type: TYPE_INT64 dims: [ 1 ] } ]
-instance_group [ { kind: KIND_CPU count: 2 } ]
-"""
-WHOAMI_PY = """
-import os
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("PID", np.array([os.getpid()], np.int64))])
-                for _ in requests]
-"""
-WHOAMI = {"config.pbtxt": WHOAMI_CONFIG, "1/model.py": WHOAMI_PY}
+WHOAMI = python_model("whoami", config=source("whoami", "config.pbtxt").replace("count: 8", "count: 2"))
 INFER_BODY = json.dumps({"inputs": [{"name": "MS", "shape": [1], "datatype": "INT32", "data": [0]}]}).encode()
 FAST_EXIT = ["--exit-timeout-secs", "2"]
 
