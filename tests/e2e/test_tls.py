@@ -30,6 +30,7 @@ from inferd.serving import tls
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.e2e.tls_server import TlsServer, client_context
+from tests.e2e.whoami import WHOAMI
 from tests.waiting import wait_for
 
 trustme = pytest.importorskip("trustme")
@@ -371,7 +372,7 @@ def test_grpc_certificate_flags_without_tls_warn_as_triton_ignores_them(pki: Pki
 
 
 def served_by(client: httpclient.InferenceServerClient | grpcclient.InferenceServerClient) -> int:
-    """The pid of the worker that answered (the ``whoami`` model of tests/e2e/test_workers.py)."""
+    """The pid of the worker that answered (the ``whoami`` model)."""
     mod = httpclient if isinstance(client, httpclient.InferenceServerClient) else grpcclient
     ms = mod.InferInput("MS", [1], "INT32")
     ms.set_data_from_numpy(np.array([0], np.int32))
@@ -379,8 +380,6 @@ def served_by(client: httpclient.InferenceServerClient | grpcclient.InferenceSer
 
 
 def test_workers_serve_tls_on_shared_ports_and_stop_promptly_with_idle_tls_clients(pki: Pki, tmp_path: Path) -> None:
-    from tests.e2e.test_workers import WHOAMI
-
     repo = write_repository(tmp_path / "models", {"whoami": WHOAMI})
     cert, key = pki.path("server.pem"), pki.path("server.key")
     srv = TlsServer([repo], ["--workers", "2", "--grpc-use-ssl=true", "--grpc-server-cert", cert, "--grpc-server-key", key,

@@ -11,31 +11,15 @@ import sys
 import threading
 import time
 
-import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
+from tests.e2e.whoami import WHOAMI, whoami
 from tests.metrics_text import sample, scrape
-from tests.python_models import python_model
 from tests.waiting import wait_for
-
-# PID = the process serving the request, after sleeping MS milliseconds. Eight instances: four
-# on each of two workers (a config's instances are dealt out among the workers).
-WHOAMI = python_model("whoami")
-
-
-def whoami(url: str, model: str = "whoami", ms: int = 0, timeout: float = 30.0) -> int:
-    """The pid that served one request, over a new connection (so the kernel picks the worker)."""
-    client = httpclient.InferenceServerClient(url, connection_timeout=timeout, network_timeout=timeout)
-    try:
-        inp = httpclient.InferInput("MS", [1], "INT32")
-        inp.set_data_from_numpy(np.array([ms], np.int32))
-        return int(client.infer(model, [inp]).as_numpy("PID")[0])
-    finally:
-        client.close()
 
 
 def fresh(url: str) -> httpclient.InferenceServerClient:
