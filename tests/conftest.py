@@ -8,11 +8,14 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from inferd.engine import gc_settings
-from tests.servers import Servers
+
+if TYPE_CHECKING:
+    from tests.servers import Servers
 
 pytest_plugins = ["inferd.testing"]
 
@@ -25,7 +28,11 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     """``serve(models, *flags)`` starts a real ``inferd serve`` for a repository (a dict written to
     a temporary folder, or paths) with those command-line flags, and returns it once ready
     (:class:`tests.servers.Servers`). Every server it started stops when the module's tests are done;
-    ``with serve(...) as server:`` stops one sooner (a parametrized fixture's, a test's own)."""
+    ``with serve(...) as server:`` stops one sooner (a parametrized fixture's, a test's own).
+    Imported here, not at the top: the top runs before pytest loads ``inferd.testing`` as a plugin,
+    which it could then no longer rewrite for its asserts."""
+    from tests.servers import Servers
+
     servers = Servers(tmp_path_factory)
     yield servers
     servers.close()

@@ -17,6 +17,7 @@ Upper-case constants, hook and method names in lower case, flags and paths are n
 from __future__ import annotations
 
 import builtins
+import keyword
 import re
 from pathlib import Path
 from types import ModuleType
@@ -42,10 +43,12 @@ def code_spans(markdown: str) -> list[str]:
 
 
 def api_names(span: str) -> list[tuple[str, str | None, bool]]:
-    """The API names a code span gives: (name, attribute or None, whether it is ``inferd.api.``-qualified)."""
+    """The API names a code span gives: (name, attribute or None, whether it is ``inferd.api.``-qualified).
+    ``None``, ``True`` and ``False`` are Python's."""
     dotted = [(name, None, True) for name in _DOTTED.findall(span)]
     found = _CAPWORDS.fullmatch(span)
-    return dotted + ([(found.group(1), found.group(2), False)] if found else [])
+    named = found is not None and not keyword.iskeyword(found.group(1))
+    return dotted + ([(found.group(1), found.group(2), False)] if named else [])
 
 
 def missing(name: str, attribute: str | None, qualified: bool) -> str | None:
@@ -64,7 +67,7 @@ def missing(name: str, attribute: str | None, qualified: bool) -> str | None:
 def test_the_extraction_finds_what_it_should():
     text = (
         "Use `inferd.api.RESCHEDULE` and `request.context[inferd.api.Rejected] = 1`; subclass `AsyncInstance`,\n"
-        "read `SyncInstance.may_run_inline`, raise `InferdError(message, kind)`; not `execute`, `KIND_CPU`,\n"
+        "read `SyncInstance.may_run_inline`, raise `InferdError(message, kind)`; not `execute`, `KIND_CPU`, `None`,\n"
         "`--workers N` or `docs/examples/`.\n```python\nfrom inferd.api import NotInTheApi\n`Fenced`\n```\n"
     )
     names = [n for span in code_spans(text) for n in api_names(span)]
