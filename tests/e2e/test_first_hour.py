@@ -23,6 +23,7 @@ from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.e2e.tls_server import TlsServer
 from tests.http_calls import json_call
+from tests.python_models import python_model
 
 trustme = pytest.importorskip("trustme")
 
@@ -32,20 +33,6 @@ tenants:
   alice: {{keys: [{digest("alice-key")}], models: ["add_*"]}}
   bob: {{keys: [{digest("bob-key")}], models: [string_identity]}}
   ops: {{keys: [{digest("ops-key")}], apis: [health, model-repository]}}
-"""
-STRING_IDENTITY = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "INPUT" data_type: TYPE_STRING dims: [ -1 ] } ]
-output [ { name: "OUTPUT" data_type: TYPE_STRING dims: [ -1 ] } ]
-"""
-IDENTITY_PY = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", pb_utils.get_input_tensor_by_name(r, "INPUT").as_numpy())])
-                for r in requests]
 """
 FAILING_PY = """
 class TritonPythonModel:
@@ -67,7 +54,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsServer]:
     leaf.private_key_pem.write_to_path(root / "server.key")
     (root / "auth.yaml").write_text(AUTH)
     repo = write_repository(root / "models", {
-        "add_sub": models.add_sub(), "string_identity": {"config.pbtxt": STRING_IDENTITY, "1/model.py": IDENTITY_PY},
+        "add_sub": models.add_sub(), "string_identity": python_model("string_identity"),
     })  # fmt: skip
     cert, key = str(root / "server.pem"), str(root / "server.key")
     args = ["--model-control-mode=poll", "--repository-poll-secs=1", f"--auth-config={root / 'auth.yaml'}",
@@ -133,7 +120,7 @@ def test_a_broken_model_added_under_poll_leaves_the_server_ready(server: TlsServ
     typo = models.ADD_SUB_CONFIG.replace(
         'TYPE_FP32 dims: [ 4 ] },\n  { name: "INPUT1"', 'TYPE_STRNG dims: [ 4 ] },\n  { name: "INPUT1"'
     )
-    _add_model(repo, "add_typo", {"config.pbtxt": typo, "1/model.py": IDENTITY_PY})
+    _add_model(repo, "add_typo", python_model("string_identity", config=typo))
     _add_model(repo, "add_failing", {"config.pbtxt": models.ADD_SUB_CONFIG, "1/model.py": FAILING_PY})
     deadline, rows = time.monotonic() + 60, {}
     while time.monotonic() < deadline:

@@ -29,24 +29,10 @@ from inferd.shared_memory.cuda import unusable_reason
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.http_calls import http_call
+from tests.python_models import python_model
 from tests.servers import Servers
 from tests.triton_clients import error_of
 
-IDENTITY_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "INPUT" data_type: TYPE_STRING dims: [ -1 ] } ]
-output [ { name: "OUTPUT" data_type: TYPE_STRING dims: [ -1 ] } ]
-"""
-IDENTITY_PY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT",
-                pb_utils.get_input_tensor_by_name(r, "INPUT").as_numpy())]) for r in requests]
-"""
 SLOW_CONFIG = """
 backend: "python"
 max_batch_size: 0
@@ -108,7 +94,7 @@ def marker(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def server(marker: Path, serve: Servers) -> ServerProcess:
     repo = {
         "add_sub": models.add_sub(),
-        "identity": models.simple(IDENTITY_CONFIG, IDENTITY_PY),
+        "identity": python_model("string_identity"),
         "origin": models.simple(ORIGIN_CONFIG, ORIGIN_PY),
         "slow": models.simple(SLOW_CONFIG, SLOW_PY.format(marker=str(marker))),
         "cached": models.add_sub(config=models.ADD_SUB_CONFIG + "response_cache { enable: true }\n"),
