@@ -22,6 +22,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess
+from tests.background import Background
 from tests.metrics_text import scrape
 from tests.python_models import source
 from tests.servers import Servers
@@ -155,34 +156,15 @@ def _wait_ready(client: httpclient.InferenceServerClient, model: str, timeout: f
         time.sleep(0.1)
 
 
-class _Load:
+def _load(url: str) -> Background:
     """Keeps the healthy models busy from a thread; counts answers and failures."""
+    client = httpclient.InferenceServerClient(url)
 
-    def __init__(self, url: str) -> None:
-        self.client = httpclient.InferenceServerClient(url)
-        self.ok = 0
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+    def ask(i: int) -> None:
+        model = ("healthy", "healthy_iso")[i % 2]
+        assert _infer(client, model, i) == i + 1, model
 
-    def _run(self) -> None:
-        i = 0
-        while not self._stop.is_set():
-            model = ("healthy", "healthy_iso")[i % 2]
-            try:
-                assert _infer(self.client, model, i) == i + 1
-                self.ok += 1
-            except Exception as exc:
-                self.failures.append(f"{model}: {exc}")
-            i += 1
-
-    def __enter__(self) -> _Load:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
+    return Background(ask)
 
 
 @pytest.mark.parametrize("size", [0, 3, 50_000, 2_000_000, 3_000_000])
@@ -244,7 +226,7 @@ def test_crashes_fail_only_their_requests_and_the_instance_comes_back(server):
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
     assert _infer(client, "boom", 10) == 11
     mapped = _shared_memory(server)
-    with _Load(server.http_url) as load:
+    with _load(server.http_url) as load:
         for n, cause in CRASHES:
             started = time.monotonic()
             with pytest.raises(InferenceServerException) as failed:
@@ -322,7 +304,7 @@ def test_a_batch_waiting_in_the_stub_counts_its_wait_as_queue_time(server):
 def test_a_stub_flooding_the_log_is_cut_to_its_budget_and_keeps_serving(server):
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
     _wait_ready(client, "boom")
-    with _Load(server.http_url) as load:
+    with _load(server.http_url) as load:
         assert _infer(client, "boom", 8) == 9
         deadline = time.monotonic() + 30
         while "log lines from model 'boom'" not in server.log():

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from inferd.testing import ServerProcess
+from tests.background import Background
 from tests.servers import Servers
 
 CONFIG = """
@@ -84,34 +85,14 @@ def _infer(server: ServerProcess, model: str, n: int, timeout: float = 60) -> tu
     return response.status, answer["outputs"][0]["data"][0]
 
 
-class _Load:
+def _load(server: ServerProcess) -> Background:
     """Keeps ``healthy`` busy from a thread, a new connection per request; counts failures."""
 
-    def __init__(self, server: ServerProcess) -> None:
-        self.server = server
-        self.ok = 0
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+    def ask(i: int) -> None:
+        answer = _infer(server, "healthy", i)
+        assert answer == (200, i + 1), answer
 
-    def _run(self) -> None:
-        i = 0
-        while not self._stop.is_set():
-            try:
-                answer = _infer(self.server, "healthy", i)
-                assert answer == (200, i + 1), answer
-                self.ok += 1
-            except Exception as exc:
-                self.failures.append(repr(exc))
-            i += 1
-
-    def __enter__(self) -> _Load:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
+    return Background(ask)
 
 
 def _serving(server: ServerProcess, model: str, times: int = 8, timeout: float = 120) -> None:
@@ -130,7 +111,7 @@ def _serving(server: ServerProcess, model: str, times: int = 8, timeout: float =
 
 def test_a_crash_in_one_workers_stub_fails_only_its_request_and_the_stub_comes_back(server):
     _serving(server, "boom")
-    with _Load(server) as load:
+    with _load(server) as load:
         for _ in range(3):
             status, error = _infer(server, "boom", 1)
             assert status == 500 and "is not healthy.; it was killed by signal 11 (SIGSEGV)" in error, error
