@@ -13,43 +13,18 @@ import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess
 from tests.metrics_text import metric
+from tests.python_models import python_model
 from tests.servers import Servers
 
 LINE_CHARS = 16 * 1024  # docs/security.md
 #: The log a 3 s flood may add: a burst of 1 MiB and 256 KiB a second (3-4 MB however slowly the
 #: flood and the summary run), where the old code wrote 210 MB.
 MAX_GROWTH = 8 << 20
-CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-parameters { key: "EXECUTION_MODE" value: { string_value: "process" } }
-"""
-# IN = 1: log 60,000-character lines for 3 s; any other: answer at once. OUT = IN + 1.
-FLOOD_PY = """
-import time
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            n = int(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0])
-            if n == 1:
-                end = time.monotonic() + 3
-                while time.monotonic() < end:
-                    pb_utils.Logger.log_info("X" * 60000)
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([n + 1], np.int32))]))
-        return out
-"""
 
 
 @pytest.fixture(scope="module")
 def server(serve: Servers) -> ServerProcess:
-    return serve({"flood": {"config.pbtxt": CONFIG, "1/model.py": FLOOD_PY}})
+    return serve({"flood": python_model("isolated_flood")})
 
 
 def _infer(client: httpclient.InferenceServerClient, n: int) -> int:
