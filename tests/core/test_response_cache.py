@@ -53,24 +53,7 @@ dynamic_batching { }
 instance_group [ { kind: KIND_CPU count: 1 } ]
 response_cache { enable: true }
 """
-BATCHED_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.calls = 0
-
-    def execute(self, requests):
-        self.calls += 1
-        responses = []
-        for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
-            calls = np.full((x.shape[0], 1), self.calls, dtype=np.int64)
-            responses.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("OUT", x + 1), pb_utils.Tensor("CALLS", calls)]))
-        return responses
-"""
+BATCHED_PY = source("response_cache_batched")
 TEXT_CONFIG = """
 name: "text"
 backend: "python"
@@ -82,24 +65,7 @@ output [
 ]
 response_cache { enable: true }
 """
-TEXT_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.calls = 0
-
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            self.calls += 1
-            t = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
-            upper = np.array([s.upper() for s in t.reshape(-1)], dtype=np.object_)
-            responses.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("UPPER", upper), pb_utils.Tensor("CALLS", np.array([self.calls], dtype=np.int64))]))
-        return responses
-"""
+TEXT_PY = source("response_cache_text")
 ENABLE = "response_cache { enable: true }"
 # A top-level ensemble with the cache on, over a model without it (Triton caches top-level
 # ensemble requests since 23.x).

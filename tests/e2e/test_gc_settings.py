@@ -13,6 +13,7 @@ import tritonclient.http as httpclient
 from inferd.engine import gc_settings
 from inferd.testing import ServerProcess
 from tests.e2e.models import add_sub, simple
+from tests.python_models import source
 from tests.servers import Servers
 
 GC_STATE_CONFIG = """
@@ -36,23 +37,7 @@ class TritonPythonModel:
 
 #: A model that reports the young generation's threshold while it loads (during the server's start-up)
 #: and in a process that multiprocessing spawns from the server, as vLLM starts its engine.
-START_UP_PY = """
-import gc
-import multiprocessing
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.loading = gc.get_threshold()[0]
-        with multiprocessing.get_context("spawn").Pool(1) as pool:
-            self.spawned = pool.apply(gc.get_threshold)[0]
-
-    def execute(self, requests):
-        state = np.array([self.loading, self.spawned], np.int64)
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("STATE", state)]) for _ in requests]
-"""
+START_UP_PY = source("gc_settings_start_up")
 
 
 @pytest.fixture(scope="module")

@@ -90,25 +90,7 @@ model_transaction_policy { decoupled: true }
 input [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "INDEX" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
-REPEAT_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        for request in requests:
-            n = int(pb_utils.get_input_tensor_by_name(request, "COUNT").as_numpy()[0])
-            sender = request.get_response_sender()
-            # a negative count: |n| responses, the last one carrying the FINAL flag itself
-            final_with_last, n = n < 0, abs(n)
-            for i in range(n):
-                flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final_with_last and i == n - 1 else 0
-                sender.send(pb_utils.InferenceResponse(output_tensors=[
-                    pb_utils.Tensor("INDEX", np.array([i], dtype=np.int32))]), flags=flags)
-            if not final_with_last:
-                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        return None
-"""
+REPEAT_PY = source("grpc_repeat")
 
 
 MODELS: dict[str, dict[str, str]] = {

@@ -50,25 +50,7 @@ output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
 instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 
-TORCH_NET = """
-import numpy as np
-import torch
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        torch.manual_seed(0)
-        self.net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10), torch.nn.LogSoftmax(dim=1)).eval()
-
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = torch.tensor(np.array(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()))
-            with torch.no_grad():
-                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", self.net(x).numpy())]))
-        return out
-"""
+TORCH_NET = source("parity_python_torch_net")
 TORCH_CONFIG = """
 backend: "python"
 input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1, 1, 28, 28 ] } ]

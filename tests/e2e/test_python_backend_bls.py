@@ -30,24 +30,7 @@ model_transaction_policy { decoupled: true }
 input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
-REPEAT_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        for request in requests:
-            n = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0])
-            sender = request.get_response_sender()
-            if n < 0:
-                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("negative count")),
-                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-                continue
-            for i in range(n):
-                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([i], np.int32))]))
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        return None
-"""
+REPEAT_PY = source("python_backend_bls_repeat")
 TIMES10_CONFIG = """
 backend: "python"
 max_batch_size: 0
@@ -77,25 +60,7 @@ max_batch_size: 0
 input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
 """
-ASYNC_CALLER_PY = """
-import asyncio
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    async def execute(self, requests):
-        out = []
-        for r in requests:
-            calls = [pb_utils.InferenceRequest(model_name="repeat", inputs=r.inputs(), requested_output_names=["OUT"])
-                     .async_exec(decoupled=True) for _ in range(2)]
-            values = []
-            for stream in await asyncio.gather(*calls):
-                for response in stream:
-                    t = pb_utils.get_output_tensor_by_name(response, "OUT")
-                    values.extend([] if t is None else t.as_numpy().tolist())
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array(values, np.int32))]))
-        return out
-"""
+ASYNC_CALLER_PY = source("python_backend_bls_async_caller")
 # Decoupled: relays each response of "repeat" as it comes, then its own final flag.
 RELAY_CONFIG = """
 backend: "python"
@@ -104,24 +69,7 @@ model_transaction_policy { decoupled: true }
 input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
-RELAY_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        for r in requests:
-            sender = r.get_response_sender()
-            inner = pb_utils.InferenceRequest(model_name="repeat", inputs=r.inputs(), requested_output_names=["OUT"])
-            for response in inner.exec(decoupled=True):
-                out = pb_utils.get_output_tensor_by_name(response, "OUT")
-                if response.has_error():
-                    sender.send(pb_utils.InferenceResponse(error=response.error()))
-                elif out is not None:
-                    sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", out.as_numpy() + 100)]))
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        return None
-"""
+RELAY_PY = source("python_backend_bls_relay")
 
 
 @pytest.fixture(scope="module", params=["in_process", "process"])

@@ -30,49 +30,14 @@ input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" da
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
 instance_group [ { kind: KIND_CPU } ]
 """
-ADD_SUB_PY = """
-import json
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        config = json.loads(args["model_config"])
-        self.out0 = pb_utils.triton_string_to_numpy(pb_utils.get_output_config_by_name(config, "OUTPUT0")["data_type"])
-        self.out1 = pb_utils.triton_string_to_numpy(pb_utils.get_output_config_by_name(config, "OUTPUT1")["data_type"])
-
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            responses.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("OUTPUT0", (a + b).astype(self.out0)),
-                pb_utils.Tensor("OUTPUT1", (a - b).astype(self.out1))]))
-        return responses
-"""
+ADD_SUB_PY = source("python_backend_examples_add_sub")
 BLS_CONFIG = """
 backend: "python"
 input [ { name: "MODEL_NAME" data_type: TYPE_STRING dims: [ 1 ] },
         { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
 """
-BLS_SYNC_PY = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0")
-            in_1 = pb_utils.get_input_tensor_by_name(request, "INPUT1")
-            name = pb_utils.get_input_tensor_by_name(request, "MODEL_NAME").as_numpy()[0]
-            response = pb_utils.InferenceRequest(model_name=name, requested_output_names=["OUTPUT0", "OUTPUT1"],
-                                                 inputs=[in_0, in_1]).exec()
-            if response.has_error():
-                raise pb_utils.TritonModelException(response.error().message())
-            responses.append(pb_utils.InferenceResponse(output_tensors=response.output_tensors()))
-        return responses
-"""
+BLS_SYNC_PY = source("python_backend_examples_bls_sync")
 # The async example calls two models at once and adds their outputs: here add_sub twice.
 BLS_ASYNC_PY = source("python_backend_examples_bls_async")
 REPEAT_CONFIG = """
@@ -98,42 +63,8 @@ max_batch_size: 0
 input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
-BLS_DECOUPLED_SYNC_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        n = pb_utils.get_input_tensor_by_name(requests[0], "IN")
-        total = np.array([0], np.int32)
-        for _ in range(2):
-            for r in pb_utils.InferenceRequest(model_name="square_int32", inputs=[n],
-                                               requested_output_names=["OUT"]).exec(decoupled=True):
-                if r.has_error():
-                    raise pb_utils.TritonModelException(r.error().message())
-                if r.output_tensors():
-                    total += pb_utils.get_output_tensor_by_name(r, "OUT").as_numpy()
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("SUM", total)])]
-"""
-BLS_DECOUPLED_ASYNC_PY = """
-import asyncio
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    async def execute(self, requests):
-        n = pb_utils.get_input_tensor_by_name(requests[0], "IN")
-        calls = [pb_utils.InferenceRequest(model_name="square_int32", inputs=[n], requested_output_names=["OUT"])
-                 .async_exec(decoupled=True) for _ in range(2)]
-        total = np.array([0], np.int32)
-        for responses in await asyncio.gather(*calls):
-            for r in responses:
-                if r.has_error():
-                    raise pb_utils.TritonModelException(r.error().message())
-                if len(r.output_tensors()) > 0:
-                    total += pb_utils.get_output_tensor_by_name(r, "OUT").as_numpy()
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("SUM", total)])]
-"""
+BLS_DECOUPLED_SYNC_PY = source("python_backend_examples_bls_decoupled_sync")
+BLS_DECOUPLED_ASYNC_PY = source("python_backend_examples_bls_decoupled_async")
 CUSTOM_METRICS_PY = source("python_backend_examples_custom_metrics")
 AUTO_CONFIG = 'backend: "python"\n'
 AUTO_PY = source("python_backend_examples_auto")

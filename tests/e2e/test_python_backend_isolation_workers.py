@@ -19,6 +19,7 @@ import pytest
 
 from inferd.testing import ServerProcess
 from tests.background import Background
+from tests.python_models import source
 from tests.servers import Servers
 
 CONFIG = """
@@ -35,25 +36,7 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN")
                 .as_numpy() + 1)]) for r in requests]
 """
-BOOM_PY = """
-import ctypes, os
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.busy = os.path.join(args["model_repository"], "BUSY")
-
-    def execute(self, requests):
-        n = int(pb_utils.get_input_tensor_by_name(requests[0], "IN").as_numpy()[0])
-        if n == 1:
-            ctypes.string_at(0)
-        if n == 2:
-            with open(self.busy, "w") as f:
-                f.write(str(os.getpid()))
-            ctypes.PyDLL(None).sleep(60)  # stuck in native code that holds the GIL: no thread of the stub runs
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([n + 1], np.int32))])]
-"""
+BOOM_PY = source("python_backend_isolation_workers_boom")
 BOOM_PARAMS = """
 parameters { key: "EXECUTION_MODE" value: { string_value: "process" } }
 instance_group [ { count: 2 kind: KIND_CPU } ]

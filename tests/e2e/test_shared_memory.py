@@ -29,7 +29,7 @@ from inferd.shared_memory.cuda import unusable_reason
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.http_calls import http_call
-from tests.python_models import python_model
+from tests.python_models import python_model, source
 from tests.servers import Servers
 from tests.triton_clients import error_of
 
@@ -46,26 +46,7 @@ max_batch_size: 0
 input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "ORIGIN" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
-ORIGIN_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-def origin(array):
-    base = array
-    while isinstance(base, np.ndarray) and base.base is not None:
-        base = base.base
-    if isinstance(base, memoryview):
-        base = base.obj
-    return type(base).__name__
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("ORIGIN", np.array(
-            [origin(pb_utils.get_input_tensor_by_name(r, "X").as_numpy()).encode()], dtype=np.object_))])
-            for r in requests]
-"""
+ORIGIN_PY = source("shared_memory_origin")
 # Touches MARKER when it starts executing, then takes a second.
 SLOW_PY = """
 import pathlib

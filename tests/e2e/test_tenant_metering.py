@@ -22,28 +22,10 @@ from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
 from tests.metrics_text import metric
 from tests.plugins.frontend_openai.chat_model import write_chat_model
+from tests.python_models import source
 from tests.servers import Servers
 
-WORDS_PY = """
-import os
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for request in requests:
-            text = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy().reshape(-1)[0].decode()
-            if "fail" in text:
-                out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("the model refuses")))
-                continue
-            words = text.split()
-            answer = " ".join(w.upper() for w in words) + " DONE"
-            tensor = pb_utils.Tensor("text_output", np.array([answer.encode()], dtype=np.object_))
-            counts = {"prompt_tokens": len(words), "completion_tokens": len(words) + 1, "pid": os.getpid()}
-            out.append(pb_utils.InferenceResponse([tensor], parameters=counts))
-        return out
-"""
+WORDS_PY = source("tenant_metering_words")
 WORDS_CONFIG = """
 name: "words"
 backend: "python"
