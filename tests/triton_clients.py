@@ -43,6 +43,20 @@ def add_sub_inputs(
     return inputs(module, {"INPUT0": ones if a is None else a, "INPUT1": ones if b is None else b})
 
 
+def add_sub_call(client: Any, model: str = "add_sub", version: str = "") -> np.ndarray:
+    """OUTPUT0 of ``add_sub`` (HTTP ``client``) for INPUT0 = INPUT1 = [[1, 2, 3, 4]]."""
+    a = np.array([[1, 2, 3, 4]], np.float32)
+    return client.infer(model, add_sub_inputs(httpclient, a, a), model_version=version).as_numpy("OUTPUT0")
+
+
+def repository_index(client: Any) -> dict[tuple[str, str], tuple[str, str]]:
+    """The repository index by (model, version): (state, reason)."""
+    return {
+        (m["name"], m.get("version", "")): (m.get("state", ""), m.get("reason", ""))
+        for m in client.get_model_repository_index()
+    }
+
+
 def error_of(call: Callable[[], Any]) -> tuple[str, str]:
     """The status and message of the tritonclient error ``call()`` raises (the test fails if it
     raises none)."""

@@ -21,6 +21,8 @@ ECHO_CONFIG = source("echo", "config.pbtxt")
 ECHO_PY = source("echo")
 SLOW_CONFIG = source("slow", "config.pbtxt")
 SLOW_PY = source("slow")
+#: A model.py that fails to import.
+BROKEN_PY = "raise RuntimeError('cannot import this model')\n"
 _ONES = {"shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}
 #: An HTTP infer request body for ``add_sub``: INPUT0 and INPUT1 both [[1, 2, 3, 4]].
 ADD_SUB_JSON = json.dumps({"inputs": [{"name": "INPUT0", **_ONES}, {"name": "INPUT1", **_ONES}]}).encode()
