@@ -21,7 +21,6 @@ from inferd.config import ModelConfig
 from inferd.config.parse import parse_config_text
 from inferd.testing import ServerProcess
 from inferd_backend_onnx.signature import TensorInfo, autocomplete, check_config, run_output_names
-from tests.servers import Servers
 
 from . import models as m
 
@@ -132,7 +131,7 @@ GOOD = ["simple_sequence", "simple_dyna_sequence", "accumulate"]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
+def server(tmp_path_factory: pytest.TempPathFactory, serve) -> ServerProcess:
     repo: Path = tmp_path_factory.mktemp("sequence_models")
     for name, (config, build) in MODELS.items():
         (repo / name / "1").mkdir(parents=True)
