@@ -1,5 +1,5 @@
-"""Shared fixtures: real ``inferd serve`` processes (``serve``), model repositories of Python-backend
-models, and how the suite is spread over xdist workers."""
+"""Shared fixtures (``serve``: real ``inferd serve`` processes; ``inferd.testing``'s), and how the
+suite is spread over xdist workers."""
 
 from __future__ import annotations
 
