@@ -36,7 +36,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
-from tests.conftest import ROOT
+from tests.e2e.example_builder import build_models
 from tests.lazy import lazy_import
 from tests.waiting import wait_for
 
@@ -146,13 +146,7 @@ def onnx_weights(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def build_onnx(path: Path) -> np.ndarray:
     """examples/build_models.py's MLP at ``path``; its answer to ONNX_X, computed from its weights."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("build_models", ROOT / "examples" / "build_models.py")
-    assert spec is not None and spec.loader is not None
-    builder = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(builder)
-    builder.build_mlp(path)
+    build_models().build_mlp(path)
     w0, w1 = onnx_weights(path)
     return np.maximum(ONNX_X @ w0, 0) @ w1
 
