@@ -39,7 +39,7 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 {extra}
 """
 # CALLS counts this instance's executions: a cached response repeats the count it was made with.
-COUNTED_PY = source("response_cache_counted")
+COUNTED_PY = source("counted")
 BATCHED_CONFIG = """
 name: "batched"
 backend: "python"

@@ -40,7 +40,7 @@ instance_group [ { kind: KIND_CPU count: 1 } ]
 response_cache { enable: true }
 """
 # CALLS counts this instance's executions: a cached response repeats the count it was made with.
-MODEL_PY = source("redis_cache")
+MODEL_PY = source("counted")
 
 
 class RedisServer:
