@@ -24,14 +24,16 @@ def both_clients(server: ServerProcess) -> list[tuple[ModuleType, Any]]:
     ]
 
 
+def tensor(name: str, array: np.ndarray, datatype: str, module: ModuleType = grpcclient) -> Any:
+    """``module``'s ``InferInput`` ``name`` holding ``array`` as ``datatype``."""
+    t = module.InferInput(name, list(array.shape), datatype)
+    t.set_data_from_numpy(array)
+    return t
+
+
 def inputs(module: ModuleType, arrays: Mapping[str, np.ndarray]) -> list[Any]:
     """``module``'s ``InferInput`` of each array by name, its datatype the array's."""
-    tensors = []
-    for name, array in arrays.items():
-        tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-        tensor.set_data_from_numpy(array)
-        tensors.append(tensor)
-    return tensors
+    return [tensor(name, array, np_to_triton_dtype(array.dtype), module) for name, array in arrays.items()]
 
 
 def add_sub_inputs(

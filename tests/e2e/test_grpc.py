@@ -25,7 +25,7 @@ from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.python_models import python_model, source
 from tests.servers import Servers
-from tests.triton_clients import add_sub_inputs
+from tests.triton_clients import add_sub_inputs, tensor
 
 TYPES_CONFIG = """
 name: "types"
@@ -127,12 +127,6 @@ def stub(server: ServerProcess) -> Iterator[service_pb2_grpc.GRPCInferenceServic
     channel = grpc.insecure_channel(server.grpc_url)
     yield service_pb2_grpc.GRPCInferenceServiceStub(channel)
     channel.close()
-
-
-def tensor(name: str, array: np.ndarray, datatype: str) -> grpcclient.InferInput:
-    t = grpcclient.InferInput(name, list(array.shape), datatype)
-    t.set_data_from_numpy(array)
-    return t
 
 
 def assert_healthy(client: grpcclient.InferenceServerClient) -> None:

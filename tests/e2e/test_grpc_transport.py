@@ -26,10 +26,9 @@ from tritonclient.utils import InferenceServerException
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.e2e.h2_client import GRPC_HEADERS, RawConnection, message
-from tests.e2e.test_grpc import tensor
 from tests.python_models import python_model, source
 from tests.servers import Servers
-from tests.triton_clients import add_sub_inputs
+from tests.triton_clients import add_sub_inputs, tensor
 
 LIVE = "/inference.GRPCInferenceService/ServerLive"
 INFER = "/inference.GRPCInferenceService/ModelInfer"
