@@ -18,19 +18,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from inferd.testing import ServerProcess, write_repository
-from tests.http_calls import json_call
+from tests.e2e.traffic_models import CONFIG, call, parameters
 from tests.metrics_text import metric
 
-# V = the version that answered (read from the version directory's name), X echoed.
-CONFIG = """
-name: "{name}"
-backend: "python"
-max_batch_size: 0
-input [ {{ name: "X" data_type: TYPE_INT32 dims: [ 1 ] }} ]
-output [ {{ name: "V" data_type: TYPE_INT32 dims: [ 1 ] }} ]
-instance_group [ {{ kind: KIND_CPU count: 1 }} ]
-{parameters}
-"""
 MODEL_PY = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -54,20 +44,12 @@ class TritonPythonModel:
 """
 
 
-def parameters(**values: str) -> str:
-    return "\n".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}' for k, v in values.items())
-
-
 def model_files(name: str, versions: dict[int, int], **params: str) -> dict[str, str]:
     """A model whose version ``v`` fails every ``versions[v]``-th request (0: never)."""
     files = {"config.pbtxt": CONFIG.format(name=name, parameters=parameters(**params))}
     files.update({f"{v}/model.py": MODEL_PY.format(fail_every=f) for v, f in versions.items()})
     files["config.pbtxt"] += "version_policy: { all: {} }\n"
     return files
-
-
-def call(server: ServerProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    return json_call(f"http://{server.http_url}{path}", method, body, timeout=30)
 
 
 def infer_body(request_id: str = "") -> bytes:
