@@ -1,16 +1,21 @@
-"""Shared fixtures: model repositories of Python-backend models and real inferd servers."""
+"""Shared fixtures (``serve``: real ``inferd serve`` processes; ``inferd.testing``'s), and how the
+suite is spread over xdist workers."""
 
 from __future__ import annotations
 
 import compileall
 import os
 import sys
-import textwrap
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from inferd.engine import gc_settings
+
+if TYPE_CHECKING:
+    from tests.servers import Servers
 
 pytest_plugins = ["inferd.testing"]
 
@@ -18,12 +23,19 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "models"
 
 
-def python_model_files(config: str, model_py: str, versions: tuple[int, ...] = (1,)) -> dict[str, str]:
-    """Files of a Python-backend model: config.pbtxt and model.py in each version directory."""
-    files = {"config.pbtxt": textwrap.dedent(config)}
-    for v in versions:
-        files[f"{v}/model.py"] = textwrap.dedent(model_py)
-    return files
+@pytest.fixture(scope="module")
+def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    """``serve(models, *flags)`` starts a real ``inferd serve`` for a repository (a dict written to
+    a temporary folder, or paths) with those command-line flags, and returns it once ready
+    (:class:`tests.servers.Servers`). Every server it started stops when the module's tests are done;
+    ``with serve(...) as server:`` stops one sooner (a parametrized fixture's, a test's own).
+    Imported here, not at the top: the top runs before pytest loads ``inferd.testing`` as a plugin,
+    which it could then no longer rewrite for its asserts."""
+    from tests.servers import Servers
+
+    servers = Servers(tmp_path_factory)
+    yield servers
+    servers.close()
 
 
 #: Folders whose tests are end to end (real servers, installs, generated projects): marked ``e2e``.

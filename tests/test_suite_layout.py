@@ -1,7 +1,9 @@
-"""How the suite is spread over xdist workers (tests/conftest.py), and what collecting it costs."""
+"""How the suite is spread over xdist workers (tests/conftest.py), what collecting it costs, and where
+shared helpers live."""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -10,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, xdist_unit
+from tests.conftest import ROOT, TESTS, xdist_unit
+
+#: Test files that still take a helper from another test file (to move to a helper module).
+IMPORTS_FROM_TEST_FILES = {
+    "tests/core/test_frontend_interface.py imports tests.core.test_model_info",
+    "tests/core/test_http_app.py imports tests.core.test_model_info",
+    "tests/core/test_runner.py imports tests.core.test_instance_pool",
+}
 
 
 def test_the_vllm_files_are_one_unit_of_work_and_other_files_their_own():
@@ -58,3 +67,14 @@ def test_collecting_a_file_does_not_load_what_it_imports_lazily(tmp_path: Path):
     ran = pytest_in()
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert loaded.exists()
+
+
+def test_a_helper_two_test_files_share_lives_in_a_helper_module():
+    """Not in one of the test files (tests/README.md lists the helper modules): a test file is read
+    for its tests, and importing one runs its module-level set-up in the other's module."""
+    found = set()
+    for path in TESTS.rglob("test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").rsplit(".", 1)[-1].startswith("test_"):
+                found.add(f"{path.relative_to(ROOT)} imports {node.module}")
+    assert found <= IMPORTS_FROM_TEST_FILES, sorted(found - IMPORTS_FROM_TEST_FILES)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import time
@@ -30,20 +29,15 @@ from inferd.frontends.http.app import INFER_ROUTES, ROUTES
 from inferd.frontends.http.errors import STATUS as HTTP_STATUS
 from inferd.frontends.http.errors import error_headers
 
-
-def sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 CONFIG = f"""
 tenants:
   alice:
-    keys: [{sha("alice-key")}]
+    keys: [{digest("alice-key")}]
     models: ["add_*", "exact"]
     rate: 10
     burst: 2
   bob:
-    keys: ["sha256:{sha("bob-key")}"]
+    keys: ["sha256:{digest("bob-key")}"]
     apis: [inference, model-repository]
     concurrency: 1
 """
@@ -181,7 +175,7 @@ def test_server_health_is_open_but_model_health_needs_a_key(access: AccessContro
 
 def test_closed_health_needs_a_key(tmp_path: Path):
     path = tmp_path / "auth.json"
-    path.write_text(f'{{"open_health": false, "tenants": {{"t": {{"keys": ["{sha("k")}"]}}}}}}')
+    path.write_text(f'{{"open_health": false, "tenants": {{"t": {{"keys": ["{digest("k")}"]}}}}}}')
     control = access_from_flags([], [], str(path))
     with pytest.raises(AccessDenied):
         control.http.admit(ApiGroup.HEALTH, "", {})
@@ -244,10 +238,10 @@ def test_counters_are_exposed_per_tenant(access: AccessControl):
         (".json", '{"tenants": {"a": }}', ":1: not valid JSON"),
         (".yaml", "tenants: []\n", ":1: expected a mapping with 'tenants"),
         (".yaml", "tenants:\n  a:\n    keys: [abc]\n", ":2: tenant 'a': key 'abc...' is not a sha256 hex digest"),
-        (".yaml", f"tenants:\n  a:\n    keys: [{sha('k')}]\n    apis: [bogus]\n", "unknown restricted api 'bogus'"),
-        (".yaml", f"tenants:\n  a:\n    keys: [{sha('k')}]\n    rate: -1\n", "'rate' must be a number > 0"),
-        (".yaml", f"tenants:\n  a:\n    keys: [{sha('k')}]\n    model: [x]\n", "unknown field 'model'"),
-        (".yaml", f"tenants:\n  a:\n    keys: [{sha('k')}]\n  b:\n    keys: [{sha('k')}]\n", "also tenant 'a''s"),
+        (".yaml", f"tenants:\n  a:\n    keys: [{digest('k')}]\n    apis: [bogus]\n", "unknown restricted api 'bogus'"),
+        (".yaml", f"tenants:\n  a:\n    keys: [{digest('k')}]\n    rate: -1\n", "'rate' must be a number > 0"),
+        (".yaml", f"tenants:\n  a:\n    keys: [{digest('k')}]\n    model: [x]\n", "unknown field 'model'"),
+        (".yaml", f"tenants:\n  a:\n    keys: [{digest('k')}]\n  b:\n    keys: [{digest('k')}]\n", "also tenant 'a''s"),
     ],
 )
 def test_a_malformed_key_file_names_file_and_line(tmp_path: Path, suffix, text, message):
@@ -272,10 +266,10 @@ def _touch(path: Path, text: str) -> None:
 
 def test_key_file_changes_apply_and_a_bad_change_keeps_the_old_keys(tmp_path: Path, caplog):
     path = tmp_path / "auth.yaml"
-    path.write_text(f"tenants:\n  a:\n    keys: [{sha('one')}]\n")
+    path.write_text(f"tenants:\n  a:\n    keys: [{digest('one')}]\n")
     keys = KeyFile(path)
     assert digest("one") in keys.current().by_digest
-    _touch(path, f"tenants:\n  a:\n    keys: [{sha('two')}]\n")
+    _touch(path, f"tenants:\n  a:\n    keys: [{digest('two')}]\n")
     assert keys.reload_if_changed()
     assert set(keys.current().by_digest) == {digest("two")}
     with caplog.at_level(logging.ERROR, logger="inferd.auth"):
@@ -286,8 +280,13 @@ def test_key_file_changes_apply_and_a_bad_change_keeps_the_old_keys(tmp_path: Pa
     assert f"{path}:" in caplog.text
 
 
+def test_a_key_is_stored_as_the_sha256_hex_digest_the_docs_tell_operators_to_compute():
+    """docs/security.md: ``printf %s "$KEY" | sha256sum`` (the FIPS 180-2 test vector for "abc")."""
+    assert digest("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
 def test_parse_config_defaults():
-    config = parse_config(Path("x.yaml"), f"tenants:\n  a:\n    keys: [{sha('k')}]\n")
+    config = parse_config(Path("x.yaml"), f"tenants:\n  a:\n    keys: [{digest('k')}]\n")
     tenant = config.tenants["a"]
     assert config.open_health and tenant.models == ("*",) and tenant.rate is None and tenant.concurrency is None
     assert ApiGroup.INFERENCE in tenant.apis and ApiGroup.MODEL_REPOSITORY not in tenant.apis

@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,8 @@ import tritonclient.http as httpclient
 
 from inferd.config import parse_config_text
 from inferd.testing import ServerProcess, write_repository
+from tests.python_models import source
+from tests.servers import Servers
 
 CONFIG = """
 backend: "python"
@@ -28,27 +29,14 @@ input [
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
 instance_group [ { count: 1 kind: KIND_CPU } ]
 """
-MODEL_PY = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            a = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(r, "INPUT1").as_numpy()
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a + b)]))
-        return out
-"""
+MODEL_PY = source("add_two")
 FILES = {"config.pbtxt": textwrap.dedent(CONFIG), "1/model.py": textwrap.dedent(MODEL_PY)}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("analyze") / "models", {"add": FILES, "idle": FILES})
-    proc = ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=add"]).start()
-    yield proc
-    proc.stop()
+def server(serve: Servers) -> ServerProcess:
+    repo = {"add": FILES, "idle": FILES}
+    return serve(repo, "--model-control-mode=explicit", "--load-model=add")
 
 
 def analyze(*args: str) -> subprocess.CompletedProcess[str]:

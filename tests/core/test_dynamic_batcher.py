@@ -34,6 +34,8 @@ from inferd.engine.version import ModelVersion
 from inferd.schedulers.batching.batches import plan_batch
 from inferd.schedulers.dynamic import DynamicBatchScheduler
 from inferd.testing import ServerProcess, write_repository
+from tests.python_models import source
+from tests.servers import Servers
 
 # -- batch planning ------------------------------------------------------------------------------
 
@@ -206,44 +208,7 @@ def test_queue_full_is_rejected_and_counted():
 
 # -- a real server ---------------------------------------------------------------------------------
 
-MODEL_PY = """
-import json, time
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        cfg = json.loads(args["model_config"])
-        params = {k: v["string_value"] for k, v in cfg.get("parameters", {}).items()}
-        self.sleep = params.get("sleep", "0")
-        self.log = params["log"]
-        self.batched = cfg["max_batch_size"] > 0
-
-    def execute(self, requests):
-        arrays = [pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() for r in requests]
-        rows = sum(a.shape[0] for a in arrays) if self.batched else len(arrays)
-        shapes = {a.shape[1:] if self.batched else a.shape for a in arrays}
-        values = [float(a.reshape(-1)[0]) for a in arrays]
-        with open(self.log + ".started", "a") as f:
-            f.write(json.dumps(values) + "\\n")
-        # "input": sleep as many milliseconds as the largest first value of the batch
-        time.sleep(max(values) / 1000 if self.sleep == "input" else float(self.sleep))
-        with open(self.log, "a") as f:
-            f.write(json.dumps({"rows": rows, "n": len(requests), "values": values}) + "\\n")
-        end = time.time()
-        out = []
-        for a in arrays:
-            if len(shapes) > 1:
-                out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("mixed shapes in one batch")))
-                continue
-            lead = a.shape[:1] if self.batched else ()
-            out.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("OUT", (a * 2).astype(np.float32)),
-                pb_utils.Tensor("BATCH", np.full(lead + (1,), rows, np.int32)),
-                pb_utils.Tensor("END", np.full(lead + (1,), end, np.float64)),
-            ]))
-        return out
-"""
+MODEL_PY = source("dynamic_batcher")
 
 
 def _config(name: str, log: Path, batching: str, max_batch_size: int = 8, count: int = 1, sleep: str = "0") -> str:
@@ -289,7 +254,7 @@ MODELS = {
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
     root = tmp_path_factory.mktemp("dynamic")
     logs = root / "logs"
     logs.mkdir()
@@ -298,10 +263,9 @@ def server(tmp_path_factory: pytest.TempPathFactory):
         for name, (body, mbs, count, sleep) in MODELS.items()
     }
     repo = write_repository(root / "models", models)
-    srv = ServerProcess([repo]).start()
-    srv.logs = logs  # type: ignore[attr-defined]
-    yield srv
-    srv.stop()
+    srv = serve(repo)
+    srv.logs = logs
+    return srv
 
 
 def _executions(server: ServerProcess, model: str) -> list[dict[str, Any]]:

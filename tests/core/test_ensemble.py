@@ -22,6 +22,7 @@ from inferd.config import parse_config_text
 from inferd.contracts.errors import ConfigError
 from inferd.schedulers.ensemble.plan import Plan
 from inferd.testing import ServerProcess, write_repository
+from tests.servers import Servers
 
 # -- models --------------------------------------------------------------------------------------
 
@@ -293,13 +294,10 @@ def test_plan_step_labels_name_the_model_and_version():
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = ServerProcess(
-        [repository(tmp_path_factory.mktemp("ensemble") / "models")],
-        ["--exit-on-error=false", "--strict-readiness=false"],
-    ).start()
-    yield srv
-    srv.stop()
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
+    return serve(
+        repository(tmp_path_factory.mktemp("ensemble") / "models"), "--exit-on-error=false", "--strict-readiness=false"
+    )
 
 
 @pytest.fixture(scope="module")

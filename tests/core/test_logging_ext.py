@@ -19,6 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.host.logging_settings import REQUEST_ID, LevelFilter, LogSettings, TritonFormatter
 from inferd.testing import ServerProcess, write_repository
+from tests.servers import Servers
 
 PICKY_CONFIG = """
 backend: "python"
@@ -63,13 +64,12 @@ def infer(client: httpclient.InferenceServerClient, value: int, request_id: str)
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
     root = tmp_path_factory.mktemp("logging")
     repo = write_repository(root / "models", {"picky": {"config.pbtxt": PICKY_CONFIG, "1/model.py": PICKY_PY}})
-    srv = ServerProcess([repo], ["--log-file", str(root / "server.log")]).start()
+    srv = serve(repo, "--log-file", str(root / "server.log"))
     srv.log_file = root / "server.log"
-    yield srv
-    srv.stop()
+    return srv
 
 
 @pytest.fixture(scope="module")

@@ -31,6 +31,8 @@ from inferd.frontends.metrics.frontend import latency_config
 from inferd.frontends.metrics.latency import LatencyConfig, LatencyWindows, parse_quantiles
 from inferd.frontends.metrics.system import CpuMetrics, GpuMetrics
 from inferd.testing import ServerProcess, write_repository
+from tests.python_models import source
+from tests.servers import Servers
 
 DOUBLE_CONFIG = """
 backend: "python"
@@ -39,23 +41,7 @@ input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]
 output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]
 """
 # Doubles X; fails the request when X holds a negative value; sleeps X[0] ms when X[1] == 7.
-DOUBLE_PY = """
-import time
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = pb_utils.get_input_tensor_by_name(r, "X").as_numpy()
-            if (x < 0).any():
-                raise ValueError("negative input")
-            if x[0, 1] == 7:
-                time.sleep(float(x[0, 0]) / 1000.0)
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x * 2)]))
-        return out
-"""
+DOUBLE_PY = source("metrics_double")
 
 N_OK, N_FAIL = 5, 3
 
@@ -114,13 +100,16 @@ def x_input(values: list[float]) -> httpclient.InferInput:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repo = write_repository(tmp_path_factory.mktemp("metrics") / "models", {"double": {
-        "config.pbtxt": DOUBLE_CONFIG, "1/model.py": DOUBLE_PY}})  # fmt: skip
-    srv = ServerProcess([repo], ["--metrics-interval-ms=200", "--metrics-config", "summary_latencies=true",
-                                 "--metrics-config", "histogram_latencies=true"]).start()  # fmt: skip
-    yield srv
-    srv.stop()
+def server(serve: Servers) -> ServerProcess:
+    repo = {"double": {"config.pbtxt": DOUBLE_CONFIG, "1/model.py": DOUBLE_PY}}
+    return serve(
+        repo,
+        "--metrics-interval-ms=200",
+        "--metrics-config",
+        "summary_latencies=true",
+        "--metrics-config",
+        "histogram_latencies=true",
+    )
 
 
 @pytest.fixture(scope="module")

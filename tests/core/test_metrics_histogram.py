@@ -16,7 +16,9 @@ import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
+from tests.python_models import source
+from tests.servers import Servers
 
 CONFIG = """
 backend: "python"
@@ -41,19 +43,7 @@ model_metrics {
 }
 """
 # Sleeps MS milliseconds, then echoes it.
-SLEEP_PY = """
-import time
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            ms = pb_utils.get_input_tensor_by_name(r, "MS").as_numpy()
-            time.sleep(float(ms[0]) / 1000.0)
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("MS_OUT", ms)]))
-        return out
-"""
+SLEEP_PY = source("slow")
 INCOMPLETE = {
     "no_identifier": (
         "model_metrics { metric_control [ { histogram_options { buckets: [ 1 ] } } ] }",
@@ -77,7 +67,7 @@ FAMILY = "nv_inference_first_response_histogram_ms"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(serve: Servers) -> ServerProcess:
     models = {
         "bucketed": {"config.pbtxt": CONFIG + BUCKETS, "1/model.py": SLEEP_PY},
         "plain": {"config.pbtxt": CONFIG, "1/model.py": SLEEP_PY},
@@ -85,12 +75,10 @@ def server(tmp_path_factory):
     }
     for name, (text, _) in INCOMPLETE.items():
         models[name] = {"config.pbtxt": CONFIG + text, "1/model.py": SLEEP_PY}
-    repo = write_repository(tmp_path_factory.mktemp("hist") / "models", models)
     args = ["--metrics-config", "histogram_latencies=true", "--model-control-mode", "explicit"]
     for name in ("bucketed", "plain", "other_family"):
         args += ["--load-model", name]
-    with ServerProcess([repo], args) as srv:
-        yield srv
+    return serve(models, *args)
 
 
 def _histogram(server, model: str) -> dict[str, float]:

@@ -12,15 +12,16 @@ import re
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from inferd.tools import COMMANDS
+from tests.python_models import source
+from tests.servers import Servers
 
 ADD_CONFIG = """
 backend: "python"
@@ -31,18 +32,7 @@ input [
 ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
 """
-ADD_PY = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            a = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(r, "INPUT1").as_numpy()
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a + b)]))
-        return out
-"""
+ADD_PY = source("add_two")
 # Decoupled: COUNT responses, then the final flag on its own.
 REPEAT_CONFIG = """
 backend: "python"
@@ -83,34 +73,7 @@ input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OPEN" data_type: TYPE_INT32 dims: [ 1 ] } ]
 instance_group [ { count: 1 kind: KIND_CPU } ]
 """
-SEQ_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-def scalar(request, name):
-    return int(pb_utils.get_input_tensor_by_name(request, name).as_numpy().reshape(-1)[0])
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.open = set()
-
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            cid, start, end = scalar(r, "CORRID"), scalar(r, "START"), scalar(r, "END")
-            if not scalar(r, "READY"):
-                pass  # a filler request of an empty batch slot (Triton's direct strategy sends them)
-            elif start:
-                if cid in self.open:
-                    raise ValueError(f"sequence {cid} started twice")
-                self.open.add(cid)
-            elif cid not in self.open:
-                raise ValueError(f"sequence {cid} continues without a start")
-            if end and scalar(r, "READY"):
-                self.open.discard(cid)
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OPEN", np.array([[len(self.open)]], np.int32))]))
-        return out
-"""
+SEQ_PY = source("perf_tool_seq")
 
 TOTALS = re.compile(r"inferd perf: (\d+) requests completed \((\d+) responses\), (\d+) failed")
 CSV_HEAD = ["Concurrency", "Inferences/Second", "Client Send", "Network+Server Send/Recv", "Server Queue",
@@ -120,17 +83,14 @@ FAST = ["-p", "200", "-r", "3"]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(serve: Servers) -> ServerProcess:
     models = {
         "add": {"config.pbtxt": ADD_CONFIG, "1/model.py": ADD_PY},
         "repeat": {"config.pbtxt": REPEAT_CONFIG, "1/model.py": REPEAT_PY},
         "seq": {"config.pbtxt": SEQ_CONFIG, "1/model.py": SEQ_PY},
     }
     models = {m: {k: textwrap.dedent(v) for k, v in files.items()} for m, files in models.items()}
-    repo = write_repository(tmp_path_factory.mktemp("perf") / "models", models)
-    proc = ServerProcess([repo]).start()
-    yield proc
-    proc.stop()
+    return serve(models)
 
 
 def perf(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -23,6 +23,8 @@ from inferd.host.plugins import PluginHost
 from inferd.host.serve_command import build_parser, options_from_args
 from inferd.host.server import Server, ServerOptions
 from inferd.testing import ServerProcess, asgi_client, write_repository
+from tests.python_models import source
+from tests.servers import Servers
 
 COUNTED_CONFIG = """
 name: "{name}"
@@ -37,30 +39,7 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 {extra}
 """
 # CALLS counts this instance's executions: a cached response repeats the count it was made with.
-COUNTED_PY = """
-import json
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.calls = 0
-
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            self.calls += 1
-            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
-            if (x < 0).any():
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"negative input, call {self.calls}")))
-                continue
-            scale = float(json.loads(request.parameters() or "{}").get("scale", 2))
-            responses.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("OUT", (x * scale).astype(np.float32)),
-                pb_utils.Tensor("CALLS", np.array([self.calls], dtype=np.int64)),
-            ]))
-        return responses
-"""
+COUNTED_PY = source("counted")
 BATCHED_CONFIG = """
 name: "batched"
 backend: "python"
@@ -74,24 +53,7 @@ dynamic_batching { }
 instance_group [ { kind: KIND_CPU count: 1 } ]
 response_cache { enable: true }
 """
-BATCHED_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.calls = 0
-
-    def execute(self, requests):
-        self.calls += 1
-        responses = []
-        for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
-            calls = np.full((x.shape[0], 1), self.calls, dtype=np.int64)
-            responses.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("OUT", x + 1), pb_utils.Tensor("CALLS", calls)]))
-        return responses
-"""
+BATCHED_PY = source("response_cache_batched")
 TEXT_CONFIG = """
 name: "text"
 backend: "python"
@@ -103,24 +65,7 @@ output [
 ]
 response_cache { enable: true }
 """
-TEXT_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.calls = 0
-
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            self.calls += 1
-            t = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
-            upper = np.array([s.upper() for s in t.reshape(-1)], dtype=np.object_)
-            responses.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("UPPER", upper), pb_utils.Tensor("CALLS", np.array([self.calls], dtype=np.int64))]))
-        return responses
-"""
+TEXT_PY = source("response_cache_text")
 ENABLE = "response_cache { enable: true }"
 # A top-level ensemble with the cache on, over a model without it (Triton caches top-level
 # ensemble requests since 23.x).
@@ -353,20 +298,15 @@ def test_server_builds_one_named_cache(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repo = write_repository(
-        tmp_path_factory.mktemp("cache") / "models",
-        {
-            "counted": counted("counted"),
-            "plain": counted("plain", cached=False),
-            "batched": {"config.pbtxt": BATCHED_CONFIG, "1/model.py": BATCHED_PY},
-            "text": {"config.pbtxt": TEXT_CONFIG, "1/model.py": TEXT_PY},
-            "ens": {"config.pbtxt": ENSEMBLE_CONFIG},
-        },
-    )
-    srv = ServerProcess([repo], ["--cache-config", "local,size=1048576"]).start()
-    yield srv
-    srv.stop()
+def server(serve: Servers) -> ServerProcess:
+    repo = {
+        "counted": counted("counted"),
+        "plain": counted("plain", cached=False),
+        "batched": {"config.pbtxt": BATCHED_CONFIG, "1/model.py": BATCHED_PY},
+        "text": {"config.pbtxt": TEXT_CONFIG, "1/model.py": TEXT_PY},
+        "ens": {"config.pbtxt": ENSEMBLE_CONFIG},
+    }
+    return serve(repo, "--cache-config", "local,size=1048576")
 
 
 @pytest.fixture(scope="module")

@@ -33,47 +33,10 @@ from inferd.engine.version import ModelVersion
 from inferd.schedulers.sequence.batcher import SequenceBatchScheduler
 from inferd.schedulers.sequence.controls import ImplicitState, SequenceControls
 from inferd.testing import ServerProcess, write_repository
+from tests.python_models import source
+from tests.servers import Servers
 
-MODEL_PY = """
-import json
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-START = pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.memory = {}
-
-    def execute(self, requests):
-        cids = [r.correlation_id() for r in requests]
-        out = []
-        for r in requests:
-            x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
-            cid = r.correlation_id()
-            if r.flags() & START:
-                self.memory[cid] = 0
-            self.memory[cid] = self.memory.get(cid, 0) + int(x.sum())
-            info = {"n": len(requests), "unique": len(set(cids)) == len(cids), "corr": cid, "flags": r.flags(),
-                    "inputs": sorted(t.name() for t in r.inputs())}
-            for name in ("START", "END", "READY", "CORRID"):
-                t = pb_utils.get_input_tensor_by_name(r, name)
-                if t is not None:
-                    a = t.as_numpy()
-                    info[name] = [str(a.dtype), list(a.shape), [v.decode() if isinstance(v, bytes) else v for v in a.reshape(-1).tolist()]]
-            state = pb_utils.get_input_tensor_by_name(r, "STATE_IN")
-            total = (state.as_numpy() + x).astype(np.int32) if state is not None else x
-            tensors = [
-                pb_utils.Tensor("OUT", total),
-                pb_utils.Tensor("MEM", np.full(x.shape, self.memory[cid], np.int32)),
-                pb_utils.Tensor("INFO", np.array([json.dumps(info).encode()], dtype=object).reshape(x.shape)),
-            ]
-            if state is not None:
-                tensors.append(pb_utils.Tensor("STATE_OUT", total))
-            out.append(pb_utils.InferenceResponse(tensors))
-        return out
-"""
+MODEL_PY = source("sequence_batcher")
 
 CONTROLS = """
   control_input [
@@ -139,14 +102,12 @@ MODELS = {
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
     root = tmp_path_factory.mktemp("sequence")
     repo = write_repository(
         root / "models", {n: {"config.pbtxt": c, "1/model.py": MODEL_PY} for n, c in MODELS.items()}
     )
-    srv = ServerProcess([repo]).start()
-    yield srv
-    srv.stop()
+    return serve(repo)
 
 
 def _infer(client: httpclient.InferenceServerClient, model: str, value: int, batched: bool = True, **kw: Any):

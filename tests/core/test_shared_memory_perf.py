@@ -9,18 +9,18 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from inferd.tools.perf.options import PerfOptions
 from inferd.tools.perf.shm import Placed
 from tests.e2e import models
 from tests.lazy import lazy_import
+from tests.servers import Servers
 
 # the clients' transports (tritonclient's aio clients, aiohttp): loaded by the test that uses them
 transport_grpc = lazy_import("inferd.tools.perf.transport_grpc")
@@ -30,10 +30,8 @@ TOTALS = re.compile(r"inferd perf: (\d+) requests completed \((\d+) responses\),
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("perfshm") / "models", {"add_sub": models.add_sub()})
-    with ServerProcess([repo]) as srv:
-        yield srv
+def server(serve: Servers) -> ServerProcess:
+    return serve({"add_sub": models.add_sub()})
 
 
 def successes(server: ServerProcess) -> int:

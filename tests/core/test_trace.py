@@ -21,28 +21,15 @@ from inferd.contracts.errors import InvalidArgument, Unsupported
 from inferd.contracts.types import InferRequest
 from inferd.engine.trace import Tracer, parse_setting
 from inferd.testing import ServerProcess, write_repository
+from tests.python_models import python_model
+from tests.servers import Servers
 
-IDENTITY_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "X" data_type: TYPE_INT32 dims: [ -1 ] } ]
-output [ { name: "Y" data_type: TYPE_INT32 dims: [ -1 ] } ]
-"""
-IDENTITY_PY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())])
-                for r in requests]
-"""
 ORDER = ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START",
          "COMPUTE_END", "REQUEST_END"]  # fmt: skip
 
 
 def repo(root: Path) -> Path:
-    model = {"config.pbtxt": IDENTITY_CONFIG, "1/model.py": IDENTITY_PY}
+    model = python_model("identity_x_y")
     return write_repository(root, {"ident": model, "other": model})
 
 
@@ -72,14 +59,17 @@ def assert_ordered(trace: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
     root = tmp_path_factory.mktemp("trace")
-    srv = ServerProcess([repo(root / "models")], [
-        "--trace-config", f"triton,file={root / 'trace.json'}", "--trace-config", "triton,log-frequency=2",
-    ]).start()  # fmt: skip
+    srv = serve(
+        repo(root / "models"),
+        "--trace-config",
+        f"triton,file={root / 'trace.json'}",
+        "--trace-config",
+        "triton,log-frequency=2",
+    )
     srv.trace_file = root / "trace.json"
-    yield srv
-    srv.stop()
+    return srv
 
 
 @pytest.fixture(scope="module")

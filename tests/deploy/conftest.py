@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from inferd.testing import ServerProcess
+from tests.http_calls import http_call
 from tests.plugins.frontend_openai.chat_model import write_chat_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,20 +39,11 @@ def copy_add_sub(repo: Path, name: str = "add_sub", extra_config: str = "") -> P
 
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
     """Status and body of a GET (an HTTP error status is an answer, not an exception)."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+    return http_call(url, timeout=timeout)
 
 
 def http_post(url: str, body: bytes, timeout: float = 5.0) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+    return http_call(url, "POST", body, {"Content-Type": "application/json"}, timeout)
 
 
 @pytest.fixture(scope="package")

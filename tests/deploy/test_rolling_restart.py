@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from inferd.testing import ServerProcess
 from tests.deploy.conftest import ADD_SUB_BODY, ADD_SUB_SUM, copy_add_sub
+from tests.waiting import wait_for
 
 CONCURRENCY = 16
 DRAIN_DELAY_S = 1.5  # the Deployment's --drain-delay-secs, shortened
@@ -119,7 +120,7 @@ def test_sigterm_under_load_fails_no_request(tmp_path):
     try:
         for t in threads:
             t.start()
-        _wait(lambda: min(load.ok.get(p, 0) for p in endpoints.ports) >= 20, "traffic on both servers")
+        wait_for(lambda: min(load.ok.get(p, 0) for p in endpoints.ports) >= 20, "traffic on both servers")
         assert old.proc is not None
         served_before = load.ok[old.http_port]
         closed: list[float | None] = []
@@ -130,7 +131,7 @@ def test_sigterm_under_load_fails_no_request(tmp_path):
         returncode = old.proc.wait(DRAIN_DELAY_S + EXIT_TIMEOUT_S + 5)
         exited_at = time.monotonic()
         served_new = load.ok[new.http_port]
-        _wait(lambda: load.ok[new.http_port] >= served_new + 50, "traffic on the remaining server")
+        wait_for(lambda: load.ok[new.http_port] >= served_new + 50, "traffic on the remaining server")
     finally:
         load.stop.set()
         endpoints.stop.set()
@@ -149,10 +150,3 @@ def test_sigterm_under_load_fails_no_request(tmp_path):
     assert closed[0] - sigterm_at >= DRAIN_DELAY_S
     assert exited_at - sigterm_at < DRAIN_DELAY_S + EXIT_TIMEOUT_S
     assert load.ok[old.http_port] > served_before  # it answered requests after SIGTERM too
-
-
-def _wait(predicate, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)

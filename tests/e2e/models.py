@@ -1,118 +1,46 @@
-"""Python-backend models the end-to-end tests serve (written into temp repositories)."""
+"""Python-backend models the end-to-end tests serve (tests/fixtures/python_models), written into
+temporary repositories.
 
-ADD_SUB_CONFIG = """
-backend: "python"
-max_batch_size: 8
-input [
-  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
-  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }
-]
-output [
-  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
-  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] }
-]
+- ``add_sub``: OUTPUT0 = INPUT0 + INPUT1 + OFFSET, OUTPUT1 = INPUT0 - INPUT1 (FP32, [4], batching up
+  to 8); OFFSET lets a test tell versions apart.
+- ``picky``: Y = 2 X (INT64), and the whole ``execute`` fails when any request has a negative value.
+- ``echo``: TEXT reversed, and META: the request's id and parameters, so tests see what reached the model.
+- ``slow``: sleeps for the milliseconds it is sent (MS, INT32), then answers with them; four instances.
 """
 
-# OUTPUT0 = a + b + OFFSET, OUTPUT1 = a - b: OFFSET lets a test tell versions apart.
-ADD_SUB_PY = """
-import triton_python_backend_utils as pb_utils
+from __future__ import annotations
 
-OFFSET = {offset}
+import json
 
+from tests.python_models import source
 
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            a = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(r, "INPUT1").as_numpy()
-            out.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("OUTPUT0", a + b + OFFSET),
-                pb_utils.Tensor("OUTPUT1", a - b),
-            ]))
-        return out
-"""
-
-# Fails the whole execute() when any request carries a negative value.
-PICKY_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "X" data_type: TYPE_INT64 dims: [ -1 ] } ]
-output [ { name: "Y" data_type: TYPE_INT64 dims: [ -1 ] } ]
-"""
-PICKY_PY = """
-import triton_python_backend_utils as pb_utils
+ADD_SUB_CONFIG = source("add_sub", "config.pbtxt")
+PICKY_CONFIG = source("picky", "config.pbtxt")
+PICKY_PY = source("picky")
+ECHO_CONFIG = source("echo", "config.pbtxt")
+ECHO_PY = source("echo")
+SLOW_CONFIG = source("slow", "config.pbtxt")
+SLOW_PY = source("slow")
+#: A model.py that fails to import.
+BROKEN_PY = "raise RuntimeError('cannot import this model')\n"
+_ONES = {"shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}
+#: An HTTP infer request body for ``add_sub``: INPUT0 and INPUT1 both [[1, 2, 3, 4]].
+ADD_SUB_JSON = json.dumps({"inputs": [{"name": "INPUT0", **_ONES}, {"name": "INPUT1", **_ONES}]}).encode()
 
 
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = pb_utils.get_input_tensor_by_name(r, "X").as_numpy()
-            if (x < 0).any():
-                raise ValueError(f"negative input {x.min()}")
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x * 2)]))
-        return out
-"""
-
-# Echoes BYTES and the request's id and parameters so tests can see what reached the model.
-ECHO_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "TEXT" data_type: TYPE_STRING dims: [ -1 ] } ]
-output [
-  { name: "TEXT_OUT" data_type: TYPE_STRING dims: [ -1 ] },
-  { name: "META" data_type: TYPE_STRING dims: [ 2 ] }
-]
-"""
-ECHO_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            text = pb_utils.get_input_tensor_by_name(r, "TEXT").as_numpy()
-            meta = np.array([r.request_id().encode(), r.parameters().encode()], dtype=np.object_)
-            out.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("TEXT_OUT", np.array([t[::-1] for t in text], dtype=np.object_)),
-                pb_utils.Tensor("META", meta),
-            ]))
-        return out
-"""
-
-# Sleeps for the number of milliseconds it is sent, then answers with it.
-SLOW_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "MS" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "MS_OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-instance_group [ { kind: KIND_CPU count: 4 } ]
-"""
-SLOW_PY = """
-import time
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            ms = pb_utils.get_input_tensor_by_name(r, "MS").as_numpy()
-            time.sleep(float(ms[0]) / 1000.0)
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("MS_OUT", ms)]))
-        return out
-"""
+def add_sub_py(offset: int = 0) -> str:
+    """``add_sub``'s model.py with ``OFFSET = offset``."""
+    return source("add_sub").replace("OFFSET = 0\n", f"OFFSET = {offset}\n")
 
 
 def add_sub(offset: int = 0, versions: tuple[int, ...] = (1,), config: str = ADD_SUB_CONFIG) -> dict[str, str]:
+    """``add_sub`` as a repository entry: ``config`` and its model.py (with ``offset``) in each version."""
     files = {"config.pbtxt": config}
     for v in versions:
-        files[f"{v}/model.py"] = ADD_SUB_PY.format(offset=offset)
+        files[f"{v}/model.py"] = add_sub_py(offset)
     return files
 
 
 def simple(config: str, code: str) -> dict[str, str]:
+    """A model of one version: ``config`` and ``code`` as its model.py."""
     return {"config.pbtxt": config, "1/model.py": code}

@@ -13,7 +13,6 @@ and every failed load left its extracted copy in ``$TMPDIR``.
 from __future__ import annotations
 
 import base64
-import hashlib
 import http.client
 import io
 import json
@@ -25,13 +24,14 @@ import sysconfig
 import tarfile
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
+from tests.servers import Servers
 
 MAX_BYTES = 1024 * 1024
 MAX_MEMBERS = 200
@@ -53,10 +53,6 @@ CONFIG = json.dumps({
     "output": [{"name": "Y", "data_type": "TYPE_FP32", "dims": [1]}],
     "parameters": {"EXECUTION_ENV_PATH": {"string_value": "$$TRITON_MODEL_DIRECTORY/env.tar.gz"}},
 })  # fmt: skip
-
-
-def sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 def start_time(pid: int) -> int:
@@ -89,18 +85,22 @@ def stale(root: Path) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def server(root: Path, stale: dict[str, Path]) -> Iterator[ServerProcess]:
+def server(root: Path, stale: dict[str, Path], serve: Servers) -> ServerProcess:
     repo = write_repository(root / "models", {"add_sub": models.add_sub()})
-    auth = {"tenants": {"admin": {"keys": [sha("admin-key")],
-                                  "apis": ["health", "metadata", "inference", "model-repository"]}}}  # fmt: skip
+    auth = {
+        "tenants": {
+            "admin": {"keys": [digest("admin-key")], "apis": ["health", "metadata", "inference", "model-repository"]}
+        }
+    }
     (root / "auth.json").write_text(json.dumps(auth))
     args = [
-        "--model-control-mode=explicit", "--load-model=add_sub", f"--auth-config={root / 'auth.json'}",
+        "--model-control-mode=explicit",
+        "--load-model=add_sub",
+        f"--auth-config={root / 'auth.json'}",
         f"--backend-config=python,execution-env-max-bytes={MAX_BYTES}",
         f"--backend-config=python,execution-env-max-members={MAX_MEMBERS}",
-    ]  # fmt: skip
-    with ServerProcess([repo], args, env={"TMPDIR": str(root / "tmp")}) as srv:
-        yield srv
+    ]
+    return serve(repo, *args, env={"TMPDIR": str(root / "tmp")})
 
 
 # --- archives -----------------------------------------------------------------------------------

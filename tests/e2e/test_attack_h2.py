@@ -11,16 +11,16 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import Iterator
 
 import grpc
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.e2e import models
 from tests.e2e.attack import RSS_GROWTH_MB, non_reader, read_until_closed, rss_mb, send_for
 from tests.e2e.h2_client import RawConnection, message
+from tests.servers import Servers
 
 LIVE = "/inference.GRPCInferenceService/ServerLive"
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -44,11 +44,8 @@ def goaway_code(data: bytes) -> int | None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("attack_h2") / "models", {"add_sub": models.add_sub()})
-    proc = ServerProcess([repo], ["--grpc-transport", "h2"]).start()
-    yield proc
-    proc.stop()
+def server(serve: Servers) -> ServerProcess:
+    return serve({"add_sub": models.add_sub()}, "--grpc-transport", "h2")
 
 
 def assert_up(server: ServerProcess) -> None:

@@ -14,13 +14,13 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.e2e.attack import RSS_GROWTH_MB, non_reader, read_until_closed, rss_mb, send_for
+from tests.servers import Servers
 
 #: The header timeout of the servers here: short, so a test waits for it.
 TIMEOUT = 2.0
@@ -34,11 +34,8 @@ BODY = (
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("attack_http") / "models", {"add_sub": models.add_sub()})
-    proc = ServerProcess([repo], ["--http-header-timeout-secs", str(TIMEOUT)]).start()
-    yield proc
-    proc.stop()
+def server(serve: Servers) -> ServerProcess:
+    return serve({"add_sub": models.add_sub()}, "--http-header-timeout-secs", str(TIMEOUT))
 
 
 def connect(server: ServerProcess) -> socket.socket:

@@ -8,7 +8,6 @@ Against a real ``inferd serve``: HTTP, and gRPC on both transports (h2, grpcio).
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import socket
@@ -23,9 +22,11 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
+from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.e2e.h2_client import GRPC_HEADERS, RawConnection, message
+from tests.servers import Servers
 
 # Waits SECONDS, or until its request is cancelled (Triton's request.is_cancelled()).
 PATIENT_CONFIG = """
@@ -74,29 +75,34 @@ ADMIN = {"authorization": "Bearer admin-key"}
 UNLOAD_TIMEOUT = 2
 
 
-def _sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 @pytest.fixture(scope="module", params=["h2", "grpcio"])
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, serve: Servers
+) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp(f"hung-{request.param}")
-    repo = write_repository(root / "models", {
-        "add_sub": models.add_sub(),
-        "patient": {"config.pbtxt": PATIENT_CONFIG, "1/model.py": PATIENT_PY},
-        "stuck": {"config.pbtxt": STUCK_CONFIG, "1/model.py": STUCK_PY.format(marker=str(root / "executing"))},
-    })  # fmt: skip
+    repo = write_repository(
+        root / "models",
+        {
+            "add_sub": models.add_sub(),
+            "patient": {"config.pbtxt": PATIENT_CONFIG, "1/model.py": PATIENT_PY},
+            "stuck": {"config.pbtxt": STUCK_CONFIG, "1/model.py": STUCK_PY.format(marker=str(root / "executing"))},
+        },
+    )
     tenants = {
-        "one": {"keys": [_sha("one-key")], "concurrency": 1},
-        "admin": {"keys": [_sha("admin-key")], "apis": ["health", "metadata", "inference", "model-repository"]},
+        "one": {"keys": [digest("one-key")], "concurrency": 1},
+        "admin": {"keys": [digest("admin-key")], "apis": ["health", "metadata", "inference", "model-repository"]},
     }
     (root / "auth.json").write_text(json.dumps({"tenants": tenants}))
-    proc = ServerProcess([repo], [
-        f"--grpc-transport={request.param}", f"--auth-config={root / 'auth.json'}", "--model-control-mode=explicit",
-        "--load-model=*", f"--model-unload-timeout-secs={UNLOAD_TIMEOUT}", "--exit-timeout-secs=5",
-    ]).start()  # fmt: skip
-    yield proc
-    proc.stop()
+    with serve(
+        repo,
+        f"--grpc-transport={request.param}",
+        f"--auth-config={root / 'auth.json'}",
+        "--model-control-mode=explicit",
+        "--load-model=*",
+        f"--model-unload-timeout-secs={UNLOAD_TIMEOUT}",
+        "--exit-timeout-secs=5",
+    ) as proc:
+        yield proc
 
 
 def _post(server: ServerProcess, path: str, body: dict, headers: dict[str, str], timeout: float) -> tuple[int, dict]:
@@ -231,7 +237,7 @@ class TritonPythonModel:
 
 def test_clients_that_go_away_while_queued_leave_no_traceback_and_no_lost_instance(tmp_path):
     """Many clients queued for one instance hang up at once, as a load generator's do when it
-    stops: each cancelled waiter leaves the queue once (issue 42 item 7: a release() between a
+    stops: each cancelled waiter leaves the queue once (before: a release() between a
     waiter's cancel and its wake-up dropped it, then its own clean-up raised ``ValueError: <Future
     cancelled> is not in deque``, one traceback per waiter), and the instance is not lost."""
     repo = write_repository(tmp_path / "models", {"busy": {"config.pbtxt": BUSY_CONFIG, "1/model.py": BUSY_PY}})

@@ -5,14 +5,13 @@ never a 500 from a ``RecursionError``; and the server keeps serving."""
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
 
 import pytest
 
-from inferd.testing import ServerProcess, free_port, write_repository
+from inferd.testing import ServerProcess
 from tests.e2e import models
+from tests.http_calls import http_call
+from tests.servers import Servers
 
 DEEP = 100_000
 TOO_DEEP = "nested more than 64 levels deep"
@@ -31,22 +30,14 @@ def _object(depth: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, int]]:
-    repo = write_repository(tmp_path_factory.mktemp("json") / "models", {"add_sub": models.add_sub()})
-    port = free_port()
-    args = ["--model-control-mode=explicit", "--load-model=add_sub", "--openai-port", str(port),
-            "--openai-address", "127.0.0.1"]  # fmt: skip
-    with ServerProcess([repo], args) as srv:
-        yield srv, port
+def server(serve: Servers) -> ServerProcess:
+    args = ["--model-control-mode=explicit", "--load-model=add_sub", "--openai-port=0", "--openai-address=127.0.0.1"]
+    return serve({"add_sub": models.add_sub()}, *args)
 
 
 def _post(url: str, body: str) -> tuple[int, str]:
-    request = urllib.request.Request(url, body.encode(), {"Content-Type": "application/json"}, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
+    status, raw = http_call(url, "POST", body.encode(), {"Content-Type": "application/json"})
+    return status, raw.decode()
 
 
 def _bodies(depth: int) -> dict[str, tuple[str, str]]:
@@ -91,20 +82,18 @@ SHAPED = {"document", "tensor data", "request parameters", "output parameters", 
 
 
 @pytest.mark.parametrize("depth", [65, 1000, DEEP])
-def test_deep_json_is_a_400_naming_the_nesting(server: tuple[ServerProcess, int], depth: int) -> None:
-    srv, _ = server
+def test_deep_json_is_a_400_naming_the_nesting(server: ServerProcess, depth: int) -> None:
     for what, (path, body) in _bodies(depth).items():
-        status, text = _post(f"http://{srv.http_url}{path}", body)
+        status, text = _post(f"http://{server.http_url}{path}", body)
         assert status == 400, (what, status, text[:300])
         if what in SHAPED and depth <= 1024:
             continue  # an infer request's document is not walked: refused for what it holds (tested below)
         assert TOO_DEEP in json.loads(text)["error"], (what, text[:300])
-    assert _post(f"http://{srv.http_url}/v2/models/add_sub/infer", f'{{"inputs":[{INPUTS}]}}')[0] == 200
+    assert _post(f"http://{server.http_url}/v2/models/add_sub/infer", f'{{"inputs":[{INPUTS}]}}')[0] == 200
 
 
-def test_infer_requests_name_what_is_wrong_with_deep_values(server: tuple[ServerProcess, int]) -> None:
-    srv, _ = server
-    url = f"http://{srv.http_url}/v2/models/add_sub/infer"
+def test_infer_requests_name_what_is_wrong_with_deep_values(server: ServerProcess) -> None:
+    url = f"http://{server.http_url}/v2/models/add_sub/infer"
     status, text = _post(url, _array(1000))
     assert (status, json.loads(text)["error"]) == (400, "inference request must be a JSON object")
     status, text = _post(url, _bodies(1000)["tensor data"][1])
@@ -117,39 +106,37 @@ def test_infer_requests_name_what_is_wrong_with_deep_values(server: tuple[Server
     assert status == 400 and json.loads(text)["error"].startswith("parameter 'x' has invalid type."), text[:300]
 
 
-def test_nesting_up_to_the_limit_is_read(server: tuple[ServerProcess, int]) -> None:
-    srv, _ = server
+def test_nesting_up_to_the_limit_is_read(server: ServerProcess) -> None:
     body = (  # 64 levels in all: the document, inputs, an input, its parameters, then 60 arrays
         f'{{"inputs":[{{"name":"INPUT0","shape":[1,4],"datatype":"FP32","data":[1,2,3,4],'
         f'"parameters":{{"x":{_array(60)}}}}},{INPUTS.split("},", 1)[1]}]}}'
     )
-    status, text = _post(f"http://{srv.http_url}/v2/models/add_sub/infer", body)
+    status, text = _post(f"http://{server.http_url}/v2/models/add_sub/infer", body)
     assert status == 200, text[:300]
-    status, text = _post(f"http://{srv.http_url}/v2/repository/index", _array(64))
+    status, text = _post(f"http://{server.http_url}/v2/repository/index", _array(64))
     assert status == 200, text[:300]
 
 
 @pytest.mark.parametrize("depth", [65, DEEP])
-def test_the_openai_frontend_refuses_deep_json_too(server: tuple[ServerProcess, int], depth: int) -> None:
-    srv, port = server
+def test_the_openai_frontend_refuses_deep_json_too(server: ServerProcess, depth: int) -> None:
+    port = server.ports["openai"]
     for path in ("/v1/completions", "/v1/chat/completions"):
         status, text = _post(f"http://127.0.0.1:{port}{path}", f'{{"model":"m","messages":{_array(depth)}}}')
         assert status == 400, text[:300]
         error = json.loads(text)["error"]
         assert error["message"].startswith("We could not parse the JSON body of your request: ")
         assert TOO_DEEP in error["message"]
-    assert _post(f"http://{srv.http_url}/v2/models/add_sub/infer", f'{{"inputs":[{INPUTS}]}}')[0] == 200
+    assert _post(f"http://{server.http_url}/v2/models/add_sub/infer", f'{{"inputs":[{INPUTS}]}}')[0] == 200
 
 
-def test_an_integer_of_thousands_of_digits_is_refused_in_inferds_words(server: tuple[ServerProcess, int]) -> None:
+def test_an_integer_of_thousands_of_digits_is_refused_in_inferds_words(server: ServerProcess) -> None:
     """Python refuses to read an integer of more than 4300 digits; the 400 says so without its advice
-    to call ``sys.set_int_max_str_digits()`` (issue 41)."""
-    srv, _ = server
+    to call ``sys.set_int_max_str_digits()``."""
     number = "7" * 5000
     for path, body in [("/v2/repository/index", f'{{"ready":{number}}}'),
                        ("/v2/models/add_sub/infer", f'{{"parameters":{{"n":{number}}},"inputs":[{INPUTS}]}}'),
                        ("/v2/logging", f'{{"log_verbose_level":{number}}}')]:  # fmt: skip
-        status, text = _post(f"http://{srv.http_url}{path}", body)
+        status, text = _post(f"http://{server.http_url}{path}", body)
         error = json.loads(text)["error"]
         assert status == 400 and "an integer has more than 4300 digits" in error, (path, error[:300])
         assert "sys." not in error and "Exceeds the limit" not in error, (path, error[:300])

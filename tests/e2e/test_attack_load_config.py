@@ -1,4 +1,4 @@
-"""A load request carrying a huge ``parameters.config`` (issue 41, item 4): refused with a 400 that
+"""A load request carrying a huge ``parameters.config``: refused with a 400 that
 names the limit, parsed off the event loop, and its memory given back. Before: a config of ~48 MB
 (a 55 MB body) took 18 s to load here, ``/v2/health/live`` waited 8-15 s for it, and the server
 still held 340-700 MB more after two such loads. After: refused in 0.5 s, live answered within
@@ -12,7 +12,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -20,9 +19,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.e2e import models
 from tests.e2e.attack import rss_mb
+from tests.http_calls import http_call
+from tests.servers import Servers
 
 LIMIT = 4 << 20  # docs/security.md
 #: How long a liveness probe may wait while the big load is parsed. Parsed on the event loop, it
@@ -47,22 +48,16 @@ def _config(size: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("load") / "models", {"add_sub": models.add_sub()})
-    with ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=add_sub"]) as srv:
-        yield srv
+def server(serve: Servers) -> ServerProcess:
+    return serve({"add_sub": models.add_sub()}, "--model-control-mode=explicit", "--load-model=add_sub")
 
 
 def _load(server: ServerProcess, config: str, gzipped: bool = False) -> tuple[int, str]:
     body = json.dumps({"parameters": {"config": config}}).encode()
     headers = {"Content-Encoding": "gzip"} if gzipped else {}
-    request = urllib.request.Request(f"http://{server.http_url}/v2/repository/models/add_sub/load",
-                                     gzip.compress(body, 1) if gzipped else body, headers, method="POST")  # fmt: skip
-    try:
-        with urllib.request.urlopen(request, timeout=300) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
+    url = f"http://{server.http_url}/v2/repository/models/add_sub/load"
+    status, raw = http_call(url, "POST", gzip.compress(body, 1) if gzipped else body, headers, timeout=300)
+    return status, raw.decode()
 
 
 class _Prober:

@@ -22,8 +22,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.e2e import models
+from tests.servers import Servers
 
 CONFIG = json.dumps({
     "backend": "python", "max_batch_size": 0,
@@ -44,10 +45,9 @@ BAD_NAMES = ["..", ".", "a/b", "a\\b", "a\nb", "a\0b", "x" * 256]
 
 
 @pytest.fixture(scope="module", params=["grpcio", "h2"])
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("names") / "models", {"add_sub": models.add_sub()})
+def server(request: pytest.FixtureRequest, serve: Servers) -> Iterator[ServerProcess]:
     args = ["--model-control-mode=explicit", "--load-model=add_sub", "--grpc-transport", str(request.param)]
-    with ServerProcess([repo], args) as srv:
+    with serve({"add_sub": models.add_sub()}, *args) as srv:
         yield srv
 
 

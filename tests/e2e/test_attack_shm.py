@@ -19,10 +19,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
-from tritonclient.utils import InferenceServerException
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.e2e import models
+from tests.servers import Servers
+from tests.triton_clients import error_of
 
 SECRET = b"the server's private key: do not map me into a client's region!!"
 _keys = itertools.count()
@@ -30,10 +31,8 @@ Client = httpclient.InferenceServerClient | grpcclient.InferenceServerClient
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("shm") / "models", {"add_sub": models.add_sub()})
-    with ServerProcess([repo]) as srv:
-        yield srv
+def server(serve: Servers) -> ServerProcess:
+    return serve({"add_sub": models.add_sub()})
 
 
 @pytest.fixture(params=["http", "grpc"])
@@ -66,12 +65,6 @@ def planted() -> Iterator[Callable[[Callable[[str], None]], str]]:
             os.unlink(path)
 
 
-def _error(call: Callable[[], Any]) -> tuple[str, str]:
-    with pytest.raises(InferenceServerException) as err:
-        call()
-    return str(err.value.status()), str(err.value.message())
-
-
 def _internal(client: Client) -> str:
     return "500" if isinstance(client, httpclient.InferenceServerClient) else "StatusCode.INTERNAL"
 
@@ -86,7 +79,7 @@ def test_a_symbolic_link_in_dev_shm_is_not_followed(client: Client, planted: Any
     secret = tmp_path / "secret.key"
     secret.write_bytes(SECRET)
     key = planted(lambda path: os.symlink(secret, path))
-    status, message = _error(lambda: client.register_system_shared_memory("stolen", key, 16))
+    status, message = error_of(lambda: client.register_system_shared_memory("stolen", key, 16))
     assert status == _internal(client)
     assert message.startswith(f"Unable to open shared memory region: '{key}'; registering region 'stolen': ")
     assert "symbolic link" in message
@@ -96,7 +89,7 @@ def test_a_symbolic_link_in_dev_shm_is_not_followed(client: Client, planted: Any
 
 def test_only_regular_files_are_shared_memory(client: Client, planted: Any) -> None:
     key = planted(os.mkfifo)
-    status, message = _error(lambda: client.register_system_shared_memory("fifo", key, 16))
+    status, message = error_of(lambda: client.register_system_shared_memory("fifo", key, 16))
     assert status == _internal(client)
     assert message.startswith(f"Unable to open shared memory region: '{key}'; registering region 'fifo': ")
     assert "not a regular file" in message
@@ -105,7 +98,7 @@ def test_only_regular_files_are_shared_memory(client: Client, planted: Any) -> N
 
 def test_a_key_is_one_name(client: Client) -> None:
     for key in ("//inferd_x", "/a/b", "/..", "/a\nb"):
-        status, message = _error(lambda key=key: client.register_system_shared_memory("k", key, 16))
+        status, message = error_of(lambda key=key: client.register_system_shared_memory("k", key, 16))
         assert status == _internal(client)
         assert message.startswith("Unable to open shared memory region: '")
         assert "a key is one name" in message
@@ -118,7 +111,7 @@ def test_region_names_are_names(server: ServerProcess) -> None:
     handle = shm.create_shared_memory_region("ok", key, 64)
     try:
         for name in ("a/b", "..", "a\nb", ""):
-            status, message = _error(lambda name=name: client.register_system_shared_memory(name, key, 64))
+            status, message = error_of(lambda name=name: client.register_system_shared_memory(name, key, 64))
             assert status == "StatusCode.INVALID_ARGUMENT"
             assert message.startswith(f"failed to register shared memory region '{name}'; the name is not valid: ")
         client.register_system_shared_memory("ok", key, 64)  # a real region still registers

@@ -7,7 +7,6 @@ On both gRPC transports (h2, the default, and grpcio), against a real ``inferd s
 
 from __future__ import annotations
 
-import hashlib
 import json
 import queue
 import time
@@ -20,7 +19,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.auth import digest
+from inferd.testing import ServerProcess
+from tests.python_models import source
+from tests.servers import Servers
 
 #: The per-stream cap the servers here run with.
 CAP = 4
@@ -49,37 +51,7 @@ model_transaction_policy { decoupled: true }
 input [ { name: "SECONDS" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "PEAK" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
-COUNTER_PY = """
-import threading, time
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.lock = threading.Lock()
-        self.active = self.peak = 0
-
-    def execute(self, requests):
-        for request in requests:
-            threading.Thread(target=self.answer, args=(request,), daemon=True).start()
-        return None
-
-    def answer(self, request):
-        with self.lock:
-            self.active += 1
-            self.peak = max(self.peak, self.active)
-        time.sleep(float(pb_utils.get_input_tensor_by_name(request, "SECONDS").as_numpy()[0]))
-        with self.lock:
-            self.active -= 1
-            peak = self.peak
-        request.get_response_sender().send(
-            pb_utils.InferenceResponse([pb_utils.Tensor("PEAK", np.array([peak], np.int32))]),
-            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-"""
-
-
-def _sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
+COUNTER_PY = source("attack_stream_counter")
 
 
 FREE = {"authorization": "Bearer free-key"}
@@ -87,20 +59,23 @@ ONE = {"authorization": "Bearer one-key"}
 
 
 @pytest.fixture(scope="module", params=["h2", "grpcio"])
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    root = tmp_path_factory.mktemp(f"stream-{request.param}")
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, serve: Servers
+) -> Iterator[ServerProcess]:
     files = {"config.pbtxt": COUNTER_CONFIG, "1/model.py": COUNTER_PY}
-    repo = write_repository(root / "models", {
-        "echo": {"config.pbtxt": ECHO_CONFIG, "1/model.py": ECHO_PY},
-        "counter_cap": files, "counter_tenant": files,
-    })  # fmt: skip
-    tenants = {"free": {"keys": [_sha("free-key")]}, "one": {"keys": [_sha("one-key")], "concurrency": 1}}
-    (root / "auth.json").write_text(json.dumps({"tenants": tenants}))
+    repo = {"echo": {"config.pbtxt": ECHO_CONFIG, "1/model.py": ECHO_PY}, "counter_cap": files, "counter_tenant": files}
+    tenants = {"free": {"keys": [digest("free-key")]}, "one": {"keys": [digest("one-key")], "concurrency": 1}}
+    auth = tmp_path_factory.mktemp(f"stream-{request.param}") / "auth.json"
+    auth.write_text(json.dumps({"tenants": tenants}))
     # A stream whose client reads nothing is reset 30 s after (h2): the server is not kept that long.
-    proc = ServerProcess([repo], [f"--grpc-transport={request.param}", f"--grpc-stream-max-inflight={CAP}",
-                                  f"--auth-config={root / 'auth.json'}", "--exit-timeout-secs=3"]).start()  # fmt: skip
-    yield proc
-    proc.stop()
+    with serve(
+        repo,
+        f"--grpc-transport={request.param}",
+        f"--grpc-stream-max-inflight={CAP}",
+        f"--auth-config={auth}",
+        "--exit-timeout-secs=3",
+    ) as proc:
+        yield proc
 
 
 def _rss_bytes(pid: int) -> int:

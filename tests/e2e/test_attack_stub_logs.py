@@ -1,4 +1,4 @@
-"""An isolated Python model that floods the log (issue 41, item 5): its lines are cut to 16 KiB
+"""An isolated Python model that floods the log: its lines are cut to 16 KiB
 characters and its records beyond its log budget dropped, counted in ``/metrics`` and reported.
 Before: ``pb_utils.Logger.log_info('X' * 60000)`` in a loop wrote 210 MB of server log in 3 s."""
 
@@ -6,53 +6,25 @@ from __future__ import annotations
 
 import re
 import time
-import urllib.request
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
+from tests.metrics_text import metric
+from tests.python_models import python_model
+from tests.servers import Servers
 
 LINE_CHARS = 16 * 1024  # docs/security.md
 #: The log a 3 s flood may add: a burst of 1 MiB and 256 KiB a second (3-4 MB however slowly the
 #: flood and the summary run), where the old code wrote 210 MB.
 MAX_GROWTH = 8 << 20
-CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-parameters { key: "EXECUTION_MODE" value: { string_value: "process" } }
-"""
-# IN = 1: log 60,000-character lines for 3 s; any other: answer at once. OUT = IN + 1.
-FLOOD_PY = """
-import time
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            n = int(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0])
-            if n == 1:
-                end = time.monotonic() + 3
-                while time.monotonic() < end:
-                    pb_utils.Logger.log_info("X" * 60000)
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([n + 1], np.int32))]))
-        return out
-"""
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("logs") / "models",
-                            {"flood": {"config.pbtxt": CONFIG, "1/model.py": FLOOD_PY}})  # fmt: skip
-    with ServerProcess([repo]) as srv:
-        yield srv
+def server(serve: Servers) -> ServerProcess:
+    return serve({"flood": python_model("isolated_flood")})
 
 
 def _infer(client: httpclient.InferenceServerClient, n: int) -> int:
@@ -62,10 +34,7 @@ def _infer(client: httpclient.InferenceServerClient, n: int) -> int:
 
 
 def _metric(server: ServerProcess, name: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30) as response:
-        text = response.read().decode()
-    found = re.search(rf'^{name}{{model="flood",version="1"}} (\S+)$', text, re.M)
-    return float(found.group(1)) if found else 0.0
+    return metric(server, name, model="flood", version="1")
 
 
 def test_a_flood_of_long_lines_is_cut_dropped_counted_and_reported(server):

@@ -1,4 +1,4 @@
-"""The processes an isolated Python model starts end with it (issue 41, item 5): a child in a
+"""The processes an isolated Python model starts end with it: a child in a
 session of its own (``setsid``) and a daemon that left the stub's tree by a double fork (its parent
 exited; it ignores SIGTERM) are both gone once the model is unloaded. Before, both lived on
 (re-parented to init) after the unload."""
@@ -15,7 +15,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
-from tests.e2e.test_attack_stub_logs import CONFIG  # the same isolated INT32 model
+from tests.python_models import source
 
 # The daemon: fork, setsid, fork again (the middle process exits), ignore SIGTERM, sleep.
 DAEMON = """
@@ -69,7 +69,10 @@ def _running(pid: int, started: str) -> bool:
 
 @pytest.fixture
 def spawned(tmp_path: Path) -> Iterator[tuple[ServerProcess, Path, dict[int, str]]]:
-    repo = write_repository(tmp_path / "models", {"spawner": {"config.pbtxt": CONFIG, "1/model.py": SPAWNER_PY}})
+    repo = write_repository(
+        tmp_path / "models",
+        {"spawner": {"config.pbtxt": source("isolated_flood", "config.pbtxt"), "1/model.py": SPAWNER_PY}},
+    )
     started: dict[int, str] = {}  # pid -> start time of each process the model started
     with ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=spawner"]) as srv:
         try:

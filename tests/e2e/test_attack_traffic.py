@@ -1,4 +1,4 @@
-"""Traffic weights an attacker picks (issue 41, item 3): a weight past the documented maximum, one
+"""Traffic weights an attacker picks: a weight past the documented maximum, one
 of thousands of digits, a version written "01" — each a 400 in inferd's own words naming the model,
 the version and the limit, over HTTP and gRPC; the split in force stays as it was and requests that
 name no version keep being answered. Before: a weight of 401 digits was taken (200) and every
@@ -8,8 +8,6 @@ refused with Python's int-conversion message; "01" was taken as version 1."""
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,8 @@ import pytest
 from inferd.frontends.grpc import traffic_pb2, traffic_pb2_grpc
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
+from tests.http_calls import json_call
+from tests.servers import Servers
 
 LIMIT = "1000000"  # docs/traffic.md
 #: What Python says where inferd did not speak for itself.
@@ -30,21 +30,13 @@ INFER = json.dumps({
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(serve: Servers) -> ServerProcess:
     config = models.ADD_SUB_CONFIG + "version_policy: { all: {} }\n"
-    repo = write_repository(tmp_path_factory.mktemp("traffic") / "models", {"m": models.add_sub(versions=(1, 2),
-                                                                                                  config=config)})  # fmt: skip
-    with ServerProcess([repo]) as srv:
-        yield srv
+    return serve({"m": models.add_sub(versions=(1, 2), config=config)})
 
 
 def _http(server: ServerProcess, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
-    request = urllib.request.Request(f"http://{server.http_url}{path}", body, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read() or b"null")
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"null")
+    return json_call(f"http://{server.http_url}{path}", method, body)
 
 
 def _set(server: ServerProcess, weights_json: str) -> tuple[int, Any]:

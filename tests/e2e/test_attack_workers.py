@@ -17,8 +17,7 @@ import subprocess
 import tempfile
 import threading
 import time
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from multiprocessing import shared_memory
 from pathlib import Path
@@ -28,28 +27,12 @@ import pytest
 import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
+from tests.metrics_text import sample, scrape
+from tests.python_models import python_model, source
+from tests.waiting import wait_for
 
 # PID = the process serving the request. Two instances: one in each worker.
-WHOAMI_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "MS" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "PID" data_type: TYPE_INT64 dims: [ 1 ] } ]
-instance_group [ { kind: KIND_CPU count: 2 } ]
-"""
-WHOAMI_PY = """
-import os
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("PID", np.array([os.getpid()], np.int64))])
-                for _ in requests]
-"""
-WHOAMI = {"config.pbtxt": WHOAMI_CONFIG, "1/model.py": WHOAMI_PY}
+WHOAMI = python_model("whoami", config=source("whoami", "config.pbtxt").replace("count: 8", "count: 2"))
 INFER_BODY = json.dumps({"inputs": [{"name": "MS", "shape": [1], "datatype": "INT32", "data": [0]}]}).encode()
 FAST_EXIT = ["--exit-timeout-secs", "2"]
 
@@ -57,15 +40,6 @@ FAST_EXIT = ["--exit-timeout-secs", "2"]
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     return write_repository(tmp_path / "models", {"whoami": WHOAMI})
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 90.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def whoami(url: str, timeout: float = 10.0) -> int:
@@ -120,17 +94,12 @@ def stats_counts(url: str) -> tuple[int, int] | None:
 def metric_counts(srv: ServerProcess) -> tuple[int, int] | None:
     """(nv_inference_request_success, nv_inference_count) of whoami from one scrape; None: no answer."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{srv.metrics_port}/metrics", timeout=10) as r:
-            text = r.read().decode()
+        text = scrape(srv, timeout=10)
     except OSError:
         return None
-    values = []
-    for family in ("nv_inference_request_success", "nv_inference_count"):
-        match = re.search(rf'^{family}{{model="whoami",version="1"}} (\S+)$', text, re.M)
-        if match is None:
-            return None
-        values.append(int(float(match.group(1))))
-    return values[0], values[1]
+    success = sample(text, "nv_inference_request_success", model="whoami", version="1")
+    count = sample(text, "nv_inference_count", model="whoami", version="1")
+    return None if success is None or count is None else (int(success), int(count))
 
 
 def watch_counters(srv: ServerProcess, readings: list[tuple[str, tuple[int, int]]], stop: threading.Event) -> None:
@@ -345,7 +314,7 @@ def listening_ports(pid: int) -> set[int]:
 def test_openai_port_is_not_opened_by_default_without_a_model_it_serves(repo: Path) -> None:
     pytest.importorskip("inferd_frontend_openai")
     with ServerProcess([repo]) as srv:
-        wait_for(lambda: "OpenAI API not served: no loaded model" in srv.log(), 30, "the log line")
+        wait_for(lambda: "OpenAI API not served: no loaded model" in srv.log(), "the log line", 30)
         assert listening_ports(srv.proc.pid) == {srv.http_port, srv.grpc_port, srv.metrics_port}
 
 

@@ -4,14 +4,12 @@ file reloads, per-tenant limits and their counters."""
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,38 +19,37 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.e2e.raw_http import raw_http
-from tests.e2e.test_grpc import MODELS
-
-
-def sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
+from tests.python_models import python_model
+from tests.servers import Servers
+from tests.triton_clients import add_sub_inputs
+from tests.waiting import wait_for
 
 CONFIG = f"""
 tenants:
   alice:
-    keys: [{sha("alice-key")}]
+    keys: [{digest("alice-key")}]
     models: ["add_*"]
   ops:
-    keys: [{sha("ops-key")}]
+    keys: [{digest("ops-key")}]
     models: ["add_*"]
     apis: [model-repository, statistics, trace]
   admin:
-    keys: [{sha("admin-key")}]
+    keys: [{digest("admin-key")}]
     apis: [health, metadata, inference, model-config, model-repository, statistics, logging, trace]
   limited:
-    keys: [{sha("limited-key")}]
+    keys: [{digest("limited-key")}]
     rate: 0.5
     burst: 1
   slow:
-    keys: [{sha("slow-key")}]
+    keys: [{digest("slow-key")}]
     models: [sleep]
     concurrency: 1
 """
-MODEL_SET = {"add_sub": models.add_sub(), "secret": models.add_sub(), "sleep": MODELS["sleep"]}
+MODEL_SET = {"add_sub": models.add_sub(), "secret": models.add_sub(), "sleep": python_model("sleep")}
 
 
 def bearer(key: str) -> dict[str, str]:
@@ -60,33 +57,25 @@ def bearer(key: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module", params=["h2", "grpcio"])
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, serve: Servers
+) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("auth")
     repo = write_repository(root / "models", MODEL_SET)
     (root / "auth.yaml").write_text(CONFIG)
-    args = ["--grpc-transport", request.param, "--model-control-mode=explicit", "--load-model=*",
-            f"--auth-config={root / 'auth.yaml'}"]  # fmt: skip
-    proc = ServerProcess([repo], args).start()
-    yield proc
-    proc.stop()
-
-
-def _infer_body() -> bytes:
-    tensor = {"shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}
-    return json.dumps({"inputs": [{"name": "INPUT0", **tensor}, {"name": "INPUT1", **tensor}]}).encode()
-
-
-def _inputs() -> list[grpcclient.InferInput]:
-    out = []
-    for name in ("INPUT0", "INPUT1"):
-        tensor = grpcclient.InferInput(name, [1, 4], "FP32")
-        tensor.set_data_from_numpy(np.ones((1, 4), np.float32))
-        out.append(tensor)
-    return out
+    args = [
+        "--grpc-transport",
+        request.param,
+        "--model-control-mode=explicit",
+        "--load-model=*",
+        f"--auth-config={root / 'auth.yaml'}",
+    ]
+    with serve(repo, *args) as proc:
+        yield proc
 
 
 def _healthy(server: ServerProcess) -> None:
-    status, _, body = raw_http(server, "POST", "/v2/models/add_sub/infer", bearer("alice-key"), _infer_body())
+    status, _, body = raw_http(server, "POST", "/v2/models/add_sub/infer", bearer("alice-key"), models.ADD_SUB_JSON)
     assert status == 200, body
 
 
@@ -105,7 +94,7 @@ def _healthy(server: ServerProcess) -> None:
     ],
 )
 def test_http_without_a_valid_key_is_401(server, headers, message):
-    status, reply_headers, body = raw_http(server, "POST", "/v2/models/add_sub/infer", headers, _infer_body())
+    status, reply_headers, body = raw_http(server, "POST", "/v2/models/add_sub/infer", headers, models.ADD_SUB_JSON)
     assert status == 401
     assert message in json.loads(body)["error"]
     assert reply_headers["www-authenticate"] == "Bearer"
@@ -135,7 +124,7 @@ def test_http_tenant_calls_its_models_with_tritonclient(server):
 @pytest.mark.parametrize(
     ("method", "path", "body"),
     [
-        ("POST", "/v2/models/{}/infer", _infer_body()),
+        ("POST", "/v2/models/{}/infer", models.ADD_SUB_JSON),
         ("GET", "/v2/models/{}", b""),
         ("GET", "/v2/models/{}/versions/1", b""),
         ("GET", "/v2/models/{}/config", b""),
@@ -251,17 +240,17 @@ def test_grpc_without_a_valid_key_is_unauthenticated(server):
     for headers, message in ((None, "missing API key"), ({"authorization": "Bearer wrong"}, "unknown API key"),
                              ({"x-api-key": "alice-key"}, "missing API key"),
                              ({"authorization": "Bearer " + "k" * 5000}, "at most 4096")):  # fmt: skip
-        error = _grpc_error(lambda h=headers: client.infer("add_sub", _inputs(), headers=h))
+        error = _grpc_error(lambda h=headers: client.infer("add_sub", add_sub_inputs(), headers=h))
         assert error.status() == "StatusCode.UNAUTHENTICATED" and message in error.message(), error
     assert client.is_server_live() and client.is_server_ready()  # health stays open
-    result = client.infer("add_sub", _inputs(), headers={"authorization": "Bearer alice-key"})
+    result = client.infer("add_sub", add_sub_inputs(), headers={"authorization": "Bearer alice-key"})
     assert result.as_numpy("OUTPUT0").tolist() == [[2.0] * 4]
 
 
 def test_grpc_unseen_models_answer_as_unknown_ones(server):
     client = grpcclient.InferenceServerClient(server.grpc_url)
     alice = {"authorization": "Bearer alice-key"}
-    for call in (lambda m: client.infer(m, _inputs(), headers=alice),
+    for call in (lambda m: client.infer(m, add_sub_inputs(), headers=alice),
                  lambda m: client.get_model_metadata(m, headers=alice),
                  lambda m: client.get_model_config(m, headers=alice),
                  lambda m: client.get_inference_statistics(m, headers=alice)):  # fmt: skip
@@ -327,7 +316,7 @@ def test_grpc_stream_needs_a_key_and_checks_each_model(server):
     results: list[object] = []
     client.start_stream(lambda result, error: results.append(error or result))
     try:
-        client.async_stream_infer("add_sub", _inputs())
+        client.async_stream_infer("add_sub", add_sub_inputs())
     except InferenceServerException:  # the stream may have ended already (it does at once)
         pass
     client.stop_stream()
@@ -337,9 +326,9 @@ def test_grpc_stream_needs_a_key_and_checks_each_model(server):
     client.start_stream(
         lambda result, error: results.append(error or result), headers={"authorization": "Bearer alice-key"}
     )
-    client.async_stream_infer("add_sub", _inputs())
-    client.async_stream_infer("secret", _inputs())
-    client.async_stream_infer("nonexistent", _inputs())
+    client.async_stream_infer("add_sub", add_sub_inputs())
+    client.async_stream_infer("secret", add_sub_inputs())
+    client.async_stream_infer("nonexistent", add_sub_inputs())
     client.stop_stream()
     # the requests of a stream run concurrently: answers come in any order
     answers = [r for r in results if not isinstance(r, InferenceServerException)]
@@ -358,19 +347,10 @@ def _touch(path: Path, text: str) -> None:
     os.utime(path, ns=(before + 2_000_000_000, before + 2_000_000_000))
 
 
-def _until(condition, timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def test_key_file_changes_apply_without_restart_and_a_bad_file_keeps_the_old_keys(tmp_path):
     repo = write_repository(tmp_path / "models", {"add_sub": models.add_sub()})
     keys = tmp_path / "keys.json"
-    keys.write_text(json.dumps({"tenants": {"a": {"keys": [sha("one")]}}}))
+    keys.write_text(json.dumps({"tenants": {"a": {"keys": [digest("one")]}}}))
     proc = ServerProcess([repo], [f"--auth-config={keys}"]).start()
     try:
 
@@ -378,12 +358,14 @@ def test_key_file_changes_apply_without_restart_and_a_bad_file_keeps_the_old_key
             return raw_http(proc, "GET", "/v2/models/add_sub", bearer(key))[0]
 
         assert (status("one"), status("two")) == (200, 401)
-        _touch(keys, json.dumps({"tenants": {"a": {"keys": [sha("two")]}}}))
-        assert _until(lambda: status("two") == 200)
+        _touch(keys, json.dumps({"tenants": {"a": {"keys": [digest("two")]}}}))
+        wait_for(lambda: status("two") == 200, "the new key to apply", log=proc.log)
         assert status("one") == 401
         _touch(keys, '{"tenants": {"a": {"keys": [')
         # the file is looked at (at most once a second) as requests come
-        assert _until(lambda: status("two") == 200 and "the previous keys stay in force" in proc.log())
+        wait_for(
+            lambda: status("two") == 200 and "the previous keys stay in force" in proc.log(), "the bad file refused"
+        )
         assert f"{keys}:1: not valid JSON" in proc.log()
         assert status("two") == 200
     finally:
@@ -392,7 +374,7 @@ def test_key_file_changes_apply_without_restart_and_a_bad_file_keeps_the_old_key
 
 def test_a_malformed_key_file_stops_the_start_naming_file_and_line(tmp_path):
     keys = tmp_path / "keys.yaml"
-    keys.write_text(f"tenants:\n  a:\n    keys: [{sha('k')}]\n  b:\n    keys: [nothex]\n")
+    keys.write_text(f"tenants:\n  a:\n    keys: [{digest('k')}]\n  b:\n    keys: [nothex]\n")
     cmd = [
         sys.executable,
         "-m",

@@ -15,7 +15,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
-from tests.e2e.test_traffic import CONFIG, call, metric, parameters
+from tests.e2e.traffic_models import CONFIG, call, parameters
+from tests.metrics_text import metric
 
 # Version v fails request n (counted by the version itself, from 1) when (n - 1) % PERIOD < BURST.
 MODEL_PY = """

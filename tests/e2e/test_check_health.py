@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from inferd.testing import ServerProcess, free_port, write_repository
 from tests.e2e import models
+from tests.servers import Servers
 
 ENSEMBLE = """
 platform: "ensemble"
@@ -35,16 +35,14 @@ def inferd(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    files = {name: {"config.pbtxt": config, "1/model.py": models.ADD_SUB_PY.format(offset=0)}
+    files = {name: {"config.pbtxt": config, "1/model.py": models.add_sub_py(0)}
              for name, config in BROKEN.items()}  # fmt: skip
     return write_repository(tmp_path_factory.mktemp("check") / "models", {"add_sub": models.add_sub(), **files})
 
 
 @pytest.fixture(scope="module")
-def server(repo: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess([repo], ["--exit-on-error=false"]).start(wait_ready=False)
-    yield proc
-    proc.stop()
+def server(repo: Path, serve: Servers) -> ServerProcess:
+    return serve(repo, "--exit-on-error=false", wait_ready=False)
 
 
 def test_check_reports_what_the_server_reports(repo: Path, server: ServerProcess) -> None:

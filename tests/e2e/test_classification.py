@@ -8,7 +8,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
+from tests.servers import Servers
 
 CONFIG = """
 backend: "python"
@@ -49,13 +50,8 @@ def expected(x: np.ndarray, k: int, fmt, labels=None) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repo = write_repository(
-        tmp_path_factory.mktemp("cls") / "models",
-        {"cls": {"config.pbtxt": CONFIG, "labels.txt": "\n".join(LABELS) + "\n", "1/model.py": MODEL}},
-    )
-    with ServerProcess([repo]) as srv:
-        yield srv
+def server(serve: Servers) -> ServerProcess:
+    return serve({"cls": {"config.pbtxt": CONFIG, "labels.txt": "\n".join(LABELS) + "\n", "1/model.py": MODEL}})
 
 
 X = np.array([[0.1, 0.7, 0.2, 0.0], [1.5, -2.0, 3.25, 0.5]], np.float32)

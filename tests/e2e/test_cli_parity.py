@@ -32,6 +32,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
+from tests.waiting import wait_for
 
 BROKEN_PY = """
 class TritonPythonModel:
@@ -71,14 +72,6 @@ def _readiness(srv: ServerProcess) -> tuple[bool, bool]:
     http = httpclient.InferenceServerClient(srv.http_url)
     with grpcclient.InferenceServerClient(srv.grpc_url) as grpc:
         return http.is_server_ready(), grpc.is_server_ready()
-
-
-def _wait(predicate, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 # -- --exit-on-error --------------------------------------------------------------------------------
@@ -132,7 +125,7 @@ def test_explicit_mode_counts_the_models_loaded_through_the_api(tmp_path):
         assert _readiness(srv) == (False, False)
         http.unload_model("broken")  # as Triton: the failed load still counts
         assert _readiness(srv) == (False, False)
-        (repo / "broken" / "1" / "model.py").write_text(models.ADD_SUB_PY.format(offset=0))
+        (repo / "broken" / "1" / "model.py").write_text(models.add_sub_py(0))
         http.load_model("broken")
         assert _readiness(srv) == (True, True)
         (repo / "good" / "1" / "model.py").write_text(BROKEN_PY)
@@ -140,7 +133,7 @@ def test_explicit_mode_counts_the_models_loaded_through_the_api(tmp_path):
             http.load_model("good")  # a failed reload: the old version serves, READY (as Triton)
         assert _readiness(srv) == (True, True) and http.is_model_ready("good")
         http.unload_model("good")  # unloaded on purpose: does not count
-        _wait(lambda: not http.is_model_ready("good"), "good to unload")
+        wait_for(lambda: not http.is_model_ready("good"), "good to unload")
         assert _readiness(srv) == (True, True)
 
 
@@ -152,7 +145,7 @@ def test_workers_exit_on_error_too(tmp_path):
 
 def test_workers_are_ready_only_together_and_strictly(tmp_path):
     with _started([_repository(tmp_path)], ["--workers", "2", "--exit-on-error=false"]) as srv:
-        _wait(lambda: "all 2 workers ready" in srv.log(), "both workers to start")
+        wait_for(lambda: "all 2 workers ready" in srv.log(), "both workers to start")
         assert _readiness(srv) == (False, False)
         assert httpclient.InferenceServerClient(srv.http_url).is_model_ready("good")
 

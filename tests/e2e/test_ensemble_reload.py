@@ -1,14 +1,12 @@
 """A model an ensemble calls reloads with other inputs: the ensemble is rebuilt over it, or leaves
 serving with a reason naming the step and the tensor; it never stays READY while every request
-fails on a shape the client did not choose (issue 42 item 2). A real ``inferd serve`` in poll and
+fails on a shape the client did not choose. A real ``inferd serve`` in poll and
 explicit mode, Python step models written here, requests through tritonclient.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -16,6 +14,9 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
+from tests.background import Background
+from tests.python_models import source
+from tests.waiting import wait_for
 
 STEP_CONFIG = """
 backend: "python"
@@ -25,18 +26,7 @@ output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ {n} ] }} ]
 """
 
 # Y = 2 X, whatever the shape: only the config says what the step takes.
-STEP_PY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 2)])
-            for r in requests
-        ]
-"""
-
+STEP_PY = source("double")
 ENSEMBLE_CONFIG = """
 platform: "ensemble"
 max_batch_size: 0
@@ -98,50 +88,23 @@ def input_dims(client, name: str) -> list[int]:
         return []
 
 
-def wait_for(predicate, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def unavailable_for_the_step(client) -> bool:
     r = row(client, "pipe")
     return r.get("state") == "UNAVAILABLE" and "'double'" in r.get("reason", "")
 
 
-class Traffic:
+def traffic(url: str) -> Background:
     """Requests to the ensemble with the shape it was made for ([3]), from a thread, until stopped;
     every failure kept with its message."""
+    clients: list[httpclient.InferenceServerClient] = []  # made on the thread that uses it
 
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.answers = 0
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run)
+    def ask(_: int) -> None:
+        if not clients:
+            clients.append(httpclient.InferenceServerClient(url))
+        out = call(clients[0], "pipe", 3)
+        assert np.array_equal(out, expected(3)), f"wrong answer {out}"
 
-    def _run(self) -> None:
-        client = httpclient.InferenceServerClient(self.url)
-        while not self._stop.is_set():
-            try:
-                out = call(client, "pipe", 3)
-                if not np.array_equal(out, expected(3)):
-                    self.failures.append(f"wrong answer {out}")
-                self.answers += 1
-            except InferenceServerException as exc:
-                self.failures.append(f"{exc.status()}: {exc.message()}")
-            time.sleep(0.005)
-
-    def __enter__(self) -> Traffic:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
+    return Background(ask, pause=0.005)
 
 
 def test_a_step_changed_under_poll_takes_its_ensemble_out_until_it_fits_again(tmp_path):
@@ -149,8 +112,8 @@ def test_a_step_changed_under_poll_takes_its_ensemble_out_until_it_fits_again(tm
     with ServerProcess([repo], POLL) as srv:
         client = httpclient.InferenceServerClient(srv.http_url)
         np.testing.assert_array_equal(call(client, "pipe", 3), expected(3))
-        with Traffic(srv.http_url) as traffic:
-            wait_for(lambda: traffic.answers > 5, "answers before the edit")
+        with traffic(srv.http_url) as load:
+            wait_for(lambda: load.ok > 5, "answers before the edit")
             edit(repo, step=4)
             wait_for(lambda: input_dims(client, "double") == [4], "the step to reload with dims [4]")
             wait_for(lambda: unavailable_for_the_step(client), "the ensemble to leave serving")
@@ -164,17 +127,17 @@ def test_a_step_changed_under_poll_takes_its_ensemble_out_until_it_fits_again(tm
                 call(client, "pipe", 3)
             # the traffic meets the ensemble while it is out (waited for: on a busy machine the
             # traffic thread may not have sent one yet)
-            wait_for(lambda: len(traffic.failures) > 0, "the traffic to meet the ensemble while it is out")
+            wait_for(lambda: len(load.failures) > 0, "the traffic to meet the ensemble while it is out")
 
             edit(repo, step=3)  # the step fixed back: the ensemble serves again, no restart
             wait_for(lambda: row(client, "pipe").get("state") == "READY", "the ensemble to serve again")
-            answers = traffic.answers
-            wait_for(lambda: traffic.answers > answers + 5, "answers after the fix")
+            answers = load.ok
+            wait_for(lambda: load.ok > answers + 5, "answers after the fix")
         assert client.is_model_ready("pipe") and "reason" not in row(client, "pipe")
         np.testing.assert_array_equal(call(client, "pipe", 3), expected(3))
     # No request ever failed on its shape: before the edit and after the fix they were answered,
     # in between the ensemble was not there (never READY while failing).
-    blamed = [f for f in traffic.failures if "has no available versions" not in f and "is unloading" not in f]
+    blamed = [f for f in load.failures if "has no available versions" not in f and "is unloading" not in f]
     assert blamed == [], blamed[:5]
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 
 import numpy as np
@@ -10,24 +9,18 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess
-from tests.conftest import EXAMPLES, ROOT
+from tests.conftest import EXAMPLES
+from tests.e2e.example_builder import build_models
 from tests.lazy import lazy_import
 
 ort = lazy_import("onnxruntime")
-
-
-def load_builder():
-    spec = importlib.util.spec_from_file_location("build_models", ROOT / "examples" / "build_models.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_example_repository(tmp_path):
     repo = tmp_path / "models"
     shutil.copytree(EXAMPLES, repo, ignore=shutil.ignore_patterns("mlp_onnx", "__pycache__"))
     onnx_path = repo / "mlp_onnx" / "1" / "model.onnx"
-    load_builder().build_mlp(onnx_path)
+    build_models().build_mlp(onnx_path)
     with ServerProcess([repo]) as srv:
         http = httpclient.InferenceServerClient(srv.http_url)
         index = {m["name"]: m["state"] for m in http.get_model_repository_index()}

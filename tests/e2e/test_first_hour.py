@@ -4,15 +4,11 @@ and poll mode: the start-up summary, a broken model added under poll (the server
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import shutil
 import signal
 import ssl
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,32 +18,21 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
-from tests.e2e.test_tls import TlsServer
+from tests.e2e.tls_server import TlsServer
+from tests.http_calls import json_call
+from tests.python_models import python_model
 
 trustme = pytest.importorskip("trustme")
 
 KEYS = {"alice": "alice-key", "bob": "bob-key", "ops": "ops-key"}
 AUTH = f"""
 tenants:
-  alice: {{keys: [{hashlib.sha256(b"alice-key").hexdigest()}], models: ["add_*"]}}
-  bob: {{keys: [{hashlib.sha256(b"bob-key").hexdigest()}], models: [string_identity]}}
-  ops: {{keys: [{hashlib.sha256(b"ops-key").hexdigest()}], apis: [health, model-repository]}}
-"""
-STRING_IDENTITY = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "INPUT" data_type: TYPE_STRING dims: [ -1 ] } ]
-output [ { name: "OUTPUT" data_type: TYPE_STRING dims: [ -1 ] } ]
-"""
-IDENTITY_PY = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", pb_utils.get_input_tensor_by_name(r, "INPUT").as_numpy())])
-                for r in requests]
+  alice: {{keys: [{digest("alice-key")}], models: ["add_*"]}}
+  bob: {{keys: [{digest("bob-key")}], models: [string_identity]}}
+  ops: {{keys: [{digest("ops-key")}], apis: [health, model-repository]}}
 """
 FAILING_PY = """
 class TritonPythonModel:
@@ -69,7 +54,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsServer]:
     leaf.private_key_pem.write_to_path(root / "server.key")
     (root / "auth.yaml").write_text(AUTH)
     repo = write_repository(root / "models", {
-        "add_sub": models.add_sub(), "string_identity": {"config.pbtxt": STRING_IDENTITY, "1/model.py": IDENTITY_PY},
+        "add_sub": models.add_sub(), "string_identity": python_model("string_identity"),
     })  # fmt: skip
     cert, key = str(root / "server.pem"), str(root / "server.key")
     args = ["--model-control-mode=poll", "--repository-poll-secs=1", f"--auth-config={root / 'auth.yaml'}",
@@ -84,15 +69,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsServer]:
 
 def call(server: TlsServer, method: str, path: str, tenant: str | None = None, body: Any = None) -> tuple[int, Any]:
     headers = {"Authorization": f"Bearer {KEYS[tenant]}"} if tenant else {}
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"https://localhost:{server.http_port}{path}", data, headers, method=method)
     context = ssl.create_default_context(cafile=server.ca)
-    try:
-        with urllib.request.urlopen(request, timeout=30, context=context) as response:
-            status, raw = response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        status, raw = exc.code, exc.read()
-    return status, json.loads(raw) if raw else None
+    return json_call(f"https://localhost:{server.http_port}{path}", method, body, headers, 30, context)
 
 
 def ready(server: TlsServer) -> int:
@@ -142,7 +120,7 @@ def test_a_broken_model_added_under_poll_leaves_the_server_ready(server: TlsServ
     typo = models.ADD_SUB_CONFIG.replace(
         'TYPE_FP32 dims: [ 4 ] },\n  { name: "INPUT1"', 'TYPE_STRNG dims: [ 4 ] },\n  { name: "INPUT1"'
     )
-    _add_model(repo, "add_typo", {"config.pbtxt": typo, "1/model.py": IDENTITY_PY})
+    _add_model(repo, "add_typo", python_model("string_identity", config=typo))
     _add_model(repo, "add_failing", {"config.pbtxt": models.ADD_SUB_CONFIG, "1/model.py": FAILING_PY})
     deadline, rows = time.monotonic() + 60, {}
     while time.monotonic() < deadline:
@@ -160,7 +138,7 @@ def test_a_broken_model_added_under_poll_leaves_the_server_ready(server: TlsServ
         assert f"model '{name}' appeared under poll and failed to load: it is UNAVAILABLE" in log
     # fixing the files loads the model on the next change
     (repo / "add_typo" / "config.pbtxt").write_text(models.ADD_SUB_CONFIG)
-    (repo / "add_typo" / "1" / "model.py").write_text(models.ADD_SUB_PY.format(offset=0))
+    (repo / "add_typo" / "1" / "model.py").write_text(models.add_sub_py(0))
     deadline = time.monotonic() + 60
     while call(server, "GET", "/v2/models/add_typo/ready", "alice")[0] != 200 and time.monotonic() < deadline:
         time.sleep(0.2)

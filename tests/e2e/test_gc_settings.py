@@ -5,15 +5,16 @@ real server, by Python-backend models that report the collector's state of the p
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
 from inferd.engine import gc_settings
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.e2e.models import add_sub, simple
+from tests.python_models import source
+from tests.servers import Servers
 
 GC_STATE_CONFIG = """
 backend: "python"
@@ -36,38 +37,17 @@ class TritonPythonModel:
 
 #: A model that reports the young generation's threshold while it loads (during the server's start-up)
 #: and in a process that multiprocessing spawns from the server, as vLLM starts its engine.
-START_UP_PY = """
-import gc
-import multiprocessing
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.loading = gc.get_threshold()[0]
-        with multiprocessing.get_context("spawn").Pool(1) as pool:
-            self.spawned = pool.apply(gc.get_threshold)[0]
-
-    def execute(self, requests):
-        state = np.array([self.loading, self.spawned], np.int64)
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("STATE", state)]) for _ in requests]
-"""
+START_UP_PY = source("gc_settings_start_up")
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    root = tmp_path_factory.mktemp("gc")
-    repo = write_repository(
-        root / "models",
-        {
-            "gc_state": simple(GC_STATE_CONFIG, GC_STATE_PY),
-            "add_sub": add_sub(),
-            "start_up": simple(GC_STATE_CONFIG, START_UP_PY),
-        },
-    )
-    with ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=*"]) as srv:
-        yield srv
+def server(serve: Servers) -> ServerProcess:
+    gc_models = {
+        "gc_state": simple(GC_STATE_CONFIG, GC_STATE_PY),
+        "add_sub": add_sub(),
+        "start_up": simple(GC_STATE_CONFIG, START_UP_PY),
+    }
+    return serve(gc_models, "--model-control-mode=explicit", "--load-model=*")
 
 
 def _state(client: httpclient.InferenceServerClient, model: str = "gc_state") -> tuple[int, int]:

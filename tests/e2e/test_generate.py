@@ -14,7 +14,9 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
+from tests.python_models import source
+from tests.servers import Servers
 
 # Decoupled: COUNT responses (TEXT-i, i, the request parameters), then the final flag. TEXT "boom"
 # sends one response and then an error; a negative COUNT sends only an error.
@@ -29,41 +31,7 @@ output [
   { name: "PARAMS" data_type: TYPE_STRING dims: [ 1 ] }
 ]
 """
-REPEAT_PY = """
-import json
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-
-
-def response(text, i, params):
-    return pb_utils.InferenceResponse([
-        pb_utils.Tensor("TEXT_OUT", np.array([text + b"-" + str(i).encode()], dtype=np.object_)),
-        pb_utils.Tensor("INDEX", np.array([i], dtype=np.int32)),
-        pb_utils.Tensor("PARAMS", np.array([params.encode()], dtype=np.object_)),
-    ])
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        for r in requests:
-            sender = r.get_response_sender()
-            text = pb_utils.get_input_tensor_by_name(r, "TEXT").as_numpy()[0]
-            n = int(pb_utils.get_input_tensor_by_name(r, "COUNT").as_numpy()[0])
-            params = json.dumps(json.loads(r.parameters()), sort_keys=True)
-            if n < 0:
-                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("count must be >= 0")), flags=FINAL)
-                continue
-            if text == b"boom":
-                sender.send(response(text, 0, params))
-                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("exploded")), flags=FINAL)
-                continue
-            for i in range(n):
-                sender.send(response(text, i, params))
-            sender.send(flags=FINAL)
-        return None
-"""
+REPEAT_PY = source("generate_repeat")
 
 # Not decoupled: text_output = upper(text_input); scaled = 2 * factor (optional, default [1]).
 UPPER_CONFIG = """
@@ -75,27 +43,7 @@ input [
 ]
 output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1 ] }, { name: "scaled" data_type: TYPE_FP32 dims: [ -1 ] } ]
 """
-UPPER_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            text = pb_utils.get_input_tensor_by_name(r, "text_input").as_numpy()
-            f = pb_utils.get_input_tensor_by_name(r, "factor")
-            f = f.as_numpy() if f is not None else np.array([1.0], dtype=np.float32)
-            if text[0] == b"fail":
-                out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("asked to fail")))
-                continue
-            out.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("text_output", np.array([t.upper() for t in text], dtype=np.object_)),
-                pb_utils.Tensor("scaled", f * 2),
-            ]))
-        return out
-"""
+UPPER_PY = source("generate_upper")
 
 # Batching model: a generate request is one row, so "x": [1, 2] is a [1, 2] tensor.
 BATCHED_CONFIG = """
@@ -120,18 +68,13 @@ def model(config: str, code: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repo = write_repository(
-        tmp_path_factory.mktemp("generate") / "models",
-        {
-            "repeat": model(REPEAT_CONFIG, REPEAT_PY),
-            "upper": model(UPPER_CONFIG, UPPER_PY),
-            "batched": model(BATCHED_CONFIG, BATCHED_PY),
-        },
-    )
-    srv = ServerProcess([repo]).start()
-    yield srv
-    srv.stop()
+def server(serve: Servers) -> ServerProcess:
+    repo = {
+        "repeat": model(REPEAT_CONFIG, REPEAT_PY),
+        "upper": model(UPPER_CONFIG, UPPER_PY),
+        "batched": model(BATCHED_CONFIG, BATCHED_PY),
+    }
+    return serve(repo)
 
 
 def post(server, path: str, body: object) -> tuple[int, str, bytes]:

@@ -43,9 +43,9 @@ from inferd.frontends.grpc import health_pb2, health_pb2_grpc
 from inferd.testing import ServerProcess
 from tests.conftest import EXAMPLES, ROOT
 from tests.e2e import golden_grpc, golden_http
+from tests.e2e.example_builder import build_models
 from tests.e2e.golden_grpc import STREAMING, GrpcCall
 from tests.e2e.golden_http import HttpCall
-from tests.e2e.test_examples import load_builder
 
 GOLDEN = ROOT / "tests" / "fixtures" / "golden" / "example_repository.json"
 RECORD = os.environ.get("INFERD_RECORD_GOLDEN") == "1"
@@ -192,7 +192,7 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recording]:
     repo = tmp_path_factory.mktemp("golden") / "models"
     shutil.copytree(EXAMPLES, repo, ignore=shutil.ignore_patterns("__pycache__"))
     if not (repo / "mlp_onnx" / "1" / "model.onnx").exists():  # examples/build_models.py not run yet
-        load_builder().build_mlp(repo / "mlp_onnx" / "1" / "model.onnx")
+        build_models().build_mlp(repo / "mlp_onnx" / "1" / "model.onnx")
     with ServerProcess([repo]) as server:  # model control mode "none", as `make serve`
         actual = run_all(server)
     explicit = ["--model-control-mode", "explicit", "--load-model", "*"]

@@ -23,6 +23,9 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
+from tests.python_models import python_model, source
+from tests.servers import Servers
+from tests.triton_clients import add_sub_inputs, tensor
 
 TYPES_CONFIG = """
 name: "types"
@@ -41,27 +44,7 @@ output [
   { name: "OUT_BYTES" data_type: TYPE_STRING dims: [ -1 ] }
 ]
 """
-TYPES_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            i64 = pb_utils.get_input_tensor_by_name(request, "IN_INT64").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "IN_BOOL").as_numpy()
-            f16 = pb_utils.get_input_tensor_by_name(request, "IN_FP16").as_numpy()
-            s = pb_utils.get_input_tensor_by_name(request, "IN_BYTES").as_numpy()
-            upper = np.array([x.upper() for x in s.reshape(-1)], dtype=np.object_).reshape(s.shape)
-            responses.append(pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("OUT_INT64", i64 * 3),
-                pb_utils.Tensor("OUT_BOOL", np.logical_not(b)),
-                pb_utils.Tensor("OUT_FP16", (f16 * 2).astype(np.float16)),
-                pb_utils.Tensor("OUT_BYTES", upper),
-            ]))
-        return responses
-"""
+TYPES_PY = source("grpc_types")
 PARAMS_CONFIG = """
 name: "params"
 backend: "python"
@@ -107,50 +90,11 @@ model_transaction_policy { decoupled: true }
 input [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "INDEX" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
-REPEAT_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
+REPEAT_PY = source("grpc_repeat")
 
-class TritonPythonModel:
-    def execute(self, requests):
-        for request in requests:
-            n = int(pb_utils.get_input_tensor_by_name(request, "COUNT").as_numpy()[0])
-            sender = request.get_response_sender()
-            # a negative count: |n| responses, the last one carrying the FINAL flag itself
-            final_with_last, n = n < 0, abs(n)
-            for i in range(n):
-                flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final_with_last and i == n - 1 else 0
-                sender.send(pb_utils.InferenceResponse(output_tensors=[
-                    pb_utils.Tensor("INDEX", np.array([i], dtype=np.int32))]), flags=flags)
-            if not final_with_last:
-                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        return None
-"""
-
-SLEEP_CONFIG = """
-name: "sleep"
-backend: "python"
-max_batch_size: 0
-input [ { name: "SECONDS" data_type: TYPE_FP32 dims: [ 1 ] } ]
-output [ { name: "SECONDS_OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
-instance_group [ { kind: KIND_CPU count: 2 } ]
-"""
-SLEEP_PY = """
-import time
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            seconds = pb_utils.get_input_tensor_by_name(request, "SECONDS").as_numpy()
-            time.sleep(float(seconds[0]))
-            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("SECONDS_OUT", seconds)]))
-        return responses
-"""
 
 MODELS: dict[str, dict[str, str]] = {
-    "sleep": {"config.pbtxt": SLEEP_CONFIG, "1/model.py": SLEEP_PY},
+    "sleep": python_model("sleep"),
     "add_sub": models.add_sub(),
     "types": {"config.pbtxt": TYPES_CONFIG, "1/model.py": TYPES_PY},
     "params": {"config.pbtxt": PARAMS_CONFIG, "1/model.py": PARAMS_PY},
@@ -166,11 +110,9 @@ def transport(request: pytest.FixtureRequest) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, transport: list[str]) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("grpc") / "models", MODELS)
-    proc = ServerProcess([repo], transport).start()
-    yield proc
-    proc.stop()
+def server(serve: Servers, transport: list[str]) -> Iterator[ServerProcess]:
+    with serve(MODELS, *transport) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
@@ -187,20 +129,10 @@ def stub(server: ServerProcess) -> Iterator[service_pb2_grpc.GRPCInferenceServic
     channel.close()
 
 
-def tensor(name: str, array: np.ndarray, datatype: str) -> grpcclient.InferInput:
-    t = grpcclient.InferInput(name, list(array.shape), datatype)
-    t.set_data_from_numpy(array)
-    return t
-
-
-def add_sub_inputs(a: np.ndarray, b: np.ndarray) -> list[grpcclient.InferInput]:
-    return [tensor("INPUT0", a, "FP32"), tensor("INPUT1", b, "FP32")]
-
-
 def assert_healthy(client: grpcclient.InferenceServerClient) -> None:
     assert client.is_server_live() and client.is_server_ready()
     a = np.ones((1, 4), np.float32)
-    result = client.infer("add_sub", add_sub_inputs(a, a))
+    result = client.infer("add_sub", add_sub_inputs(grpcclient, a, a))
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)
 
 
@@ -259,7 +191,7 @@ def test_infer_fp32_raw(client: grpcclient.InferenceServerClient) -> None:
     rng = np.random.default_rng(0)
     a = rng.standard_normal((3, 4)).astype(np.float32)
     b = rng.standard_normal((3, 4)).astype(np.float32)
-    result = client.infer("add_sub", add_sub_inputs(a, b))
+    result = client.infer("add_sub", add_sub_inputs(grpcclient, a, b))
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
     response = result.get_response()
@@ -293,7 +225,10 @@ def test_requested_output_subset_and_request_id(client: grpcclient.InferenceServ
     a = np.full((1, 4), 3, np.float32)
     b = np.arange(4, dtype=np.float32).reshape(1, 4)
     result = client.infer(
-        "add_sub", add_sub_inputs(a, b), outputs=[grpcclient.InferRequestedOutput("OUTPUT1")], request_id="req-42"
+        "add_sub",
+        add_sub_inputs(grpcclient, a, b),
+        outputs=[grpcclient.InferRequestedOutput("OUTPUT1")],
+        request_id="req-42",
     )
     response = result.get_response()
     assert response.id == "req-42"
@@ -430,7 +365,7 @@ def test_statistics_count(client: grpcclient.InferenceServerClient) -> None:
     a = np.ones((1, 4), np.float32)
     n = 5
     for _ in range(n):
-        client.infer("add_sub", add_sub_inputs(a, a))
+        client.infer("add_sub", add_sub_inputs(grpcclient, a, a))
     assert success() - before == n
     with pytest.raises(InferenceServerException) as info:
         client.get_inference_statistics("no_such_model")
@@ -449,7 +384,7 @@ def test_stream_many_requests(client: grpcclient.InferenceServerClient) -> None:
             a = np.full((1, 4), i, np.float32)
             b = np.arange(4, dtype=np.float32).reshape(1, 4)
             sent[f"s{i}"] = a + b
-            client.async_stream_infer("add_sub", add_sub_inputs(a, b), request_id=f"s{i}")
+            client.async_stream_infer("add_sub", add_sub_inputs(grpcclient, a, b), request_id=f"s{i}")
         got = {}
         for _ in sent:
             result, error = results.get(timeout=20)
@@ -592,12 +527,10 @@ def test_decoupled_stream_aio(server: ServerProcess) -> None:
 
 
 @pytest.fixture(scope="module")
-def explicit_server(tmp_path_factory: pytest.TempPathFactory, transport: list[str]) -> Iterator[ServerProcess]:
+def explicit_server(serve: Servers, transport: list[str]) -> Iterator[ServerProcess]:
     models = {name: MODELS[name] for name in ("add_sub", "types")}
-    repo = write_repository(tmp_path_factory.mktemp("grpc-explicit") / "models", models)
-    proc = ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=add_sub", *transport]).start()
-    yield proc
-    proc.stop()
+    with serve(models, "--model-control-mode=explicit", "--load-model=add_sub", *transport) as srv:
+        yield srv
 
 
 def test_repository_index_load_unload(explicit_server: ServerProcess) -> None:
@@ -637,7 +570,9 @@ def test_load_with_config_override(explicit_server: ServerProcess) -> None:
         client.load_model("add_sub", config=config)
         assert client.get_model_config("add_sub").config.max_batch_size == 4
         a = np.ones((2, 4), np.float32)
-        np.testing.assert_array_equal(client.infer("add_sub", add_sub_inputs(a, a)).as_numpy("OUTPUT0"), a + a)
+        np.testing.assert_array_equal(
+            client.infer("add_sub", add_sub_inputs(grpcclient, a, a)).as_numpy("OUTPUT0"), a + a
+        )
 
 
 # -- shutdown -------------------------------------------------------------------------------------

@@ -26,7 +26,9 @@ from tritonclient.utils import InferenceServerException
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
 from tests.e2e.h2_client import GRPC_HEADERS, RawConnection, message
-from tests.e2e.test_grpc import MODELS, add_sub_inputs, tensor
+from tests.python_models import python_model, source
+from tests.servers import Servers
+from tests.triton_clients import add_sub_inputs, tensor
 
 LIVE = "/inference.GRPCInferenceService/ServerLive"
 INFER = "/inference.GRPCInferenceService/ModelInfer"
@@ -36,21 +38,18 @@ MAX_BYTES = 64
 
 
 @pytest.fixture(scope="module", params=["grpcio", "h2"])
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("transport") / "models", {"sleep": MODELS["sleep"]})
-    proc = ServerProcess([repo], ["--grpc-transport", request.param]).start()
-    proc.transport = request.param  # type: ignore[attr-defined]
-    yield proc
-    proc.stop()
+def server(request: pytest.FixtureRequest, serve: Servers) -> Iterator[ServerProcess]:
+    repo = {"sleep": python_model("sleep")}
+    with serve(repo, "--grpc-transport", request.param) as proc:
+        proc.transport = request.param
+        yield proc
 
 
 @pytest.fixture(scope="module", params=["grpcio", "h2"])
-def small_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("small") / "models", {"add_sub": models.add_sub()})
+def small_server(request: pytest.FixtureRequest, serve: Servers) -> Iterator[ServerProcess]:
     args = ["--grpc-transport", request.param, f"--grpc-max-message-bytes={MAX_BYTES}"]
-    proc = ServerProcess([repo], args).start()
-    yield proc
-    proc.stop()
+    with serve({"add_sub": models.add_sub()}, *args) as proc:
+        yield proc
 
 
 #: 1000 zero bytes, gzipped to a few dozen: inside ``MAX_BYTES`` on the wire, far past it inflated.
@@ -58,11 +57,8 @@ BOMB = zlib.compress(bytes(1000), wbits=31)
 
 
 @pytest.fixture(scope="module")
-def small_h2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("small_h2") / "models", {"add_sub": models.add_sub()})
-    proc = ServerProcess([repo], ["--grpc-transport", "h2", f"--grpc-max-message-bytes={MAX_BYTES}"]).start()
-    yield proc
-    proc.stop()
+def small_h2(serve: Servers) -> ServerProcess:
+    return serve({"add_sub": models.add_sub()}, "--grpc-transport", "h2", f"--grpc-max-message-bytes={MAX_BYTES}")
 
 
 @pytest.fixture(scope="module")
@@ -81,17 +77,7 @@ max_batch_size: 0
 input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]
 output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]
 """
-ECHO_PY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 2)])
-            for r in requests
-        ]
-"""
+ECHO_PY = source("double")
 
 
 def sleep_input(seconds: float) -> list[grpcclient.InferInput]:
@@ -145,7 +131,7 @@ def test_max_message_sizes(small_server: ServerProcess) -> None:
     with grpcclient.InferenceServerClient(small_server.grpc_url) as client:
         a = np.ones((1, 4), np.float32)
         with pytest.raises(InferenceServerException) as error:
-            client.infer("add_sub", add_sub_inputs(a, a))
+            client.infer("add_sub", add_sub_inputs(grpcclient, a, a))
         assert error.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
         assert client.is_server_live()
 
@@ -162,7 +148,9 @@ def assert_up(server: ServerProcess) -> None:
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
         assert client.is_server_live()
         a = np.ones((1, 4), np.float32)
-        np.testing.assert_array_equal(client.infer("add_sub", add_sub_inputs(a, a)).as_numpy("OUTPUT0"), a + a)
+        np.testing.assert_array_equal(
+            client.infer("add_sub", add_sub_inputs(grpcclient, a, a)).as_numpy("OUTPUT0"), a + a
+        )
 
 
 @pytest.mark.parametrize(
@@ -429,11 +417,8 @@ BIG_MAX = 18 << 20
 
 
 @pytest.fixture(scope="module")
-def big_h2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("big_h2") / "models", {"add_sub": models.add_sub()})
-    proc = ServerProcess([repo], ["--grpc-transport", "h2", f"--grpc-max-message-bytes={BIG_MAX}"]).start()
-    yield proc
-    proc.stop()
+def big_h2(serve: Servers) -> ServerProcess:
+    return serve({"add_sub": models.add_sub()}, "--grpc-transport", "h2", f"--grpc-max-message-bytes={BIG_MAX}")
 
 
 def _padded_live(size: int) -> bytes:
@@ -515,7 +500,9 @@ def test_calls_on_many_connections_are_all_answered(tmp_path: Path) -> None:
                 for call in range(20):
                     a = np.full((1, 4), index, np.float32)
                     b = np.full((1, 4), call, np.float32)
-                    sums.append(float(client.infer("add_sub", add_sub_inputs(a, b)).as_numpy("OUTPUT0")[0, 0]))
+                    sums.append(
+                        float(client.infer("add_sub", add_sub_inputs(grpcclient, a, b)).as_numpy("OUTPUT0")[0, 0])
+                    )
                 return sums
 
         with ThreadPoolExecutor(64) as pool:

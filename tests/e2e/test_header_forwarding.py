@@ -21,8 +21,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.e2e import models
+from tests.python_models import source
+from tests.servers import Servers
 
 PARAMS_CONFIG = """
 backend: "python"
@@ -30,16 +32,7 @@ max_batch_size: 0
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "PARAMS" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
-PARAMS_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("PARAMS", np.array([r.parameters()], dtype=np.object_))])
-                for r in requests]
-"""
+PARAMS_PY = source("parameters")
 ENSEMBLE = """
 platform: "ensemble"
 max_batch_size: 0
@@ -59,22 +52,18 @@ FORWARDED = {"my_header_1": "my_value_1", "my_header_2": 'a "quoted" string with
 
 
 @pytest.fixture(scope="module", params=["h2", "grpcio"])
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(request: pytest.FixtureRequest, serve: Servers) -> Iterator[ServerProcess]:
     """h2 without access rules; grpcio with restricted inference on both protocols (the credential
     headers match the pattern and must not be forwarded)."""
-    repo = write_repository(
-        tmp_path_factory.mktemp("forward") / "models",
-        {"params": models.simple(PARAMS_CONFIG, PARAMS_PY), "ens": {"config.pbtxt": ENSEMBLE, "1/.keep": ""}},
-    )
+    repo = {"params": models.simple(PARAMS_CONFIG, PARAMS_PY), "ens": {"config.pbtxt": ENSEMBLE, "1/.keep": ""}}
     args = ["--grpc-transport", request.param, "--http-header-forward-pattern", PATTERN,
             "--grpc-header-forward-pattern", PATTERN]  # fmt: skip
     if request.param == "grpcio":
         args += ["--http-restricted-api", "inference:my_header_key=s3cret",
                  "--grpc-restricted-protocol", "inference:my_header_key=s3cret"]  # fmt: skip
-    proc = ServerProcess([repo], args).start()
-    proc.transport = request.param  # type: ignore[attr-defined]
-    yield proc
-    proc.stop()
+    with serve(repo, *args) as proc:
+        proc.transport = request.param  # type: ignore[attr-defined]
+        yield proc
 
 
 def _inputs(module) -> list:  # type: ignore[no-untyped-def]

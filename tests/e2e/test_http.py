@@ -10,24 +10,21 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.e2e import models
+from tests.servers import Servers
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repo = write_repository(
-        tmp_path_factory.mktemp("http") / "models",
+def server(serve: Servers) -> ServerProcess:
+    return serve(
         {
             "add_sub": models.add_sub(offset=0),
             "picky": models.simple(models.PICKY_CONFIG, models.PICKY_PY),
             "echo": models.simple(models.ECHO_CONFIG, models.ECHO_PY),
             "slow": models.simple(models.SLOW_CONFIG, models.SLOW_PY),
-        },
+        }
     )
-    srv = ServerProcess([repo]).start()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Iterator
 
 import pytest
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.e2e import models
+from tests.servers import Servers
 
 INFER = "/v2/models/add_sub/infer"
 #: The server's --http-max-input-size here: small, so a test can pass it.
@@ -27,11 +27,8 @@ BAD_REQUEST = (
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("http1") / "models", {"add_sub": models.add_sub()})
-    proc = ServerProcess([repo], ["--http-max-input-size", str(MAX_INPUT)]).start()
-    yield proc
-    proc.stop()
+def server(serve: Servers) -> ServerProcess:
+    return serve({"add_sub": models.add_sub()}, "--http-max-input-size", str(MAX_INPUT))
 
 
 def connect(server: ServerProcess, rcvbuf: int | None = None) -> socket.socket:

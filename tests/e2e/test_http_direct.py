@@ -6,7 +6,6 @@ checked against numpy too, and tritonclient is served by the direct path."""
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import socket
 from collections.abc import Iterator
@@ -16,19 +15,18 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e.models import PICKY_CONFIG, PICKY_PY, add_sub, simple
+from tests.servers import Servers
 
 A = np.array([[1.5, 2.0, -3.0, 4.25]], np.float32)
 B = np.array([[0.5, 1.0, 1.0, -0.25]], np.float32)
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    root = tmp_path_factory.mktemp("direct")
-    repo = write_repository(root / "models", {"add_sub": add_sub(), "picky": simple(PICKY_CONFIG, PICKY_PY)})
-    with ServerProcess([repo]) as srv:
-        yield srv
+def server(serve: Servers) -> ServerProcess:
+    return serve({"add_sub": add_sub(), "picky": simple(PICKY_CONFIG, PICKY_PY)})
 
 
 def _binary_body(*arrays: np.ndarray, outputs: bool = True) -> tuple[bytes, int]:
@@ -189,7 +187,7 @@ tenants:
 def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("direct-auth")
     repo = write_repository(root / "models", {"add_sub": add_sub(), "picky": simple(PICKY_CONFIG, PICKY_PY)})
-    (root / "auth.yaml").write_text(AUTH.format(alice=hashlib.sha256(b"alice-key").hexdigest()))
+    (root / "auth.yaml").write_text(AUTH.format(alice=digest("alice-key")))
     with ServerProcess([repo], [f"--auth-config={root / 'auth.yaml'}"]) as srv:
         yield srv
 

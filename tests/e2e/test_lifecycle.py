@@ -7,7 +7,6 @@ import os
 import shutil
 import signal
 import threading
-import time
 
 import gevent
 import numpy as np
@@ -17,33 +16,8 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
-
-
-def add_sub_call(client: httpclient.InferenceServerClient, model: str = "add_sub", version: str = "") -> np.ndarray:
-    a = np.array([[1, 2, 3, 4]], np.float32)
-    inputs = [httpclient.InferInput("INPUT0", [1, 4], "FP32"), httpclient.InferInput("INPUT1", [1, 4], "FP32")]
-    inputs[0].set_data_from_numpy(a)
-    inputs[1].set_data_from_numpy(a)
-    return client.infer(model, inputs, model_version=version).as_numpy("OUTPUT0")
-
-
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def index_of(client) -> dict[tuple[str, str], tuple[str, str]]:
-    return {
-        (m["name"], m.get("version", "")): (m.get("state", ""), m.get("reason", ""))
-        for m in client.get_model_repository_index()
-    }
-
-
-BROKEN_PY = "raise RuntimeError('cannot import this model')\n"
+from tests.triton_clients import add_sub_call, repository_index
+from tests.waiting import wait_for
 
 
 def test_explicit_mode_load_unload_and_failed_load(tmp_path):
@@ -52,14 +26,14 @@ def test_explicit_mode_load_unload_and_failed_load(tmp_path):
         {
             "add_sub": models.add_sub(offset=0),
             "other": models.add_sub(offset=100),
-            "broken": {"config.pbtxt": models.ADD_SUB_CONFIG, "1/model.py": BROKEN_PY},
+            "broken": {"config.pbtxt": models.ADD_SUB_CONFIG, "1/model.py": models.BROKEN_PY},
         },
     )
     with ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=add_sub"]) as srv:
         client = httpclient.InferenceServerClient(srv.http_url)
         assert client.is_model_ready("add_sub")
         assert not client.is_model_ready("other")
-        idx = index_of(client)
+        idx = repository_index(client)
         assert idx[("add_sub", "1")] == ("READY", "")
         assert ("other", "") in idx  # listed, never loaded
 
@@ -69,7 +43,7 @@ def test_explicit_mode_load_unload_and_failed_load(tmp_path):
         with pytest.raises(InferenceServerException) as err:
             client.load_model("broken")
         assert "broken" in str(err.value) and "cannot import this model" in str(err.value)
-        state, reason = index_of(client)[("broken", "1")]
+        state, reason = repository_index(client)[("broken", "1")]
         assert state == "UNAVAILABLE" and "cannot import this model" in reason
 
         with pytest.raises(InferenceServerException) as err:
@@ -81,7 +55,7 @@ def test_explicit_mode_load_unload_and_failed_load(tmp_path):
         with pytest.raises(InferenceServerException) as err:
             add_sub_call(client, "other")
         assert "other" in str(err.value)
-        assert index_of(client)[("other", "1")][0] == "UNAVAILABLE"
+        assert repository_index(client)[("other", "1")][0] == "UNAVAILABLE"
 
         # A config override in the load request, as tritonclient sends it.
         override = {
@@ -135,7 +109,7 @@ def test_poll_mode_add_change_remove_under_traffic(tmp_path, workers):
 
         # a new version appears: the policy (latest 1) switches to it
         (repo / "add_sub" / "2").mkdir()
-        (repo / "add_sub" / "2" / "model.py").write_text(models.ADD_SUB_PY.format(offset=10))
+        (repo / "add_sub" / "2" / "model.py").write_text(models.add_sub_py(10))
         wait_for(lambda: client.get_model_metadata("add_sub")["versions"] == ["2"], what="version 2")
         np.testing.assert_array_equal(add_sub_call(client, "add_sub"), [[12, 14, 16, 18]])
 
@@ -145,10 +119,12 @@ def test_poll_mode_add_change_remove_under_traffic(tmp_path, workers):
         wait_for(lambda: client.get_model_config("add_sub")["max_batch_size"] == 3, what="edited config")
 
         # a broken edit keeps the old version serving, with the reason in the index
-        (repo / "add_sub" / "2" / "model.py").write_text(BROKEN_PY)
-        wait_for(lambda: "cannot import" in index_of(client).get(("add_sub", "2"), ("", ""))[1], what="failed reload")
+        (repo / "add_sub" / "2" / "model.py").write_text(models.BROKEN_PY)
+        wait_for(
+            lambda: "cannot import" in repository_index(client).get(("add_sub", "2"), ("", ""))[1], what="failed reload"
+        )
         np.testing.assert_array_equal(add_sub_call(client, "add_sub"), [[12, 14, 16, 18]])
-        (repo / "add_sub" / "2" / "model.py").write_text(models.ADD_SUB_PY.format(offset=20))
+        (repo / "add_sub" / "2" / "model.py").write_text(models.add_sub_py(20))
         wait_for(lambda: add_sub_call(client, "add_sub")[0, 0] == 22, what="repaired model")
 
         # remove a model
@@ -190,17 +166,17 @@ def test_two_repositories_and_duplicate_names(tmp_path):
         client = httpclient.InferenceServerClient(srv.http_url)
         assert add_sub_call(client, "a")[0, 0] == 3
         assert add_sub_call(client, "b")[0, 0] == 4
-        state, reason = index_of(client)[("dup", "")]
+        state, reason = repository_index(client)[("dup", "")]
         assert state == "UNAVAILABLE" and "more than one repository" in reason
 
 
 def test_missing_config_with_autocomplete_disabled(tmp_path):
     repo = write_repository(
-        tmp_path / "models", {"ok": models.add_sub(), "noconf": {"1/model.py": models.ADD_SUB_PY.format(offset=0)}}
+        tmp_path / "models", {"ok": models.add_sub(), "noconf": {"1/model.py": models.add_sub_py(0)}}
     )
     with ServerProcess([repo], ["--disable-auto-complete-config", *STARTS_WITH_A_BROKEN_MODEL]) as srv:
         client = httpclient.InferenceServerClient(srv.http_url)
-        state, reason = index_of(client)[("noconf", "1")]
+        state, reason = repository_index(client)[("noconf", "1")]
         assert state == "UNAVAILABLE" and "auto-complete is disabled" in reason
         assert add_sub_call(client, "ok")[0, 0] == 2
 
@@ -240,7 +216,7 @@ def test_load_with_config_and_file_overrides(tmp_path):
             "input": [{"name": n, "data_type": "TYPE_FP32", "dims": [4]} for n in ("INPUT0", "INPUT1")],
             "output": [{"name": n, "data_type": "TYPE_FP32", "dims": [4]} for n in ("OUTPUT0", "OUTPUT1")],
         }  # fmt: skip
-        code = models.ADD_SUB_PY.format(offset=500).encode()
+        code = models.add_sub_py(500).encode()
         client.load_model("add_sub", config=json.dumps(config), files={"file:3/model.py": code})
         assert client.get_model_metadata("add_sub")["versions"] == ["3"]
         assert add_sub_call(client)[0, 0] == 502
@@ -260,7 +236,7 @@ def test_failed_reload_through_the_api_is_an_error_and_keeps_the_old_version(tmp
     repo = write_repository(tmp_path / "models", {"add_sub": models.add_sub(offset=0)})
     with ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=add_sub"]) as srv:
         client = httpclient.InferenceServerClient(srv.http_url)
-        (repo / "add_sub" / "1" / "model.py").write_text(BROKEN_PY)
+        (repo / "add_sub" / "1" / "model.py").write_text(models.BROKEN_PY)
         with pytest.raises(InferenceServerException) as err:
             client.load_model("add_sub")
         assert "cannot import this model" in str(err.value)

@@ -36,8 +36,9 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
-from tests.conftest import ROOT
+from tests.e2e.example_builder import build_models
 from tests.lazy import lazy_import
+from tests.waiting import wait_for
 
 onnx = lazy_import("onnx", skip="the onnx package builds the ONNX model")
 numpy_helper = lazy_import("onnx.numpy_helper", skip="the onnx package builds the ONNX model")
@@ -145,13 +146,7 @@ def onnx_weights(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def build_onnx(path: Path) -> np.ndarray:
     """examples/build_models.py's MLP at ``path``; its answer to ONNX_X, computed from its weights."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("build_models", ROOT / "examples" / "build_models.py")
-    assert spec is not None and spec.loader is not None
-    builder = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(builder)
-    builder.build_mlp(path)
+    build_models().build_mlp(path)
     w0, w1 = onnx_weights(path)
     return np.maximum(ONNX_X @ w0, 0) @ w1
 
@@ -198,15 +193,6 @@ def agreed(check: Callable[[], bool], times: int) -> bool:
     return all(check() for _ in range(times))
 
 
-def wait_for(predicate: Callable[[], bool], what: str, srv: ServerProcess, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}\n{srv.log()[-6000:]}")
-
-
 class Traffic:
     """Two threads (HTTP, gRPC), each asking every model, with no version and pinned to version 1,
     over new connections every round; every failure or wrong answer is kept."""
@@ -239,7 +225,7 @@ class Traffic:
     def wait_rounds(self, count: int) -> None:
         """Wait until each thread finished ``count`` more rounds (what it was told since applies)."""
         target = {p: n + count for p, n in self.rounds.items()}
-        wait_for(lambda: all(self.rounds[p] >= target[p] for p in target), "traffic rounds", self.srv, 120)
+        wait_for(lambda: all(self.rounds[p] >= target[p] for p in target), "traffic rounds", 120, log=self.srv.log)
 
     def _run(self, protocol: str) -> None:
         module = httpclient if protocol == "http" else grpcclient
@@ -381,11 +367,11 @@ def test_a_bad_new_version_never_takes_the_serving_one_down(tmp_path, workers):
             for fault in faults:
                 break_version_2(repo, fault, markers)
             # The version that loads while its files are removed: remove them once it is loading.
-            wait_for(lambda: (markers / "removed_while_loading").exists(), "version 2 loading", srv)
+            wait_for(lambda: (markers / "removed_while_loading").exists(), "version 2 loading", log=srv.log)
             shutil.rmtree(repo / "removed_while_loading" / "2")
 
             for fault in failing:
-                wait_for(lambda f=fault: agreed(lambda: v2_failed(srv, f), times), f"{fault.model} failed", srv)
+                wait_for(lambda f=fault: agreed(lambda: v2_failed(srv, f), times), f"{fault.model} failed", log=srv.log)
             assert agreed(lambda: ready(srv), times), srv.log()[-6000:]
             records = log_records(srv)
             for fault in faults:  # a WARNING names the model, the version and the reason
@@ -404,7 +390,7 @@ def test_a_bad_new_version_never_takes_the_serving_one_down(tmp_path, workers):
             for fault in faults:
                 recover(repo, fault)
             for fault in faults:
-                wait_for(lambda f=fault: agreed(lambda: recovered(srv, f), times), f"{fault.model} back", srv)
+                wait_for(lambda f=fault: agreed(lambda: recovered(srv, f), times), f"{fault.model} back", log=srv.log)
             assert agreed(lambda: ready(srv), times)
             traffic.wait_rounds(2)
         assert traffic.failures == [], traffic.failures[:10]
@@ -463,7 +449,9 @@ def test_issue_42_a_new_onnx_version_that_does_not_parse_leaves_version_1_servin
         client = fresh_http(srv)
         (repo / "mlp_onnx" / "2").mkdir()
         (repo / "mlp_onnx" / "2" / "model.onnx").write_text("not an onnx file\n")
-        wait_for(lambda: len(rows(srv, "mlp_onnx")) == 2 and srv.log().count("mlp_onnx' versions") == 2, "v2", srv)
+        wait_for(
+            lambda: len(rows(srv, "mlp_onnx")) == 2 and srv.log().count("mlp_onnx' versions") == 2, "v2", log=srv.log
+        )
         first, second = rows(srv, "mlp_onnx")
         assert first == v1
         assert second["version"] == "2" and second["state"] == "UNAVAILABLE"
@@ -473,6 +461,6 @@ def test_issue_42_a_new_onnx_version_that_does_not_parse_leaves_version_1_servin
         assert ready(srv)
 
         shutil.rmtree(repo / "mlp_onnx" / "2")
-        wait_for(lambda: rows(srv, "mlp_onnx") == [v1], "the row of version 2 gone", srv)
+        wait_for(lambda: rows(srv, "mlp_onnx") == [v1], "the row of version 2 gone", log=srv.log)
         assert ready(srv)
         np.testing.assert_allclose(Traffic._ask(httpclient, client, "mlp_onnx", "1"), answer, rtol=1e-5)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
+from tests.servers import Servers
 
 CONFIG = """
 backend: "python"
@@ -46,14 +46,16 @@ KEYS = {"time", "level", "logger", "message", "request_id", "model", "pid", "fil
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    root = tmp_path_factory.mktemp("json_logs")
-    repo = write_repository(root / "models", {
-        "picky": {"config.pbtxt": CONFIG, "1/model.py": MODEL.format(delay=0)},
-        "slow": {"config.pbtxt": CONFIG, "1/model.py": MODEL.format(delay=0.6)},
-    })  # fmt: skip
-    with ServerProcess([repo], ["--log-format", "json", "--log-verbose=1"]) as srv:
-        yield srv
+def server(serve: Servers) -> ServerProcess:
+    return serve(
+        {
+            "picky": {"config.pbtxt": CONFIG, "1/model.py": MODEL.format(delay=0)},
+            "slow": {"config.pbtxt": CONFIG, "1/model.py": MODEL.format(delay=0.6)},
+        },
+        "--log-format",
+        "json",
+        "--log-verbose=1",
+    )
 
 
 def _lines(srv: ServerProcess) -> list[dict[str, Any]]:

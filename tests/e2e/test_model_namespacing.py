@@ -9,7 +9,6 @@ tritonserver 2.51 (CPU, Python backend) started with the same repositories and
 
 from __future__ import annotations
 
-import json
 import re
 import time
 import urllib.error
@@ -20,9 +19,11 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
+from tests.http_calls import json_call
+from tests.servers import Servers
+from tests.triton_clients import error_of
 
 ADD = """
 import numpy as np
@@ -64,7 +65,7 @@ INDEX = ["cross", "e", "ens_a", "m", "only_a", "e", "ens_b", "m", "only_b"]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
     root = tmp_path_factory.mktemp("namespacing")
     repos = []
     for repo, add in (("a", 1), ("b", 2)):
@@ -78,21 +79,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
             models["cross"] = _ensemble("only_b")
         repos.append(write_repository(root / repo, models))
     # explicit mode with every model loaded at start-up (what mode none loads), so loads and unloads can be asked
-    srv = ServerProcess(repos, ["--model-namespacing=true", "--model-control-mode=explicit", "--load-model=*"])
-    srv.start()
-    yield srv
-    srv.stop()
+    return serve(repos, "--model-namespacing=true", "--model-control-mode=explicit", "--load-model=*")
 
 
 def _http(server: ServerProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"http://{server.http_url}{path}", data=data, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=60) as r:
-            status, text = r.status, r.read()
-    except urllib.error.HTTPError as exc:
-        status, text = exc.code, exc.read()
-    return status, json.loads(text) if text else None
+    return json_call(f"http://{server.http_url}{path}", method, body)
 
 
 def _infer(server: ServerProcess, name: str) -> tuple[int, Any]:
@@ -111,12 +102,6 @@ def grpc(server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:
     client = grpcclient.InferenceServerClient(server.grpc_url)
     yield client
     client.close()
-
-
-def _grpc_error(call: Any) -> tuple[str, str]:
-    with pytest.raises(InferenceServerException) as info:
-        call()
-    return str(info.value.status()), info.value.message()
 
 
 def test_every_model_of_both_repositories_loads_and_is_listed(server):
@@ -153,11 +138,11 @@ def test_a_name_in_both_repositories_is_refused_with_tritons_sentence(server, gr
     inp = grpcclient.InferInput("INPUT0", [2], "FP32")
     inp.set_data_from_numpy(np.array([1, 2], np.float32))
     invalid = ("StatusCode.INVALID_ARGUMENT", sentence)
-    assert _grpc_error(lambda: grpc.infer(name, [inp])) == invalid
-    assert _grpc_error(lambda: grpc.get_model_metadata(name)) == invalid
-    assert _grpc_error(lambda: grpc.get_model_config(name)) == invalid
+    assert error_of(lambda: grpc.infer(name, [inp])) == invalid
+    assert error_of(lambda: grpc.get_model_metadata(name)) == invalid
+    assert error_of(lambda: grpc.get_model_config(name)) == invalid
     assert grpc.is_model_ready(name) is False
-    assert _grpc_error(lambda: grpc.get_inference_statistics(name)) == (
+    assert error_of(lambda: grpc.get_inference_statistics(name)) == (
         "StatusCode.INVALID_ARGUMENT", f"requested model '{name}' is not available")  # fmt: skip
 
 

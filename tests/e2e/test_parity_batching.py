@@ -14,34 +14,17 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
+from tests.python_models import source
+from tests.servers import Servers
 
-MODEL_PY = """
-import json, time
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.log = json.loads(args["model_config"])["parameters"]["log"]["string_value"]
-
-    def execute(self, requests):
-        xs = [pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() for r in requests]
-        hold = max(-float(x[0, 0]) for x in xs)
-        if hold > 0:  # a blocker: holds the instance for -value seconds
-            open(self.log + ".blocked", "w").close()
-            time.sleep(hold)
-        with open(self.log, "a") as f:
-            f.write(json.dumps({"rows": [int(x.shape[0]) for x in xs], "t": time.time()}) + "\\n")
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]) for x in xs]
-"""
+MODEL_PY = source("parity_batching")
 
 DELAY_US = 2_500_000
 #: How long the blocker holds the instance: time for the requests under test to queue (0.1 s apart),
@@ -66,16 +49,15 @@ parameters {{ key: "log" value: {{ string_value: "{log}" }} }}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
     root = tmp_path_factory.mktemp("batching")
     models = {
         name: {"config.pbtxt": _config(name, body, root / f"{name}.jsonl"), "1/model.py": MODEL_PY}
         for name, body in MODELS.items()
     }
-    srv = ServerProcess([write_repository(root / "models", models)]).start()
+    srv = serve(models)
     srv.root = root  # type: ignore[attr-defined]
-    yield srv
-    srv.stop()
+    return srv
 
 
 def _infer(server: ServerProcess, model: str, rows: int, value: float) -> None:

@@ -9,8 +9,6 @@ same models and requests.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -18,18 +16,10 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
+from tests.python_models import source
+from tests.servers import Servers
 
-IDENTITY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
-            for r in requests
-        ]
-"""
+IDENTITY = source("identity")
 LABELS = "".join(f"label{i}\n" for i in range(16))
 
 
@@ -57,7 +47,7 @@ ensemble_scheduling {{ step [ {{ model_name: "{step}" model_version: -1
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
     root = tmp_path_factory.mktemp("ensembles")
     models = {
         "nop_batch": _model(8, "[ -1 ]"),
@@ -65,8 +55,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         "ens_nobatch_over_batch": _ensemble(0, "nop_batch"),
         "ens_batch_over_nobatch": _ensemble(8, "nop_nobatch"),
     }
-    with ServerProcess([write_repository(root / "models", models)]) as srv:
-        yield srv
+    return serve(write_repository(root / "models", models))
 
 
 def _http(server: ServerProcess, model: str, shape: tuple[int, ...], classes: int = 0) -> httpclient.InferResult:

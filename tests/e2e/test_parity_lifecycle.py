@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -21,28 +18,11 @@ import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
 from inferd.testing.servers import free_ports
+from tests.http_calls import http_call
+from tests.python_models import source
+from tests.servers import Servers
 
-IDENTITY = """
-import json
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        policy = json.loads(args["model_config"]).get("model_transaction_policy", {})
-        self.decoupled = policy.get("decoupled", False)
-
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-            response = pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)])
-            if self.decoupled:
-                r.get_response_sender().send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-            else:
-                out.append(response)
-        return None if self.decoupled else out
-"""
+IDENTITY = source("parity_lifecycle_identity")
 IO = """
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
@@ -65,11 +45,7 @@ CACHE_SENTENCE = (
 
 
 def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            return int(r.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
+    return http_call(url, timeout=10)[0]
 
 
 def _serve(*args: str) -> subprocess.CompletedProcess[str]:
@@ -91,12 +67,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(repo: Path) -> Iterator[ServerProcess]:
+def server(repo: Path, serve: Servers) -> ServerProcess:
     missing = repo.parent / "no-such-repository"
-    srv = ServerProcess([repo, missing], ["--exit-on-error=false", "--cache-config", "local,size=1048576"])
-    srv.start(wait_ready=False)
-    yield srv
-    srv.stop()
+    return serve([repo, missing], "--exit-on-error=false", "--cache-config", "local,size=1048576", wait_ready=False)
 
 
 def test_missing_repository_with_exit_on_error_false_runs_on_unready(server):

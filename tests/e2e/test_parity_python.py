@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import queue
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
+from tests.python_models import source
+from tests.servers import Servers
 
 # Checks what Triton passes to initialize(), as qa/python_models/init_args does.
 INIT_ARGS = """
@@ -49,25 +50,7 @@ output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
 instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 
-TORCH_NET = """
-import numpy as np
-import torch
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        torch.manual_seed(0)
-        self.net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10), torch.nn.LogSoftmax(dim=1)).eval()
-
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = torch.tensor(np.array(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()))
-            with torch.no_grad():
-                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", self.net(x).numpy())]))
-        return out
-"""
+TORCH_NET = source("parity_python_torch_net")
 TORCH_CONFIG = """
 backend: "python"
 input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1, 1, 28, 28 ] } ]
@@ -76,30 +59,7 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 
 # An error response for negative inputs: returned, or sent through the response sender.
-ERRORS = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        import json
-        policy = json.loads(args["model_config"]).get("model_transaction_policy", {})
-        self.decoupled = policy.get("decoupled", False)
-
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-            if (x < 0).any():
-                response = pb_utils.InferenceResponse(error=pb_utils.TritonError("negative input"))
-            else:
-                response = pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)])
-            if self.decoupled:
-                r.get_response_sender().send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-            else:
-                out.append(response)
-        return None if self.decoupled else out
-"""
+ERRORS = source("parity_python_errors")
 
 
 def _errors_config(head: str) -> str:
@@ -117,12 +77,16 @@ HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
     root: Path = tmp_path_factory.mktemp("python") / "models"
     expected = {
-        "model_name": "init_args", "model_instance_name": "init_args_0_0", "model_instance_kind": "CPU",
-        "model_instance_device_id": "0", "model_version": "1", "model_repository": str(root / "init_args"),
-    }  # fmt: skip
+        "model_name": "init_args",
+        "model_instance_name": "init_args_0_0",
+        "model_instance_kind": "CPU",
+        "model_instance_device_id": "0",
+        "model_version": "1",
+        "model_repository": str(root / "init_args"),
+    }
     models = {
         "init_args": {"config.pbtxt": INIT_ARGS_CONFIG, "1/model.py": INIT_ARGS.format(expected=expected)},
         "err_plain": {"config.pbtxt": _errors_config('backend: "python"\nmax_batch_size: 0'), "1/model.py": ERRORS},
@@ -141,8 +105,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     }
     if HAS_TORCH:
         models["pytorch_fp32_fp32"] = {"config.pbtxt": TORCH_CONFIG, "1/model.py": TORCH_NET}
-    with ServerProcess([write_repository(root, models)]) as srv:
-        yield srv
+    return serve(write_repository(root, models))
 
 
 def _stats(server: ServerProcess, model: str) -> dict[str, int]:

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import queue
 import textwrap
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
+from tests.python_models import source
+from tests.servers import Servers
 
 # Decoupled: IN responses OUT=0..IN-1, then a flag-only final; a negative IN is one final error.
 REPEAT_CONFIG = """
@@ -27,24 +30,7 @@ model_transaction_policy { decoupled: true }
 input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
-REPEAT_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        for request in requests:
-            n = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0])
-            sender = request.get_response_sender()
-            if n < 0:
-                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("negative count")),
-                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-                continue
-            for i in range(n):
-                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([i], np.int32))]))
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        return None
-"""
+REPEAT_PY = source("python_backend_bls_repeat")
 TIMES10_CONFIG = """
 backend: "python"
 max_batch_size: 0
@@ -66,54 +52,7 @@ max_batch_size: 0
 input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "MODE" data_type: TYPE_STRING dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "INFO" data_type: TYPE_STRING dims: [ -1 ] } ]
 """
-CALLER_PY = """
-import asyncio
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-def bls(name, n):
-    return pb_utils.InferenceRequest(model_name=name, inputs=[pb_utils.Tensor("IN", np.array([n], np.int32))],
-                                     requested_output_names=["OUT"])
-
-def collect(responses):
-    values, info = [], []
-    for r in responses:
-        if r.has_error():
-            info.append("error:" + r.error().message())
-            continue
-        t = pb_utils.get_output_tensor_by_name(r, "OUT")
-        if t is None:
-            info.append("empty")
-        else:
-            values.extend(int(v) for v in t.as_numpy())
-            info.append("out")
-    return values, info
-
-async def via_async(n):
-    return collect(await bls("repeat", n).async_exec(decoupled=True))
-
-CALLS = {
-    "sync": lambda n: collect(bls("repeat", n).exec(decoupled=True)),
-    "bytes": lambda n: collect(bls(b"repeat", n).exec(decoupled=True)),
-    "bytes_plain": lambda n: collect([bls(b"times10", n).exec()]),
-    "async": lambda n: asyncio.run(via_async(n)),
-    "ordinary": lambda n: collect(bls("times10", n).exec(decoupled=True)),
-    "plain_exec": lambda n: collect([bls("repeat", n).exec()]),
-    "missing": lambda n: collect(bls("nope", n).exec(decoupled=True)),
-}
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            n = int(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0])
-            mode = pb_utils.get_input_tensor_by_name(r, "MODE").as_numpy()[0].decode()
-            values, info = CALLS[mode](n)
-            out.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("OUT", np.array(values, np.int32)),
-                pb_utils.Tensor("INFO", np.array([s.encode() for s in info] or [b""], np.object_))]))
-        return out
-"""
+CALLER_PY = source("python_backend_bls_caller")
 # async def execute: two decoupled BLS calls at once; OUT: both streams' values, in order.
 ASYNC_CALLER_CONFIG = """
 backend: "python"
@@ -121,25 +60,7 @@ max_batch_size: 0
 input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
 """
-ASYNC_CALLER_PY = """
-import asyncio
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    async def execute(self, requests):
-        out = []
-        for r in requests:
-            calls = [pb_utils.InferenceRequest(model_name="repeat", inputs=r.inputs(), requested_output_names=["OUT"])
-                     .async_exec(decoupled=True) for _ in range(2)]
-            values = []
-            for stream in await asyncio.gather(*calls):
-                for response in stream:
-                    t = pb_utils.get_output_tensor_by_name(response, "OUT")
-                    values.extend([] if t is None else t.as_numpy().tolist())
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array(values, np.int32))]))
-        return out
-"""
+ASYNC_CALLER_PY = source("python_backend_bls_async_caller")
 # Decoupled: relays each response of "repeat" as it comes, then its own final flag.
 RELAY_CONFIG = """
 backend: "python"
@@ -148,47 +69,26 @@ model_transaction_policy { decoupled: true }
 input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
-RELAY_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        for r in requests:
-            sender = r.get_response_sender()
-            inner = pb_utils.InferenceRequest(model_name="repeat", inputs=r.inputs(), requested_output_names=["OUT"])
-            for response in inner.exec(decoupled=True):
-                out = pb_utils.get_output_tensor_by_name(response, "OUT")
-                if response.has_error():
-                    sender.send(pb_utils.InferenceResponse(error=response.error()))
-                elif out is not None:
-                    sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", out.as_numpy() + 100)]))
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        return None
-"""
+RELAY_PY = source("python_backend_bls_relay")
 
 
 @pytest.fixture(scope="module", params=["in_process", "process"])
-def server(request, tmp_path_factory):
+def server(request: pytest.FixtureRequest, serve: Servers) -> Iterator[ServerProcess]:
     """Every model in the server process, or each in a stub process of its own (``EXECUTION_MODE``)."""
     mode = f'parameters {{ key: "EXECUTION_MODE" value: {{ string_value: "{request.param}" }} }}\n'
 
     def _model(config: str, code: str) -> dict[str, str]:
         return {"config.pbtxt": textwrap.dedent(config) + mode, "1/model.py": textwrap.dedent(code)}
 
-    repo = write_repository(
-        tmp_path_factory.mktemp(f"pybls-{request.param}") / "models",
-        {
-            "repeat": _model(REPEAT_CONFIG, REPEAT_PY),
-            "times10": _model(TIMES10_CONFIG, TIMES10_PY),
-            "caller": _model(CALLER_CONFIG, CALLER_PY),
-            "relay": _model(RELAY_CONFIG, RELAY_PY),
-            "async_caller": _model(ASYNC_CALLER_CONFIG, ASYNC_CALLER_PY),
-        },
-    )
-    srv = ServerProcess([repo]).start()
-    yield srv
-    srv.stop()
+    repo = {
+        "repeat": _model(REPEAT_CONFIG, REPEAT_PY),
+        "times10": _model(TIMES10_CONFIG, TIMES10_PY),
+        "caller": _model(CALLER_CONFIG, CALLER_PY),
+        "relay": _model(RELAY_CONFIG, RELAY_PY),
+        "async_caller": _model(ASYNC_CALLER_CONFIG, ASYNC_CALLER_PY),
+    }
+    with serve(repo) as srv:
+        yield srv
 
 
 def _inputs(module, n: int, mode: str) -> list:

@@ -22,6 +22,8 @@ import pytest
 import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
+from tests.python_models import source
+from tests.servers import Servers
 
 CONFIG = """
 backend: "python"
@@ -31,28 +33,7 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "INFO" data_
 parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "%s" } }
 """
 # Imports the package only its environment has, at import time (so the server never imports it).
-MODEL_PY = """
-import sys
-import numpy as np
-import envonly_pkg
-import triton_python_backend_utils as pb_utils
-
-try:
-    import pluggy  # the server's environment has it; the model's must not
-    LEAK = b"server packages visible"
-except ImportError:
-    LEAK = b"isolated"
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            n = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
-            info = np.array([envonly_pkg.NAME.encode(), sys.prefix.encode(), LEAK], np.object_)
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", n + envonly_pkg.OFFSET),
-                                                   pb_utils.Tensor("INFO", info)]))
-        return out
-"""
+MODEL_PY = source("python_backend_env")
 
 
 def _make_env(root: Path, with_numpy: bool) -> Path:
@@ -75,7 +56,7 @@ def _make_env(root: Path, with_numpy: bool) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
     base = tmp_path_factory.mktemp("pyenv")
     env = _make_env(base / "env", with_numpy=True)
     bare = _make_env(base / "bare", with_numpy=False)
@@ -90,9 +71,7 @@ def server(tmp_path_factory):
     )
     with tarfile.open(repo / "packed" / "env.tar.gz", "w:gz", compresslevel=1) as archive:
         archive.add(env, arcname=".")
-    srv = ServerProcess([repo], ["--exit-on-error=false", "--strict-readiness=false"]).start()
-    yield srv
-    srv.stop()
+    return serve(repo, "--exit-on-error=false", "--strict-readiness=false")
 
 
 def _wait_loaded(client: httpclient.InferenceServerClient, names: set[str]) -> dict[str, dict]:

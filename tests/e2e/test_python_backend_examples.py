@@ -11,7 +11,7 @@ from __future__ import annotations
 import queue
 import re
 import textwrap
-import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +20,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
+from tests.metrics_text import scrape
+from tests.python_models import source
+from tests.servers import Servers
 
 ADD_SUB_CONFIG = """
 backend: "python"
@@ -27,73 +30,16 @@ input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" da
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
 instance_group [ { kind: KIND_CPU } ]
 """
-ADD_SUB_PY = """
-import json
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        config = json.loads(args["model_config"])
-        self.out0 = pb_utils.triton_string_to_numpy(pb_utils.get_output_config_by_name(config, "OUTPUT0")["data_type"])
-        self.out1 = pb_utils.triton_string_to_numpy(pb_utils.get_output_config_by_name(config, "OUTPUT1")["data_type"])
-
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            responses.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("OUTPUT0", (a + b).astype(self.out0)),
-                pb_utils.Tensor("OUTPUT1", (a - b).astype(self.out1))]))
-        return responses
-"""
+ADD_SUB_PY = source("python_backend_examples_add_sub")
 BLS_CONFIG = """
 backend: "python"
 input [ { name: "MODEL_NAME" data_type: TYPE_STRING dims: [ 1 ] },
         { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
 """
-BLS_SYNC_PY = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0")
-            in_1 = pb_utils.get_input_tensor_by_name(request, "INPUT1")
-            name = pb_utils.get_input_tensor_by_name(request, "MODEL_NAME").as_numpy()[0]
-            response = pb_utils.InferenceRequest(model_name=name, requested_output_names=["OUTPUT0", "OUTPUT1"],
-                                                 inputs=[in_0, in_1]).exec()
-            if response.has_error():
-                raise pb_utils.TritonModelException(response.error().message())
-            responses.append(pb_utils.InferenceResponse(output_tensors=response.output_tensors()))
-        return responses
-"""
+BLS_SYNC_PY = source("python_backend_examples_bls_sync")
 # The async example calls two models at once and adds their outputs: here add_sub twice.
-BLS_ASYNC_PY = """
-import asyncio
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    async def execute(self, requests):
-        responses = []
-        for request in requests:
-            inputs = [pb_utils.get_input_tensor_by_name(request, "INPUT0"),
-                      pb_utils.get_input_tensor_by_name(request, "INPUT1")]
-            name = pb_utils.get_input_tensor_by_name(request, "MODEL_NAME").as_numpy()[0]
-            calls = [pb_utils.InferenceRequest(model_name=name, requested_output_names=["OUTPUT0", "OUTPUT1"],
-                                               inputs=inputs).async_exec() for _ in range(2)]
-            first, second = await asyncio.gather(*calls)
-            for r in (first, second):
-                if r.has_error():
-                    raise pb_utils.TritonModelException(r.error().message())
-            out = [pb_utils.Tensor(n, pb_utils.get_output_tensor_by_name(first, n).as_numpy()
-                                   + pb_utils.get_output_tensor_by_name(second, n).as_numpy())
-                   for n in ("OUTPUT0", "OUTPUT1")]
-            responses.append(pb_utils.InferenceResponse(output_tensors=out))
-        return responses
-"""
+BLS_ASYNC_PY = source("python_backend_examples_bls_async")
 REPEAT_CONFIG = """
 backend: "python"
 max_batch_size: 0
@@ -102,42 +48,7 @@ input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "DELAY" data_
         { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]
 """
-REPEAT_PY = """
-import threading, time
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.inflight = 0
-        self.lock = threading.Lock()
-
-    def execute(self, requests):
-        for request in requests:
-            values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
-            delays = pb_utils.get_input_tensor_by_name(request, "DELAY").as_numpy()
-            wait = pb_utils.get_input_tensor_by_name(request, "WAIT").as_numpy()
-            thread = threading.Thread(target=self.respond, args=(request.get_response_sender(), values, delays, wait))
-            thread.daemon = True
-            with self.lock:
-                self.inflight += 1
-            thread.start()
-        return None
-
-    def respond(self, sender, values, delays, wait):
-        for idx in range(values.size):
-            time.sleep(delays[idx] / 1000)
-            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", values[idx:idx + 1]),
-                                                    pb_utils.Tensor("IDX", np.array([idx], np.uint32))]))
-        time.sleep(wait[0] / 1000)
-        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        with self.lock:
-            self.inflight -= 1
-
-    def finalize(self):
-        while self.inflight:
-            time.sleep(0.01)
-"""
+REPEAT_PY = source("python_backend_examples_repeat")
 SQUARE_CONFIG = """
 backend: "python"
 max_batch_size: 0
@@ -145,123 +56,18 @@ model_transaction_policy { decoupled: True }
 input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
-SQUARE_PY = """
-import json, threading
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        config = json.loads(args["model_config"])
-        if not pb_utils.using_decoupled_model_transaction_policy(config):
-            raise pb_utils.TritonModelException("square_int32 must be decoupled")
-
-    def execute(self, requests):
-        for request in requests:
-            n = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
-            threading.Thread(target=self.respond, args=(request.get_response_sender(), n), daemon=True).start()
-        return None
-
-    def respond(self, sender, n):
-        for _ in range(int(n[0])):
-            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array(n, np.int32))]))
-        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-"""
+SQUARE_PY = source("python_backend_examples_square")
 BLS_DECOUPLED_CONFIG = """
 backend: "python"
 max_batch_size: 0
 input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
-BLS_DECOUPLED_SYNC_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        n = pb_utils.get_input_tensor_by_name(requests[0], "IN")
-        total = np.array([0], np.int32)
-        for _ in range(2):
-            for r in pb_utils.InferenceRequest(model_name="square_int32", inputs=[n],
-                                               requested_output_names=["OUT"]).exec(decoupled=True):
-                if r.has_error():
-                    raise pb_utils.TritonModelException(r.error().message())
-                if r.output_tensors():
-                    total += pb_utils.get_output_tensor_by_name(r, "OUT").as_numpy()
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("SUM", total)])]
-"""
-BLS_DECOUPLED_ASYNC_PY = """
-import asyncio
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    async def execute(self, requests):
-        n = pb_utils.get_input_tensor_by_name(requests[0], "IN")
-        calls = [pb_utils.InferenceRequest(model_name="square_int32", inputs=[n], requested_output_names=["OUT"])
-                 .async_exec(decoupled=True) for _ in range(2)]
-        total = np.array([0], np.int32)
-        for responses in await asyncio.gather(*calls):
-            for r in responses:
-                if r.has_error():
-                    raise pb_utils.TritonModelException(r.error().message())
-                if len(r.output_tensors()) > 0:
-                    total += pb_utils.get_output_tensor_by_name(r, "OUT").as_numpy()
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("SUM", total)])]
-"""
-CUSTOM_METRICS_PY = """
-import time
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.family = pb_utils.MetricFamily(name="requests_process_latency_ns",
-                                            description="Cumulative time spent processing requests",
-                                            kind=pb_utils.MetricFamily.COUNTER)
-        self.metric = self.family.Metric(labels={"model": "custom_metrics", "version": "1"})
-        self.count = pb_utils.MetricFamily(name="custom_metrics_requests", description="requests seen",
-                                           kind=pb_utils.MetricFamily.GAUGE).Metric(labels={"model": "custom_metrics"})
-
-    def execute(self, requests):
-        start = time.time_ns()
-        responses = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a + b),
-                                                         pb_utils.Tensor("OUTPUT1", a - b)]))
-        self.metric.increment(max(1, time.time_ns() - start))
-        self.count.set(self.count.value() + len(requests))
-        return responses
-"""
+BLS_DECOUPLED_SYNC_PY = source("python_backend_examples_bls_decoupled_sync")
+BLS_DECOUPLED_ASYNC_PY = source("python_backend_examples_bls_decoupled_async")
+CUSTOM_METRICS_PY = source("python_backend_examples_custom_metrics")
 AUTO_CONFIG = 'backend: "python"\n'
-AUTO_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    @staticmethod
-    def auto_complete_config(auto_complete_model_config):
-        for spec in ({"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]},
-                     {"name": "INPUT1", "data_type": "TYPE_FP32", "dims": [4]}):
-            auto_complete_model_config.add_input(spec)
-        for spec in ({"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]},
-                     {"name": "OUTPUT1", "data_type": "TYPE_FP32", "dims": [4]}):
-            auto_complete_model_config.add_output(spec)
-        if BATCH:
-            auto_complete_model_config.set_max_batch_size(4)
-            auto_complete_model_config.set_dynamic_batching()
-        else:
-            auto_complete_model_config.set_max_batch_size(0)
-        return auto_complete_model_config
-
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([
-            pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-                            + pb_utils.get_input_tensor_by_name(r, "INPUT1").as_numpy()),
-            pb_utils.Tensor("OUTPUT1", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-                            - pb_utils.get_input_tensor_by_name(r, "INPUT1").as_numpy())]) for r in requests]
-"""
+AUTO_PY = source("python_backend_examples_auto")
 
 MODES = ["in_process", "process"]
 
@@ -283,19 +89,20 @@ def _repository(root, mode: str):
             "bls_decoupled_sync": model(BLS_DECOUPLED_CONFIG, BLS_DECOUPLED_SYNC_PY),
             "bls_decoupled_async": model(BLS_DECOUPLED_CONFIG, BLS_DECOUPLED_ASYNC_PY),
             "custom_metrics": model(ADD_SUB_CONFIG, CUSTOM_METRICS_PY),
-            "batch_model": model(AUTO_CONFIG, "BATCH = True\n" + textwrap.dedent(AUTO_PY)),
-            "nobatch_model": model(AUTO_CONFIG, "BATCH = False\n" + textwrap.dedent(AUTO_PY)),
+            "batch_model": model(AUTO_CONFIG, AUTO_PY),
+            "nobatch_model": model(AUTO_CONFIG, AUTO_PY.replace("BATCH = True", "BATCH = False")),
         },
     )
 
 
 @pytest.fixture(scope="module", params=MODES)
-def server(request, tmp_path_factory):
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, serve: Servers
+) -> Iterator[ServerProcess]:
     repo = _repository(tmp_path_factory.mktemp(f"pyex-{request.param}") / "models", request.param)
-    srv = ServerProcess([repo]).start()
-    srv.mode = request.param
-    yield srv
-    srv.stop()
+    with serve(repo) as srv:
+        srv.mode = request.param
+        yield srv
 
 
 def _add_sub_inputs(module, shape=(4,), name: str | None = None):
@@ -400,7 +207,7 @@ def test_custom_metrics(server):
     for _ in range(3):
         inputs, a, b = _add_sub_inputs(httpclient)
         np.testing.assert_array_equal(client.infer("custom_metrics", inputs).as_numpy("OUTPUT0"), a + b)
-    text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30).read().decode()
+    text = scrape(server)
     latency = re.search(r'^requests_process_latency_ns\{model="custom_metrics",version="1"\} (\S+)$', text, re.M)
     assert latency is not None and float(latency.group(1)) >= 3, text
     assert re.search(r'^custom_metrics_requests\{model="custom_metrics"\} 3(\.0)?$', text, re.M), text

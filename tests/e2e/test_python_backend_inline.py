@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
+from tests.servers import Servers
 
 CONFIG = """
 backend: "python"
@@ -82,24 +83,29 @@ def inline(value: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
-    repo = write_repository(tmp_path_factory.mktemp("inline") / "models", {
-        "quick": model(),
-        "sleeper": model(wait='getattr(time, "sl" + "eep")(0.02)'),  # a wait the source check cannot see
-        "visible_sleep": model(wait="time.sleep(0)"),
-        "forced": model(wait="threading.Lock()", extra=inline("on")),  # a lock, never waited for
-        "times10": model(),
-        "hidden_bls": model(output=HIDDEN_BLS),
-        "visible_bls": model(output=VISIBLE_BLS),
-        "coro": model(code=CORO_PY),
-        "off": model(extra=inline("off")),
-        "bogus": model(extra=inline("sometimes")),
-        "sized": {"config.pbtxt": CONFIG.replace("dims: [ 1 ] }, {", "dims: [ -1 ] }, {", 1).replace(
-            'name: "IN" data_type: TYPE_INT32 dims: [ 1 ]', 'name: "IN" data_type: TYPE_INT32 dims: [ -1 ]'),
-                  "1/model.py": WHERE_PY.replace("WAIT", "pass").replace("OUTPUT", TIMES10)},
-    })  # fmt: skip
-    with ServerProcess([repo], ["--exit-on-error=false"]).start(wait_ready=False) as s:  # "bogus" keeps it not ready
-        yield s
+def server(serve: Servers) -> ServerProcess:
+    return serve(
+        {
+            "quick": model(),
+            "sleeper": model(wait='getattr(time, "sl" + "eep")(0.02)'),  # a wait the source check cannot see
+            "visible_sleep": model(wait="time.sleep(0)"),
+            "forced": model(wait="threading.Lock()", extra=inline("on")),  # a lock, never waited for
+            "times10": model(),
+            "hidden_bls": model(output=HIDDEN_BLS),
+            "visible_bls": model(output=VISIBLE_BLS),
+            "coro": model(code=CORO_PY),
+            "off": model(extra=inline("off")),
+            "bogus": model(extra=inline("sometimes")),
+            "sized": {
+                "config.pbtxt": CONFIG.replace("dims: [ 1 ] }, {", "dims: [ -1 ] }, {", 1).replace(
+                    'name: "IN" data_type: TYPE_INT32 dims: [ 1 ]', 'name: "IN" data_type: TYPE_INT32 dims: [ -1 ]'
+                ),
+                "1/model.py": WHERE_PY.replace("WAIT", "pass").replace("OUTPUT", TIMES10),
+            },
+        },
+        "--exit-on-error=false",
+        wait_ready=False,  # "bogus" keeps it not ready
+    )
 
 
 def run(server: ServerProcess, name: str, count: int = 12) -> list[tuple[int, str, int]]:

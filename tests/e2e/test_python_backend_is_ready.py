@@ -10,11 +10,7 @@ byte to CALLS. Input 9 makes ``execute`` hold until the test removes the file RU
 from __future__ import annotations
 
 import threading
-import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +18,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
+from tests.http_calls import http_call
+from tests.python_models import source
+from tests.servers import Servers
+from tests.waiting import wait_for
 
 CONFIG = """
 backend: "python"
@@ -32,42 +32,7 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 PROCESS = 'parameters { key: "EXECUTION_MODE" value: { string_value: "process" } }\n'
 
-MODEL_PY = """
-import asyncio, os, time
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.dir = args["model_repository"]
-
-    def flag(self, name):
-        return os.path.exists(os.path.join(self.dir, name))
-
-    def answer(self):
-        with open(os.path.join(self.dir, "CALLS"), "a") as f:
-            f.write("x")
-        if self.flag("SLOW"):
-            time.sleep(8)
-        if self.flag("RAISE"):
-            raise RuntimeError("the feature store is down")
-        if self.flag("WEIRD"):
-            return 1
-        return not self.flag("NOT_READY")
-
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            n = int(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0])
-            if n == 9:
-                running = os.path.join(self.dir, "RUNNING")
-                open(running, "w").close()
-                deadline = time.monotonic() + 120
-                while os.path.exists(running) and time.monotonic() < deadline:
-                    time.sleep(0.05)
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([n + 1], np.int32))]))
-        return out
-"""
+MODEL_PY = source("python_backend_is_ready")
 SYNC_PY = (
     MODEL_PY
     + """
@@ -101,21 +66,16 @@ GATED = ["gate", "gate_iso", "gate_async_iso"]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repo = write_repository(
-        tmp_path_factory.mktemp("isready") / "models",
+def server(serve: Servers) -> ServerProcess:
+    return serve(
         {
             "gate": {"config.pbtxt": CONFIG, "1/model.py": SYNC_PY},
             "gate_iso": {"config.pbtxt": CONFIG + PROCESS, "1/model.py": SYNC_PY},
             "gate_async_iso": {"config.pbtxt": CONFIG + PROCESS, "1/model.py": ASYNC_PY},
             "plain": {"config.pbtxt": CONFIG, "1/model.py": MODEL_PY},
             "two": {"config.pbtxt": CONFIG + ALL_VERSIONS, "1/model.py": VERSIONED_PY, "2/model.py": VERSIONED_PY},
-        },
+        }
     )
-    srv = ServerProcess([repo]).start()
-    srv.repo = repo
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture
@@ -125,7 +85,7 @@ def clients(server):
     yield http, grpc
     for model in GATED:
         for flag in ("NOT_READY", "RAISE", "WEIRD", "SLOW", "RUNNING"):
-            (Path(server.repo) / model / flag).unlink(missing_ok=True)
+            (server.repositories[0] / model / flag).unlink(missing_ok=True)
     http.close()
     grpc.close()
 
@@ -137,23 +97,12 @@ def _infer(client: httpclient.InferenceServerClient, model: str, n: int) -> int:
 
 
 def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=120) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
+    return http_call(url, timeout=120)[0]
 
 
 def _calls(server, model: str) -> int:
-    calls = Path(server.repo) / model / "CALLS"
+    calls = server.repositories[0] / model / "CALLS"
     return len(calls.read_text()) if calls.exists() else 0
-
-
-def _wait_for(condition, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_every_model_is_ready_and_is_ready_is_asked(server, clients):
@@ -170,7 +119,7 @@ def test_every_model_is_ready_and_is_ready_is_asked(server, clients):
 @pytest.mark.parametrize("model", GATED)
 def test_is_ready_false_makes_the_model_and_the_server_not_ready(server, clients, model):
     http, grpc = clients
-    flag = Path(server.repo) / model / "NOT_READY"
+    flag = server.repositories[0] / model / "NOT_READY"
     flag.write_text("")
     assert not http.is_model_ready(model)
     assert not grpc.is_model_ready(model)
@@ -189,7 +138,7 @@ def test_is_ready_false_makes_the_model_and_the_server_not_ready(server, clients
 @pytest.mark.parametrize("flag", ["RAISE", "WEIRD"])
 def test_an_is_ready_that_raises_or_returns_no_bool_is_not_ready(server, clients, model, flag):
     http, grpc = clients
-    path = Path(server.repo) / model / flag
+    path = server.repositories[0] / model / flag
     path.write_text("")
     assert not http.is_model_ready(model)
     assert not grpc.is_model_ready(model)
@@ -202,11 +151,11 @@ def test_an_is_ready_that_raises_or_returns_no_bool_is_not_ready(server, clients
 @pytest.mark.parametrize("model", ["gate", "gate_iso"])
 def test_readiness_is_answered_while_execute_runs(server, clients, model):
     http, grpc = clients
-    running = Path(server.repo) / model / "RUNNING"
+    running = server.repositories[0] / model / "RUNNING"
     with ThreadPoolExecutor(1) as pool:
         held = pool.submit(_infer, httpclient.InferenceServerClient(server.http_url, network_timeout=120), model, 9)
         try:
-            _wait_for(running.exists, f"{model}'s execute to start")
+            wait_for(running.exists, f"{model}'s execute to start")
             before = _calls(server, model)
             # an answer that waited for the execute to end would time out after 5 s: not ready
             assert http.is_model_ready(model) and grpc.is_model_ready(model)
@@ -220,7 +169,7 @@ def test_readiness_is_answered_while_execute_runs(server, clients, model):
 @pytest.mark.parametrize("model", ["gate", "gate_iso"])
 def test_a_slow_is_ready_fails_the_check_and_runs_once_at_a_time(server, clients, model):
     http, _ = clients
-    slow = Path(server.repo) / model / "SLOW"
+    slow = server.repositories[0] / model / "SLOW"
     slow.write_text("")
     before = _calls(server, model)
     answers: list[int] = []
@@ -233,7 +182,7 @@ def test_a_slow_is_ready_fails_the_check_and_runs_once_at_a_time(server, clients
     assert answers == [400, 400, 400]  # each gave up after 5 s
     assert _calls(server, model) == before + 1  # the three asks shared one call
     slow.unlink()
-    _wait_for(lambda: http.is_model_ready(model), f"{model} to answer ready again")  # the late answer counts
+    wait_for(lambda: http.is_model_ready(model), f"{model} to answer ready again")  # the late answer counts
 
 
 def test_with_workers_server_readiness_asks_every_workers_instance(tmp_path):
@@ -260,15 +209,15 @@ def test_a_model_with_one_version_ready_keeps_the_server_ready(server, clients):
     """inferd's readiness rule: a model serves while one of its versions does; model ready is per version."""
     http, grpc = clients
     assert http.is_model_ready("two", "1") and http.is_model_ready("two", "2")
-    flag = Path(server.repo) / "two" / "NOT_READY_2"
+    flag = server.repositories[0] / "two" / "NOT_READY_2"
     flag.write_text("")
     try:
         assert not http.is_model_ready("two", "2") and not grpc.is_model_ready("two", "2")
         assert http.is_model_ready("two", "1") and grpc.is_model_ready("two", "1")
         assert http.is_server_ready()
-        (Path(server.repo) / "two" / "NOT_READY_1").write_text("")
+        (server.repositories[0] / "two" / "NOT_READY_1").write_text("")
         assert not http.is_server_ready()
     finally:
         flag.unlink()
-        (Path(server.repo) / "two" / "NOT_READY_1").unlink(missing_ok=True)
+        (server.repositories[0] / "two" / "NOT_READY_1").unlink(missing_ok=True)
     assert http.is_server_ready()

@@ -13,7 +13,6 @@ import re
 import socket
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
+from tests.background import Background
+from tests.metrics_text import scrape
+from tests.python_models import source
+from tests.servers import Servers
 
 ECHO_CONFIG = """
 backend: "python"
@@ -49,67 +52,7 @@ class TritonPythonModel:
 # MEMORY_LIMIT; 11 results that describe a 64 MiB tensor and send no tensor block (the server once made up the
 # array, garbage past the memory limit, and answered with it); 8 logs 20000 lines, then answers; else echo+1.
 # While the file GATE (beside config.pbtxt) exists, initialize waits: the test holds a restart with it.
-BOOM_PY = """
-import ctypes, fcntl, marshal, os, socket, sys, time
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-def send_raw(body, where=None, fds=()):
-    frame = sys._getframe()
-    while "batch_id" not in frame.f_locals:  # the stub's loop, running this batch
-        frame = frame.f_back
-    sock = socket.socket(fileno=os.dup(int(sys.argv[1])))
-    data = marshal.dumps((12, (frame.f_locals["batch_id"], [body], [], 0), where))
-    socket.send_fds(sock, [data], list(fds)) if fds else sock.send(data)
-
-def result(shape, offset, nbytes):
-    return ("r", "boom", "1", "", [("OUT", ("INT32", shape, offset, nbytes))], {}, True)
-
-class TritonPythonModel:
-    def initialize(self, args):
-        gate = os.path.join(args["model_repository"], "GATE")
-        while os.path.exists(gate):
-            time.sleep(0.05)
-
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            n = int(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0])
-            if n == 1:
-                ctypes.string_at(0)
-            elif n == 2:
-                os._exit(7)
-            elif n == 3:
-                hold = np.ones(400 * 1024 * 1024, np.uint8)
-                time.sleep(30)
-            elif n == 4:
-                time.sleep(30)
-            elif n == 5:
-                send_raw(result((1,), 0, 4), where=(1 << 40, 4, 0))
-                time.sleep(30)  # the server kills us now
-            elif n == 6:
-                fd = os.memfd_create("cut")
-                os.write(fd, np.array([6], np.int32).tobytes() * 1024)
-                send_raw(result((1,), 0, 4), fds=[fd])
-                os.ftruncate(fd, 0)
-                time.sleep(30)
-            elif n == 7:
-                fd = os.memfd_create("big", os.MFD_ALLOW_SEALING)
-                os.ftruncate(fd, 1 << 30)
-                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
-                send_raw(result((1 << 28,), 0, 1 << 30), fds=[fd])
-                time.sleep(30)
-            elif n == 11:
-                send_raw(result((1 << 24,), 0, 1 << 26))
-                time.sleep(30)
-            elif n == 8:
-                for i in range(20000):
-                    pb_utils.Logger.log_info(f"flood {i}")
-            elif n == 9:
-                time.sleep(1.2)
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([n + 1], np.int32))]))
-        return out
-"""
+BOOM_PY = source("python_backend_isolation_boom")
 BOOM_PARAMS = (
     PROCESS
     + """
@@ -157,30 +100,7 @@ class TritonPythonModel:
 SLOW_PARAMS = 'parameters { key: "EXECUTE_WARN_SECS" value: { string_value: "1" } }\n'
 # Isolated, on CPU 0 only. IN 0: OUT is the bit mask of the CPUs it may run on. IN 1: polls is_cancelled() for
 # up to 30 s; once it turns true, writes how long that took to CANCELLED (beside config.pbtxt) and fails.
-CANCEL_PY = """
-import os, time
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.marker = os.path.join(args["model_repository"], "CANCELLED")
-
-    def execute(self, requests):
-        (r,) = requests
-        if int(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0]) == 0:
-            mask = sum(1 << cpu for cpu in os.sched_getaffinity(0))
-            return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([mask], np.int32))])]
-        started = time.monotonic()
-        while time.monotonic() - started < 30:
-            if r.is_cancelled():
-                with open(self.marker, "w") as f:
-                    f.write("%.2f" % (time.monotonic() - started))
-                error = pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)
-                return [pb_utils.InferenceResponse(error=error)]
-            time.sleep(0.02)
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([-1], np.int32))])]
-"""
+CANCEL_PY = source("python_backend_isolation_cancel")
 CANCEL_PARAMS = PROCESS + 'parameters { key: "CPU_AFFINITY" value: { string_value: "0" } }\n'
 # Isolated; each execute takes 0.5 s.
 NAP_PY = """
@@ -204,24 +124,19 @@ LOOP_PARAMS = PROCESS + 'parameters { key: "RESTART_LIMIT" value: { string_value
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repo = write_repository(
-        tmp_path_factory.mktemp("pyiso") / "models",
-        {
-            "healthy": {"config.pbtxt": ECHO_CONFIG, "1/model.py": ECHO_PY},
-            "healthy_iso": {"config.pbtxt": ECHO_CONFIG + PROCESS, "1/model.py": ECHO_PY},
-            "boom": {"config.pbtxt": ECHO_CONFIG + BOOM_PARAMS, "1/model.py": BOOM_PY},
-            "loop": {"config.pbtxt": ECHO_CONFIG + LOOP_PARAMS, "1/model.py": LOOP_PY},
-            "slow": {"config.pbtxt": ECHO_CONFIG + SLOW_PARAMS, "1/model.py": SLOW_PY},
-            "identity": {"config.pbtxt": IDENTITY_CONFIG + PROCESS, "1/model.py": IDENTITY_PY},
-            "cancel": {"config.pbtxt": ECHO_CONFIG + CANCEL_PARAMS, "1/model.py": CANCEL_PY},
-            "nap": {"config.pbtxt": ECHO_CONFIG + PROCESS, "1/model.py": NAP_PY},
-        },
-    )
-    srv = ServerProcess([repo]).start()
-    srv.repo = repo
-    yield srv
-    srv.stop()
+def server(serve: Servers) -> ServerProcess:
+    repo = {
+        "healthy": {"config.pbtxt": ECHO_CONFIG, "1/model.py": ECHO_PY},
+        "healthy_iso": {"config.pbtxt": ECHO_CONFIG + PROCESS, "1/model.py": ECHO_PY},
+        "boom": {"config.pbtxt": ECHO_CONFIG + BOOM_PARAMS, "1/model.py": BOOM_PY},
+        "loop": {"config.pbtxt": ECHO_CONFIG + LOOP_PARAMS, "1/model.py": LOOP_PY},
+        "slow": {"config.pbtxt": ECHO_CONFIG + SLOW_PARAMS, "1/model.py": SLOW_PY},
+        "identity": {"config.pbtxt": IDENTITY_CONFIG + PROCESS, "1/model.py": IDENTITY_PY},
+        "cancel": {"config.pbtxt": ECHO_CONFIG + CANCEL_PARAMS, "1/model.py": CANCEL_PY},
+        "nap": {"config.pbtxt": ECHO_CONFIG + PROCESS, "1/model.py": NAP_PY},
+    }
+    srv = serve(repo)
+    return srv
 
 
 def _infer(client: httpclient.InferenceServerClient, model: str, n: int) -> int:
@@ -241,34 +156,15 @@ def _wait_ready(client: httpclient.InferenceServerClient, model: str, timeout: f
         time.sleep(0.1)
 
 
-class _Load:
+def _load(url: str) -> Background:
     """Keeps the healthy models busy from a thread; counts answers and failures."""
+    client = httpclient.InferenceServerClient(url)
 
-    def __init__(self, url: str) -> None:
-        self.client = httpclient.InferenceServerClient(url)
-        self.ok = 0
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+    def ask(i: int) -> None:
+        model = ("healthy", "healthy_iso")[i % 2]
+        assert _infer(client, model, i) == i + 1, model
 
-    def _run(self) -> None:
-        i = 0
-        while not self._stop.is_set():
-            model = ("healthy", "healthy_iso")[i % 2]
-            try:
-                assert _infer(self.client, model, i) == i + 1
-                self.ok += 1
-            except Exception as exc:
-                self.failures.append(f"{model}: {exc}")
-            i += 1
-
-    def __enter__(self) -> _Load:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
+    return Background(ask)
 
 
 @pytest.mark.parametrize("size", [0, 3, 50_000, 2_000_000, 3_000_000])
@@ -330,7 +226,7 @@ def test_crashes_fail_only_their_requests_and_the_instance_comes_back(server):
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
     assert _infer(client, "boom", 10) == 11
     mapped = _shared_memory(server)
-    with _Load(server.http_url) as load:
+    with _load(server.http_url) as load:
         for n, cause in CRASHES:
             started = time.monotonic()
             with pytest.raises(InferenceServerException) as failed:
@@ -408,7 +304,7 @@ def test_a_batch_waiting_in_the_stub_counts_its_wait_as_queue_time(server):
 def test_a_stub_flooding_the_log_is_cut_to_its_budget_and_keeps_serving(server):
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
     _wait_ready(client, "boom")
-    with _Load(server.http_url) as load:
+    with _load(server.http_url) as load:
         assert _infer(client, "boom", 8) == 9
         deadline = time.monotonic() + 30
         while "log lines from model 'boom'" not in server.log():
@@ -424,7 +320,7 @@ def test_a_stub_flooding_the_log_is_cut_to_its_budget_and_keeps_serving(server):
 def test_a_restarting_instance_is_not_ready_and_says_why(server):
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
     _wait_ready(client, "boom")
-    gate = Path(server.repo) / "boom" / "GATE"
+    gate = server.repositories[0] / "boom" / "GATE"
     gate.write_text("hold the restart")
     try:
         with pytest.raises(InferenceServerException, match="SIGSEGV"):
@@ -476,7 +372,7 @@ def test_a_crash_loop_ends_unavailable_with_the_reason(server):
 def test_metrics_count_crashes_by_cause_and_restarts(server):
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
     _wait_ready(client, "boom")
-    text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30).read().decode()
+    text = scrape(server)
     samples = []
     for line in text.splitlines():
         match = re.fullmatch(r"(inferd_python_stub_\w+)\{(.*)\} (\S+)", line)
@@ -518,7 +414,7 @@ def test_the_stub_runs_on_the_cpus_of_cpu_affinity(server):
 
 def test_a_client_that_goes_away_makes_is_cancelled_true_in_the_stub(server):
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
-    marker = Path(server.repo) / "cancel" / "CANCELLED"
+    marker = server.repositories[0] / "cancel" / "CANCELLED"
     body = b'{"inputs":[{"name":"IN","shape":[1],"datatype":"INT32","data":[1]}]}'
     with socket.create_connection(("127.0.0.1", server.http_port)) as sock:
         sock.sendall(b"POST /v2/models/cancel/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

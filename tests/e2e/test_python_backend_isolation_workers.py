@@ -17,7 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
+from tests.background import Background
+from tests.python_models import source
+from tests.servers import Servers
 
 CONFIG = """
 backend: "python"
@@ -33,25 +36,7 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN")
                 .as_numpy() + 1)]) for r in requests]
 """
-BOOM_PY = """
-import ctypes, os
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.busy = os.path.join(args["model_repository"], "BUSY")
-
-    def execute(self, requests):
-        n = int(pb_utils.get_input_tensor_by_name(requests[0], "IN").as_numpy()[0])
-        if n == 1:
-            ctypes.string_at(0)
-        if n == 2:
-            with open(self.busy, "w") as f:
-                f.write(str(os.getpid()))
-            ctypes.PyDLL(None).sleep(60)  # stuck in native code that holds the GIL: no thread of the stub runs
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([n + 1], np.int32))])]
-"""
+BOOM_PY = source("python_backend_isolation_workers_boom")
 BOOM_PARAMS = """
 parameters { key: "EXECUTION_MODE" value: { string_value: "process" } }
 instance_group [ { count: 2 kind: KIND_CPU } ]
@@ -59,18 +44,13 @@ instance_group [ { count: 2 kind: KIND_CPU } ]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repo = write_repository(
-        tmp_path_factory.mktemp("pyisow") / "models",
-        {
-            "healthy": {"config.pbtxt": CONFIG, "1/model.py": ECHO_PY},
-            "boom": {"config.pbtxt": CONFIG + BOOM_PARAMS, "1/model.py": BOOM_PY},
-        },
-    )
-    srv = ServerProcess([repo], ["--workers", "2"]).start()
-    srv.repo = repo
-    yield srv
-    srv.stop()
+def server(serve: Servers) -> ServerProcess:
+    repo = {
+        "healthy": {"config.pbtxt": CONFIG, "1/model.py": ECHO_PY},
+        "boom": {"config.pbtxt": CONFIG + BOOM_PARAMS, "1/model.py": BOOM_PY},
+    }
+    srv = serve(repo, "--workers", "2")
+    return srv
 
 
 def _infer(server: ServerProcess, model: str, n: int, timeout: float = 60) -> tuple[int, str]:
@@ -88,34 +68,14 @@ def _infer(server: ServerProcess, model: str, n: int, timeout: float = 60) -> tu
     return response.status, answer["outputs"][0]["data"][0]
 
 
-class _Load:
+def _load(server: ServerProcess) -> Background:
     """Keeps ``healthy`` busy from a thread, a new connection per request; counts failures."""
 
-    def __init__(self, server: ServerProcess) -> None:
-        self.server = server
-        self.ok = 0
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+    def ask(i: int) -> None:
+        answer = _infer(server, "healthy", i)
+        assert answer == (200, i + 1), answer
 
-    def _run(self) -> None:
-        i = 0
-        while not self._stop.is_set():
-            try:
-                answer = _infer(self.server, "healthy", i)
-                assert answer == (200, i + 1), answer
-                self.ok += 1
-            except Exception as exc:
-                self.failures.append(repr(exc))
-            i += 1
-
-    def __enter__(self) -> _Load:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
+    return Background(ask)
 
 
 def _serving(server: ServerProcess, model: str, times: int = 8, timeout: float = 120) -> None:
@@ -134,7 +94,7 @@ def _serving(server: ServerProcess, model: str, times: int = 8, timeout: float =
 
 def test_a_crash_in_one_workers_stub_fails_only_its_request_and_the_stub_comes_back(server):
     _serving(server, "boom")
-    with _Load(server) as load:
+    with _load(server) as load:
         for _ in range(3):
             status, error = _infer(server, "boom", 1)
             assert status == 500 and "is not healthy.; it was killed by signal 11 (SIGSEGV)" in error, error
@@ -144,7 +104,7 @@ def test_a_crash_in_one_workers_stub_fails_only_its_request_and_the_stub_comes_b
 
 
 def test_a_worker_killed_with_sigkill_leaves_no_stub_behind(server):
-    busy = Path(server.repo) / "boom" / "BUSY"
+    busy = server.repositories[0] / "boom" / "BUSY"
     busy.unlink(missing_ok=True)
     deadline = time.monotonic() + 60
     answers: list[tuple[int, str]] = []

@@ -19,7 +19,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
+from tests.python_models import source
+from tests.servers import Servers
 
 # Not decoupled: runs each request IN times (rescheduling it in between), then answers OUT = runs
 # and CID = "<correlation id>|flags=<flags seen on each run>".
@@ -30,30 +32,7 @@ sequence_batching { iterative_sequence: true }
 input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "CID" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
-PLAIN_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.flags = {}
-
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            key = request.correlation_id()
-            seen = self.flags.setdefault(key, [])
-            seen.append(request.flags())
-            if len(seen) < int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0]):
-                request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
-                responses.append(None)
-                continue
-            del self.flags[key]
-            responses.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("OUT", np.array([len(seen)], np.int32)),
-                pb_utils.Tensor("CID", np.array([f"{key!r}|flags={seen}".encode()], np.object_))]))
-        return responses
-"""
+PLAIN_PY = source("python_backend_iterative_plain")
 # Decoupled, batching (NVIDIA's rescheduling example): IN responses counting down to 0, one per run.
 DECOUPLED_CONFIG = """
 backend: "python"
@@ -63,33 +42,7 @@ sequence_batching { iterative_sequence: true }
 input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "CID" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
-DECOUPLED_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.remaining = {}
-
-    def execute(self, requests):
-        for request in requests:
-            sender = request.get_response_sender()
-            key = request.correlation_id()
-            if key not in self.remaining:
-                self.remaining[key] = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0, 0])
-            self.remaining[key] -= 1
-            left = self.remaining[key]
-            response = pb_utils.InferenceResponse([
-                pb_utils.Tensor("OUT", np.array([[left]], np.int32)),
-                pb_utils.Tensor("CID", np.array([[f"{key!r}|flags={request.flags()}".encode()]], np.object_))])
-            if left <= 0:
-                del self.remaining[key]
-                sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-            else:
-                request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
-                sender.send(response)
-        return None
-"""
+DECOUPLED_PY = source("python_backend_iterative_decoupled")
 # Reschedules without iterative_sequence: an error, not a hang.
 NOT_ITERATIVE_CONFIG = """
 backend: "python"
@@ -113,18 +66,13 @@ def _model(config: str, code: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repo = write_repository(
-        tmp_path_factory.mktemp("pyiter") / "models",
-        {
-            "iter_plain": _model(PLAIN_CONFIG, PLAIN_PY),
-            "iter_dec": _model(DECOUPLED_CONFIG, DECOUPLED_PY),
-            "not_iterative": _model(NOT_ITERATIVE_CONFIG, NOT_ITERATIVE_PY),
-        },
-    )
-    srv = ServerProcess([repo]).start()
-    yield srv
-    srv.stop()
+def server(serve: Servers) -> ServerProcess:
+    repo = {
+        "iter_plain": _model(PLAIN_CONFIG, PLAIN_PY),
+        "iter_dec": _model(DECOUPLED_CONFIG, DECOUPLED_PY),
+        "not_iterative": _model(NOT_ITERATIVE_CONFIG, NOT_ITERATIVE_PY),
+    }
+    return serve(repo)
 
 
 def _infer(server, protocol: str, model: str, n: int, **kw) -> tuple[int, str]:

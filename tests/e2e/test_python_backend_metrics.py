@@ -18,6 +18,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
+from tests.python_models import source
+from tests.servers import Servers
 
 CONFIG = """
 backend: "python"
@@ -26,49 +28,7 @@ input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "INFO" data_type: TYPE_STRING dims: [ -1 ] } ]
 """
 # Records IN in a counter (two label sets), a gauge and a histogram; INFO: what the misuses raised.
-MODEL_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-def attempt(info, label, fn):
-    try:
-        fn()
-        info.append(label + ": ok")
-    except pb_utils.TritonModelException as e:
-        info.append(label + ": " + str(e))
-
-class TritonPythonModel:
-    def initialize(self, args):
-        MF = pb_utils.MetricFamily
-        self.counter_f = MF(name="pyback_requests", description="Requests seen", kind=MF.COUNTER)
-        self.gauge_f = gauge_f = MF(name="pyback_last_value", description="Last value", kind=MF.GAUGE)
-        self.hist_f = hist_f = MF(name="pyback_value_hist", description="Values", kind=MF.HISTOGRAM)
-        self.counter = self.counter_f.Metric(labels={"model": "metrics_model", "kind": "a"})
-        self.counter_b = self.counter_f.Metric(labels={"model": "metrics_model", "kind": "b"})
-        self.gauge = gauge_f.Metric(labels={"model": "metrics_model"})
-        self.hist = hist_f.Metric(labels={"model": "metrics_model"}, buckets=[1.0, 5.0, 10.0])
-        self.info = info = []
-        attempt(info, "same family again", lambda: MF("pyback_requests", "Requests seen", MF.COUNTER))
-        attempt(info, "histogram without buckets", lambda: hist_f.Metric(labels={"x": "1"}))
-        attempt(info, "set a counter", lambda: self.counter.set(3))
-        attempt(info, "negative counter", lambda: self.counter.increment(-1))
-        attempt(info, "observe a gauge", lambda: self.gauge.observe(1))
-        attempt(info, "increment a histogram", lambda: self.hist.increment(1))
-        attempt(info, "value of a histogram", lambda: self.hist.value())
-        attempt(info, "same family, other kind", lambda: MF("pyback_requests", "Requests seen", MF.GAUGE))
-
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            v = float(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0])
-            self.counter.increment(v)
-            self.counter_b.increment(1)
-            self.gauge.set(v)
-            self.hist.observe(v)
-            info = self.info + [f"counter={self.counter.value()}", f"gauge={self.gauge.value()}"]
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("INFO", np.array([s.encode() for s in info]))]))
-        return out
-"""
+MODEL_PY = source("python_backend_metrics")
 # Creates a family whose name another model already uses with another kind: its load fails.
 CONFLICT_PY = """
 import triton_python_backend_utils as pb_utils
@@ -87,14 +47,9 @@ def _model(code: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repo = write_repository(
-        tmp_path_factory.mktemp("pymetrics") / "models",
-        {"metrics_model": _model(MODEL_PY), "conflict": _model(CONFLICT_PY)},
-    )
-    srv = ServerProcess([repo], ["--model-control-mode=explicit", "--load-model=metrics_model"]).start()
-    yield srv
-    srv.stop()
+def server(serve: Servers) -> ServerProcess:
+    repo = {"metrics_model": _model(MODEL_PY), "conflict": _model(CONFLICT_PY)}
+    return serve(repo, "--model-control-mode=explicit", "--load-model=metrics_model")
 
 
 def _scrape(server, accept: str = "") -> str:
@@ -208,29 +163,7 @@ max_batch_size: 0
 input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "PID" data_type: TYPE_INT64 dims: [ 1 ] } ]
 """
-WORKER_PY = """
-import os
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        MF = pb_utils.MetricFamily
-        self.counted = MF("pyback_worker_requests", "Requests", MF.COUNTER)
-        self.sizes = MF("pyback_worker_sizes", "Sizes", MF.HISTOGRAM)
-        self.last = MF("pyback_worker_last", "Last", MF.GAUGE)
-        self.counter = self.counted.Metric(labels={})
-        self.hist = self.sizes.Metric(labels={}, buckets=[1.0])
-        self.gauge = self.last.Metric(labels={})
-
-    def execute(self, requests):
-        for r in requests:
-            self.counter.increment(1)
-            self.hist.observe(float(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0]))
-            self.gauge.set(os.getpid())
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("PID", np.array([os.getpid()], np.int64))])
-                for r in requests]
-"""
+WORKER_PY = source("python_backend_metrics_worker")
 
 
 def test_with_workers_counters_and_histograms_are_summed_over_the_workers(tmp_path):

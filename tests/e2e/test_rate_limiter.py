@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
+from tests.servers import Servers
 
 RECORDER = """
 import json
@@ -77,14 +77,14 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def limited(repo: tuple[Path, Path]) -> Iterator[ServerProcess]:
+def limited(repo: tuple[Path, Path], serve: Servers) -> ServerProcess:
     args = ["--rate-limit=execution_count", "--rate-limit-resource=Q:2", "--exit-on-error=false",
             "--strict-readiness=false"]  # fmt: skip
-    with ServerProcess([repo[0]], args) as srv:
-        index = {m["name"]: m for m in httpclient.InferenceServerClient(srv.http_url).get_model_repository_index()}
-        unready = {name: m.get("reason") for name, m in index.items() if name != "greedy" and m["state"] != "READY"}
-        assert not unready, f"models that failed to load (greedy should, alone): {unready}\n{srv.log()}"
-        yield srv
+    srv = serve(repo[0], *args)
+    index = {m["name"]: m for m in httpclient.InferenceServerClient(srv.http_url).get_model_repository_index()}
+    unready = {name: m.get("reason") for name, m in index.items() if name != "greedy" and m["state"] != "READY"}
+    assert not unready, f"models that failed to load (greedy should, alone): {unready}\n{srv.log()}"
+    return srv
 
 
 def _infer(url: str, model: str, seconds: float, protocol: str = "http") -> None:

@@ -8,7 +8,6 @@ import http.client
 import json
 import select
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -20,6 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e.h2_client import RawConnection
+from tests.servers import Servers
 
 LIMIT = 1 << 20  # the small server's --http-max-input-size
 DEFAULT = 1 << 26  # Triton's default: 64 MiB
@@ -49,16 +49,13 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def small(repo: Path) -> Iterator[ServerProcess]:
-    args = [f"--http-max-input-size={LIMIT}", f"--grpc-max-message-bytes={LIMIT}"]
-    with ServerProcess([repo], args) as srv:
-        yield srv
+def small(repo: Path, serve: Servers) -> ServerProcess:
+    return serve(repo, f"--http-max-input-size={LIMIT}", f"--grpc-max-message-bytes={LIMIT}")
 
 
 @pytest.fixture(scope="module")
-def default(repo: Path) -> Iterator[ServerProcess]:
-    with ServerProcess([repo]) as srv:
-        yield srv
+def default(repo: Path, serve: Servers) -> ServerProcess:
+    return serve(repo)
 
 
 def _head(length: int | None) -> bytes:
@@ -133,9 +130,8 @@ def test_requests_under_the_limit_are_served_and_over_it_refused_by_tritonclient
 
 
 @pytest.fixture(scope="module")
-def small_grpcio(repo: Path) -> Iterator[ServerProcess]:
-    with ServerProcess([repo], [f"--grpc-max-message-bytes={LIMIT}", "--grpc-transport=grpcio"]) as srv:
-        yield srv
+def small_grpcio(repo: Path, serve: Servers) -> ServerProcess:
+    return serve(repo, f"--grpc-max-message-bytes={LIMIT}", "--grpc-transport=grpcio")
 
 
 @pytest.mark.parametrize("transport", ["h2", "grpcio"])

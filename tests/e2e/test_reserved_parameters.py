@@ -25,8 +25,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.e2e import models
+from tests.python_models import source
+from tests.servers import Servers
 
 CONFIG = """
 backend: "python"
@@ -36,15 +38,7 @@ output [ { name: "PARAMS" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
 DECOUPLED = "model_transaction_policy { decoupled: true }\n"
 PROCESS = 'parameters { key: "EXECUTION_MODE" value: { string_value: "process" } }\n'
-MODEL_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("PARAMS", np.array([r.parameters()], dtype=np.object_))])
-                for r in requests]
-"""
+MODEL_PY = source("parameters")
 DECOUPLED_PY = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -68,16 +62,15 @@ GRPC_SENTENCE = ("parameter keys starting with 'triton_' are reserved for Triton
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("reserved") / "models", {
-        "params": models.simple(CONFIG, MODEL_PY),
-        "params_isolated": models.simple(CONFIG + PROCESS, MODEL_PY),
-        "stream": models.simple(CONFIG + DECOUPLED, DECOUPLED_PY),
-        "stream_isolated": models.simple(CONFIG + DECOUPLED + PROCESS, DECOUPLED_PY),
-    })  # fmt: skip
-    proc = ServerProcess([repo]).start()
-    yield proc
-    proc.stop()
+def server(serve: Servers) -> ServerProcess:
+    return serve(
+        {
+            "params": models.simple(CONFIG, MODEL_PY),
+            "params_isolated": models.simple(CONFIG + PROCESS, MODEL_PY),
+            "stream": models.simple(CONFIG + DECOUPLED, DECOUPLED_PY),
+            "stream_isolated": models.simple(CONFIG + DECOUPLED + PROCESS, DECOUPLED_PY),
+        }
+    )
 
 
 @pytest.fixture(scope="module")

@@ -14,16 +14,17 @@ import sys
 from collections.abc import Iterator
 
 import grpc
-import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.e2e import models
 from tests.e2e.raw_http import raw_http
+from tests.servers import Servers
+from tests.triton_clients import add_sub_inputs
 
 HTTP_FLAGS = ["--http-restricted-api=model-repository,logging:admin-key=secret1",
               "--http-restricted-api=inference:ikey=ival"]  # fmt: skip
@@ -35,18 +36,18 @@ GRPC_SENTENCE = "This protocol is restricted, expecting header 'triton-grpc-prot
 
 
 @pytest.fixture(scope="module", params=["h2", "grpcio"])
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("restricted") / "models", {"add_sub": models.add_sub()})
-    args = ["--grpc-transport", request.param, "--model-control-mode=explicit", "--load-model=add_sub",
-            *HTTP_FLAGS, *GRPC_FLAGS]  # fmt: skip
-    proc = ServerProcess([repo], args).start()
-    yield proc
-    proc.stop()
-
-
-def _infer_body() -> bytes:
-    tensor = {"shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}
-    return json.dumps({"inputs": [{"name": "INPUT0", **tensor}, {"name": "INPUT1", **tensor}]}).encode()
+def server(request: pytest.FixtureRequest, serve: Servers) -> Iterator[ServerProcess]:
+    repo = {"add_sub": models.add_sub()}
+    args = [
+        "--grpc-transport",
+        request.param,
+        "--model-control-mode=explicit",
+        "--load-model=add_sub",
+        *HTTP_FLAGS,
+        *GRPC_FLAGS,
+    ]
+    with serve(repo, *args) as proc:
+        yield proc
 
 
 @pytest.mark.parametrize(
@@ -71,7 +72,7 @@ def test_http_restricted_group_without_or_with_a_wrong_key_is_403(server, method
 def test_http_restricted_group_with_its_key_is_served(server):
     status, _, body = raw_http(server, "POST", "/v2/repository/index", {"Admin-Key": "secret1"})
     assert status == 200 and [m["name"] for m in json.loads(body)] == ["add_sub"]
-    status, _, body = raw_http(server, "POST", "/v2/models/add_sub/infer", {"ikey": "ival"}, _infer_body())
+    status, _, body = raw_http(server, "POST", "/v2/models/add_sub/infer", {"ikey": "ival"}, models.ADD_SUB_JSON)
     assert status == 200
     assert json.loads(body)["outputs"][0]["data"] == [2.0, 4.0, 6.0, 8.0]
 
@@ -93,15 +94,6 @@ def test_tritonclient_http_sends_the_key_as_a_header(server):
     assert [m["name"] for m in index] == ["add_sub"]
 
 
-def _inputs() -> list[grpcclient.InferInput]:
-    out = []
-    for name in ("INPUT0", "INPUT1"):
-        tensor = grpcclient.InferInput(name, [1, 4], "FP32")
-        tensor.set_data_from_numpy(np.ones((1, 4), np.float32))
-        out.append(tensor)
-    return out
-
-
 @pytest.mark.parametrize(
     ("call", "key"),
     [
@@ -109,7 +101,7 @@ def _inputs() -> list[grpcclient.InferInput]:
         (lambda c, h: c.is_model_ready("add_sub", headers=h), "hk"),
         (lambda c, h: c.get_model_repository_index(headers=h), "admin-key"),
         (lambda c, h: c.unload_model("add_sub", headers=h), "admin-key"),
-        (lambda c, h: c.infer("add_sub", _inputs(), headers=h), "admin-key"),
+        (lambda c, h: c.infer("add_sub", add_sub_inputs(), headers=h), "admin-key"),
     ],
 )
 def test_grpc_restricted_protocol_without_or_with_a_wrong_key_is_unavailable(server, call, key):
@@ -125,7 +117,7 @@ def test_grpc_restricted_protocol_with_its_key_is_served(server):
     client = grpcclient.InferenceServerClient(server.grpc_url)
     assert client.is_server_live(headers={"triton-grpc-protocol-hk": "hv"})
     assert [m.name for m in client.get_model_repository_index(headers=ADMIN).models] == ["add_sub"]
-    result = client.infer("add_sub", _inputs(), headers=ADMIN)
+    result = client.infer("add_sub", add_sub_inputs(), headers=ADMIN)
     assert result.as_numpy("OUTPUT0").tolist() == [[2.0, 2.0, 2.0, 2.0]]
     assert client.get_server_metadata().name == "inferd"  # metadata is not restricted
 
@@ -149,7 +141,7 @@ def test_grpc_stream_with_its_key_is_served(server):
     client = grpcclient.InferenceServerClient(server.grpc_url)
     results: list[object] = []
     client.start_stream(lambda result, error: results.append(error or result), headers=ADMIN)
-    client.async_stream_infer("add_sub", _inputs())
+    client.async_stream_infer("add_sub", add_sub_inputs())
     client.stop_stream()
     assert len(results) == 1
     assert results[0].as_numpy("OUTPUT1").tolist() == [[0.0, 0.0, 0.0, 0.0]]

@@ -25,7 +25,8 @@ from inferd.frontends.grpc import grpc_service_pb2 as pb
 from inferd.frontends.grpc import health_pb2, traffic_pb2
 from inferd.frontends.grpc.service import RPCS, STREAM_RPC, Rpc
 from inferd.frontends.http.app import INFER_ROUTES, ROUTES, HttpRoute
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
+from tests.servers import Servers
 
 HTTP_SENTENCE = "This API is restricted, expecting header '{}'"
 GRPC_SENTENCE = "This protocol is restricted, expecting header 'triton-grpc-protocol-{}'"
@@ -51,13 +52,12 @@ class RestrictedServer(ServerProcess):
 
 
 @pytest.fixture(scope="module", params=["h2", "grpcio"])
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("route-groups") / "models", {})
+def server(request: pytest.FixtureRequest, serve: Servers) -> Iterator[ServerProcess]:
     flags = [f"--http-restricted-api={g.value}:{header(g)}=yes" for g in ApiGroup]
     flags += [f"--grpc-restricted-protocol={g.value}:{header(g)}=yes" for g in ApiGroup]
     args = ["--grpc-transport", request.param, "--model-control-mode=explicit", "--openai-port", "0",
             "--openai-address", "127.0.0.1", *flags]  # fmt: skip
-    with RestrictedServer([repo], args) as proc:
+    with serve({}, *args, kind=RestrictedServer) as proc:
         yield proc
 
 

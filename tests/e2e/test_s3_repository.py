@@ -22,8 +22,9 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, free_port
 from tests.e2e import models
-from tests.e2e.test_lifecycle import BROKEN_PY, add_sub_call, index_of, wait_for
 from tests.lazy import lazy_import
+from tests.triton_clients import add_sub_call, repository_index
+from tests.waiting import wait_for
 
 boto3 = lazy_import("boto3", skip="boto3 comes with inferd's s3 extra (make install)")
 lazy_import("moto", skip="moto[server] is a test dependency (requirements-dev.txt)")
@@ -142,7 +143,7 @@ def test_poll_mode_picks_up_changes_in_the_bucket_under_traffic(s3, tmp_path):
         np.testing.assert_array_equal(grpc_add_sub(srv.grpc_url, "late"), [[1002, 1004, 1006, 1008]])
 
         # a new version uploaded: the policy (latest 1) switches to it
-        s3.upload("models", "repo/v1", {"add_sub": {"2/model.py": models.ADD_SUB_PY.format(offset=10)}})
+        s3.upload("models", "repo/v1", {"add_sub": {"2/model.py": models.add_sub_py(10)}})
         wait_for(lambda: client.get_model_metadata("add_sub")["versions"] == ["2"], what="version 2")
         np.testing.assert_array_equal(add_sub_call(client, "add_sub"), [[12, 14, 16, 18]])
 
@@ -152,15 +153,15 @@ def test_poll_mode_picks_up_changes_in_the_bucket_under_traffic(s3, tmp_path):
         wait_for(lambda: client.get_model_config("add_sub")["max_batch_size"] == 3, what="changed config")
 
         # a broken upload keeps the old version serving, its reason in the index
-        s3.upload("models", "repo/v1", {"add_sub": {"2/model.py": BROKEN_PY}})
-        wait_for(lambda: "cannot import" in index_of(client)[("add_sub", "2")][1], what="failed reload")
-        s3.upload("models", "repo/v1", {"add_sub": {"2/model.py": models.ADD_SUB_PY.format(offset=20)}})
+        s3.upload("models", "repo/v1", {"add_sub": {"2/model.py": models.BROKEN_PY}})
+        wait_for(lambda: "cannot import" in repository_index(client)[("add_sub", "2")][1], what="failed reload")
+        s3.upload("models", "repo/v1", {"add_sub": {"2/model.py": models.add_sub_py(20)}})
         wait_for(lambda: add_sub_call(client, "add_sub")[0, 0] == 22, what="repaired model")
 
         # a removed model
         s3.delete("models", "repo/v1", "late")
         # not ready first, then (once its unload is done) out of the index: wait for the end state
-        wait_for(lambda: "late" not in {name for name, _ in index_of(client)}, what="removal")
+        wait_for(lambda: "late" not in {name for name, _ in repository_index(client)}, what="removal")
         assert not client.is_model_ready("late")
         with pytest.raises(InferenceServerException):
             add_sub_call(client, "late")
@@ -178,11 +179,11 @@ def test_a_bucket_that_disappears_keeps_the_models_serving(s3, tmp_path):
     url = s3.url("models")
     with inferd(tmp_path, url, POLL) as srv:
         client = httpclient.InferenceServerClient(srv.http_url)
-        assert index_of(client)[("add_sub", "1")] == ("READY", "")
+        assert repository_index(client)[("add_sub", "1")] == ("READY", "")
 
         s3.reset()  # the bucket is deleted
-        wait_for(lambda: index_of(client)[("add_sub", "1")][1] != "", what="reason in the index")
-        state, reason = index_of(client)[("add_sub", "1")]
+        wait_for(lambda: repository_index(client)[("add_sub", "1")][1] != "", what="reason in the index")
+        state, reason = repository_index(client)[("add_sub", "1")]
         assert state == "READY" and reason.startswith(f"failed to poll model repository '{url}': NoSuchBucket"), reason
         np.testing.assert_array_equal(add_sub_call(client, "add_sub"), [[2, 4, 6, 8]])
         assert client.is_server_ready()
@@ -196,10 +197,10 @@ def test_a_bucket_that_disappears_keeps_the_models_serving(s3, tmp_path):
         # A poll between the bucket's creation and the upload's end sees an empty repository (or a model
         # without its version) and unloads the model: a 404 until the next poll, then the new version.
         wait_for(lambda: _answers(client, 7), what="bucket back")
-        assert index_of(client)[("add_sub", "1")] == ("READY", "")
+        assert repository_index(client)[("add_sub", "1")] == ("READY", "")
 
         s3.stop()  # the server goes away
-        wait_for(lambda: "Could not connect" in index_of(client)[("add_sub", "1")][1], what="unreachable store")
+        wait_for(lambda: "Could not connect" in repository_index(client)[("add_sub", "1")][1], what="unreachable store")
         np.testing.assert_array_equal(grpc_add_sub(srv.grpc_url, "add_sub"), [[7, 9, 11, 13]])
     log = (tmp_path / "inferd.log").read_text()
     assert f"failed to poll model repository '{url}': NoSuchBucket" in log
@@ -215,7 +216,7 @@ def test_explicit_mode_loads_from_the_bucket(s3, tmp_path):
         assert not client.is_model_ready("other")
         client.load_model("other")
         np.testing.assert_array_equal(add_sub_call(client, "other"), [[102, 104, 106, 108]])
-        s3.upload("models", "a/b", {"other": {"1/model.py": models.ADD_SUB_PY.format(offset=200)}})
+        s3.upload("models", "a/b", {"other": {"1/model.py": models.add_sub_py(200)}})
         client.load_model("other")
         np.testing.assert_array_equal(add_sub_call(client, "other"), [[202, 204, 206, 208]])
 

@@ -16,9 +16,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.e2e import models
 from tests.e2e.plugin_site import env_with, install_into
+from tests.servers import Servers
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "tagging_scheduler_plugin.py"
 
@@ -57,20 +58,15 @@ def site(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(site, tmp_path_factory):
+def server(site, serve: Servers) -> ServerProcess:
     """``inferd serve`` with the plugin installed; ``misnamed`` is in the repository, not loaded."""
-    add_sub = {"1/model.py": models.ADD_SUB_PY.format(offset=0)}
-    repo = write_repository(
-        tmp_path_factory.mktemp("sched") / "models",
-        {
-            "tagged": {"config.pbtxt": models.ADD_SUB_CONFIG + TWO_INSTANCES + selecting("tagging"), **add_sub},
-            "plain": {"config.pbtxt": models.ADD_SUB_CONFIG + "dynamic_batching { }\n", **add_sub},
-            "misnamed": {"config.pbtxt": models.ADD_SUB_CONFIG + selecting("priority"), **add_sub},
-        },
-    )
-    args = ["--model-control-mode=explicit", "--load-model=tagged", "--load-model=plain"]
-    with ServerProcess([repo], args, env=env_with(site)) as srv:
-        yield srv
+    add_sub = {"1/model.py": models.add_sub_py(0)}
+    repo = {
+        "tagged": {"config.pbtxt": models.ADD_SUB_CONFIG + TWO_INSTANCES + selecting("tagging"), **add_sub},
+        "plain": {"config.pbtxt": models.ADD_SUB_CONFIG + "dynamic_batching { }\n", **add_sub},
+        "misnamed": {"config.pbtxt": models.ADD_SUB_CONFIG + selecting("priority"), **add_sub},
+    }
+    return serve(repo, "--model-control-mode=explicit", "--load-model=tagged", "--load-model=plain", env=env_with(site))
 
 
 def _infer(module, url: str, model: str) -> tuple[np.ndarray, dict[str, str]]:

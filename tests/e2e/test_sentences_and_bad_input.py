@@ -15,7 +15,6 @@ import http.client
 import json
 import re
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -29,6 +28,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
+from tests.servers import Servers
 
 NO_OUTPUT_PY = """
 import triton_python_backend_utils as pb_utils
@@ -48,16 +48,15 @@ def _inputs_config(optional: bool) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(tmp_path_factory.mktemp("sentences") / "models", {
+def server(serve: Servers) -> ServerProcess:
+    repo = {
         "add_sub": models.add_sub(),
         "echo": models.simple(models.ECHO_CONFIG, models.ECHO_PY),
         "input_all_required": models.simple(_inputs_config(False), NO_OUTPUT_PY),
         "input_optional": models.simple(_inputs_config(True), NO_OUTPUT_PY),
-    })  # fmt: skip
+    }
     args = ["--model-control-mode=explicit", "--load-model=*", "--log-verbose=1"]
-    with ServerProcess([repo], args) as srv:
-        yield srv
+    return serve(repo, *args)
 
 
 def _http_error(srv: ServerProcess, method: str, path: str, body: bytes | str, headers: dict | None = None):
@@ -89,7 +88,7 @@ def _fp32_inputs(module, names: list[str]) -> list:
     return out
 
 
-# -- item 6: Triton's sentences -------------------------------------------------------------------
+# -- Triton's sentences -------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("model", "expected"), [
@@ -144,7 +143,7 @@ def test_load_outside_explicit_mode_says_polling(tmp_path: Path) -> None:
                for m in messages), messages  # fmt: skip
 
 
-# -- item 10: generate, and request text in the log ----------------------------------------------
+# -- generate, and request text in the log ----------------------------------------------
 
 
 def test_generate_takes_the_id_and_refuses_duplicate_keys(server: ServerProcess) -> None:
@@ -194,7 +193,7 @@ def test_request_text_cannot_forge_log_lines(server: ServerProcess, log_format: 
         client.update_log_settings({"log_format": "default"})
 
 
-# -- item 11: bad inputs ----------------------------------------------------------------------------
+# -- bad inputs ----------------------------------------------------------------------------
 
 ADD_SUB_INPUTS = [{"name": n, "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]} for n in ("INPUT0", "INPUT1")]
 

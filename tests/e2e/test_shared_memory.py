@@ -13,8 +13,6 @@ import json
 import os
 import queue
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,22 +28,11 @@ from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 from inferd.shared_memory.cuda import unusable_reason
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
+from tests.http_calls import http_call
+from tests.python_models import python_model, source
+from tests.servers import Servers
+from tests.triton_clients import error_of
 
-IDENTITY_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "INPUT" data_type: TYPE_STRING dims: [ -1 ] } ]
-output [ { name: "OUTPUT" data_type: TYPE_STRING dims: [ -1 ] } ]
-"""
-IDENTITY_PY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT",
-                pb_utils.get_input_tensor_by_name(r, "INPUT").as_numpy())]) for r in requests]
-"""
 SLOW_CONFIG = """
 backend: "python"
 max_batch_size: 0
@@ -59,26 +46,7 @@ max_batch_size: 0
 input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "ORIGIN" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
-ORIGIN_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-def origin(array):
-    base = array
-    while isinstance(base, np.ndarray) and base.base is not None:
-        base = base.base
-    if isinstance(base, memoryview):
-        base = base.obj
-    return type(base).__name__
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("ORIGIN", np.array(
-            [origin(pb_utils.get_input_tensor_by_name(r, "X").as_numpy()).encode()], dtype=np.object_))])
-            for r in requests]
-"""
+ORIGIN_PY = source("shared_memory_origin")
 # Touches MARKER when it starts executing, then takes a second.
 SLOW_PY = """
 import pathlib
@@ -104,16 +72,15 @@ def marker(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, marker: Path) -> Iterator[ServerProcess]:
-    root = write_repository(tmp_path_factory.mktemp("shm") / "models", {
+def server(marker: Path, serve: Servers) -> ServerProcess:
+    repo = {
         "add_sub": models.add_sub(),
-        "identity": models.simple(IDENTITY_CONFIG, IDENTITY_PY),
+        "identity": python_model("string_identity"),
         "origin": models.simple(ORIGIN_CONFIG, ORIGIN_PY),
         "slow": models.simple(SLOW_CONFIG, SLOW_PY.format(marker=str(marker))),
         "cached": models.add_sub(config=models.ADD_SUB_CONFIG + "response_cache { enable: true }\n"),
-    })  # fmt: skip
-    with ServerProcess([root], ["--cache-config", "local,size=1048576"]) as srv:
-        yield srv
+    }
+    return serve(repo, "--cache-config", "local,size=1048576")
 
 
 Client = httpclient.InferenceServerClient | grpcclient.InferenceServerClient
@@ -186,12 +153,6 @@ def run(client: Client, request: tuple[list[Any], list[Any]]) -> Any:
     return client.infer("add_sub", request[0], outputs=request[1])
 
 
-def error_of(call: Callable[[], Any]) -> tuple[str, str]:
-    with pytest.raises(InferenceServerException) as info:
-        call()
-    return str(info.value.status()), info.value.message()
-
-
 def expect(protocol: str, http_status: str, grpc_code: str) -> str:
     return http_status if protocol == "http" else f"StatusCode.{grpc_code}"
 
@@ -256,12 +217,7 @@ def test_register_errors(client: Client, protocol: str, region: Any) -> None:
 
 def _http(server: ServerProcess, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
     data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-    request = urllib.request.Request(f"http://{server.http_url}{path}", data=data, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+    return http_call(f"http://{server.http_url}{path}", method, data, timeout=10)
 
 
 def test_http_routes_and_bodies(server: ServerProcess, region: Any) -> None:

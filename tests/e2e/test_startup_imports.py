@@ -8,10 +8,11 @@ server's log) per module imported, and the test reads the module names back from
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 
 from inferd.testing import ServerProcess, write_repository
-from tests.conftest import python_model_files
+from tests.e2e.models import simple
 
 ADD_ONE = """
     backend: "python"
@@ -42,7 +43,9 @@ IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", re.MULTILI
 
 
 def test_a_plain_start_imports_no_framework_and_nothing_it_does_not_serve(tmp_path: Path):
-    repo = write_repository(tmp_path / "models", {"add_one": python_model_files(ADD_ONE, ADD_ONE_PY)})
+    repo = write_repository(
+        tmp_path / "models", {"add_one": simple(textwrap.dedent(ADD_ONE), textwrap.dedent(ADD_ONE_PY))}
+    )
     with ServerProcess([repo], env={"PYTHONPROFILEIMPORTTIME": "1"}) as srv:
         imported = set(IMPORT_LINE.findall(srv.log()))
     assert "inferd_backend_python.backend" in imported, "no import lines in the log:\n" + srv.log()[-2000:]

@@ -6,17 +6,17 @@ machine for reasons that are not the server's."""
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.auth import digest
+from inferd.testing import ServerProcess
 from tests.e2e import models
+from tests.servers import Servers
 
 FLOOD = """
 import http.client, sys, threading, time
@@ -36,25 +36,18 @@ print(counts.get(200, 0), counts.get(429, 0))
 """
 
 
-def sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 def _body() -> str:
     tensor = {"shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}
     return json.dumps({"inputs": [{"name": "INPUT0", **tensor}, {"name": "INPUT1", **tensor}]})
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    root = tmp_path_factory.mktemp("isolation")
-    repo = write_repository(root / "models", {"add_sub": models.add_sub()})
-    config = {"tenants": {"flood": {"keys": [sha("flood-key")], "rate": 20, "burst": 20, "concurrency": 1},
-                          "polite": {"keys": [sha("polite-key")]}}}  # fmt: skip
-    (root / "auth.json").write_text(json.dumps(config))
-    proc = ServerProcess([repo], [f"--auth-config={root / 'auth.json'}"]).start()
-    yield proc
-    proc.stop()
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
+    auth = tmp_path_factory.mktemp("isolation") / "auth.json"
+    config = {"tenants": {"flood": {"keys": [digest("flood-key")], "rate": 20, "burst": 20, "concurrency": 1},
+                          "polite": {"keys": [digest("polite-key")]}}}  # fmt: skip
+    auth.write_text(json.dumps(config))
+    return serve({"add_sub": models.add_sub()}, f"--auth-config={auth}")
 
 
 def _polite(server: ServerProcess, count: int) -> None:

@@ -7,12 +7,9 @@ administrator's."""
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
-import re
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,29 +18,14 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
+from tests.metrics_text import metric
 from tests.plugins.frontend_openai.chat_model import write_chat_model
+from tests.python_models import source
+from tests.servers import Servers
 
-WORDS_PY = """
-import os
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for request in requests:
-            text = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy().reshape(-1)[0].decode()
-            if "fail" in text:
-                out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("the model refuses")))
-                continue
-            words = text.split()
-            answer = " ".join(w.upper() for w in words) + " DONE"
-            tensor = pb_utils.Tensor("text_output", np.array([answer.encode()], dtype=np.object_))
-            counts = {"prompt_tokens": len(words), "completion_tokens": len(words) + 1, "pid": os.getpid()}
-            out.append(pb_utils.InferenceResponse([tensor], parameters=counts))
-        return out
-"""
+WORDS_PY = source("tenant_metering_words")
 WORDS_CONFIG = """
 name: "words"
 backend: "python"
@@ -53,30 +35,24 @@ output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
 
 
-def sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 AUTH = {
     "tenants": {
-        "alice": {"keys": [sha("alice-key")]},
-        "bob": {"keys": [sha("bob-key")]},
-        "admin": {"keys": [sha("admin-key")], "apis": ["inference", "model-repository", "metadata"]},
-        "metered": {"keys": [sha("metered-key")], "tokens_per_minute": 5},
-        "short": {"keys": [sha("short-key")], "max_prompt_tokens": 3},
+        "alice": {"keys": [digest("alice-key")]},
+        "bob": {"keys": [digest("bob-key")]},
+        "admin": {"keys": [digest("admin-key")], "apis": ["inference", "model-repository", "metadata"]},
+        "metered": {"keys": [digest("metered-key")], "tokens_per_minute": 5},
+        "short": {"keys": [digest("short-key")], "max_prompt_tokens": 3},
     }
 }
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
     root = tmp_path_factory.mktemp("metering")
     repo = write_repository(root / "models", {"words": {"config.pbtxt": WORDS_CONFIG, "1/model.py": WORDS_PY}})
     write_chat_model(repo, "chat")
     (root / "auth.json").write_text(json.dumps(AUTH))
-    args = [f"--auth-config={root / 'auth.json'}", "--openai-port", "0", "--openai-address", "127.0.0.1"]
-    with ServerProcess([repo], args) as proc:
-        yield proc
+    return serve(repo, f"--auth-config={root / 'auth.json'}", "--openai-port", "0", "--openai-address", "127.0.0.1")
 
 
 def _post(address: str, path: str, key: str, body: Any) -> tuple[int, dict[str, str], Any]:
@@ -95,17 +71,6 @@ def _generate(server: ServerProcess, key: str, text: str) -> tuple[int, dict[str
 
 def _openai(server: ServerProcess, key: str, body: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
     return _post(f"127.0.0.1:{server.ports['openai']}", "/v1/completions", key, body)
-
-
-def _metric(server: ServerProcess, family: str, **labels: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    for line in text.splitlines():
-        match = re.fullmatch(rf"{family}{{(.*)}} (\S+)", line)
-        if match and sorted(match.group(1).split(",")) == sorted(wanted.split(",")):
-            return float(match.group(2))
-    return 0.0
 
 
 def _usage(server: ServerProcess, key: str) -> tuple[int, Any]:
@@ -151,10 +116,10 @@ def test_tokens_are_counted_exactly_per_tenant_and_model(server):
     assert all(u["prompt_tokens"] > 0 and u["completion_tokens"] > 0 for u in usages), usages
 
     def tokens(tenant: str, model: str, kind: str) -> float:
-        return _metric(server, "inferd_tenant_tokens_total", tenant=tenant, model=model, kind=kind)
+        return metric(server, "inferd_tenant_tokens_total", tenant=tenant, model=model, kind=kind)
 
     def requests(tenant: str, model: str, outcome: str) -> float:
-        return _metric(server, "inferd_tenant_model_requests_total", tenant=tenant, model=model, outcome=outcome)
+        return metric(server, "inferd_tenant_model_requests_total", tenant=tenant, model=model, outcome=outcome)
 
     assert (tokens("alice", "words", "prompt"), tokens("alice", "words", "completion")) == (6, 9)
     assert (requests("alice", "words", "success"), requests("alice", "words", "failure")) == (3, 1)
@@ -193,7 +158,7 @@ def test_tokens_per_minute_answers_429_with_retry_after_on_every_port(server):
     with pytest.raises(InferenceServerException) as info:
         client.infer("words", [inp], headers={"authorization": "Bearer metered-key"})
     assert info.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
-    assert _metric(server, "inferd_tenant_requests_total", tenant="metered", outcome="token_limited") == 3
+    assert metric(server, "inferd_tenant_requests_total", tenant="metered", outcome="token_limited") == 3
 
 
 def test_a_prompt_over_the_tenants_limit_is_refused_on_the_openai_port(server):
@@ -224,8 +189,8 @@ def test_counts_are_the_whole_servers_under_workers(tmp_path: Path):
             assert status == 200
             pids.add(body["pid"])
             sent += 1
-        prompt = _metric(proc, "inferd_tenant_tokens_total", tenant="alice", model="words", kind="prompt")
-        completion = _metric(proc, "inferd_tenant_tokens_total", tenant="alice", model="words", kind="completion")
+        prompt = metric(proc, "inferd_tenant_tokens_total", tenant="alice", model="words", kind="prompt")
+        completion = metric(proc, "inferd_tenant_tokens_total", tenant="alice", model="words", kind="completion")
         assert (prompt, completion) == (2 * sent, 3 * sent)
         status, usage = _usage(proc, "admin-key")
         assert status == 200

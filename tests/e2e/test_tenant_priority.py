@@ -5,47 +5,24 @@ own counter, returned as ``ORDER``) shows who went first. No timing is asserted.
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
-import re
 import subprocess
 import sys
 import threading
-import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.auth import digest
+from inferd.testing import ServerProcess
+from tests.metrics_text import metric
+from tests.python_models import source
+from tests.servers import Servers
+from tests.waiting import wait_for
 
-GATE_PY = """
-import json, os, time
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.folder = json.loads(args["model_config"])["parameters"]["folder"]["string_value"]
-        self.count = 0
-
-    def execute(self, requests):
-        out = []
-        for request in requests:
-            value = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy().reshape(-1)[0])
-            if value == 0:  # the gate: say it runs, then wait for the test to release it
-                open(os.path.join(self.folder, "started"), "w").close()
-                deadline = time.monotonic() + 60
-                while not os.path.exists(os.path.join(self.folder, "release")) and time.monotonic() < deadline:
-                    time.sleep(0.01)
-            self.count += 1
-            shape = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy().shape
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("ORDER", np.full(shape, self.count, np.int32))]))
-        return out
-"""
+GATE_PY = source("tenant_priority_gate")
 
 
 def _config(name: str, folder: Path, scheduling: str, batch: int = 1) -> str:
@@ -70,15 +47,11 @@ SEQUENCE = """sequence_batching {
 }"""
 
 
-def sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 AUTH = {
     "tenants": {
-        "interactive": {"keys": [sha("interactive-key")], "priority": 1},
-        "batch": {"keys": [sha("batch-key")], "priority": 2},
-        "hurried": {"keys": [sha("hurried-key")], "priority": 2, "queue_timeout_ms": 200},
+        "interactive": {"keys": [digest("interactive-key")], "priority": 1},
+        "batch": {"keys": [digest("batch-key")], "priority": 2},
+        "hurried": {"keys": [digest("hurried-key")], "priority": 2, "queue_timeout_ms": 200},
     }
 }
 MODELS = {  # name -> scheduling
@@ -89,15 +62,14 @@ MODELS = {  # name -> scheduling
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Path]]:
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> tuple[ServerProcess, Path]:
     root = tmp_path_factory.mktemp("priority")
     repo = {}
     for name, scheduling in MODELS.items():
         (root / name).mkdir()
         repo[name] = {"config.pbtxt": _config(name, root / name, scheduling), "1/model.py": GATE_PY}
     (root / "auth.json").write_text(json.dumps(AUTH))
-    with ServerProcess([write_repository(root / "models", repo)], [f"--auth-config={root / 'auth.json'}"]) as proc:
-        yield proc, root
+    return serve(repo, f"--auth-config={root / 'auth.json'}"), root
 
 
 def _infer(server: ServerProcess, model: str, key: str, value: int, params: dict[str, Any] | None = None,
@@ -117,17 +89,7 @@ def _infer(server: ServerProcess, model: str, key: str, value: int, params: dict
 
 
 def _pending(server: ServerProcess, model: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    match = re.search(rf'nv_inference_pending_request_count{{model="{model}",version="1"}} (\S+)', text)
-    return float(match.group(1)) if match else 0.0
-
-
-def _wait(check: Any, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+    return metric(server, "nv_inference_pending_request_count", model=model, version="1")
 
 
 class _Calls:
@@ -155,7 +117,7 @@ def _hold_gate(server: ServerProcess, folder: Path, model: str, calls: _Calls, *
     for marker in ("started", "release"):
         (folder / model / marker).unlink(missing_ok=True)
     calls.send("gate", server, model, "batch-key", 0, **kwargs)
-    _wait(lambda: (folder / model / "started").exists(), f"{model} to run its first request")
+    wait_for(lambda: (folder / model / "started").exists(), f"{model} to run its first request")
 
 
 @pytest.mark.parametrize("model", ["gate", "gate_levels"])
@@ -168,9 +130,9 @@ def test_a_high_priority_tenant_passes_queued_low_priority_requests(server, mode
     params = {"priority": 1} if model == "gate_levels" else None
     for i in range(3):
         calls.send(f"low{i}", proc, model, "batch-key", 1, params)
-        _wait(lambda i=i: _pending(proc, model) >= i + 1, f"low request {i} to queue")
+        wait_for(lambda i=i: _pending(proc, model) >= i + 1, f"low request {i} to queue")
     calls.send("high", proc, model, "interactive-key", 1)
-    _wait(lambda: _pending(proc, model) >= 4, "the high-priority request to queue")
+    wait_for(lambda: _pending(proc, model) >= 4, "the high-priority request to queue")
     (folder / model / "release").touch()
     results = calls.join()
     assert all(status == 200 for status, _ in results.values()), results
@@ -195,9 +157,9 @@ def test_a_high_priority_sequence_takes_the_next_free_slot(server):
     calls = _Calls()
     _hold_gate(proc, folder, "gate_sequence", calls, sequence=(100, True, True))
     calls.send("low", proc, "gate_sequence", "batch-key", 1, sequence=(101, True, True))
-    _wait(lambda: _pending(proc, "gate_sequence") >= 1, "the low-priority sequence to wait for the slot")
+    wait_for(lambda: _pending(proc, "gate_sequence") >= 1, "the low-priority sequence to wait for the slot")
     calls.send("high", proc, "gate_sequence", "interactive-key", 1, sequence=(102, True, True))
-    _wait(lambda: _pending(proc, "gate_sequence") >= 2, "both sequences to wait for the slot")
+    wait_for(lambda: _pending(proc, "gate_sequence") >= 2, "both sequences to wait for the slot")
     (folder / "gate_sequence" / "release").touch()
     results = calls.join()
     assert all(status == 200 for status, _ in results.values()), results
@@ -218,7 +180,7 @@ def test_a_high_priority_sequence_takes_the_next_free_slot(server):
 )
 def test_bad_priority_or_token_values_stop_the_start(tmp_path, field, value, expected):
     auth = tmp_path / "auth.json"
-    auth.write_text(json.dumps({"tenants": {"bad": {"keys": [sha("k")], field: value}}}))
+    auth.write_text(json.dumps({"tenants": {"bad": {"keys": [digest("k")], field: value}}}))
     cmd = [
         sys.executable,
         "-m",

@@ -15,7 +15,7 @@ import ssl
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +29,9 @@ from inferd.host import cli
 from inferd.serving import tls
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e import models
+from tests.e2e.tls_server import TlsServer, client_context
+from tests.e2e.whoami import WHOAMI
+from tests.waiting import wait_for
 
 trustme = pytest.importorskip("trustme")
 
@@ -65,49 +68,6 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     pki.issue("expired", "localhost", expired=True)
     (pki.dir / "garbage.pem").write_bytes(b"not a certificate\n")
     return pki
-
-
-def client_context(ca: str, cert: str | None = None) -> Callable[[], ssl.SSLContext]:
-    """tritonclient.http's ``ssl_context_factory``: trust ``ca``, present ``cert`` (``.pem`` + ``.key``)."""
-
-    def make() -> ssl.SSLContext:
-        ctx = ssl.create_default_context(cafile=ca)
-        if cert:
-            ctx.load_cert_chain(cert + ".pem", cert + ".key")
-        return ctx
-
-    return make
-
-
-class TlsServer(ServerProcess):
-    """``inferd serve`` whose HTTP port speaks TLS: liveness is polled over https."""
-
-    ca: str = ""
-    client_cert: str | None = None
-
-    def _https(self, path: str) -> int:
-        try:
-            url = f"https://localhost:{self.http_port}{path}"
-            with urllib.request.urlopen(url, timeout=2, context=client_context(self.ca, self.client_cert)()) as r:
-                return int(r.status)
-        except OSError:
-            return 0
-
-    def wait_live(self, timeout: float = 120.0) -> None:
-        self._until(lambda: self._https("/v2/health/live") == 200, timeout)
-
-    def wait_ready(self, timeout: float = 120.0) -> None:
-        self._until(lambda: self._https("/v2/health/ready") == 200, timeout)
-
-    def _until(self, ok: Callable[[], bool], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"inferd exited with {self.proc.returncode}:\n{self.log()}")
-            if ok():
-                return
-            time.sleep(0.05)
-        raise TimeoutError(f"inferd did not answer over https in {timeout} s:\n{self.log()}")
 
 
 #: What tritonclient.http raises when the server ends the connection: a TLS alert, or closed (TLS 1.3
@@ -273,13 +233,6 @@ def swap_server_certificate(srv: TlsServer, pki: Pki, name: str) -> None:
         os.replace(root / f"new.{ext}", root / f"server.{ext}")
 
 
-def until(ok: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not ok():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-
-
 def grpc_trusts(srv: TlsServer, ca: str) -> bool:
     """Whether a new gRPC connection trusting only ``ca`` gets through."""
     with grpc_client(srv, ca=ca) as client:
@@ -304,19 +257,22 @@ def test_certificates_reload_on_sighup_and_on_change_without_dropping_connection
         swap_server_certificate(server, pki, "other-server")
         assert server.proc is not None
         server.proc.send_signal(signal.SIGHUP)  # at once, for both ports
-        until(lambda: grpc_trusts(server, other_ca) and http_trusts(server, other_ca))
+        wait_for(lambda: grpc_trusts(server, other_ca) and http_trusts(server, other_ca), "the other certificate")
         assert not grpc_trusts(server, ca) and not http_trusts(server, ca)
         add_sub(grpc_open)  # the open connections keep going on the old certificate
         add_sub(http_open)
         swap_server_certificate(server, pki, "expired")  # no signal: the change is seen by the next clients
-        until(lambda: not http_trusts(server, other_ca))
+        wait_for(lambda: not http_trusts(server, other_ca), "the expired certificate over HTTPS")
         with pytest.raises(ssl.SSLCertVerificationError, match="certificate has expired"):
             http_client(server).is_server_live()
-        until(lambda: not grpc_trusts(server, ca) and not grpc_trusts(server, other_ca))
+        wait_for(
+            lambda: not grpc_trusts(server, ca) and not grpc_trusts(server, other_ca),
+            "the expired certificate over gRPC",
+        )
     finally:
         swap_server_certificate(server, pki, "server")
         server.proc.send_signal(signal.SIGHUP)
-    until(lambda: grpc_trusts(server, ca) and http_trusts(server, ca))
+    wait_for(lambda: grpc_trusts(server, ca) and http_trusts(server, ca), "the first certificate back")
     grpc_open.close()
     assert "TLS certificate reloaded from" in server.log()
 
@@ -327,7 +283,7 @@ def test_a_rotation_that_does_not_load_keeps_the_old_certificate(server: TlsServ
     try:
         assert server.proc is not None
         server.proc.send_signal(signal.SIGHUP)
-        until(lambda: "the new TLS certificate files were not loaded" in server.log())
+        wait_for(lambda: "the new TLS certificate files were not loaded" in server.log(), "the refusal in the log")
         assert_healthy(server)
     finally:
         shutil.copy(pki.dir / "server.key", root / "server.key")
@@ -416,7 +372,7 @@ def test_grpc_certificate_flags_without_tls_warn_as_triton_ignores_them(pki: Pki
 
 
 def served_by(client: httpclient.InferenceServerClient | grpcclient.InferenceServerClient) -> int:
-    """The pid of the worker that answered (the ``whoami`` model of tests/e2e/test_workers.py)."""
+    """The pid of the worker that answered (the ``whoami`` model)."""
     mod = httpclient if isinstance(client, httpclient.InferenceServerClient) else grpcclient
     ms = mod.InferInput("MS", [1], "INT32")
     ms.set_data_from_numpy(np.array([0], np.int32))
@@ -424,8 +380,6 @@ def served_by(client: httpclient.InferenceServerClient | grpcclient.InferenceSer
 
 
 def test_workers_serve_tls_on_shared_ports_and_stop_promptly_with_idle_tls_clients(pki: Pki, tmp_path: Path) -> None:
-    from tests.e2e.test_workers import WHOAMI
-
     repo = write_repository(tmp_path / "models", {"whoami": WHOAMI})
     cert, key = pki.path("server.pem"), pki.path("server.key")
     srv = TlsServer([repo], ["--workers", "2", "--grpc-use-ssl=true", "--grpc-server-cert", cert, "--grpc-server-key", key,

@@ -18,17 +18,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from inferd.testing import ServerProcess, write_repository
+from tests.e2e.traffic_models import CONFIG, call, parameters
+from tests.metrics_text import metric
 
-# V = the version that answered (read from the version directory's name), X echoed.
-CONFIG = """
-name: "{name}"
-backend: "python"
-max_batch_size: 0
-input [ {{ name: "X" data_type: TYPE_INT32 dims: [ 1 ] }} ]
-output [ {{ name: "V" data_type: TYPE_INT32 dims: [ 1 ] }} ]
-instance_group [ {{ kind: KIND_CPU count: 1 }} ]
-{parameters}
-"""
 MODEL_PY = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -52,27 +44,12 @@ class TritonPythonModel:
 """
 
 
-def parameters(**values: str) -> str:
-    return "\n".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}' for k, v in values.items())
-
-
 def model_files(name: str, versions: dict[int, int], **params: str) -> dict[str, str]:
     """A model whose version ``v`` fails every ``versions[v]``-th request (0: never)."""
     files = {"config.pbtxt": CONFIG.format(name=name, parameters=parameters(**params))}
     files.update({f"{v}/model.py": MODEL_PY.format(fail_every=f) for v, f in versions.items()})
     files["config.pbtxt"] += "version_policy: { all: {} }\n"
     return files
-
-
-def call(server: ServerProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"http://{server.http_url}{path}", data=data, method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            raw = resp.read()
-            return resp.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
 
 
 def infer_body(request_id: str = "") -> bytes:
@@ -201,17 +178,6 @@ def test_bad_traffic_requests_are_refused(start) -> None:
     assert code == 404 and "nope" in reply["error"]
     code, reply = call(server, "GET", "/v2/models/m/traffic")
     assert code == 200 and reply["weights"] == {}
-
-
-def metric(server: ServerProcess, name: str, **labels: str) -> float:
-    """One sample of ``/metrics`` (0 when absent)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30) as resp:
-        text = resp.read().decode()
-    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    for line in text.splitlines():
-        if line.startswith(f"{name}{{{wanted}}} "):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
 
 
 def until(condition, what: str, server: ServerProcess, model: str, timeout: float = 90.0) -> list[tuple[int, bytes]]:

@@ -4,61 +4,22 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
-import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
-
-# PID = the process serving the request, after sleeping MS milliseconds. Eight instances: four
-# on each of two workers (a config's instances are dealt out among the workers).
-WHOAMI_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "MS" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "PID" data_type: TYPE_INT64 dims: [ 1 ] } ]
-instance_group [ { kind: KIND_CPU count: 8 } ]
-"""
-WHOAMI_PY = """
-import os
-import time
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            ms = pb_utils.get_input_tensor_by_name(r, "MS").as_numpy()
-            time.sleep(float(ms[0]) / 1000.0)
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("PID", np.array([os.getpid()], np.int64))]))
-        return out
-"""
-WHOAMI = {"config.pbtxt": WHOAMI_CONFIG, "1/model.py": WHOAMI_PY}
-
-
-def whoami(url: str, model: str = "whoami", ms: int = 0, timeout: float = 30.0) -> int:
-    """The pid that served one request, over a new connection (so the kernel picks the worker)."""
-    client = httpclient.InferenceServerClient(url, connection_timeout=timeout, network_timeout=timeout)
-    try:
-        inp = httpclient.InferInput("MS", [1], "INT32")
-        inp.set_data_from_numpy(np.array([ms], np.int32))
-        return int(client.infer(model, [inp]).as_numpy("PID")[0])
-    finally:
-        client.close()
+from tests.e2e.whoami import WHOAMI, whoami
+from tests.metrics_text import sample, scrape
+from tests.waiting import wait_for
 
 
 def fresh(url: str) -> httpclient.InferenceServerClient:
@@ -78,20 +39,10 @@ def on_new_connections(url: str, ask, times: int = 16) -> list:
 
 
 def metric(srv: ServerProcess, family: str, model: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{srv.metrics_port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    match = re.search(rf'^{family}{{model="{model}",version="1"}} (\S+)$', text, re.M)
-    assert match, text
-    return float(match.group(1))
-
-
-def wait_for(predicate, timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    text = scrape(srv, timeout=10)
+    value = sample(text, family, model=model, version="1")
+    assert value is not None, text
+    return value
 
 
 def worker_pids(url: str) -> set[int]:

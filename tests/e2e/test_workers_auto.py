@@ -8,7 +8,8 @@ import os
 from pathlib import Path
 
 from inferd.testing import ServerProcess, write_repository
-from tests.e2e.test_workers import WHOAMI, wait_for, whoami
+from tests.e2e.whoami import WHOAMI, whoami
+from tests.waiting import wait_for
 
 SEQUENCE = {
     "config.pbtxt": """

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -11,8 +10,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.lazy import lazy_import
+from tests.servers import Servers
+from tests.triton_clients import both_clients
 
 from . import trees
 
@@ -36,52 +37,46 @@ def boosters() -> dict[str, xgboost.Booster]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, boosters: dict[str, xgboost.Booster]) -> Iterator[ServerProcess]:
+def server(boosters: dict[str, xgboost.Booster], serve: Servers) -> ServerProcess:
     reg, binary, multi = boosters["reg"], boosters["bin"], boosters["multi"]
 
     def save(booster: xgboost.Booster):
         return lambda path: booster.save_model(str(path))
 
-    repo = write_repository(
-        tmp_path_factory.mktemp("fil") / "models",
-        {
-            "regressor": {"config.pbtxt": _config(6, 1, model_type="xgboost_json"), "1/xgboost.json": save(reg)},
-            "binary_class": {
-                "config.pbtxt": _config(6, 1, 'instance_group [ { kind: KIND_CPU count: 2 } ]',
-                                        model_type="xgboost_ubj", output_class="true", threshold="0.6"),
-                "1/xgboost.ubj": save(binary),
-            },
-            "binary_proba": {
-                "config.pbtxt": _config(6, 2, model_type="xgboost_json", is_classifier="true", predict_proba="true"),
-                "1/xgboost.json": save(binary),
-            },
-            "multi_proba": {
-                "config.pbtxt": _config(6, 3, model_type="xgboost_ubj", is_classifier="true", predict_proba="true"),
-                "1/xgboost.ubj": save(multi),
-            },
-            "multi_class": {
-                "config.pbtxt": _config(6, 1, model_type="xgboost_json", is_classifier="true"),
-                "1/xgboost.json": save(multi),
-            },
-            "auto": {
-                "config.pbtxt": 'backend: "fil"\nparameters { key: "model_type" value { string_value: "xgboost_ubj" } }',
-                "1/xgboost.ubj": save(reg),
-            },
-            "wrong_features": {"config.pbtxt": _config(5, 1, model_type="xgboost_json"), "1/xgboost.json": save(reg)},
+    repo = {
+        "regressor": {"config.pbtxt": _config(6, 1, model_type="xgboost_json"), "1/xgboost.json": save(reg)},
+        "binary_class": {
+            "config.pbtxt": _config(
+                6,
+                1,
+                "instance_group [ { kind: KIND_CPU count: 2 } ]",
+                model_type="xgboost_ubj",
+                output_class="true",
+                threshold="0.6",
+            ),
+            "1/xgboost.ubj": save(binary),
         },
-    )  # fmt: skip
-    srv = ServerProcess(
-        [repo], ["--model-control-mode=explicit", "--load-model=*", "--exit-on-error=false", "--strict-readiness=false"]
-    ).start()
-    yield srv
-    srv.stop()
-
-
-def _clients(server: ServerProcess) -> list[tuple[Any, Any]]:
-    return [
-        (httpclient, httpclient.InferenceServerClient(server.http_url)),
-        (grpcclient, grpcclient.InferenceServerClient(server.grpc_url)),
-    ]
+        "binary_proba": {
+            "config.pbtxt": _config(6, 2, model_type="xgboost_json", is_classifier="true", predict_proba="true"),
+            "1/xgboost.json": save(binary),
+        },
+        "multi_proba": {
+            "config.pbtxt": _config(6, 3, model_type="xgboost_ubj", is_classifier="true", predict_proba="true"),
+            "1/xgboost.ubj": save(multi),
+        },
+        "multi_class": {
+            "config.pbtxt": _config(6, 1, model_type="xgboost_json", is_classifier="true"),
+            "1/xgboost.json": save(multi),
+        },
+        "auto": {
+            "config.pbtxt": 'backend: "fil"\nparameters { key: "model_type" value { string_value: "xgboost_ubj" } }',
+            "1/xgboost.ubj": save(reg),
+        },
+        "wrong_features": {"config.pbtxt": _config(5, 1, model_type="xgboost_json"), "1/xgboost.json": save(reg)},
+    }
+    return serve(
+        repo, "--model-control-mode=explicit", "--load-model=*", "--exit-on-error=false", "--strict-readiness=false"
+    )
 
 
 def _predict(module: Any, client: Any, model: str, x: np.ndarray) -> np.ndarray:
@@ -95,7 +90,7 @@ X, _ = trees.data(rows=40, seed=3)
 
 def test_regressor_equals_inplace_predict(server: ServerProcess, boosters: dict[str, Any]) -> None:
     want = boosters["reg"].inplace_predict(X).reshape(-1, 1)
-    for module, client in _clients(server):
+    for module, client in both_clients(server):
         np.testing.assert_allclose(_predict(module, client, "regressor", X), want, rtol=1e-6)
         np.testing.assert_allclose(_predict(module, client, "regressor", X[:1]), want[:1], rtol=1e-6)
 
@@ -103,13 +98,13 @@ def test_regressor_equals_inplace_predict(server: ServerProcess, boosters: dict[
 def test_binary_classes_with_threshold(server: ServerProcess, boosters: dict[str, Any]) -> None:
     p = boosters["bin"].predict(xgboost.DMatrix(X))
     want = (p > 0.6).astype(np.float32).reshape(-1, 1)
-    for module, client in _clients(server):
+    for module, client in both_clients(server):
         np.testing.assert_array_equal(_predict(module, client, "binary_class", X), want)
 
 
 def test_binary_probabilities_two_columns(server: ServerProcess, boosters: dict[str, Any]) -> None:
     p = boosters["bin"].predict(xgboost.DMatrix(X)).reshape(-1, 1)
-    for module, client in _clients(server):
+    for module, client in both_clients(server):
         np.testing.assert_allclose(
             _predict(module, client, "binary_proba", X), np.hstack([1 - p, p]), rtol=1e-6, atol=1e-7
         )
@@ -117,7 +112,7 @@ def test_binary_probabilities_two_columns(server: ServerProcess, boosters: dict[
 
 def test_multiclass_probabilities_and_classes(server: ServerProcess, boosters: dict[str, Any]) -> None:
     proba = trees.probabilities(boosters["multi"], X)
-    for module, client in _clients(server):
+    for module, client in both_clients(server):
         np.testing.assert_allclose(_predict(module, client, "multi_proba", X), proba, rtol=1e-5, atol=1e-7)
         classes = _predict(module, client, "multi_class", X)
         np.testing.assert_array_equal(classes, proba.argmax(axis=1).reshape(-1, 1).astype(np.float32))

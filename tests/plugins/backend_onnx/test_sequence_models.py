@@ -8,7 +8,6 @@ One real ``inferd serve`` serves them for the module; expected values are comput
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -132,15 +131,14 @@ GOOD = ["simple_sequence", "simple_dyna_sequence", "accumulate"]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, serve) -> ServerProcess:
     repo: Path = tmp_path_factory.mktemp("sequence_models")
     for name, (config, build) in MODELS.items():
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "config.pbtxt").write_text(f'name: "{name}"\n{config}')
         m.save(build(), repo / name / "1" / "model.onnx")
     loads = [f"--load-model={n}" for n in GOOD]
-    with ServerProcess([repo], ["--model-control-mode=explicit", *loads]) as srv:
-        yield srv
+    return serve(repo, "--model-control-mode=explicit", *loads)
 
 
 def _http_step(

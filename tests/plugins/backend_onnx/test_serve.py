@@ -24,6 +24,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess
 from tests.lazy import lazy_import
+from tests.servers import Servers
 
 from . import models as m
 
@@ -140,10 +141,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path
 
 
 @pytest.fixture(scope="module")
-def server(repo: tuple[Path, dict[str, Path]]) -> Any:
-    srv = ServerProcess([repo[0]], ["--log-verbose", "1", "--exit-on-error=false", "--strict-readiness=false"]).start()
-    yield srv
-    srv.stop()
+def server(repo: tuple[Path, dict[str, Path]], serve: Servers) -> ServerProcess:
+    return serve(repo[0], "--log-verbose", "1", "--exit-on-error=false", "--strict-readiness=false")
 
 
 @pytest.fixture(scope="module")

@@ -12,32 +12,11 @@ from inferd.contracts.backend import InstanceSpec
 from inferd.contracts.errors import ErrorKind, InferdError
 from inferd.contracts.types import InferResponse
 from inferd_backend_python.backend import PythonBackend
+from tests.python_models import source
 
 from .conftest import context_for, make_request, write_model
 
-ADD_SUB = """
-    import json
-    import numpy as np
-    import triton_python_backend_utils as pb_utils
-
-    class TritonPythonModel:
-        def initialize(self, args):
-            self.args = args
-            config = json.loads(args["model_config"])
-            out0 = pb_utils.get_output_config_by_name(config, "OUTPUT0")
-            self.out0_dtype = pb_utils.triton_string_to_numpy(out0["data_type"])
-
-        def execute(self, requests):
-            responses = []
-            for request in requests:
-                a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-                b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-                responses.append(pb_utils.InferenceResponse([
-                    pb_utils.Tensor("OUTPUT0", (a + b).astype(self.out0_dtype)),
-                    pb_utils.Tensor("OUTPUT1", a - b),
-                ]))
-            return responses
-"""
+ADD_SUB = source("backend_add_sub")
 
 ADD_SUB_CONFIG = """
     max_batch_size: 8

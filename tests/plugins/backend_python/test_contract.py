@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from inferd.testing import BackendContract, ContractModel, InputSpec, write_repository
+from tests.python_models import source
 
 CONFIG = """
 name: "add_sub"
@@ -24,23 +25,7 @@ output [
 instance_group [ { kind: KIND_CPU count: 2 } ]
 """
 
-MODEL = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy().astype(np.float32)
-            responses.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("OUTPUT0", a + b),
-                pb_utils.Tensor("OUTPUT1", a * b),
-            ]))
-        return responses
-"""
+MODEL = source("python_contract")
 
 
 def expected(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

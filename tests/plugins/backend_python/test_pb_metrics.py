@@ -8,26 +8,11 @@ from triton_python_backend_utils import MetricFamily, TritonModelException
 from inferd.api import SOURCES
 from inferd_backend_python import pb_request
 from inferd_backend_python.pb_metrics import FAMILIES
+from tests.python_models import source
 
 from .conftest import make_request
 
-CODE = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.family = pb_utils.MetricFamily("unit_hits", "Hits", pb_utils.MetricFamily.COUNTER)
-        self.hist_f = pb_utils.MetricFamily("unit_sizes", "Sizes", pb_utils.MetricFamily.HISTOGRAM)
-        self.metric = self.family.Metric(labels={"model": args["model_name"]})
-        self.hist = self.hist_f.Metric(labels={}, buckets=[0.5, 2.0])
-
-    def execute(self, requests):
-        for r in requests:
-            self.metric.increment(1.5)
-            self.hist.observe(float(r.inputs()[0].as_numpy()[0]))
-        return [pb_utils.InferenceResponse([]) for r in requests]
-"""
+CODE = source("pb_metrics")
 
 
 @pytest.fixture
@@ -89,23 +74,7 @@ def test_invalid_families_and_metrics_raise(no_model, make, message):
         make()
 
 
-SHARED_CODE = """
-import triton_python_backend_utils as pb_utils
-
-MF = pb_utils.MetricFamily
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.first = MF("unit_shared", "First words", MF.COUNTER)
-        self.again = MF("unit_shared", "Other words", MF.COUNTER)  # accepted, as Triton does
-        self.first.Metric(labels={"k": "1"}).increment(2)
-        self.again.Metric(labels={"k": "1"}).increment(1)  # the same series
-        self.empty = MF("unit_no_buckets", "h", MF.HISTOGRAM)
-        self.empty.Metric(labels={}, buckets=[]).observe(3)
-
-    def execute(self, requests):
-        return []
-"""
+SHARED_CODE = source("pb_metrics_shared_code")
 
 
 def test_one_name_is_one_family_and_one_label_set_one_series(load_model):

@@ -13,6 +13,7 @@ import triton_python_backend_utils as pb_utils
 
 from inferd.contracts.errors import ErrorKind, NotFound
 from inferd.contracts.types import InferRequest, InferResponse, InferTensor
+from tests.python_models import source
 
 from .conftest import make_request
 
@@ -169,27 +170,7 @@ class FakeDataPlane:
         return InferResponse("double", "1", request.id, [InferTensor.from_array("Y", x * 2)])
 
 
-BLS_MODEL = """
-    import triton_python_backend_utils as pb_utils
-
-    class TritonPythonModel:
-        def execute(self, requests):
-            responses = []
-            for request in requests:
-                target = request.inputs()[0].as_numpy()
-                bls = pb_utils.InferenceRequest(
-                    model_name="double" if target[0] >= 0 else "missing",
-                    inputs=[pb_utils.Tensor("X", target)],
-                    requested_output_names=["Y"], request_id="inner", correlation_id=5,
-                    flags=pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START, model_version=2)
-                answer = bls.exec()
-                if answer.has_error():
-                    responses.append(pb_utils.InferenceResponse(error=answer.error()))
-                else:
-                    y = pb_utils.get_output_tensor_by_name(answer, "Y")
-                    responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", y.as_numpy())]))
-            return responses
-"""
+BLS_MODEL = source("pb_utils_bls_model")
 
 
 def test_bls_exec(load_model):

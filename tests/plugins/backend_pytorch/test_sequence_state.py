@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferd.config.parse import parse_config_text
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from inferd_backend_pytorch.binding import model_output_names
 from tests.lazy import lazy_import
+from tests.servers import Servers
 
 #: Built on first use: every xdist worker collects this file, few run it (torch costs ~2 s of CPU to import).
 models = lazy_import("tests.plugins.backend_pytorch.models")
@@ -36,18 +35,14 @@ instance_group [ { kind: KIND_CPU count: 1 } ]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(
-        tmp_path_factory.mktemp("pytorch_sequence") / "models",
-        {
-            "accumulate": {
-                "config.pbtxt": ACCUMULATE,
-                "1/model.pt": lambda p: models.save_script(models.Accumulate(), p),
-            }
-        },
-    )
-    with ServerProcess([repo]) as srv:
-        yield srv
+def server(serve: Servers) -> ServerProcess:
+    repo = {
+        "accumulate": {
+            "config.pbtxt": ACCUMULATE,
+            "1/model.pt": lambda p: models.save_script(models.Accumulate(), p),
+        }
+    }
+    return serve(repo)
 
 
 def test_state_output_follows_the_config_outputs() -> None:

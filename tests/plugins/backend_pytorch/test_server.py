@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -13,6 +12,8 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, write_repository
 from tests.lazy import lazy_import
+from tests.servers import Servers
+from tests.triton_clients import both_clients
 
 #: Loaded on first use: every xdist worker collects this file, few run it (torch costs ~2 s of CPU to import).
 torch = lazy_import("torch")
@@ -50,7 +51,7 @@ output [ { name: "sum" data_type: TYPE_FP32 dims: [ 3 ] }, { name: "OUTPUT__1" d
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, serve: Servers) -> ServerProcess:
     root = tmp_path_factory.mktemp("pytorch")
     repo = write_repository(
         root / "models",
@@ -66,18 +67,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
             "broken": {"config.pbtxt": ADD_SUB, "1/model.pt": b"this is not a TorchScript archive"},
         },
     )
-    srv = ServerProcess(
-        [repo], ["--model-control-mode=explicit", "--load-model=*", "--exit-on-error=false", "--strict-readiness=false"]
-    ).start()
-    yield srv
-    srv.stop()
-
-
-def _clients(server: ServerProcess) -> list[tuple[Any, Any]]:
-    return [
-        (httpclient, httpclient.InferenceServerClient(server.http_url)),
-        (grpcclient, grpcclient.InferenceServerClient(server.grpc_url)),
-    ]
+    return serve(
+        repo, "--model-control-mode=explicit", "--load-model=*", "--exit-on-error=false", "--strict-readiness=false"
+    )
 
 
 def _infer(module: Any, client: Any, model: str, inputs: dict[str, np.ndarray], outputs: list[str]) -> Any:
@@ -93,7 +85,7 @@ def test_add_sub_rows_match_the_module(server: ServerProcess) -> None:
     rng = np.random.default_rng(0)
     a, b = rng.random((5, 4), dtype=np.float32), rng.random((5, 4), dtype=np.float32)
     want0, want1 = (t.numpy() for t in models.AddSub()(torch.from_numpy(a), torch.from_numpy(b)))
-    for module, client in _clients(server):
+    for module, client in both_clients(server):
         result = _infer(module, client, "add_sub", {"INPUT__0": a, "INPUT__1": b}, ["OUTPUT__0", "OUTPUT__1"])
         np.testing.assert_array_equal(result.as_numpy("OUTPUT__0"), want0)
         np.testing.assert_array_equal(result.as_numpy("OUTPUT__1"), want1)
@@ -120,14 +112,14 @@ def test_named_forward_arguments(server: ServerProcess) -> None:
     scale = np.array([[1.0], [2.0], [-1.0]], np.float32)
     with torch.no_grad():
         want = models.Affine()(torch.from_numpy(x), torch.from_numpy(scale)).numpy()
-    for module, client in _clients(server):
+    for module, client in both_clients(server):
         result = _infer(module, client, "affine", {"x": x, "scale": scale}, ["OUTPUT__0"])
         np.testing.assert_allclose(result.as_numpy("OUTPUT__0"), want, rtol=1e-6)
 
 
 def test_dict_output_by_key(server: ServerProcess) -> None:
     x = np.array([[1, 2, 3], [4, 5, 6]], np.int64)
-    for module, client in _clients(server):
+    for module, client in both_clients(server):
         result = _infer(module, client, "dict_out", {"x": x}, ["total", "square"])
         np.testing.assert_array_equal(result.as_numpy("total"), [[6], [15]])
         np.testing.assert_array_equal(result.as_numpy("square"), x * x)
@@ -138,7 +130,7 @@ def test_exported_program_pt2(server: ServerProcess) -> None:
     x, y = rng.random((7, 4), dtype=np.float32), rng.random((7, 3), dtype=np.float32)
     with torch.no_grad():
         want = models.Exported()(torch.from_numpy(x), torch.from_numpy(y))
-    for module, client in _clients(server):
+    for module, client in both_clients(server):
         result = _infer(module, client, "exported", {"x": x, "y": y}, ["sum", "OUTPUT__1"])
         np.testing.assert_allclose(result.as_numpy("sum"), want["sum"].numpy(), rtol=1e-5)
         np.testing.assert_allclose(result.as_numpy("OUTPUT__1"), want["diff"].numpy(), rtol=1e-5)
@@ -148,7 +140,7 @@ def test_exported_program_pt2(server: ServerProcess) -> None:
 
 def test_config_shape_that_forward_rejects_names_the_model(server: ServerProcess) -> None:
     x, scale = np.ones((2, 5), np.float32), np.ones((2, 1), np.float32)  # the config says 5, Linear takes 4
-    for module, client in _clients(server):
+    for module, client in both_clients(server):
         with pytest.raises(InferenceServerException) as info:
             _infer(module, client, "affine_bad", {"x": x, "scale": scale}, ["OUTPUT__0"])
         assert "model 'affine_bad' version 1: PyTorch execute failure" in str(info.value)
@@ -157,7 +149,7 @@ def test_config_shape_that_forward_rejects_names_the_model(server: ServerProcess
 
 def test_wrong_input_shape_is_rejected_before_forward(server: ServerProcess) -> None:
     x, y = np.ones((2, 4), np.float32), np.ones((3, 3), np.float32)
-    for module, client in _clients(server):
+    for module, client in both_clients(server):
         with pytest.raises(InferenceServerException, match="'exported'"):
             _infer(module, client, "exported", {"x": x, "y": y}, ["sum"])
 

@@ -12,8 +12,6 @@ import base64
 import json
 import re
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,9 @@ import numpy as np
 import pytest
 
 from inferd.testing import ServerProcess
+from tests.http_calls import json_call
 from tests.lazy import lazy_import
+from tests.metrics_text import scrape
 from tests.plugins.backend_vllm.conftest import SKIP, SideBySide, VllmServe
 
 openai = lazy_import("openai")
@@ -71,19 +71,12 @@ def inferd_client(server: ServerProcess) -> openai.OpenAI:
 
 
 def post(server: ServerProcess, model: str, route: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(f"http://{server.http_url}/v2/models/{model}/{route}", json.dumps(body).encode())
-    try:
-        with urllib.request.urlopen(request, timeout=120) as resp:
-            return resp.status, json.load(resp)
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.load(exc)
+    return json_call(f"http://{server.http_url}/v2/models/{model}/{route}", "POST", body, timeout=120)
 
 
 def vllm_samples(server: ServerProcess) -> dict[str, float]:
     """Every ``vllm:*`` sample of one scrape of inferd's ``/metrics``, by name and labels as written."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30) as resp:
-        text = resp.read().decode()
-    return {name: float(value) for name, value in re.findall(r"^(vllm:\S+) (\S+)$", text, re.MULTILINE)}
+    return {name: float(value) for name, value in re.findall(r"^(vllm:\S+) (\S+)$", scrape(server), re.MULTILINE)}
 
 
 class TestEmbeddings:

@@ -20,6 +20,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from inferd.testing import ServerProcess
+from tests.http_calls import http_call
+from tests.metrics_text import scrape
 from tests.plugins.backend_vllm.conftest import SKIP, SideBySide
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(SKIP is not None, reason=SKIP or "")]
@@ -27,12 +29,7 @@ PROMPT = "hello world"
 
 
 def post(server: ServerProcess, route: str, body: dict[str, Any]) -> tuple[int, bytes]:
-    req = urllib.request.Request(f"http://{server.http_url}/v2/models/llm/{route}", data=json.dumps(body).encode())
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+    return http_call(f"http://{server.http_url}/v2/models/llm/{route}", "POST", json.dumps(body).encode())
 
 
 def generate(server: ServerProcess, **body: Any) -> dict[str, Any]:
@@ -236,9 +233,7 @@ def test_bad_input_is_a_400_naming_the_tensor(llm_server: ServerProcess, body: d
 
 def metric(server: ServerProcess, name: str, labels: str) -> float | None:
     """The value of the series ``name{labels...}`` on /metrics, or None."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as resp:
-        text = resp.read().decode()
-    for line in text.splitlines():
+    for line in scrape(server).splitlines():
         if line.startswith(name + "{") and labels in line:
             return float(line.rsplit(" ", 1)[1])
     return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 SENTENCES = [
     "the quick brown fox jumps over the lazy dog",
@@ -138,3 +139,13 @@ def write_chat_model(repo: Path, name: str, tokenizer: Path | None = None, templ
     (model_dir / "config.pbtxt").write_text(textwrap.dedent(CONFIG.format(name=name, tokenizer=folder, **extra)))
     (model_dir / "1" / "model.py").write_text(MODEL_PY)
     return model_dir
+
+
+def count(tokenizer: Any, text: str) -> int:
+    """How many tokens ``tokenizer`` (a ``tokenizers.Tokenizer``) makes of ``text``."""
+    return len(tokenizer.encode(text, add_special_tokens=False).ids)
+
+
+def expected_text(prompt_tokens: int, max_tokens: int, seed: int = 0) -> str:
+    """What the model answers (see MODEL_PY)."""
+    return " ".join([str(prompt_tokens)] + [WORDS[(seed + i) % len(WORDS)] for i in range(max_tokens - 1)])

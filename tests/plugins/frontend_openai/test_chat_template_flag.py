@@ -12,8 +12,8 @@ from tokenizers import Tokenizer
 from inferd.testing import ServerProcess
 from tests.lazy import lazy_import
 
+from .chat_model import count, expected_text
 from .conftest import write_repo
-from .test_client import count, expected_text
 
 openai = lazy_import("openai")
 

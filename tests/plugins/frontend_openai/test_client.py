@@ -11,7 +11,7 @@ from tokenizers import Tokenizer
 
 from tests.lazy import lazy_import
 
-from .chat_model import CHAT_TEMPLATE, WORDS
+from .chat_model import CHAT_TEMPLATE, count, expected_text
 from .conftest import OpenAIServer
 
 openai = lazy_import("openai")
@@ -29,19 +29,10 @@ def tokenizer(openai_server: OpenAIServer) -> Tokenizer:
     return Tokenizer.from_file(str(Path(openai_server.process.repositories[0]) / "chat" / "1" / "tokenizer.json"))
 
 
-def count(tokenizer: Tokenizer, text: str) -> int:
-    return len(tokenizer.encode(text, add_special_tokens=False).ids)
-
-
 def chat_prompt(messages: list[dict[str, str]]) -> str:
     """The prompt as transformers renders the template (independently of the frontend)."""
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     return env.from_string(CHAT_TEMPLATE).render(messages=messages, add_generation_prompt=True)
-
-
-def expected_text(prompt_tokens: int, max_tokens: int, seed: int = 0) -> str:
-    """What the test model answers (see chat_model.MODEL_PY)."""
-    return " ".join([str(prompt_tokens)] + [WORDS[(seed + i) % len(WORDS)] for i in range(max_tokens - 1)])
 
 
 def test_models_lists_the_text_models_only(client: openai.OpenAI) -> None:

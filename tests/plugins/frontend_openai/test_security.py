@@ -4,7 +4,6 @@ client over TLS (``--http-ssl-*``, certificates from trustme): API keys and tena
 
 from __future__ import annotations
 
-import hashlib
 import ssl
 import time
 from collections.abc import Iterator
@@ -12,40 +11,37 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from inferd.auth import digest
 from inferd.testing import write_repository
 from tests.e2e import models
+from tests.e2e.tls_server import TlsServer
 from tests.lazy import lazy_import
 
 from .chat_model import write_chat_model
 
 trustme = pytest.importorskip("trustme")
-from tests.e2e.test_tls import TlsServer  # noqa: E402  (needs trustme's test module)
 
 openai = lazy_import("openai")
-
-
-def sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 CONFIG = f"""
 tenants:
   alice:
-    keys: [{sha("alice-key")}]
+    keys: [{digest("alice-key")}]
     models: [chat]
   bob:
-    keys: [{sha("bob-key")}]
+    keys: [{digest("bob-key")}]
     models: [plain]
   ops:
-    keys: [{sha("ops-key")}]
+    keys: [{digest("ops-key")}]
     apis: [statistics]
   limited:
-    keys: [{sha("limited-key")}]
+    keys: [{digest("limited-key")}]
     models: [chat]
     rate: 0.01
     burst: 1
   single:
-    keys: [{sha("single-key")}]
+    keys: [{digest("single-key")}]
     models: [chat]
     concurrency: 1
 """

@@ -14,26 +14,11 @@ import tritonclient.http as httpclient
 
 from inferd.testing import ServerProcess, write_repository
 from tests.lazy import lazy_import
+from tests.python_models import python_model
 
 trace_service = lazy_import("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
 in_memory = lazy_import("opentelemetry.sdk.trace.export.in_memory_span_exporter")
 otel_exporter = lazy_import("inferd_trace_otel.exporter")
-
-IDENTITY_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "X" data_type: TYPE_INT32 dims: [ -1 ] } ]
-output [ { name: "Y" data_type: TYPE_INT32 dims: [ -1 ] } ]
-"""
-IDENTITY_PY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())])
-                for r in requests]
-"""
 
 
 def test_hooks_import_no_opentelemetry():
@@ -87,9 +72,7 @@ def test_server_exports_spans_over_otlp_http(tmp_path):
     collector = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
     threading.Thread(target=collector.serve_forever, daemon=True).start()
     url = f"127.0.0.1:{collector.server_address[1]}/v1/traces"
-    repo = write_repository(
-        tmp_path / "models", {"ident": {"config.pbtxt": IDENTITY_CONFIG, "1/model.py": IDENTITY_PY}}
-    )
+    repo = write_repository(tmp_path / "models", {"ident": python_model("identity_x_y")})
     srv = ServerProcess([repo], [
         "--trace-config", "mode=opentelemetry", "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1",
         "--trace-config", f"opentelemetry,url={url}", "--trace-config", "opentelemetry,bsp_schedule_delay=50",

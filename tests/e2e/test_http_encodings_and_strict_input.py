@@ -1,4 +1,4 @@
-"""Issue 10 items 4 and 8 end to end: compressed HTTP responses, raw binary request bodies, and
+"""HTTP as Triton reads and writes it, end to end: compressed responses, raw binary request bodies, and
 JSON / parameters read without silent coercion, against a real ``inferd serve``.
 
 The expected sentences are the ones the real Triton 2.51 answered to the same requests.
@@ -20,8 +20,9 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from tritonclient.utils import InferenceServerException
 
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
 from tests.e2e import models
+from tests.servers import Servers
 
 # Echoes every input to the output of the same position (configs below name them IN0 -> OUT0).
 IDENTITY_PY = """
@@ -52,21 +53,16 @@ output [ {{ name: "OUT0" data_type: {datatype} dims: {dims} }} ]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repo = write_repository(
-        tmp_path_factory.mktemp("parity") / "models",
-        {
-            "i32": identity("TYPE_INT32", "[ -1 ]"),
-            "batched": identity("TYPE_INT32", "[ 2 ]", max_batch_size=8),
-            "grid": identity("TYPE_FP32", "[ 2, 3 ]"),
-            "flags": identity("TYPE_BOOL", "[ -1 ]"),
-            "text": identity("TYPE_STRING", "[ 1 ]"),
-            "add_sub": models.add_sub(),
-        },
-    )
-    srv = ServerProcess([repo]).start()
-    yield srv
-    srv.stop()
+def server(serve: Servers) -> ServerProcess:
+    repo = {
+        "i32": identity("TYPE_INT32", "[ -1 ]"),
+        "batched": identity("TYPE_INT32", "[ 2 ]", max_batch_size=8),
+        "grid": identity("TYPE_FP32", "[ 2, 3 ]"),
+        "flags": identity("TYPE_BOOL", "[ -1 ]"),
+        "text": identity("TYPE_STRING", "[ 1 ]"),
+        "add_sub": models.add_sub(),
+    }
+    return serve(repo)
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +98,7 @@ def error_of(server, model: str, body: bytes, headers: dict[str, str] | None = N
     return status, json.loads(data)["error"]
 
 
-# -- item 4: compressed responses ----------------------------------------------------------------
+# -- compressed responses ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
@@ -174,7 +170,7 @@ def test_unsupported_request_encoding_is_501_with_the_accepted_list(server, enco
     assert post(server, "/v2/models/i32/infer", i32_body([1]), {"Content-Encoding": "identity"})[0] == 200
 
 
-# -- item 4: raw binary request bodies -------------------------------------------------------------
+# -- raw binary request bodies ---------------------------------------------------------------------
 
 RAW = {"Inference-Header-Content-Length": "0", "Content-Type": "application/octet-stream"}
 
@@ -230,7 +226,7 @@ def test_raw_body_errors_say_what_triton_says(server):
     assert (status, message) == (400, "inference header size should be in range (0, 1), got: -1")
 
 
-# -- item 8: JSON data of the wrong kind -----------------------------------------------------------
+# -- JSON data of the wrong kind -------------------------------------------------------------------
 
 SIGNED = "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"
 BOOLEAN = "Unable to parse 'data': attempt to access JSON non-boolean as boolean"
@@ -307,7 +303,7 @@ def test_non_utf8_and_lone_surrogates_are_400_naming_the_field(server):
     assert "input 'IN0': data[0]" in message
 
 
-# -- item 8: request fields and parameters of the wrong type -------------------------------------
+# -- request fields and parameters of the wrong type ---------------------------------------------
 
 
 @pytest.mark.parametrize(

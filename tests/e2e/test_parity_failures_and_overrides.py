@@ -1,8 +1,9 @@
-"""Issue 10's bugs end to end against a real ``inferd serve`` (explicit mode), with tritonclient.
+"""Failures and overrides as Triton counts and words them, end to end against a real ``inferd serve``
+(explicit mode), with tritonclient.
 
 Each expectation is what the real Triton 2.51 answered for the same model and request (see the
-comments): failure counting (item 9), the repository API with overrides (item 10) and the error
-sentences clients match on (item 11).
+comments): failure counting, the repository API with overrides and the error sentences clients
+match on.
 """
 
 from __future__ import annotations
@@ -10,10 +11,7 @@ from __future__ import annotations
 import json
 import os
 import queue
-import re
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -25,24 +23,17 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.frontends.grpc import grpc_service_pb2 as pb
 from inferd.frontends.grpc import grpc_service_pb2_grpc as pb_grpc
-from inferd.testing import ServerProcess, write_repository
+from inferd.testing import ServerProcess
+from tests.metrics_text import samples, scrape
+from tests.python_models import source
+from tests.servers import Servers
 
 RAISES = """
 class TritonPythonModel:
     def execute(self, requests):
         raise RuntimeError("boom from model")
 """
-IDENTITY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
-            for r in requests
-        ]
-"""
+IDENTITY = source("identity")
 IO = """
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
@@ -78,22 +69,18 @@ def _override(name: str, marker: str = "override") -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = write_repository(
-        tmp_path_factory.mktemp("parity_bugs") / "models",
-        {
-            "fail_plain": {"config.pbtxt": PLAIN, "1/model.py": RAISES},
-            "fail_batched": {"config.pbtxt": BATCHED, "1/model.py": RAISES},
-            "fail_decoupled": {"config.pbtxt": DECOUPLED, "1/model.py": RAISES},
-            "fail_ensemble": {"config.pbtxt": ENSEMBLE},
-            "identity": {"config.pbtxt": PLAIN, "1/model.py": IDENTITY},
-            "overridden": {"config.pbtxt": PLAIN, "1/model.py": IDENTITY},
-            "broken": {"config.pbtxt": PLAIN, "1/model.py": "raise RuntimeError('cannot import this model')\n"},
-        },
-    )
+def server(serve: Servers) -> ServerProcess:
+    repo = {
+        "fail_plain": {"config.pbtxt": PLAIN, "1/model.py": RAISES},
+        "fail_batched": {"config.pbtxt": BATCHED, "1/model.py": RAISES},
+        "fail_decoupled": {"config.pbtxt": DECOUPLED, "1/model.py": RAISES},
+        "fail_ensemble": {"config.pbtxt": ENSEMBLE},
+        "identity": {"config.pbtxt": PLAIN, "1/model.py": IDENTITY},
+        "overridden": {"config.pbtxt": PLAIN, "1/model.py": IDENTITY},
+        "broken": {"config.pbtxt": PLAIN, "1/model.py": "raise RuntimeError('cannot import this model')\n"},
+    }
     args = ["--model-control-mode=explicit", *(f"--load-model={m}" for m in STARTUP)]
-    with ServerProcess([repo], args) as srv:
-        yield srv
+    return serve(repo, *args)
 
 
 def _http(server: ServerProcess) -> httpclient.InferenceServerClient:
@@ -121,9 +108,8 @@ def _counts(server: ServerProcess, model: str) -> dict[str, object]:
 
 
 def _failures(server: ServerProcess, model: str) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics").read().decode()
-    pattern = re.compile(rf'^nv_inference_request_failure\{{model="{model}",reason="(\w+)",version="1"\}} (\S+)$', re.M)
-    return {reason: float(value) for reason, value in pattern.findall(text)}
+    failures = samples(scrape(server), "nv_inference_request_failure")
+    return {labels["reason"]: value for labels, value in failures if labels["model"] == model}
 
 
 def _delta(after: dict[str, object], before: dict[str, object]) -> dict[str, object]:
@@ -138,7 +124,7 @@ def _delta(after: dict[str, object], before: dict[str, object]) -> dict[str, obj
     return out
 
 
-# -- item 9: a failed execution counts one failure per request -----------------------------------
+# -- a failed execution counts one failure per request -----------------------------------
 
 
 def test_failed_unbatched_execution_counts_one_failure_per_request(server: ServerProcess) -> None:
@@ -198,7 +184,7 @@ def test_failed_ensemble_step_counts_once_in_each_model(server: ServerProcess) -
     assert metric["OTHER"] - metric_before["OTHER"] == 1 and metric["BACKEND"] == metric_before["BACKEND"]
 
 
-# -- item 10: the repository API with overrides ---------------------------------------------------
+# -- the repository API with overrides ---------------------------------------------------
 
 
 def _marker(server: ServerProcess, model: str) -> str:
@@ -254,7 +240,7 @@ def test_bad_override_file_name_is_refused_with_tritons_sentence(server: ServerP
     assert "ghost2" not in _index_names(server) and client.is_server_live()
 
 
-# -- item 11: Triton's sentences first --------------------------------------------------------------
+# -- Triton's sentences first --------------------------------------------------------------
 
 
 def test_unknown_model_and_version_say_what_triton_says(server: ServerProcess) -> None:
