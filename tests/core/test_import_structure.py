@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 import inferd
+from tests.package_layers import LAYERS
 
 PACKAGE = Path(inferd.__file__).resolve().parent
 #: Every plugin's packages (``plugins/<plugin>/src/<package>``), from this checkout.
@@ -41,25 +42,6 @@ MAX_PLUGIN_MODULE = 500
 #: Every plugin (the directories under ``plugins/``), each held to :data:`MAX_PLUGIN_MODULE`.
 PLUGINS = sorted({p.parents[1].name for p in PLUGIN_PACKAGES})
 
-#: The layers of ``inferd``, lowest first (docs/architecture.md's picture): a module imports, at run
-#: time, only from its own layer or lower ones (an import under ``if TYPE_CHECKING:`` names a type
-#: for an annotation and may point up; it still counts for cycles).
-LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("contracts", ("inferd", "inferd.contracts", "inferd.datatypes")),
-    ("config", ("inferd.config",)),
-    ("services", ("inferd.auth", "inferd.serving", "inferd.shared_memory", "inferd.repository")),
-    ("engine", ("inferd.engine",)),
-    ("lifecycle", ("inferd.lifecycle",)),
-    ("dataplane", ("inferd.workers", "inferd.dataplane")),
-    # the facade plugins import: the contracts, and the few helpers of the engine it names
-    # (``InstancePool``, ``gc_settings``, ``SOURCES``), imported lazily by name (``importlib``, unseen here)
-    ("public API", ("inferd.api",)),
-    ("built-in plugins", ("inferd.frontends", "inferd.schedulers", "inferd.caches")),
-    ("host", ("inferd.host",)),
-    ("tools", ("inferd.tools",)),
-    ("command line", ("inferd.host.cli", "inferd.host.serve_command")),
-    ("testing", ("inferd.testing",)),
-]
 #: What the built-in plugins may import besides their own package: the API, the contracts and the
 #: datatypes, the services underneath it, and the data plane they receive.
 BUILT_IN_PLUGINS = ("inferd.frontends", "inferd.schedulers", "inferd.caches")

@@ -83,7 +83,6 @@ def test_the_extraction_finds_what_it_should():
     assert missing("ImportError", None, False) is None
 
 
-@pytest.mark.xfail(strict=True, reason="docs/hooks.md is being rewritten")
 def test_every_api_name_in_hooks_md_exists():
     spans = code_spans(HOOKS_MD.read_text())
     problems = sorted({p for span in spans for n in api_names(span) if (p := missing(*n))})

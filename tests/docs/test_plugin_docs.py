@@ -315,7 +315,7 @@ def test_the_backend_of_writing_a_backend_md_serves(tmp_path: Path) -> None:
 
 
 def test_the_layers_table_is_the_import_test_s() -> None:
-    from tests.core.test_import_structure import LAYERS
+    from tests.package_layers import LAYERS
 
     text = (DOCS / "architecture.md").read_text()
     table = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
