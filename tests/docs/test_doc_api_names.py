@@ -22,8 +22,6 @@ import re
 from pathlib import Path
 from types import ModuleType
 
-import pytest
-
 import inferd.api
 import inferd.testing
 
