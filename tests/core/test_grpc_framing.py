@@ -78,7 +78,7 @@ def test_truncated_body_fails_on_finish() -> None:
 
 
 @pytest.mark.parametrize(
-    "prefix, status, says",
+    ("prefix", "status", "says"),
     [
         (b"\0\0\0\0\x65", grpc.StatusCode.RESOURCE_EXHAUSTED, "Received message larger than max (101 vs. 100)"),
         (b"\x01\0\0\0\x01", grpc.StatusCode.UNIMPLEMENTED, "compressed messages are not supported"),
@@ -96,7 +96,7 @@ def test_frame() -> None:
 
 
 @pytest.mark.parametrize(
-    "value, seconds",
+    ("value", "seconds"),
     [("1S", 1.0), ("250m", 0.25), ("3M", 180.0), ("2H", 7200.0), ("5u", 5e-6), ("99999999n", 0.099999999)],
 )
 def test_parse_timeout(value: str, seconds: float) -> None:

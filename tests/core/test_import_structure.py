@@ -157,9 +157,11 @@ def imports_of(importer: str, modules: dict[str, Path]) -> list[Import]:
         if not isinstance(node, (ast.Import, ast.ImportFrom)):
             continue
         for named in _named(node, importer, modules):
-            for target in _with_packages(named, importer, modules):
-                if target in modules and target != importer:
-                    found.append(Import(importer, target, node.lineno, id(node) in typing_only))
+            found.extend(
+                Import(importer, target, node.lineno, id(node) in typing_only)
+                for target in _with_packages(named, importer, modules)
+                if target in modules and target != importer
+            )
     return found
 
 
@@ -252,12 +254,13 @@ def describe_cycles(graph: dict[str, dict[str, int]]) -> list[str]:
 
 def _forbidden(importers: Iterable[str], banned: str, modules: dict[str, Path]) -> list[str]:
     """``importer:line imports target`` for each direct import of ``banned`` or a module under it."""
-    bad = []
-    for importer in importers:
-        for imp in imports_of(importer, modules):
-            if imp.target == banned or imp.target.startswith(banned + "."):
-                bad.append(f"{importer}:{imp.line} imports {imp.target}")
-    return sorted(set(bad))
+    bad = {
+        f"{importer}:{imp.line} imports {imp.target}"
+        for importer in importers
+        for imp in imports_of(importer, modules)
+        if imp.target == banned or imp.target.startswith(banned + ".")
+    }
+    return sorted(bad)
 
 
 def _is_grpc(name: str) -> bool:
@@ -422,9 +425,7 @@ def plugin_imports(root: Path) -> list[tuple[Path, int, str]]:
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names = [node.module] + [f"{node.module}.{a.name}" for a in node.names if node.module == "inferd"]
-            for name in names:
-                if name == "inferd" or name.startswith("inferd."):
-                    found.append((path, node.lineno, name))
+            found.extend((path, node.lineno, name) for name in names if name == "inferd" or name.startswith("inferd."))
     return found
 
 

@@ -15,7 +15,7 @@ from inferd.frontends.http.json_tensors import json_array
 
 
 @pytest.mark.parametrize(
-    "datatype,data,expected",
+    ("datatype", "data", "expected"),
     [
         ("INT8", [-128, 127], [-128, 127]),
         ("UINT64", [0, 2**64 - 1], [0, 2**64 - 1]),
@@ -31,7 +31,7 @@ def test_values_of_the_right_kind_are_read(datatype, data, expected):
 
 
 @pytest.mark.parametrize(
-    "datatype,data,message",
+    ("datatype", "data", "message"),
     [
         (
             "UINT8",
@@ -66,7 +66,7 @@ def test_nesting_must_follow_the_shape():
 
 
 @pytest.mark.parametrize(
-    "accept,coding",
+    ("accept", "coding"),
     [
         ("gzip;q=", None),  # a weight that does not parse drops the entry, as std::stod does in Triton
         ("gzip ;q=1", None),  # the name is read up to ';q=' as written

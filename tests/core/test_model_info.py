@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
+import pytest
 
 from inferd.api import DataPlane, ModelMetadata
 from inferd.contracts.errors import Unavailable
@@ -144,12 +145,9 @@ def test_an_unloaded_version_is_not_kept_alive_by_its_description(tmp_path):
     assert kept[0].handle() is None
 
     async def late(dp: DataPlane) -> None:
-        try:
+        with pytest.raises(Unavailable) as err:  # a request never runs on an unloaded version
             await dp.infer(add_sub_request(), kept[0])
-        except Unavailable as exc:
-            assert exc.message == "model 'add_sub' version 1 is no longer loaded"
-        else:
-            raise AssertionError("a request ran on an unloaded version")
+        assert err.value.message == "model 'add_sub' version 1 is no longer loaded"
 
     async def main() -> None:
         server = Server(ServerOptions([tmp_path / "models"], allow_http=False, allow_grpc=False, allow_metrics=False))

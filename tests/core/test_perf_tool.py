@@ -110,7 +110,7 @@ def totals(out: str) -> tuple[int, int, int]:
     return int(match[1]), int(match[2]), int(match[3])
 
 
-@pytest.mark.parametrize("protocol,batch", [("http", 1), ("grpc", 2)])
+@pytest.mark.parametrize(("protocol", "batch"), [("http", 1), ("grpc", 2)])
 def test_concurrency_range_counts_and_csv(server: ServerProcess, tmp_path: Path, protocol: str, batch: int) -> None:
     url = server.http_url if protocol == "http" else server.grpc_url
     report = tmp_path / "perf.csv"
@@ -145,7 +145,8 @@ def test_request_rate_and_verbose_csv(server: ServerProcess, tmp_path: Path) -> 
     assert run.returncode == 0, run.stderr + run.stdout
     assert counts(server, "add")[0] - before[0] == totals(run.stdout)[0]
     assert "Request Rate: 100," in run.stdout
-    rows = list(csv.reader(open(report)))
+    with report.open(newline="") as f:
+        rows = list(csv.reader(f))
     assert rows[0][0] == "Request Rate" and rows[0][-3:] == ["Avg latency", "request/response", "response wait"]
     assert len(rows) == 2
 
@@ -160,7 +161,8 @@ def test_streaming_decoupled_counts_responses(server: ServerProcess, tmp_path: P
     completed, responses, _ = totals(run.stdout)
     assert completed > 0 and responses == 3 * completed
     assert "Response Throughput:" in run.stdout
-    head, row = list(csv.reader(open(report)))
+    with report.open(newline="") as f:
+        head, row = list(csv.reader(f))
     assert head[2] == "Response Throughput"
     values = dict(zip(head, row, strict=True))
     assert float(values["Response Throughput"]) == pytest.approx(3 * float(values["Inferences/Second"]), rel=0.01)

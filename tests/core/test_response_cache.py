@@ -208,7 +208,7 @@ def test_local_cache_stores_read_only_copies():
     got = cache.lookup(b"k")
     assert got is not None and got.outputs[0].name == "Y"
     np.testing.assert_array_equal(got.outputs[0].data, np.ones(4, np.float32))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="read-only"):
         got.outputs[0].data[0] = 3
     assert cache.lookup(b"missing") is None
 

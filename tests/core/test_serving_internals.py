@@ -153,7 +153,7 @@ def test_zttp_still_caps_a_connection_s_streams() -> None:
     client.initiate_connection()
     headers = [(b"content-type", b"application/grpc"), (b"te", b"trailers")]
     answered = 0
-    with pytest.raises(zttp.RemoteProtocolError, match="flood"):
+    with pytest.raises(zttp.RemoteProtocolError, match="flood"):  # noqa: PT012 - streams open one by one until one is refused
         for _ in range(5000):
             client.send_request(b"POST", b"/x", b"localhost", headers).end_message()
             server.receive_data(client.data_to_send())
@@ -165,4 +165,4 @@ def test_zttp_still_caps_a_connection_s_streams() -> None:
                     answered += 1
             client.receive_data(server.data_to_send())
             _events(client)
-    assert answered == 4096 and h2.STREAMS_PER_CONNECTION < answered
+    assert answered == 4096 and answered > h2.STREAMS_PER_CONNECTION

@@ -12,7 +12,6 @@ import asyncio
 import ctypes
 import enum
 import types
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -74,11 +73,11 @@ class FakeRuntime(types.SimpleNamespace):
 
 
 @pytest.fixture
-def rt(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeRuntime]:
+def rt(monkeypatch: pytest.MonkeyPatch) -> FakeRuntime:
     fake = FakeRuntime()
     monkeypatch.setattr(cuda, "unusable_reason", lambda: None)
     monkeypatch.setattr(cuda, "runtime", lambda name: fake)
-    yield fake
+    return fake
 
 
 def shm_params(region: str, size: int, offset: int = 0) -> dict[str, Any]:

@@ -56,7 +56,7 @@ def test_one_name_in_two_repositories_is_summed_per_repository():
     assert second["inference_stats"]["success"]["count"] == len(TRAFFIC_A)
     assert second["inference_stats"]["fail"]["count"] == 1
     rows = merge.snapshots([[["m", "1", s.snapshot(), ns] for s, ns in zip(peer, ("/r/a", "/r/b"), strict=True)]])
-    assert [k for k in rows] == [("m", "1", "/r/a"), ("m", "1", "/r/b")]
+    assert list(rows) == [("m", "1", "/r/a"), ("m", "1", "/r/b")]
 
 
 def test_metric_snapshots_are_summed_by_namespace_whatever_each_worker_serves():

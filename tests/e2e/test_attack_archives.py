@@ -179,7 +179,7 @@ def refused(server: ServerProcess, name: str, answer: tuple[int, str]) -> str:
 def serves(server: ServerProcess) -> None:
     """The server still answers inference (add_sub: 1 + 2 and 1 - 2)."""
     tensor = {"shape": [1, 4], "datatype": "FP32", "data": [1, 1, 1, 1]}
-    body = {"inputs": [{"name": "INPUT0", **tensor}, {"name": "INPUT1", **{**tensor, "data": [2, 2, 2, 2]}}]}
+    body = {"inputs": [{"name": "INPUT0", **tensor}, {"name": "INPUT1", **tensor, "data": [2, 2, 2, 2]}]}
     status, answer = request(server, "POST", "/v2/models/add_sub/infer", body)
     assert status == 200, answer
     assert {o["name"]: o["data"] for o in answer["outputs"]} == {"OUTPUT0": [3] * 4, "OUTPUT1": [-1] * 4}

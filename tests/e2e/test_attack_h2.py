@@ -9,6 +9,7 @@ refused; gRPC clients are not mistaken for a flood. Every attack lasts seconds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
 
@@ -98,10 +99,8 @@ def test_a_control_frame_flood_gets_goaway_enhance_your_calm(server, flood):
         chunk = flood * 1000
         deadline = time.monotonic() + 10
         while not done and time.monotonic() < deadline:
-            try:
+            with contextlib.suppress(OSError):
                 sock.sendall(chunk)
-            except OSError:
-                pass
             data, done = read_until_closed(sock, 0.05)
             received += data
         rest, done = read_until_closed(sock, 5.0)

@@ -89,7 +89,7 @@ def test_pipelined_requests_from_a_client_that_does_not_read_hold_bounded_memory
 
 
 @pytest.mark.parametrize(
-    "path, body",
+    ("path", "body"),
     [pytest.param(INFER, BODY, id="direct-infer"), pytest.param(b"/v2/repository/index", b"{}", id="asgi-post")],
 )
 def test_a_pipelined_request_whose_body_comes_later_is_answered(server, path, body):

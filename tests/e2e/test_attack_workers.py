@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from multiprocessing import shared_memory
 from pathlib import Path
 
@@ -75,7 +75,7 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return not Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] == "Z"
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
 
 
 def stats_counts(url: str) -> tuple[int, int] | None:
@@ -124,10 +124,8 @@ def stopped(pid: int) -> Iterator[None]:
     try:
         yield
     finally:
-        try:
+        with suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
 
 
 def pinned_connections(url: str, pid: int, count: int) -> tuple[list[http.client.HTTPConnection], int]:
@@ -348,7 +346,7 @@ def test_a_worker_killed_while_starting_is_restarted_not_fatal(tmp_path: Path) -
     repo = write_repository(tmp_path / "models", {"slow": slow})
     srv = ServerProcess([repo], ["--workers", "2", *FAST_EXIT])
     srv.ports_path.unlink(missing_ok=True)
-    log_file = open(srv.log_path, "ab")  # started by hand: start() would wait for a server that is up
+    log_file = open(srv.log_path, "ab")  # noqa: SIM115 - stop() closes it; started by hand: start() would wait for a server that is up
     srv._log, srv.proc = log_file, subprocess.Popen(srv.command(), stdout=log_file, stderr=subprocess.STDOUT,
                                                     env=srv.env)  # fmt: skip
     try:

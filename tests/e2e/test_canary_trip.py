@@ -89,9 +89,10 @@ def outcome(result: Any) -> str:
     try:
         return str(result.get_result().get_response()["model_version"])
     except InferenceServerException as exc:
-        broke = re.search(r"version (\d+) broke", str(exc))
-        assert broke, exc
-        return f"failed {broke.group(1)}"
+        error = str(exc)
+    broke = re.search(r"version (\d+) broke", error)
+    assert broke, error
+    return f"failed {broke.group(1)}"
 
 
 def concurrently(server: ServerProcess, n: int, prefix: str) -> list[str]:

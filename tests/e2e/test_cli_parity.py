@@ -198,7 +198,7 @@ def test_triton_command_lines_run_with_one_warning_per_flag_that_does_not_apply(
         assert httpclient.InferenceServerClient(srv.http_url).get_server_metadata()["name"] == "triton-edge"
         with grpcclient.InferenceServerClient(f"127.0.0.2:{srv.grpc_port}") as grpc:  # --grpc-address
             assert grpc.is_server_ready() and grpc.get_server_metadata().name == "triton-edge"
-        with pytest.raises(OSError):  # not on the HTTP address
+        with pytest.raises(ConnectionRefusedError):  # not on the HTTP address
             socket.create_connection(("127.0.0.1", srv.grpc_port), timeout=2).close()
         log = srv.log()
     ignored = [line for line in log.splitlines() if "does not apply to inferd (ignored)" in line]

@@ -150,10 +150,7 @@ def send_grpc(call: GrpcCall, channel: grpc.Channel) -> dict[str, Any]:
     responses: list[Message] = []
     code, details = "OK", ""
     try:
-        if call.method in STREAMING:
-            responses = _lockstep(rpc, call.requests)
-        else:
-            responses = [rpc(call.requests[0], timeout=60)]
+        responses = _lockstep(rpc, call.requests) if call.method in STREAMING else [rpc(call.requests[0], timeout=60)]
     except grpc.RpcError as exc:
         code, details = exc.code().name, exc.details() or ""
     for response in responses:
@@ -188,7 +185,7 @@ def run_lifecycle(server: ServerProcess, channel: grpc.Channel) -> list[dict[str
 
 
 @pytest.fixture(scope="module")
-def recording(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recording]:
+def recording(tmp_path_factory: pytest.TempPathFactory) -> Recording:
     repo = tmp_path_factory.mktemp("golden") / "models"
     shutil.copytree(EXAMPLES, repo, ignore=shutil.ignore_patterns("__pycache__"))
     if not (repo / "mlp_onnx" / "1" / "model.onnx").exists():  # examples/build_models.py not run yet
@@ -201,7 +198,7 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recording]:
     if RECORD:
         GOLDEN.parent.mkdir(parents=True, exist_ok=True)
         GOLDEN.write_text(json.dumps(actual, indent=1) + "\n")
-    yield actual
+    return actual
 
 
 # -- comparing ------------------------------------------------------------------------------------

@@ -154,7 +154,7 @@ def assert_up(server: ServerProcess) -> None:
 
 
 @pytest.mark.parametrize(
-    "path, body, status, says",
+    ("path", "body", "status", "says"),
     [
         (LIVE, b"\0\0\0\0\x10abc", 13, "truncated gRPC message"),
         (LIVE, b"\0\0\0", 13, "truncated gRPC message"),
@@ -183,7 +183,7 @@ def test_bad_calls_get_a_status(h2_server: ServerProcess, path: str, body: bytes
 
 
 @pytest.mark.parametrize(
-    "body, status, says",
+    ("body", "status", "says"),
     [
         (b"\x01\0\0\0\x04junk", 13, "failed to decompress the request message"),
         (
@@ -324,7 +324,7 @@ SHORT_PATH_CALLS = [
 
 
 @pytest.mark.parametrize("te", [True, False], ids=["te-trailers", "no-te"])
-@pytest.mark.parametrize("path, body", SHORT_PATH_CALLS)
+@pytest.mark.parametrize(("path", "body"), SHORT_PATH_CALLS)
 def test_short_path_answers_as_the_asgi_path(h2_server: ServerProcess, path: str, body: bytes, te: bool) -> None:
     """A plain unary call skips ASGI; the same call with a deadline goes through it. Both answers
     (status, headers, message, trailers) must be the same, byte for byte."""
@@ -428,7 +428,7 @@ def _padded_live(size: int) -> bytes:
     return b"\x7a" + length + bytes(payload)
 
 
-@pytest.mark.parametrize("size, status", [(BIG_MAX, 0), (BIG_MAX + 1, 8)], ids=["at-max", "one-over"])
+@pytest.mark.parametrize(("size", "status"), [(BIG_MAX, 0), (BIG_MAX + 1, 8)], ids=["at-max", "one-over"])
 def test_a_message_at_the_max_size_is_taken_and_one_byte_more_refused(
     big_h2: ServerProcess, size: int, status: int
 ) -> None:

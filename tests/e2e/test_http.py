@@ -202,12 +202,11 @@ BAD_REQUESTS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("case,path,body,headers,status,words", BAD_REQUESTS, ids=[c[0] for c in BAD_REQUESTS])
+@pytest.mark.parametrize(
+    ("case", "path", "body", "headers", "status", "words"), BAD_REQUESTS, ids=[c[0] for c in BAD_REQUESTS]
+)
 def test_bad_requests_get_triton_status_and_clear_message(server, client, case, path, body, headers, status, words):
-    if isinstance(body, dict):
-        raw = json.dumps(body).encode()
-    else:
-        raw = body
+    raw = json.dumps(body).encode() if isinstance(body, dict) else body
     if headers == "binary-header":  # a valid JSON header followed by 16 of the 32 promised bytes
         headers = {"Inference-Header-Content-Length": str(len(raw))}
         raw += b"\0" * 16
@@ -237,7 +236,7 @@ ADD_SUB_JSON = {
 
 
 @pytest.mark.parametrize(
-    "path, doc",
+    ("path", "doc"),
     [
         ("/v2/models/add_sub/infer", ADD_SUB_JSON),
         ("/v2/models/add_sub/generate", {"INPUT0": [1, 2, 3, 4], "INPUT1": [1, 2, 3, 4]}),

@@ -132,7 +132,7 @@ ACCEPT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("accept,coding", ACCEPT_CASES)
+@pytest.mark.parametrize(("accept", "coding"), ACCEPT_CASES)
 def test_accept_encoding_is_read_as_triton_reads_it(server, accept, coding):
     body = i32_body([1, 2, 3])
     status, headers, data = post(server, "/v2/models/i32/infer", body, {"Accept-Encoding": accept})
@@ -184,7 +184,7 @@ def raw_infer(server, model: str, body: bytes, headers: dict[str, str] | None = 
 
 
 @pytest.mark.parametrize(
-    "model,array,shape",
+    ("model", "array", "shape"),
     [
         ("i32", np.array([1, 2, 3], dtype=np.int32), [3]),
         ("batched", np.array([4, 5], dtype=np.int32), [1, 2]),
@@ -240,7 +240,7 @@ def tensor_body(datatype: str, shape: list[int], data: object) -> bytes:
 
 
 @pytest.mark.parametrize(
-    "model,datatype,shape,data,first,detail",
+    ("model", "datatype", "shape", "data", "first", "detail"),
     [
         ("i32", "INT32", [2], [1, 1.5], SIGNED, "data[1] is 1.5"),
         ("i32", "INT32", [2], [2.0, 1], SIGNED, "data[0] is 2.0"),
@@ -307,7 +307,7 @@ def test_non_utf8_and_lone_surrogates_are_400_naming_the_field(server):
 
 
 @pytest.mark.parametrize(
-    "fields,first",
+    ("fields", "first"),
     [
         ({"parameters": {"priority": -1}}, "Unable to parse 'priority': attempt to access JSON non-unsigned-integer"),
         ({"parameters": {"priority": "high"}}, "Unable to parse 'priority': attempt to access JSON non-unsigned"),
@@ -345,7 +345,7 @@ def grpc_request(**params: tuple[str, object]) -> pb.ModelInferRequest:
 
 
 @pytest.mark.parametrize(
-    "key,field,value,first",
+    ("key", "field", "value", "first"),
     [
         ("priority", "int64_param", -1, "invalid value for 'priority', expected value >= 0."),
         (

@@ -87,7 +87,7 @@ def test_batching_ensemble_over_a_non_batching_model_with_a_batch_of_one(server)
 
 
 @pytest.mark.parametrize(
-    "model, shape",
+    ("model", "shape"),
     [("ens_nobatch_over_batch", (16,)), ("ens_batch_over_nobatch", (1, 16)), ("nop_batch", (1, 16))],
 )
 def test_ensemble_classification_uses_the_step_models_labels(server, model, shape):

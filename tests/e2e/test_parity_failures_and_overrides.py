@@ -269,9 +269,8 @@ def test_contents_and_raw_input_contents_say_what_triton_says(server: ServerProc
     tensor = request.inputs.add(name="INPUT0", datatype="FP32", shape=[2])
     tensor.contents.fp32_contents.extend([1.0, 2.0])
     request.raw_input_contents.append(np.ones(2, np.float32).tobytes())
-    with grpc.insecure_channel(server.grpc_url) as channel:
-        with pytest.raises(grpc.RpcError) as err:
-            pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request)
+    with grpc.insecure_channel(server.grpc_url) as channel, pytest.raises(grpc.RpcError) as err:
+        pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert err.value.details().startswith(
         "contents field must not be specified when using raw_input_contents for 'INPUT0' for model 'identity'"

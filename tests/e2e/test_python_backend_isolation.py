@@ -135,8 +135,7 @@ def server(serve: Servers) -> ServerProcess:
         "cancel": {"config.pbtxt": ECHO_CONFIG + CANCEL_PARAMS, "1/model.py": CANCEL_PY},
         "nap": {"config.pbtxt": ECHO_CONFIG + PROCESS, "1/model.py": NAP_PY},
     }
-    srv = serve(repo)
-    return srv
+    return serve(repo)
 
 
 def _infer(client: httpclient.InferenceServerClient, model: str, n: int) -> int:

@@ -49,8 +49,7 @@ def server(serve: Servers) -> ServerProcess:
         "healthy": {"config.pbtxt": CONFIG, "1/model.py": ECHO_PY},
         "boom": {"config.pbtxt": CONFIG + BOOM_PARAMS, "1/model.py": BOOM_PY},
     }
-    srv = serve(repo, "--workers", "2")
-    return srv
+    return serve(repo, "--workers", "2")
 
 
 def _infer(server: ServerProcess, model: str, n: int, timeout: float = 60) -> tuple[int, str]:

@@ -41,9 +41,9 @@ class S3Server:
         self.endpoint = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, **CREDENTIALS, **({"INITIAL_NO_AUTH_ACTION_COUNT": "0"} if auth else {})}
         moto = Path(sys.executable).with_name("moto_server")
-        self._log = open(tmp / f"moto-{self.port}.log", "ab")
-        self.proc = subprocess.Popen([str(moto), "-H", "127.0.0.1", "-p", str(self.port)], env=env,
-                                     stdout=self._log, stderr=subprocess.STDOUT)  # fmt: skip
+        with open(tmp / f"moto-{self.port}.log", "ab") as log:  # the child keeps its own copy
+            self.proc = subprocess.Popen([str(moto), "-H", "127.0.0.1", "-p", str(self.port)], env=env,
+                                         stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
         wait_for(self._up, timeout=60, what="moto_server")
         self.client = boto3.client("s3", endpoint_url=self.endpoint, **_boto_credentials())
 
@@ -76,7 +76,6 @@ class S3Server:
         if self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(10)
-        self._log.close()
 
 
 def _boto_credentials() -> dict[str, str]:
@@ -253,7 +252,7 @@ def test_wrong_credentials(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "url, expected",
+    ("url", "expected"),
     [
         ("s3://", "model repository 's3://': no bucket name (expected s3://[host:port/]bucket/path)"),
         (

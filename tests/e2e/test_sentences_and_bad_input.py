@@ -249,9 +249,8 @@ def test_trace_rate_with_two_values_is_refused(server: ServerProcess) -> None:
 
 
 def _grpc_error(srv: ServerProcess, request: service_pb2.ModelInferRequest) -> grpc.RpcError:
-    with grpc.insecure_channel(srv.grpc_url) as channel:
-        with pytest.raises(grpc.RpcError) as info:
-            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=30)
+    with grpc.insecure_channel(srv.grpc_url) as channel, pytest.raises(grpc.RpcError) as info:
+        service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=30)
     return info.value
 
 

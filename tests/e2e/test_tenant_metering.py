@@ -172,9 +172,8 @@ def test_a_prompt_over_the_tenants_limit_is_refused_on_the_openai_port(server):
 
 def test_usage_without_tenants_is_empty(tmp_path: Path):
     repo = write_repository(tmp_path / "models", {"words": {"config.pbtxt": WORDS_CONFIG, "1/model.py": WORDS_PY}})
-    with ServerProcess([repo]) as proc:
-        with urllib.request.urlopen(f"http://{proc.http_url}/v2/usage", timeout=10) as response:
-            assert json.loads(response.read()) == {"tenants": {}}
+    with ServerProcess([repo]) as proc, urllib.request.urlopen(f"http://{proc.http_url}/v2/usage", timeout=10) as r:
+        assert json.loads(r.read()) == {"tenants": {}}
 
 
 def test_counts_are_the_whole_servers_under_workers(tmp_path: Path):

@@ -146,7 +146,7 @@ def _dims(kind: str, dims: str) -> str:
     )
 
 
-BATCH_IN = "BATCH_ELEMENT_COUNT BATCH_ACCUMULATED_ELEMENT_COUNT BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO".split()
+BATCH_IN = ["BATCH_ELEMENT_COUNT", "BATCH_ACCUMULATED_ELEMENT_COUNT", "BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO"]
 BATCH_IN.append("BATCH_MAX_ELEMENT_COUNT_AS_SHAPE")
 DIFFERENT_SIZE = "model {0} '{0}' has different size for dims and reshape"
 VARIABLE_DIMS = "model {0} '{0}' has different number of variable-size dimensions for dims and reshape"
@@ -537,7 +537,7 @@ MODES = {"strict": ["--strict-model-config=true"], "disable": ["--disable-auto-c
 
 
 @pytest.fixture(scope="module")
-def logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The log of each server run: noautofill cases in both modes (invalid_platform in the
     --disable-auto-complete-config one, as test.sh runs it), autofill cases with auto-complete on."""
     root = tmp_path_factory.mktemp("l0_model_config")
@@ -548,7 +548,7 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
             cases["invalid_platform"] = (INVALID_PLATFORM[0], BATCHED, INVALID_PLATFORM[1])
         out[mode] = _failure_run(root / mode, cases, args)
     out["autofill"] = _failure_run(root / "autofill", AUTOFILL, ["--strict-model-config=false"])
-    yield out
+    return out
 
 
 @pytest.mark.parametrize("mode", list(MODES))

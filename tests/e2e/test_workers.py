@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -162,10 +163,8 @@ def _slow_call(url: str, outcomes: list[str]) -> None:
 def _probe_readiness(url: str, seen: list[bool], seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        try:
+        with contextlib.suppress(Exception):  # a connection the dying worker had accepted: not an answer
             seen.append(fresh(url).is_server_ready())
-        except Exception:  # a connection the dying worker had accepted: not an answer
-            pass
         time.sleep(0.02)
 
 

@@ -69,7 +69,7 @@ def test_session_settings_from_parameters() -> None:
     assert s.cuda_options == {"cudnn_conv_algo_search": "HEURISTIC"}
 
 
-@pytest.mark.parametrize("level, name", [(-1, "ORT_ENABLE_BASIC"), (0, "ORT_ENABLE_ALL"), (1, "ORT_ENABLE_EXTENDED"),
+@pytest.mark.parametrize(("level", "name"), [(-1, "ORT_ENABLE_BASIC"), (0, "ORT_ENABLE_ALL"), (1, "ORT_ENABLE_EXTENDED"),
                                          (2, "ORT_DISABLE_ALL")])  # fmt: skip
 def test_graph_levels_follow_triton(level: int, name: str) -> None:
     assert options.session_settings(config(f"optimization {{ graph {{ level: {level} }} }}"), "m").graph_level == name
@@ -117,7 +117,7 @@ def test_providers_for_gpu_and_cpu_accelerators() -> None:
     ]
 
 
-@pytest.mark.parametrize("text, needle", [
+@pytest.mark.parametrize(("text", "needle"), [
     ('gpu_execution_accelerator: [ { name: "rocm" } ]', "unknown Execution Accelerator 'rocm'"),
     ('cpu_execution_accelerator: [ { name: "dnnl" } ]', "unknown Execution Accelerator 'dnnl'"),
     ('gpu_execution_accelerator: [ { name: "tensorrt" parameters { key: "bogus" value: "1" } } ]', "unknown parameter 'bogus'"),
@@ -135,7 +135,7 @@ GRAPH_IN = [GraphTensor("A", "TYPE_FP32", (-1, 4), "tensor(float)")]
 GRAPH_OUT = [GraphTensor("Y", "TYPE_FP32", (-1, 3), "tensor(float)")]
 
 
-@pytest.mark.parametrize("text, needle", [
+@pytest.mark.parametrize(("text", "needle"), [
     ('input [{name: "A" data_type: TYPE_FP32 dims: [4]}] output [{name: "Y" data_type: TYPE_FP32 dims: [3]}]', None),
     ('input [{name: "A" data_type: TYPE_FP32 dims: [-1]}] output [{name: "Y" data_type: TYPE_FP32 dims: [3]}]',
      "model 'm', tensor 'A': the model expects 2 dimensions (shape [-1,4]) but the model configuration specifies 2 "

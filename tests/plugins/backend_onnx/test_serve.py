@@ -323,7 +323,7 @@ def test_mlp(client: Any, repo: Any) -> None:
     np.testing.assert_allclose(result.as_numpy("y"), direct(repo[1]["mlp"], {"x": x})["y"], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name, rows", [("external_dir", 2), ("external_file", 3)])
+@pytest.mark.parametrize(("name", "rows"), [("external_dir", 2), ("external_file", 3)])
 def test_external_data(client: Any, repo: Any, name: str, rows: int) -> None:
     x = np.random.default_rng(rows).standard_normal((rows, 64)).astype(np.float32)
     result = infer(client, name, {"X": x}, {"X": "FP32"})

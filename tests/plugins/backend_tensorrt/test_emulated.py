@@ -173,15 +173,12 @@ def test_errors_name_the_model_and_the_fix(tmp_path, emulated):
         load(tmp_path / "a", "", {"1/model.plan": b"garbage"})
     with pytest.raises(InvalidArgument, match="instance group 'm_0' has kind KIND_CPU"):
         load(tmp_path / "b", "instance_group [{ kind: KIND_CPU }]")
+    lazy = 'parameters { key: "execution_context_allocation_strategy" value: { string_value: "lazy" } }'
     with pytest.raises(InvalidArgument, match="execution_context_allocation_strategy is 'LAZY'"):
-        model, _ = load(
-            tmp_path / "c",
-            'parameters { key: "execution_context_allocation_strategy" value: { string_value: "lazy" } }',
-        )
-        model.create_instance(InstanceSpec("m_0_0", "KIND_GPU", 0, 0, "m_0"))
+        load(tmp_path / "c", lazy)
 
 
 def test_no_gpu(tmp_path):
-    with installed(gpus=0):
-        with pytest.raises(InferdError, match="no NVIDIA GPU is visible to this process .*cudaErrorInsufficientDriver"):
-            load(tmp_path, "")
+    no_gpu = "no NVIDIA GPU is visible to this process .*cudaErrorInsufficientDriver"
+    with installed(gpus=0), pytest.raises(InferdError, match=no_gpu):
+        load(tmp_path, "")

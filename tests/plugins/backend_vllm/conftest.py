@@ -106,10 +106,10 @@ class VllmServe:
         command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", "127.0.0.1",
                    "--port", str(self.port), *self.FLAGS, *args]  # fmt: skip
         self.log_path = log
-        self._log = open(log, "wb")
         self.tmp = short_tmp()
         env = {**os.environ, **ENV, "TMPDIR": str(self.tmp)}
-        self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        with open(log, "wb") as out:  # the child keeps its own copy
+            self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
         self.url = f"http://127.0.0.1:{self.port}"
 
     def terminate(self) -> None:
@@ -140,7 +140,6 @@ class VllmServe:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self._log.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 

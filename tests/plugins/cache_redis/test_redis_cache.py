@@ -55,12 +55,12 @@ class RedisServer:
         import redis
 
         self.workdir.mkdir(parents=True, exist_ok=True)
-        log = open(self.workdir / "redis.log", "ab")
-        self.proc = subprocess.Popen(
-            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir), "--daemonize", "no"],
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        with open(self.workdir / "redis.log", "ab") as log:  # the child keeps its own copy
+            self.proc = subprocess.Popen(
+                [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                 "--dir", str(self.workdir), "--daemonize", "no"],
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
         client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
         deadline = time.monotonic() + 20
         while True:
@@ -145,7 +145,7 @@ def test_codec_round_trip_is_read_only_and_rejects_foreign_data():
         np.testing.assert_array_equal(got.data, want.data)
     assert back.outputs[1].parameters == {"p": 1}
     for junk in (b"", b"GARBAGE-GARBAGE", encode(response)[:-3]):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="^cache entry "):
             decode(junk)
 
 

@@ -20,7 +20,7 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
 #: What the model says, from word ``seed % 10`` on: its first word is its prompt's token count.
-WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
 
 MODEL_PY = """
 import json

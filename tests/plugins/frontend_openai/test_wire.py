@@ -145,9 +145,9 @@ def test_openai_tokenizer_flag_serves_every_model_with_that_tokenizer(tmp_path: 
 def test_allow_openai_false_serves_no_openai_api(tmp_path: Path) -> None:
     write_chat_model(tmp_path / "models", "chat")
     port = free_port()
-    with ServerProcess([tmp_path / "models"], ["--openai-port", str(port), "--allow-openai=false"]):
-        with pytest.raises(httpx.ConnectError):
-            httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5)
+    flags = ["--openai-port", str(port), "--allow-openai=false"]
+    with ServerProcess([tmp_path / "models"], flags), pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5)
 
 
 def test_openai_port_in_use_is_a_start_up_error(tmp_path: Path) -> None:
