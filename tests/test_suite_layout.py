@@ -14,13 +14,6 @@ import pytest
 
 from tests.conftest import ROOT, TESTS, xdist_unit
 
-#: Test files that still take a helper from another test file (to move to a helper module).
-IMPORTS_FROM_TEST_FILES = {
-    "tests/core/test_frontend_interface.py imports tests.core.test_model_info",
-    "tests/core/test_http_app.py imports tests.core.test_model_info",
-    "tests/core/test_runner.py imports tests.core.test_instance_pool",
-}
-
 
 def test_the_vllm_files_are_one_unit_of_work_and_other_files_their_own():
     vllm = {xdist_unit("tests/plugins/backend_vllm/test_server.py::test_config"),
@@ -77,4 +70,4 @@ def test_a_helper_two_test_files_share_lives_in_a_helper_module():
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.ImportFrom) and (node.module or "").rsplit(".", 1)[-1].startswith("test_"):
                 found.add(f"{path.relative_to(ROOT)} imports {node.module}")
-    assert found <= IMPORTS_FROM_TEST_FILES, sorted(found - IMPORTS_FROM_TEST_FILES)
+    assert not found, sorted(found)

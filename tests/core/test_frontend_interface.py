@@ -40,7 +40,7 @@ from inferd.frontends.metrics.latency import LatencyConfig
 from inferd.host.plugins import PluginHost
 from inferd.host.server import Server, ServerOptions
 from inferd.testing import write_repository
-from tests.core.test_model_info import http_post
+from tests.asgi_calls import http_post
 
 TEXT_CONFIG = """
 name: "%s"

@@ -10,7 +10,8 @@ import numpy as np
 from inferd.frontends.http import infer as infer_module
 from inferd.frontends.http.app import HttpApp
 from inferd.host.server import Server
-from tests.core.test_model_info import A, B, http_post, serve
+from tests.asgi_calls import http_post
+from tests.in_process import A, B, serve
 
 INFER = json.dumps({"inputs": [{"name": n, "datatype": "FP32", "shape": [1, 4], "data": d}
                                for n, d in (("INPUT0", A), ("INPUT1", B))]}).encode()  # fmt: skip

@@ -10,13 +10,14 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from inferd.contracts.backend import AsyncInstance, InstanceSpec, Started, SyncInstance
+from inferd.contracts.backend import InstanceSpec, SyncInstance
 from inferd.contracts.errors import InferdError
 from inferd.contracts.types import InferRequest, InferResponse
 from inferd.engine.pool import InstancePool
 from inferd.engine.recorder import Recorder
 from inferd.engine.runner import Runner
 from inferd.engine.stats import ModelStats
+from tests.held_instances import Pipelined
 
 
 class Nothing(SyncInstance):
@@ -140,27 +141,6 @@ def test_run_executes_on_a_free_instance_and_frees_it(runners: list[Runner]) -> 
         assert await pool.acquire() is runners[0]
 
     asyncio.run(main())
-
-
-Results = list[InferResponse | InferdError] | Started
-
-
-class Pipelined(AsyncInstance):
-    """An asynchronous instance that queues batches itself (as an isolated Python model's stub does)."""
-
-    pipeline_depth = 2
-
-    def __init__(self) -> None:
-        self.held: list[tuple[Sequence[InferRequest], asyncio.Future[Results]]] = []
-
-    async def execute(self, requests: Sequence[InferRequest]) -> Results:
-        future: asyncio.Future[Results] = asyncio.get_running_loop().create_future()
-        self.held.append((requests, future))
-        return await future
-
-    def answer(self) -> None:
-        requests, future = self.held.pop(0)
-        future.set_result([InferResponse("m", "1", r.id) for r in requests])
 
 
 def test_an_instance_with_a_pipeline_depth_gets_that_many_batches_at_once() -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -25,27 +24,8 @@ from inferd.frontends.grpc.codec import split_infer_request
 from inferd.frontends.grpc.service import InferenceService
 from inferd.frontends.http.app import HttpApp
 from inferd.host.server import Server, ServerOptions
-from inferd.testing import write_repository
-from tests.e2e import models
-
-TWO_VERSIONS = models.ADD_SUB_CONFIG + "version_policy: { all {} }\n"
-A = [1.0, 2.0, 3.0, 4.0]
-B = [1.0, 1.0, 1.0, 1.0]
-
-
-def serve(tmp_path: Any, scenario: Callable[[Server], Awaitable[None]]) -> None:
-    """Run ``scenario`` against a started in-process server serving add_sub versions 1 and 2."""
-    repo = write_repository(tmp_path / "models", {"add_sub": models.add_sub(versions=(1, 2), config=TWO_VERSIONS)})
-
-    async def main() -> None:
-        server = Server(ServerOptions([repo], allow_http=False, allow_grpc=False, allow_metrics=False))
-        await server.start()
-        try:
-            await scenario(server)
-        finally:
-            await server.stop()
-
-    asyncio.run(main())
+from tests.asgi_calls import http_post
+from tests.in_process import A, B, serve
 
 
 def add_sub_request(version: str = "") -> InferRequest:
@@ -66,27 +46,6 @@ def count_resolves(dp: LocalDataPlane) -> list[str]:
 
     dp.table.resolve = counting  # type: ignore[method-assign]
     return calls
-
-
-async def http_post(app: Any, path: str, body: bytes, method: str = "POST",
-                    headers: list[tuple[bytes, bytes]] | None = None) -> tuple[int, bytes]:  # fmt: skip
-    scope = {"type": "http", "method": method, "path": path, "raw_path": path.encode(), "root_path": "",
-             "query_string": b"", "headers": headers or [], "scheme": "http", "server": ("test", 80),
-             "asgi": {"version": "3.0"}, "http_version": "1.1"}  # fmt: skip
-    sent: list[dict[str, Any]] = []
-    bodies = [{"type": "http.request", "body": body, "more_body": False}]
-
-    async def receive() -> dict[str, Any]:
-        if bodies:
-            return bodies.pop()
-        await asyncio.Event().wait()  # the client stays connected until the response ends
-        raise AssertionError("unreachable")
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    await app(scope, receive, send)
-    return sent[0]["status"], b"".join(bytes(m.get("body", b"")) for m in sent[1:])
 
 
 def grpc_request(version: str = "") -> Any:

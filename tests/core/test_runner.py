@@ -17,7 +17,7 @@ from inferd.contracts.types import InferRequest, InferResponse, InferTensor
 from inferd.engine.recorder import Recorder
 from inferd.engine.runner import Runner
 from inferd.engine.stats import ModelStats
-from tests.core.test_instance_pool import Pipelined
+from tests.held_instances import Pipelined
 
 
 def _request(rows: int, request_id: str) -> InferRequest:
