@@ -4,7 +4,9 @@ its files change, without a reload; its screenshots show what the DOM says."""
 
 from __future__ import annotations
 
+import http.client
 import io
+import json
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -68,6 +70,28 @@ def state_of(driver: Any, model: str, version: str) -> str | None:
     )
 
 
+def cells(driver: Any, model: str, version: str) -> list[str] | None:
+    """The texts of the cells of the row of ``model`` ``version`` (None: no such row)."""
+    return driver.execute_script(
+        "const r = document.querySelector(`tr[data-model='${arguments[0]}'][data-version='${arguments[1]}']`);"
+        "return r ? Array.from(r.cells, (c) => c.textContent) : null;",
+        model,
+        version,
+    )
+
+
+def infer(port: int, model: str) -> None:
+    body = {
+        "inputs": [{"name": n, "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]} for n in ("INPUT0", "INPUT1")]
+    }
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("POST", f"/v2/models/{model}/versions/1/infer", json.dumps(body))
+        assert conn.getresponse().status == 200
+    finally:
+        conn.close()
+
+
 def screenshot(driver: Any) -> Any:
     """The page as PNG, decoded: checked for its size (the viewport's) and that it is no blank image."""
     image = Image.open(io.BytesIO(driver.get_screenshot_as_png())).convert("RGB")
@@ -103,6 +127,14 @@ def test_the_page_follows_a_model_through_poll_mode(browser, tmp_path: Path):
         before = screenshot(browser)
         green, red = count(before, GREEN), count(before, RED)
         assert green > 200 and red > 100  # two READY badges, an UNAVAILABLE one
+
+        def figures() -> list[str] | None:  # requests keep coming: every refresh has new ones to rate
+            infer(server.http_port, "add_sub")
+            shown = cells(browser, "add_sub", "1")
+            return shown if shown and "–" not in shown[5:] else None
+
+        rps, latency, queue, inferences = wait_for(figures, "the live figures")[5:]
+        assert float(rps) > 0 and float(latency) > 0 and float(queue) >= 0 and int(inferences) > 0
 
         aside = tmp_path / "add_sub-2"
         (repo / "add_sub" / "2").rename(aside)  # the version leaves the repository: unloaded
