@@ -13,7 +13,7 @@ from __future__ import annotations
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from inferd.auth import ApiGroup, visible_entries, visible_names
+from inferd.auth import ApiGroup, visible_entries
 from inferd.contracts.errors import InferdError
 from inferd.frontends import results_json
 
@@ -64,9 +64,10 @@ def _figures(s: ModelStatistics) -> dict[str, Any]:
 
 
 def _traffic(dp: DataPlane, names: set[str]) -> dict[str, Any]:
-    """Each split model's traffic (weights, shares, states, the canary policy and its decisions)."""
+    """The traffic of each split model of ``names`` (weights, shares, states, the canary policy and
+    its decisions)."""
     splits = {}
-    for name in visible_names(sorted(names)):
+    for name in sorted(names):
         try:
             splits[name] = results_json.traffic(dp.traffic(name))
         except InferdError:  # unloaded since the index was read
