@@ -1,6 +1,8 @@
 """The status page in a real headless browser (Debian's chromium and chromium-driver, driven by
 selenium): it renders, and follows a model going READY -> UNAVAILABLE -> READY under poll mode as
-its files change, without a reload; its screenshots show what the DOM says."""
+its files change, without a reload; its screenshots show what the DOM says. On a restricted server
+it opens with the group's header (sent by the browser, as an extension would) and leaves out the
+figures of a group it may not read."""
 
 from __future__ import annotations
 
@@ -150,3 +152,21 @@ def test_the_page_follows_a_model_through_poll_mode(browser, tmp_path: Path):
         assert count(after, GREEN) > count(during, GREEN) and count(after, RED) < count(during, RED)
         assert browser.execute_script("return window.notReloaded === true;")  # refreshed in place
         assert not browser.find_element("id", "error").is_displayed()
+
+
+def test_a_restricted_page_opens_with_its_header_and_hides_the_figures_it_may_not_read(browser, tmp_path: Path):
+    repo = write_repository(tmp_path / "models", {"add_sub": models.add_sub()})
+    args = ["--http-restricted-api=model-repository:admin-key=yes", "--http-restricted-api=statistics:stats-key=yes"]
+    with ServerProcess([repo], args) as server:
+        browser.get(f"http://{server.http_url}/")
+        assert "This API is restricted, expecting header 'admin-key'" in browser.find_element("tag name", "body").text
+        browser.execute_cdp_cmd("Network.enable", {})
+        browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {"admin-key": "yes"}})
+        try:
+            browser.get(f"http://{server.http_url}/")
+            wait_for(lambda: state_of(browser, "add_sub", "1") == "READY", "add_sub READY")
+            note = browser.find_element("id", "stats-note").text
+            assert note == "Live figures hidden: this request may not read the statistics API."
+            assert cells(browser, "add_sub", "1")[5:] == ["–", "–", "–", "–"]
+        finally:
+            browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {}})
