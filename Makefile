@@ -68,9 +68,10 @@ coverage: install test-deps
 test-fast: install
 	$(PY) -m pytest -n auto --dist loadfile -m "not e2e and not slow"
 
-# Services the tests start themselves (a real redis-server for the redis cache plugin) and kubectl
-# (Debian's kubernetes-client: `kubectl kustomize` renders deploy/kubernetes). Installed
-# with apt when running as root; otherwise those tests skip and say why.
+# Services the tests start themselves (a real redis-server for the redis cache plugin), kubectl
+# (Debian's kubernetes-client: `kubectl kustomize` renders deploy/kubernetes) and a headless browser
+# (Debian's chromium and chromium-driver: the status page's browser test). Installed with apt when
+# running as root; otherwise those tests skip and say why.
 test-deps:
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -82,6 +83,11 @@ test-deps:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null) \
 	      || echo "could not install kubectl: the kustomize tests will skip"; \
 	  else echo "kubectl not found: the kustomize tests will skip"; fi; }
+	@command -v chromedriver >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
+	      || echo "could not install chromium: the status page's browser test will skip"; \
+	  else echo "chromedriver not found: the status page's browser test will skip"; fi; }
 
 protos: install
 	$(PY) scripts/gen_protos.py

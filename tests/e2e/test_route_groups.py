@@ -67,14 +67,18 @@ def concrete(path: str) -> str:
 
 
 def send(port: int, method: str, path: str, headers: dict[str, str], chunked: bool = False) -> tuple[int, str, Any]:
-    """One request on its own connection (a ``{}`` body for a POST): status, content type, JSON body."""
+    """One request on its own connection (a ``{}`` body for a POST): status, content type, JSON body
+    (the text of an HTML one: the status page)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         body: Any = (iter([b"{}"]) if chunked else b"{}") if method == "POST" else None
         conn.request(method, path, body=body, headers=headers, encode_chunked=chunked)
         response = conn.getresponse()
         data = response.read()
-        return response.status, response.getheader("content-type", ""), json.loads(data) if data else None
+        content_type = response.getheader("content-type", "")
+        if content_type.startswith("text/html"):
+            return response.status, content_type, data.decode()
+        return response.status, content_type, json.loads(data) if data else None
     finally:
         conn.close()
 

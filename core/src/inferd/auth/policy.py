@@ -158,11 +158,23 @@ class AccessPolicy:
             raise AccessDenied(ErrorKind.LIMITED, limited.message, max(limited.retry_after, 1), limited.outcome)
         return Grant(grant.tenant, grant.visible, self.limits)
 
+    def permits(self, group: ApiGroup, headers: Mapping[str, str]) -> bool:
+        """Whether the request being served (admitted to another group) may also read ``group``'s
+        answers: its restricted header and its tenant's API groups, asked without counting anything
+        (a page that shows several groups' figures leaves out those it may not read)."""
+        restriction = self.restricted.get(group)
+        if restriction is not None and not self._has_secret(restriction, headers):
+            return False
+        grant = CURRENT.get()
+        return grant is None or grant.tenant is None or group in grant.tenant.apis
+
+    def _has_secret(self, restriction: Restriction, headers: Mapping[str, str]) -> bool:
+        given = headers.get(self.header_prefix + restriction.key)
+        return given is not None and hmac.compare_digest(given.encode(), restriction.value.encode())
+
     def _check_restricted(self, restriction: Restriction, headers: Mapping[str, str]) -> None:
-        header = self.header_prefix + restriction.key
-        given = headers.get(header)
-        if given is None or not hmac.compare_digest(given.encode(), restriction.value.encode()):  # Triton's answer
-            word = self.restricted_word
+        if not self._has_secret(restriction, headers):  # Triton's answer
+            header, word = self.header_prefix + restriction.key, self.restricted_word
             raise AccessDenied(ErrorKind.RESTRICTED, f"This {word} is restricted, expecting header '{header}'")
 
     def _tenant(self, headers: Mapping[str, str], by_digest: Mapping[str, Tenant]) -> Tenant:

@@ -36,6 +36,7 @@ from inferd.frontends.http.codec import parse_json
 from inferd.frontends.http.errors import decode_body, error_body, error_reply
 from inferd.frontends.http.generate import NOT_ONE_RESPONSE, decode_generate, encode_generate, sse_event
 from inferd.frontends.http.infer import InferEndpoint, RequestHead
+from inferd.frontends.http.status import PAGE, status_view
 from inferd.frontends.repository_name import check_repository_name
 from inferd.serving import Handler, Headers, Reply
 from inferd.shared_memory.service import register_request
@@ -77,6 +78,9 @@ ROUTES: tuple[HttpRoute, ...] = (
     HttpRoute("/v2/repository/{repo}/models/{model}/unload", "POST", "unload", _REPOSITORY),
     # every tenant's requests and tokens (docs/traffic.md): an administrator's view
     HttpRoute("/v2/usage", "GET", "usage", _REPOSITORY),
+    # the status page and what it shows (inferd's own: http/status.py), seen as the index is
+    HttpRoute("/", "GET", "status_page", _REPOSITORY),
+    HttpRoute("/v2/status", "GET", "status", _REPOSITORY),
     *(
         HttpRoute(prefix + suffix, method, name, group)
         for prefix in (_M, _MV)
@@ -307,6 +311,12 @@ class Endpoints:
 
     async def usage(self, request: Request) -> Response:
         return _json(results_json.usage(await self.dp.tenant_usage()))
+
+    async def status_page(self, request: Request) -> Response:
+        return Response(PAGE, media_type="text/html; charset=utf-8", headers={"cache-control": "no-cache"})
+
+    async def status(self, request: Request) -> Response:
+        return _json(await status_view(self.dp, dict(request.headers.items())))
 
     async def traffic_get(self, request: Request) -> Response:
         return _json(results_json.traffic(self.dp.traffic(request.path_params["model"])))
