@@ -40,8 +40,8 @@ class SuggestingParser(argparse.ArgumentParser):
     taken silently for the option it is a prefix of.
     """
 
-    def __init__(self, *args: Any, allow_abbrev: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
+    def __init__(self, *, allow_abbrev: bool = False, **kwargs: Any) -> None:
+        super().__init__(allow_abbrev=allow_abbrev, **kwargs)
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
