@@ -87,7 +87,9 @@ def test_a_model_not_loaded_says_how_to_load_it(server: ServerProcess) -> None:
     )
     status, error = post(server, "/v2/models/add_sub2/infer", body)
     assert status == 404
-    assert error == f"Request for unknown model: 'add_sub2' is not found; it is in the repository but not loaded: {advice}"
+    assert (
+        error == f"Request for unknown model: 'add_sub2' is not found; it is in the repository but not loaded: {advice}"
+    )
     assert post(server, "/v2/repository/models/add_sub2/load")[0] == 200
     assert post(server, "/v2/repository/models/add_sub2/unload")[0] == 200
     want = f"Request for unknown model: 'add_sub2' has no available versions; it is not loaded: {advice}"
