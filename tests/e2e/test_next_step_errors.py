@@ -148,3 +148,13 @@ def test_an_abbreviated_option_is_refused_with_the_full_one(tmp_path: Path) -> N
     assert "unrecognized arguments: --model-repo (did you mean --model-repository?)" in ran.stderr
     ran = inferd("health", "--jso")
     assert ran.returncode == 2 and "did you mean --json?" in ran.stderr
+
+
+def test_a_misspelt_load_model_at_start_up_suggests_the_closest_name(tmp_path: Path) -> None:
+    repo = write_repository(tmp_path / "models", {"add_sub": models.add_sub()})
+    ports = ["--http-port=0", "--grpc-port=0", "--metrics-port=0"]
+    ran = inferd(
+        "serve", "--model-repository", str(repo), "--model-control-mode=explicit", "--load-model=add_sbu", *ports
+    )
+    assert ran.returncode == 1
+    assert f"{POLL_FAILURE.format('add_sbu')}; did you mean 'add_sub'?" in ran.stderr

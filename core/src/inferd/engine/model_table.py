@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from inferd.auth.policy import unknown_model, visible_names
 from inferd.contracts.errors import InvalidArgument, NotFound
-from inferd.engine.states import ModelRecord, State
+from inferd.engine.states import ModelRecord, State, Why
 from inferd.engine.traffic import Traffic
 from inferd.repository.scan import Snapshot, model_key
 
@@ -225,6 +225,11 @@ def _version(record: ModelRecord | None, name: str, version: str, advice: str = 
 
 def _not_loaded(record: ModelRecord, advice: str) -> str:
     """Why ``record`` serves no version, and what loads it."""
-    failed = any(state.failed for state in record.versions.values())
-    head = "its load failed (see /v2/repository/index for the reason)" if failed else "it is not loaded"
+    states = [record.versions[v] for v in sorted(record.versions, reverse=True)]
+    if any(state.failed for state in states):
+        head = "its load failed (see /v2/repository/index for the reason)"
+    elif all(state.why in (Why.NONE, Why.UNLOADED) for state in states):
+        head = "it is not loaded"
+    else:
+        return f"it does not serve: {next(s.reason for s in states if s.why not in (Why.NONE, Why.UNLOADED))}"
     return f"{head}: {advice.format(name=record.name)}" if advice else head
