@@ -4,6 +4,7 @@ a model), and the tools naming the other protocol's port instead of printing its
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -158,3 +159,26 @@ def test_a_misspelt_load_model_at_start_up_suggests_the_closest_name(tmp_path: P
     )
     assert ran.returncode == 1
     assert f"{POLL_FAILURE.format('add_sbu')}; did you mean 'add_sub'?" in ran.stderr
+
+
+def test_a_tenant_is_never_shown_a_model_it_may_not_see(tmp_path: Path) -> None:
+    repo = write_repository(
+        tmp_path / "models", {name: models.add_sub() for name in ("add_sub", "add_sub2", "secret_model")}
+    )
+    digest = hashlib.sha256(b"team-key").hexdigest()
+    auth = tmp_path / "auth.yaml"
+    auth.write_text(f"tenants:\n  team: {{keys: [{digest}], models: ['add_*'], apis: [health, model-repository]}}\n")
+    args = ["--model-control-mode=explicit", f"--auth-config={auth}"]
+    with ServerProcess([repo], args) as server:
+        answers = {}
+        for name in ("secret_model", "secret_modl", "nothing_like_it"):
+            request = urllib.request.Request(
+                f"http://{server.http_url}/v2/repository/models/{name}/load",
+                b"{}",
+                {"Authorization": "Bearer team-key"},
+            )
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(request, timeout=30)
+            answers[name] = (err.value.code, json.loads(err.value.read())["error"])
+    for name, answer in answers.items():
+        assert answer == (404, f"{POLL_FAILURE.format(name)}; the repository has 'add_sub', 'add_sub2'")
