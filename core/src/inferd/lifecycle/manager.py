@@ -57,7 +57,7 @@ class ControlMode(str, enum.Enum):
 LOAD_ADVICE = {
     ControlMode.EXPLICIT: "load it with POST /v2/repository/models/{name}/load (gRPC RepositoryModelLoad), "
     "or start the server with --load-model={name}",
-    ControlMode.POLL: "the server loads it again when its files change",
+    ControlMode.POLL: "the server loads it when a scan finds its files new or changed",
     ControlMode.NONE: "restart the server to load it, or serve with --model-control-mode=explicit to load it with "
     "POST /v2/repository/models/{name}/load, or with --model-control-mode=poll to load it when its files change",
 }
