@@ -87,6 +87,7 @@ GRPC_IMPORTERS = (
     "inferd.frontends.grpc",
     "inferd.serving",
     "inferd.tools.perf.transport_grpc",
+    "inferd.tools.health_grpc",
     "inferd.testing.clients",
 )
 

@@ -13,8 +13,7 @@ import enum
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from inferd.auth.policy import Grant, unknown_model, visible_names
-from inferd.contracts.errors import NotFound, poll_failure
+from inferd.auth.policy import Grant, unknown_model, unknown_to_load, visible_names
 
 if TYPE_CHECKING:
     from inferd.auth.groups import ApiGroup
@@ -68,7 +67,7 @@ def hidden(action: ModelAction, model: str, dataplane: Models) -> Hidden:
     if action is ModelAction.LOAD or action is ModelAction.UNLOAD:
         dataplane.check_control()  # the control mode answers first, for any model
         if action is ModelAction.LOAD:
-            raise NotFound(poll_failure(model))
+            raise unknown_to_load(model, dataplane.model_names())
         return Hidden.UNLOADED  # unloading an unknown model succeeds
     # any other route (traffic): as the data plane answers a name it does not know
     raise unknown_model(model, candidates=visible_names(dataplane.model_names()))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from inferd.auth.groups import ApiGroup, Restriction
 from inferd.auth.keys import KeyFile, Tenant, digest
 from inferd.auth.limits import TenantLimits
-from inferd.contracts.errors import ErrorKind, InferdError, InvalidArgument, NotFound
+from inferd.contracts.errors import ErrorKind, InferdError, InvalidArgument, NotFound, poll_failure
 from inferd.contracts.hints import did_you_mean
 
 #: Longest ``Authorization`` value looked at (a bearer key is far shorter).
@@ -49,6 +49,25 @@ def unknown_model(model: str, group: ApiGroup = ApiGroup.INFERENCE, candidates: 
     if group is ApiGroup.TRACE:
         return InvalidArgument(f"Request for unknown model : {model}{tail}")
     return NotFound(f"Request for unknown model: '{model}' is not found{tail}")
+
+
+#: Most model names an error for a load of an unknown model lists.
+MAX_LISTED = 10
+
+
+def unknown_to_load(model: str, names: Iterable[str]) -> NotFound:
+    """What loading a model in no repository answers: Triton's sentence first, then the closest of
+    the repositories' ``names`` the asker may see, or the first of them (a bounded list)."""
+    visible = sorted(set(visible_names(names)))
+    hint = did_you_mean(model, visible)
+    if hint:
+        tail = hint
+    elif visible:
+        more = f" and {len(visible) - MAX_LISTED} more" if len(visible) > MAX_LISTED else ""
+        tail = f"the repository has {', '.join(repr(n) for n in visible[:MAX_LISTED])}{more}"
+    else:
+        tail = "the repository has no models"
+    return NotFound(f"{poll_failure(model)}; {tail}")
 
 
 def visible_names(names: Iterable[str]) -> Iterator[str]:

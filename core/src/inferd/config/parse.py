@@ -13,6 +13,7 @@ from google.protobuf import json_format, text_format
 
 from inferd.config.model_config_pb2 import ModelConfig
 from inferd.contracts.errors import ConfigError
+from inferd.contracts.hints import did_you_mean
 
 CONFIG_FILENAME = "config.pbtxt"
 CONFIGS_FOLDER = "configs"  # Triton's --model-config-name looks here
@@ -47,9 +48,11 @@ def _explain(message: str, text: str, line: int) -> str:
         enum_name, value = match.groups()
         source_line = text.splitlines()[line - 1] if 0 < line <= len(text.splitlines()) else ""
         field = re.search(rf"(\w+)\s*:\s*{re.escape(value)}\b", source_line)
-        allowed = ", ".join(_enum_values(enum_name))
+        values = _enum_values(enum_name)
         prefix = f"field '{field.group(1)}': " if field else ""
-        return f"{prefix}unknown value '{value}' for {enum_name}; expected one of {allowed}"
+        mean = did_you_mean(value, values)
+        close = f" ({mean})" if mean else ""
+        return f"{prefix}unknown value '{value}' for {enum_name}{close}; expected one of {', '.join(values)}"
     return message.rstrip(".")
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from inferd.auth.policy import unknown_model, visible_names
 from inferd.contracts.errors import InvalidArgument, NotFound
-from inferd.engine.states import ModelRecord, State
+from inferd.engine.states import ModelRecord, State, Why
 from inferd.engine.traffic import Traffic
 from inferd.repository.scan import Snapshot, model_key
 
@@ -45,6 +45,9 @@ class ModelTable:
         #: Models (keys) that appeared under poll after start-up (the lifecycle writes it): with
         #: ``--strict-readiness`` their failures leave the server ready (see :mod:`inferd.engine.health`).
         self.poll_added: set[str] = set()
+        #: How a model that is not loaded gets loaded under this server's control mode (the
+        #: lifecycle writes it); ``{name}`` stands for the model's name.
+        self.load_advice = ""
 
     # -- writing (the lifecycle) -------------------------------------------------------------------
 
@@ -96,8 +99,13 @@ class ModelTable:
         if record is None:
             if name in self.ambiguous:
                 raise ambiguous_name(name, self.ambiguous[name])
+            if self.load_advice and self._snapshot.keys_of(name):
+                advice = self.load_advice.format(name=name)
+                raise NotFound(
+                    f"Request for unknown model: '{name}' is not found; it is in the repository but not loaded: {advice}"
+                )
             raise unknown_model(name, candidates=visible_names(self.names()))
-        return _version(record, name, version)
+        return _version(record, name, version, self.load_advice)
 
     def routed(self, name: str, request_id: str = "") -> ModelVersion:
         """The version a request for ``name`` that names no version runs on: the one its traffic
@@ -116,7 +124,7 @@ class ModelTable:
         if record is not None and not version and record.serving:  # the common case, inline
             serving = record.serving
             return serving[max(serving)]
-        return _version(record, key, version)
+        return _version(record, key, version, self.load_advice)
 
     def step_key(self, namespace: str, name: str) -> str:
         """The key of the model an ensemble of ``namespace`` calls by ``name``, as Triton resolves it:
@@ -190,12 +198,13 @@ def ambiguous_name(name: str, count: int) -> InvalidArgument:
     )
 
 
-def _version(record: ModelRecord | None, name: str, version: str) -> ModelVersion:
+def _version(record: ModelRecord | None, name: str, version: str, advice: str = "") -> ModelVersion:
     """The version of ``record`` a request for ``name``/``version`` runs on."""
     serving = record.serving if record is not None else None
     if not serving:
-        detail = "is not found" if record is None else "has no available versions"
-        raise NotFound(f"Request for unknown model: '{name}' {detail}")
+        if record is None:
+            raise NotFound(f"Request for unknown model: '{name}' is not found")
+        raise NotFound(f"Request for unknown model: '{name}' has no available versions; {_not_loaded(record, advice)}")
     if not version:
         return serving[max(serving)]
     try:
@@ -212,3 +221,15 @@ def _version(record: ModelRecord | None, name: str, version: str) -> ModelVersio
             f"available versions: {', '.join(str(v) for v in sorted(serving))}"
         )
     return found
+
+
+def _not_loaded(record: ModelRecord, advice: str) -> str:
+    """Why ``record`` serves no version, and what loads it."""
+    states = [record.versions[v] for v in sorted(record.versions, reverse=True)]
+    if any(state.failed for state in states):
+        head = "its load failed (see /v2/repository/index for the reason)"
+    elif all(state.why in (Why.NONE, Why.UNLOADED) for state in states):
+        head = "it is not loaded"
+    else:
+        return f"it does not serve: {next(s.reason for s in states if s.why not in (Why.NONE, Why.UNLOADED))}"
+    return f"{head}: {advice.format(name=record.name)}" if advice else head

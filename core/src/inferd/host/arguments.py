@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 _BACKEND_CONFIG_FORMAT = "--backend-config option format is '<backend name>,<setting>=<value>'. Got {}"
 
@@ -35,11 +36,22 @@ class SuggestingParser(argparse.ArgumentParser):
 
     Sub-commands made from it (``add_subparsers``) are of this class too, so ``inferd serve
     --strict-readyness=false`` says ``did you mean --strict-readiness?`` with serve's usage.
+    Abbreviations are off: ``--model-repo`` is refused (did you mean --model-repository?), not
+    taken silently for the option it is a prefix of.
     """
+
+    def __init__(self, *, allow_abbrev: bool = False, **kwargs: Any) -> None:
+        super().__init__(allow_abbrev=allow_abbrev, **kwargs)
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
+        if self._subparsers is None:  # a sub-command's options: answered before "required" errors
+            listed = sys.argv[1:] if args is None else list(args)
+            words = listed[: listed.index("--")] if "--" in listed else listed
+            unknown = [a for a in words if a.startswith("--") and a.split("=", 1)[0] not in self._option_string_actions]
+            if unknown:
+                self._unrecognized(unknown)
         parsed, extras = super().parse_known_args(args, namespace)
         unknown = [a for a in extras if a.startswith("--")]
         if unknown:
@@ -51,7 +63,8 @@ class SuggestingParser(argparse.ArgumentParser):
         parts = []
         for arg in unknown:
             flag = arg.split("=", 1)[0]
-            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+            longer = sorted((o for o in known if o.startswith(flag)), key=len)  # an abbreviation
+            close = longer[:1] or difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
             parts.append(f"{arg} (did you mean {close[0]}?)" if close else arg)
         self.error(f"unrecognized arguments: {' '.join(parts)}")
 

@@ -30,6 +30,7 @@ import pluggy
 
 from inferd.api import API_VERSION
 from inferd.contracts import hookspecs
+from inferd.contracts.hints import did_you_mean
 from inferd.host.hookcalls import call_registration_hook
 from inferd.host.registry import Registry
 
@@ -103,6 +104,18 @@ def tracing_from_env() -> bool:
     return os.environ.get(TRACE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def _warn_unknown_disabled(blocked: Iterable[str], known: set[str]) -> None:
+    """Warn of each blocked name that is no plugin's (a typo blocks nothing), with the closest one."""
+    for name in sorted(set(blocked) - known):
+        hint = did_you_mean(name, sorted(known))
+        log.warning(
+            "%s names '%s', which is not an installed plugin; it blocks nothing%s",
+            DISABLE_ENV,
+            name,
+            f"; {hint}" if hint else f" (plugins: {', '.join(sorted(known))})",
+        )
+
+
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -128,10 +141,15 @@ class PluginHost:
         for name, module in DEFAULT_PLUGINS:
             if name not in self.blocked:
                 self._register(importlib.import_module(module), name, "inferd")
+        known = {name for name, _ in DEFAULT_PLUGINS}
         if load_entrypoints:
-            self._load_entrypoints()
+            known |= self._load_entrypoints()
         for plugin in plugins:
-            self._register(plugin, getattr(plugin, "__name__", None) or type(plugin).__name__, "")
+            name = getattr(plugin, "__name__", None) or type(plugin).__name__
+            known.add(name)
+            self._register(plugin, name, "")
+        if load_entrypoints:
+            _warn_unknown_disabled(self.blocked, known)
         self._leave_out_unknown_hooks()
         if tracing_from_env() if trace is None else trace:
             self.pm.trace.root.setwriter(lambda text: trace_log.info("%s", text.rstrip("\n")))
@@ -170,8 +188,11 @@ class PluginHost:
             self._versions[distribution] = version
         return self._versions[distribution]
 
-    def _load_entrypoints(self) -> None:
+    def _load_entrypoints(self) -> set[str]:
+        """Register the installed plugins (not blocked ones); return every installed plugin's name."""
+        names = set()
         for ep in importlib.metadata.entry_points(group=ENTRYPOINT_GROUP):
+            names.add(ep.name)
             if ep.name in self.blocked or self.pm.get_plugin(ep.name) is not None:
                 continue
             dist = ep.dist.name if ep.dist is not None else ""
@@ -184,6 +205,7 @@ class PluginHost:
                 self._register(plugin, ep.name, dist, ep.dist.version if ep.dist is not None else None)
             except Exception as exc:  # e.g. a hook with a misspelled parameter (pluggy validation)
                 self._broken(ep, dist, "cannot be registered", exc)
+        return names
 
     def _broken(self, ep: importlib.metadata.EntryPoint, dist: str, what: str, exc: Exception) -> None:
         log.error("plugin '%s' (%s) %s: %s", ep.name, dist, what, exc)

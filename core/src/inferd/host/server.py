@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from inferd.auth.policy import unknown_to_load
 from inferd.contracts.cache import ResponseCache
 from inferd.contracts.dataplane import DataPlane
 from inferd.contracts.errors import InferdError, StartupError
@@ -301,7 +302,7 @@ class Server:
                     continue
                 record = records.get(key)
                 if record is None:
-                    failures.append(f"failed to load '{name}', failed to poll from model repository")
+                    failures.append(str(unknown_to_load(name, table.names())))
                 elif not all_versions_loaded(record):
                     failures.append(f"failed to load '{record.name}': {record.load_error() or 'not ready'}")
         return failures

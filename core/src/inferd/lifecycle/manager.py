@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inferd import config as cfg
-from inferd.contracts.errors import InferdError, InvalidArgument, NotFound
+from inferd.auth.policy import unknown_to_load
+from inferd.contracts.errors import InferdError, InvalidArgument
 from inferd.engine import gc_settings
 from inferd.engine.health import model_is_ready
 from inferd.engine.model_table import ModelTable, ambiguous_name
@@ -50,6 +51,16 @@ class ControlMode(str, enum.Enum):
     NONE = "none"
     EXPLICIT = "explicit"
     POLL = "poll"
+
+
+#: What loads a model that is in a repository but not loaded, in each control mode.
+LOAD_ADVICE = {
+    ControlMode.EXPLICIT: "load it with POST /v2/repository/models/{name}/load (gRPC RepositoryModelLoad), "
+    "or start the server with --load-model={name}",
+    ControlMode.POLL: "the server loads it when a scan finds its files new or changed",
+    ControlMode.NONE: "restart the server to load it, or serve with --model-control-mode=explicit to load it with "
+    "POST /v2/repository/models/{name}/load, or with --model-control-mode=poll to load it when its files change",
+}
 
 
 @dataclass(frozen=True)
@@ -85,6 +96,7 @@ class ModelManager:
         self.options = options
         #: What serves now; the lifecycle is its only writer.
         self.table = table
+        table.load_advice = LOAD_ADVICE[options.mode]
         self.builder = builder
         self._load_slots = asyncio.Semaphore(max(1, options.load_threads))
         self._overrides = OverrideDirs()
@@ -156,7 +168,7 @@ class ModelManager:
             dup = snapshot.duplicates.get(name)
             if dup:
                 raise InvalidArgument(f"model '{name}' exists in more than one repository: {', '.join(map(str, dup))}")
-            raise NotFound(poll_failure(name))
+            raise unknown_to_load(name, self.table.names())
         for key in keys:
             if key in snapshot.stale:  # only the cached copy of an unreadable store
                 raise InvalidArgument(f"{poll_failure(name)}: {snapshot.stale[key]}")

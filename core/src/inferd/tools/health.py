@@ -1,13 +1,15 @@
 """``inferd health [URL]``: is a server (inferd or Triton) live and ready, and which models are not
 READY; exit codes for scripts and probes.
 
-Exit status: 0 ready (with ``--live``: live), 1 live but not ready, 3 not live or not reachable,
-2 a usage error. Only the standard library is used (no client package needed).
+Exit status: 0 ready (with ``--live``: live), 1 live but not ready, 3 not live or not reachable
+(a gRPC port asked over HTTP included), 2 a usage error. HTTP needs only the standard library;
+``grpc://host:port`` asks the gRPC port (:mod:`inferd.tools.health_grpc`).
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import ssl
@@ -16,6 +18,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from inferd.tools.wrong_port import answered_http2, grpc_port
+
 READY, NOT_READY, USAGE, DOWN = 0, 1, 2, 3
 
 
@@ -23,15 +27,16 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "health",
         help="ask a server whether it is live and ready, and which models are not (exit code for probes)",
-        description="Ask a server's HTTP port (inferd or Triton) whether it is live and ready, and list its models' "
-        "states. Exit status: 0 ready (with --live: live), 1 live but not ready, 3 not live or not "
-        "reachable.",
+        description="Ask a server's HTTP or gRPC port (inferd or Triton) whether it is live and ready, and list its "
+        "models' states. Exit status: 0 ready (with --live: live), 1 live but not ready, 3 not live or not "
+        "reachable (or the wrong port).",
     )
     p.add_argument(
         "url",
         nargs="?",
         default="localhost:8000",
-        help="the HTTP port: host:port, http://host:port or https://host:port (default: localhost:8000)",
+        help="the HTTP port: host:port, http://host:port or https://host:port; or the gRPC port: grpc://host:port "
+        "or grpcs://host:port (default: localhost:8000)",
     )
     p.add_argument("--live", action="store_true", help="only liveness decides the exit status")
     p.add_argument(
@@ -73,13 +78,20 @@ class _Client:
                 return response.status, response.read()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
-        except (OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            return 0, str(reason).encode()
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            reason = str(getattr(exc, "reason", exc))
+            if answered_http2(reason):
+                address = self.base.partition("://")[2]
+                reason = grpc_port(address, f"ask it with grpc://{address}, or give the HTTP port")
+            return 0, reason.encode()
 
 
 def probe(args: argparse.Namespace) -> dict[str, Any]:
     """What the server says: live, ready, its models (or why they could not be listed)."""
+    if args.url.startswith(("grpc://", "grpcs://")):
+        from inferd.tools.health_grpc import probe as probe_grpc  # grpcio only when asked
+
+        return probe_grpc(args)
     client = _Client(args)
     live, live_body = client.call("GET", "/v2/health/live")
     result: dict[str, Any] = {"url": client.base, "live": live == 200, "ready": False, "models": None}

@@ -319,7 +319,10 @@ def _compare_dims(
         else f"{len(full)} dimensions (shape {shape_str(full)})"
     )
     hint = ""
-    if max_batch_size == 0 and len(model_dims) == len(dims) + 1 and model_dims[0] == -1:
+    if len(full) == len(model_dims):
+        index = next(i for i, (m, c) in enumerate(zip(model_dims, full, strict=True)) if m != c and (exact or m != -1))
+        hint = f"; dimension {index} differs: the model has {model_dims[index]}, the configuration {full[index]}"
+    elif max_batch_size == 0 and len(model_dims) == len(dims) + 1 and model_dims[0] == -1:
         hint = "; the model's first dimension is dynamic: set max_batch_size > 0 to make it the batch dimension"
     raise ConfigError(
         f"{head}the model expects {len(model_dims)} dimensions (shape {shape_str(model_dims)}) but the model "

@@ -26,6 +26,7 @@ from inferd.tools.perf.model import ModelInfo, model_info
 from inferd.tools.perf.options import PerfOptions
 from inferd.tools.perf.server_stats import ServerStats, parse_stats
 from inferd.tools.perf.shm import Placed
+from inferd.tools.wrong_port import answered_http1, answered_http2, grpc_port, http_port
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +89,19 @@ class ControlMixin:
             return await coro
         except self._exc as exc:
             message = exc.message() if hasattr(exc, "message") and callable(exc.message) else str(exc)
-            raise ToolError(f"{what}: {message}") from None
+            raise ToolError(f"{what}: {self._wrong_port(message) or message}") from None
         except Exception as exc:  # connection refused, reset, timeout: whatever the client library raises
-            raise ToolError(f"{what}: cannot reach {self.opts.protocol} server at {self.opts.url}: {exc}") from None
+            unreachable = f"cannot reach {self.opts.protocol} server at {self.opts.url}: {exc}"
+            raise ToolError(f"{what}: {self._wrong_port(str(exc)) or unreachable}") from None
+
+    def _wrong_port(self, error: str) -> str:
+        """The sentence for an ``error`` that shows the other protocol's port answered ("" if not)."""
+        address = strip_scheme(self.opts.url)
+        if self.opts.protocol == "http" and answered_http2(error):
+            return grpc_port(address, "add -i grpc to measure over gRPC, or give the HTTP port with -u")
+        if self.opts.protocol == "grpc" and answered_http1(error):
+            return http_port(address, "leave out -i grpc to measure over HTTP, or give the gRPC port with -u")
+        return ""
 
     async def model_info(self) -> ModelInfo:
         o = self.opts
