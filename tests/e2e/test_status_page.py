@@ -133,7 +133,7 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
 
 
 def headers(key: str, *secrets: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {key}", **{s: "yes" for s in secrets}}
+    return {"authorization": f"Bearer {key}", **dict.fromkeys(secrets, "yes")}
 
 
 @pytest.mark.parametrize("path", ["/", "/v2/status"])
