@@ -34,7 +34,7 @@ def inferd(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     bad_type = {
         "config.pbtxt": models.ADD_SUB_CONFIG.replace("TYPE_FP32", "TYPE_FP3", 1),
-        "1/model.py": models.ADD_SUB_PY.format(offset=0),
+        "1/model.py": models.add_sub_py(0),
     }
     repo = write_repository(
         tmp_path_factory.mktemp("next_step") / "models",
