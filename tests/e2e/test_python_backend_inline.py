@@ -146,7 +146,7 @@ def test_a_model_that_waits_leaves_the_loop_after_one_execution(server):
 def test_a_batch_of_large_inputs_runs_on_a_thread_and_small_ones_on_the_loop(server):
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
     places = []
-    for size in (1, 1, 1, 20_000, 1, 20_000):  # 80 KB of INT32: over the 64 KiB a batch may bring to the loop
+    for size in (1, 1, 1, 80_000, 1, 80_000):  # 320 KB of INT32: over the 256 KiB a batch may bring to the loop
         tensor = httpclient.InferInput("IN", [size], "INT32")
         values = np.arange(size, dtype=np.int32)
         tensor.set_data_from_numpy(values)

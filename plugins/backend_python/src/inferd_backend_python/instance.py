@@ -101,8 +101,11 @@ def instance_args(base: dict[str, str], spec: InstanceSpec) -> dict[str, str]:
 #: from the thread's malloc arena, which keeps freed memory, where the loop's (the main thread's) gives
 #: it back to the system after each and takes a page fault per 4 KiB on the next (measured: 2 MiB in,
 #: c=1, ~2.4 ms of server CPU a request on the instance thread, ~7 ms on the loop, ~5.5 ms on a thread
-#: pool's thread).
-INLINE_MAX_BYTES = 64 * 1024
+#: pool's thread). Up to 256 KiB the loop wins: the hand-off to the thread and back costs more than
+#: the arena does (benchmarks/large_tensors.py, a Python identity model, 256 KiB at c=8: the server's
+#: CPU per request 0.40 ms on the loop against 0.56 ms on the thread over gRPC, 0.27 against 0.41
+#: over HTTP).
+INLINE_MAX_BYTES = 256 * 1024
 
 
 class PythonInstance(SyncInstance):
