@@ -10,7 +10,7 @@ import pytest
 
 from inferd.testing import write_repository
 from tests.e2e import models
-from tests.e2e.test_tls import TlsServer
+from tests.e2e.tls_server import TlsServer
 
 trustme = pytest.importorskip("trustme")
 
