@@ -229,7 +229,8 @@ class Server:
             if frontend is None:
                 continue
             await frontend.start(self.dataplane)
-            log.log(logging.INFO if frontend.serving() else logging.DEBUG, "started %s frontend at %s", frontend.name, frontend.url())
+            level = logging.INFO if frontend.serving() else logging.DEBUG
+            log.log(level, "started %s frontend at %s", frontend.name, frontend.url())
             self.frontends.append(frontend)
         self.host.startup(self)
         if self.options.ports_file is not None:
