@@ -185,6 +185,7 @@ class VersionBuilder:
             f"Invalid model name: Could not determine backend for model '{source.name}' with no backend in model "
             f"configuration. Expected model name of the form 'model.<backend_name>'.; no installed backend "
             f"recognises its files; installed backends: {', '.join(self.backends.names()) or 'none'}{detail}"
+            f"{nested_repository_hint(source)}"
         )
 
     def backend(self, name: str, model: str) -> Backend:
@@ -468,4 +469,21 @@ def scheduler_name(config: cfg.ModelConfig) -> str:
     choice = config.WhichOneof("scheduling_choice")
     return {"dynamic_batching": "dynamic", "sequence_batching": "sequence", "ensemble_scheduling": "ensemble"}.get(
         choice or "", "direct"
+    )
+
+
+def nested_repository_hint(source: ModelSource) -> str:
+    """A hint when a model directory is a model repository itself (``cp -r models /tmp/models``
+    run twice copies the second one inside the first); "" otherwise."""
+    try:
+        inner = sorted(d.name for d in source.path.iterdir() if (d / "config.pbtxt").is_file())
+    except OSError:
+        return ""
+    if not inner:
+        return ""
+    return (
+        f"; '{source.name}' holds models of its own ({', '.join(inner[:3])}{', ...' if len(inner) > 3 else ''}): "
+        f"a repository copied into this one (`cp -r` onto an existing directory nests it)? Remove it "
+        f"(`rm -rf DIR && cp -r SRC DIR` copies afresh) or serve it with its own --model-repository; "
+        f"--exit-on-error=false serves the other models meanwhile"
     )
