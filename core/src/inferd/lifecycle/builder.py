@@ -26,6 +26,7 @@ from inferd.engine.response_cache import ModelCache
 from inferd.engine.runner import Runner
 from inferd.engine.stats import ModelStats
 from inferd.engine.version import ModelVersion
+from inferd.lifecycle.progress import LoadProgress
 from inferd.lifecycle.warmup import warm_up
 from inferd.repository.scan import ModelSource
 
@@ -231,9 +232,16 @@ class VersionBuilder:
         """Build, warm up and return one version; its scheduler gets a :class:`SchedulerContext`.
 
         Logs Triton's ``loading: <model>:<version>`` as it starts, so a slow load shows while it
-        happens, and ``successfully loaded '<model>' version <n>`` with the time it took."""
-        started = time.monotonic_ns()
+        happens, a line every few seconds while it lasts (:mod:`~inferd.lifecycle.progress`), and
+        ``successfully loaded '<model>' version <n>`` with the time it took."""
         log.info("loading: %s:%d", source.name, version)
+        with LoadProgress(f"{source.name}:{version}"):
+            return await self._load_version(source, config, backend, version)
+
+    async def _load_version(
+        self, source: ModelSource, config: cfg.ModelConfig, backend: Backend | None, version: int
+    ) -> ModelVersion:
+        started = time.monotonic_ns()
         version_config = cfg.ModelConfig()
         version_config.CopyFrom(config)
         recorder = Recorder(ModelStats(source.name, str(version)), version_config.max_batch_size)
