@@ -19,7 +19,11 @@ def run_install(tmp_path: Path, terminal: bool) -> list[str]:
     fake_uv = tmp_path / "uv"
     real_uv = installed_uv()
     fake_uv.write_text(
-        (f'#!/bin/sh\n[ "$1" = venv ] && exec {real_uv} "$@"\n' if real_uv else '#!/bin/sh\n[ "$1" = venv ] && exit 0\n')
+        (
+            f'#!/bin/sh\n[ "$1" = venv ] && exec {real_uv} "$@"\n'
+            if real_uv
+            else '#!/bin/sh\n[ "$1" = venv ] && exit 0\n'
+        )
         + 'printf "%s\\n" "$@" >>"$0.args"\n'
     )
     fake_uv.chmod(0o755)
