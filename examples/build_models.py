@@ -1,8 +1,9 @@
 """Generate the example models that are built rather than committed (weights are never committed).
 
 Writes ``examples/models/mlp_onnx/1/model.onnx``: a small MLP (input [batch, 8] FP32, output
-[batch, 3]) with fixed random weights and no config.pbtxt, so inferd's onnxruntime backend
-completes its config from the graph. Needs the ``onnx`` package; skipped with a note without it.
+[batch, 3]) with fixed random weights, and a config.pbtxt that says only ``max_batch_size``, so
+inferd's onnxruntime backend completes the rest from the graph (inputs, outputs, dynamic batching,
+instances) with nothing to warn about. Needs the ``onnx`` package; skipped with a note without it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 import numpy as np
 
 MODELS = Path(__file__).resolve().parent / "models"
+#: The one field auto-complete would otherwise fill with a warning (the batch size it guesses).
+MLP_CONFIG = "# inputs, outputs, dynamic batching and instances: completed from model.onnx\nmax_batch_size: 4\n"
 
 
 def build_mlp(path: Path) -> None:
@@ -34,11 +37,20 @@ def build_mlp(path: Path) -> None:
     )  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
     save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), str(path))
+    write_mlp_config(path.parent.parent)
+
+
+def write_mlp_config(model_dir: Path) -> None:
+    """The model's config.pbtxt, unless it has one."""
+    config = model_dir / "config.pbtxt"
+    if not config.exists():
+        config.write_text(MLP_CONFIG)
 
 
 def main() -> int:
     target = MODELS / "mlp_onnx" / "1" / "model.onnx"
     if target.exists():
+        write_mlp_config(target.parent.parent)  # a checkout whose model predates its config
         return 0
     try:
         build_mlp(target)

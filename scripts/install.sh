@@ -2,7 +2,8 @@
 # Install inferd and its plugins into a virtual environment from this repository's own files.
 # The Makefile's install tiers (`make serve`, `make install-llm`, `make install`) and the container
 # images (Dockerfile, Dockerfile.gpu) all run this script, so what a developer installs and what an
-# image holds cannot drift apart. It prints one line per step; the installer runs quietly (-q).
+# image holds cannot drift apart. It prints one line per step; the installer runs quietly (-q) unless
+# its output is a terminal, where uv's (or pip's) own progress shows what is being downloaded.
 #
 # It installs with uv (https://docs.astral.sh/uv/): one resolution for everything asked for, wheels
 # hardlinked from uv's cache, the editable plugins built in one go. uv is installed with pip, the
@@ -81,9 +82,13 @@ for p in $PLUGINS; do
   names="$names, ${d##*/}"
 done
 
-step() { echo "install.sh: $*"; }  # one line per step; the installer itself runs -q
+step() { echo "install.sh: $*"; }  # one line per step
+# On a terminal the installer shows what it resolves, downloads (with sizes and progress bars) and
+# installs; elsewhere (CI, an image build, a log file) it runs -q and the steps are the whole output.
+quiet=-q
+[ -t 1 ] && quiet=
 started=$(date +%s)
-pip="$VENV/bin/python -m pip --disable-pip-version-check -q"
+pip="$VENV/bin/python -m pip --disable-pip-version-check $quiet"
 
 pip_sources() {  # pip's configuration (files, PIP_* variables) as uv arguments, one a line
   "$VENV/bin/python" -m pip config list | while IFS= read -r line; do
@@ -145,7 +150,7 @@ if [ "$INSTALLER" = uv ] && find_uv; then
   [ -n "$vllm" ] && printf '%s\n' torchvision torchaudio torchcodec >"$exclude"
   step "installing ${dev:+requirements-dev.txt + }$what${vllm:+ + ${vllm##*/} (vLLM with torch and transformers)} ..."
   # The sources are words (--find-links DIR) and variables (SSL_CERT_FILE=...): split on purpose.
-  env $(echo "$sources" | grep '^[A-Z_]*=' || true) "$uv" pip install -q --python "$VENV/bin/python" \
+  env $(echo "$sources" | grep '^[A-Z_]*=' || true) "$uv" pip install $quiet --python "$VENV/bin/python" \
     --index-strategy unsafe-best-match $(echo "$sources" | grep -v '^[A-Z_]*=' || true) $UV_ARGS \
     -c constraints.txt --excludes "$exclude" $dev $targets ${vllm:+$e $vllm}
 else

@@ -150,8 +150,8 @@ def test_every_plugin_here_declares_this_api_and_requires_its_major() -> None:
     major = inferd.api.API_VERSION[0]
     entry_modules = sorted(REPO.glob("plugins/*/src/*/hooks.py"))
     assert len(entry_modules) >= 9
-    template = REPO / "cookiecutter" / "{{cookiecutter.project_slug}}"
-    for hooks in [*entry_modules, template / "src" / "{{cookiecutter.package_name}}" / "hooks.py"]:
+    template = REPO / "cookiecutter" / "{{cookiecutter.__project_slug}}"
+    for hooks in [*entry_modules, template / "src" / "{{cookiecutter.__package_name}}" / "hooks.py"]:
         assert declared_api(hooks) == inferd.api.API_VERSION, hooks
     for pyproject in [*REPO.glob("plugins/*/pyproject.toml"), template / "pyproject.toml"]:
         assert f'dependencies = ["inferd>={major},<{major + 1}"' in pyproject.read_text(), pyproject

@@ -86,6 +86,7 @@ def test_make_test_installs_every_plugin_and_the_dev_requirements(tmp_path):
     assert "vllm[cpu]" in plugins and "DEV=1" in line
     llm_line, llm = install_plugins(make_dry_run("install-llm", tmp_path / "venv"))
     assert {"backend_pytorch", "backend_vllm", "frontend_openai"} <= plugin_dirs(llm) < every
+    assert "pytorch[onnx]" in llm  # onnxscript: torch.onnx.export's default exporter imports it
     assert "DEV=1" not in llm_line
 
 

@@ -107,7 +107,7 @@ def known(name: str) -> object:
         if name in getattr(where, "__all__", dir(where)):
             return getattr(where, name)
     if name.startswith("Echo"):
-        generated = name.replace("Echo", "{{ cookiecutter.class_prefix }}", 1)
+        generated = name.replace("Echo", "{{ cookiecutter.__class_prefix }}", 1)
         sources = [p.read_text() for p in TEMPLATE.rglob("*.py")]
         return next(s for s in sources if f"class {generated}(" in s)
     return getattr(importlib.import_module(HOST_NAMES[name]), name)

@@ -312,8 +312,16 @@ def listening_ports(pid: int) -> set[int]:
 def test_openai_port_is_not_opened_by_default_without_a_model_it_serves(repo: Path) -> None:
     pytest.importorskip("inferd_frontend_openai")
     with ServerProcess([repo]) as srv:
-        wait_for(lambda: "OpenAI API not served: no loaded model" in srv.log(), "the log line", 30)
+        wait_for(lambda: "serving:" in srv.log(), "the start-up summary", 30)
         assert listening_ports(srv.proc.pid) == {srv.http_port, srv.grpc_port, srv.metrics_port}
+    # A plain serve says nothing about the API it does not serve (the reason is at debug level).
+    assert "OpenAI" not in srv.log()
+
+
+def test_openai_not_serving_is_logged_at_debug_level(repo: Path) -> None:
+    pytest.importorskip("inferd_frontend_openai")
+    with ServerProcess([repo], args=["--log-verbose", "1"]) as srv:
+        wait_for(lambda: "OpenAI API not served: no loaded model" in srv.log(), "the debug line", 30)
 
 
 SLOW_PY = """

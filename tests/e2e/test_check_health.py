@@ -49,7 +49,8 @@ def test_check_reports_what_the_server_reports(repo: Path, server: ServerProcess
     done = inferd("check", "--json", str(repo))
     assert done.returncode == 1, done.stderr
     found = {m["name"]: m for m in json.loads(done.stdout)["models"]}
-    assert found["add_sub"] == {"name": "add_sub", "ok": True, "backend": "python", "versions": [1], "error": ""}
+    assert found["add_sub"] == {"name": "add_sub", "ok": True, "backend": "python", "versions": [1], "error": "",
+                                "warnings": []}  # fmt: skip
     health = inferd("health", server.http_url, "--json")
     index = {row["name"]: row for row in json.loads(health.stdout)["models"]}
     for name in BROKEN:

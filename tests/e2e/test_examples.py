@@ -47,3 +47,5 @@ def test_example_repository(tmp_path):
         np.testing.assert_allclose(grpc.infer("mlp_onnx", [inp]).as_numpy("OUTPUT"), expected, rtol=1e-5)
         config = http.get_model_config("mlp_onnx")
         assert config["max_batch_size"] > 0 and config["input"][0]["dims"] == [8]  # auto-completed
+    # its config.pbtxt names the one field auto-complete would fill with a warning
+    assert "autofilled" not in srv.log()

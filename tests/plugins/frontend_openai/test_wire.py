@@ -187,7 +187,7 @@ def test_default_port_is_not_opened_without_a_model_it_serves(tmp_path: Path, ca
     from inferd.testing import InProcessServer
 
     (tmp_path / "models").mkdir()
-    caplog.set_level(logging.INFO, logger="inferd_frontend_openai")
+    caplog.set_level(logging.DEBUG, logger="inferd_frontend_openai")
     with InProcessServer([tmp_path / "models"], plugins=[hooks]) as server:
         assert httpx.get(f"http://{server.http_url}/v2/health/ready", timeout=10).status_code == 200
         (openai,) = [f for f in server.server.frontends if f.name == "OpenAI"]

@@ -55,3 +55,8 @@ class Frontend(abc.ABC):
         """Where clients reach it, with its scheme (``https://host:port``, ``grpcs://...``), for the
         start-up summary; a plugin without one shows its :meth:`address`."""
         return self.address()
+
+    def serving(self) -> bool:
+        """False when :meth:`start` chose not to open its port (an optional API nobody asked for):
+        the host then leaves it out of the start-up and shutdown lines and the summary."""
+        return True

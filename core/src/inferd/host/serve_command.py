@@ -522,10 +522,14 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
     )
 
 
+#: What stops the server cleanly (drain, unload): Ctrl-C, a service manager, a closed terminal.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 async def _serve(server: Server) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     await server.serve(stop)
     if not server.drained:  # as Triton: past --exit-timeout-secs, do not wait for executions still running

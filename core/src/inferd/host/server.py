@@ -230,7 +230,8 @@ class Server:
             if frontend is None:
                 continue
             await frontend.start(self.dataplane)
-            log.info("started %s frontend at %s", frontend.name, frontend.url())
+            level = logging.INFO if frontend.serving() else logging.DEBUG
+            log.log(level, "started %s frontend at %s", frontend.name, frontend.url())
             self.frontends.append(frontend)
         self.host.startup(self)
         if self.options.ports_file is not None:
@@ -421,7 +422,7 @@ async def _stop_frontend(frontend: Frontend, grace: float) -> None:
     except Exception:
         log.exception("%s frontend did not stop cleanly", frontend.name)
     else:
-        log.info("stopped %s frontend", frontend.name)
+        log.log(logging.INFO if frontend.serving() else logging.DEBUG, "stopped %s frontend", frontend.name)
 
 
 def _repository(value: Path | str) -> Repository:

@@ -57,7 +57,7 @@ def startup_summary(
     its own): the repository index as Triton's table, each frontend's URL, the access rules, and
     the model control mode with what poll mode watches, and the serving processes (``workers``)."""
     lines = [ascii_table(("Model", "Version", "Status"), model_rows(index) or [["(none)", "", ""]])]
-    lines.extend(_labelled(f.name, f.url()) for f in frontends)
+    lines.extend(_labelled(f.name, f.url()) for f in frontends if f.serving())
     lines.extend(_access(access))
     if mode is ControlMode.POLL:
         watched = ", ".join(str(getattr(r, "url", r)) for r in repositories)

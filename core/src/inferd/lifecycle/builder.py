@@ -26,6 +26,7 @@ from inferd.engine.response_cache import ModelCache
 from inferd.engine.runner import Runner
 from inferd.engine.stats import ModelStats
 from inferd.engine.version import ModelVersion
+from inferd.lifecycle.progress import LoadProgress
 from inferd.lifecycle.warmup import warm_up
 from inferd.repository.scan import ModelSource
 
@@ -185,6 +186,7 @@ class VersionBuilder:
             f"Invalid model name: Could not determine backend for model '{source.name}' with no backend in model "
             f"configuration. Expected model name of the form 'model.<backend_name>'.; no installed backend "
             f"recognises its files; installed backends: {', '.join(self.backends.names()) or 'none'}{detail}"
+            f"{nested_repository_hint(source)}"
         )
 
     def backend(self, name: str, model: str) -> Backend:
@@ -230,9 +232,16 @@ class VersionBuilder:
         """Build, warm up and return one version; its scheduler gets a :class:`SchedulerContext`.
 
         Logs Triton's ``loading: <model>:<version>`` as it starts, so a slow load shows while it
-        happens, and ``successfully loaded '<model>' version <n>`` with the time it took."""
-        started = time.monotonic_ns()
+        happens, a line every few seconds while it lasts (:mod:`~inferd.lifecycle.progress`), and
+        ``successfully loaded '<model>' version <n>`` with the time it took."""
         log.info("loading: %s:%d", source.name, version)
+        with LoadProgress(f"{source.name}:{version}"):
+            return await self._load_version(source, config, backend, version)
+
+    async def _load_version(
+        self, source: ModelSource, config: cfg.ModelConfig, backend: Backend | None, version: int
+    ) -> ModelVersion:
+        started = time.monotonic_ns()
         version_config = cfg.ModelConfig()
         version_config.CopyFrom(config)
         recorder = Recorder(ModelStats(source.name, str(version)), version_config.max_batch_size)
@@ -468,4 +477,21 @@ def scheduler_name(config: cfg.ModelConfig) -> str:
     choice = config.WhichOneof("scheduling_choice")
     return {"dynamic_batching": "dynamic", "sequence_batching": "sequence", "ensemble_scheduling": "ensemble"}.get(
         choice or "", "direct"
+    )
+
+
+def nested_repository_hint(source: ModelSource) -> str:
+    """A hint when a model directory is a model repository itself (``cp -r models /tmp/models``
+    run twice copies the second one inside the first); "" otherwise."""
+    try:
+        inner = sorted(d.name for d in source.path.iterdir() if (d / "config.pbtxt").is_file())
+    except OSError:
+        return ""
+    if not inner:
+        return ""
+    return (
+        f"; '{source.name}' holds models of its own ({', '.join(inner[:3])}{', ...' if len(inner) > 3 else ''}): "
+        f"a repository copied into this one (`cp -r` onto an existing directory nests it)? Remove it "
+        f"(`rm -rf DIR && cp -r SRC DIR` copies afresh) or serve it with its own --model-repository; "
+        f"--exit-on-error=false serves the other models meanwhile"
     )

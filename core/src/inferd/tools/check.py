@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,8 @@ class Checked:
     backend: str = ""
     versions: list[int] = field(default_factory=list)
     error: str = ""
+    #: What checking it logged at WARNING or above (an auto-completed guess, a setting ignored).
+    warnings: list[str] = field(default_factory=list)
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -119,7 +123,9 @@ def check(
     configs: dict[str, cfg.ModelConfig] = {}
     ensembles: list[tuple[Checked, cfg.ModelConfig]] = []
     for name, source in sorted(snapshot.models.items()):
-        checked, config = _check_one(builder, source)
+        with _warnings() as logged:
+            checked, config = _check_one(builder, source)
+        checked.warnings = logged
         if config is not None:
             configs[name] = config
             if not checked.backend:
@@ -137,6 +143,28 @@ def _check_one(builder: VersionBuilder, source: ModelSource) -> tuple[Checked, c
     except Exception as exc:  # anything a load would report
         return Checked(source.name, False, error=failure_reason(exc)), None
     return Checked(source.name, True, backend.name if backend is not None else "", chosen), config
+
+
+class _Collect(logging.Handler):
+    def __init__(self, into: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.into.append(record.getMessage())
+
+
+@contextmanager
+def _warnings() -> Iterator[list[str]]:
+    """The warnings logged meanwhile, kept for the model's row instead of printed bare on stderr."""
+    logged: list[str] = []
+    root = logging.getLogger()
+    handler = _Collect(logged)
+    root.addHandler(handler)
+    try:
+        yield logged
+    finally:
+        root.removeHandler(handler)
 
 
 def _bind_ensemble(checked: Checked, config: cfg.ModelConfig, models: _Offline) -> None:
@@ -164,5 +192,7 @@ def run(args: argparse.Namespace) -> int:
         for r in results:
             detail = f"{r.backend or 'ensemble'}, versions {r.versions}" if r.ok else r.error
             print(f"{r.name:<{width}}  {'OK' if r.ok else 'ERROR':<5}  {detail}")
+            for warning in r.warnings:
+                print(f"{'':<{width}}  {'':<5}  warning: {warning}")
         print(f"{len(results)} model(s) checked, {len(failed)} with errors")
     return 1 if failed else 0

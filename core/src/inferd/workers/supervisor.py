@@ -116,7 +116,7 @@ def remove_stale_directories(parent: Path) -> list[Path]:
 
 
 class Supervisor:
-    """Runs ``count`` workers of ``inferd serve <argv>`` until SIGINT or SIGTERM."""
+    """Runs ``count`` workers of ``inferd serve <argv>`` until SIGINT, SIGTERM or SIGHUP."""
 
     def __init__(
         self, argv: Sequence[str], count: int, grace_s: float, health_timeout_s: float = HEALTH_TIMEOUT_S
@@ -143,7 +143,7 @@ class Supervisor:
 
     def run(self) -> int:
         """Start the workers and watch them; the exit code of ``inferd serve``."""
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGHUP: the terminal closed
             signal.signal(sig, self._on_signal)
         try:
             self.procs = [self._spawn(i) for i in range(self.count)]

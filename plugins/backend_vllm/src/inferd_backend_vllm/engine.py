@@ -36,7 +36,7 @@ from inferd.api import (
     InvalidArgument,
     Unavailable,
 )
-from inferd_backend_vllm import sockets
+from inferd_backend_vllm import quiet, sockets
 from inferd_backend_vllm.logs import model_logs
 from inferd_backend_vllm.metrics import VLLM_METRICS, stat_logger_for
 from inferd_backend_vllm.options import VllmOptions
@@ -76,7 +76,7 @@ class Engine:
         self.sockets = sockets.engine_directory()
         environ = {sockets.VARIABLE: str(self.sockets)} if self.sockets is not None else {}
         try:
-            with model_logs(model_name, spawns=True, environ=environ):
+            with model_logs(model_name, spawns=True, environ=environ, directory=self.sockets):
                 self.engine = AsyncLLM.from_engine_args(
                     AsyncEngineArgs(**options.engine_args), stat_loggers=[stat_logger_for(self.metrics)]
                 )
@@ -84,6 +84,8 @@ class Engine:
             sockets.remove(self.sockets)
             raise
         VLLM_METRICS.add(self.metrics)
+        if self.sockets is not None and logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+            quiet.explain_once()
         self.max_model_len: int = self.engine.model_config.max_model_len
 
     def submit(self, request: InferRequest) -> None:

@@ -55,6 +55,8 @@ BORROWED: tuple[tuple[str, str, bool, str], ...] = (
     ),
     ("vllm.parser.abstract_parser", "DelegatingParser.parse", False, "chat: tool calls read from the output"),
     ("vllm.renderers.chat_utils", "make_tool_call_id", False, "chat: a tool call's id"),
+    ("vllm.platforms", "current_platform.is_cpu", False, "quiet.explain_once: the CPU's start-up lines"),
+    ("vllm.logging_utils", "NewLineFormatter", False, "quiet.write_config: vLLM's line layout in its processes"),
 )
 
 

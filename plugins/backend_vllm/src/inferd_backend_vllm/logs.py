@@ -21,6 +21,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from inferd.api import REQUEST_MODEL
@@ -41,6 +42,8 @@ NOISE = (
     "IR op priority",
     "custom fusions",
     "Chunked prefill",
+    "Reset SSM cache type",
+    "LD_PRELOAD",
 )
 
 
@@ -92,13 +95,15 @@ def route() -> None:
 
 
 @contextlib.contextmanager
-def model_logs(model: str, spawns: bool = False, environ: Mapping[str, str] | None = None) -> Iterator[None]:
+def model_logs(
+    model: str, spawns: bool = False, environ: Mapping[str, str] | None = None, directory: Path | None = None
+) -> Iterator[None]:
     """While vLLM works for ``model``: its lines name the model; with ``spawns``, so do those of the
     process it starts meanwhile (not while vLLM is first imported: its layout would keep it), and
     ``environ`` holds until that process exists."""
     install()
     token = MODEL.set(model)
-    environment = _SpawnEnvironment(model, environ or {}) if spawns else None
+    environment = _SpawnEnvironment(model, environ or {}, directory) if spawns else None
     try:
         yield
     finally:
@@ -121,18 +126,25 @@ class _SpawnEnvironment:
     as it starts), or by :meth:`restore` if none does. The rest of the engine's start runs beside
     other models'."""
 
-    NAMES = ("VLLM_LOGGING_PREFIX", "VLLM_LOGGING_LEVEL")
+    NAMES = ("VLLM_LOGGING_PREFIX", "VLLM_LOGGING_LEVEL", "VLLM_LOGGING_CONFIG_PATH", "PYTHONWARNINGS")
 
-    def __init__(self, model: str, environ: Mapping[str, str]) -> None:
+    def __init__(self, model: str, environ: Mapping[str, str], directory: Path | None = None) -> None:
         _SPAWNING.acquire()
         self._restored = False
         self._once = threading.Lock()
         self._saved = {name: os.environ.get(name) for name in (*self.NAMES, *environ)}
         os.environ.update(environ)
         os.environ["VLLM_LOGGING_PREFIX"] = f"[model '{model}'] "
+        verbose = logging.getLogger().getEffectiveLevel() <= logging.DEBUG
         if self._saved["VLLM_LOGGING_LEVEL"] is None:  # their INFO lines are DEBUG to the server
-            verbose = logging.getLogger().getEffectiveLevel() <= logging.DEBUG
             os.environ["VLLM_LOGGING_LEVEL"] = "DEBUG" if verbose else "WARNING"
+        if not verbose and directory is not None and self._saved["VLLM_LOGGING_CONFIG_PATH"] is None:
+            from inferd_backend_vllm import quiet
+
+            level = os.environ["VLLM_LOGGING_LEVEL"]
+            os.environ["VLLM_LOGGING_CONFIG_PATH"] = str(quiet.write_config(directory, f"[model '{model}'] ", level))
+            warnings = self._saved["PYTHONWARNINGS"]
+            os.environ["PYTHONWARNINGS"] = f"{warnings},{quiet.WARNINGS}" if warnings else quiet.WARNINGS
         self._children = set(multiprocessing.active_children())
         threading.Thread(target=self._watch, name=f"inferd-vllm-spawn-{model}", daemon=True).start()
 

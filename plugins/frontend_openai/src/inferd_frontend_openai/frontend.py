@@ -62,7 +62,7 @@ class OpenAIFrontend(Frontend):
 
         if self.fallback and not any(served(mv.info) for mv in dataplane.served_models()):
             self.not_serving = "not serving: no model it serves is loaded; set --openai-port to serve it"
-            log.info(
+            log.debug(
                 "OpenAI API not served: no loaded model follows its convention (decoupled, text_input and "
                 "text_output BYTES) and no --openai-port was given"
             )
@@ -100,6 +100,9 @@ class OpenAIFrontend(Frontend):
 
     def address(self) -> str:
         return f"{self.host}:{self.port}" if self.server is not None else f"({self.not_serving})"
+
+    def serving(self) -> bool:
+        return self.server is not None
 
     def url(self) -> str:
         if self.server is None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from inferd.config import ModelConfig, config_to_json
 from inferd.tools import ToolError
+from inferd.tools.analyze.progress import PointCounter
 from inferd.tools.analyze.search import Candidate, SearchSpace, candidates
 from inferd.tools.perf.connect import open_transport
 from inferd.tools.perf.engine import PerfSession
@@ -106,6 +107,7 @@ class Sweep:
         self.progress = progress or (lambda line: log.info("%s", line))
         self.original: ModelConfig | None = None
         self._touched = False
+        self.points = PointCounter(0)
 
     async def run(self) -> list[CandidateResult]:
         """Measure every candidate; the original config is loaded again at the end, whatever happens."""
@@ -122,7 +124,10 @@ class Sweep:
                 info, was_loaded = await control.model_info(), False
             self.original = info.config
             todo = candidates(self.opts.model, info.config, self.space)
-            self.progress(f"{len(todo)} configurations of model '{self.opts.model}' to measure")
+            self.points = PointCounter(sum(len(self._batches(c)) * len(self.concurrencies) for c in todo))
+            self.progress(
+                f"{len(todo)} configurations of model '{self.opts.model}' to measure, {self.points.total} points"
+            )
             try:
                 results = [await self._measure(control, candidate) for candidate in todo]
             finally:
@@ -147,11 +152,9 @@ class Sweep:
         except ToolError as exc:
             out.error = str(exc)
             self.progress(f"  {candidate.name} failed to load: {exc}")
+            self.points.skip(len(self._batches(candidate)) * len(self.concurrencies))
             return out
-        mbs = candidate.max_batch_size
-        for batch in self.batch_sizes:
-            if (mbs == 0 and batch > 1) or (mbs > 0 and batch > mbs):
-                continue
+        for batch in self._batches(candidate):
             opts = dataclasses.replace(self.opts, batch_size=batch)
             try:
                 async with PerfSession(opts) as session:
@@ -161,13 +164,20 @@ class Sweep:
                         out.measurements.append(Measurement(batch, concurrency, r, meets))
                         p = self.constraints.latency_percentile
                         self.progress(
-                            f"  batch {batch}, concurrency {concurrency}: {r.throughput:.1f} infer/sec, "
-                            f"p{p} {latency_ms(r, p):.2f} ms{'' if meets else '  (misses constraints)'}"
+                            f"  {self.points.step()} batch {batch}, concurrency {concurrency}: "
+                            f"{r.throughput:.1f} infer/sec, p{p} {latency_ms(r, p):.2f} ms, "
+                            f"{'stable' if r.stable else 'UNSTABLE (no stable window in --max-trials)'}"
+                            f"{'' if meets else '  (misses constraints)'}"
                         )
             except ToolError as exc:
                 out.error = str(exc)
                 self.progress(f"  {candidate.name}: {exc}")
         return out
+
+    def _batches(self, candidate: Candidate) -> list[int]:
+        """The batch sizes measured on ``candidate`` (none above its max_batch_size; 1 without batching)."""
+        mbs = candidate.max_batch_size
+        return [b for b in self.batch_sizes if not ((mbs == 0 and b > 1) or (mbs > 0 and b > mbs))]
 
 
 async def _load(control: Transport, config: str | None, what: str) -> None:

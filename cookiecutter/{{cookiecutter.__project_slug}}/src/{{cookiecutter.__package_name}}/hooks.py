@@ -20,9 +20,9 @@ INFERD_API = (1, 0)
 
 
 def _make_backend() -> Backend:
-    from {{ cookiecutter.package_name }}.backend import {{ cookiecutter.class_prefix }}Backend
+    from {{ cookiecutter.__package_name }}.backend import {{ cookiecutter.__class_prefix }}Backend
 
-    return {{ cookiecutter.class_prefix }}Backend()
+    return {{ cookiecutter.__class_prefix }}Backend()
 
 
 @hookimpl

@@ -11,10 +11,10 @@ from inferd.api import ArrayInstance
 if TYPE_CHECKING:
     from inferd.api import InstanceSpec, ModelLoadContext
 
-    from {{ cookiecutter.package_name }}.options import {{ cookiecutter.class_prefix }}Options
+    from {{ cookiecutter.__package_name }}.options import {{ cookiecutter.__class_prefix }}Options
 
 
-class {{ cookiecutter.class_prefix }}Instance(ArrayInstance):
+class {{ cookiecutter.__class_prefix }}Instance(ArrayInstance):
     """One execution context. ``ArrayInstance`` concatenates a batch of requests along the batch
     dimension, calls :meth:`run` once and splits the outputs back per request.
 
@@ -27,7 +27,7 @@ class {{ cookiecutter.class_prefix }}Instance(ArrayInstance):
     """
 
     def __init__(
-        self, context: ModelLoadContext, options: {{ cookiecutter.class_prefix }}Options, spec: InstanceSpec
+        self, context: ModelLoadContext, options: {{ cookiecutter.__class_prefix }}Options, spec: InstanceSpec
     ) -> None:
         super().__init__(context.name, context.version, context.config.max_batch_size)
         self.pairs = options.pairs

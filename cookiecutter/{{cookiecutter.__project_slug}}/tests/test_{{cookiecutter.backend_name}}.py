@@ -19,7 +19,7 @@ MODEL = "{{ cookiecutter.backend_name }}_example"
 
 def test_hooks_import_no_framework():
     """Discovery stays light: importing the hooks module loads neither the backend nor a framework."""
-    code = "import {{ cookiecutter.package_name }}.hooks, sys; print('{{ cookiecutter.package_name }}.backend' in sys.modules)"
+    code = "import {{ cookiecutter.__package_name }}.hooks, sys; print('{{ cookiecutter.__package_name }}.backend' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
@@ -54,7 +54,7 @@ def test_example_model_echoes(server, protocol):
     client.close()
 
 
-class Test{{ cookiecutter.class_prefix }}Contract(BackendContract):
+class Test{{ cookiecutter.__class_prefix }}Contract(BackendContract):
     """inferd's backend contract: load, infer, batch, concurrency, reload, unload, bad inputs, over
     HTTP and gRPC, against one server (``inferd serve`` with the installed plugins)."""
 

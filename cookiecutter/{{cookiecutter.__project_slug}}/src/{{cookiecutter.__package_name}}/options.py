@@ -22,16 +22,16 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
-class {{ cookiecutter.class_prefix }}Options:
+class {{ cookiecutter.__class_prefix }}Options:
     """One model's settings, shared by its instances."""
 
     #: (input, output) names by index: each output echoes its input.
     pairs: tuple[tuple[str, str], ...]
 
 
-def parse_options(config: ModelConfig, model: str) -> {{ cookiecutter.class_prefix }}Options:
+def parse_options(config: ModelConfig, model: str) -> {{ cookiecutter.__class_prefix }}Options:
     """Read the config; raise ``ConfigError`` naming the model and the fix when it cannot work."""
-    return {{ cookiecutter.class_prefix }}Options(pairs=_pairs(config, model))
+    return {{ cookiecutter.__class_prefix }}Options(pairs=_pairs(config, model))
 
 
 def _pairs(config: ModelConfig, model: str) -> tuple[tuple[str, str], ...]:

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 
 from inferd.api import Backend, InstanceSpec, Model, ModelLoadContext, NotFound
 
-from {{ cookiecutter.package_name }}.instance import {{ cookiecutter.class_prefix }}Instance
-from {{ cookiecutter.package_name }}.options import {{ cookiecutter.class_prefix }}Options, parse_options
+from {{ cookiecutter.__package_name }}.instance import {{ cookiecutter.__class_prefix }}Instance
+from {{ cookiecutter.__package_name }}.options import {{ cookiecutter.__class_prefix }}Options, parse_options
 
 if TYPE_CHECKING:
     from inferd.api import ModelConfig
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("inferd.contracts.backend.{{ cookiecutter.backend_name }}")
 
 
-class {{ cookiecutter.class_prefix }}Backend(Backend):
+class {{ cookiecutter.__class_prefix }}Backend(Backend):
     """One object per server, made by the factory in hooks.py the first time a model needs it.
 
     Keep server-wide state here (a framework runtime, a device list); nothing per model.
@@ -49,7 +49,7 @@ class {{ cookiecutter.class_prefix }}Backend(Backend):
     name = "{{ cookiecutter.backend_name }}"
     #: The file (or directory) loaded from ``<model>/<version>/`` when the config names none. A
     #: model without backend or platform in its config is given to the backend whose file exists.
-    default_model_filename = "{{ cookiecutter.model_filename }}"
+    default_model_filename = "{{ cookiecutter.__model_filename }}"
     #: Instances of a KIND_CPU group that gives no ``count``.
     default_cpu_instance_count = 1
 
@@ -81,18 +81,18 @@ class {{ cookiecutter.class_prefix }}Backend(Backend):
         path = context.model_path
         if not path.exists():
             raise NotFound(f"model '{context.name}': model file '{path}' does not exist")
-        return {{ cookiecutter.class_prefix }}Model(context, options, path.read_text(errors="replace"))
+        return {{ cookiecutter.__class_prefix }}Model(context, options, path.read_text(errors="replace"))
 
 
-class {{ cookiecutter.class_prefix }}Model(Model):
+class {{ cookiecutter.__class_prefix }}Model(Model):
     """A loaded model version: what every instance shares (weights, parsed config)."""
 
-    def __init__(self, context: ModelLoadContext, options: {{ cookiecutter.class_prefix }}Options, artifact: str) -> None:
+    def __init__(self, context: ModelLoadContext, options: {{ cookiecutter.__class_prefix }}Options, artifact: str) -> None:
         self.context = context
         self.options = options
         self.artifact = artifact  # a real backend keeps its loaded weights / graph here
 
-    def create_instance(self, spec: InstanceSpec) -> {{ cookiecutter.class_prefix }}Instance:
+    def create_instance(self, spec: InstanceSpec) -> {{ cookiecutter.__class_prefix }}Instance:
         """Create one instance (called once per instance, off the event loop).
 
         ``spec.kind`` is ``KIND_CPU`` or ``KIND_GPU`` (then ``spec.device_id`` is the GPU);
@@ -102,7 +102,7 @@ class {{ cookiecutter.class_prefix }}Model(Model):
         The instance gets what it needs (the load context, the options, what you loaded), not the
         model itself: ``instance.py`` then never imports this module.
         """
-        return {{ cookiecutter.class_prefix }}Instance(self.context, self.options, spec)
+        return {{ cookiecutter.__class_prefix }}Instance(self.context, self.options, spec)
 
     def unload(self) -> None:
         """Release what ``load_model`` took, after every instance is closed."""
