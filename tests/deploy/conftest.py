@@ -4,6 +4,8 @@ real `inferd serve` with traffic, and the inferd command line parser."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,3 +73,15 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         status, body = http_post(f"http://127.0.0.1:{openai_port}/v1/completions", completion.encode(), timeout=30)
         assert status == 200 and b"data: [DONE]" in body, body
         yield srv
+
+
+#: The installer, relative to the repository.
+SCRIPT = "scripts/install.sh"
+
+
+def installed_uv() -> Path | None:
+    """The uv that install.sh installs (constraints.txt's version, in the user's cache), if it is there."""
+    version = re.search(r"^uv==(\S+)", (ROOT / "constraints.txt").read_text(), re.M)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    uv = cache / "inferd" / f"uv-{version.group(1) if version else 'latest'}" / "bin" / "uv"
+    return uv if uv.is_file() else None

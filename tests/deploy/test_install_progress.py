@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.test_install_script import ROOT, SCRIPT, installed_uv
+from tests.deploy.conftest import ROOT, SCRIPT, installed_uv
 
 
 def run_install(tmp_path: Path, terminal: bool) -> list[str]:

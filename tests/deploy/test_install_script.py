@@ -15,9 +15,7 @@ from pathlib import Path
 import pytest
 
 from inferd.testing import ServerProcess
-from tests.deploy.conftest import ADD_SUB_BODY, ADD_SUB_SUM, ROOT, copy_add_sub, http_post
-
-SCRIPT = "scripts/install.sh"
+from tests.deploy.conftest import ADD_SUB_BODY, ADD_SUB_SUM, ROOT, SCRIPT, copy_add_sub, http_post, installed_uv
 
 
 class VenvServer(ServerProcess):
@@ -131,14 +129,6 @@ def test_an_unknown_plugin_stops_the_install(tmp_path):
     assert done.returncode != 0
     assert "no plugin 'nosuch'" in done.stderr
     assert not (tmp_path / "venv").exists()  # refused before anything was created
-
-
-def installed_uv() -> Path | None:
-    """The uv that install.sh installs (constraints.txt's version, in the user's cache), if it is there."""
-    version = re.search(r"^uv==(\S+)", (ROOT / "constraints.txt").read_text(), re.M)
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    uv = cache / "inferd" / f"uv-{version.group(1) if version else 'latest'}" / "bin" / "uv"
-    return uv if uv.is_file() else None
 
 
 def test_uv_installs_from_what_pip_is_configured_with(tmp_path):

@@ -13,7 +13,7 @@ from tests.e2e import models
 SLOW_INIT = f"""
 import time
 
-{models.ADD_SUB_PY.format(offset=0)}
+{models.add_sub_py(0)}
 
     def initialize(self, args):
         time.sleep({EVERY_S * 2 + 1})

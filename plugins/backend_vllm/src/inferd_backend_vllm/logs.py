@@ -25,26 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from inferd.api import REQUEST_MODEL
+from inferd_backend_vllm import quiet
+from inferd_backend_vllm.quiet import NOISE
 
 #: The model a load or an unload concerns, while vLLM works for it.
 MODEL: contextvars.ContextVar[str] = contextvars.ContextVar("inferd_vllm_model", default="")
-#: Fragments of the lines a user serving a model does not need: DEBUG.
-NOISE = (
-    "Triton",
-    "weights",
-    "checkpoint",
-    "Checkpoint",
-    "Auto-prefetch",
-    "[shutdown]",
-    "Passing raw prompts",
-    "Enforce eager",
-    "Inductor compilation",
-    "IR op priority",
-    "custom fusions",
-    "Chunked prefill",
-    "Reset SSM cache type",
-    "LD_PRELOAD",
-)
 
 
 class _Labelled:
@@ -139,8 +124,6 @@ class _SpawnEnvironment:
         if self._saved["VLLM_LOGGING_LEVEL"] is None:  # their INFO lines are DEBUG to the server
             os.environ["VLLM_LOGGING_LEVEL"] = "DEBUG" if verbose else "WARNING"
         if not verbose and directory is not None and self._saved["VLLM_LOGGING_CONFIG_PATH"] is None:
-            from inferd_backend_vllm import quiet
-
             level = os.environ["VLLM_LOGGING_LEVEL"]
             os.environ["VLLM_LOGGING_CONFIG_PATH"] = str(quiet.write_config(directory, f"[model '{model}'] ", level))
             warnings = self._saved["PYTHONWARNINGS"]

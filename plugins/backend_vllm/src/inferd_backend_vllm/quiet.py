@@ -1,6 +1,6 @@
 """vLLM's known start-up noise, quiet in the processes an engine starts too.
 
-In the server's process :mod:`inferd_backend_vllm.logs` demotes the lines on its ``NOISE`` list to
+In the server's process :mod:`inferd_backend_vllm.logs` demotes the lines on the ``NOISE`` list to
 DEBUG. The engine's own processes log through the logging configuration vLLM reads from
 ``VLLM_LOGGING_CONFIG_PATH``: :func:`write_config` writes vLLM's default one (the model's prefix,
 its level) with :class:`NoiseFilter` on its handler, and :data:`WARNINGS` (``PYTHONWARNINGS``)
@@ -14,9 +14,25 @@ import json
 import logging
 from pathlib import Path
 
-from inferd_backend_vllm.logs import NOISE
-
 log = logging.getLogger(__name__)
+
+#: Fragments of the lines a user serving a model does not need: DEBUG.
+NOISE = (
+    "Triton",
+    "weights",
+    "checkpoint",
+    "Checkpoint",
+    "Auto-prefetch",
+    "[shutdown]",
+    "Passing raw prompts",
+    "Enforce eager",
+    "Inductor compilation",
+    "IR op priority",
+    "custom fusions",
+    "Chunked prefill",
+    "Reset SSM cache type",
+    "LD_PRELOAD",
+)
 
 #: Python warnings that vLLM's import of torch raises in every engine process, about vLLM's code.
 WARNINGS = "ignore:`torch.distributed.reduce_op` is deprecated:FutureWarning"
