@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from inferd.tools.probe_headers import request_headers
 from inferd.tools.wrong_port import answered_http2, grpc_port
 
 READY, NOT_READY, USAGE, DOWN = 0, 1, 2, 3
@@ -65,10 +66,7 @@ class _Client:
         self.base = url.rstrip("/")
         self.timeout = args.timeout
         self.context = ssl.create_default_context(cafile=args.cacert) if self.base.startswith("https") else None
-        self.headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-        for header in args.header:
-            name, _, value = header.partition(":")
-            self.headers[name.strip()] = value.strip()
+        self.headers = request_headers(args)
 
     def call(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
         """Status and body; status 0 with the reason when the server cannot be reached."""

@@ -10,6 +10,7 @@ import grpc
 
 from inferd.frontends.grpc import grpc_service_pb2 as pb
 from inferd.frontends.grpc.grpc_service_pb2_grpc import GRPCInferenceServiceStub
+from inferd.tools.probe_headers import request_headers
 from inferd.tools.wrong_port import answered_http1, http_port
 
 
@@ -24,11 +25,8 @@ def _channel(address: str, secure: bool, cacert: str | None) -> grpc.Channel:
 
 
 def _metadata(args: argparse.Namespace) -> list[tuple[str, str]]:
-    metadata = [("authorization", f"Bearer {args.api_key}")] if args.api_key else []
-    for header in args.header:
-        name, _, value = header.partition(":")
-        metadata.append((name.strip().lower(), value.strip()))
-    return metadata
+    """The HTTP probe's headers as gRPC metadata (lower-case keys)."""
+    return [(name.lower(), value) for name, value in request_headers(args).items()]
 
 
 def _error(address: str, exc: grpc.RpcError) -> str:
