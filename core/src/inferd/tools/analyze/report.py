@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import base64
 import datetime
-import io
 from collections.abc import Sequence
 from html import escape
 from types import ModuleType
 
-from inferd.tools import require
+from inferd.tools import plot
 from inferd.tools.analyze.sweep import CandidateResult, Constraints, latency_ms
 from inferd.tools.perf.options import PerfOptions
-
-#: One plotted line: its legend label and its (x, y) points.
-Series = tuple[str, Sequence[tuple[float, float]]]
+from inferd.tools.plot import Series
 
 _STYLE = """
 body { font-family: sans-serif; margin: 2em; color: #222; }
@@ -41,26 +38,13 @@ def _series(ranked: Sequence[CandidateResult], percentile: int) -> list[Series]:
 
 def pyplot() -> ModuleType:
     """``matplotlib.pyplot`` on the Agg backend, or a :class:`~inferd.tools.ToolError` naming the install."""
-    require("matplotlib", "the inferd analyze report").use("Agg")
-    return require("matplotlib.pyplot", "the inferd analyze report")
+    return plot.pyplot("the inferd analyze report")
 
 
 def plot_html(series: Sequence[Series], title: str, x_label: str, y_label: str) -> str:
-    """An ``<img>`` with the matplotlib chart inline as a PNG."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4.8), dpi=100)
-    for label, pts in series:
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
-    ax.set(title=title, xlabel=x_label, ylabel=y_label)
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    data = base64.b64encode(buf.getvalue()).decode()
+    """An ``<img>`` with the chart (:func:`inferd.tools.plot.draw`'s style) inline as a PNG."""
+    png = plot.figure([(series, title, x_label, y_label)], "the inferd analyze report")
+    data = base64.b64encode(png).decode()
     return f'<img alt="{escape(title)}" src="data:image/png;base64,{data}"/>'
 
 

@@ -204,6 +204,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="add the Avg latency, request/response and response wait columns to the CSV",
     )
+    r.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE",
+        help="draw throughput and p50/p99 latency against concurrency (or request rate) into FILE "
+        "(.png, .svg or .pdf; analyze's style)",
+    )
     r.add_argument("-v", dest="verbose", action="store_true", help="print every measurement window")
 
 
@@ -260,6 +267,11 @@ def run(args: argparse.Namespace) -> int:
         opts = options_from_args(args)
         if args.concurrency_range and args.request_rate_range:
             raise ToolError("give --concurrency-range or --request-rate-range, not both")
+        if args.plot:  # a bad name or no matplotlib: said before the measurements, not after them
+            from inferd.tools import plot
+
+            plot.file_format(Path(args.plot))
+            plot.pyplot("inferd perf --plot")
         return asyncio.run(_run(opts, args))
     except ToolError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -301,4 +313,7 @@ async def _run(opts: Any, args: argparse.Namespace) -> int:
             report.write_csv(
                 Path(args.filename), results, opts, session.info, session.transport.server_stats, args.verbose_csv
             )
+        if args.plot and results:
+            report.write_plot(Path(args.plot), results, opts)
+            print(f"inferd perf: plot of {len(results)} levels written to {args.plot}", flush=True)
     return 0

@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 from typing import TextIO
 
+from inferd.tools import plot
 from inferd.tools.perf.model import ModelInfo
 from inferd.tools.perf.options import PerfOptions
 from inferd.tools.perf.profiler import LevelResult
@@ -158,3 +159,28 @@ def _write(
     writer.writerow(csv_columns(results, opts, info, server_stats, verbose))
     for r in sorted(results, key=lambda r: r.throughput):
         writer.writerow(_csv_row(r, opts, info, server_stats, verbose))
+
+
+#: The latency percentiles ``--plot`` draws.
+PLOT_PERCENTILES = (50, 99)
+
+
+def plot_panels(results: list[LevelResult], opts: PerfOptions) -> list[plot.Panel]:
+    """The two charts of ``--plot``: throughput, then p50 and p99 latency (ms), against the levels."""
+    by_level = sorted(results, key=lambda r: r.level)
+    x_label = "concurrency" if by_level[0].mode == "concurrency" else "request rate (requests/sec)"
+    against = "concurrency" if by_level[0].mode == "concurrency" else "request rate"
+    tput: list[plot.Series] = [(opts.model, [(r.level, r.throughput) for r in by_level])]
+    latency: list[plot.Series] = [
+        (f"p{p}", [(r.level, r.percentiles_us[p] / 1000.0) for r in by_level]) for p in PLOT_PERCENTILES
+    ]
+    return [
+        (tput, f"{opts.model}: throughput vs {against}", x_label, "throughput (infer/sec)"),
+        (latency, f"{opts.model}: latency vs {against}", x_label, "latency (ms)"),
+    ]
+
+
+def write_plot(path: Path, results: list[LevelResult], opts: PerfOptions) -> None:
+    """``--plot FILE``: :func:`plot_panels` side by side, in the format of the file's suffix."""
+    data = plot.figure(plot_panels(results, opts), "inferd perf --plot", plot.file_format(path))
+    path.write_bytes(data)
