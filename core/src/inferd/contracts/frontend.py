@@ -56,6 +56,10 @@ class Frontend(abc.ABC):
         start-up summary; a plugin without one shows its :meth:`address`."""
         return self.address()
 
+    def status_page(self) -> str:
+        """The URL of the status page it serves (``GET /``), for the start-up summary; "" for none."""
+        return ""
+
     def serving(self) -> bool:
         """False when :meth:`start` chose not to open its port (an optional API nobody asked for):
         the host then leaves it out of the start-up and shutdown lines and the summary."""

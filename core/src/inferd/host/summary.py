@@ -55,9 +55,13 @@ def startup_summary(
 ) -> str:
     """The block logged after ``inferd ready`` (as a ``logging_settings.BLOCK``: no line break but
     its own): the repository index as Triton's table, each frontend's URL, the access rules, and
-    the model control mode with what poll mode watches, and the serving processes (``workers``)."""
+    the status page, the model control mode with what poll mode watches, and the serving
+    processes (``workers``)."""
     lines = [ascii_table(("Model", "Version", "Status"), model_rows(index) or [["(none)", "", ""]])]
     lines.extend(_labelled(f.name, f.url()) for f in frontends if f.serving())
+    pages = [f.status_page() for f in frontends if f.serving() and f.status_page()]
+    if pages:  # the first frontend's (HTTP's, the OpenAI port's where it serves alone)
+        lines.append(_labelled("status page", pages[0]))
     lines.extend(_access(access))
     if mode is ControlMode.POLL:
         watched = ", ".join(str(getattr(r, "url", r)) for r in repositories)

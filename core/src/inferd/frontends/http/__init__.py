@@ -76,6 +76,9 @@ class HttpFrontend(Frontend):
     def url(self) -> str:
         return f"{'https' if self.tls else 'http'}://{self.address()}"
 
+    def status_page(self) -> str:
+        return f"{self.url()}/"
+
 
 def _factory(options: ServerSettings) -> HttpFrontend | None:
     if not options.allow_http:
