@@ -9,7 +9,7 @@ from __future__ import annotations
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("contracts", ("inferd", "inferd.contracts", "inferd.datatypes")),
     ("config", ("inferd.config",)),
-    ("services", ("inferd.auth", "inferd.serving", "inferd.shared_memory", "inferd.repository")),
+    ("services", ("inferd.auth", "inferd.serving", "inferd.shared_memory", "inferd.repository", "inferd.views")),
     ("engine", ("inferd.engine",)),
     ("lifecycle", ("inferd.lifecycle",)),
     ("dataplane", ("inferd.workers", "inferd.dataplane")),

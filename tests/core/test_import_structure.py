@@ -47,7 +47,7 @@ PLUGINS = sorted({p.parents[1].name for p in PLUGIN_PACKAGES})
 BUILT_IN_PLUGINS = ("inferd.frontends", "inferd.schedulers", "inferd.caches")
 BUILT_IN_MAY_IMPORT = (
     *("inferd.api", "inferd.contracts", "inferd.datatypes", "inferd.config", "inferd.auth", "inferd.serving"),
-    *("inferd.shared_memory", "inferd.dataplane"),
+    *("inferd.shared_memory", "inferd.dataplane", "inferd.views"),
 )
 #: The one host module a plugin's source under ``plugins/``, the cookiecutter template and
 #: ``docs/examples/`` may import.

@@ -40,7 +40,7 @@ scale_v2 = "inferd_test_api.scale_v2"
 """
 
 REFUSED = (
-    "plugin 'scale_v2' is built for inferd plugin API 2.0, newer than this inferd's API 1.0; upgrade inferd "
+    "plugin 'scale_v2' is built for inferd plugin API 2.0, newer than this inferd's API 1.1; upgrade inferd "
     "or install a release of the plugin for API 1; the plugin is left out"
 )
 

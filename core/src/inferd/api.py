@@ -1,4 +1,4 @@
-"""inferd's plugin API, version 1.0: the one module a plugin's source imports.
+"""inferd's plugin API, version 1.1: the one module a plugin's source imports.
 
 ``from inferd.api import Backend, hookimpl, InvalidArgument`` gives a backend, scheduler, cache,
 frontend or tracing plugin every name it needs. Everything else under ``inferd`` is the host's own
@@ -32,7 +32,9 @@ a few helpers are public on purpose because plugins need the host's exact behavi
   model's traffic split; the frontend meters the tenant's usage itself), :func:`http_tls_config`;
 - :func:`frozen_copy` (a cache's stored response), :func:`error_response` (an error a model
   answers with), :func:`settle_gc` (the serving process's garbage-collector settings, for a
-  plugin's own model processes).
+  plugin's own model processes);
+- the status page (API 1.1): :data:`STATUS_PAGE` (its HTML) and :func:`status_view` (the JSON it
+  shows, ``GET /v2/status``), for a frontend that serves the page where the HTTP port does not.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 #: The plugin API this host provides: ``(major, minor)``.
-API_VERSION = (1, 0)
+API_VERSION = (1, 1)
 
 if TYPE_CHECKING:
     from inferd.auth import CURRENT, METERED, AccessControl, AccessDenied, AccessPolicy, ApiGroup
@@ -134,6 +136,8 @@ if TYPE_CHECKING:
     from inferd.serving import HTTP_MAX_INPUT_SIZE, TOO_DEEP, TOO_LARGE, AsgiServer, BodyLimit, depth_problem
     from inferd.serving.tls import TlsConfig
     from inferd.serving.tls import http_config as http_tls_config
+    from inferd.views.status import PAGE as STATUS_PAGE
+    from inferd.views.status import status_view
 
 __all__ = [
     "API_VERSION",
@@ -146,6 +150,7 @@ __all__ = [
     "REQUEST_MODEL",
     "RESCHEDULE",
     "SOURCES",
+    "STATUS_PAGE",
     "TOO_DEEP",
     "TOO_LARGE",
     "WIRE_TO_NUMPY",
@@ -247,6 +252,7 @@ __all__ = [
     "setting_flag",
     "setting_integer",
     "settle_gc",
+    "status_view",
     "wire_datatype",
 ]
 

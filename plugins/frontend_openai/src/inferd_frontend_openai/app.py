@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from inferd.api import CURRENT, TOO_DEEP, AccessControl, ApiGroup, depth_problem
+from inferd.api import CURRENT, STATUS_PAGE, TOO_DEEP, AccessControl, ApiGroup, depth_problem, status_view
 from inferd_frontend_openai import embeddings, engine, extra_fields, params
 from inferd_frontend_openai.catalog import Catalog
 from inferd_frontend_openai.choices import ChoiceRunner, Event
@@ -25,7 +25,7 @@ from inferd_frontend_openai.responses import DONE, Reply, sse
 from inferd_frontend_openai.tokenizer import TemplateError
 
 if TYPE_CHECKING:
-    from inferd.api import ServedModel
+    from inferd.api import DataPlane, ServedModel
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,12 @@ ROUTES: tuple[tuple[str, str, str, ApiGroup], ...] = (
     ("/tokenize", "POST", "tokenize", ApiGroup.INFERENCE),
     ("/detokenize", "POST", "detokenize", ApiGroup.INFERENCE),
 )
+#: The status page and its JSON, served where the HTTP port is off, admitted as the HTTP port
+#: admits them (the model-repository group, as the repository index).
+STATUS_ROUTES: tuple[tuple[str, str, str, ApiGroup], ...] = (
+    ("/", "GET", "status_page", ApiGroup.MODEL_REPOSITORY),
+    ("/v2/status", "GET", "status", ApiGroup.MODEL_REPOSITORY),
+)
 
 
 class OpenAIApp:
@@ -51,19 +57,30 @@ class OpenAIApp:
         catalog: Catalog,
         metrics: LlmMetrics | None = None,
         access: AccessControl | None = None,
+        status: DataPlane | None = None,
     ) -> None:
-        """``access``: the server's access rules, whose tenants' usage this API meters (None: no rules)."""
+        """``access``: the server's access rules, whose tenants' usage this API meters (None: no rules);
+        ``status``: serve :data:`STATUS_ROUTES` too, showing this data plane (the whole one)."""
         self.dataplane = dataplane
         self.access = access
         self.catalog = catalog
         self.metrics = metrics
-        routes = [Route(path, getattr(self, name), methods=[method]) for path, method, name, _ in ROUTES]
+        self.status_plane = status
+        served = ROUTES if status is None else ROUTES + STATUS_ROUTES
+        routes = [Route(path, getattr(self, name), methods=[method]) for path, method, name, _ in served]
         self.app = Starlette(
             routes=routes, exception_handlers={OpenAIError: _error, 404: _not_found, 405: _not_allowed}
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.app(scope, receive, send)
+
+    async def status_page(self, request: Request) -> Response:
+        return Response(STATUS_PAGE, media_type="text/html; charset=utf-8", headers={"cache-control": "no-cache"})
+
+    async def status(self, request: Request) -> Response:
+        assert self.status_plane is not None  # the route exists only with it
+        return JSONResponse(await status_view(self.status_plane, dict(request.headers.items())))
 
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": self.catalog.listed()})

@@ -27,6 +27,8 @@ class OpenAIFrontend(Frontend):
     without this API) rather than a failed start. ``tls`` and ``max_input_size`` are the HTTP
     port's (``--http-ssl-*``, ``--http-max-input-size``); so are the access rules
     (``dataplane.settings.access.http``: ``--auth-config`` and ``--http-restricted-api``).
+    ``status_page``: serve the status page (``GET /`` and ``GET /v2/status``, as the HTTP port
+    does), for a server whose HTTP port is off (``--allow-http=false``).
     """
 
     name = "OpenAI"
@@ -41,6 +43,7 @@ class OpenAIFrontend(Frontend):
         max_input_size: int = HTTP_MAX_INPUT_SIZE,
         chat_template: str | None = None,
         tool_call_parser: str | None = None,
+        status_page: bool = False,
     ) -> None:
         self.host = host
         self.chat_template = chat_template
@@ -50,6 +53,7 @@ class OpenAIFrontend(Frontend):
         self.fallback = fallback
         self.tls = tls
         self.max_input_size = max_input_size
+        self.status = status_page
         self.server: AsgiServer | None = None
         self._warming: asyncio.Future[None] | None = None
         #: Why the port is not open, for the log (once :meth:`start` decided not to open it).
@@ -68,14 +72,14 @@ class OpenAIFrontend(Frontend):
             )
             return
         from inferd_frontend_openai.access import Guarded, OpenAIBodyLimit  # the app: only when it is served
-        from inferd_frontend_openai.app import ROUTES, OpenAIApp
+        from inferd_frontend_openai.app import ROUTES, STATUS_ROUTES, OpenAIApp
 
         settings = dataplane.settings
         catalog = Catalog(dataplane, self.tokenizer, self.chat_template, self.tool_call_parser)
         self._warming = asyncio.ensure_future(catalog.warm())
-        app: ASGIApp = OpenAIApp(dataplane, catalog, self.metrics, settings.access)
+        app: ASGIApp = OpenAIApp(dataplane, catalog, self.metrics, settings.access, dataplane if self.status else None)
         if settings.access is not None:  # no rules: nothing on the request path
-            app = Guarded(app, settings.access.http, ROUTES)
+            app = Guarded(app, settings.access.http, ROUTES + STATUS_ROUTES if self.status else ROUTES)
         app = OpenAIBodyLimit(app, self.max_input_size)
         server = AsgiServer(app, self.host, self.port, "OpenAI frontend", settings.shares_ports, self.tls)
         try:
@@ -100,6 +104,11 @@ class OpenAIFrontend(Frontend):
 
     def address(self) -> str:
         return f"{self.host}:{self.port}" if self.server is not None else f"({self.not_serving})"
+
+    def status_page(self) -> str:
+        if self.server is None or not self.status:
+            return ""
+        return f"{'https' if self.tls else 'http'}://{self.address()}/"
 
     def serving(self) -> bool:
         return self.server is not None

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from inferd_frontend_openai.frontend import OpenAIFrontend
 
 #: The inferd plugin API this plugin is written for (``inferd.api``): a host of another major refuses it.
-INFERD_API = (1, 0)
+INFERD_API = (1, 1)
 
 #: The port of Triton's OpenAI-compatible frontend.
 DEFAULT_PORT = 9000
@@ -92,6 +92,7 @@ def _factory(options: ServerSettings) -> OpenAIFrontend | None:
         max_input_size=http.max_input_size,
         chat_template=template,
         tool_call_parser=extra.get("tool_call_parser") or None,
+        status_page=not options.allow_http,  # the only port serving HTTP: it shows the status page
     )
 
 

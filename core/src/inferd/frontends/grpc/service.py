@@ -16,7 +16,6 @@ from google.protobuf import json_format
 
 from inferd.auth import CURRENT, ApiGroup, Grant, Hidden, ModelAction, admit, unknown_model, visible_entries
 from inferd.contracts.errors import ErrorKind, InferdError, InvalidArgument
-from inferd.frontends import results_json
 from inferd.frontends.grpc import grpc_service_pb2 as pb
 from inferd.frontends.grpc import health_pb2, traffic_pb2
 from inferd.frontends.grpc.codec import (
@@ -32,6 +31,7 @@ from inferd.frontends.grpc.plans import RequestPlans
 from inferd.frontends.header_forward import GRPC_TRANSPORT_HEADERS, HeaderForward
 from inferd.frontends.repository_name import check_repository_name
 from inferd.shared_memory import bind_outputs
+from inferd.views import results_json
 
 if TYPE_CHECKING:
     from inferd.contracts.dataplane import DataPlane

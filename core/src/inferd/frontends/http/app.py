@@ -29,17 +29,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from inferd.auth import AccessPolicy, ApiGroup, visible_entries
 from inferd.config import config_to_json
 from inferd.contracts.errors import InferdError, InvalidArgument
-from inferd.frontends import results_json
 from inferd.frontends.header_forward import HeaderForward
 from inferd.frontends.http.access import AdmittedInfer, admitted, admitted_answer
 from inferd.frontends.http.codec import parse_json
 from inferd.frontends.http.errors import decode_body, error_body, error_reply
 from inferd.frontends.http.generate import NOT_ONE_RESPONSE, decode_generate, encode_generate, sse_event
 from inferd.frontends.http.infer import InferEndpoint, RequestHead
-from inferd.frontends.http.status import PAGE, status_view
 from inferd.frontends.repository_name import check_repository_name
 from inferd.serving import Handler, Headers, Reply
 from inferd.shared_memory.service import register_request
+from inferd.views import results_json
+from inferd.views.status import PAGE, status_view
 
 if TYPE_CHECKING:
     from inferd.contracts.dataplane import DataPlane

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferd.auth import ApiGroup, visible_entries
 from inferd.contracts.errors import InferdError
-from inferd.frontends import results_json
+from inferd.views import results_json
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
