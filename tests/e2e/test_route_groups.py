@@ -31,7 +31,7 @@ from tests.servers import Servers
 HTTP_SENTENCE = "This API is restricted, expecting header '{}'"
 GRPC_SENTENCE = "This protocol is restricted, expecting header 'triton-grpc-protocol-{}'"
 #: What each path parameter is filled with (no model is loaded: each answer comes before that matters).
-PARAMS = {"model": "nomodel", "version": "1", "repo": "r", "region": "nosuchregion"}
+PARAMS = {"model": "nomodel", "version": "1", "repo": "r", "region": "nosuchregion", "name": "noplot.svg"}
 #: Starlette's answers to a request no route takes (the HTTP app's and the OpenAI app's words).
 NO_ROUTE = ({"error": "Not Found"}, {"error": "Method Not Allowed"})
 

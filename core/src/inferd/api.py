@@ -33,8 +33,9 @@ a few helpers are public on purpose because plugins need the host's exact behavi
 - :func:`frozen_copy` (a cache's stored response), :func:`error_response` (an error a model
   answers with), :func:`settle_gc` (the serving process's garbage-collector settings, for a
   plugin's own model processes);
-- the status page (API 1.1): :data:`STATUS_PAGE` (its HTML) and :func:`status_view` (the JSON it
-  shows, ``GET /v2/status``), for a frontend that serves the page where the HTTP port does not.
+- the status page (API 1.1): :data:`STATUS_PAGE` (its HTML), :func:`status_view` (the JSON it
+  shows, ``GET /v2/status``), :func:`status_plot` and :data:`STATUS_PLOT_HEADERS` (a plot it links
+  to, ``GET /v2/status/plots/{name}``), for a frontend that serves the page where the HTTP port does not.
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ if TYPE_CHECKING:
     from inferd.serving.tls import TlsConfig
     from inferd.serving.tls import http_config as http_tls_config
     from inferd.views.status import PAGE as STATUS_PAGE
-    from inferd.views.status import status_view
+    from inferd.views.status import PLOT_HEADERS as STATUS_PLOT_HEADERS
+    from inferd.views.status import status_plot, status_view
 
 __all__ = [
     "API_VERSION",
@@ -151,6 +153,7 @@ __all__ = [
     "RESCHEDULE",
     "SOURCES",
     "STATUS_PAGE",
+    "STATUS_PLOT_HEADERS",
     "TOO_DEEP",
     "TOO_LARGE",
     "WIRE_TO_NUMPY",
@@ -252,6 +255,7 @@ __all__ = [
     "setting_flag",
     "setting_integer",
     "settle_gc",
+    "status_plot",
     "status_view",
     "wire_datatype",
 ]

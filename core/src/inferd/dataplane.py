@@ -103,11 +103,13 @@ class LocalDataPlane(DataPlane):
         access: AccessControl | None = None,
         shared_memory: SharedMemory | None = None,
         shares_ports: bool = False,
+        status_plots: str | None = None,
     ) -> None:
         """``access``: the restricted APIs, API keys and tenant limits (``inferd.auth``); None: every
         request is open. With API keys, ``infer`` and ``stream`` count each tenant's requests and tokens.
         ``shared_memory``: the regions (one that spans the workers, with ``--workers N``);
-        ``shares_ports``: other processes serve the same ports."""
+        ``shares_ports``: other processes serve the same ports; ``status_plots``: the folder of
+        plots the status page links to (``--status-plots-dir``)."""
         self.manager = manager
         self.table = manager.table
         self.health = health
@@ -119,7 +121,7 @@ class LocalDataPlane(DataPlane):
         usable = self._shared_memory.extensions()
         self.extensions = tuple(e for e in EXTENSIONS if e in usable or not e.endswith("_shared_memory"))
         self.access = access
-        self._settings = PlaneSettings(shares_ports, self.table.namespacing, access)
+        self._settings = PlaneSettings(shares_ports, self.table.namespacing, access, status_plots)
         # The request path: the router's own methods, with no call in between (but the metering's).
         self.resolve = router.resolve
         self.infer: Infer = router.infer

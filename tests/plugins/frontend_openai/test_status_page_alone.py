@@ -44,7 +44,11 @@ def get(port: int, path: str, headers: dict[str, str] | None = None) -> tuple[in
 
 def test_the_openai_port_alone_serves_the_status_page(tmp_path: Path) -> None:
     repo = write_repository(tmp_path / "models", {"add_sub": models.add_sub()})
-    args = ["--allow-http=false", "--openai-port", "0", "--http-restricted-api=model-repository:admin=s3cret"]
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    (plots / "perf.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg"/>')
+    args = ["--allow-http=false", "--openai-port", "0", "--http-restricted-api=model-repository:admin=s3cret",
+            "--status-plots-dir", str(plots)]  # fmt: skip
     with OpenAIOnly([repo], args) as server:
         port = server.ports["openai"]
         assert "http" not in server.ports
@@ -59,9 +63,14 @@ def test_the_openai_port_alone_serves_the_status_page(tmp_path: Path) -> None:
         status = json.loads(body)
         assert [(m["name"], m["version"], m["state"]) for m in status["models"]] == [("add_sub", "1", "READY")]
         assert status["server"]["name"] == "inferd" and status["usage"] is None
+        assert [p["url"] for p in status["plots"]] == ["v2/status/plots/perf.svg"]
+        code, content_type, body = get(port, "/v2/status/plots/perf.svg", ADMIN)
+        assert (code, content_type, body) == (200, "image/svg+xml", (plots / "perf.svg").read_bytes())
+        code, _, body = get(port, "/v2/status/plots/nope.svg", ADMIN)
+        assert code == 404 and "no plot 'nope.svg'" in json.loads(body)["error"]["message"]
 
         # restricted as on the HTTP port: without the group's header, refused (OpenAI's error shape)
-        for path in ("/", "/v2/status"):
+        for path in ("/", "/v2/status", "/v2/status/plots/perf.svg"):
             code, _, body = get(port, path)
             assert code == 403, (path, body)
             error = json.loads(body)["error"]

@@ -193,11 +193,14 @@ class PlaneSettings:
 
     ``shares_ports``: other serving processes (``--workers N``) serve the same ports: bind with
     ``SO_REUSEPORT``. ``namespacing``: ``--model-namespacing``. ``access``: the access rules
-    (restricted APIs, API keys, tenants; ``inferd.auth``), None when every request is open."""
+    (restricted APIs, API keys, tenants; ``inferd.auth``), None when every request is open.
+    ``status_plots``: ``--status-plots-dir``, the folder whose plots the status page links to
+    (None: none; API 1.1)."""
 
     shares_ports: bool = False
     namespacing: bool = False
     access: AccessControl | None = field(default=None, compare=False)
+    status_plots: str | None = None
 
 
 # -- the catalog of served models -------------------------------------------------------------

@@ -280,6 +280,14 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:
         "free ones (for tests and scripts)",
     )
     o.add_argument(
+        "--status-plots-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the status page (GET /) links to the .png, .svg and .pdf plots in DIR, newest first, "
+        "e.g. those of inferd perf --plot DIR/NAME.svg (default: none)",
+    )
+    o.add_argument(
         "--workers",
         type=_workers,
         default=auto.AUTO,
@@ -441,6 +449,7 @@ _OWN_DESTS = {
     "worker_dir",
     "worker_health_timeout",
     "ports_file",
+    "status_plots_dir",
     "strict_readiness",
     "exit_on_error",
     "backend_config",
@@ -516,6 +525,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         rate_limit_resources=list(args.rate_limit_resource),
         settle_gc=True,
         ports_file=args.ports_file,
+        status_plots_dir=args.status_plots_dir,
         worker=WorkerSlot(args.worker_index, args.workers, args.worker_dir) if args.worker_index is not None else None,
         workers_note=_workers_note(args),
         extra={k: v for k, v in vars(args).items() if k not in _OWN_DESTS and not triton_flags.is_own_dest(k)},

@@ -103,6 +103,8 @@ class ServerOptions:
     workers_note: str = ""
     #: ``--ports-file``: once serving, the frontends' ports are written here as JSON (port 0 picks one).
     ports_file: Path | None = None
+    #: ``--status-plots-dir``: the status page links to the plots in this folder (``inferd perf --plot``).
+    status_plots_dir: Path | None = None
     #: Tune the garbage collector for serving once started (``inferd.engine.gc_settings``): what
     #: ``inferd serve`` does; in-process servers (tests, tools) keep the process's settings.
     settle_gc: bool = False
@@ -174,6 +176,7 @@ class Server:
             access,
             shared_memory,
             self.workers.shares_ports,
+            str(options.status_plots_dir) if options.status_plots_dir is not None else None,
         )
         #: What frontends receive: the local plane, spanning the other workers with ``--workers N``.
         self.dataplane: DataPlane = self.workers.dataplane(self.local)

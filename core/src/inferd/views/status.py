@@ -6,15 +6,22 @@ JSON every few seconds and draws it: the index rows (models, versions, states an
 split's traffic, the ready versions' statistics (the page turns their counters into rates), and the
 tenants' usage when the server has API keys. Everything comes through the data plane, which spans
 the workers of ``--workers N`` for statistics and usage.
+
+With ``--status-plots-dir DIR`` the JSON lists the plots in DIR (``.png``, ``.svg``, ``.pdf``,
+newest first: the last ``inferd perf --plot DIR/NAME.svg`` leads) and ``GET /v2/status/plots/NAME``
+(:func:`status_plot`, the same access group) serves each; the server only reads the folder.
 """
 
 from __future__ import annotations
 
+import asyncio
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from inferd.auth import ApiGroup, visible_entries
-from inferd.contracts.errors import InferdError
+from inferd.contracts.errors import InferdError, NotFound
 from inferd.views import results_json
 
 if TYPE_CHECKING:
@@ -24,6 +31,16 @@ if TYPE_CHECKING:
 
 #: The page's bytes (HTML with its CSS and JS inline).
 PAGE = resources.files(__package__).joinpath("status.html").read_bytes()
+#: The plots the page links to, by suffix: their content type.
+PLOT_TYPES = {".png": "image/png", ".svg": "image/svg+xml", ".pdf": "application/pdf"}
+#: The most plots listed (the newest).
+MAX_PLOTS = 20
+#: The headers a plot is served with: an SVG may hold scripts, which must not run on this origin.
+PLOT_HEADERS = {
+    "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:",
+    "x-content-type-options": "nosniff",
+    "cache-control": "no-cache",
+}
 
 
 async def status_view(dp: DataPlane, headers: Mapping[str, str]) -> dict[str, Any]:
@@ -41,13 +58,52 @@ async def status_view(dp: DataPlane, headers: Mapping[str, str]) -> dict[str, An
     if access is not None and access.keys is not None:
         usage = results_json.usage(await dp.tenant_usage())
     meta = dp.server_metadata()
+    folder = dp.settings.status_plots
     return {
         "server": {"name": meta.name, "version": meta.version},
         "models": [results_json.repository_entry(e) for e in models],
         "traffic": _traffic(dp, {e.name for e in models if e.traffic}),
         "statistics": statistics,
         "usage": usage,
+        "plots": None if folder is None else await asyncio.to_thread(_plots, Path(folder)),
     }
+
+
+def _plots(folder: Path) -> list[dict[str, Any]]:
+    """The plots of ``folder``, newest first (at most :data:`MAX_PLOTS`): name, modification time
+    (seconds since the epoch) and the page-relative URL; none when the folder cannot be read."""
+    try:
+        found = [
+            (path.stat().st_mtime, path.name)
+            for path in folder.iterdir()
+            if path.suffix.lower() in PLOT_TYPES and not path.name.startswith(".") and path.is_file()
+        ]
+    except OSError:
+        return []
+    found.sort(reverse=True)
+    return [{"name": n, "modified": t, "url": f"v2/status/plots/{quote(n)}"} for t, n in found[:MAX_PLOTS]]
+
+
+async def status_plot(dp: DataPlane, name: str) -> tuple[bytes, str]:
+    """``GET /v2/status/plots/{name}``: the bytes and content type of a plot of ``--status-plots-dir``;
+    :class:`~inferd.contracts.errors.NotFound` for a name that is not a plot file directly in it."""
+    folder = dp.settings.status_plots
+    if folder is None:
+        raise NotFound("no plots: the server was started without --status-plots-dir")
+    kind = PLOT_TYPES.get(Path(name).suffix.lower())
+    if kind is None or Path(name).name != name or name.startswith("."):
+        raise NotFound(f"no plot '{name}' in --status-plots-dir (plots are .png, .svg or .pdf files)")
+    try:
+        return await asyncio.to_thread(_read, Path(folder), name), kind
+    except OSError:
+        raise NotFound(f"no plot '{name}' in --status-plots-dir {folder}") from None
+
+
+def _read(folder: Path, name: str) -> bytes:
+    path = (folder / name).resolve()
+    if path.parent != folder.resolve():  # a link out of the folder
+        raise FileNotFoundError(name)
+    return path.read_bytes()
 
 
 def _figures(s: ModelStatistics) -> dict[str, Any]:

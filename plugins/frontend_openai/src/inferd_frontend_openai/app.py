@@ -14,7 +14,18 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from inferd.api import CURRENT, STATUS_PAGE, TOO_DEEP, AccessControl, ApiGroup, depth_problem, status_view
+from inferd.api import (
+    CURRENT,
+    STATUS_PAGE,
+    STATUS_PLOT_HEADERS,
+    TOO_DEEP,
+    AccessControl,
+    ApiGroup,
+    InferdError,
+    depth_problem,
+    status_plot,
+    status_view,
+)
 from inferd_frontend_openai import embeddings, engine, extra_fields, params
 from inferd_frontend_openai.catalog import Catalog
 from inferd_frontend_openai.choices import ChoiceRunner, Event
@@ -45,6 +56,7 @@ ROUTES: tuple[tuple[str, str, str, ApiGroup], ...] = (
 STATUS_ROUTES: tuple[tuple[str, str, str, ApiGroup], ...] = (
     ("/", "GET", "status_page", ApiGroup.MODEL_REPOSITORY),
     ("/v2/status", "GET", "status", ApiGroup.MODEL_REPOSITORY),
+    ("/v2/status/plots/{name}", "GET", "status_plot", ApiGroup.MODEL_REPOSITORY),
 )
 
 
@@ -81,6 +93,14 @@ class OpenAIApp:
     async def status(self, request: Request) -> Response:
         assert self.status_plane is not None  # the route exists only with it
         return JSONResponse(await status_view(self.status_plane, dict(request.headers.items())))
+
+    async def status_plot(self, request: Request) -> Response:
+        assert self.status_plane is not None  # the route exists only with it
+        try:
+            body, kind = await status_plot(self.status_plane, request.path_params["name"])
+        except InferdError as exc:
+            raise from_inferd(exc) from None
+        return Response(body, media_type=kind, headers=STATUS_PLOT_HEADERS)
 
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": self.catalog.listed()})

@@ -39,7 +39,7 @@ from inferd.frontends.repository_name import check_repository_name
 from inferd.serving import Handler, Headers, Reply
 from inferd.shared_memory.service import register_request
 from inferd.views import results_json
-from inferd.views.status import PAGE, status_view
+from inferd.views.status import PAGE, PLOT_HEADERS, status_plot, status_view
 
 if TYPE_CHECKING:
     from inferd.contracts.dataplane import DataPlane
@@ -78,9 +78,10 @@ ROUTES: tuple[HttpRoute, ...] = (
     HttpRoute("/v2/repository/{repo}/models/{model}/unload", "POST", "unload", _REPOSITORY),
     # every tenant's requests and tokens (docs/traffic.md): an administrator's view
     HttpRoute("/v2/usage", "GET", "usage", _REPOSITORY),
-    # the status page and what it shows (inferd's own: http/status.py), seen as the index is
+    # the status page and what it shows (inferd's own: views/status.py), seen as the index is
     HttpRoute("/", "GET", "status_page", _REPOSITORY),
     HttpRoute("/v2/status", "GET", "status", _REPOSITORY),
+    HttpRoute("/v2/status/plots/{name}", "GET", "status_plot", _REPOSITORY),
     *(
         HttpRoute(prefix + suffix, method, name, group)
         for prefix in (_M, _MV)
@@ -317,6 +318,10 @@ class Endpoints:
 
     async def status(self, request: Request) -> Response:
         return _json(await status_view(self.dp, dict(request.headers.items())))
+
+    async def status_plot(self, request: Request) -> Response:
+        body, kind = await status_plot(self.dp, request.path_params["name"])
+        return Response(body, media_type=kind, headers=PLOT_HEADERS)
 
     async def traffic_get(self, request: Request) -> Response:
         return _json(results_json.traffic(self.dp.traffic(request.path_params["model"])))

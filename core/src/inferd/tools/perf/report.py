@@ -183,4 +183,5 @@ def plot_panels(results: list[LevelResult], opts: PerfOptions) -> list[plot.Pane
 def write_plot(path: Path, results: list[LevelResult], opts: PerfOptions) -> None:
     """``--plot FILE``: :func:`plot_panels` side by side, in the format of the file's suffix."""
     data = plot.figure(plot_panels(results, opts), "inferd perf --plot", plot.file_format(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
