@@ -43,7 +43,11 @@ E2E_FOLDERS = {"e2e", "deploy", "docs", "cookiecutter"}
 TESTS = Path(__file__).resolve().parent
 #: Files that run one after another on one xdist worker, by path prefix (from the root): each vLLM
 #: engine on the CPU takes every core, so two at once (one per worker) slow both to a crawl.
-XDIST_GROUPS = {"tests/plugins/backend_vllm/": "vllm", "tests/docs/test_doc_commands.py": "vllm"}
+XDIST_GROUPS = {
+    "tests/plugins/backend_vllm/": "vllm",
+    "tests/docs/test_doc_commands.py": "vllm",
+    "tests/docs/test_fresh_clone_walk.py": "vllm",
+}
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -90,6 +90,8 @@ class Walk:
     logs: list[Path] = field(default_factory=list)
     #: Outputs compared with the page's expected ones.
     compared: int = 0
+    #: Where the commands run: the checkout (a fresh copy of it, for a walk from a fresh clone).
+    root: Path = ROOT
 
     def sub(self, text: str) -> str:
         for default, port in zip((8000, 8001, 8002, 9000), self.ports, strict=True):
@@ -132,7 +134,7 @@ class Walk:
     def check(self, command: str, expected: Any, where: str, timeout: float) -> None:
         deadline = time.monotonic() + (60 if expected is not None else 0)
         while True:
-            done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=ROOT,
+            done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=self.root,
                                   env=self.environ(), timeout=timeout)  # fmt: skip
             assert done.returncode == 0, f"{where}: {command}\n{done.stdout}\n{done.stderr}\n{self.log()}"
             if expected is None:
@@ -147,7 +149,7 @@ class Walk:
     def python(self, block: Block, output: Block | None, where: str, timeout: float) -> None:
         self.ran.append(f"python block at {where}")
         done = subprocess.run([sys.executable, "-c", self.sub(block.text)], capture_output=True, text=True,
-                              cwd=ROOT, env=self.environ(), timeout=timeout)  # fmt: skip
+                              cwd=self.root, env=self.environ(), timeout=timeout)  # fmt: skip
         assert done.returncode == 0, f"{where}\n{done.stdout}\n{done.stderr}\n{self.log()}"
         if output is not None:
             assert done.stdout.strip() == output.text.strip(), f"{where}: stdout\n{done.stdout}"
@@ -166,7 +168,7 @@ class Walk:
         self.ran.append(command)
         with open(log, "wb") as out:
             self.server = subprocess.Popen(["bash", "-c", command], stdout=out, stderr=subprocess.STDOUT,
-                                           cwd=ROOT, env=self.environ())  # fmt: skip
+                                           cwd=self.root, env=self.environ())  # fmt: skip
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.server.poll() is None, f"{where}: {command} exited\n{self.log()}"
