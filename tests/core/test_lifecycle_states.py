@@ -158,7 +158,9 @@ def test_a_version_that_fails_to_load_is_unavailable_with_its_reason(tmp_path):
     async def scenario(manager: ModelManager) -> None:
         with pytest.raises(InvalidArgument) as err:
             await manager.load("m")
-        assert err.value.message == "load failed for model 'm': version 1 is at UNAVAILABLE state: the weights are corrupt"
+        assert (
+            err.value.message == "load failed for model 'm': version 1 is at UNAVAILABLE state: the weights are corrupt"
+        )
         assert rows(manager, "m") == [("1", "UNAVAILABLE", "the weights are corrupt")]
         assert manager.table.records["m"].versions[1].why is Why.LOAD_FAILED
 
@@ -189,7 +191,9 @@ def test_a_failure_reading_like_an_unload_reason_is_still_a_failure(tmp_path):
     repo = write_repository(tmp_path, {"m": {**plain("fine", "fail: unloaded weights"), "config.pbtxt": config}})
 
     async def scenario(manager: ModelManager) -> None:
-        with pytest.raises(InvalidArgument, match="load failed for model 'm': version 2 is at UNAVAILABLE state: unloaded weights$"):
+        with pytest.raises(
+            InvalidArgument, match="load failed for model 'm': version 2 is at UNAVAILABLE state: unloaded weights$"
+        ):
             await manager.load("m")
         assert rows(manager, "m") == [("1", "READY", ""), ("2", "UNAVAILABLE", "unloaded weights")]
 
@@ -311,7 +315,10 @@ def test_an_auto_complete_failure_is_the_failure_of_the_version_it_read(tmp_path
         old = manager.table.resolve("m")
         (repo / "m" / "2").mkdir()
         (repo / "m" / "2" / "model.txt").write_text("unreadable: permission denied")
-        with pytest.raises(InvalidArgument, match="load failed for model 'm': version 2 is at UNAVAILABLE state: OSError: permission denied$"):
+        with pytest.raises(
+            InvalidArgument,
+            match="load failed for model 'm': version 2 is at UNAVAILABLE state: OSError: permission denied$",
+        ):
             await manager.load("m")
         assert rows(manager, "m") == [("1", "READY", ""), ("2", "UNAVAILABLE", "OSError: permission denied")]
         assert manager.table.resolve("m") is old
