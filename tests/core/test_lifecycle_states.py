@@ -158,7 +158,9 @@ def test_a_version_that_fails_to_load_is_unavailable_with_its_reason(tmp_path):
     async def scenario(manager: ModelManager) -> None:
         with pytest.raises(InvalidArgument) as err:
             await manager.load("m")
-        assert err.value.message == "failed to load 'm': version 1: the weights are corrupt"
+        assert (
+            err.value.message == "load failed for model 'm': version 1 is at UNAVAILABLE state: the weights are corrupt"
+        )
         assert rows(manager, "m") == [("1", "UNAVAILABLE", "the weights are corrupt")]
         assert manager.table.records["m"].versions[1].why is Why.LOAD_FAILED
 
@@ -176,7 +178,7 @@ def test_a_failed_reload_keeps_the_old_version_serving_and_is_an_error(tmp_path)
         with pytest.raises(InvalidArgument) as err:
             await manager.load("m")
         reason = "reload failed, previous version still serving: out of memory"
-        assert err.value.message == f"failed to load 'm': version 1: {reason}"
+        assert err.value.message == f"load failed for model 'm': version 1 is at UNAVAILABLE state: {reason}"
         assert rows(manager, "m") == [("1", "READY", reason)]
         assert manager.table.resolve("m") is old
 
@@ -189,7 +191,9 @@ def test_a_failure_reading_like_an_unload_reason_is_still_a_failure(tmp_path):
     repo = write_repository(tmp_path, {"m": {**plain("fine", "fail: unloaded weights"), "config.pbtxt": config}})
 
     async def scenario(manager: ModelManager) -> None:
-        with pytest.raises(InvalidArgument, match="failed to load 'm': version 2: unloaded weights$"):
+        with pytest.raises(
+            InvalidArgument, match="load failed for model 'm': version 2 is at UNAVAILABLE state: unloaded weights$"
+        ):
             await manager.load("m")
         assert rows(manager, "m") == [("1", "READY", ""), ("2", "UNAVAILABLE", "unloaded weights")]
 
@@ -273,7 +277,7 @@ def test_a_new_version_that_fails_leaves_the_old_one_serving_until_its_files_are
         (repo / "m" / "2" / "model.txt").write_text("fail: corrupt weights")
         with pytest.raises(InvalidArgument) as err:
             await manager.load("m")
-        assert err.value.message == "failed to load 'm': version 2: corrupt weights"
+        assert err.value.message == "load failed for model 'm': version 2 is at UNAVAILABLE state: corrupt weights"
         assert rows(manager, "m") == [("1", "READY", ""), ("2", "UNAVAILABLE", "corrupt weights")]
         assert manager.table.resolve("m") is old and manager.table.resolve("m", "1") is old
         assert model_is_ready(manager.table.records["m"])
@@ -311,7 +315,10 @@ def test_an_auto_complete_failure_is_the_failure_of_the_version_it_read(tmp_path
         old = manager.table.resolve("m")
         (repo / "m" / "2").mkdir()
         (repo / "m" / "2" / "model.txt").write_text("unreadable: permission denied")
-        with pytest.raises(InvalidArgument, match="failed to load 'm': version 2: OSError: permission denied$"):
+        with pytest.raises(
+            InvalidArgument,
+            match="load failed for model 'm': version 2 is at UNAVAILABLE state: OSError: permission denied$",
+        ):
             await manager.load("m")
         assert rows(manager, "m") == [("1", "READY", ""), ("2", "UNAVAILABLE", "OSError: permission denied")]
         assert manager.table.resolve("m") is old

@@ -120,7 +120,7 @@ def test_explicit_mode_counts_the_models_loaded_through_the_api(tmp_path):
     with ServerProcess([repo], args) as srv:  # 'broken' is in the repository, never asked for: ready
         http = httpclient.InferenceServerClient(srv.http_url)
         assert _readiness(srv) == (True, True)
-        with pytest.raises(InferenceServerException, match="failed to load 'broken'"):
+        with pytest.raises(InferenceServerException, match="load failed for model 'broken'"):
             http.load_model("broken")
         assert _readiness(srv) == (False, False)
         http.unload_model("broken")  # as Triton: the failed load still counts
@@ -129,7 +129,7 @@ def test_explicit_mode_counts_the_models_loaded_through_the_api(tmp_path):
         http.load_model("broken")
         assert _readiness(srv) == (True, True)
         (repo / "good" / "1" / "model.py").write_text(BROKEN_PY)
-        with pytest.raises(InferenceServerException, match="failed to load 'good'"):
+        with pytest.raises(InferenceServerException, match="load failed for model 'good'"):
             http.load_model("good")  # a failed reload: the old version serves, READY (as Triton)
         assert _readiness(srv) == (True, True) and http.is_model_ready("good")
         http.unload_model("good")  # unloaded on purpose: does not count

@@ -147,16 +147,17 @@ def test_http_headers_reach_the_model_on_both_paths(server: ServerProcess) -> No
 
 
 def test_padded_metadata_value(server: ServerProcess) -> None:
-    """grpcio (as Triton) keeps a value's edge spaces; h2 (zttp) refuses the stream, RFC 9113 8.2.1,
-    and says why in the log, the client seeing only the reset; the connection serves on."""
+    """grpcio (as Triton) keeps a value's edge spaces; h2 (zttp) refuses the call, RFC 9113 8.2.1,
+    answering INVALID_ARGUMENT with why (tests/e2e/test_parity_qa_headers.py) and saying so in the
+    log; the connection serves on."""
     client = grpcclient.InferenceServerClient(server.grpc_url)
     padded = {"my_header_pad": " padded value ", **_grpc_secret(server)}
     if server.transport == "grpcio":  # type: ignore[attr-defined]
         assert client.is_server_live(headers=padded)
         assert _seen(client.infer("params", _inputs(grpcclient), headers=padded)) == {"my_header_pad": " padded value "}
     else:
-        with pytest.raises(InferenceServerException, match="RST_STREAM"):
+        with pytest.raises(InferenceServerException, match="break RFC 9113 8.2"):
             client.is_server_live(headers={"my_header": "trailing space "})
         assert client.is_server_live()
-        assert "refused (RST_STREAM PROTOCOL_ERROR): its headers break RFC 9113 8.2" in server.log()
+        assert "refused (answered INVALID_ARGUMENT): its headers break RFC 9113 8.2" in server.log()
     client.close()

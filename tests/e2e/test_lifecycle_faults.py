@@ -422,7 +422,9 @@ def test_an_explicit_load_of_a_bad_new_version_answers_400_and_keeps_the_old_one
         with pytest.raises(InferenceServerException) as err:
             client.load_model(fault.model)
         assert err.value.status() == "400"
-        assert str(err.value.message()).startswith(f"failed to load '{fault.model}': version 2: ")
+        assert str(err.value.message()).startswith(
+            f"load failed for model '{fault.model}': version 2 is at UNAVAILABLE state: "
+        )
         assert fault.reason in err.value.message()
         assert agreed(lambda: v2_failed(srv, fault), times)
         assert agreed(lambda: ready(srv), times)

@@ -281,7 +281,7 @@ def test_load_failures_begin_with_failed_to_load(server: ServerProcess) -> None:
     for client in (_http(server), _grpc(server)):
         with pytest.raises(InferenceServerException) as err:
             client.load_model("broken")
-        assert err.value.message().startswith("failed to load 'broken'")
+        assert err.value.message().startswith("load failed for model 'broken'")
         assert "cannot import this model" in err.value.message()
         with pytest.raises(InferenceServerException) as err:
             client.load_model("does_not_exist")

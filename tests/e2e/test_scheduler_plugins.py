@@ -106,7 +106,7 @@ def test_an_unknown_scheduler_name_fails_the_load_naming_model_parameter_and_nam
     http = httpclient.InferenceServerClient(server.http_url)
     with pytest.raises(InferenceServerException) as caught:
         http.load_model("misnamed")
-    assert "failed to load 'misnamed'" in str(caught.value) and expected in str(caught.value)
+    assert "load failed for model 'misnamed'" in str(caught.value) and expected in str(caught.value)
     assert caught.value.status() == "400"
     grpc = grpcclient.InferenceServerClient(server.grpc_url)
     with pytest.raises(InferenceServerException) as caught:

@@ -164,7 +164,11 @@ def array_to_bytes(array: np.ndarray, wire: str) -> bytes | memoryview:
     if wire == "BYTES":
         return serialize_bytes_tensor(array)
     array = np.ascontiguousarray(array)
-    return array.data.cast("B") if array.size else b""
+    if not array.size:
+        return b""
+    if array.dtype.isbuiltin == 2:  # ml_dtypes' bfloat16 has no buffer format: its bytes, as uint8
+        return array.reshape(-1).view(np.uint8).data
+    return array.data.cast("B")
 
 
 def array_from_bytes(

@@ -209,7 +209,7 @@ def test_missing_control_fails_the_load_and_server_stays_up(server: ServerProces
     with pytest.raises(InferenceServerException) as err:
         client.load_model("bad_control")
     text = str(err.value)
-    assert "failed to load 'bad_control'" in text and "'BEGIN'" in text and "START" in text
+    assert "load failed for model 'bad_control'" in text and "'BEGIN'" in text and "START" in text
     assert client.is_server_live() and client.is_model_ready("simple_sequence")
 
 

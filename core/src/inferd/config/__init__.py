@@ -14,7 +14,7 @@ from inferd.config.parse import (
     load_config,
     parse_config_text,
 )
-from inferd.config.platforms import DEFAULT_MODEL_FILENAMES, backend_for, platform_for
+from inferd.config.platforms import DEFAULT_MODEL_FILENAMES, backend_for, backend_of_platform, platform_for
 from inferd.config.validate import validate
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "DEFAULT_MODEL_FILENAMES",
     "ModelConfig",
     "backend_for",
+    "backend_of_platform",
     "config_from_json",
     "config_to_json",
     "config_to_json_bytes",

@@ -110,6 +110,22 @@ class ModelRecord:
         shown = "; ".join(f"version {v}: {s.reason}" for v, s in sorted(self.versions.items()) if s.reason)
         return shown or (self.state.reason if self.state else "no version could be loaded")
 
+    def load_failure(self) -> str:
+        """What a failed load request answers, as Triton words it: ``load failed for model '<m>':
+        version <n> is at UNAVAILABLE state: <reason>`` for each failed version (the model's own
+        reason when no version got that far); with ``--model-namespacing`` the model is
+        ``<repository>::<m>``, as in Triton."""
+        name = f"{self.namespace}::{self.name}" if self.namespace else self.name
+        failed = (
+            [(v, s) for v, s in sorted(self.versions.items()) if s.failed]
+            if self.serving
+            else [(v, s) for v, s in sorted(self.versions.items()) if s.reason]
+        )
+        shown = "; ".join(f"version {v} is at UNAVAILABLE state: {s.reason}" for v, s in failed)
+        if not shown:
+            shown = self.state.reason if self.state and self.state.reason else "no version could be loaded"
+        return f"load failed for model '{name}': {shown}"
+
     def fail(self, message: str, version_dirs: list[int], version: int | None = None) -> None:
         """A failure before any version was built, of ``version``'s files when it is known. The
         serving versions keep serving: a new version's failure is shown on it, any other on the

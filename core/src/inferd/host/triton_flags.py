@@ -83,11 +83,20 @@ def given(values: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
             yield flag, value
 
 
+#: Triton's start-up warning for its deprecated spelling (observed from Triton 2.51).
+STRICT_MODEL_CONFIG_DEPRECATED = (
+    "Warning: '--strict-model-config' has been deprecated! Please use '--disable-auto-complete-config' instead."
+)
+
+
 def warnings(values: Mapping[str, Any]) -> list[str]:
     """One line per not-applicable flag given: ``--http-thread-count=8 does not apply to inferd
-    (ignored): <why>``."""
-    return [
+    (ignored): <why>``; and Triton's warning for ``--strict-model-config``, which still works."""
+    lines = [
         f"{flag}={value} does not apply to inferd (ignored): {NOT_APPLICABLE[flag]}"
         for flag, value in given(values)
         if flag in NOT_APPLICABLE
     ]
+    if values.get("strict_model_config") is not None:
+        lines.append(STRICT_MODEL_CONFIG_DEPRECATED)
+    return lines

@@ -106,6 +106,7 @@ class VersionBuilder:
             cfg.validate(config)
             return config, None
         backend = self.backend_for(config, source)
+        _check_runtime(config, source)
         if self.autocomplete:
             versions = source.version_dirs()
             latest = max(versions) if versions else None
@@ -149,6 +150,10 @@ class VersionBuilder:
         name = cfg.backend_for(config)
         if name:
             return self.backend(name, source.name)
+        if config.platform and not config.default_model_filename and cfg.backend_of_platform(config.platform) is None:
+            # As Triton: an unknown platform is not completed from the files present (only from
+            # a default_model_filename a backend declares, which then fails the platform check).
+            raise ConfigError(f"unexpected platform type '{config.platform}' for {source.name}")
         return self._detect_backend(config, source)
 
     def _detect_backend(self, config: cfg.ModelConfig, source: ModelSource) -> Backend:
@@ -206,7 +211,8 @@ class VersionBuilder:
                 break
         else:
             raise InvalidArgument(
-                f"model '{model}' asks for backend '{name}', which no installed plugin provides; "
+                f"unable to find backend library for backend '{name}', try specifying runtime on the model "
+                f"configuration.; model '{model}' asks for backend '{name}', which no installed plugin provides; "
                 f"installed: {', '.join(self.backends.names()) or 'none'}"
             )
         try:
@@ -495,3 +501,18 @@ def nested_repository_hint(source: ModelSource) -> str:
         f"(`rm -rf DIR && cp -r SRC DIR` copies afresh) or serve it with its own --model-repository; "
         f"--exit-on-error=false serves the other models meanwhile"
     )
+
+
+def _check_runtime(config: cfg.ModelConfig, source: ModelSource) -> None:
+    """Triton's refusal of a ``runtime`` that leaves the backend directory (``../../x.so``). Any
+    other ``runtime`` is accepted and not used: inferd's backends are plugins, not libraries."""
+    runtime = config.runtime
+    if not runtime or os.path.isabs(runtime):
+        return
+    versions = source.version_dirs()
+    base = str(versions[max(versions)] if versions else source.path)
+    if not os.path.normpath(os.path.join(base, runtime)).startswith(base.rstrip(os.sep) + os.sep):
+        raise ConfigError(
+            f"backend library name '{runtime}' escapes backend directory '{base}', for model '{source.name}', "
+            "check model config runtime field"
+        )

@@ -227,9 +227,8 @@ class ModelManager:
 
     def _check_loaded(self, key: str) -> None:
         record = self.table.records[key]
-        error = record.load_error()
-        if error:
-            raise InvalidArgument(f"failed to load '{record.name}': {error}")
+        if record.load_error():
+            raise InvalidArgument(record.load_failure())
 
     async def unload(self, name: str, unload_dependents: bool = False, why: Why = Why.UNLOADED) -> None:
         """Unload every version of ``name`` (in every repository holding it) and, as Triton does,

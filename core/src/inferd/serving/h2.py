@@ -25,10 +25,11 @@ header list (it advertises and enforces SETTINGS_MAX_HEADER_LIST_SIZE 65,536: a 
 block is answered GOAWAY ENHANCE_YOUR_CALM), refuses a connection's 4097th stream (rapid reset
 too) and ignores empty DATA frames without handing them to Python.
 
-zttp refuses a stream whose headers break RFC 9113 8.2 (RST_STREAM PROTOCOL_ERROR), a metadata
-value that begins or ends with a space or tab among them (8.2.1), and has no setting to relax
-that; grpcio and Triton accept and keep such values. The refusal is logged (once per connection),
-since the client sees only the reset; ``--grpc-transport grpcio`` serves such clients.
+zttp refuses a stream whose headers break RFC 9113 8.2 (it queues RST_STREAM PROTOCOL_ERROR), a
+metadata value that begins or ends with a space or tab among them (8.2.1), and has no setting to
+relax that; grpcio and Triton accept and keep such values. The reset is replaced by a trailers-only
+gRPC answer, INVALID_ARGUMENT with :data:`REFUSED_HEADERS` (the client learns why and what to do),
+and the refusal is logged once per connection; ``--grpc-transport grpcio`` serves such clients.
 
 Graceful shutdown (:meth:`Runner.stop <inferd.serving.runner.Runner.stop>` calls :meth:`GrpcH2Protocol.shutdown`): an idle
 connection gets GOAWAY and closes; on a busy one new streams are answered HTTP 503 (gRPC clients
@@ -71,6 +72,67 @@ _UNAVAILABLE = [(b"content-type", b"text/plain; charset=utf-8")]
 
 log = logging.getLogger(__name__)
 Stream = UnaryStream | AsgiStream
+GRPC_INVALID_ARGUMENT = 3
+#: What a gRPC client is told when the HTTP/2 parser refused its call's headers.
+REFUSED_HEADERS = (
+    "the request's headers break RFC 9113 8.2 and this server's HTTP/2 transport (--grpc-transport h2) "
+    "cannot accept them: most often a metadata value that begins or ends with a space or tab; strip it, "
+    "or serve with --grpc-transport grpcio, which accepts such values as Triton does"
+)
+_RST_STREAM = 0x3
+_HEADERS = 0x1
+_END_STREAM_END_HEADERS = 0x5
+
+
+def without_reset(data: bytes, stream_id: int) -> bytes | None:
+    """``data`` (whole HTTP/2 frames) less the RST_STREAM PROTOCOL_ERROR frame of ``stream_id``;
+    None when it holds none (the peer reset the stream, not the parser)."""
+    view = memoryview(data)
+    offset = 0
+    while offset + 9 <= len(data):
+        length = int.from_bytes(view[offset : offset + 3], "big")
+        end = offset + 9 + length
+        if (
+            data[offset + 3] == _RST_STREAM
+            and length == 4
+            and int.from_bytes(view[offset + 5 : offset + 9], "big") & 0x7FFFFFFF == stream_id
+            and int.from_bytes(view[offset + 9 : end], "big") == _PROTOCOL_ERROR
+        ):
+            return bytes(view[:offset]) + bytes(view[end:])
+        offset = end
+    return None
+
+
+def _hpack_int(value: int, prefix_bits: int, flags: int = 0) -> bytes:
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes([flags | value])
+    out = bytearray([flags | limit])
+    value -= limit
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _literal(name: bytes, value: bytes) -> bytes:
+    """An HPACK literal field without indexing, new name: neither side's dynamic table changes."""
+    return b"\x00" + _hpack_int(len(name), 7) + name + _hpack_int(len(value), 7) + value
+
+
+def grpc_error_headers(stream_id: int, status: int, message: str) -> bytes:
+    """A HEADERS frame (END_STREAM, END_HEADERS) answering ``stream_id`` with a trailers-only gRPC
+    error: ``:status 200``, ``content-type``, ``grpc-status`` and the percent-encoded ``grpc-message``."""
+    encoded = "".join(c if " " <= c <= "~" and c != "%" else "".join(f"%{b:02X}" for b in c.encode()) for c in message)
+    block = (
+        b"\x88"  # :status 200, static table entry 8
+        + _literal(b"content-type", b"application/grpc")
+        + _literal(b"grpc-status", str(status).encode())
+        + _literal(b"grpc-message", encoded.encode())
+    )
+    head = len(block).to_bytes(3, "big") + bytes([_HEADERS, _END_STREAM_END_HEADERS]) + stream_id.to_bytes(4, "big")
+    return head + block
 
 
 @dataclass(frozen=True)
@@ -360,13 +422,19 @@ class GrpcH2Protocol(asyncio.Protocol):
 
     def _refused(self, stream_id: int) -> None:
         """zttp refused a new stream's headers (RST_STREAM PROTOCOL_ERROR, no request made of them):
-        said once per connection, as the client only sees the reset."""
+        the reset it queued is replaced by a gRPC answer that says why (INVALID_ARGUMENT, trailers
+        only), and the refusal is logged once per connection."""
         self._newest = stream_id
+        pending = self.conn.data_to_send()
+        kept = without_reset(pending, stream_id)
+        if kept is not None:
+            pending = kept + grpc_error_headers(stream_id, GRPC_INVALID_ARGUMENT, REFUSED_HEADERS)
+        self.transport.write(pending)
         if self._told_refusal:
             return
         self._told_refusal = True
         log.warning(
-            "%s: HTTP/2 stream %d refused (RST_STREAM PROTOCOL_ERROR): its headers break RFC 9113 8.2, most often "
+            "%s: HTTP/2 stream %d refused (answered INVALID_ARGUMENT): its headers break RFC 9113 8.2, most often "
             "a metadata value that begins or ends with a space or tab, which --grpc-transport grpcio accepts",
             self.client,
             stream_id,

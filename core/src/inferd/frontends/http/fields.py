@@ -18,6 +18,8 @@ _NON_BOOL = "attempt to access JSON non-boolean as boolean"
 _NON_STRING = "attempt to access JSON non-string as string"
 _BOOL_NAMES = ("binary_data_output", "sequence_start", "sequence_end")
 _INT64 = 1 << 63
+_SHM_REGION = "shared_memory_region"
+_SHM_KEYS = frozenset((_SHM_REGION, "shared_memory_offset", "shared_memory_byte_size"))
 #: Triton's sentence for a parameter value that is not a string, integer, boolean or number.
 INVALID_PARAMETER = "parameter '{}' has invalid type. It should be either 'int', 'bool', or 'string'."
 #: Triton's sentence for a request parameter named ``triton_...`` (reserved for the server's own use).
@@ -96,12 +98,16 @@ def request_id(header: dict[str, Any]) -> str:
 
 def check_output_parameters(params: dict[str, Any]) -> None:
     """An output's ``binary_data`` must be a boolean; every other value a string, boolean, number
-    or 64-bit integer (nested objects and lists are refused: Triton reads none)."""
+    or 64-bit integer (nested objects and lists are refused: Triton reads none). An output in a
+    shared-memory region leaves its ``shared_memory_*`` values to the region's checks, which answer
+    with Triton's sentences (an offset of 2^64 - 32 is Triton's "Invalid offset for shared memory
+    region", not a type error)."""
     value = params.get("binary_data", False)
     if type(value) is not bool:
         raise unparsable("binary_data", _NON_BOOL, value, "true or false")
+    in_region = _SHM_REGION in params
     for key, value in params.items():
-        if key != "binary_data":
+        if key != "binary_data" and not (in_region and key in _SHM_KEYS):
             check_parameter(f"outputs.parameters.{key}", value)
 
 

@@ -31,6 +31,8 @@ NOT_ONE_RESPONSE = (
     "generates various number of responses"
 )
 _PARAMETER_TYPES = (str, int, float, bool)
+#: Triton's sentence for a ``"parameters"`` key that does not hold an object.
+NOT_AN_OBJECT = "Expected JSON object for keyword: 'parameters': attempt to access JSON non-object as object"
 
 
 def decode_generate(body: bytes, info: ModelInfo, model_version: str) -> InferRequest:
@@ -41,7 +43,7 @@ def decode_generate(body: bytes, info: ModelInfo, model_version: str) -> InferRe
     doc = parse_json(body, "request")
     if not isinstance(doc, dict):
         raise InvalidArgument("generate request must be a JSON object")
-    _refuse_duplicate_keys(body)
+    _refuse_duplicate_keys(body, info)
     request = InferRequest(info.name, model_version)
     for key, value in doc.items():
         spec = info.input_spec(key)
@@ -49,9 +51,9 @@ def decode_generate(body: bytes, info: ModelInfo, model_version: str) -> InferRe
             request.inputs[key] = _tensor(key, value, spec, info)
         elif key == "parameters":
             if not isinstance(value, dict):
-                raise InvalidArgument(f"Expected JSON object for keyword: 'parameters'; got {show(value)}")
+                raise InvalidArgument(f"{NOT_AN_OBJECT}; got {show(value)}")
             for name, param in value.items():
-                request.parameters[name] = _parameter(name, param)
+                request.parameters[name] = _parameter(name, param, "Converting keyword: 'parameters': ")
         else:
             if key == "id":
                 if type(value) is not str:
@@ -63,33 +65,72 @@ def decode_generate(body: bytes, info: ModelInfo, model_version: str) -> InferRe
     return request
 
 
-def _parameter(name: str, value: Any) -> Any:
+def _parameter(name: str, value: Any, where: str = "") -> Any:
+    """``value`` as a request parameter; ``where`` begins the sentence, as Triton's does for a
+    parameter inside ``"parameters"``."""
     if value is None or not isinstance(value, _PARAMETER_TYPES):
-        raise InvalidArgument(f"parameter '{name}' has invalid type. It should be either 'int', 'bool', or 'string'.")
+        raise InvalidArgument(
+            f"{where}parameter '{name}' has invalid type. It should be either 'int', 'bool', or 'string'."
+        )
     check_parameter(name, value)
     if not name.isascii():
         check_text(f"parameter name '{name}'", name)
     return value
 
 
-def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
+class _Pairs(dict[str, Any]):
+    """A JSON object that remembers the first key it was given twice."""
+
+    __slots__ = ("twice",)
+    twice: str | None
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> _Pairs:
+    out = _Pairs(pairs)
+    out.twice = None
     if len(out) != len(pairs):
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise InvalidArgument(f"generate request has the key '{key}' more than once in one object")
+                out.twice = key
+                break
             seen.add(key)
     return out
 
 
-def _refuse_duplicate_keys(body: bytes) -> None:
+def _twice(value: Any) -> str | None:
+    """The first key given twice in ``value`` or in an object inside it, if any."""
+    if isinstance(value, _Pairs):
+        if value.twice is not None:
+            return value.twice
+        values: Any = value.values()
+    elif isinstance(value, list):
+        values = value
+    else:
+        return None
+    for item in values:
+        found = _twice(item)
+        if found is not None:
+            return found
+    return None
+
+
+def _refuse_duplicate_keys(body: bytes, info: ModelInfo) -> None:
     """A second, key-checking parse (the standard library's, which reports pairs); generate
-    bodies are small, and the first parse already refused what is not JSON."""
-    try:  # noqa: SIM105 - on the request path, where try/except costs less than contextlib.suppress
-        json.loads(body, object_pairs_hook=_unique)
+    bodies are small, and the first parse already refused what is not JSON. An input given twice
+    is Triton's sentence; any other key given twice in one object is refused too (Triton keeps one
+    of the values)."""
+    try:
+        doc = json.loads(body, object_pairs_hook=_pairs)
     except (ValueError, RecursionError):
-        pass  # the first parse accepted it (a form only orjson reads): no pairs to check
+        return  # the first parse accepted it (a form only orjson reads): no pairs to check
+    twice = doc.twice if isinstance(doc, _Pairs) else None
+    hint = "generate request has the key '{}' more than once in one object"
+    if twice is not None and info.input_spec(twice) is not None:
+        raise InvalidArgument(f"input '{twice}' already exists in request; {hint.format(twice)}")
+    twice = _twice(doc)
+    if twice is not None:
+        raise InvalidArgument(hint.format(twice))
 
 
 def _tensor(name: str, value: Any, spec: TensorSpec, info: ModelInfo) -> InferTensor:
