@@ -86,11 +86,19 @@ def test_window_updates_are_cut_out_in_order_wherever_reads_split_them(seed: int
 
 
 def test_a_small_read_with_a_window_update_is_cut_and_one_without_goes_whole() -> None:
-    """A read under CUT_FROM of whole frames goes to zttp as it came, unless it holds a WINDOW_UPDATE."""
-    small = PREFACE + HEADERS_1 + frame(0x0, 0x1, 1, b"x")
+    """A read under CUT_FROM of whole frames goes to zttp as it came, unless it holds a WINDOW_UPDATE;
+    a stream's update waits for zttp to parse the frames before it (the HEADERS that open its
+    stream), a connection's does not."""
+    small = HEADERS_1 + frame(0x0, 0x1, 1, b"x")
     assert len(small) < CUT_FROM
-    assert feed(small, [len(small)]) == [small]
-    assert feed(small + update(0, 9), [len(small) + 13]) == [small, ("window", 0, 9)]
+    assert feed(PREFACE + small, [len(PREFACE), len(small)]) == [PREFACE + small]
+    read = small + update(1, 7) + PING + update(0, 0) + update(0, 8)
+    assert feed(PREFACE + read, [len(PREFACE), len(read)]) == [
+        PREFACE + small,
+        ("window", 1, 7),
+        ("window", 0, 8),
+        PING + update(0, 0),
+    ]
 
 
 def test_without_a_window_callback_window_updates_go_to_zttp() -> None:

@@ -125,13 +125,14 @@ class FrameCutter:
         """Cut one read of the socket. What zttp keeps of it goes in runs (views of the read): a read
         with nothing cut out is handed to zttp as it came."""
         end = len(data)
-        if (
-            end < CUT_FROM
-            and not (self._left or self._head or self._preface)
-            and _whole_frames(data, end, self.window is not None)
-        ):
-            self._keep(data)  # a small read of whole frames (a small call): nothing in it to cut
-            return
+        if end < CUT_FROM and not (self._left or self._head or self._preface):
+            whole = _whole_frames(data, end, self.window is not None)
+            if whole == _NOTHING_TO_CUT:
+                self._keep(data)  # a small read of whole frames (a small call): nothing in it to cut
+                return
+            if whole == _UPDATES_TO_CUT:
+                self._cut_updates(data, end)  # a small call's, with the updates for earlier answers
+                return
         view = memoryview(data)
         pos = run = 0  # run: where the bytes kept for zttp since the last cut begin
         if self._preface:
@@ -217,6 +218,28 @@ class FrameCutter:
         elif length:
             self._stream_read[stream_id] = self._stream_read.get(stream_id, 0) + length
 
+    def _cut_updates(self, data: bytes, end: int) -> None:
+        """A small read of whole frames, some of them WINDOW_UPDATEs: those to the protocol, the
+        rest kept for zttp (parsed first when the update is a stream's, which they may open)."""
+        window = self.window
+        assert window is not None
+        pos = run = 0
+        while pos < end:
+            length = data[pos] << 16 | data[pos + 1] << 8 | data[pos + 2]
+            if data[pos + 3] == _WINDOW_UPDATE and length == 4:
+                increment = int.from_bytes(data[pos + 9 : pos + 13], "big") & 0x7FFFFFFF
+                if increment:
+                    if run < pos:
+                        self._keep(data[run:pos])
+                    stream_id = int.from_bytes(data[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+                    if stream_id and self.holds_frames:
+                        self.parse()
+                    window(stream_id, increment)
+                    run = pos + 13
+            pos += HEADER_BYTES + length
+        if run < end:
+            self._keep(data[run:end])
+
     def _window_end(self) -> None:
         """A WINDOW_UPDATE cut out here ended: to the protocol; one of increment 0 (an error) to zttp."""
         frame, self._update = self._update, None
@@ -264,15 +287,22 @@ class FrameCutter:
         return b"".join(out)
 
 
-def _whole_frames(data: bytes, end: int, cut_updates: bool) -> bool:
-    """Whether ``data`` is whole frames, the last one ending where it ends (and, with
-    ``cut_updates``, none of them a WINDOW_UPDATE)."""
+_NOTHING_TO_CUT, _UPDATES_TO_CUT, _NOT_WHOLE = 0, 1, 2
+
+
+def _whole_frames(data: bytes, end: int, cut_updates: bool) -> int:
+    """Whether ``data`` is whole frames, the last one ending where it ends: :data:`_NOT_WHOLE`,
+    or whole with (``cut_updates`` and) a WINDOW_UPDATE among them, :data:`_UPDATES_TO_CUT`, or
+    without, :data:`_NOTHING_TO_CUT`."""
     pos = 0
+    updates = False
     while pos + HEADER_BYTES <= end:
-        if cut_updates and data[pos + 3] == _WINDOW_UPDATE:
-            return False
+        if data[pos + 3] == _WINDOW_UPDATE:
+            updates = cut_updates
         pos += HEADER_BYTES + (data[pos] << 16 | data[pos + 1] << 8 | data[pos + 2])
-    return pos == end
+    if pos != end:
+        return _NOT_WHOLE
+    return _UPDATES_TO_CUT if updates else _NOTHING_TO_CUT
 
 
 def _window_update(stream_id: int, increment: int) -> bytes:
