@@ -20,7 +20,10 @@ SETTINGS, which zttp acknowledges, or calls, without reading the answers, cannot
 buffer more), nor while a stream holds a body over its ``high_water`` mark (64 KiB; 4 MiB for a unary
 call, which takes its whole body anyway) that its call has not taken; and control frames (SETTINGS, PING, WINDOW_UPDATE, RST_STREAM) beyond a budget
 (:data:`CONTROL_FRAME_BURST`, refilled at :data:`CONTROL_FRAMES_PER_SECOND`) close the connection
-with GOAWAY ENHANCE_YOUR_CALM (CVE-2019-9512, -9515 and kin). zttp itself bounds a request's
+with GOAWAY ENHANCE_YOUR_CALM (CVE-2019-9512, -9515 and kin). A WINDOW_UPDATE that answers a DATA
+frame the server sent (one per frame on the connection, one on the frame's stream) is the client
+keeping up with the server's own answers and is not counted: a gRPC client reading a stream of
+messages sends two per message, more than the refill on a fast stream. zttp itself bounds a request's
 header list (it advertises and enforces SETTINGS_MAX_HEADER_LIST_SIZE 65,536: a larger header
 block is answered GOAWAY ENHANCE_YOUR_CALM), refuses a connection's 4097th stream (rapid reset
 too) and ignores empty DATA frames without handing them to Python.
@@ -61,7 +64,8 @@ _PROTOCOL_ERROR = 0x1
 _REFUSED_STREAM = 0x7
 _ENHANCE_YOUR_CALM = 0xB
 #: Control frames a connection may send at once; the allowance refills at the rate below. gRPC
-#: clients send a few a second (BDP pings, batched WINDOW_UPDATEs); a flood sends millions.
+#: clients send a few a second (BDP pings, SETTINGS); a flood sends millions. A WINDOW_UPDATE that
+#: answers a DATA frame the server sent is not counted (gRPC clients send two per message read).
 CONTROL_FRAME_BURST = 10_000
 CONTROL_FRAMES_PER_SECOND = 5_000
 #: How long a connection closed for a flood may take to send its GOAWAY before it is dropped
@@ -174,7 +178,7 @@ class GrpcH2Protocol(asyncio.Protocol):
         self.tasks: set[asyncio.Task[None]] = server_state.tasks
         self.conn: zttp.H2Connection = zttp.Connection(zttp.SERVER, protocol=zttp.HTTP2)
         #: Cuts DATA payloads out of what is read before zttp parses the rest (:mod:`inferd.serving.h2_receive`).
-        self.cutter = FrameCutter(self._deliver, self._parse)
+        self.cutter = FrameCutter(self._deliver, self._parse, window=self._window_update)
         #: The streams whose call runs, by id.
         self.streams: dict[int, Stream] = {}
         self.shutdown_requested = False
@@ -260,6 +264,12 @@ class GrpcH2Protocol(asyncio.Protocol):
         if stream.take(payload) > stream.high_water:
             self.flow.pause_reading()
 
+    def _window_update(self, stream_id: int, increment: int) -> None:
+        """A WINDOW_UPDATE, cut out by the cutter: to the sender's windows; counted against the
+        allowance unless it answers a DATA frame the server sent."""
+        if not self.sender.window_update(stream_id, increment):
+            self._allow()
+
     def flush(self) -> None:
         """Write what zttp has to send (acks, the preface, DATA released by a WINDOW_UPDATE)."""
         self.transport.write(self.conn.data_to_send())
@@ -289,9 +299,8 @@ class GrpcH2Protocol(asyncio.Protocol):
                 stream.message_event.set()
             elif kind is zttp.NeedData or kind is zttp.ConnectionClosed:
                 return
-            elif kind is zttp.WindowUpdate:
-                self.sender.window_update(event.stream_id, event.increment)
-                if not self._allow():
+            elif kind is zttp.WindowUpdate:  # the cutter takes them all (a test cutter may not)
+                if not self.sender.window_update(event.stream_id, event.increment) and not self._allow():
                     return
             elif kind in _CONTROL:  # zttp answers them (acks); they only cost here
                 if kind is zttp.Settings:  # its ack (zttp's) goes before DATA framed by the new values

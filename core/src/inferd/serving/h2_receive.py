@@ -8,8 +8,15 @@ goes to the protocol's ``deliver`` as a ``memoryview`` of the bytes read from th
 copied; zttp still sees the frame, emptied (its 9-byte header with length 0 and the same flags),
 so the stream's state stays zttp's: END_STREAM still ends the request (``EndOfMessage``), a DATA
 frame on a stream that is not open is still zttp's error to answer. Every other frame (HEADERS,
-CONTINUATION, SETTINGS, PING, WINDOW_UPDATE, RST_STREAM, GOAWAY, a padded or oversized DATA frame)
-and the client's preface go to zttp as they came, in order.
+CONTINUATION, SETTINGS, PING, RST_STREAM, GOAWAY, a padded or oversized DATA frame) and the
+client's preface go to zttp as they came, in order.
+
+The client's WINDOW_UPDATE frames are cut out too (when the cutter is given ``window``) and
+handed to the protocol as (stream id, increment): inferd frames its DATA itself
+(:mod:`inferd.serving.h2_send`), so zttp never spends its send windows, and fed every
+WINDOW_UPDATE it added them up until one passed 2^31 - 1, closing the connection (GOAWAY
+FLOW_CONTROL_ERROR) after 2 GiB of answers on it. A WINDOW_UPDATE whose length is not 4 or
+whose increment is 0 still goes to zttp, which refuses it (RFC 9113 6.9).
 
 zttp grants flow-control window for the DATA bytes it parses; it sees none of the payloads cut out
 here, so the cutter grants them itself (:meth:`FrameCutter.window_updates`): a WINDOW_UPDATE for
@@ -43,6 +50,8 @@ CUT_FROM = 8 << 10
 Deliver = Callable[[int, memoryview], None]
 #: Gives zttp what the cutter kept for it (:meth:`FrameCutter.take_for_zttp`) and handles its events.
 Parse = Callable[[], None]
+#: A client's WINDOW_UPDATE for the protocol: (stream id, 0 for the connection; the increment).
+Window = Callable[[int, int], None]
 
 
 class FrameCutter:
@@ -74,6 +83,8 @@ class FrameCutter:
         "_connection_step",
         "_stream_step",
         "_whole",
+        "window",
+        "_update",
     )
 
     def __init__(
@@ -83,9 +94,12 @@ class FrameCutter:
         max_frame: int = DEFAULT_MAX_FRAME,
         stream_window: int = RECEIVE_STREAM_WINDOW,
         connection_window: int = RECEIVE_CONNECTION_WINDOW,
+        window: Window | None = None,
     ) -> None:
         self.deliver = deliver
         self.parse = parse
+        #: Where the client's WINDOW_UPDATEs go (None: to zttp, as they came).
+        self.window = window
         #: The largest DATA frame cut out here (the SETTINGS_MAX_FRAME_SIZE zttp advertised); a
         #: larger one goes to zttp, which refuses it.
         self.max_frame = max_frame
@@ -105,14 +119,20 @@ class FrameCutter:
         self._connection_step = connection_window // 4
         self._stream_step = stream_window // 4
         self._whole: set[int] = set()  # streams whose DATA zttp parses
+        self._update: bytearray | None = None  # a WINDOW_UPDATE being cut out: its header, then its payload
 
     def feed(self, data: bytes) -> None:
         """Cut one read of the socket. What zttp keeps of it goes in runs (views of the read): a read
         with nothing cut out is handed to zttp as it came."""
         end = len(data)
-        if end < CUT_FROM and not (self._left or self._head or self._preface) and _whole_frames(data, end):
-            self._keep(data)  # a small read of whole frames (a small call): nothing in it to cut
-            return
+        if end < CUT_FROM and not (self._left or self._head or self._preface):
+            whole = _whole_frames(data, end, self.window is not None)
+            if whole == _NOTHING_TO_CUT:
+                self._keep(data)  # a small read of whole frames (a small call): nothing in it to cut
+                return
+            if whole == _UPDATES_TO_CUT:
+                self._cut_updates(data, end)  # a small call's, with the updates for earlier answers
+                return
         view = memoryview(data)
         pos = run = 0  # run: where the bytes kept for zttp since the last cut begin
         if self._preface:
@@ -125,10 +145,16 @@ class FrameCutter:
                 if self._stream:
                     self.deliver(self._stream, view[pos : pos + take])
                     run = pos + take
+                elif self._update is not None:
+                    self._update += view[pos : pos + take]
+                    run = pos + take
                 pos += take
                 self._left = left - take
-                if self._left == 0 and self._stream:
-                    self._data_end()
+                if self._left == 0:
+                    if self._stream:
+                        self._data_end()
+                    elif self._update is not None:
+                        self._window_end()
                 continue
             head = self._head
             if head or end - pos < HEADER_BYTES:  # a header cut by the end of a read
@@ -159,6 +185,9 @@ class FrameCutter:
         high, low, kind, flags, stream_id = _HEADER.unpack(header)
         length = self._left = high << 16 | low
         self._stream = 0
+        if kind == _WINDOW_UPDATE and length == 4 and self.window is not None:
+            self._update = bytearray(header)
+            return True
         if kind != _DATA or length < CUT_FROM or flags & _PADDED or length > self.max_frame:
             return False
         self._flags = flags
@@ -171,6 +200,8 @@ class FrameCutter:
         parses what it holds (the HEADERS that open the stream, say)."""
         if self.holds_frames:
             self.parse()
+        if self._update is not None:
+            return True
         if self._next in self._whole:
             return False
         self._stream = self._next
@@ -186,6 +217,38 @@ class FrameCutter:
             self._stream_read.pop(stream_id, None)
         elif length:
             self._stream_read[stream_id] = self._stream_read.get(stream_id, 0) + length
+
+    def _cut_updates(self, data: bytes, end: int) -> None:
+        """A small read of whole frames, some of them WINDOW_UPDATEs: those to the protocol, the
+        rest kept for zttp (parsed first when the update is a stream's, which they may open)."""
+        window = self.window
+        assert window is not None
+        pos = run = 0
+        while pos < end:
+            length = data[pos] << 16 | data[pos + 1] << 8 | data[pos + 2]
+            if data[pos + 3] == _WINDOW_UPDATE and length == 4:
+                increment = int.from_bytes(data[pos + 9 : pos + 13], "big") & 0x7FFFFFFF
+                if increment:
+                    if run < pos:
+                        self._keep(data[run:pos])
+                    stream_id = int.from_bytes(data[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+                    if stream_id and self.holds_frames:
+                        self.parse()
+                    window(stream_id, increment)
+                    run = pos + 13
+            pos += HEADER_BYTES + length
+        if run < end:
+            self._keep(data[run:end])
+
+    def _window_end(self) -> None:
+        """A WINDOW_UPDATE cut out here ended: to the protocol; one of increment 0 (an error) to zttp."""
+        frame, self._update = self._update, None
+        assert frame is not None and self.window is not None
+        increment = int.from_bytes(frame[HEADER_BYTES:], "big") & 0x7FFFFFFF
+        if increment:
+            self.window(int.from_bytes(frame[5:HEADER_BYTES], "big") & 0x7FFFFFFF, increment)
+        else:
+            self._keep(bytes(frame))
 
     def _keep(self, data: bytes | memoryview) -> None:
         self.for_zttp.append(data)
@@ -224,12 +287,22 @@ class FrameCutter:
         return b"".join(out)
 
 
-def _whole_frames(data: bytes, end: int) -> bool:
-    """Whether ``data`` is whole frames, the last one ending where it ends."""
+_NOTHING_TO_CUT, _UPDATES_TO_CUT, _NOT_WHOLE = 0, 1, 2
+
+
+def _whole_frames(data: bytes, end: int, cut_updates: bool) -> int:
+    """Whether ``data`` is whole frames, the last one ending where it ends: :data:`_NOT_WHOLE`,
+    or whole with (``cut_updates`` and) a WINDOW_UPDATE among them, :data:`_UPDATES_TO_CUT`, or
+    without, :data:`_NOTHING_TO_CUT`."""
     pos = 0
+    updates = False
     while pos + HEADER_BYTES <= end:
+        if data[pos + 3] == _WINDOW_UPDATE:
+            updates = cut_updates
         pos += HEADER_BYTES + (data[pos] << 16 | data[pos + 1] << 8 | data[pos + 2])
-    return pos == end
+    if pos != end:
+        return _NOT_WHOLE
+    return _UPDATES_TO_CUT if updates else _NOTHING_TO_CUT
 
 
 def _window_update(stream_id: int, increment: int) -> bytes:

@@ -11,6 +11,10 @@ the client's instead: the connection's and each stream's window, SETTINGS_INITIA
 (and its changes, which move every open stream's window, RFC 9113 6.9.2) and the
 WINDOW_UPDATEs the protocol hands it. What the windows do not admit yet waits, per stream, in
 order; a stream's end (its trailers, through zttp) waits until its body went out (:meth:`after`).
+It also counts the DATA frames each window has not seen answered: a WINDOW_UPDATE that gives
+back what one of them took is the client's answer (gRPC clients send one for the connection and
+one for the stream per DATA frame they read, thousands a second on a busy stream), which the
+protocol does not count against its control-frame allowance (:meth:`DataSender.window_update`).
 
 The receive side: zttp advertises HTTP/2's default windows (64 KiB) and grants more as it parses
 (WINDOW_UPDATE every 32 KiB), which paced a large request to one round trip through the event
@@ -65,10 +69,12 @@ class _Outgoing:
     """One stream's send window, the body bytes its window has not admitted yet, and what runs
     once they are sent."""
 
-    __slots__ = ("window", "parts", "queued", "then")
+    __slots__ = ("window", "parts", "queued", "then", "unanswered")
 
     def __init__(self, window: int) -> None:
         self.window = window
+        #: DATA frames sent on the stream that no WINDOW_UPDATE of the stream answered yet.
+        self.unanswered = 0
         self.parts: deque[memoryview] = deque()
         self.queued = 0
         self.then: list[Callable[[], None]] = []
@@ -77,7 +83,7 @@ class _Outgoing:
 class DataSender:
     """A connection's DATA frames: the client's flow-control windows, and the bodies waiting for them."""
 
-    __slots__ = ("_write", "window", "initial", "max_frame", "_streams", "_waiting")
+    __slots__ = ("_write", "window", "initial", "max_frame", "_streams", "_waiting", "unanswered")
 
     def __init__(self, write: Write) -> None:
         self._write = write
@@ -90,6 +96,8 @@ class DataSender:
         self._streams: dict[int, _Outgoing] = {}
         #: Streams with bytes waiting for a window, in the order they began to wait.
         self._waiting: dict[int, _Outgoing] = {}
+        #: DATA frames sent that no WINDOW_UPDATE of the connection answered yet.
+        self.unanswered = 0
 
     # what the client says
 
@@ -104,17 +112,24 @@ class DataSender:
                 self.max_frame = value
         self._resume()
 
-    def window_update(self, stream_id: int, increment: int) -> None:
-        """The client's WINDOW_UPDATE (zttp's ``WindowUpdate`` event; zttp checked its bounds)."""
+    def window_update(self, stream_id: int, increment: int) -> bool:
+        """The client's WINDOW_UPDATE (increment > 0; a window past 2^31 - 1 is held there).
+        True: it answers a DATA frame sent on its window (one answer per frame), as clients do;
+        False: it is one more than the server's own DATA asked for (or its stream is gone)."""
         if stream_id == 0:
             self.window = min(self.window + increment, _MAX_WINDOW)
+            answers = self.unanswered > 0
+            self.unanswered -= answers
         else:
             out = self._streams.get(stream_id)
             if out is None:
-                return
+                return False
             out.window = min(out.window + increment, _MAX_WINDOW)
+            answers = out.unanswered > 0
+            out.unanswered -= answers
         if self._waiting:
             self._resume()
+        return answers
 
     # streams
 
@@ -147,6 +162,8 @@ class DataSender:
             self._write(b"".join([frame_header(size, 0x0, 0, stream_id), *parts]))  # the usual small answer
             self.window -= size
             out.window -= size
+            self.unanswered += 1
+            out.unanswered += 1
             return
         views = [view for view in map(_bytes_view, parts) if view.nbytes]
         if size <= JOIN_BELOW and len(views) > 1:
@@ -195,6 +212,8 @@ class DataSender:
             self.window -= size
             out.window -= size
             out.queued -= size
+            self.unanswered += 1
+            out.unanswered += 1
         then, out.then = out.then, []
         for call in then:
             call()

@@ -133,6 +133,8 @@ class PythonInstance(SyncInstance):
         self._loop_lock = threading.Lock()
         #: The model defines ``is_ready`` (looked up once, as Triton's stub does).
         self.has_is_ready = callable(getattr(obj, "is_ready", None))
+        #: Executions on the loop in a row that waited (:data:`INLINE_WAITS` of them: it leaves the loop).
+        self._waits = 0
         #: When the running ``execute`` started (monotonic s; 0: none runs), for :data:`BLOCKED`.
         self.since = 0.0
         self.warned = 0.0
@@ -155,7 +157,9 @@ class PythonInstance(SyncInstance):
         """Run the batch here, on the server's event loop, which the model does not see (``asyncio.run``
         works in it, as on a thread). Watch for a wait: an execution that spent more than
         :data:`INLINE_WAIT_NS` off the CPU in a wait of its own (a voluntary context switch, not the
-        scheduler's preemption) held up every request of the server meanwhile."""
+        scheduler's preemption) held up every request of the server meanwhile; :data:`INLINE_WAITS`
+        of them in a row and the instance leaves the loop (one alone may be a wait for the GIL that
+        another thread of the server held, which a model that never waits meets on a busy machine)."""
         switches = _thread_usage(_RUSAGE_THREAD).ru_nvcsw
         start, cpu = time.monotonic_ns(), time.thread_time_ns()
         INLINE.thread = threading.get_ident()
@@ -173,7 +177,14 @@ class PythonInstance(SyncInstance):
             INLINE.refused = ""
             raise RunOnThread
         if waited > INLINE_WAIT_NS and _thread_usage(_RUSAGE_THREAD).ru_nvcsw > switches:
-            self._leave_loop(f"waited {waited / 1e6:.1f} ms (sleep, I/O or a lock), holding up the server")
+            self._waits += 1
+            if self._waits >= INLINE_WAITS:
+                self._leave_loop(
+                    f"waited {waited / 1e6:.1f} ms (sleep, I/O or a lock; {INLINE_WAITS} executions in a row), "
+                    "holding up the server"
+                )
+        elif self._waits:
+            self._waits = 0
         return results
 
     def _leave_loop(self, why: str) -> None:
@@ -334,6 +345,11 @@ class PythonInstance(SyncInstance):
 
 #: How long an ``execute`` on the event loop may wait off the CPU before its instance leaves the loop.
 INLINE_WAIT_NS = 1_000_000
+#: How many executions in a row on the event loop must wait so long before the instance leaves it:
+#: a model that sleeps waits every time; the GIL, held by another thread of the server when the loop
+#: wants it back, makes a model that never waits look so now and then on a busy machine (it moved
+#: add_sub off the loop for good a few seconds into a perf_analyzer run, at two thread hops a request).
+INLINE_WAITS = 3
 
 
 _RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)  # Linux; elsewhere the process's
