@@ -313,11 +313,11 @@ class LocalDataPlane(DataPlane):
         self._serving_versions(name)
         return traffic_from_json(self.table.traffic.get(name))
 
-    async def set_traffic(self, name: str, weights: Any) -> Traffic:
-        """Set ``name``'s weights live (``{"1": 99, "2": 1}``)."""
+    async def set_traffic(self, name: str, weights: Any, shadow: str | None = None) -> Traffic:
+        """Set ``name``'s weights live (``{"1": 99, "2": 1}``; ``None``: keep them) and its shadow."""
         serving = self._serving_versions(name)
         config = self.table.resolve(name, str(serving[-1])).config
-        return traffic_from_json(self.table.traffic.set(name, weights, serving, config))
+        return traffic_from_json(self.table.traffic.set(name, weights, serving, config, shadow))
 
     def apply_traffic(self, name: str, wire: dict[str, Any]) -> None:
         """Take the split another worker set or decided."""
@@ -382,6 +382,7 @@ def traffic_from_json(shown: dict[str, Any]) -> Traffic:
         shown["policy"],
         shown["last_check"],
         tuple(shown["decisions"]),
+        shown.get("shadow"),
     )
 
 
