@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from inferd.auth import AccessControl
     from inferd.contracts.dataplane import ServingVersion
     from inferd.contracts.model_info import Infer, Stream
+    from inferd.engine.capture import Capture
     from inferd.engine.health import ServerHealth
     from inferd.engine.router import Router
     from inferd.engine.trace import Tracer
@@ -103,6 +104,7 @@ class LocalDataPlane(DataPlane):
         access: AccessControl | None = None,
         shared_memory: SharedMemory | None = None,
         shares_ports: bool = False,
+        capture: Capture | None = None,
     ) -> None:
         """``access``: the restricted APIs, API keys and tenant limits (``inferd.auth``); None: every
         request is open. With API keys, ``infer`` and ``stream`` count each tenant's requests and tokens.
@@ -128,6 +130,8 @@ class LocalDataPlane(DataPlane):
             access.bind(self.table.names)  # unknown-model hints name the tenant's closest model
             if access.keys is not None:  # tenants: meter their requests and tokens
                 self.infer, self.stream = access.usage.metered(router)
+        if capture is not None:  # --capture-config: a sampled share written to files (docs/traffic.md)
+            self.infer, self.stream = capture.wrap(self.infer, self.stream)
 
     @property
     def settings(self) -> PlaneSettings:
