@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, cast
 
-from inferd.contracts.errors import ErrorKind, InferdError, InternalError, Unavailable, Unsupported
+from inferd.contracts.errors import ErrorKind, InferdError, InternalError, InvalidArgument, Unavailable, Unsupported
 from inferd.contracts.log_context import REQUEST_ID, REQUEST_MODEL
 from inferd.contracts.trace import TRACE_KEY
 from inferd.contracts.types import PICKED, InferRequest, InferResponse
@@ -80,12 +80,30 @@ class Router:
                 f"model '{info.name}' is decoupled (it may send any number of responses): "
                 f"call it through gRPC ModelStreamInfer or the generate_stream route"
             )
+        if request.parameters and TIMING in request.parameters:
+            return await self._timed(info, request)
         if self.splits and info.name in self.splits:
             if not request.model_version:
                 return await self._run_split(self._pick(info, request), request)
             if PICKED in request.context:  # the caller picked through the split: judged all the same
                 return await self._run_split(info, request)
         return await self._run(info, request)
+
+    async def _timed(self, info: ModelInfo, request: InferRequest) -> InferResponse:
+        """:meth:`infer` for a request asking ``"timing": true``: its queue and compute times, as
+        Triton's statistics split them, in the response's parameters (docs/traffic.md)."""
+        wanted = request.parameters.get(TIMING)
+        if wanted is not True:
+            if wanted is False:
+                request.parameters.pop(TIMING)
+                return await self.infer(request, info)
+            raise InvalidArgument(f"model '{info.name}': request parameter '{TIMING}' must be true or false")
+        del request.parameters[TIMING]  # the model does not see it
+        timing = RequestTiming(request.arrival_ns)
+        request.context.setdefault(TRACE_KEY, timing)
+        response = await self.infer(request, info)
+        response.parameters.update(timing.parameters(time.monotonic_ns()))
+        return response
 
     def _pick(self, info: ModelInfo, request: InferRequest) -> ModelInfo:
         """The version the model's traffic split picks for a request naming none (``info`` when
@@ -302,6 +320,40 @@ class Router:
         if loop is None:
             raise Unavailable("the server is not running")
         return loop
+
+
+#: The request parameter that asks for the request's timings in its response.
+TIMING = "timing"
+
+
+class RequestTiming:
+    """The marks the recorder makes on a traced request (``context[TRACE_KEY]``), kept for one
+    request that asked for its timings: queue, compute input, infer and output, in microseconds."""
+
+    __slots__ = ("arrival", "marks")
+
+    def __init__(self, arrival_ns: int) -> None:
+        self.arrival = arrival_ns
+        self.marks: tuple[int, int, int, int] | None = None
+
+    def mark(self, name: str, ns: int | None = None) -> None:
+        """Triton's trace marks: none is needed beyond :meth:`compute`'s."""
+
+    def compute(self, start_ns: int, input_end_ns: int, output_start_ns: int, end_ns: int) -> None:
+        """The four compute timestamps of the execution (the first one ends the queue)."""
+        self.marks = (start_ns, input_end_ns, output_start_ns, end_ns)
+
+    def parameters(self, now_ns: int) -> dict[str, int]:
+        """``timing_*_us`` response parameters (``timing_total_us`` always; the others once a
+        scheduler ran the request on an instance)."""
+        out = {"timing_total_us": (now_ns - self.arrival) // 1000}
+        if self.marks is not None:
+            start, input_end, output_start, end = self.marks
+            out["timing_queue_us"] = max(0, start - self.arrival) // 1000
+            out["timing_compute_input_us"] = (input_end - start) // 1000
+            out["timing_compute_infer_us"] = (output_start - input_end) // 1000
+            out["timing_compute_output_us"] = (end - output_start) // 1000
+        return out
 
 
 def _in_shared_memory(request: InferRequest) -> bool:
