@@ -129,7 +129,7 @@ def compare(serving: InferResponse, shadow: InferResponse, atol: float, rtol: fl
                 diff[same_nan] = 0.0
                 biggest = float(np.nanmax(np.where(np.isnan(diff), math.inf, diff)))
                 worst = max(worst, biggest)
-                if not bool(np.all(diff <= atol + rtol * np.abs(a64))) or math.isinf(biggest):
+                if not bool(np.all((diff <= atol + rtol * np.abs(a64)) | same_nan)) or math.isinf(biggest):
                     return False, worst, f"output '{out.name}': max abs difference {biggest:g}"
         elif not np.array_equal(a, b):
             if out.datatype in ("BYTES", "BOOL"):
