@@ -12,8 +12,11 @@ from inferd.testing import ServerProcess
 from tests.e2e.traffic_models import parameters
 
 #: Y = X * 2 (INT32), F = X / 4 (FP32) (the version answering is the response's model_version); ``{diverge}``: Y is off by one where
-#: X % diverge == 0 (0: never); ``{noise}`` is added to F; ``{shift}`` to every Y.
+#: X % diverge == 0 (0: never); ``{noise}`` is added to F; ``{shift}`` to every Y; each request
+#: sleeps ``{sleep}`` seconds.
 MODEL_PY = """
+import time
+
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -25,6 +28,7 @@ class TritonPythonModel:
     def execute(self, requests):
         out = []
         for r in requests:
+            time.sleep({sleep})
             x = pb_utils.get_input_tensor_by_name(r, "X").as_numpy()
             y = x * 2 + {shift}
             if {diverge}:
@@ -51,11 +55,14 @@ version_policy: {{ all: {{}} }}
 
 
 def model(name: str, versions: dict[int, dict[str, Any]], **params: str) -> dict[str, str]:
-    """Model ``name``: version v built with ``versions[v]`` (``diverge``, ``noise``, ``shift``)."""
+    """Model ``name``: version v built with ``versions[v]`` (``diverge``, ``noise``, ``shift``, ``sleep``)."""
     files = {"config.pbtxt": CONFIG.format(name=name, parameters=parameters(**params))}
     for v, how in versions.items():
         files[f"{v}/model.py"] = MODEL_PY.format(
-            diverge=how.get("diverge", 0), noise=how.get("noise", 0.0), shift=how.get("shift", 0)
+            diverge=how.get("diverge", 0),
+            noise=how.get("noise", 0.0),
+            shift=how.get("shift", 0),
+            sleep=how.get("sleep", 0),
         )
     return files
 

@@ -61,8 +61,10 @@ def test_a_100_percent_shadow_never_changes_what_clients_receive(start) -> None:
 
     from inferd.frontends.grpc import traffic_pb2, traffic_pb2_grpc
 
-    # version 2 answers differently everywhere (Y shifted by 1000): no client may ever see it
-    server = start({"m": model("m", {1: {}, 2: {"shift": 1000}}, traffic_split="1:100")})
+    # version 2 answers differently everywhere (Y shifted by 1000): no client may ever see it; and it
+    # takes 50 ms a request, so a shadow that delayed the answers would add 50 ms to every one
+    params = {"traffic_split": "1:100", "shadow_min_requests": "20"}
+    server = start({"m": model("m", {1: {}, 2: {"shift": 1000, "sleep": 0.05}}, **params)})
     http = httpclient.InferenceServerClient(server.http_url)
     grpc_client = grpcclient.InferenceServerClient(server.grpc_url)
 
@@ -94,12 +96,14 @@ def test_a_100_percent_shadow_never_changes_what_clients_receive(start) -> None:
     shadow = shown["shadow"]
     assert shown["weights"] == {"1": 100, "2": 0}
     assert shadow["compared"] + shadow["dropped"] == 300 and shadow["agreed"] == 0
-    assert shadow["disagreed"] == shadow["compared"] > 0
-    # the stated bound (docs/traffic.md): a shadow adds at most 2x + 20 ms to the client's p99 here,
-    # where the shadow's work shares the 2 cores with the serving version's
+    assert shadow["disagreed"] == shadow["compared"] >= 20
+    # the clients outran the 50 ms shadow: copies beyond the 64 in flight were dropped, not waited for
+    assert shadow["dropped"] > 0
+    # the stated bound (docs/traffic.md): with the shadow, the client's p99 stays within 25 ms of its
+    # p99 without (a shadow on the request path would add its 50 ms to every answer)
     for before, after in ((before_http, after_http), (before_grpc, after_grpc)):
-        assert p99(after) <= 2 * p99(before) + 0.020, (p99(before), p99(after))
-    # at default min_requests (100) the shadow is judged: held, and clients still get version 1
+        assert p99(after) <= p99(before) + 0.025, (p99(before), p99(after))
+    # at 20 copies the shadow was judged: held, and clients still get version 1
     assert shadow["state"] == "held at shadow" and "Y" in shadow["worst"][0]["why"]
     assert set(versions_of(pipelined(server, "m", [infer_body(i) for i in range(100)]))) == {"1"}
     shadow = settle(server, 400)["shadow"]  # the 100 more were copied too
