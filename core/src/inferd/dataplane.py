@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from inferd.auth import AccessControl
     from inferd.contracts.dataplane import ServingVersion
     from inferd.contracts.model_info import Infer, Stream
+    from inferd.engine.capture import Capture
     from inferd.engine.health import ServerHealth
     from inferd.engine.router import Router
     from inferd.engine.trace import Tracer
@@ -104,6 +105,7 @@ class LocalDataPlane(DataPlane):
         shared_memory: SharedMemory | None = None,
         shares_ports: bool = False,
         status_plots: str | None = None,
+        capture: Capture | None = None,
     ) -> None:
         """``access``: the restricted APIs, API keys and tenant limits (``inferd.auth``); None: every
         request is open. With API keys, ``infer`` and ``stream`` count each tenant's requests and tokens.
@@ -130,6 +132,8 @@ class LocalDataPlane(DataPlane):
             access.bind(self.table.names)  # unknown-model hints name the tenant's closest model
             if access.keys is not None:  # tenants: meter their requests and tokens
                 self.infer, self.stream = access.usage.metered(router)
+        if capture is not None:  # --capture-config: a sampled share written to files (docs/traffic.md)
+            self.infer, self.stream = capture.wrap(self.infer, self.stream)
 
     @property
     def settings(self) -> PlaneSettings:
@@ -315,11 +319,11 @@ class LocalDataPlane(DataPlane):
         self._serving_versions(name)
         return traffic_from_json(self.table.traffic.get(name))
 
-    async def set_traffic(self, name: str, weights: Any) -> Traffic:
-        """Set ``name``'s weights live (``{"1": 99, "2": 1}``)."""
+    async def set_traffic(self, name: str, weights: Any, shadow: str | None = None) -> Traffic:
+        """Set ``name``'s weights live (``{"1": 99, "2": 1}``; ``None``: keep them) and its shadow."""
         serving = self._serving_versions(name)
         config = self.table.resolve(name, str(serving[-1])).config
-        return traffic_from_json(self.table.traffic.set(name, weights, serving, config))
+        return traffic_from_json(self.table.traffic.set(name, weights, serving, config, shadow))
 
     def apply_traffic(self, name: str, wire: dict[str, Any]) -> None:
         """Take the split another worker set or decided."""
@@ -384,6 +388,7 @@ def traffic_from_json(shown: dict[str, Any]) -> Traffic:
         shown["policy"],
         shown["last_check"],
         tuple(shown["decisions"]),
+        shown.get("shadow"),
     )
 
 

@@ -160,6 +160,8 @@ class Traffic:
     policy: Mapping[str, Any] | None = None
     last_check: float | None = None
     decisions: tuple[Mapping[str, Any], ...] | None = None
+    #: The shadow version, its share, state and comparisons (``None``: no shadow).
+    shadow: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,8 +399,9 @@ class DataPlane(abc.ABC):
     def traffic(self, name: str) -> Traffic: ...
 
     @abc.abstractmethod
-    async def set_traffic(self, name: str, weights: Any) -> Traffic:
-        """Set ``name``'s weights live (``{"1": 99, "2": 1}``)."""
+    async def set_traffic(self, name: str, weights: Any, shadow: str | None = None) -> Traffic:
+        """Set ``name``'s weights live (``{"1": 99, "2": 1}``; ``None``: keep them) and, when given,
+        its shadow (``"2:100"``; ``""``: none)."""
 
     @abc.abstractmethod
     async def tenant_usage(self) -> UsageReport: ...

@@ -12,16 +12,18 @@ import asyncio
 import concurrent.futures
 import logging
 import queue
+import random
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, cast
 
-from inferd.contracts.errors import ErrorKind, InferdError, InternalError, Unavailable, Unsupported
+from inferd.contracts.errors import ErrorKind, InferdError, InternalError, InvalidArgument, Unavailable, Unsupported
 from inferd.contracts.log_context import REQUEST_ID, REQUEST_MODEL
 from inferd.contracts.trace import TRACE_KEY
 from inferd.contracts.types import PICKED, InferRequest, InferResponse
 from inferd.engine.recorder import FAILED_KEY
+from inferd.engine.shadow import Shadow, compare
 from inferd.engine.trace import RequestTrace, Tracer
 
 if TYPE_CHECKING:
@@ -30,8 +32,11 @@ if TYPE_CHECKING:
     from inferd.engine.health import ServerHealth
     from inferd.engine.model_table import ModelTable
     from inferd.engine.stats import ModelStats
+    from inferd.engine.traffic import TrafficSplit
 
 log = logging.getLogger(__name__)
+#: A tensor parameter naming client shared memory (Triton's).
+_REGION = "shared_memory_region"
 
 
 class Router:
@@ -43,6 +48,7 @@ class Router:
         self.health = health
         #: Weighted versions by model name (the table's; empty when no model has a split).
         self.splits = table.traffic.splits
+        self._shadow_tasks: set[asyncio.Task[None]] = set()
 
     def resolve(self, name: str, version: str = "") -> ModelInfo:
         """The version that serves a request for ``name``/``version`` now; pass it to :meth:`infer`
@@ -74,12 +80,30 @@ class Router:
                 f"model '{info.name}' is decoupled (it may send any number of responses): "
                 f"call it through gRPC ModelStreamInfer or the generate_stream route"
             )
+        if request.parameters and TIMING in request.parameters:
+            return await self._timed(info, request)
         if self.splits and info.name in self.splits:
             if not request.model_version:
                 return await self._run_split(self._pick(info, request), request)
             if PICKED in request.context:  # the caller picked through the split: judged all the same
                 return await self._run_split(info, request)
         return await self._run(info, request)
+
+    async def _timed(self, info: ModelInfo, request: InferRequest) -> InferResponse:
+        """:meth:`infer` for a request asking ``"timing": true``: its queue and compute times, as
+        Triton's statistics split them, in the response's parameters (docs/traffic.md)."""
+        wanted = request.parameters.get(TIMING)
+        if wanted is not True:
+            if wanted is False:
+                request.parameters.pop(TIMING)
+                return await self.infer(request, info)
+            raise InvalidArgument(f"model '{info.name}': request parameter '{TIMING}' must be true or false")
+        del request.parameters[TIMING]  # the model does not see it
+        timing = RequestTiming(request.arrival_ns)
+        request.context.setdefault(TRACE_KEY, timing)
+        response = await self.infer(request, info)
+        response.parameters.update(timing.parameters(time.monotonic_ns()))
+        return response
 
     def _pick(self, info: ModelInfo, request: InferRequest) -> ModelInfo:
         """The version the model's traffic split picks for a request naming none (``info`` when
@@ -100,7 +124,57 @@ class Router:
                 self._observe(info, False, start)
             raise
         self._observe(info, True, start)
+        split = self.splits.get(info.name)
+        if split is not None and split.shadow is not None:
+            self._shadow(split, info, request, response)
         return response
+
+    def _shadow(self, split: TrafficSplit, info: ModelInfo, request: InferRequest, response: InferResponse) -> None:
+        """Maybe copy an answered request to the split's shadow version: a task after the answer,
+        dropped (and counted) while ``shadow_queue`` copies are in flight (docs/traffic.md)."""
+        shadow = split.shadow
+        if shadow is None or info.version == shadow.version or (shadow.rate < 1 and random.random() >= shadow.rate):
+            return
+        if shadow.inflight >= shadow.policy.queue or _in_shared_memory(request):
+            shadow.dropped += 1
+            return
+        record = self.table.by_name.get(info.name)
+        mv = record.serving.get(shadow.version) if record is not None else None
+        if mv is None:
+            shadow.dropped += 1
+            return
+        copy = InferRequest(
+            request.model_name,
+            str(shadow.version),
+            request.id,
+            request.inputs,  # the same tensors: the serving version is done with them
+            request.outputs,
+            dict(request.parameters),
+        )
+        shadow.inflight += 1
+        task = asyncio.get_running_loop().create_task(self._run_shadow(split, shadow, mv.info, copy, response))
+        self._shadow_tasks.add(task)
+        task.add_done_callback(self._shadow_tasks.discard)
+
+    async def _run_shadow(
+        self, split: TrafficSplit, shadow: Shadow, info: ModelInfo, copy: InferRequest, serving: InferResponse
+    ) -> None:
+        start = time.perf_counter_ns()
+        try:
+            answer = await self._run(info, copy)
+        except InferdError as exc:
+            ok, agree, diff, why = False, False, float("inf"), f"shadow failed: {exc.message}"
+        except Exception as exc:  # a shadow must never break anything else
+            ok, agree, diff, why = False, False, float("inf"), f"shadow failed: {type(exc).__name__}: {exc}"
+        else:
+            ok = True
+            agree, diff, why = compare(serving, answer, shadow.policy.atol, shadow.policy.rtol)
+        finally:
+            shadow.inflight -= 1
+        if split.shadow is shadow and split.observe_shadow(
+            copy.id, ok, agree, diff, why, time.perf_counter_ns() - start
+        ):
+            self.table.traffic.decided(info.name)
 
     def _observe(self, info: ModelInfo, ok: bool, start: int, end: int = 0) -> None:
         split = self.splits.get(info.name)
@@ -246,6 +320,48 @@ class Router:
         if loop is None:
             raise Unavailable("the server is not running")
         return loop
+
+
+#: The request parameter that asks for the request's timings in its response.
+TIMING = "timing"
+
+
+class RequestTiming:
+    """The marks the recorder makes on a traced request (``context[TRACE_KEY]``), kept for one
+    request that asked for its timings: queue, compute input, infer and output, in microseconds."""
+
+    __slots__ = ("arrival", "marks")
+
+    def __init__(self, arrival_ns: int) -> None:
+        self.arrival = arrival_ns
+        self.marks: tuple[int, int, int, int] | None = None
+
+    def mark(self, name: str, ns: int | None = None) -> None:
+        """Triton's trace marks: none is needed beyond :meth:`compute`'s."""
+
+    def compute(self, start_ns: int, input_end_ns: int, output_start_ns: int, end_ns: int) -> None:
+        """The four compute timestamps of the execution (the first one ends the queue)."""
+        self.marks = (start_ns, input_end_ns, output_start_ns, end_ns)
+
+    def parameters(self, now_ns: int) -> dict[str, int]:
+        """``timing_*_us`` response parameters (``timing_total_us`` always; the others once a
+        scheduler ran the request on an instance)."""
+        out = {"timing_total_us": (now_ns - self.arrival) // 1000}
+        if self.marks is not None:
+            start, input_end, output_start, end = self.marks
+            out["timing_queue_us"] = max(0, start - self.arrival) // 1000
+            out["timing_compute_input_us"] = (input_end - start) // 1000
+            out["timing_compute_infer_us"] = (output_start - input_end) // 1000
+            out["timing_compute_output_us"] = (end - output_start) // 1000
+        return out
+
+
+def _in_shared_memory(request: InferRequest) -> bool:
+    """Whether a request reads or writes client shared memory (the client may reuse the region as
+    soon as it has its answer: no copy of it is run later)."""
+    return any(_REGION in t.parameters for t in request.inputs.values()) or any(
+        _REGION in o.parameters for o in request.outputs
+    )
 
 
 class _ThreadStream:

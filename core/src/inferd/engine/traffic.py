@@ -26,6 +26,7 @@ from inferd.config.parameters import ModelParameters
 from inferd.contracts.errors import InvalidArgument, NotFound
 from inferd.engine.canary import Policy, Window, now
 from inferd.engine.metric_sources import SOURCES
+from inferd.engine.shadow import DIFF_BUCKETS, HELD, SHADOW, Shadow, ShadowPolicy, parse_shadow
 from inferd.repository.scan import version_number
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,8 @@ class TrafficSplit:
         self.promotions: dict[int, int] = {}
         self.windows: dict[int, Window] = {}
         self._next_judge = 0.0
+        #: The version that gets a copy of the answered requests (:mod:`inferd.engine.shadow`), if any.
+        self.shadow: Shadow | None = None
         self.set_weights(weights)
 
     def set_weights(self, weights: dict[int, int], states: dict[int, str] | None = None) -> None:
@@ -137,6 +140,12 @@ class TrafficSplit:
             cumulative.append(total)
         self._table = (versions, tuple(cumulative), total)
         self.windows = {v: self.windows.get(v) or Window(self.policy.window_s) for v in self.weights}
+        shadow = self.shadow
+        if shadow is not None:
+            if self.weights.get(shadow.version):  # given a weight: it serves now, no longer a shadow
+                self.shadow = None
+            else:
+                self.states[shadow.version] = shadow.state
         self._stable = self.stable()
         for window in self.windows.values():  # a run of failures is measured against one stable version
             window.streak = 0
@@ -146,6 +155,110 @@ class TrafficSplit:
         versions, cumulative, total = self._table
         slot = (zlib.crc32(request_id.encode()) * total) >> 32 if request_id else int(random.random() * total)
         return versions[bisect_right(cumulative, slot)]
+
+    def set_shadow(self, version: int | None, percent: float = 100.0, policy: ShadowPolicy | None = None) -> None:
+        """Copy ``percent`` % of the answered requests to ``version`` (at weight 0); ``None``: stop."""
+        old = self.shadow
+        if version is None:
+            self.shadow = None
+            if old is not None and old.version in self.states and not self.weights.get(old.version):
+                self.states[old.version] = OFF
+            return
+        if self.weights.get(version):
+            raise InvalidArgument(
+                f"model '{self.model}': version {version} cannot be the shadow: it has weight "
+                f"{self.weights[version]} in the split (a shadow answers nobody; give it weight 0)"
+            )
+        if old is not None and old.version == version:
+            old.percent, old.rate = percent, percent / 100
+            return
+        self.shadow = Shadow(version, percent, policy or (old.policy if old else ShadowPolicy()))
+        if old is not None and old.version in self.states and not self.weights.get(old.version):
+            self.states[old.version] = OFF
+        weights = {**self.weights, version: 0}
+        self.set_weights(weights, {**self.states, version: SHADOW})
+
+    def observe_shadow(self, request_id: str, ok: bool, agree: bool, diff: float, why: str, ns: int) -> str | None:
+        """One shadow copy's outcome; the decision taken ("advance"/"hold") when the shadow was judged."""
+        shadow = self.shadow
+        if shadow is None:
+            return None
+        shadow.record(request_id, agree, diff, why, failed=not ok)
+        t = now()
+        window = self.windows.get(shadow.version)
+        if window is not None:
+            window.record(ok, ns, t)
+        if shadow.judged or shadow.compared < shadow.policy.min_requests:
+            return None
+        return self._judge_shadow(shadow, t)
+
+    def _judge_shadow(self, shadow: Shadow, t: float) -> str | None:
+        """Advance the shadow into the canary stages, or hold it, on its comparisons and latency."""
+        shadow.judged = True
+        policy = shadow.policy
+        stable = self._stable
+        base = self.windows[stable].figures(t)
+        mine = self.windows[shadow.version].figures(t)
+        rate = shadow.disagreement()
+        worse = []
+        if rate > policy.max_disagreement:
+            worse.append(
+                f"disagreement {rate:.2%} ({shadow.disagreed} disagreed, {shadow.failed} failed of "
+                f"{shadow.compared}) > {policy.max_disagreement:.2%}"
+            )
+        limit = max(base["p95_ms"] * (1 + self.policy.max_p95_increase), base["p95_ms"] + self.policy.p95_slack_ms)
+        if base["requests"] and mine["requests"] and mine["p95_ms"] > limit:
+            worse.append(f"p95 {mine['p95_ms']:g} ms > limit {limit:g} ms (serving p95 {base['p95_ms']:g} ms)")
+        verdict = "; ".join(worse)
+        self.last_check = {
+            "shadow_version": shadow.version,
+            "stable_version": stable,
+            "shadow": {**mine, **shadow.figures()},
+            "stable": base,
+            "rule": policy.rule(),
+            "verdict": verdict or "agrees",
+        }
+        if verdict:
+            shadow.state = HELD
+            self.states[shadow.version] = HELD
+            self._record("hold", shadow.version)
+            log.warning(
+                "model '%s': shadow version %d held at the shadow stage: %s; worst: %s",
+                self.model,
+                shadow.version,
+                verdict,
+                shadow.worst[:3],
+            )
+            return "hold"
+        if not policy.advance:
+            return None
+        step = self.policy.promote_steps[0] if self.policy.promote_steps else 1
+        weights = {**dict.fromkeys(self.weights, 0), stable: 100 - step, shadow.version: step}
+        states = {**self.states, shadow.version: CANARY}
+        self.shadow = None
+        self.windows[shadow.version].clear()  # the canary stage is judged on its own requests
+        self.set_weights(weights, states)
+        self._record("advance", shadow.version)
+        log.warning(
+            "model '%s': shadow version %d agreed (%d of %d copies); advanced to canary at %d %%; weights now %s",
+            self.model,
+            shadow.version,
+            shadow.agreed,
+            shadow.compared,
+            step,
+            self.wire_weights(),
+        )
+        return "advance"
+
+    def _record(self, action: str, version: int) -> None:
+        decision = {
+            "time": time.time(),
+            "action": action,
+            "canary_version": version,
+            **self.last_check,
+            "weights": self.wire_weights(),
+        }
+        self.decisions = [*self.decisions[-(KEEP_DECISIONS - 1) :], decision]
 
     def stable(self) -> int:
         return next((v for v, s in self.states.items() if s in (STABLE, PROMOTED)), max(self.weights))
@@ -288,6 +401,7 @@ class TrafficSplit:
             },
             "last_check": self.last_check,
             "decisions": self.decisions,
+            "shadow": self.shadow.describe() if self.shadow is not None else None,
         }
 
     def wire(self) -> dict[str, Any]:
@@ -297,6 +411,8 @@ class TrafficSplit:
             "states": {str(v): s for v, s in self.states.items()},
             "decisions": self.decisions,
             "source": self.source,
+            "shadow": self.shadow.wire() if self.shadow is not None else "",
+            "shadow_state": self.shadow.state if self.shadow is not None else "",
         }
 
 
@@ -313,21 +429,34 @@ class Traffic:
         _ALL.add(self)
 
     def configured(self, model: str, config: Any, serving: list[int]) -> None:
-        """A model (re)loaded with ``config``: take its ``traffic_split`` when it is new or changed."""
+        """A model (re)loaded with ``config``: take its ``traffic_split`` and ``traffic_shadow`` when new or changed."""
         params = ModelParameters(config, model)
         text = params.get("traffic_split", "")
-        if text == self._configured.get(model) and (model in self.splits or not text):
+        shadow_text = params.get("traffic_shadow", "")
+        key = f"{text}|{shadow_text}" if shadow_text else text
+        if key == self._configured.get(model) and (model in self.splits or not key):
             return
-        self._configured[model] = text
-        if not text:
+        self._configured[model] = key
+        if not key:
             self.splits.pop(model, None)
             return
         try:
-            self.splits[model] = TrafficSplit(
-                model, parse_split(text, model, serving), Policy.from_config(params), "config"
-            )
+            shadow = parse_shadow(shadow_text, model)
+            if text:
+                weights = parse_split(text, model, serving)
+            elif shadow is not None:  # a shadow alone: the highest other version serves everything
+                weights = {max(v for v in serving if v != shadow[0]): 100} if len(serving) > 1 else {}
+                if not weights:
+                    raise InvalidArgument(f"model '{model}': traffic_shadow needs another serving version")
+            split = TrafficSplit(model, weights, Policy.from_config(params), "config")
+            if shadow is not None:
+                check_weights({str(shadow[0]): 0, **{str(v): w for v, w in weights.items()}}, model, serving)
+                split.set_shadow(shadow[0], shadow[1], ShadowPolicy.from_config(params))
+            self.splits[model] = split
         except (InvalidArgument, NotFound, ValueError) as exc:
-            log.error("model '%s': traffic_split '%s' not applied: %s", model, text, exc)
+            log.error(
+                "model '%s': traffic_split '%s' / traffic_shadow '%s' not applied: %s", model, text, shadow_text, exc
+            )
 
     def forget(self, model: str) -> None:
         self.splits.pop(model, None)
@@ -337,19 +466,54 @@ class Traffic:
         split = self.splits.get(model)
         return split.describe() if split is not None else {"model": model, "weights": {}, "versions": {}}
 
-    def set(self, model: str, weights: Mapping[str, Any], serving: list[int], config: Any) -> dict[str, Any]:
-        """Set ``model``'s weights live (a new split takes its policy from ``config``)."""
-        checked = check_weights(weights, model, serving)
+    def set(
+        self,
+        model: str,
+        weights: Mapping[str, Any] | None,
+        serving: list[int],
+        config: Any,
+        shadow: str | None = None,
+    ) -> dict[str, Any]:
+        """Set ``model``'s weights and/or shadow (``"2:100"``; ``""``/``"off"`` stops it) live (a new
+        split takes its policies from ``config``)."""
+        parsed = parse_shadow(shadow, model) if shadow is not None else None
+        if parsed is not None and parsed[0] not in serving:
+            check_weights({str(parsed[0]): 1}, model, serving)  # Triton's 'unknown model ... version'
         split = self.splits.get(model)
+        if weights is None:
+            if split is None:
+                if parsed is None:
+                    raise InvalidArgument(f"model '{model}' has no traffic split: give \"weights\" first")
+                others = [v for v in serving if v != parsed[0]]
+                if not others:
+                    raise InvalidArgument(f"model '{model}': a shadow needs another serving version")
+                weights = {str(max(others)): 100}
+            else:
+                weights = split.wire_weights()
+        checked = check_weights(weights, model, serving)
+        if parsed is not None and checked.get(parsed[0]):  # refused before anything changes
+            raise InvalidArgument(
+                f"model '{model}': version {parsed[0]} cannot be the shadow: it has weight "
+                f"{checked[parsed[0]]} in the split (a shadow answers nobody; give it weight 0)"
+            )
+        params = ModelParameters(config, model)
+        try:
+            shadow_policy = ShadowPolicy.from_config(params) if parsed is not None else None
+            policy = Policy.from_config(params) if split is None else split.policy
+        except ValueError as exc:
+            raise InvalidArgument(f"model '{model}': {exc}") from None
         if split is None:
-            try:
-                policy = Policy.from_config(ModelParameters(config, model))
-            except ValueError as exc:
-                raise InvalidArgument(f"model '{model}': {exc}") from None
-            split = self.splits[model] = TrafficSplit(model, checked, policy)
+            split = TrafficSplit(model, checked, policy)
         else:
             split.set_weights(checked)
             split.source = "api"
+        if shadow is not None:
+            if parsed is None:
+                split.set_shadow(None)
+            else:
+                split.set_shadow(None)  # a shadow set anew starts its comparisons afresh
+                split.set_shadow(parsed[0], parsed[1], shadow_policy)
+        self.splits[model] = split
         return split.describe()
 
     def apply_wire(self, model: str, wire: dict[str, Any], config: Any) -> None:
@@ -360,6 +524,16 @@ class Traffic:
             split = self.splits[model] = TrafficSplit(
                 model, weights, Policy.from_config(ModelParameters(config, model))
             )
+        shadow = parse_shadow(wire.get("shadow", ""), model)
+        current = split.shadow
+        if shadow is None or weights.get(shadow[0]):
+            split.shadow = None
+        elif current is None or current.version != shadow[0]:
+            split.shadow = Shadow(shadow[0], shadow[1], ShadowPolicy.from_config(ModelParameters(config, model)))
+        else:
+            current.percent, current.rate = shadow[1], shadow[1] / 100
+        if split.shadow is not None and wire.get("shadow_state") == HELD:
+            split.shadow.state, split.shadow.judged = HELD, True
         split.set_weights(weights, {int(v): s for v, s in wire["states"].items()})
         split.decisions, split.source = wire["decisions"], wire["source"]
 
@@ -400,23 +574,48 @@ class Traffic:
                     (d for d in reversed(split.decisions) if d.get("canary_version") == int(version)), {}
                 )
                 row["reason"] = f"canary rolled back: {last.get('verdict', '')}"
+            elif state == HELD and not row.get("reason"):
+                row["reason"] = f"shadow held: {split.last_check.get('verdict', '')}"
 
     def collect(self) -> Iterator[Any]:
         """``inferd_canary_rollbacks_total``, ``inferd_canary_promotions_total`` (this worker's decisions)
-        and ``inferd_traffic_weight``, by model and version."""
+        and ``inferd_traffic_weight``, by model and version; for a shadow, ``inferd_shadow_requests_total``
+        (by outcome) and the ``inferd_shadow_max_abs_diff`` histogram."""
         families = [
             _family("inferd_canary_rollbacks_total", "Canary versions rolled back by the canary policy", "counter"),
             _family("inferd_canary_promotions_total", "Promotion steps the canary policy took", "counter"),
             _family("inferd_traffic_weight", "Share of unversioned requests a version receives (0-1)", "gauge"),
         ]
+        copies = _family("inferd_shadow_requests_total", "Shadow copies by outcome (this worker)", "counter")
+        diffs = _family(
+            "inferd_shadow_max_abs_diff", "Largest absolute output difference of a shadow copy", "histogram"
+        )
+        shadows = False
         for model, split in sorted(self.splits.items()):
             for v, w in split.weights.items():
                 labels = {"model": model, "version": str(v)}
                 values = (split.rollbacks.get(v, 0), split.promotions.get(v, 0), w / split._total())
                 for family, value in zip(families, values, strict=True):
                     family.add_sample(family.name, labels, value)
+            shadow = split.shadow
+            if shadow is None:
+                continue
+            shadows = True
+            labels = {"model": model, "version": str(shadow.version)}
+            for outcome in ("agreed", "disagreed", "failed", "dropped"):
+                copies.add_sample(copies.name, {**labels, "outcome": outcome}, getattr(shadow, outcome))
+            total = 0
+            for bound, count in zip(DIFF_BUCKETS, shadow.diff_buckets, strict=True):
+                total += count
+                le = "+Inf" if bound == float("inf") else repr(bound)
+                diffs.add_sample(diffs.name + "_bucket", {**labels, "le": le}, total)
+            diffs.add_sample(diffs.name + "_count", labels, total)
+            diffs.add_sample(diffs.name + "_sum", labels, shadow.diff_sum)
         if self.splits:  # no empty families: the text exposition drops them, OpenMetrics would not
             yield from families
+        if shadows:
+            yield copies
+            yield diffs
 
 
 def _family(name: str, text: str, kind: str) -> Metric:

@@ -342,6 +342,14 @@ def _add_access(p: argparse.ArgumentParser) -> None:
         "JSON; re-read when it changes); requests then need 'Authorization: Bearer <key>'",
     )
     a.add_argument(
+        "--capture-config",
+        default=None,
+        metavar="FILE",
+        help="capture a sampled share of requests and their answers to rotating JSON-lines files "
+        "(YAML or JSON: dir, rate, models, tensors, max_file_bytes, max_files, redact, tenants; "
+        "docs/traffic.md); 'inferd replay' sends them again",
+    )
+    a.add_argument(
         "--allow-client-shm",
         type=parse_bool,
         default=True,

@@ -20,6 +20,7 @@ from inferd.contracts.errors import InferdError, StartupError
 from inferd.contracts.frontend import Frontend, HttpPortSettings
 from inferd.dataplane import LocalDataPlane
 from inferd.engine import gc_settings
+from inferd.engine.capture import Capture, CaptureConfig, CaptureConfigError
 from inferd.engine.health import ServerHealth, all_versions_loaded
 from inferd.engine.model_table import ModelTable
 from inferd.engine.rate_limiter import RateLimiter
@@ -150,6 +151,7 @@ class Server:
         self.tracer = Tracer()
         self.router = Router(self.table, self.tracer, self.health)
         self.cache: ResponseCache | None = self._build_cache()
+        self.capture: Capture | None = self._build_capture()
         for line in backend_config_warnings(registries.backends, options.backend_config):
             log.warning("%s", line)
         builder = VersionBuilder(
@@ -177,6 +179,7 @@ class Server:
             shared_memory,
             self.workers.shares_ports,
             str(options.status_plots_dir) if options.status_plots_dir is not None else None,
+            self.capture,
         )
         #: What frontends receive: the local plane, spanning the other workers with ``--workers N``.
         self.dataplane: DataPlane = self.workers.dataplane(self.local)
@@ -353,6 +356,8 @@ class Server:
         self.health.live = False
         if self.cache is not None:
             await asyncio.to_thread(self.cache.close)
+        if self.capture is not None:
+            await asyncio.to_thread(self.capture.close)
         self.host.shutdown(self)
         self.workers.stop_control()
         self.close_repositories()
@@ -378,6 +383,25 @@ class Server:
             return
         self.poller = RepositoryPoller(target, self.manager.options.repositories, self.options.repository_poll_secs)
         self._poll_task = self.poller.start()
+
+    def _build_capture(self) -> Capture | None:
+        """``--capture-config FILE``: the request capture (docs/traffic.md, "Capture"); its directory
+        is created and its writer thread started here, so an unusable one stops the start."""
+        path = self.options.extra.get("capture_config")
+        if not path:
+            return None
+        try:
+            capture = Capture(CaptureConfig.load(Path(path)), self.workers.index)
+            capture.start()
+        except CaptureConfigError as exc:
+            raise StartupError(f"--capture-config: {exc}") from None
+        except OSError as exc:
+            raise StartupError(f"--capture-config: cannot write capture files: {exc}") from None
+        c = capture.config
+        log.info(
+            "capturing %g %% of requests%s to %s", c.rate * 100, f" of {sorted(c.models)}" if c.models else "", c.dir
+        )
+        return capture
 
     def _build_cache(self) -> ResponseCache | None:
         """The one response cache ``--cache-config`` names (blocking: a cache may connect)."""

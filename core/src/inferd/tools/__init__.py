@@ -17,6 +17,7 @@ COMMANDS = {
     "analyze": "inferd.tools.analyze.cli",
     "check": "inferd.tools.check",
     "health": "inferd.tools.health",
+    "replay": "inferd.tools.replay",
 }
 
 

@@ -132,6 +132,7 @@ def traffic(t: Traffic) -> dict[str, Any]:
         "policy": t.policy,
         "last_check": t.last_check,
         "decisions": list(t.decisions or ()),
+        "shadow": t.shadow,
     }
 
 

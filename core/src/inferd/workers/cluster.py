@@ -171,8 +171,8 @@ class ClusterDataPlane(DataPlane):
         args = {"name": name, "unload_dependents": unload_dependents}
         await self._everywhere(self.take_unload(name, unload_dependents), "unload", args)
 
-    async def set_traffic(self, name: str, weights: Any) -> Traffic:
-        shown = await self.local.set_traffic(name, weights)
+    async def set_traffic(self, name: str, weights: Any, shadow: str | None = None) -> Traffic:
+        shown = await self.local.set_traffic(name, weights, shadow)
         await self.send_traffic(name, self.local.table.traffic.splits[name].wire())
         return shown
 

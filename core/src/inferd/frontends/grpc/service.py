@@ -423,8 +423,9 @@ class InferenceService:
 
     async def ModelTraffic(self, request: traffic_pb2.ModelTrafficRequest) -> traffic_pb2.ModelTrafficResponse:
         """inferd.Traffic/ModelTraffic: read a model's split, or set it when weights are given."""
-        if request.weights:
-            shown = await self.dp.set_traffic(request.name, dict(request.weights))
+        if request.weights or request.HasField("shadow"):
+            shadow = request.shadow if request.HasField("shadow") else None
+            shown = await self.dp.set_traffic(request.name, dict(request.weights) or None, shadow)
         else:
             shown = self.dp.traffic(request.name)
         states = {v: d.state for v, d in shown.versions.items()}

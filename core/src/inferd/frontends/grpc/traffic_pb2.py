@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.DescriptorPool().AddSerializedFile(b'\n\rtraffic.proto\x12\x06inferd\"\x8e\x01\n\x13ModelTrafficRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x39\n\x07weights\x18\x02 \x03(\x0b\x32(.inferd.ModelTrafficRequest.WeightsEntry\x1a.\n\x0cWeightsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xf9\x01\n\x14ModelTrafficResponse\x12:\n\x07weights\x18\x01 \x03(\x0b\x32).inferd.ModelTrafficResponse.WeightsEntry\x12\x38\n\x06states\x18\x02 \x03(\x0b\x32(.inferd.ModelTrafficResponse.StatesEntry\x12\x0c\n\x04json\x18\x03 \x01(\t\x1a.\n\x0cWeightsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a-\n\x0bStatesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x32T\n\x07Traffic\x12I\n\x0cModelTraffic\x12\x1b.inferd.ModelTrafficRequest\x1a\x1c.inferd.ModelTrafficResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.DescriptorPool().AddSerializedFile(b'\n\rtraffic.proto\x12\x06inferd\"\xae\x01\n\x13ModelTrafficRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x39\n\x07weights\x18\x02 \x03(\x0b\x32(.inferd.ModelTrafficRequest.WeightsEntry\x12\x13\n\x06shadow\x18\x03 \x01(\tH\x00\x88\x01\x01\x1a.\n\x0cWeightsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x42\t\n\x07_shadow\"\xf9\x01\n\x14ModelTrafficResponse\x12:\n\x07weights\x18\x01 \x03(\x0b\x32).inferd.ModelTrafficResponse.WeightsEntry\x12\x38\n\x06states\x18\x02 \x03(\x0b\x32(.inferd.ModelTrafficResponse.StatesEntry\x12\x0c\n\x04json\x18\x03 \x01(\t\x1a.\n\x0cWeightsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a-\n\x0bStatesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x32T\n\x07Traffic\x12I\n\x0cModelTraffic\x12\x1b.inferd.ModelTrafficRequest\x1a\x1c.inferd.ModelTrafficResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,15 +39,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MODELTRAFFICRESPONSE_STATESENTRY']._loaded_options = None
   _globals['_MODELTRAFFICRESPONSE_STATESENTRY']._serialized_options = b'8\001'
   _globals['_MODELTRAFFICREQUEST']._serialized_start=26
-  _globals['_MODELTRAFFICREQUEST']._serialized_end=168
-  _globals['_MODELTRAFFICREQUEST_WEIGHTSENTRY']._serialized_start=122
-  _globals['_MODELTRAFFICREQUEST_WEIGHTSENTRY']._serialized_end=168
-  _globals['_MODELTRAFFICRESPONSE']._serialized_start=171
-  _globals['_MODELTRAFFICRESPONSE']._serialized_end=420
-  _globals['_MODELTRAFFICRESPONSE_WEIGHTSENTRY']._serialized_start=122
-  _globals['_MODELTRAFFICRESPONSE_WEIGHTSENTRY']._serialized_end=168
-  _globals['_MODELTRAFFICRESPONSE_STATESENTRY']._serialized_start=375
-  _globals['_MODELTRAFFICRESPONSE_STATESENTRY']._serialized_end=420
-  _globals['_TRAFFIC']._serialized_start=422
-  _globals['_TRAFFIC']._serialized_end=506
+  _globals['_MODELTRAFFICREQUEST']._serialized_end=200
+  _globals['_MODELTRAFFICREQUEST_WEIGHTSENTRY']._serialized_start=143
+  _globals['_MODELTRAFFICREQUEST_WEIGHTSENTRY']._serialized_end=189
+  _globals['_MODELTRAFFICRESPONSE']._serialized_start=203
+  _globals['_MODELTRAFFICRESPONSE']._serialized_end=452
+  _globals['_MODELTRAFFICRESPONSE_WEIGHTSENTRY']._serialized_start=143
+  _globals['_MODELTRAFFICRESPONSE_WEIGHTSENTRY']._serialized_end=189
+  _globals['_MODELTRAFFICRESPONSE_STATESENTRY']._serialized_start=407
+  _globals['_MODELTRAFFICRESPONSE_STATESENTRY']._serialized_end=452
+  _globals['_TRAFFIC']._serialized_start=454
+  _globals['_TRAFFIC']._serialized_end=538
 # @@protoc_insertion_point(module_scope)

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ModelTrafficRequest(_message.Message):
-    __slots__ = ("name", "weights")
+    __slots__ = ("name", "weights", "shadow")
     class WeightsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -18,9 +18,11 @@ class ModelTrafficRequest(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_FIELD_NUMBER: _ClassVar[int]
     name: str
     weights: _containers.ScalarMap[str, int]
-    def __init__(self, name: _Optional[str] = ..., weights: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    shadow: str
+    def __init__(self, name: _Optional[str] = ..., weights: _Optional[_Mapping[str, int]] = ..., shadow: _Optional[str] = ...) -> None: ...
 
 class ModelTrafficResponse(_message.Message):
     __slots__ = ("weights", "states", "json")

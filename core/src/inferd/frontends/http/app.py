@@ -329,9 +329,16 @@ class Endpoints:
     async def traffic_post(self, request: Request) -> Response:
         raw = await _body(request)  # a long weight stays text: refused naming its model and version
         body = parse_json(raw, "request", long_as_text=True) if raw.strip() else {}
-        if not isinstance(body, dict) or "weights" not in body:
-            raise InvalidArgument('traffic request must be a JSON object with "weights": {"<version>": <weight>}')
-        return _json(results_json.traffic(await self.dp.set_traffic(request.path_params["model"], body["weights"])))
+        if not isinstance(body, dict) or ("weights" not in body and "shadow" not in body):
+            raise InvalidArgument(
+                'traffic request must be a JSON object with "weights": {"<version>": <weight>} '
+                'and/or "shadow": "<version>[:<percent>]"'
+            )
+        shadow = body.get("shadow")
+        if shadow is not None and not isinstance(shadow, str):
+            raise InvalidArgument('traffic "shadow" must be a string: "<version>[:<percent>]", or "" for none')
+        shown = await self.dp.set_traffic(request.path_params["model"], body.get("weights"), shadow)
+        return _json(results_json.traffic(shown))
 
     async def trace_get(self, request: Request) -> Response:
         return _json(results_json.trace_settings(self.dp.trace_settings(request.path_params.get("model", ""))))

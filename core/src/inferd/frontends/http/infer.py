@@ -92,17 +92,16 @@ class InferEndpoint:
         except Exception as exc:
             return failure(exc, path)
         coding = None if head.accept is None else response_coding(head.accept)
+        reply: Reply
         if coding is not None:
-            return await _compressed(parts, json_length, coding)
-        if json_length is None:
-            return json_reply(200, parts[0])
-        extra = (_HEADER_LENGTH, str(json_length).encode())
-        length = 0
-        for part in parts:
-            length += len(part)
-        if length <= JOIN_LIMIT:
-            parts = [b"".join(parts)]
-        return Reply(200, [(b"content-type", _OCTETS), (b"content-length", str(length).encode()), extra], parts)
+            reply = await _compressed(parts, json_length, coding)
+        elif json_length is None:
+            reply = json_reply(200, parts[0])
+        else:
+            reply = _binary_reply(parts, json_length)
+        if response.parameters and "timing_total_us" in response.parameters:
+            reply.headers.append((b"server-timing", server_timing(response.parameters)))
+        return reply
 
     def _decode(
         self, body: bytes, header_length: str | None, model: str, version: str
@@ -148,6 +147,35 @@ def failure(exc: Exception, path: str) -> Reply:
     ``except`` block)."""
     status, body = error_reply(exc, path)
     return json_reply(status, body, [ACCEPTED_ENCODINGS] if isinstance(exc, UnsupportedEncoding) else None)
+
+
+def _binary_reply(parts: list[bytes | memoryview], json_length: int) -> Reply:
+    """A 200 with a JSON header and binary tensors (Triton's binary extension)."""
+    extra = (_HEADER_LENGTH, str(json_length).encode())
+    length = 0
+    for part in parts:
+        length += len(part)
+    if length <= JOIN_LIMIT:
+        parts = [b"".join(parts)]
+    return Reply(200, [(b"content-type", _OCTETS), (b"content-length", str(length).encode()), extra], parts)
+
+
+#: The ``timing_*_us`` response parameters by ``Server-Timing`` metric name.
+_SERVER_TIMING = (
+    ("queue", "timing_queue_us"),
+    ("compute_input", "timing_compute_input_us"),
+    ("infer", "timing_compute_infer_us"),
+    ("output", "timing_compute_output_us"),
+    ("total", "timing_total_us"),
+)
+
+
+def server_timing(parameters: dict[str, int]) -> bytes:
+    """The ``Server-Timing`` header (W3C; durations in milliseconds) of a request that asked for
+    its timings: what its ``timing_*_us`` response parameters say."""
+    return ", ".join(
+        f"{name};dur={parameters[key] / 1000:g}" for name, key in _SERVER_TIMING if key in parameters
+    ).encode()
 
 
 def json_reply(status: int, body: bytes | memoryview, extra: Headers | None = None) -> Reply:
