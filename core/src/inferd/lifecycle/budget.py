@@ -10,6 +10,9 @@ calls them). Nothing here touches a model: :mod:`inferd.lifecycle.on_demand` act
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import os
 import re
 from collections.abc import Iterable
@@ -68,6 +71,26 @@ def rss_bytes() -> int:
             return int(f.read().split()[1]) * _PAGE
     except (OSError, IndexError, ValueError):
         return 0
+
+
+def _libc_trim() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    name = ctypes.util.find_library("c")
+    try:
+        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    except OSError:
+        return None
+
+
+_TRIM = _libc_trim()
+
+
+def release_freed_memory() -> None:
+    """Give what an unloaded model freed back to the system (blocking: off the event loop): collect
+    the cycles that still hold it, then ``malloc_trim`` (glibc keeps freed blocks otherwise, and
+    raises its mmap threshold after a large free, so the next model's arrays land on its heap)."""
+    gc.collect()
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from inferd.engine.states import (
     Why,
 )
 from inferd.engine.version import ModelVersion
-from inferd.lifecycle.budget import rss_bytes
+from inferd.lifecycle.budget import release_freed_memory, rss_bytes
 from inferd.lifecycle.builder import VersionBuilder, VersionFailed
 from inferd.lifecycle.dependencies import callers, composing, load_waves, unload_order
 from inferd.repository.scan import (
@@ -232,6 +232,7 @@ class ModelManager:
             self.builder.kept_stats[(key, mv.version)] = mv.stats
         await self._unload_record(record, EVICTED)
         self.footprints.pop(key, None)
+        await asyncio.to_thread(release_freed_memory)
 
     async def _load_key(self, source: ModelSource, override: cfg.ModelConfig | None) -> None:
         """:meth:`load` of one model key, with the models its steps call."""

@@ -219,13 +219,15 @@ class OnDemand:
             return
         footprint = self.manager.footprints.get(key, 0)
         idle = time.time() - self.last_used(key)
+        busy = sum(mv.scheduler.inflight() for mv in record.serving.values()) + self._waiting.get(key, 0)
         await self.manager.evict(key)
         self.counts.evictions[key] += 1
         log.info(
-            "model '%s' evicted (idle %.1f s, 0 requests in flight or queued, footprint %s) to make room under the "
+            "model '%s' evicted (idle %.1f s, %d requests in flight or queued, footprint %s) to make room under the "
             "memory budget",
             record.name,
             idle,
+            busy,
             shown_bytes(footprint),
         )
 
