@@ -84,11 +84,13 @@ def _libc_trim() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
 _TRIM = _libc_trim()
 
 
-def release_freed_memory() -> None:
-    """Give what an unloaded model freed back to the system (blocking: off the event loop): collect
-    the cycles that still hold it, then ``malloc_trim`` (glibc keeps freed blocks otherwise, and
-    raises its mmap threshold after a large free, so the next model's arrays land on its heap)."""
-    gc.collect()
+def release_freed_memory(collect: bool = False) -> None:
+    """Give what an unloaded model freed back to the system (blocking: off the event loop):
+    ``malloc_trim`` (glibc keeps freed blocks otherwise, and raises its mmap threshold after a
+    large free, so the next model's arrays land on its heap); with ``collect``, first the cycles
+    that may still hold it (a full collection holds the interpreter for a while: only when needed)."""
+    if collect:
+        gc.collect()
     if _TRIM is not None:
         _TRIM(0)
 

@@ -228,11 +228,14 @@ class ModelManager:
         record = self.table.records.get(key)
         if record is None or not record.serving:
             return
-        for mv in record.serving.values():
-            self.builder.kept_stats[(key, mv.version)] = mv.stats
+        # (no loop variable: one would hold the last version, and its memory, past the trim below)
+        self.builder.kept_stats.update({(key, v): mv.stats for v, mv in record.serving.items()})
+        footprint, resident = self.footprints.get(key, 0), rss_bytes()
         await self._unload_record(record, EVICTED)
         self.footprints.pop(key, None)
         await asyncio.to_thread(release_freed_memory)
+        if resident - rss_bytes() < footprint // 2:  # reference cycles may hold it: collect them too
+            await asyncio.to_thread(release_freed_memory, True)
 
     async def _load_key(self, source: ModelSource, override: cfg.ModelConfig | None) -> None:
         """:meth:`load` of one model key, with the models its steps call."""

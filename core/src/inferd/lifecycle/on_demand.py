@@ -218,17 +218,19 @@ class OnDemand:
         if record is None or not self.evictable(key):  # it became busy since it was chosen
             return
         footprint = self.manager.footprints.get(key, 0)
-        idle = time.time() - self.last_used(key)
+        idle = max(0.0, time.time() - self.last_used(key))
         busy = sum(mv.scheduler.inflight() for mv in record.serving.values()) + self._waiting.get(key, 0)
+        started = time.monotonic()
         await self.manager.evict(key)
         self.counts.evictions[key] += 1
         log.info(
             "model '%s' evicted (idle %.1f s, %d requests in flight or queued, footprint %s) to make room under the "
-            "memory budget",
+            "memory budget, in %.3f s",
             record.name,
             idle,
             busy,
             shown_bytes(footprint),
+            time.monotonic() - started,
         )
 
     # -- what the budget sees ----------------------------------------------------------------------
