@@ -29,7 +29,7 @@ MB = 1 << 20
 def hog(ident: int, megabytes: int, pin: bool = False, init_s: float = 0.0) -> dict[str, str]:
     """``memory_hog`` holding ``megabytes``, answering ``ident`` (pinned by its config with ``pin``;
     ``init_s``: initialize sleeps that long first)."""
-    config = source("memory_hog", "config.pbtxt").replace("MEGABYTES", str(megabytes)).replace('"ID"', f'"{ident}"')
+    config = source("memory_hog", "config.pbtxt").replace("MEGABYTES", str(megabytes)).replace("IDENT", str(ident))
     if pin:
         config += 'parameters { key: "pin" value { string_value: "true" } }\n'
     code = source("memory_hog")

@@ -31,7 +31,7 @@ ZIPF_S = 1.1
 
 
 def _config(i: int) -> str:
-    return source("memory_hog", "config.pbtxt").replace("MEGABYTES", str(HOLDS)).replace('"ID"', f'"{i}"')
+    return source("memory_hog", "config.pbtxt").replace("MEGABYTES", str(HOLDS)).replace("IDENT", str(i))
 
 
 def _status(pid: int, field: str) -> int:

@@ -215,8 +215,12 @@ class OnDemand:
 
     async def _evict(self, key: str) -> None:
         record = self.table.records.get(key)
-        if record is None or not self.evictable(key):  # it became busy since it was chosen
+        callers = self._callers()
+        if record is None or not self.evictable(key, callers):  # it became busy since it was chosen
             return
+        for ensemble in callers.get(key, ()):  # the loaded ensembles over it go first: they call it
+            if self.table.records[ensemble].serving:
+                await self._evict(ensemble)
         footprint = self.manager.footprints.get(key, 0)
         idle = max(0.0, time.time() - self.last_used(key))
         busy = sum(mv.scheduler.inflight() for mv in record.serving.values()) + self._waiting.get(key, 0)
@@ -267,31 +271,44 @@ class OnDemand:
         )
         return max(served, self._loaded_at.get(key, 0.0))
 
-    def evictable(self, key: str) -> bool:
-        """Idle (nothing in flight, queued or waiting for it), not pinned, called by no loaded ensemble."""
+    def evictable(self, key: str, callers: dict[str, set[str]] | None = None) -> bool:
+        """Idle (nothing in flight, queued or waiting for it), not pinned, and, for a step of loaded
+        ensembles, each of them idle and not pinned too (they are evicted with it)."""
+        if callers is None:
+            callers = self._callers()
+        return self._free(key) and all(self._free(c) for c in callers.get(key, ()))
+
+    def _free(self, key: str) -> bool:
         record = self.table.records.get(key)
         if record is None or not record.serving or self._waiting.get(key) or key in self._loads:
             return False
         if any(mv.scheduler.inflight() for mv in record.serving.values()):
             return False
-        if self.manager.pinned(key):
-            return False
-        return key not in self._steps_in_use()
+        return not self.manager.pinned(key)
 
-    def _steps_in_use(self) -> set[str]:
-        return {step for steps in self.manager.serving_calls().values() for step in steps}
+    def _callers(self) -> dict[str, set[str]]:
+        """The loaded ensembles over each model (those over them included)."""
+        direct: dict[str, set[str]] = {}
+        for ensemble, steps in self.manager.serving_calls().items():
+            for step in steps:
+                direct.setdefault(step, set()).add(ensemble)
+        every: dict[str, set[str]] = {}
+        for step in direct:
+            found, todo = set(), [step]
+            while todo:
+                for caller in direct.get(todo.pop(), ()):
+                    if caller not in found:
+                        found.add(caller)
+                        todo.append(caller)
+            every[step] = found
+        return every
 
     def loaded(self, exclude: str = "") -> list[Loaded]:
-        steps = self._steps_in_use()
+        callers = self._callers()
         return [
-            Loaded(
-                k,
-                self.manager.footprints.get(k, 0),
-                self.last_used(k),
-                k not in steps and self.evictable(k),
-            )
+            Loaded(k, self.manager.footprints.get(k, 0), self.last_used(k), self.evictable(k, callers))
             for k, r in self.table.records.items()
-            if r.serving and k != exclude
+            if r.serving and k != exclude and exclude not in callers.get(k, ())
         ]
 
 
