@@ -233,9 +233,10 @@ class ModelManager:
         footprint, resident = self.footprints.get(key, 0), rss_bytes()
         await self._unload_record(record, EVICTED)
         self.footprints.pop(key, None)
-        await asyncio.to_thread(release_freed_memory)
-        if resident - rss_bytes() < footprint // 2:  # reference cycles may hold it: collect them too
-            await asyncio.to_thread(release_freed_memory, True)
+        for collect in (False, True):  # what the heap keeps (small blocks), then what cycles hold
+            if resident - rss_bytes() >= footprint // 2:
+                return
+            await asyncio.to_thread(release_freed_memory, collect)
 
     async def _load_key(self, source: ModelSource, override: cfg.ModelConfig | None) -> None:
         """:meth:`load` of one model key, with the models its steps call."""

@@ -30,7 +30,7 @@ from inferd import config as cfg
 from inferd.contracts.errors import InferdError, Unavailable
 from inferd.contracts.model_info import ModelInfo, TensorInfo
 from inferd.engine.validation import Validator
-from inferd.lifecycle.budget import Loaded, choose_victims, shown_bytes
+from inferd.lifecycle.budget import Loaded, choose_victims, map_large_blocks, shown_bytes
 from inferd.lifecycle.on_demand_metrics import OnDemandCounts
 
 if TYPE_CHECKING:
@@ -80,6 +80,8 @@ class OnDemand:
         self._blocked: dict[str, str] = {}
         #: Loads, evictions, refusals and load latency (the ``/metrics`` families).
         self.counts = OnDemandCounts(self)
+        if budget is not None:
+            map_large_blocks()  # an evicted model's large arrays go back to the system as they are freed
 
     # -- the request path ---------------------------------------------------------------------------
 
