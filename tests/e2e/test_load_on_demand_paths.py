@@ -1,13 +1,14 @@
 """Load on demand through every path a request takes besides plain HTTP/gRPC infer: an ensemble
 loads its steps (and a step of an ensemble in use is never evicted), a Python model calling a model
 (BLS) loads it, the OpenAI API loads its model, and under poll a model changed on disk while evicted
-loads its new files on its next request."""
+loads its new files on its next request; a tenant's request loads only models the tenant may see."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
 from tests.plugins.frontend_openai.chat_model import write_chat_model
 from tests.python_models import source
@@ -130,3 +132,51 @@ def test_under_poll_a_model_changed_while_evicted_loads_its_new_files(tmp_path: 
         time.sleep(1.5)  # a few scans: the change is seen, and nothing loads it yet
         assert states(srv)["a"] == "EVICTED"
         assert call(srv.http_url, "a") == 11  # its next request loads the new files
+
+
+def test_a_tenant_loads_only_the_models_it_may_see(tmp_path: Path) -> None:
+    repo = write_repository(tmp_path / "models", {"mine": hog(1, 1), "theirs": hog(2, 1)})
+    auth = tmp_path / "auth.json"
+    tenants = {
+        "a": {"keys": [digest("a-key")], "models": ["mine"]},
+        "admin": {"keys": [digest("admin-key")], "apis": ["health", "model-repository"]},
+    }
+    auth.write_text(json.dumps({"tenants": tenants}))
+    with ServerProcess([repo], ["--model-load-on-demand=true", f"--auth-config={auth}"]) as srv:
+        body = json.dumps({"inputs": [{"name": "MS", "shape": [1], "datatype": "INT32", "data": [0]}]}).encode()
+        headers = {"Content-Type": "application/json", "Authorization": "Bearer a-key"}
+
+        def post(model: str) -> tuple[int, dict[str, object]]:
+            request = urllib.request.Request(f"http://{srv.http_url}/v2/models/{model}/infer", body, headers)
+            try:
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    return response.status, json.loads(response.read())
+            except urllib.error.HTTPError as exc:
+                return exc.code, json.loads(exc.read())
+
+        status, answer = post("theirs")
+        assert status == 404 and "unknown model" in str(answer["error"]), answer
+        status, answer = post("mine")
+        assert status == 200 and answer["outputs"][0]["data"] == [1], answer  # type: ignore[index]
+        index = requests_index(srv)
+        assert index == {"mine": "READY", "theirs": ""}, index
+
+
+def requests_index(srv: ServerProcess) -> dict[str, str]:
+    """The repository index, as the tenant allowed the repository API sees it."""
+    request = urllib.request.Request(
+        f"http://{srv.http_url}/v2/repository/index", b"{}", {"Authorization": "Bearer admin-key"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        rows = json.loads(response.read())
+    return {row["name"]: row.get("state", "") for row in rows}
+
+
+def test_with_workers_each_loads_on_demand_under_its_share_of_the_budget(tmp_path: Path) -> None:
+    repo = write_repository(tmp_path / "models", {f"m{i}": hog(i, 20) for i in range(4)})
+    flags = ["--workers", "2", "--model-load-on-demand=true", f"--model-memory-budget={int(2 * 2.5 * 20 * MB)}"]
+    with ServerProcess([repo], flags) as srv:
+        assert "memory budget 50.0 MiB per worker" in srv.log()
+        for round_ in range(3):
+            for i in range(4):  # a new client (connection) each time: the kernel deals them to both workers
+                assert call(srv.http_url, f"m{i}") == i, (round_, i)
