@@ -13,8 +13,10 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from inferd.auth import digest
 from inferd.testing import ServerProcess, write_repository
@@ -180,3 +182,21 @@ def test_with_workers_each_loads_on_demand_under_its_share_of_the_budget(tmp_pat
         for round_ in range(3):
             for i in range(4):  # a new client (connection) each time: the kernel deals them to both workers
                 assert call(srv.http_url, f"m{i}") == i, (round_, i)
+
+
+def test_a_model_that_fails_to_load_says_why_and_is_not_retried_at_once(tmp_path: Path) -> None:
+    broken = {
+        "config.pbtxt": hog(0, 1)["config.pbtxt"],
+        "1/model.py": "raise RuntimeError('cannot import this model')\n",
+    }
+    repo = write_repository(tmp_path / "models", {"broken": broken, "fine": hog(3, 1)})
+    with ServerProcess([repo], ["--model-load-on-demand=true"]) as srv:
+        for _ in range(3):
+            with pytest.raises(InferenceServerException) as failed:
+                call(srv.http_url, "broken")
+            assert "'broken'" in str(failed.value) and "load failed" in str(failed.value), failed.value
+            assert "a request loads it again after 30 s" in str(failed.value)
+        assert call(srv.http_url, "fine") == 3  # one broken model harms no other
+        index = repository_index(httpclient.InferenceServerClient(srv.http_url))
+        assert index[("broken", "1")][0] == "UNAVAILABLE" and "cannot import this model" in index[("broken", "1")][1]
+    assert srv.log_path.read_text().count("model 'broken' version 1 failed to load") == 1

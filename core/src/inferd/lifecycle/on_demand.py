@@ -40,6 +40,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+#: How long a model whose load on demand failed answers its failure before a request tries again
+#: (at once when a scan under poll finds its files changed).
+RETRY_FAILED_S = 30.0
+
+#: What a request for a model whose load on demand failed is told to do.
+LOAD_ADVICE = (
+    f"fix it: a request loads it again after {RETRY_FAILED_S:g} s, or at once when poll finds its files changed"
+)
+
+
 class LoadRefused(Unavailable):
     """A load on demand that could not happen in time: the client may retry after ``retry_after`` s."""
 
@@ -62,6 +72,7 @@ class OnDemand:
     def __init__(self, manager: ModelManager, timeout: float = 60.0, budget: int | None = None) -> None:
         self.manager = manager
         self.table = manager.table
+        self.table.load_advice = LOAD_ADVICE
         #: How long a request waits for its model's load (and the load for room under the budget).
         self.timeout = timeout
         #: Bytes of resident memory the loaded models may hold (None: no budget).
@@ -74,8 +85,9 @@ class OnDemand:
         self._loaded_at: dict[str, float] = {}
         #: What a model looked like when last loaded (its placeholders' signature), by key.
         self._shapes: dict[str, dict[int, ModelInfo]] = {}
-        #: Models whose load on demand failed, with the files they failed from (not retried until they change).
-        self._failed: dict[str, str] = {}
+        #: Models whose load on demand failed: the files they failed from and when (not retried for
+        #: :data:`RETRY_FAILED_S` unless those files change).
+        self._failed: dict[str, tuple[str, float]] = {}
         #: Why each load waiting for room under the budget cannot start yet.
         self._blocked: dict[str, str] = {}
         #: Loads, evictions, refusals and load latency (the ``/metrics`` families).
@@ -96,8 +108,9 @@ class OnDemand:
         record = self.table.records.get(key)
         if source is None or (record is not None and record.serving):
             return None
-        if self._failed.get(key) == source.fingerprint and key not in self._loads:
-            return None  # its load failed and its files did not change: the index says why
+        failed = self._failed.get(key)
+        if failed is not None and failed[0] == source.fingerprint and time.monotonic() - failed[1] < RETRY_FAILED_S:
+            return None  # its load failed just now from these files: the table's error says so
         number = int(version) if version.isdigit() else 0
         shapes = self._shapes.get(key, {})
         shape = shapes.get(number) or (shapes[max(shapes)] if shapes and not number else None)
@@ -160,7 +173,7 @@ class OnDemand:
             seconds = time.monotonic() - started
             record = self.table.records.get(key)
             if record is None or not record.serving:
-                self._failed[key] = source.fingerprint
+                self._failed[key] = (source.fingerprint, time.monotonic())
                 return
             self._failed.pop(key, None)
             self._loaded_at[key] = time.time()
