@@ -105,6 +105,7 @@ def test_a_request_past_the_timeout_gets_503_with_retry_after_and_the_load_goes_
             "'slow'" in response.json()["error"] and "--model-load-on-demand-timeout-secs" in response.json()["error"]
         )
         assert int(response.headers["retry-after"]) >= 1
+        assert states(srv)["slow"] == "LOADING"  # initialize sleeps 3 s: the load goes on
         deadline = time.monotonic() + 30
         while states(srv)["slow"] != "READY" and time.monotonic() < deadline:
             time.sleep(0.2)
