@@ -207,6 +207,11 @@ class LocalDataPlane(DataPlane):
     def routed_model(self, name: str) -> ServedModel:
         return self.table.routed(name).served
 
+    async def load_on_demand(self, name: str) -> None:
+        on_demand = self.table.on_demand
+        if on_demand is not None and on_demand.pending(name) is not None:
+            await on_demand.ready(name)
+
     # -- statistics and metrics -----------------------------------------------------------------
 
     async def model_statistics(self, name: str = "", version: str = "") -> list[ModelStatistics]:

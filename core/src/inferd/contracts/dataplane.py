@@ -348,6 +348,13 @@ class DataPlane(abc.ABC):
     def routed_model(self, name: str) -> ServedModel:
         """The version a request for ``name`` that names no version runs on (its traffic split picks)."""
 
+    async def load_on_demand(self, name: str) -> None:
+        """With ``--model-load-on-demand``: load ``name`` when it is in the repository and serves
+        no version, or wait for its load under way (UNAVAILABLE past the server's timeout); nothing
+        otherwise. :attr:`infer` and :attr:`stream` do it themselves: a frontend with a catalog of
+        its own (:meth:`served_model`, :meth:`routed_model`) calls it first, once it checked that the
+        caller may see ``name``. The default does nothing (a plane with no on-demand loading)."""
+
     # repository control
     @abc.abstractmethod
     def repository_index(self, ready_only: bool = False) -> list[RepositoryEntry]: ...

@@ -47,7 +47,7 @@ class ModelRecords(Protocol):
 
 
 def _left_on_purpose(state: VersionState) -> bool:
-    return state.state is State.UNAVAILABLE and state.why in _LEFT_ON_PURPOSE
+    return (state.state is State.UNAVAILABLE and state.why in _LEFT_ON_PURPOSE) or state.state is State.EVICTED
 
 
 def model_is_ready(record: ModelRecord) -> bool:

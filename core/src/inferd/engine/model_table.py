@@ -13,7 +13,7 @@ Triton's sentence. Resolving a name is one dict lookup either way.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from inferd.auth.policy import unknown_model, visible_names
 from inferd.contracts.errors import InvalidArgument, NotFound
@@ -22,8 +22,21 @@ from inferd.engine.traffic import Traffic
 from inferd.repository.scan import Snapshot, model_key
 
 if TYPE_CHECKING:
+    from inferd.contracts.model_info import ModelInfo
     from inferd.engine.version import ModelVersion
     from inferd.repository.scan import ModelSource
+
+
+class OnDemandLoads(Protocol):
+    """What the router asks of on-demand loading (:class:`inferd.lifecycle.on_demand.OnDemand`)."""
+
+    def pending(self, name: str, version: str = "") -> ModelInfo | None:
+        """A placeholder for a model in the repository that serves no version, or None."""
+        ...
+
+    async def ready(self, name: str, version: str = "") -> ModelInfo:
+        """The version serving ``name`` once it loaded (this request's load or one under way)."""
+        ...
 
 
 class ModelTable:
@@ -48,6 +61,9 @@ class ModelTable:
         #: How a model that is not loaded gets loaded under this server's control mode (the
         #: lifecycle writes it); ``{name}`` stands for the model's name.
         self.load_advice = ""
+        #: ``--model-load-on-demand``: loads a model a request names that serves no version (the
+        #: lifecycle sets it; :mod:`inferd.lifecycle.on_demand`). The router asks it.
+        self.on_demand: OnDemandLoads | None = None
 
     # -- writing (the lifecycle) -------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, cast
 
-from inferd.contracts.errors import ErrorKind, InferdError, InternalError, InvalidArgument, Unavailable, Unsupported
+from inferd.contracts.errors import ErrorKind, InferdError, InternalError, InvalidArgument, NotFound, Unavailable, Unsupported
 from inferd.contracts.log_context import REQUEST_ID, REQUEST_MODEL
 from inferd.contracts.trace import TRACE_KEY
 from inferd.contracts.types import PICKED, InferRequest, InferResponse
@@ -52,8 +52,16 @@ class Router:
 
     def resolve(self, name: str, version: str = "") -> ModelInfo:
         """The version that serves a request for ``name``/``version`` now; pass it to :meth:`infer`
-        or :meth:`stream` so the request runs on the version it was decoded for."""
-        return self.table.resolve(name, version).info
+        or :meth:`stream` so the request runs on the version it was decoded for. With
+        ``--model-load-on-demand``, a model that serves no version resolves to a placeholder:
+        :meth:`infer` and :meth:`stream` load it first."""
+        try:
+            return self.table.resolve(name, version).info
+        except NotFound:
+            pending = self.table.on_demand.pending(name, version) if self.table.on_demand is not None else None
+            if pending is None:
+                raise
+            return pending
 
     def step_key(self, namespace: str, name: str) -> str:
         return self.table.step_key(namespace, name)
@@ -75,6 +83,8 @@ class Router:
         """Run one request to completion on ``model`` (from :meth:`resolve`; resolved from the
         request when not given). Decoupled models must go through :meth:`stream`."""
         info = model or self.resolve(request.model_name, request.model_version)
+        if self.table.on_demand is not None and info.handle() is None:
+            info = await self.table.on_demand.ready(info.name, request.model_version)
         if info.decoupled:
             raise Unsupported(
                 f"model '{info.name}' is decoupled (it may send any number of responses): "
@@ -229,6 +239,8 @@ class Router:
         """Yield every response of a request on ``model`` (resolved from the request when not
         given): one for ordinary models, 0..N for decoupled ones."""
         info = model or self.resolve(request.model_name, request.model_version)
+        if self.table.on_demand is not None and info.handle() is None:
+            info = await self.table.on_demand.ready(info.name, request.model_version)
         split = (
             bool(self.splits) and info.name in self.splits and (not request.model_version or PICKED in request.context)
         )
@@ -297,6 +309,8 @@ class Router:
 
     async def _infer_for_thread(self, request: InferRequest) -> InferResponse:
         info = self.resolve(request.model_name, request.model_version)
+        if self.table.on_demand is not None and info.handle() is None:
+            info = await self.table.on_demand.ready(info.name, request.model_version)
         if info.decoupled:
             raise Unsupported(
                 f"Model {info.name} is using the decoupled. The current BLS request call doesn't support models "

@@ -22,6 +22,8 @@ class State(str, enum.Enum):
     LOADING = "LOADING"
     READY = "READY"
     UNLOADING = "UNLOADING"
+    #: Unloaded to stay under the memory budget (``--model-memory-budget``): its next request loads it.
+    EVICTED = "EVICTED"
 
 
 class Why(enum.Enum):
@@ -32,6 +34,7 @@ class Why(enum.Enum):
     LOAD_FAILED = "{}"
     RELOAD_FAILED = "reload failed, previous version still serving: {}"
     UNLOADED = "unloaded"
+    EVICTED = "evicted to stay under the memory budget (idle, least recently used); its next request loads it"
     REMOVED = "removed from the repository"
     DEPENDENCY = "unloaded: it calls '{}', which was unloaded"
     #: An ensemble taken out of serving: a model its steps call was reloaded with inputs or
@@ -73,6 +76,7 @@ LOADING = VersionState(State.LOADING)
 READY = VersionState(State.READY)
 UNLOADING = VersionState(State.UNLOADING)
 UNLOADED = VersionState(State.UNAVAILABLE, Why.UNLOADED)
+EVICTED = VersionState(State.EVICTED, Why.EVICTED)
 
 
 @dataclass

@@ -24,6 +24,7 @@ from inferd.host.arguments import SuggestingParser, backend_config_setting
 from inferd.host.logging_settings import configure_logging
 from inferd.host.plugins import PluginHost
 from inferd.host.server import Server, ServerOptions
+from inferd.lifecycle.budget import parse_budget
 from inferd.lifecycle.manager import ControlMode
 from inferd.serving import HTTP_HEADER_TIMEOUT, HTTP_MAX_HEADER_SIZE, HTTP_MAX_INPUT_SIZE, tls
 from inferd.tools import COMMANDS, command
@@ -163,6 +164,38 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:
         help="how long an unload (or a reload's retiring version) waits for in-flight requests; "
         "past it, instances still executing are abandoned (their requests fail with "
         "UNAVAILABLE, their threads are left running) and the model unloads (default: 30)",
+    )
+    g.add_argument(
+        "--model-load-on-demand",
+        type=parse_bool,
+        default=False,
+        metavar="BOOL",
+        help="load a model of the repositories on its first request (concurrent requests wait for the "
+        "same load); start-up loads only --load-model names and pinned models (default: false)",
+    )
+    g.add_argument(
+        "--model-load-on-demand-timeout-secs",
+        type=_seconds,
+        default=60.0,
+        metavar="SECS",
+        help="how long a request waits for its model's load on demand (and the load for room under the "
+        "budget); past it, 503/UNAVAILABLE with Retry-After (default: 60)",
+    )
+    g.add_argument(
+        "--model-memory-budget",
+        default=None,
+        metavar="SIZE",
+        help="with --model-load-on-demand: resident memory the loaded models may hold, in bytes (8G, "
+        "512MiB) or as a share of the machine's or cgroup's memory (0.5, 50%%); idle models are "
+        "evicted, least recently used first, to stay under it (with --workers N, each worker gets 1/N)",
+    )
+    g.add_argument(
+        "--model-pin",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a model never evicted under --model-memory-budget (repeatable; a config can say so with "
+        'parameters { key: "pin" value { string_value: "true" } })',
     )
     g.add_argument(
         "--strict-readiness",
@@ -438,6 +471,10 @@ _OWN_DESTS = {
     "model_load_thread_count",
     "model_unload_timeout_secs",
     "model_namespacing",
+    "model_load_on_demand",
+    "model_load_on_demand_timeout_secs",
+    "model_memory_budget",
+    "model_pin",
     "http_port",
     "grpc_port",
     "metrics_port",
@@ -501,6 +538,16 @@ def _backend_config(args: argparse.Namespace) -> dict[str, dict[str, str]]:
     return configs
 
 
+def _budget(text: str | None) -> int | None:
+    """``--model-memory-budget`` in bytes (a share of the memory resolved here)."""
+    if text is None:
+        return None
+    try:
+        return parse_budget(text)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
     autocomplete = not args.disable_auto_complete_config and not args.strict_model_config
     return ServerOptions(
@@ -522,6 +569,10 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         drain_delay_secs=args.drain_delay_secs,
         model_load_thread_count=args.model_load_thread_count,
         model_unload_timeout_secs=args.model_unload_timeout_secs,
+        model_load_on_demand=args.model_load_on_demand,
+        model_load_on_demand_timeout_secs=args.model_load_on_demand_timeout_secs,
+        model_memory_budget=_budget(args.model_memory_budget),
+        model_pin=list(args.model_pin),
         log_verbose=args.log_verbose,
         cache_config=_cache_config(args),
         backend_config=_backend_config(args),

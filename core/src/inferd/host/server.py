@@ -31,8 +31,10 @@ from inferd.host.logging_settings import BLOCK
 from inferd.host.logging_settings import SETTINGS as LOG_SETTINGS
 from inferd.host.plugins import PluginHost
 from inferd.host.summary import startup_summary
+from inferd.lifecycle.budget import shown_bytes
 from inferd.lifecycle.builder import VersionBuilder, backend_config_warnings
 from inferd.lifecycle.manager import ControlMode, LifecycleOptions, ModelManager
+from inferd.lifecycle.on_demand import OnDemand
 from inferd.repository.object_store import ObjectStoreRepository, is_url
 from inferd.repository.scan import Repository
 from inferd.serving import HTTP_HEADER_TIMEOUT, HTTP_MAX_HEADER_SIZE, HTTP_MAX_INPUT_SIZE
@@ -79,6 +81,14 @@ class ServerOptions:
     #: turned false (so load balancers stop sending) before they stop accepting.
     drain_delay_secs: float = 0.0
     model_load_thread_count: int = 4
+    #: ``--model-load-on-demand``: models load on their first request (:mod:`inferd.lifecycle.on_demand`).
+    model_load_on_demand: bool = False
+    #: ``--model-load-on-demand-timeout-secs``: how long a request waits for its model's load.
+    model_load_on_demand_timeout_secs: float = 60.0
+    #: ``--model-memory-budget`` in bytes (None: none): with ``--workers N`` each worker gets 1/N.
+    model_memory_budget: int | None = None
+    #: ``--model-pin``: models never evicted.
+    model_pin: list[str] = field(default_factory=list)
     log_verbose: int = 0
     #: ``--cache-config NAME,key=value`` gathered by cache name: ``{"local": {"size": "1048576"}}``.
     cache_config: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -147,7 +157,8 @@ class Server:
         #: ``--workers N``: which worker this process is, and everything that spans the workers.
         self.workers = membership(options.worker)
         self.table = ModelTable(options.model_namespacing, Traffic())
-        self.health = ServerHealth(models=self.table if options.strict_readiness else None)
+        strict = options.strict_readiness and not options.model_load_on_demand  # models load when asked
+        self.health = ServerHealth(models=self.table if strict else None)
         self.tracer = Tracer()
         self.router = Router(self.table, self.tracer, self.health)
         self.cache: ResponseCache | None = self._build_cache()
@@ -166,6 +177,15 @@ class Server:
             (self.workers.index, self.workers.count),
         )
         self.manager = ModelManager(self._lifecycle_options(), self.table, builder)
+        self.on_demand: OnDemand | None = None
+        if options.model_load_on_demand:
+            budget = options.model_memory_budget
+            if budget is not None:
+                budget //= max(1, self.workers.count)  # each worker loads on demand under its share
+            self.on_demand = OnDemand(self.manager, options.model_load_on_demand_timeout_secs, budget)
+            self.table.on_demand = self.on_demand
+        elif options.model_memory_budget is not None:
+            log.warning("--model-memory-budget is ignored: it applies to --model-load-on-demand=true")
         shared_memory = self.workers.shared_memory()
         shared_memory.allow_clients = options.allow_client_shm
         self.local = LocalDataPlane(
@@ -217,6 +237,8 @@ class Server:
             namespacing=options.model_namespacing,
             strict_readiness=options.strict_readiness,
             namespaces=[str(p) for p in options.model_repositories],
+            on_demand=options.model_load_on_demand,
+            pinned=frozenset(options.model_pin),
         )
 
     async def start(self) -> None:
@@ -256,8 +278,23 @@ class Server:
                 self.manager.options.repositories,
                 options.repository_poll_secs,
                 options.workers_note,
+                self._on_demand_note(),
             )
             log.info("serving:\n%s", summary, extra=BLOCK)
+
+    def _on_demand_note(self) -> str:
+        """The start-up block's ``load on demand`` line ("" when off)."""
+        on_demand = self.on_demand
+        if on_demand is None:
+            return ""
+        note = f"on (a request waits up to {on_demand.timeout:g} s for its model)"
+        if on_demand.budget is None:
+            return note + "; no memory budget"
+        share = " per worker" if self.workers.count > 1 else ""
+        return (
+            f"{note}; memory budget {shown_bytes(on_demand.budget)}{share}, {shown_bytes(on_demand.used())} used, "
+            "least recently used idle models evicted"
+        )
 
     async def _check_repositories(self) -> None:
         """A directory that is none stops the server; so does an object store that cannot be
@@ -295,10 +332,13 @@ class Server:
     def startup_failures(self) -> list[str]:
         """``failed to load '<model>': <reason>`` for each model start-up should have loaded and
         did not: in modes none and poll every model of the repositories, in explicit mode those
-        ``--load-model`` names (one that is in no repository too)."""
+        ``--load-model`` names (one that is in no repository too); with ``--model-load-on-demand``
+        those names in every mode."""
         table = self.table
         records = table.records
-        if self.options.model_control_mode is ControlMode.EXPLICIT and "*" not in self.options.load_models:
+        if self.options.model_load_on_demand:  # only --load-model names load at start (and pinned models)
+            keys = {name: table.keys_of(name) or [name] for name in self.options.load_models if name != "*"}
+        elif self.options.model_control_mode is ControlMode.EXPLICIT and "*" not in self.options.load_models:
             keys = {name: table.keys_of(name) or [name] for name in self.options.load_models}
         else:
             keys = {k: [k] for k in sorted(set(table.snapshot.models) | set(records))}

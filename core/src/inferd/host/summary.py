@@ -52,6 +52,7 @@ def startup_summary(
     repositories: Sequence[Repository],
     poll_secs: float,
     workers: str = "",
+    on_demand: str = "",
 ) -> str:
     """The block logged after ``inferd ready`` (as a ``logging_settings.BLOCK``: no line break but
     its own): the repository index as Triton's table, each frontend's URL, the access rules, and
@@ -68,6 +69,8 @@ def startup_summary(
         lines.append(_labelled("model control", f"poll on, watching {watched} (rescan every {poll_secs:g} s)"))
     else:
         lines.append(_labelled("model control", f"{mode.value} (poll off)"))
+    if on_demand:
+        lines.append(_labelled("load on demand", on_demand))
     if workers:
         lines.append(_labelled("workers", workers))
     return "\n".join(lines)

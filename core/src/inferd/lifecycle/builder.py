@@ -93,6 +93,9 @@ class VersionBuilder:
         self._locks = threading.Lock()
         #: ``--rate-limit=execution_count``: the server's limiter (``None``: off, Triton's default).
         self.rate_limiter = rate_limiter
+        #: Statistics of versions evicted under the memory budget, by (key, version): the next
+        #: load of that version counts on from them (Triton's statistics outlive a reload too).
+        self.kept_stats: dict[tuple[str, int], ModelStats] = {}
 
     def prepare_config(
         self, source: ModelSource, override: cfg.ModelConfig | None
@@ -250,7 +253,8 @@ class VersionBuilder:
         started = time.monotonic_ns()
         version_config = cfg.ModelConfig()
         version_config.CopyFrom(config)
-        recorder = Recorder(ModelStats(source.name, str(version)), version_config.max_batch_size)
+        stats = self.kept_stats.pop((source.key, version), None) or ModelStats(source.name, str(version))
+        recorder = Recorder(stats, version_config.max_batch_size)
         model: Model | None = None
         runners: list[Runner] = []
         if backend is not None:

@@ -27,8 +27,19 @@ from inferd.contracts.errors import InferdError, InvalidArgument
 from inferd.engine import gc_settings
 from inferd.engine.health import model_is_ready
 from inferd.engine.model_table import ModelTable, ambiguous_name
-from inferd.engine.states import LOADING, READY, UNLOADED, UNLOADING, ModelRecord, State, VersionState, Why
+from inferd.engine.states import (
+    EVICTED,
+    LOADING,
+    READY,
+    UNLOADED,
+    UNLOADING,
+    ModelRecord,
+    State,
+    VersionState,
+    Why,
+)
 from inferd.engine.version import ModelVersion
+from inferd.lifecycle.budget import release_freed_memory, rss_bytes
 from inferd.lifecycle.builder import VersionBuilder, VersionFailed
 from inferd.lifecycle.dependencies import callers, composing, load_waves, unload_order
 from inferd.repository.scan import (
@@ -37,6 +48,7 @@ from inferd.repository.scan import (
     Repository,
     RepositoryDiff,
     Snapshot,
+    model_key,
     poll_failure,
     scan,
 )
@@ -83,6 +95,12 @@ class LifecycleOptions:
     #: With ``namespacing``, each repository's namespace: the value given for it, as Triton names
     #: it (the metrics' ``namespace`` label); empty: each one's path or URL.
     namespaces: list[str] = field(default_factory=list)
+    #: ``--model-load-on-demand``: start-up loads only the ``--load-model`` names and the pinned
+    #: models; the others load on their first request (:mod:`inferd.lifecycle.on_demand`), and
+    #: poll loads only new files of models that are loaded.
+    on_demand: bool = False
+    #: ``--model-pin``: names never evicted (besides those whose config says ``pin``).
+    pinned: frozenset[str] = frozenset()
 
 
 class ModelManager:
@@ -106,6 +124,11 @@ class ModelManager:
         #: Ensembles taken out of serving because a model their steps call changed under them:
         #: what they served, rebuilt when one of those models changes again (:meth:`_refit`).
         self._unfit: dict[str, _Unfit] = {}
+        #: Each loaded model's resident footprint (bytes, by key): the process's RSS growth over
+        #: its last load (:mod:`inferd.lifecycle.budget`).
+        self.footprints: dict[str, int] = {}
+        #: The last footprint each model measured, kept once it unloads (what its next load expects).
+        self.last_footprints: dict[str, int] = {}
 
     @property
     def snapshot(self) -> Snapshot:
@@ -119,7 +142,12 @@ class ModelManager:
         self.table.snapshot = await asyncio.to_thread(self.rescan, False)
         self._report_duplicates(self.table.snapshot)
         snapshot = self.table.snapshot
-        if self.options.mode is ControlMode.EXPLICIT and "*" not in self.options.startup_models:
+        if self.options.on_demand:
+            named = [k for name in self.options.startup_models if name != "*" for k in snapshot.keys_of(name)]
+            named += [k for k, s in snapshot.models.items() if self.pinned(k, s.config)]
+            calls = self._scanned_calls()
+            keys = list(dict.fromkeys(dep for k in named for dep in (*composing(calls, k), k)))
+        elif self.options.mode is ControlMode.EXPLICIT and "*" not in self.options.startup_models:
             named = [k for name in self.options.startup_models for k in snapshot.keys_of(name)]
             calls = self._scanned_calls()  # as Triton does, with the models their steps call
             keys = list(dict.fromkeys(dep for k in named for dep in (*composing(calls, k), k)))
@@ -176,6 +204,39 @@ class ModelManager:
             await self._load_key(snapshot.models[key], override)
         for key in keys:
             self._check_loaded(key)
+
+    def pinned(self, key: str, config: cfg.ModelConfig | None = None) -> bool:
+        """Whether ``key`` is never evicted: named by ``--model-pin``, or its config has
+        ``parameters { key: "pin" value { string_value: "true" } }``."""
+        record = self.table.records.get(key)
+        name = record.name if record is not None else key.rpartition("::")[2]
+        if name in self.options.pinned or key in self.options.pinned:
+            return True
+        configs = [mv.config for mv in record.serving.values()] if record is not None else []
+        if config is not None:
+            configs.append(config)
+        return any(c.parameters["pin"].string_value.lower() == "true" for c in configs if "pin" in c.parameters)
+
+    async def load_on_demand(self, key: str) -> None:
+        """Load ``key`` as the repository's last scan has it, with the models its steps call (a
+        request asked for it: :mod:`inferd.lifecycle.on_demand`)."""
+        await self._load_key(self.table.snapshot.models[key], None)
+
+    async def evict(self, key: str) -> None:
+        """Unload ``key`` to make room under the memory budget: its versions drain and close, their
+        statistics are kept for its next load, and the index shows it EVICTED."""
+        record = self.table.records.get(key)
+        if record is None or not record.serving:
+            return
+        # (no loop variable: one would hold the last version, and its memory, past the trim below)
+        self.builder.kept_stats.update({(key, v): mv.stats for v, mv in record.serving.items()})
+        footprint, resident = self.footprints.get(key, 0), rss_bytes()
+        await self._unload_record(record, EVICTED)
+        self.footprints.pop(key, None)
+        for collect in (False, True):  # what the heap keeps (small blocks), then what cycles hold
+            if resident - rss_bytes() >= footprint // 2:
+                return
+            await asyncio.to_thread(release_freed_memory, collect)
 
     async def _load_key(self, source: ModelSource, override: cfg.ModelConfig | None) -> None:
         """:meth:`load` of one model key, with the models its steps call."""
@@ -276,6 +337,9 @@ class ModelManager:
                 await self._unload_key(key, False, Why.REMOVED)
                 self.table.forget(key)
         self.table.poll_added.update(changes.added)
+        if self.options.on_demand:  # only what serves loads its new files now; the others on their next request
+            await self._load_many([k for k in changes.modified if self.table.records.get(k, _NONE).serving])
+            return
         await self._load_many(changes.added + changes.modified)
         if self.options.strict_readiness:
             for name in changes.added:
@@ -303,6 +367,10 @@ class ModelManager:
     def _scanned_calls(self) -> dict[str, Sequence[str]]:
         """The models each model's steps call, as its scanned config says."""
         return {k: self._step_keys(s.namespace, s.step_models) for k, s in self.table.snapshot.models.items()}
+
+    def serving_calls(self) -> dict[str, Sequence[str]]:
+        """The models (keys) the steps of each serving ensemble call."""
+        return self._serving_calls()
 
     def _serving_calls(self) -> dict[str, Sequence[str]]:
         """The models the steps of each serving model's versions call."""
@@ -332,6 +400,7 @@ class ModelManager:
         async with record.lock, self._load_slots:
             before = interface(record.serving)
             started = time.monotonic()
+            resident = rss_bytes()
             try:
                 config, backend, chosen = await asyncio.to_thread(self._prepare, source, override)
             except Exception as exc:
@@ -348,6 +417,9 @@ class ModelManager:
             for v, reason in failures.items():
                 _log_failure(record, source.name, v, reason)
             self.table.traffic.configured(record.name, config, sorted(record.serving))
+            if record.serving:
+                grown = max(0, rss_bytes() - resident)
+                self.footprints[source.key] = self.last_footprints[source.key] = grown
             log.info(
                 "model '%s' versions %s ready in %.2f s",
                 source.name,
@@ -406,6 +478,7 @@ class ModelManager:
 
     async def _unload_record(self, record: ModelRecord, final: VersionState) -> None:
         """Stop serving every version of ``record``, drain them, and leave them in ``final``."""
+        self.footprints.pop(model_key(record.namespace, record.name), None)
         async with record.lock:
             old = record.serving
             record.serving = {}
@@ -546,6 +619,9 @@ class ModelManager:
                 Why.LOAD_FAILED,
                 f"model '{name}' exists in more than one repository: {', '.join(map(str, paths))}",
             )
+
+
+_NONE = ModelRecord("")
 
 
 def prepare(

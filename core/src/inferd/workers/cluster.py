@@ -107,6 +107,9 @@ class ClusterDataPlane(DataPlane):
     def routed_model(self, name: str) -> ServedModel:
         return self.local.routed_model(name)
 
+    async def load_on_demand(self, name: str) -> None:
+        await self.local.load_on_demand(name)  # each worker loads on demand under its own share
+
     def repository_index(self, ready_only: bool = False) -> list[RepositoryEntry]:
         return self.local.repository_index(ready_only)
 

@@ -446,22 +446,26 @@ class _BlockedExecutions:
     def _run(self) -> None:
         while True:
             time.sleep(0.5)
-            now = time.monotonic()
-            with self._lock:
-                instances = list(self._instances)
-            for instance in instances:
-                since = instance.since
-                if since and since != instance.warned and now - since >= instance.warn_after:
-                    instance.warned = since
-                    _log.warning(
-                        "model '%s' instance '%s': execute has been running for %.1f s (EXECUTE_WARN_SECS %g); "
-                        "it holds the instance, and unloading the model or stopping the server waits for it. "
-                        "An isolated model (EXECUTION_MODE process) can be stopped with EXECUTE_TIMEOUT_SECS",
-                        instance._binding.model_name,
-                        instance.name,
-                        now - since,
-                        instance.warn_after,
-                    )
+            self._check(time.monotonic())
+
+    def _check(self, now: float) -> None:
+        """Warn of each execution past its limit (a method of its own: no instance stays referenced
+        from this thread between checks, so an unloaded model's memory goes as it unloads)."""
+        with self._lock:
+            instances = list(self._instances)
+        for instance in instances:
+            since = instance.since
+            if since and since != instance.warned and now - since >= instance.warn_after:
+                instance.warned = since
+                _log.warning(
+                    "model '%s' instance '%s': execute has been running for %.1f s (EXECUTE_WARN_SECS %g); "
+                    "it holds the instance, and unloading the model or stopping the server waits for it. "
+                    "An isolated model (EXECUTION_MODE process) can be stopped with EXECUTE_TIMEOUT_SECS",
+                    instance._binding.model_name,
+                    instance.name,
+                    now - since,
+                    instance.warn_after,
+                )
 
 
 BLOCKED = _BlockedExecutions()

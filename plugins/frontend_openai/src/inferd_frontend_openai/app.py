@@ -107,12 +107,14 @@ class OpenAIApp:
 
     async def model(self, request: Request) -> Response:
         name = request.path_params["model"]
+        await self.catalog.loaded(name)
         mv, lora = self.catalog.resolve(name)
         return JSONResponse(self.catalog.entry(lora or mv.name))
 
     async def completions(self, request: Request) -> Response:
         body = await _body(request)
         gen = params.decode(body, params.completion_prompts(body), chat=False)
+        await self.catalog.loaded(gen.model)
         mv = self.catalog.version(gen.model)
         if any(ids is not None for ids in gen.prompt_ids):
             if not engine.takes_ids(mv.info):
@@ -133,6 +135,7 @@ class OpenAIApp:
         messages = params.chat_messages(body)
         options = params.chat_options(body)
         gen = params.decode(body, [], chat=True)
+        await self.catalog.loaded(gen.model)
         mv = self.catalog.version(gen.model)
         tokenizer = await self.catalog.tokenizer(mv)
         wanted = params.wants_structure(body)
@@ -163,6 +166,7 @@ class OpenAIApp:
 
     async def embeddings(self, request: Request) -> Response:
         emb = embeddings.decode(await _body(request))
+        await self.catalog.loaded(emb.model)
         mv, lora = self.catalog.resolve(emb.model)
         if not embeddings.is_embedding_model(mv.info):
             raise bad_request(
@@ -176,6 +180,7 @@ class OpenAIApp:
         """vLLM's ``/tokenize``: a ``prompt`` or chat ``messages`` as token ids."""
         body = await _body(request)
         gen_model = params.decode({"model": body.get("model")}, [], chat=False).model
+        await self.catalog.loaded(gen_model)
         mv = self.catalog.version(gen_model)
         tokenizer = await self.catalog.tokenizer(mv)
         special = body.get("add_special_tokens")
@@ -205,6 +210,7 @@ class OpenAIApp:
         """vLLM's ``/detokenize``: token ids as text."""
         body = await _body(request)
         model = params.decode({"model": body.get("model")}, [], chat=False).model
+        await self.catalog.loaded(model)
         tokenizer = await self.catalog.tokenizer(self.catalog.version(model))
         tokens = body.get("tokens")
         if not isinstance(tokens, list) or not all(params.is_id(t) for t in tokens):

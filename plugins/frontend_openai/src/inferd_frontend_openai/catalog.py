@@ -37,6 +37,7 @@ class Models(Protocol):
     def served_model(self, name: str, version: str = "") -> ServedModel: ...
     def routed_model(self, name: str) -> ServedModel: ...
     def served_models(self) -> Sequence[ServedModel]: ...
+    async def load_on_demand(self, name: str) -> None: ...
 
 
 class Catalog:
@@ -97,6 +98,13 @@ class Catalog:
         if engine is not None:
             entry["max_model_len"] = engine.max_model_len
         return entry
+
+    async def loaded(self, name: str) -> None:
+        """With ``--model-load-on-demand``, load ``name`` if it is not loaded (only a model the
+        request's tenant may see: the others stay a 404)."""
+        grant = CURRENT.get()
+        if grant is None or grant.sees(name):
+            await self.models.load_on_demand(name)
 
     def version(self, name: str) -> ServedModel:
         """The version serving ``name`` now (the base model of an adapter); a 404 when there is none,

@@ -6,7 +6,6 @@ import json
 import logging
 import zlib
 
-from inferd.auth import AccessDenied
 from inferd.contracts.errors import ErrorKind, InferdError, InvalidArgument, Unsupported
 from inferd.serving import TOO_LARGE
 
@@ -78,9 +77,11 @@ def error_body(message: str) -> bytes:
 
 
 def error_headers(exc: InferdError) -> list[tuple[bytes, bytes]]:
-    """The headers an error's response carries (content type first; ``Retry-After`` for a limit)."""
-    if isinstance(exc, AccessDenied) and exc.retry_after:
-        return [*_JSON, (b"retry-after", str(exc.retry_after).encode())]
+    """The headers an error's response carries (content type first; ``Retry-After`` for a limit
+    or a load on demand that did not happen in time)."""
+    retry_after = getattr(exc, "retry_after", 0)  # a limit (AccessDenied), a load on demand refused
+    if retry_after:
+        return [*_JSON, (b"retry-after", str(retry_after).encode())]
     return _HEADERS.get(exc.kind, _JSON)
 
 

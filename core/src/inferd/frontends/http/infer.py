@@ -146,7 +146,10 @@ def failure(exc: Exception, path: str) -> Reply:
     """The error reply for ``exc`` (logged with its traceback when unexpected: call it from an
     ``except`` block)."""
     status, body = error_reply(exc, path)
-    return json_reply(status, body, [ACCEPTED_ENCODINGS] if isinstance(exc, UnsupportedEncoding) else None)
+    if isinstance(exc, UnsupportedEncoding):
+        return json_reply(status, body, [ACCEPTED_ENCODINGS])
+    retry_after = getattr(exc, "retry_after", 0)  # a load on demand that did not happen in time
+    return json_reply(status, body, [(b"retry-after", str(retry_after).encode())] if retry_after else None)
 
 
 def _binary_reply(parts: list[bytes | memoryview], json_length: int) -> Reply:

@@ -1,0 +1,147 @@
+"""The memory budget of on-demand loading (``--model-memory-budget``): its size, what each loaded
+model holds, and which idle models make room for a load.
+
+A model's footprint is the growth of the process's resident memory (RSS) over its load, measured
+when it loads (loads on demand run one at a time, so each measures only itself). The budget counts
+the footprints of the models loaded; before a load it picks the least recently used models that
+may go (:func:`choose_victims`): the caller says which may (idle, not pinned, no ensemble in use
+calls them). Nothing here touches a model: :mod:`inferd.lifecycle.on_demand` acts on the choice.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+
+
+def parse_budget(text: str, total: int | None = None) -> int:
+    """``--model-memory-budget``: bytes (``8589934592``, ``8G``, ``512MiB``) or a share of the
+    machine's memory (``0.5``, ``50%``; of the cgroup's limit where one is set). Raises
+    ``ValueError`` naming what is wrong."""
+    value = text.strip()
+    if value.endswith("%"):
+        share = float(value[:-1]) / 100
+    elif re.fullmatch(r"0?\.\d+|1(\.0*)?", value):
+        share = float(value)
+    else:
+        match = _SIZE.match(value)
+        if match is None:
+            raise ValueError(
+                f"--model-memory-budget '{text}': give bytes (8589934592, 8G, 512MiB) or a share of the "
+                "machine's memory (0.5, 50%)"
+            )
+        size = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+        if size <= 0:
+            raise ValueError(f"--model-memory-budget '{text}': the budget must be more than 0 bytes")
+        return size
+    if not 0 < share <= 1:
+        raise ValueError(f"--model-memory-budget '{text}': a share of the memory is more than 0 and at most 1 (100%)")
+    return int(share * (total if total is not None else machine_memory()))
+
+
+def machine_memory() -> int:
+    """The memory this process may use: the cgroup's limit (v2, then v1) where it is below the machine's."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit in (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes")):
+        try:
+            text = limit.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and 0 < int(text) < total:
+            return int(text)
+    return total
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_bytes() -> int:
+    """This process's resident memory now (``/proc/self/statm``; 0 where there is none)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+
+
+_LIBC = _libc()
+#: glibc's ``mallopt`` parameter for the mmap threshold.
+_M_MMAP_THRESHOLD = -3
+#: Blocks this large or larger are mapped on their own once :func:`map_large_blocks` ran.
+LARGE_BLOCK = 1 << 20
+
+
+def map_large_blocks() -> None:
+    """Have glibc map every block of :data:`LARGE_BLOCK` or more on its own, so that freeing it (a
+    model's weights, when the model unloads) gives it back to the system at once. By default glibc
+    raises its threshold after each large free (up to 32 MiB), and the next model's arrays land on
+    its heap, which keeps what is freed until a ``malloc_trim``."""
+    mallopt = getattr(_LIBC, "mallopt", None)
+    if mallopt is not None:
+        mallopt(_M_MMAP_THRESHOLD, LARGE_BLOCK)
+
+
+def release_freed_memory(collect: bool = False) -> None:
+    """Give what an unloaded model freed on glibc's heap back to the system (blocking: off the
+    event loop; it holds the allocator's locks while it walks the heap): ``malloc_trim``; with
+    ``collect``, first the reference cycles that may still hold it (a full collection holds the
+    interpreter for a while)."""
+    if collect:
+        gc.collect()
+    trim = getattr(_LIBC, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A loaded model as eviction sees it."""
+
+    key: str
+    footprint: int
+    #: When it last served a request or finished loading (``time.monotonic()``).
+    last_used: float
+    #: Idle, not pinned, and called by no ensemble in use: it may be evicted.
+    evictable: bool
+
+
+def choose_victims(loaded: Iterable[Loaded], need: int, budget: int) -> list[str] | None:
+    """The least recently used evictable models whose eviction makes room for ``need`` more bytes
+    under ``budget``; [] when it fits already, None when evicting every evictable one would not do."""
+    models = list(loaded)
+    used = sum(m.footprint for m in models)
+    if used + need <= budget:
+        return []
+    victims: list[str] = []
+    for m in sorted((m for m in models if m.evictable), key=lambda m: m.last_used):
+        victims.append(m.key)
+        used -= m.footprint
+        if used + need <= budget:
+            return victims
+    return None
+
+
+def shown_bytes(size: float) -> str:
+    """``size`` for people: ``512 MiB``, ``1.5 GiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(size) < 1024:
+            return f"{size:.0f} {unit}" if unit in ("B", "KiB") or size >= 100 else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"

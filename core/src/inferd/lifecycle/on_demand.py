@@ -1,0 +1,348 @@
+"""On-demand loading (``--model-load-on-demand``) under a memory budget (``--model-memory-budget``).
+
+A request for a model that is in the repository but not loaded (never loaded, unloaded, or
+evicted) gets a placeholder from :meth:`OnDemand.pending` when the router resolves it, and the
+router awaits :meth:`OnDemand.ready` before running it: every frontend resolves through the
+router, and so do ensembles and Python models calling models (BLS). Concurrent requests for one
+model wait for the same load, each for at most ``timeout`` seconds (then UNAVAILABLE, with a
+``Retry-After``). Loads on demand run one at a time, so each measures its own footprint.
+
+With a budget, a load first makes room: the least recently used models that are idle (no request
+in flight, queued or waiting for them), not pinned and called by no loaded ensemble are evicted
+(:func:`inferd.lifecycle.budget.choose_victims`); when nothing can go, the load waits for a model to
+become idle, up to the timeout, then is refused with the reason. Nothing serving is unloaded but
+by that rule. With ``--workers N`` each worker loads on demand with ``budget / N`` of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import logging
+import math
+import time
+import weakref
+from collections import Counter
+from typing import TYPE_CHECKING, cast
+
+from inferd import config as cfg
+from inferd.contracts.errors import InferdError, Unavailable
+from inferd.contracts.model_info import ModelInfo, TensorInfo
+from inferd.engine.validation import Validator
+from inferd.lifecycle.budget import Loaded, choose_victims, map_large_blocks, shown_bytes
+from inferd.lifecycle.on_demand_metrics import OnDemandCounts
+
+if TYPE_CHECKING:
+    from inferd.contracts.model_info import Servable
+    from inferd.lifecycle.manager import ModelManager
+
+log = logging.getLogger(__name__)
+
+
+#: How long a model whose load on demand failed answers its failure before a request tries again
+#: (at once when a scan under poll finds its files changed).
+RETRY_FAILED_S = 30.0
+
+#: What a request for a model whose load on demand failed is told to do.
+LOAD_ADVICE = (
+    f"fix it: a request loads it again after {RETRY_FAILED_S:g} s, or at once when poll finds its files changed"
+)
+
+
+class LoadRefused(Unavailable):
+    """A load on demand that could not happen in time: the client may retry after ``retry_after`` s."""
+
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class _Gone:
+    pass
+
+
+#: A weak reference that is already dead: a placeholder's handle (no version serves it yet).
+_GONE = cast("weakref.ref[Servable]", weakref.ref(_Gone()))
+
+
+class OnDemand:
+    """Loads models on their first request, and evicts idle ones to stay under a budget."""
+
+    def __init__(self, manager: ModelManager, timeout: float = 60.0, budget: int | None = None) -> None:
+        self.manager = manager
+        self.table = manager.table
+        self.table.load_advice = LOAD_ADVICE
+        #: How long a request waits for its model's load (and the load for room under the budget).
+        self.timeout = timeout
+        #: Bytes of resident memory the loaded models may hold (None: no budget).
+        self.budget = budget
+        self._loads: dict[str, asyncio.Future[None]] = {}
+        #: Requests waiting for each model's load (such a model is busy: never evicted).
+        self._waiting: Counter[str] = Counter()
+        self._one_at_a_time = asyncio.Lock()
+        #: When each model last finished loading (``time.time()``): a use, for the LRU order.
+        self._loaded_at: dict[str, float] = {}
+        #: What a model looked like when last loaded (its placeholders' signature), by key.
+        self._shapes: dict[str, dict[int, ModelInfo]] = {}
+        #: Models whose load on demand failed: the files they failed from and when (not retried for
+        #: :data:`RETRY_FAILED_S` unless those files change).
+        self._failed: dict[str, tuple[str, float]] = {}
+        #: Why each load waiting for room under the budget cannot start yet.
+        self._blocked: dict[str, str] = {}
+        #: Loads, evictions, refusals and load latency (the ``/metrics`` families).
+        self.counts = OnDemandCounts(self)
+        if budget is not None:
+            map_large_blocks()  # an evicted model's large arrays go back to the system as they are freed
+
+    # -- the request path ---------------------------------------------------------------------------
+
+    def pending(self, name: str, version: str = "") -> ModelInfo | None:
+        """A placeholder for a request for ``name`` that is in the repository and serves no
+        version (None otherwise: the table's error stands). The router awaits :meth:`ready` for it."""
+        keys = self.table.keys_of(name)
+        if len(keys) != 1:
+            return None
+        key = keys[0]
+        source = self.table.snapshot.models.get(key)
+        record = self.table.records.get(key)
+        if source is None or (record is not None and record.serving):
+            return None
+        failed = self._failed.get(key)
+        if failed is not None and failed[0] == source.fingerprint and time.monotonic() - failed[1] < RETRY_FAILED_S:
+            return None  # its load failed just now from these files: the table's error says so
+        number = int(version) if version.isdigit() else 0
+        shapes = self._shapes.get(key, {})
+        shape = shapes.get(number) or (shapes[max(shapes)] if shapes and not number else None)
+        if shape is not None:
+            return shape
+        return _placeholder(name, number, source.config)
+
+    async def ready(self, name: str, version: str = "") -> ModelInfo:
+        """The version serving ``name`` once its load on demand (this request's or one under way)
+        is done; raises UNAVAILABLE past the timeout, or the table's error when the load failed."""
+        keys = self.table.keys_of(name)
+        key = keys[0] if len(keys) == 1 else name
+        self._waiting[key] += 1
+        try:
+            record = self.table.records.get(key)
+            if record is None or not record.serving:
+                load = self._loads.get(key)
+                if load is None:
+                    load = self._loads[key] = asyncio.ensure_future(self._load(key))
+                    load.add_done_callback(functools.partial(self._done, key))
+                try:
+                    await asyncio.wait_for(asyncio.shield(load), self.timeout)
+                except TimeoutError:
+                    self.counts.refusals[key] += 1
+                    blocked = self._blocked.get(key)
+                    raise LoadRefused(
+                        blocked
+                        or f"Request for model '{name}' timed out: it is loading on demand and was not ready within "
+                        f"{self.timeout:g} s (--model-load-on-demand-timeout-secs); retry later",
+                        max(1, math.ceil(self.timeout / 4)),
+                    ) from None
+            return self.table.resolve(name, version).info  # no await from here to the request's enqueue
+        finally:
+            self._waiting[key] -= 1
+            if not self._waiting[key]:
+                del self._waiting[key]
+
+    def _done(self, key: str, load: asyncio.Future[None]) -> None:
+        if self._loads.get(key) is load:
+            del self._loads[key]
+        if not load.cancelled():
+            load.exception()  # retrieved: each waiter raised it already
+
+    # -- loading and evicting -----------------------------------------------------------------------
+
+    async def _load(self, key: str) -> None:
+        async with self._one_at_a_time:
+            record = self.table.records.get(key)
+            if record is not None and record.serving:
+                return  # loaded meanwhile (an explicit load, poll)
+            source = self.table.snapshot.models.get(key)
+            if source is None:
+                return  # gone from the repository: the request's resolve says so
+            if self.budget is not None:
+                self._blocked.pop(key, None)
+                await self._make_room(key, time.monotonic() + self.timeout)  # the refusal's reason stays for
+                self._blocked.pop(key, None)  # the waiters whose own timeout comes in the same turn
+            started = time.monotonic()
+            await self.manager.load_on_demand(key)
+            seconds = time.monotonic() - started
+            record = self.table.records.get(key)
+            if record is None or not record.serving:
+                self._failed[key] = (source.fingerprint, time.monotonic())
+                return
+            self._failed.pop(key, None)
+            self._loaded_at[key] = time.time()
+            self._remember(key)
+            self.counts.observe(key, seconds)
+            footprint = self.manager.footprints.get(key, 0)
+            log.info(
+                "model '%s' loaded on demand in %.3f s (footprint %s%s)",
+                record.name,
+                seconds,
+                shown_bytes(footprint),
+                ""
+                if self.budget is None
+                else f"; budget {shown_bytes(self.used())} of {shown_bytes(self.budget)} used",
+            )
+            if self.budget is not None and self.used() > self.budget:
+                await self._trim(key)
+
+    def _remember(self, key: str) -> None:
+        record = self.table.records[key]
+        self._shapes[key] = {v: dataclasses.replace(mv.info, handle=_GONE) for v, mv in record.serving.items()}
+
+    async def _make_room(self, key: str, deadline: float) -> None:
+        """Evict idle models until ``key``'s expected footprint fits; wait for one to become idle
+        while none can go, up to ``deadline``, then refuse."""
+        assert self.budget is not None
+        need = self.estimate(key)
+        while True:
+            victims = choose_victims(self.loaded(exclude=key), need, self.budget)
+            if victims == []:
+                return
+            if victims is None:
+                name = self.table.snapshot.models[key].name
+                busy = sorted(r.name for k, r in self.table.records.items() if r.serving and k != key)
+                self._blocked[key] = reason = (
+                    f"model '{name}' cannot be loaded now: it needs about {shown_bytes(need)} and the memory budget "
+                    f"({shown_bytes(self.budget)}, --model-memory-budget) is held by models that are busy, pinned "
+                    f"or steps of a loaded ensemble ({', '.join(busy[:8])}{'...' if len(busy) > 8 else ''}); "
+                    "retry later"
+                )
+                if time.monotonic() >= deadline:
+                    raise LoadRefused(reason, max(1, math.ceil(self.timeout / 4)))
+                await asyncio.sleep(0.02)
+                continue
+            for victim in victims:
+                await self._evict(victim)
+
+    async def _trim(self, keep: str) -> None:
+        """After a load that measured more than expected: evict idle models until under budget again."""
+        assert self.budget is not None
+        victims = choose_victims(self.loaded(exclude=keep), self.manager.footprints.get(keep, 0), self.budget) or []
+        for victim in victims:
+            await self._evict(victim)
+
+    async def _evict(self, key: str) -> None:
+        record = self.table.records.get(key)
+        callers = self._callers()
+        if record is None or not self.evictable(key, callers):  # it became busy since it was chosen
+            return
+        for ensemble in callers.get(key, ()):  # the loaded ensembles over it go first: they call it
+            if self.table.records[ensemble].serving:
+                await self._evict(ensemble)
+        footprint = self.manager.footprints.get(key, 0)
+        idle = max(0.0, time.time() - self.last_used(key))
+        busy = sum(mv.scheduler.inflight() for mv in record.serving.values()) + self._waiting.get(key, 0)
+        started = time.monotonic()
+        await self.manager.evict(key)
+        self.counts.evictions[key] += 1
+        log.info(
+            "model '%s' evicted (idle %.1f s, %d requests in flight or queued, footprint %s) to make room under the "
+            "memory budget, in %.3f s",
+            record.name,
+            idle,
+            busy,
+            shown_bytes(footprint),
+            time.monotonic() - started,
+        )
+
+    # -- what the budget sees ----------------------------------------------------------------------
+
+    def names(self) -> dict[str, str]:
+        """Each model's name by key."""
+        return {k: r.name for k, r in self.table.records.items()}
+
+    def footprints(self) -> dict[str, int]:
+        """Each loaded model's footprint (bytes) by key."""
+        return dict(self.manager.footprints)
+
+    def used(self) -> int:
+        """Bytes the loaded models hold, as measured when each loaded."""
+        return sum(self.manager.footprints.get(k, 0) for k, r in self.table.records.items() if r.serving)
+
+    def estimate(self, key: str) -> int:
+        """What loading ``key`` will take: its last footprint, else the mean of those measured."""
+        known = self.manager.footprints.get(key) or self._last_footprint.get(key)
+        if known:
+            return known
+        measured = [f for f in self.manager.footprints.values() if f > 0]
+        return sum(measured) // len(measured) if measured else 0
+
+    @property
+    def _last_footprint(self) -> dict[str, int]:
+        return self.manager.last_footprints
+
+    def last_used(self, key: str) -> float:
+        """When ``key`` last finished a request or a load (``time.time()``)."""
+        record = self.table.records.get(key)
+        served = (
+            max((mv.stats.last_inference_ms / 1000 for mv in record.serving.values()), default=0.0) if record else 0.0
+        )
+        return max(served, self._loaded_at.get(key, 0.0))
+
+    def evictable(self, key: str, callers: dict[str, set[str]] | None = None) -> bool:
+        """Idle (nothing in flight, queued or waiting for it), not pinned, and, for a step of loaded
+        ensembles, each of them idle and not pinned too (they are evicted with it)."""
+        if callers is None:
+            callers = self._callers()
+        return self._free(key) and all(self._free(c) for c in callers.get(key, ()))
+
+    def _free(self, key: str) -> bool:
+        record = self.table.records.get(key)
+        if record is None or not record.serving or self._waiting.get(key) or key in self._loads:
+            return False
+        if any(mv.scheduler.inflight() for mv in record.serving.values()):
+            return False
+        return not self.manager.pinned(key)
+
+    def _callers(self) -> dict[str, set[str]]:
+        """The loaded ensembles over each model (those over them included)."""
+        direct: dict[str, set[str]] = {}
+        for ensemble, steps in self.manager.serving_calls().items():
+            for step in steps:
+                direct.setdefault(step, set()).add(ensemble)
+        every: dict[str, set[str]] = {}
+        for step in direct:
+            found, todo = set(), [step]
+            while todo:
+                for caller in direct.get(todo.pop(), ()):
+                    if caller not in found:
+                        found.add(caller)
+                        todo.append(caller)
+            every[step] = found
+        return every
+
+    def loaded(self, exclude: str = "") -> list[Loaded]:
+        callers = self._callers()
+        return [
+            Loaded(k, self.manager.footprints.get(k, 0), self.last_used(k), self.evictable(k, callers))
+            for k, r in self.table.records.items()
+            if r.serving and k != exclude and exclude not in callers.get(k, ())
+        ]
+
+
+def _placeholder(name: str, version: int, config: cfg.ModelConfig | None) -> ModelInfo:
+    """What a request sees of a model never loaded: the signature its scanned config declares."""
+    config = config if config is not None else cfg.ModelConfig(name=name)
+    try:
+        validator = Validator(config, name)
+    except InferdError:
+        validator = Validator(cfg.ModelConfig(name=name), name)
+    batch = (-1,) if validator.max_batch_size > 0 else ()
+    return ModelInfo(
+        name=name,
+        version=version,
+        platform=config.platform or config.backend,
+        inputs=tuple(TensorInfo(s.name, s.datatype, batch + s.dims) for s in validator.inputs.values()),
+        outputs=tuple(TensorInfo(s.name, s.datatype, batch + s.dims) for s in validator.outputs.values()),
+        max_batch_size=validator.max_batch_size,
+        decoupled=config.model_transaction_policy.decoupled,
+        validator=validator,
+        handle=_GONE,
+    )
