@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -99,3 +100,22 @@ def test_running_and_waiting_under_load(pod: ServerProcess) -> None:
         for thread in threads:
             thread.join(600)
     wait_for(lambda: picker_value(scrape(pod), "vllm:num_requests_running") == 0, timeout=120, what="an idle pod")
+
+
+def test_orca_report_on_generate(pod: ServerProcess) -> None:
+    """Triton's ORCA figures for an LLM pod: the KV-cache use and the KV-cache capacity in tokens
+    (blocks × block size of each engine, as ``vllm:cache_config_info`` says)."""
+    sampling = json.dumps({"max_tokens": 2, "temperature": 0})
+    body = json.dumps({"text_input": "hello", "sampling_parameters": sampling}).encode()
+    request = urllib.request.Request(f"http://{pod.http_url}/v2/models/plain/generate", body,
+                                     {"endpoint-load-metrics-format": "json"}, method="POST")  # fmt: skip
+    with urllib.request.urlopen(request, timeout=300) as response:
+        kind, _, doc = response.headers["endpoint-load-metrics"].partition(" ")
+    assert kind == "JSON"
+    named = json.loads(doc)["named_metrics"]
+    infos = families(scrape(pod))["vllm:cache_config_info"]
+    assert named["max_token_capacity"] == sum(
+        int(s.labels["num_gpu_blocks"]) * int(s.labels["block_size"]) for s in infos
+    )
+    assert 0 <= named["kv_cache_utilization"] <= 1 and named["kv_cache_usage_perc"] == named["kv_cache_utilization"]
+    assert named["num_requests_waiting"] == 0 and named["pending_requests"] == 0

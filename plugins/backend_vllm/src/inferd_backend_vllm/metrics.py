@@ -57,6 +57,32 @@ class VllmMetrics:
                     out.samples.extend(s for s in family.samples if not s.name.endswith("_created"))
         yield from merged.values()
 
+    def load_report(self) -> dict[str, float]:
+        """The ORCA figures of the live engines (see :mod:`inferd.frontends.load_report`): Triton's
+        ``kv_cache_utilization`` (the largest KV-cache use, 0 to 1) and ``max_token_capacity`` (KV-cache
+        tokens, summed: blocks × block size), vLLM's ``kv_cache_usage_perc`` (the same use) and
+        ``num_requests_waiting`` (summed). Nothing without a live engine."""
+        if not len(self._registries):
+            return {}
+        usage = 0.0
+        capacity = waiting = 0
+        for family in self.collect():
+            if family.name == "vllm:kv_cache_usage_perc":
+                usage = max([usage, *(s.value for s in family.samples)])
+            elif family.name == "vllm:num_requests_waiting":
+                waiting += int(sum(s.value for s in family.samples))
+            elif family.name == "vllm:cache_config_info":
+                for s in family.samples:
+                    blocks, size = s.labels.get("num_gpu_blocks"), s.labels.get("block_size")
+                    if blocks and size and blocks.isdigit() and size.isdigit():
+                        capacity += int(blocks) * int(size)
+        return {
+            "kv_cache_utilization": usage,
+            "max_token_capacity": float(capacity),
+            "kv_cache_usage_perc": usage,
+            "num_requests_waiting": float(waiting),
+        }
+
 
 def _model_name(families: list[Metric]) -> str:
     """The ``model_name`` label of one engine's samples ("" when none has it)."""
