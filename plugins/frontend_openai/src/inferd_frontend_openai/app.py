@@ -1,11 +1,14 @@
 """The routes (:data:`ROUTES`): ``/v1/models``, ``/v1/models/{model}``, ``/v1/completions``,
-``/v1/chat/completions``, ``/v1/embeddings``, and vLLM's ``/tokenize`` and ``/detokenize``."""
+``/v1/chat/completions``, ``/v1/embeddings``, and vLLM's ``/tokenize``, ``/detokenize``, ``/health``
+(200 once the server is ready, 503 before and while it drains: what KServe's LLMInferenceService
+probes) and ``/metrics`` (the metrics port's scrape, where routers that read a model server's
+metrics on its API port look: the endpoint picker, production-stack)."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
@@ -39,6 +42,8 @@ ROUTES: tuple[tuple[str, str, str, ApiGroup], ...] = (
     ("/v1/embeddings", "POST", "embeddings", ApiGroup.INFERENCE),
     ("/tokenize", "POST", "tokenize", ApiGroup.INFERENCE),
     ("/detokenize", "POST", "detokenize", ApiGroup.INFERENCE),
+    ("/health", "GET", "health", ApiGroup.HEALTH),
+    ("/metrics", "GET", "prometheus", ApiGroup.STATISTICS),
 )
 
 
@@ -57,6 +62,9 @@ class OpenAIApp:
         self.access = access
         self.catalog = catalog
         self.metrics = metrics
+        #: The metrics frontend's scrape (``accept`` -> body, content type), set once the server
+        #: started (the plugin's ``inferd_startup``); None: no metrics frontend, ``/metrics`` is 404.
+        self.scrape: Callable[[str], Awaitable[tuple[bytes, str]]] | None = None
         routes = [Route(path, getattr(self, name), methods=[method]) for path, method, name, _ in ROUTES]
         self.app = Starlette(
             routes=routes, exception_handlers={OpenAIError: _error, 404: _not_found, 405: _not_allowed}
@@ -64,6 +72,19 @@ class OpenAIApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.app(scope, receive, send)
+
+    async def health(self, request: Request) -> Response:
+        """200 when the server is ready (every model loaded, not draining), else 503; no body, as vLLM's."""
+        return Response(status_code=200 if await self.dataplane.is_ready() else 503)
+
+    async def prometheus(self, request: Request) -> Response:
+        """The metrics port's ``/metrics`` (with ``--workers N`` every worker's counters)."""
+        if self.scrape is None:
+            raise OpenAIError(
+                404, "no metrics here: the server runs without its metrics frontend", "invalid_request_error"
+            )
+        body, content_type = await self.scrape(request.headers.get("accept", ""))
+        return Response(body, 200, headers={"content-type": content_type})
 
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": self.catalog.listed()})
