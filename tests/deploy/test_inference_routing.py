@@ -19,7 +19,7 @@ import pytest
 
 from inferd.frontends.metrics.routing import LORA_INFO, POD_MAX, POD_SUM
 from inferd.testing import ServerProcess
-from tests.deploy.conftest import DEPLOY, EXAMPLES
+from tests.deploy.conftest import DEPLOY, copy_add_sub
 from tests.deploy.crd_schemas import INFERENCE_POOL, LLM_INFERENCE_SERVICE, validate
 from tests.deploy.manifests import Doc, image_options, render, serve_options, yaml_docs
 from tests.lazy import lazy_import
@@ -122,7 +122,8 @@ def test_a_live_server_with_the_overlays_flags_answers_the_picker(tmp_path, docs
     """The Deployment's flags (ports the system picks) on the example add_sub: /health and /metrics
     on the OpenAI port, the picker's reading of Triton's pending count for a pod without LLMs."""
     args = [a for a in _container(_named(docs, "Deployment", "inferd"))["args"] if not a.startswith("--openai-port")]
-    with ServerProcess([EXAMPLES], [*args, "--openai-port=0", "--openai-address=127.0.0.1"]) as server:
+    repo = copy_add_sub(tmp_path / "models")
+    with ServerProcess([repo], [*args, "--openai-port=0", "--openai-address=127.0.0.1"]) as server:
         root = f"http://127.0.0.1:{server.ports['openai']}"
         assert httpx.get(f"{root}/health", timeout=10).status_code == 200
         text = httpx.get(f"{root}/metrics", timeout=10).text
