@@ -272,10 +272,13 @@ class ServingVersion(Protocol):
 @dataclass(frozen=True, slots=True)
 class OtherWorkers:
     """The other serving processes' counters (``--workers N``), for one metrics scrape:
-    ``snapshots`` by ``(name, version, namespace)``, ``sources`` the plugins' metric families."""
+    ``snapshots`` by ``(name, version, namespace)``, ``sources`` the plugins' metric families;
+    ``live`` what the workers that answered just now hold (``{"pending": [[name, version,
+    namespace, count]...], "gauges": [family...]}`` each: a dead or silent worker holds none)."""
 
     snapshots: Mapping[tuple[str, str, str], Mapping[str, Any]]
     sources: Sequence[list[list[Any]]]
+    live: Sequence[Mapping[str, Any]] = ()
 
 
 # -- the interface -----------------------------------------------------------------------------------

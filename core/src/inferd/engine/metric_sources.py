@@ -46,6 +46,22 @@ class MetricSources:
                 continue
             yield from families
 
+    def load_report(self) -> dict[str, float]:
+        """The named figures of every source that has ``load_report()`` (an ORCA load report's
+        ``named_metrics``, see :mod:`inferd.frontends.load_report`); a failing source is left out."""
+        with self._lock:
+            sources = list(self._sources)
+        named: dict[str, float] = {}
+        for source in sources:
+            report = getattr(source, "load_report", None)
+            if report is None:
+                continue
+            try:
+                named.update(report())
+            except Exception:
+                log.exception("metrics source %r failed its load report", source)
+        return named
+
     def summed(self, peers: Sequence[list[list[Any]]]) -> Iterator[Metric]:
         """Every family, with the other workers' counters and histograms (``peers``: their
         :meth:`snapshot` each) added."""

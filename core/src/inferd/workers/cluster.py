@@ -144,7 +144,13 @@ class ClusterDataPlane(DataPlane):
         """``read`` the other workers' counters (asked first, off the event loop); this worker's
         are saved after (see :mod:`inferd.workers.counts`)."""
         others = await self.other_counts()
-        result = read(OtherWorkers(merge.snapshots([c["snapshots"] for c in others]), [c["sources"] for c in others]))
+        result = read(
+            OtherWorkers(
+                merge.snapshots([c["snapshots"] for c in others]),
+                [c["sources"] for c in others],
+                [c["live"] for c in others if "live" in c],
+            )
+        )
         await self.save_counts()
         return result
 
@@ -207,12 +213,17 @@ class ClusterDataPlane(DataPlane):
 
     def own_counts(self) -> Counts:
         """This worker's counters, as the other workers sum them (see :mod:`inferd.workers.counts`)."""
-        snapshots = [[mv.name, mv.version, mv.stats.snapshot(), mv.namespace] for mv in self.local.table.serving()]
+        serving = list(self.local.table.serving())
+        snapshots = [[mv.name, mv.version, mv.stats.snapshot(), mv.namespace] for mv in serving]
+        sources = SOURCES.snapshot()
+        pending = [[mv.name, str(mv.version), mv.namespace, _pending(mv)] for mv in serving]
         return {
             "pid": os.getpid(),
             "stats": self.local.statistics_entries(),
             "snapshots": snapshots,
-            "sources": SOURCES.snapshot(),
+            "sources": sources,
+            # What this worker holds now (queued requests, gauges): summed only from live answers.
+            "live": {"pending": pending, "gauges": [f for f in sources if f[1] == "gauge"]},
         }
 
     async def save_counts(self) -> None:
@@ -264,6 +275,12 @@ class ClusterDataPlane(DataPlane):
         for name, wire in state.get("traffic", {}).items():  # after the loads: the versions serve
             local.apply_traffic(name, wire)
         return True
+
+
+def _pending(mv: Any) -> int:
+    """Requests ``mv``'s scheduler holds that no instance runs yet (0 without a scheduler)."""
+    pending = getattr(getattr(mv, "scheduler", None), "pending", None)
+    return int(pending()) if callable(pending) else 0
 
 
 def _wire_parameters(parameters: dict[str, Any]) -> dict[str, Any]:

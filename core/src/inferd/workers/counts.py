@@ -12,9 +12,11 @@ worker that stops answering (stopped, wedged) would drop out of it. So:
 - a worker answering a sum adds to its own counters each peer's live answer, the file of each
   peer that did not answer, and the retired totals (:func:`others`).
 
-Counts are ``{"pid", "stats", "snapshots", "sources"}``: the worker's ``model_stats`` entries,
+Counts are ``{"pid", "stats", "snapshots", "sources", "live"}``: the worker's ``model_stats`` entries,
 its metric snapshots (``[name, version, snapshot, namespace]`` rows) and its plugins' metric families. Only
-counters are summed (see :mod:`inferd.workers.merge`); gauges are the answering worker's.
+counters are summed (see :mod:`inferd.workers.merge`); gauges are the answering worker's, except
+what ``live`` holds (queued requests, plugins' gauges), which the metrics frontend adds up from the
+workers that answered (a worker's file keeps no ``live``: a silent worker's queue is not now's).
 """
 
 from __future__ import annotations
@@ -83,7 +85,9 @@ class CountsFile:
                     match = _FILE.match(path.name)
                     pid = int(match.group(1)) if match else None
                     if pid is not None and pid != self.pid and pid not in answered and pid not in folded:
-                        out.append(_read(path))
+                        silent = _read(path)
+                        silent.pop("live", None)  # what it held when it last answered: not now
+                        out.append(silent)
                 return out
             except FileNotFoundError:  # retired since retired.json was read: read it again
                 continue

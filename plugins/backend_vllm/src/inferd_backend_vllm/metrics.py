@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
 PREFIX = "vllm:"
+#: vLLM's LoRA gauge (one series per adapter set seen, valued by when it was last seen).
+LORA_INFO = "vllm:lora_requests_info"
 _BUILD_LOCK = threading.Lock()  # one vLLM stat logger built at a time (parallel loads)
 
 
@@ -43,15 +45,58 @@ class VllmMetrics:
     def collect(self) -> Iterator[Metric]:
         merged: dict[str, Metric] = {}
         for registry in list(self._registries):
-            for family in registry.collect():
-                if not family.name.startswith(PREFIX):
-                    continue
+            families = [f for f in registry.collect() if f.name.startswith(PREFIX)]
+            model = _model_name(families)
+            for family in families:
+                if family.name == LORA_INFO and model:  # vLLM gives it no model label: name the engine's
+                    family = _labelled(family, model)
                 out = merged.get(family.name)
                 if out is None:
                     merged[family.name] = _vllm_names(family)
                 else:
                     out.samples.extend(s for s in family.samples if not s.name.endswith("_created"))
         yield from merged.values()
+
+    def load_report(self) -> dict[str, float]:
+        """The ORCA figures of the live engines (see :mod:`inferd.frontends.load_report`): Triton's
+        ``kv_cache_utilization`` (the largest KV-cache use, 0 to 1) and ``max_token_capacity`` (KV-cache
+        tokens, summed: blocks × block size), vLLM's ``kv_cache_usage_perc`` (the same use) and
+        ``num_requests_waiting`` (summed). Nothing without a live engine."""
+        if not len(self._registries):
+            return {}
+        usage = 0.0
+        capacity = waiting = 0
+        for family in self.collect():
+            if family.name == "vllm:kv_cache_usage_perc":
+                usage = max([usage, *(s.value for s in family.samples)])
+            elif family.name == "vllm:num_requests_waiting":
+                waiting += int(sum(s.value for s in family.samples))
+            elif family.name == "vllm:cache_config_info":
+                for s in family.samples:
+                    blocks, size = s.labels.get("num_gpu_blocks"), s.labels.get("block_size")
+                    if blocks and size and blocks.isdigit() and size.isdigit():
+                        capacity += int(blocks) * int(size)
+        return {
+            "kv_cache_utilization": usage,
+            "max_token_capacity": float(capacity),
+            "kv_cache_usage_perc": usage,
+            "num_requests_waiting": float(waiting),
+        }
+
+
+def _model_name(families: list[Metric]) -> str:
+    """The ``model_name`` label of one engine's samples ("" when none has it)."""
+    return next((s.labels["model_name"] for f in families for s in f.samples if "model_name" in s.labels), "")
+
+
+def _labelled(family: Metric, model: str) -> Metric:
+    """``vllm:lora_requests_info`` with each sample labelled by its engine's ``model_name`` (the
+    routing metrics pick the latest series of each engine by it)."""
+    from prometheus_client.metrics_core import Metric as PromMetric
+
+    out = PromMetric(family.name, family.documentation, family.type)
+    out.samples = [s._replace(labels={**s.labels, "model_name": model}) for s in family.samples]
+    return out
 
 
 def _vllm_names(family: Metric) -> Metric:
@@ -75,13 +120,24 @@ def stat_logger_for(registry: CollectorRegistry) -> type:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             with _BUILD_LOCK:
                 super().__init__(*args, **kwargs)
-                for collector in list(REGISTRY._collector_to_names):  # vLLM's own way to find them
-                    if getattr(collector, "_name", "").startswith(PREFIX):
-                        REGISTRY.unregister(collector)
-                        registry.register(collector)
+                _move(REGISTRY, registry)
             self.registry = registry  # keeps it alive as long as the engine
 
+        def log_engine_initialized(self) -> None:
+            """vLLM makes ``vllm:cache_config_info`` here (once the KV cache is sized): moved too."""
+            with _BUILD_LOCK:
+                super().log_engine_initialized()  # type: ignore[no-untyped-call]
+                _move(REGISTRY, registry)
+
     return EngineStatLogger
+
+
+def _move(default: CollectorRegistry, registry: CollectorRegistry) -> None:
+    """Every ``vllm:`` collector of ``default`` into ``registry``."""
+    for collector in list(default._collector_to_names):  # vLLM's own way to find them
+        if getattr(collector, "_name", "").startswith(PREFIX):
+            default.unregister(collector)
+            registry.register(collector)
 
 
 VLLM_METRICS = VllmMetrics()

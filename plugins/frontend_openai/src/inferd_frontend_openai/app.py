@@ -1,11 +1,14 @@
 """The routes (:data:`ROUTES`): ``/v1/models``, ``/v1/models/{model}``, ``/v1/completions``,
-``/v1/chat/completions``, ``/v1/embeddings``, and vLLM's ``/tokenize`` and ``/detokenize``."""
+``/v1/chat/completions``, ``/v1/embeddings``, and vLLM's ``/tokenize``, ``/detokenize``, ``/health``
+(200 once the server is ready, 503 before and while it drains: what KServe's LLMInferenceService
+probes) and ``/metrics`` (the metrics port's scrape, where routers that read a model server's
+metrics on its API port look: the endpoint picker, production-stack)."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
@@ -50,6 +53,8 @@ ROUTES: tuple[tuple[str, str, str, ApiGroup], ...] = (
     ("/v1/embeddings", "POST", "embeddings", ApiGroup.INFERENCE),
     ("/tokenize", "POST", "tokenize", ApiGroup.INFERENCE),
     ("/detokenize", "POST", "detokenize", ApiGroup.INFERENCE),
+    ("/health", "GET", "health", ApiGroup.HEALTH),
+    ("/metrics", "GET", "prometheus", ApiGroup.STATISTICS),
 )
 #: The status page and its JSON, served where the HTTP port is off, admitted as the HTTP port
 #: admits them (the model-repository group, as the repository index).
@@ -78,6 +83,9 @@ class OpenAIApp:
         self.catalog = catalog
         self.metrics = metrics
         self.status_plane = status
+        #: The metrics frontend's scrape (``accept`` -> body, content type), set once the server
+        #: started (the plugin's ``inferd_startup``); None: no metrics frontend, ``/metrics`` is 404.
+        self.scrape: Callable[[str], Awaitable[tuple[bytes, str]]] | None = None
         served = ROUTES if status is None else ROUTES + STATUS_ROUTES
         routes = [Route(path, getattr(self, name), methods=[method]) for path, method, name, _ in served]
         self.app = Starlette(
@@ -101,6 +109,19 @@ class OpenAIApp:
         except InferdError as exc:
             raise from_inferd(exc) from None
         return Response(body, media_type=kind, headers=STATUS_PLOT_HEADERS)
+
+    async def health(self, request: Request) -> Response:
+        """200 when the server is ready (every model loaded, not draining), else 503; no body, as vLLM's."""
+        return Response(status_code=200 if await self.dataplane.is_ready() else 503)
+
+    async def prometheus(self, request: Request) -> Response:
+        """The metrics port's ``/metrics`` (with ``--workers N`` every worker's counters)."""
+        if self.scrape is None:
+            raise OpenAIError(
+                404, "no metrics here: the server runs without its metrics frontend", "invalid_request_error"
+            )
+        body, content_type = await self.scrape(request.headers.get("accept", ""))
+        return Response(body, 200, headers={"content-type": content_type})
 
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": self.catalog.listed()})

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
     from inferd.api import DataPlane, TlsConfig
+    from inferd_frontend_openai.app import OpenAIApp
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,8 @@ class OpenAIFrontend(Frontend):
         self.not_serving = ""
         #: What ``/metrics`` shows of the requests served here (see :mod:`inferd_frontend_openai.metrics`).
         self.metrics = LlmMetrics()
+        #: The API once :meth:`start` serves it (the plugin's ``inferd_startup`` gives it ``/metrics``).
+        self.api: OpenAIApp | None = None
 
     async def start(self, dataplane: DataPlane) -> None:
         from inferd_frontend_openai.catalog import Catalog, served
@@ -77,7 +80,8 @@ class OpenAIFrontend(Frontend):
         settings = dataplane.settings
         catalog = Catalog(dataplane, self.tokenizer, self.chat_template, self.tool_call_parser)
         self._warming = asyncio.ensure_future(catalog.warm())
-        app: ASGIApp = OpenAIApp(dataplane, catalog, self.metrics, settings.access, dataplane if self.status else None)
+        self.api = OpenAIApp(dataplane, catalog, self.metrics, settings.access, dataplane if self.status else None)
+        app: ASGIApp = self.api
         if settings.access is not None:  # no rules: nothing on the request path
             app = Guarded(app, settings.access.http, ROUTES + STATUS_ROUTES if self.status else ROUTES)
         app = OpenAIBodyLimit(app, self.max_input_size)

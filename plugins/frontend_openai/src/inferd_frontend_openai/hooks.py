@@ -111,10 +111,15 @@ class _Frontends(Protocol):
 @hookimpl
 def inferd_startup(server: _Frontends) -> None:
     """Show the OpenAI API's LLM metrics on ``/metrics``: a metrics source (with ``--workers N``
-    the answering worker sums every worker's counters and histograms)."""
+    the answering worker sums every worker's counters and histograms); serve ``/metrics`` on the
+    OpenAI port too."""
     from inferd.api import SOURCES
     from inferd_frontend_openai.frontend import OpenAIFrontend
 
     openai = next((f for f in server.frontends if isinstance(f, OpenAIFrontend)), None)
     if openai is not None:
         SOURCES.add(openai.metrics)
+        # /metrics on this port too: the metrics frontend's scrape (found by its name and method)
+        metrics = next((f for f in server.frontends if f.name == "metrics"), None)
+        if openai.api is not None and metrics is not None:
+            openai.api.scrape = getattr(metrics, "scrape_workers", None)

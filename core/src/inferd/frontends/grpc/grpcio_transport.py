@@ -29,6 +29,7 @@ from inferd.frontends.grpc.service import (
     status_of,
     wants_grpc_error,
 )
+from inferd.frontends.load_report import FORMAT_HEADER, REPORT_HEADER, report
 from inferd.serving.tls import CertificateWatch, TlsConfig, TlsError, forget, reload_on_sighup, server_context
 
 log = logging.getLogger(__name__)
@@ -182,8 +183,23 @@ def _bind_error(host: str, port: int) -> str:
     return ""
 
 
+def _load_report(context: grpc.aio.ServicerContext, svc: InferenceService) -> None:
+    """With ``endpoint-load-metrics-format`` in the call's metadata, its ORCA load report in the
+    trailing metadata."""
+    for key, value in context.invocation_metadata() or ():
+        if key == FORMAT_HEADER and isinstance(value, str):
+            found = report(svc.dp, value)
+            if found is not None:
+                context.set_trailing_metadata(((REPORT_HEADER, found),))
+            return
+
+
 def _unary(
-    method: Callable[..., Awaitable[Any]], rpc: Rpc, svc: InferenceService | None = None, forwards: bool = False
+    method: Callable[..., Awaitable[Any]],
+    rpc: Rpc,
+    svc: InferenceService | None = None,
+    forwards: bool = False,
+    reports: InferenceService | None = None,
 ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
     """Turn InferdError (an access refusal too) into the mapped status; anything else is INTERNAL
     (and logged). With ``svc`` (a server with access rules), the call is admitted by its policy
@@ -205,7 +221,17 @@ def _unary(
             log.exception("gRPC %s failed", method.__name__)
             await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
 
-    return handler
+    if reports is None:
+        return handler
+    svc_reporting = reports
+
+    async def reporting(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        """``handler``, then the ORCA load report the call asked for (the load once answered)."""
+        result = await handler(request, context)
+        _load_report(context, svc_reporting)
+        return result
+
+    return reporting
 
 
 def _stream(svc: InferenceService) -> Callable[[AsyncIterator[WireRequest], grpc.aio.ServicerContext], Any]:
@@ -241,7 +267,7 @@ def build_handlers(svc: InferenceService) -> list[grpc.GenericRpcHandler]:
         for rpc in UNARY
     }
     methods[INFER_RPC] = unary(
-        _unary(svc.ModelInfer, INFER_RPC, guard, forwards=svc.forward is not None),
+        _unary(svc.ModelInfer, INFER_RPC, guard, forwards=svc.forward is not None, reports=svc),
         request_deserializer=split_infer_request,
         response_serializer=serialize_infer,
     )

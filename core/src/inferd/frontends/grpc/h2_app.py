@@ -29,6 +29,7 @@ from inferd.frontends.grpc.service import (
     status_of,
     wants_grpc_error,
 )
+from inferd.frontends.load_report import FORMAT_HEADER, REPORT_HEADER, report
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,12 @@ class GrpcApp:
         except Exception as exc:
             log.exception("gRPC %s failed", path.rsplit("/", 1)[-1])
             raise GrpcFailure(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}") from None
-        await reply.unary(parts, size)
+        trailers = None
+        asked = headers.get(FORMAT_HEADER)
+        if asked is not None and path == INFER_RPC.path:  # an ORCA load report in the trailers
+            value = report(self.service.dp, asked)
+            trailers = None if value is None else [(REPORT_HEADER.encode(), value.encode("latin-1"))]
+        await reply.unary(parts, size, trailers)
 
     async def _one_message(self, receive: Receive, reader: MessageReader) -> memoryview:
         """The single request message of a unary call."""

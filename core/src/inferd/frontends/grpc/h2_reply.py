@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from inferd.frontends.grpc.framing import ACCEPT_ENCODING, GrpcFailure, frame, percent_encode, status_number
+
+if TYPE_CHECKING:
+    from inferd.serving import Headers
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
@@ -58,13 +61,16 @@ class Reply:
             self.started = True
             await self.send(_START)
 
-    async def unary(self, parts: list[bytes | memoryview], size: int) -> None:
-        """The one response message of a unary call, and status OK."""
+    async def unary(self, parts: list[bytes | memoryview], size: int, trailers: Headers | None = None) -> None:
+        """The one response message of a unary call, and status OK (with ``trailers`` after it)."""
         self._check_size(size)
         await self._start()
         await self.send({"type": "http.response.body", "body": frame(parts, size), "more_body": False})
         self.done = True
-        await self.send(_OK)
+        if trailers:
+            await self.send({**_OK, "headers": [(b"grpc-status", b"0"), *trailers]})
+        else:
+            await self.send(_OK)
 
     async def message(self, parts: list[bytes | memoryview], size: int) -> None:
         """One response message of a stream; once more than :data:`MAX_PARKED_BYTES` of them

@@ -17,6 +17,8 @@ take the short path (:func:`unary_routes`), the message, the RPC and the status 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 import grpc
@@ -32,7 +34,8 @@ from inferd.frontends.grpc.framing import (
     status_number,
 )
 from inferd.frontends.grpc.h2_app import GrpcApp, Unary
-from inferd.frontends.grpc.service import status_of
+from inferd.frontends.grpc.service import INFER_RPC, status_of
+from inferd.frontends.load_report import FORMAT_HEADER, REPORT_HEADER, report
 
 if TYPE_CHECKING:
     from inferd.serving import Headers, UnaryHandler, UnaryRoute, UnaryStream
@@ -43,9 +46,11 @@ log = logging.getLogger(__name__)
 _HEADERS = [(b"content-type", b"application/grpc")]
 _OK_TRAILERS = [(b"grpc-status", b"0")]
 _REPEATED = b"\x00repeated"
+_INFER_PATH = INFER_RPC.path.encode("ascii")
 
 
-_WANTED = frozenset((b"content-type", b"grpc-encoding", b"grpc-timeout", b"te"))
+_LOAD_FORMAT, _LOAD_REPORT = FORMAT_HEADER.encode(), REPORT_HEADER.encode()
+_WANTED = frozenset((b"content-type", b"grpc-encoding", b"grpc-timeout", b"te", _LOAD_FORMAT))
 
 
 def call_headers(headers: Headers) -> dict[bytes, bytes]:
@@ -93,7 +98,10 @@ def _route(app: GrpcApp, path: bytes, method: Unary) -> UnaryRoute:
             return None
         service = app.service
         access = access_headers(headers) if service.policy is not None or service.forward is not None else None
-        return UnaryCall(method, app.max_message_bytes, path, found, access).run
+        call = UnaryCall(method, app.max_message_bytes, path, found, access)
+        if _LOAD_FORMAT in found and path == _INFER_PATH:  # an ORCA load report in the trailers
+            call.load_report = partial(report, service.dp, found[_LOAD_FORMAT].decode("latin-1"))
+        return call.run
 
     return route
 
@@ -116,6 +124,8 @@ class UnaryCall:
         self.trailers_allowed = b"te" in headers
         self.path = path
         self._prefix_checked = False
+        #: ``endpoint-load-metrics-format`` on a ModelInfer call: makes its ORCA report (None: not asked).
+        self.load_report: Callable[[], str | None] | None = None
 
     async def run(self, stream: UnaryStream) -> None:
         """Read the message, run the RPC, answer."""
@@ -176,6 +186,8 @@ class UnaryCall:
             trailers = None
         elif status is grpc.StatusCode.OK:
             trailers = _OK_TRAILERS
+            if self.load_report is not None and (value := self.load_report()) is not None:
+                trailers = [*_OK_TRAILERS, (_LOAD_REPORT, value.encode("latin-1"))]
         else:
             trailers = [(b"grpc-status", b"%d" % status_number(status)), (b"grpc-message", percent_encode(message))]
             if status is grpc.StatusCode.UNIMPLEMENTED:

@@ -35,6 +35,7 @@ from inferd.frontends.http.codec import parse_json
 from inferd.frontends.http.errors import decode_body, error_body, error_reply
 from inferd.frontends.http.generate import NOT_ONE_RESPONSE, decode_generate, encode_generate, sse_event
 from inferd.frontends.http.infer import InferEndpoint, RequestHead
+from inferd.frontends.load_report import FORMAT_HEADER, REPORT_HEADER, report
 from inferd.frontends.repository_name import check_repository_name
 from inferd.serving import Handler, Headers, Reply
 from inferd.shared_memory.service import register_request
@@ -269,7 +270,7 @@ class Endpoints:
             return _json_bytes(error_body(NOT_ONE_RESPONSE), 400)
         (response,) = results
         assert not isinstance(response, InferdError)  # answered above
-        return _json_bytes(encode_generate(response))
+        return _load_report(request, _json_bytes(encode_generate(response)), self.dp)
 
     async def generate_stream(self, request: Request) -> Response:
         """Server-sent events, one per response. The status follows the first response (400
@@ -281,7 +282,8 @@ class Endpoints:
         stream = self.dp.stream(infer_request, info)
         first = await anext(stream, None)
         status = 400 if isinstance(first, InferdError) else 200
-        return StreamingResponse(_events(first, stream), status, media_type="text/event-stream")
+        reply = StreamingResponse(_events(first, stream), status, media_type="text/event-stream")
+        return _load_report(request, reply, self.dp)  # the load once the first response is out
 
     async def repository_index(self, request: Request) -> Response:
         _no_repository_name(request)
@@ -432,6 +434,15 @@ async def _settings_body(request: Request, what: str) -> dict[str, Any]:
 
 def _json(obj: Any, status: int = 200) -> Response:
     return _json_bytes(json.dumps(obj, separators=(",", ":")).encode(), status)
+
+
+def _load_report(request: Request, reply: Response, dp: DataPlane) -> Response:
+    """``reply`` with the ORCA load report the request asked for, if it asked (``generate``)."""
+    asked = request.headers.get(FORMAT_HEADER)
+    value = None if asked is None else report(dp, asked)
+    if value is not None:
+        reply.headers[REPORT_HEADER] = value
+    return reply
 
 
 def _json_bytes(body: bytes, status: int = 200) -> Response:

@@ -29,6 +29,7 @@ from inferd.frontends.http.errors import (
 )
 from inferd.frontends.http.plans import HeaderPlans
 from inferd.frontends.http.raw import decode_raw_request
+from inferd.frontends.load_report import FORMAT_HEADER, REPORT_HEADER, report
 from inferd.serving import Headers, Reply
 from inferd.shared_memory import bind_outputs
 
@@ -42,6 +43,7 @@ _JSON = b"application/json"
 _OCTETS = b"application/octet-stream"
 _HEADER_LENGTH = HEADER_LENGTH.encode()
 _ALLOW_POST = [(b"allow", b"POST")]
+_LOAD_FORMAT, _LOAD_REPORT = FORMAT_HEADER.encode(), REPORT_HEADER.encode()
 #: Binary responses up to this size go out as one body (copying a few KiB costs less than
 #: another ``send`` through the HTTP/1.1 protocol and the socket); larger ones part by part, uncopied.
 JOIN_LIMIT = 16 * 1024
@@ -78,7 +80,18 @@ class InferEndpoint:
         self, head: RequestHead, body: bytes, model: str, version: str, limit: int | None, path: str
     ) -> Reply:
         """The reply to one infer request whose whole body is ``body``: decode, run on the version
-        resolved once, encode (compressed when the client asked); errors as their replies."""
+        resolved once, encode (compressed when the client asked); errors as their replies. With
+        ``endpoint-load-metrics-format``, the reply carries an ORCA load report."""
+        reply = await self._answer(head, body, model, version, limit, path)
+        if head.load_format is not None:
+            value = report(self.dp, head.load_format)
+            if value is not None:
+                reply.headers.append((_LOAD_REPORT, value.encode("latin-1")))
+        return reply
+
+    async def _answer(
+        self, head: RequestHead, body: bytes, model: str, version: str, limit: int | None, path: str
+    ) -> Reply:
         try:
             body = decode_body(body, head.encoding, limit)
             request, binary_output, info = self._decode(body, head.header_length, model, version)
@@ -125,7 +138,7 @@ class RequestHead:
     """What an infer request's headers say: ``Inference-Header-Content-Length``,
     ``Content-Encoding`` (lower case) and ``Accept-Encoding``; and the headers themselves."""
 
-    __slots__ = ("header_length", "encoding", "accept", "headers")
+    __slots__ = ("header_length", "encoding", "accept", "headers", "load_format")
 
     def __init__(self, headers: Headers) -> None:
         """``headers``: lower-case names, as the HTTP/1.1 protocol (``serving/h1.py``) gives them."""
@@ -133,6 +146,8 @@ class RequestHead:
         self.header_length: str | None = None
         self.encoding = ""
         self.accept: bytes | None = None
+        #: ``endpoint-load-metrics-format``: the ORCA load report asked for (None: none).
+        self.load_format: str | None = None
         for name, value in headers:
             if name == _HEADER_LENGTH:
                 self.header_length = value.decode("latin-1")
@@ -140,6 +155,8 @@ class RequestHead:
                 self.encoding = value.decode("latin-1").lower()
             elif name == b"accept-encoding":
                 self.accept = value
+            elif name == _LOAD_FORMAT:
+                self.load_format = value.decode("latin-1")
 
 
 def failure(exc: Exception, path: str) -> Reply:

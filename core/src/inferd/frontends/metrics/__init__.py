@@ -4,7 +4,8 @@ Per-model families are read from the statistics each model version keeps (the sa
 statistics extension returns); CPU and GPU gauges are sampled every ``--metrics-interval-ms``.
 Flags (Triton's spellings): ``--allow-metrics`` and ``--metrics-port`` (core), and from this plugin
 ``--metrics-address``, ``--metrics-interval-ms``, ``--allow-cpu-metrics``, ``--allow-gpu-metrics``,
-``--metrics-config counter_latencies=|summary_latencies=|histogram_latencies=|summary_quantiles=``.
+``--metrics-config counter_latencies=|summary_latencies=|histogram_latencies=|summary_quantiles=``,
+and ``--routing-metrics`` (see :mod:`inferd.frontends.metrics.routing`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def _factory(options: ServerSettings) -> MetricsFrontend | None:
         cpu=bool(extra.get("allow_cpu_metrics", True)),
         gpu=bool(extra.get("allow_gpu_metrics", True)),
         tls=options.http.tls,
+        routing=bool(extra.get("routing_metrics", False)),
     )
 
 
@@ -85,6 +87,14 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
         default=True,
         metavar="BOOL",
         help="report GPU metrics through NVML when pynvml and a GPU are present (default: true)",
+    )
+    g.add_argument(
+        "--routing-metrics",
+        type=parse_bool,
+        default=False,
+        metavar="BOOL",
+        help="start each family Kubernetes inference routers read (Gateway API endpoint picker, vLLM "
+        "production-stack) with the pod's figure, and add vLLM's older gauge names (default: false)",
     )
     g.add_argument(
         "--metrics-config",

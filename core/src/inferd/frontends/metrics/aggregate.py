@@ -1,13 +1,13 @@
 """``--workers N``: each serving version's counters plus the other workers' (one server's metrics).
 
-Counters (requests, failures, inferences, executions, durations) are summed over the workers;
-latency summaries and histograms, the pending-request gauge and the load duration are those of
-the worker that answered the scrape.
+Counters (requests, failures, inferences, executions, durations) are summed over the workers, and
+so is the pending-request gauge (over the workers that answered: what each holds now); latency
+summaries and histograms and the load duration are those of the worker that answered the scrape.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -50,8 +50,10 @@ class SummedStats:
 class SummedVersion:
     """A serving version as the collectors see it, its ``stats`` summed over the workers."""
 
-    def __init__(self, version: ServingVersion, peers: Mapping[str, Any] | None) -> None:
+    def __init__(self, version: ServingVersion, peers: Mapping[str, Any] | None, peer_pending: int = 0) -> None:
         self._version = version
+        #: Requests the other live workers hold queued for this version.
+        self.peer_pending = peer_pending
         self.name = version.name
         self.version = version.version
         self.namespace = version.namespace
@@ -64,7 +66,20 @@ class SummedVersion:
 
 
 def summed(
-    versions: list[ServingVersion], others: Mapping[tuple[str, str, str], Mapping[str, Any]]
+    versions: list[ServingVersion],
+    others: Mapping[tuple[str, str, str], Mapping[str, Any]],
+    live: Sequence[Mapping[str, Any]] = (),
 ) -> list[SummedVersion]:
-    """``versions`` with every other worker's counters (snapshots summed by (name, version, namespace)) added."""
-    return [SummedVersion(mv, others.get((mv.name, str(mv.version), mv.namespace))) for mv in versions]
+    """``versions`` with every other worker's counters (snapshots summed by (name, version, namespace))
+    added, and the queued requests of the workers that answered (``live``, see
+    :class:`~inferd.contracts.dataplane.OtherWorkers`)."""
+    pending: dict[tuple[str, str, str], int] = {}
+    for worker in live:
+        for name, version, namespace, count in worker.get("pending", ()):
+            key = (name, str(version), namespace)
+            pending[key] = pending.get(key, 0) + int(count)
+    return [
+        SummedVersion(mv, others.get(key), pending.get(key, 0))
+        for mv in versions
+        for key in [(mv.name, str(mv.version), mv.namespace)]
+    ]

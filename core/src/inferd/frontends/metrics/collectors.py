@@ -222,8 +222,10 @@ class _ModelFamilies:
 
 
 def _pending(mv: ServingVersion) -> int:
+    """Requests queued for ``mv`` here, plus those the other live workers hold (``--workers N``)."""
     pending = getattr(getattr(mv, "scheduler", None), "pending", None)
-    return int(pending()) if callable(pending) else 0
+    here = int(pending()) if callable(pending) else 0
+    return here + int(getattr(mv, "peer_pending", 0))
 
 
 class ModelCollector(Collector):

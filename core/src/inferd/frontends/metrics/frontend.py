@@ -21,6 +21,7 @@ from inferd.serving.tls import TlsConfig
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
+    from prometheus_client.registry import Collector
 
     from inferd.contracts.dataplane import DataPlane, OtherWorkers, ServingVersion
     from inferd.frontends.metrics.latency import LatencyConfig
@@ -76,8 +77,11 @@ class MetricsFrontend(Frontend):
         cpu: bool = True,
         gpu: bool = True,
         tls: TlsConfig | None = None,
+        routing: bool = False,
     ) -> None:
         self.host = host
+        #: ``--routing-metrics``: pod figures first (see :mod:`inferd.frontends.metrics.routing`).
+        self.routing = routing
         self.tls = tls
         self.port = port
         self.interval_s = interval_s
@@ -88,6 +92,7 @@ class MetricsFrontend(Frontend):
         self.gpu: GpuMetrics | None = None
         self.dataplane: DataPlane | None = None
         self.registry: CollectorRegistry | None = None
+        self.view: Collector | None = None  # what a scrape writes: the registry, or its routing view
         #: ``--workers N``: the other workers' counters for the scrape being written (None: none).
         self._others: OtherWorkers | None = None
         self._stop = asyncio.Event()
@@ -107,15 +112,15 @@ class MetricsFrontend(Frontend):
             return self.versions()
         from inferd.frontends.metrics.aggregate import summed
 
-        return summed(self.versions(), others.snapshots)
+        return summed(self.versions(), others.snapshots, others.live)
 
     def scrape(self, accept: str = "") -> tuple[bytes, str]:
         """The body and content type of one scrape (OpenMetrics when ``accept`` asks for it)."""
         from inferd.frontends.metrics.exposition import scrape
 
-        assert self.registry is not None
+        assert self.view is not None
         self._attach(self.versions())
-        return scrape(self.registry, accept)
+        return scrape(self.view, accept)
 
     async def scrape_workers(self, accept: str = "") -> tuple[bytes, str]:
         """:meth:`scrape`; with ``--workers N``, the other workers' counters added (the data plane
@@ -129,6 +134,10 @@ class MetricsFrontend(Frontend):
             return self.scrape(accept)
         finally:
             self._others = None
+
+    def _live(self) -> Sequence[Any]:
+        """The other workers' live figures during this scrape (none without ``--workers N``)."""
+        return self._others.live if self._others is not None else ()
 
     def _attach(self, versions: list[ServingVersion]) -> None:
         """Give each model version latency windows, when summaries or histograms are on."""
@@ -155,6 +164,11 @@ class MetricsFrontend(Frontend):
         self.registry.register(SystemCollector(self.cpu, self.gpu))
         # Families other plugins contribute (Triton's custom metrics), summed over the workers.
         self.registry.register(_PluginSources(self))
+        self.view = self.registry
+        if self.routing:
+            from inferd.frontends.metrics.routing import RoutingView
+
+            self.view = RoutingView(self.registry, self._live)
         if settings.access is not None:  # per-tenant counters (inferd.auth), summed over the workers
             SOURCES.add(settings.access)
             self._access = settings.access
