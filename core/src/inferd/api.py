@@ -84,6 +84,7 @@ if TYPE_CHECKING:
         VersionCounters,
         VersionTraffic,
     )
+    from inferd.contracts.embedded import EmbeddedServer
     from inferd.contracts.errors import (
         Cancelled,
         ConfigError,
@@ -167,6 +168,7 @@ __all__ = [
     "DataPlane",
     "DataType",
     "Duration",
+    "EmbeddedServer",
     "ErrorKind",
     "Frontend",
     "FrontendRegister",
