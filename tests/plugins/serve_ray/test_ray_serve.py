@@ -252,3 +252,19 @@ def test_bad_inferd_flags_stop_the_command_before_ray_starts() -> None:
     assert "ray" not in done.stdout.lower()
     with pytest.raises(ValueError, match="unknown argument 'replica': inferd_args or one of replicas"):
         serve_ray.build({"inferd_args": "--model-repository m", "replica": "2"})
+
+
+def test_the_settings_become_ray_s_deployment_options() -> None:
+    fixed = serve_ray.RaySettings(replicas=3).deployment_options()
+    assert fixed["num_replicas"] == 3 and "autoscaling_config" not in fixed
+    assert fixed["max_ongoing_requests"] == 64 and fixed["ray_actor_options"] == {"num_cpus": 1.0}
+    scaled = serve_ray.RaySettings(replicas=2, min_replicas=1, max_replicas=8, target_ongoing_requests=6)
+    assert scaled.deployment_options()["autoscaling_config"] == {
+        "min_replicas": 1, "initial_replicas": 2, "max_replicas": 8, "target_ongoing_requests": 6,
+    }  # fmt: skip
+    assert "num_replicas" not in scaled.deployment_options()
+    app = serve_ray.build({"inferd_args": "--model-repository /m", "min_replicas": "2", "max_replicas": 4})
+    assert app is not None  # a bound application: Ray deploys it (the cluster tests run one)
+    argv = serve_ray.deployment.inferd_argv(["--model-repository", "/m"])
+    assert argv == ["--model-repository", "/m", "--model-control-mode", "explicit", "--load-model", "*"]
+    assert serve_ray.deployment.inferd_argv(["--model-control-mode=none"]) == ["--model-control-mode=none"]
