@@ -13,6 +13,7 @@ import argparse
 import http.client
 import json
 import statistics
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -81,7 +82,10 @@ def main() -> None:
     print(f"command: benchmarks/ray_serve.py --seconds {args.seconds:g} --concurrency "
           f"{' '.join(map(str, args.concurrency))} --replicas {args.replicas}")  # fmt: skip
 
-    server = ServerProcess([args.repository], ["--workers", "1"]).start()
+    server = ServerProcess(
+        [args.repository], ["--workers", "1"], log_path=Path(tempfile.gettempdir()) / "inferd-ray-bench.log"
+    )
+    server.start()
     try:
         measure("inferd serve (--workers 1)", server.http_url, args)
     finally:
