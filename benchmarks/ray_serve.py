@@ -1,6 +1,7 @@
 """The Ray Serve path's overhead: the same KServe v2 HTTP infer request (``add_sub`` of
 examples/models, JSON) against plain ``inferd serve`` and against inferd inside Ray Serve
-(plugins/serve_ray: Ray's HTTP proxy, then the replica), in one run, closed loop.
+(plugins/serve_ray: Ray's HTTP proxy, then the replica), and against an empty ASGI app in Ray Serve
+(Ray's own cost), in one run, closed loop.
 
 Prints numbers; asserts nothing. Reproduce with:
 
@@ -17,6 +18,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from inferd.testing import ServerProcess, free_port
 
@@ -71,6 +73,21 @@ def measure(name: str, url: str, args: argparse.Namespace) -> None:
         report(f"{name}, concurrency {c}", closed_loop(url, args.model, args.seconds, c), args.seconds)
 
 
+class Empty:
+    """An ASGI app answering every request with a fixed JSON body (Ray's path alone; an object, not
+    a function: ``serve.ingress`` calls a function to build the app)."""
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        body = b'{"outputs": []}'
+        headers = [(b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=2.0)
@@ -104,6 +121,9 @@ def main() -> None:
         serve.run(application(argv, RaySettings(replicas=args.replicas)), name="inferd", route_prefix="/")
         print(f"Ray cluster and {args.replicas} replica(s) ready in {time.perf_counter() - t0:.1f} s", flush=True)
         measure(f"Ray Serve ({args.replicas} replica{'s' if args.replicas > 1 else ''})", f"127.0.0.1:{port}", args)
+        serve.delete("inferd")  # Ray's own cost: the same requests answered by an ASGI app that does nothing
+        serve.run(serve.deployment(max_ongoing_requests=64)(serve.ingress(Empty())()).bind(), name="empty")
+        measure("Ray Serve, an empty ASGI app", f"127.0.0.1:{port}", args)
     finally:
         serve.shutdown()
         ray.shutdown()
