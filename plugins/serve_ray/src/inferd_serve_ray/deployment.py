@@ -26,7 +26,7 @@ class InferdDeployment(InferdReplica):
 
     def record_routing_stats(self) -> dict[str, Any]:
         """Ray's routing stats of this replica: ``queue_depth`` (requests waiting in the models'
-        schedulers), ``ongoing_requests`` (inside inferd now), ``loaded_models`` (names)."""
+        schedulers), ``ongoing_requests`` (in this replica now), ``loaded_models`` (names)."""
         return self.routing_stats()
 
     def replica_actor_name(self) -> str:

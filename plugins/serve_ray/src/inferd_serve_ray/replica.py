@@ -56,7 +56,7 @@ class InferdReplica:
         self.server = EmbeddedServer.from_argv(self.argv)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.loop_thread = 0
-        #: Requests inside this replica's inferd app now.
+        #: Requests in this replica now (waiting for their multiplexed model to load, or in inferd's app).
         self.ongoing = 0
         #: The models loaded at start-up: they stay loaded whatever the multiplexing evicts.
         self.pinned: frozenset[str] = frozenset()
@@ -102,15 +102,15 @@ class InferdReplica:
             return
         if scope["type"] != "http":
             return
-        model_id = serve.get_multiplexed_model_id()
-        if model_id:
-            try:
-                await self._model(model_id)
-            except InferdError as exc:  # Triton's load failure ("failed to load 'x', ...") as its load API answers
-                await _error(send, 400, exc.message)
-                return
         self.ongoing += 1
         try:
+            model_id = serve.get_multiplexed_model_id()
+            if model_id:
+                try:
+                    await self._model(model_id)
+                except InferdError as exc:  # Triton's load failure ("failed to load 'x', ...") as its load API answers
+                    await _error(send, 400, exc.message)
+                    return
             await self.server.app(scope, receive, send)
         finally:
             self.ongoing -= 1
