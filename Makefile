@@ -11,7 +11,7 @@ PY     := $(VENV)/bin/python
 CORE_EXTRAS   := [s3,tools]
 SERVE_PLUGINS := python onnx[test] fil
 LLM_PLUGINS   := pytorch[onnx] frontend_openai vllm[cpu]
-ALL_PLUGINS   := $(SERVE_PLUGINS) $(LLM_PLUGINS) tensorrt cache_redis trace_otel
+ALL_PLUGINS   := $(SERVE_PLUGINS) $(LLM_PLUGINS) tensorrt cache_redis trace_otel serve_ray
 
 # COMPILE=0: no bytecode written at install (uv's --compile-bytecode compiles every module of torch,
 # vLLM and transformers: a fresh `make install` took 123 s with it, 25 s without, same machine and

@@ -19,6 +19,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("built-in plugins", ("inferd.frontends", "inferd.schedulers", "inferd.caches")),
     ("host", ("inferd.host",)),
     ("tools", ("inferd.tools",)),
-    ("command line", ("inferd.host.cli", "inferd.host.serve_command")),
+    ("command line", ("inferd.host.cli", "inferd.host.serve_command", "inferd.host.embedded")),
     ("testing", ("inferd.testing",)),
 ]

@@ -87,6 +87,7 @@ if TYPE_CHECKING:
         VersionCounters,
         VersionTraffic,
     )
+    from inferd.contracts.embedded import EmbeddedServer
     from inferd.contracts.errors import (
         Cancelled,
         ConfigError,
@@ -175,6 +176,7 @@ __all__ = [
     "DataPlane",
     "DataType",
     "Duration",
+    "EmbeddedServer",
     "ErrorKind",
     "Frontend",
     "FrontendRegister",
