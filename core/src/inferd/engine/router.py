@@ -18,7 +18,15 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, cast
 
-from inferd.contracts.errors import ErrorKind, InferdError, InternalError, InvalidArgument, NotFound, Unavailable, Unsupported
+from inferd.contracts.errors import (
+    ErrorKind,
+    InferdError,
+    InternalError,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+    Unsupported,
+)
 from inferd.contracts.log_context import REQUEST_ID, REQUEST_MODEL
 from inferd.contracts.trace import TRACE_KEY
 from inferd.contracts.types import PICKED, InferRequest, InferResponse
