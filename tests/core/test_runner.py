@@ -268,7 +268,9 @@ def test_a_pipelined_batch_that_waited_behind_another_counts_the_wait_as_queue_t
         await asyncio.gather(*calls)
         stats = runner.recorder.stats.as_dict()["inference_stats"]
         assert stats["queue"]["ns"] >= first_end - handed  # without Started: ~0
-        assert stats["compute_infer"]["ns"] <= time.monotonic_ns() - began  # without: + the second's wait
+        # Without Started: + the second's 50 ms wait. The first batch's end is stamped when the runner
+        # resumes, after first_end: on a loaded machine the two spans overlap by that delay (< 25 ms).
+        assert stats["compute_infer"]["ns"] <= time.monotonic_ns() - began + 25_000_000
         late = asyncio.ensure_future(runner.run([_request(1, "late")]))
         for _ in range(5):
             await asyncio.sleep(0)

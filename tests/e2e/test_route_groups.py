@@ -68,7 +68,7 @@ def concrete(path: str) -> str:
 
 def send(port: int, method: str, path: str, headers: dict[str, str], chunked: bool = False) -> tuple[int, str, Any]:
     """One request on its own connection (a ``{}`` body for a POST): status, content type, JSON body
-    (the text of an HTML one: the status page)."""
+    (the text of an HTML or plain-text one: the status page, a Prometheus scrape)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         body: Any = (iter([b"{}"]) if chunked else b"{}") if method == "POST" else None
@@ -76,7 +76,7 @@ def send(port: int, method: str, path: str, headers: dict[str, str], chunked: bo
         response = conn.getresponse()
         data = response.read()
         content_type = response.getheader("content-type", "")
-        if content_type.startswith("text/html"):
+        if content_type.startswith(("text/html", "text/plain")):
             return response.status, content_type, data.decode()
         return response.status, content_type, json.loads(data) if data else None
     finally:

@@ -9,19 +9,14 @@ traces.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
-import queue
-import random
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, cast
 
 from inferd.contracts.errors import (
     ErrorKind,
     InferdError,
-    InternalError,
     InvalidArgument,
     NotFound,
     Unavailable,
@@ -30,8 +25,8 @@ from inferd.contracts.errors import (
 from inferd.contracts.log_context import REQUEST_ID, REQUEST_MODEL
 from inferd.contracts.trace import TRACE_KEY
 from inferd.contracts.types import PICKED, InferRequest, InferResponse
-from inferd.engine.recorder import FAILED_KEY
-from inferd.engine.shadow import Shadow, compare
+from inferd.engine.shadow_copies import ShadowCopies
+from inferd.engine.thread_bridge import ThreadStream, response_sender
 from inferd.engine.trace import RequestTrace, Tracer
 
 if TYPE_CHECKING:
@@ -40,11 +35,8 @@ if TYPE_CHECKING:
     from inferd.engine.health import ServerHealth
     from inferd.engine.model_table import ModelTable
     from inferd.engine.stats import ModelStats
-    from inferd.engine.traffic import TrafficSplit
 
 log = logging.getLogger(__name__)
-#: A tensor parameter naming client shared memory (Triton's).
-_REGION = "shared_memory_region"
 
 
 class Router:
@@ -56,7 +48,8 @@ class Router:
         self.health = health
         #: Weighted versions by model name (the table's; empty when no model has a split).
         self.splits = table.traffic.splits
-        self._shadow_tasks: set[asyncio.Task[None]] = set()
+        #: Copies of answered requests run on shadow versions (docs/traffic.md, "Shadow traffic").
+        self.shadows = ShadowCopies(table, self._run)
 
     def resolve(self, name: str, version: str = "") -> ModelInfo:
         """The version that serves a request for ``name``/``version`` now; pass it to :meth:`infer`
@@ -144,55 +137,8 @@ class Router:
         self._observe(info, True, start)
         split = self.splits.get(info.name)
         if split is not None and split.shadow is not None:
-            self._shadow(split, info, request, response)
+            self.shadows.copy(split, info, request, response)
         return response
-
-    def _shadow(self, split: TrafficSplit, info: ModelInfo, request: InferRequest, response: InferResponse) -> None:
-        """Maybe copy an answered request to the split's shadow version: a task after the answer,
-        dropped (and counted) while ``shadow_queue`` copies are in flight (docs/traffic.md)."""
-        shadow = split.shadow
-        if shadow is None or info.version == shadow.version or (shadow.rate < 1 and random.random() >= shadow.rate):
-            return
-        if shadow.inflight >= shadow.policy.queue or _in_shared_memory(request):
-            shadow.dropped += 1
-            return
-        record = self.table.by_name.get(info.name)
-        mv = record.serving.get(shadow.version) if record is not None else None
-        if mv is None:
-            shadow.dropped += 1
-            return
-        copy = InferRequest(
-            request.model_name,
-            str(shadow.version),
-            request.id,
-            request.inputs,  # the same tensors: the serving version is done with them
-            request.outputs,
-            dict(request.parameters),
-        )
-        shadow.inflight += 1
-        task = asyncio.get_running_loop().create_task(self._run_shadow(split, shadow, mv.info, copy, response))
-        self._shadow_tasks.add(task)
-        task.add_done_callback(self._shadow_tasks.discard)
-
-    async def _run_shadow(
-        self, split: TrafficSplit, shadow: Shadow, info: ModelInfo, copy: InferRequest, serving: InferResponse
-    ) -> None:
-        start = time.perf_counter_ns()
-        try:
-            answer = await self._run(info, copy)
-        except InferdError as exc:
-            ok, agree, diff, why = False, False, float("inf"), f"shadow failed: {exc.message}"
-        except Exception as exc:  # a shadow must never break anything else
-            ok, agree, diff, why = False, False, float("inf"), f"shadow failed: {type(exc).__name__}: {exc}"
-        else:
-            ok = True
-            agree, diff, why = compare(serving, answer, shadow.policy.atol, shadow.policy.rtol)
-        finally:
-            shadow.inflight -= 1
-        if split.shadow is shadow and split.observe_shadow(
-            copy.id, ok, agree, diff, why, time.perf_counter_ns() - start
-        ):
-            self.table.traffic.decided(info.name)
 
     def _observe(self, info: ModelInfo, ok: bool, start: int, end: int = 0) -> None:
         split = self.splits.get(info.name)
@@ -296,7 +242,7 @@ class Router:
                 queue.put_nowait((exc if isinstance(exc, InferdError) else InferdError(str(exc)), True))
 
         stats = cast("ModelStats", self._servable(info).stats)  # the engine's versions count in ModelStats
-        request.response_sender = _response_sender(request, stats, queue)
+        request.response_sender = response_sender(request, stats, queue)
         task = asyncio.ensure_future(self._run(info, request))
         task.add_done_callback(finished)
         final = False
@@ -335,7 +281,7 @@ class Router:
         def open_stream() -> AsyncIterator[InferResponse | InferdError]:
             return self.stream(request, self.resolve(request.model_name, request.model_version))
 
-        return _ThreadStream(open_stream, self._loop())
+        return ThreadStream(open_stream, self._loop())
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         loop = self.health.loop
@@ -376,106 +322,3 @@ class RequestTiming:
             out["timing_compute_infer_us"] = (output_start - input_end) // 1000
             out["timing_compute_output_us"] = (end - output_start) // 1000
         return out
-
-
-def _in_shared_memory(request: InferRequest) -> bool:
-    """Whether a request reads or writes client shared memory (the client may reuse the region as
-    soon as it has its answer: no copy of it is run later)."""
-    return any(_REGION in t.parameters for t in request.inputs.values()) or any(
-        _REGION in o.parameters for o in request.outputs
-    )
-
-
-class _ThreadStream:
-    """The items of an async stream opened on the event loop, handed to a blocking thread."""
-
-    def __init__(
-        self, open_stream: Callable[[], AsyncIterator[InferResponse | InferdError]], loop: asyncio.AbstractEventLoop
-    ) -> None:
-        self._items: queue.SimpleQueue[InferResponse | InferdError | None] = queue.SimpleQueue()  # None: the end
-        self._done = False
-        opened: concurrent.futures.Future[None] = concurrent.futures.Future()
-        asyncio.run_coroutine_threadsafe(self._pump(open_stream, opened), loop)
-        opened.result()  # raises what opening the stream raised (an unknown model)
-
-    async def _pump(
-        self,
-        open_stream: Callable[[], AsyncIterator[InferResponse | InferdError]],
-        opened: concurrent.futures.Future[None],
-    ) -> None:
-        try:
-            stream = open_stream()
-        except BaseException as exc:
-            opened.set_exception(exc)
-            return
-        opened.set_result(None)
-        try:
-            async for item in stream:
-                self._items.put(item)
-        except InferdError as exc:
-            self._items.put(exc)
-        except Exception as exc:
-            self._items.put(InternalError(f"{type(exc).__name__}: {exc}"))
-        finally:
-            self._items.put(None)
-
-    def __iter__(self) -> _ThreadStream:
-        return self
-
-    def __next__(self) -> InferResponse | InferdError:
-        if self._done:
-            raise StopIteration
-        item = self._items.get()
-        if item is None:
-            self._done = True
-            raise StopIteration
-        return item
-
-
-def _response_sender(
-    request: InferRequest, stats: ModelStats, queue: asyncio.Queue[tuple[InferResponse | InferdError | None, bool]]
-) -> Callable[[InferResponse | InferdError | None, bool], None]:
-    """The ``response_sender`` of a decoupled request: records each response's statistics and
-    trace mark, then hands it to ``queue`` on the event loop (models call it from any thread).
-
-    Called on the loop's own thread (a non-blocking instance's engine), it puts at once; once a
-    response came from another thread, later ones from the loop queue up behind it (in order).
-    """
-    loop = asyncio.get_running_loop()
-    put = queue.put_nowait
-    owner = threading.get_ident()
-    crossed = False  # a response came through call_soon_threadsafe
-
-    def deliver(item: tuple[InferResponse | InferdError | None, bool]) -> None:
-        nonlocal crossed
-        if threading.get_ident() != owner:
-            crossed = True
-            loop.call_soon_threadsafe(put, item)
-        elif crossed:
-            loop.call_soon(put, item)
-        else:
-            put(item)
-
-    state = [time.monotonic_ns(), 0]  # when the previous response was sent, responses so far
-
-    def sender(response: InferResponse | InferdError | None, final: bool) -> None:
-        now = time.monotonic_ns()
-        start = request.context.get("compute_start_ns", state[0]) if state[1] == 0 else state[0]
-        index = state[1]
-        if response is None:
-            stats.record_response(index, now - start, empty=True)
-        else:
-            failed = isinstance(response, InferdError)
-            cancelled = isinstance(response, InferdError) and response.kind is ErrorKind.CANCELLED
-            stats.record_response(index, now - start, ok=not failed, cancelled=cancelled)
-            if final and failed and not response.answered:  # type: ignore[union-attr]
-                request.context[FAILED_KEY] = True  # the recorder counts the request failed
-            if index == 0:
-                stats.observe_first_response(now - request.arrival_ns)
-        trace = request.context.get(TRACE_KEY)
-        if trace is not None:
-            trace.mark("INFER_RESPONSE_COMPLETE", now)
-        state[0], state[1] = now, index + 1
-        deliver((response, final))
-
-    return sender

@@ -20,7 +20,8 @@ from inferd.contracts.errors import InferdError, StartupError
 from inferd.contracts.frontend import Frontend, HttpPortSettings
 from inferd.dataplane import LocalDataPlane
 from inferd.engine import gc_settings
-from inferd.engine.capture import Capture, CaptureConfig, CaptureConfigError
+from inferd.engine.capture import Capture
+from inferd.engine.capture_config import CaptureConfig, CaptureConfigError
 from inferd.engine.health import ServerHealth, all_versions_loaded
 from inferd.engine.model_table import ModelTable
 from inferd.engine.rate_limiter import RateLimiter

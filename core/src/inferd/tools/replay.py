@@ -20,7 +20,8 @@ import numpy as np
 
 from inferd.contracts.types import InferResponse, InferTensor
 from inferd.datatypes import array_from_bytes
-from inferd.engine.capture import REDACTED, read_records
+from inferd.engine.capture import read_records
+from inferd.engine.capture_config import REDACTED
 from inferd.engine.shadow import compare
 from inferd.tools import ToolError, require
 
