@@ -1,5 +1,6 @@
 """The routes (:data:`ROUTES`): ``/v1/models``, ``/v1/models/{model}``, ``/v1/completions``,
-``/v1/chat/completions``, ``/v1/embeddings``, and vLLM's ``/tokenize`` and ``/detokenize``."""
+``/v1/chat/completions``, ``/v1/embeddings``, vLLM's ``/tokenize`` and ``/detokenize``, and
+Triton's model management (``POST /v1/models/{model}/load`` and ``/unload``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from inferd.api import CURRENT, TOO_DEEP, AccessControl, ApiGroup, depth_problem
-from inferd_frontend_openai import embeddings, engine, extra_fields, params
+from inferd_frontend_openai import embeddings, engine, extra_fields, management, params
 from inferd_frontend_openai.catalog import Catalog
 from inferd_frontend_openai.choices import ChoiceRunner, Event
 from inferd_frontend_openai.engine import StreamingDataPlane
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 #: it as (:class:`~inferd_frontend_openai.access.Guarded`: the HTTP port's rules).
 ROUTES: tuple[tuple[str, str, str, ApiGroup], ...] = (
     ("/v1/models", "GET", "models", ApiGroup.METADATA),
+    ("/v1/models/{model}/load", "POST", "load", ApiGroup.MODEL_REPOSITORY),
+    ("/v1/models/{model}/unload", "POST", "unload", ApiGroup.MODEL_REPOSITORY),
     ("/v1/models/{model:path}", "GET", "model", ApiGroup.METADATA),
     ("/v1/completions", "POST", "completions", ApiGroup.INFERENCE),
     ("/v1/chat/completions", "POST", "chat_completions", ApiGroup.INFERENCE),
@@ -57,6 +60,7 @@ class OpenAIApp:
         self.access = access
         self.catalog = catalog
         self.metrics = metrics
+        self.management = management.Management(dataplane, catalog)
         routes = [Route(path, getattr(self, name), methods=[method]) for path, method, name, _ in ROUTES]
         self.app = Starlette(
             routes=routes, exception_handlers={OpenAIError: _error, 404: _not_found, 405: _not_allowed}
@@ -72,6 +76,16 @@ class OpenAIApp:
         name = request.path_params["model"]
         mv, lora = self.catalog.resolve(name)
         return JSONResponse(self.catalog.entry(lora or mv.name))
+
+    async def load(self, request: Request) -> Response:
+        """Triton's ``POST /v1/models/{model}/load`` (explicit model control): the model's entry once ready."""
+        return JSONResponse(await self.management.load(request.path_params["model"]))
+
+    async def unload(self, request: Request) -> Response:
+        """Triton's ``POST /v1/models/{model}/unload``: ``{"status": "success", "model"}`` once unloaded."""
+        name = request.path_params["model"]
+        await self.management.unload(name)
+        return JSONResponse({"status": "success", "model": name})
 
     async def completions(self, request: Request) -> Response:
         body = await _body(request)
@@ -331,5 +345,8 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 
 
 async def _not_allowed(request: Request, exc: Exception) -> Response:
+    rest = request.url.path.removeprefix("/v1/models/")
+    if rest != request.url.path and "/" in rest:  # no route takes it (a model name has no '/'), as Triton's 404
+        return await _not_found(request, exc)
     error = OpenAIError(405, f"Method {request.method} is not allowed on {request.url.path}", "invalid_request_error")
     return Response(error.json(), 405, media_type="application/json")
