@@ -23,7 +23,7 @@ from inferd_frontend_openai.engine import StreamingDataPlane
 from inferd_frontend_openai.errors import OpenAIError, bad_request, from_inferd
 from inferd_frontend_openai.metrics import LlmMetrics
 from inferd_frontend_openai.responses import DONE, Reply, sse
-from inferd_frontend_openai.tokenizer import TemplateError
+from inferd_frontend_openai.tokenizer import TemplateError, Tokenizer
 
 if TYPE_CHECKING:
     from inferd.api import ServedModel
@@ -54,8 +54,12 @@ class OpenAIApp:
         catalog: Catalog,
         metrics: LlmMetrics | None = None,
         access: AccessControl | None = None,
+        default_max_tokens: int | None = None,
     ) -> None:
-        """``access``: the server's access rules, whose tenants' usage this API meters (None: no rules)."""
+        """``access``: the server's access rules, whose tenants' usage this API meters (None: no
+        rules); ``default_max_tokens``: a request's ``max_tokens`` when it sets none (None: as
+        ``vllm serve``, a chat gets the rest of a vLLM model's context; see :meth:`_default_max_tokens`)."""
+        self.default_max_tokens = default_max_tokens
         self.dataplane = dataplane
         self.access = access
         self.catalog = catalog
@@ -210,6 +214,8 @@ class OpenAIApp:
         own_id = ("chatcmpl-" if chat else "cmpl-") + gen.request_id if gen.request_id else ""
         reply = Reply(gen.model, chat, gen.logprobs is not None, own_id)
         tokenizer = await self.catalog.tokenizer(mv)
+        if gen.max_tokens is None:
+            self._default_max_tokens(gen, mv, tokenizer, chat)
         grant = CURRENT.get()
         tenant = grant.tenant if grant is not None else None
         if tenant is not None and tenant.max_prompt_tokens is not None:
@@ -241,6 +247,33 @@ class OpenAIApp:
             meter(False)
             raise from_inferd(first.error)
         return StreamingResponse(_sse(reply, runner, first, events, meter), media_type="text/event-stream")
+
+    def _default_max_tokens(self, gen: params.Generation, mv: ServedModel, tokenizer: Tokenizer, chat: bool) -> None:
+        """``max_tokens`` for a request that sets none: ``--default-max-tokens`` (for a vLLM model at
+        most the rest of its context), else as ``vllm serve`` gives it: a chat gets the rest of
+        the context, ``max_model_len`` minus its prompt's tokens, rather than ``SamplingParams``'
+        16; a completion keeps 16 (vLLM's ``CompletionRequest`` default, null included, and
+        OpenAI's). A vLLM model's text prompts are tokenized here for the flag (as vLLM would:
+        special tokens added) and sent as ids."""
+        flag = self.default_max_tokens
+        chat_engine = mv.chat_engine
+        if chat_engine is None:  # the model's own default, unless the flag says
+            if flag is not None:
+                gen.max_tokens = gen.sampling["max_tokens"] = flag
+            return
+        if flag is None and not chat:
+            return
+        sends_ids = engine.takes_ids(mv.info) and tokenizer.engine is not None  # the engine's own tokens
+        limits: list[int | None] = []
+        for p, (text, ids) in enumerate(zip(gen.prompts, gen.prompt_ids, strict=False)):
+            if ids is None:
+                ids = tokenizer.encode(text, add_special_tokens=not chat)  # a chat's template writes them
+                if sends_ids:
+                    gen.prompt_ids[p] = ids
+            room = chat_engine.max_model_len - len(ids)
+            # no room: vLLM's engine refuses the prompt, in its words
+            limits.append((room if flag is None else min(room, flag)) if room > 0 else None)
+        gen.prompt_max_tokens = limits
 
 
 def _add_vllm_sampling(gen: params.Generation, mv: ServedModel) -> None:

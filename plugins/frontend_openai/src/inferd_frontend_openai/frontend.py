@@ -27,6 +27,7 @@ class OpenAIFrontend(Frontend):
     without this API) rather than a failed start. ``tls`` and ``max_input_size`` are the HTTP
     port's (``--http-ssl-*``, ``--http-max-input-size``); so are the access rules
     (``dataplane.settings.access.http``: ``--auth-config`` and ``--http-restricted-api``).
+    ``default_max_tokens``: ``--default-max-tokens`` (None: vLLM's default, see :class:`OpenAIApp`).
     """
 
     name = "OpenAI"
@@ -41,8 +42,10 @@ class OpenAIFrontend(Frontend):
         max_input_size: int = HTTP_MAX_INPUT_SIZE,
         chat_template: str | None = None,
         tool_call_parser: str | None = None,
+        default_max_tokens: int | None = None,
     ) -> None:
         self.host = host
+        self.default_max_tokens = default_max_tokens
         self.chat_template = chat_template
         self.tool_call_parser = tool_call_parser
         self.port = port
@@ -73,7 +76,7 @@ class OpenAIFrontend(Frontend):
         settings = dataplane.settings
         catalog = Catalog(dataplane, self.tokenizer, self.chat_template, self.tool_call_parser)
         self._warming = asyncio.ensure_future(catalog.warm())
-        app: ASGIApp = OpenAIApp(dataplane, catalog, self.metrics, settings.access)
+        app: ASGIApp = OpenAIApp(dataplane, catalog, self.metrics, settings.access, self.default_max_tokens)
         if settings.access is not None:  # no rules: nothing on the request path
             app = Guarded(app, settings.access.http, ROUTES)
         app = OpenAIBodyLimit(app, self.max_input_size)
