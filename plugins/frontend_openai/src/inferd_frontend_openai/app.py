@@ -23,7 +23,7 @@ from inferd_frontend_openai.engine import StreamingDataPlane
 from inferd_frontend_openai.errors import OpenAIError, bad_request, from_inferd
 from inferd_frontend_openai.metrics import LlmMetrics
 from inferd_frontend_openai.responses import DONE, Reply, sse
-from inferd_frontend_openai.tokenizer import TemplateError, Tokenizer
+from inferd_frontend_openai.tokenizer import TemplateError, Tokenizer, ToolStream
 
 if TYPE_CHECKING:
     from inferd.api import ServedModel
@@ -317,6 +317,12 @@ async def _sse(
     gen = runner.gen
     usage = gen.include_usage
     failed = False
+    # with tools, each choice's text goes through the backend's streaming tool parser (vLLM's) when
+    # it has one; else the text is read whole once the choice ends
+    open_stream: Callable[[Any, list[int] | None], ToolStream | None] | None = (
+        getattr(runner.tokenizer.engine, "tool_stream", None) if gen.tool_mode else None
+    )
+    streams: dict[int, ToolStream | None] = {}
     for choice in runner.choices:
         if reply.chat:
             yield sse(reply.chunk(choice.index, None, role=True, usage=usage))
@@ -329,13 +335,21 @@ async def _sse(
                 failed = True
                 yield sse(from_inferd(event.error).body())
             else:
-                if event.text and not gen.tool_mode:  # with tools, the text is read whole once it ends
-                    yield sse(
-                        reply.chunk(
-                            event.choice.index, event.text, usage=usage, tokens=event.tokens, offset=event.offset
-                        )
-                    )
-                if event.finished and gen.tool_mode:
+                index = event.choice.index
+                if event.text and not gen.tool_mode:
+                    yield sse(reply.chunk(index, event.text, usage=usage, tokens=event.tokens, offset=event.offset))
+                stream = None
+                if open_stream is not None:
+                    if index not in streams:
+                        streams[index] = open_stream(gen.tool, event.choice.prompt_ids)
+                    stream = streams[index]
+                if stream is not None:
+                    content, calls = stream.feed(event.text, event.finished)
+                    if content:
+                        yield sse(reply.chunk(index, content, usage=usage))
+                    if calls:
+                        yield sse(reply.tool_deltas_chunk(index, calls, usage))
+                elif event.finished and gen.tool_mode:
                     if event.choice.text:
                         yield sse(reply.chunk(event.choice.index, event.choice.text, usage=usage))
                     if event.choice.tool_calls:
