@@ -34,7 +34,9 @@ WEATHER = {
         "description": "the weather",
         "parameters": {
             "type": "object",
-            "properties": {"city": {"type": "string", "maxLength": 6}},
+            # a long argument: many engine steps, so that a busy machine (vLLM merges the outputs
+            # a slow reader has not taken yet) still streams it in several pieces
+            "properties": {"city": {"type": "string", "minLength": 16, "maxLength": 20}},
             "required": ["city"],
             "additionalProperties": False,
         },
@@ -43,7 +45,7 @@ WEATHER = {
 }
 MESSAGES = [{"role": "user", "content": "weather in paris?"}]
 #: What the random model must write for ``auto``: one Hermes tool call, the city's letters its own.
-HERMES = r'<tool_call>\{"name": "get_weather", "arguments": \{"city": "[a-z]{3,6}"\}\}</tool_call>'
+HERMES = r'<tool_call>\{"name": "get_weather", "arguments": \{"city": "[a-z]{16,20}"\}\}</tool_call>'
 #: The tool for ``auto``: not strict (a strict tool would be one more constraint beside the regex).
 LOOSE = {"type": "function", "function": {k: v for k, v in WEATHER["function"].items() if k != "strict"}}
 
