@@ -126,6 +126,18 @@ class VllmChat:
         ]
         return content, out
 
+    def tool_stream(self, prepared: ToolRequest, prompt_ids: list[int] | None) -> ToolStream | None:
+        """A reader of one choice's streamed output into content and tool-call deltas, as ``vllm
+        serve`` streams them (None: the request reads no tool calls, or this vLLM's parser cannot
+        stream: its calls are then read whole when the choice ends)."""
+        if not prepared.mode or prepared.parser is None or not hasattr(prepared.parser, "parse_delta"):
+            return None
+        kwargs = prepared.request.chat_template_kwargs or {}
+        parser = prepared.parser(
+            self.tokenizer, prepared.request.tools, model_config=self.model_config, chat_template_kwargs=kwargs
+        )
+        return ToolStream(parser, prepared.request, self.tokenizer, prompt_ids)
+
     def render(self, messages: list[dict[str, Any]], **kwargs: Any) -> str:
         """The prompt text for the request's ``messages`` (``kwargs``: the template's: ``chat_template``,
         ``tools``, ``add_generation_prompt``, ``continue_final_message``, ...), as ``vllm serve``
@@ -139,6 +151,32 @@ class VllmChat:
             return safe_apply_chat_template(self.model_config, self.tokenizer, conversation, tokenize=False, **kwargs)
         except (VLLMClientError, ValueError) as exc:
             raise TemplateRejected(str(exc)) from None
+
+
+class ToolStream:
+    """vLLM's parser reading one choice's output as it streams (``Parser.parse_delta``, what ``vllm
+    serve`` calls per output): content, and each tool call's id and name, then its arguments in
+    fragments. The model sends text only, so each piece's token ids are the tokenizer's reading of
+    it (the Hermes parser reads text; a parser that looks for a special token finds it there too)."""
+
+    def __init__(
+        self, parser: Any, request: ChatCompletionRequest, tokenizer: Any, prompt_ids: list[int] | None
+    ) -> None:
+        self.parser = parser
+        self.request = request
+        self.tokenizer = tokenizer
+        #: The parser's reasoning check needs the prompt's ids (with no reasoning parser: any list).
+        self.prompt_ids = prompt_ids if prompt_ids is not None else []
+
+    def feed(self, text: str, finished: bool) -> tuple[str | None, list[dict[str, Any]]]:
+        """The content and the tool-call deltas (OpenAI's ``delta.tool_calls`` entries) that ``text``,
+        the choice's next piece, adds; ``finished``: it is the last piece."""
+        ids = list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
+        delta = self.parser.parse_delta(text, ids, self.request, self.prompt_ids, finished=finished)
+        if delta is None:
+            return None, []
+        calls = [call.model_dump(exclude_none=True) for call in delta.tool_calls or []]
+        return delta.content or None, calls
 
 
 def _as_json(params: Any) -> dict[str, Any] | None:

@@ -54,6 +54,12 @@ BORROWED: tuple[tuple[str, str, bool, str], ...] = (
         "chat: tool_choice required/named as a structured-output constraint",
     ),
     ("vllm.parser.abstract_parser", "DelegatingParser.parse", False, "chat: tool calls read from the output"),
+    (
+        "vllm.parser.abstract_parser",
+        "DelegatingParser.parse_delta",
+        False,
+        "chat.ToolStream: streamed tool calls, argument fragments per piece (without it: whole at the end)",
+    ),
     ("vllm.renderers.chat_utils", "make_tool_call_id", False, "chat: a tool call's id"),
     ("vllm.platforms", "current_platform.is_cpu", False, "quiet.explain_once: the CPU's start-up lines"),
     ("vllm.logging_utils", "NewLineFormatter", False, "quiet.write_config: vLLM's line layout in its processes"),

@@ -4,7 +4,9 @@ HTTP port's :class:`~inferd.auth.AccessPolicy` (API keys and tenants, their limi
 is ``--http-max-input-size``.
 
 The routes' API groups are in :data:`~inferd_frontend_openai.app.ROUTES` (``/v1/models`` and
-``/v1/models/{model}`` are ``metadata``, the rest ``inference``, as is a path no route serves). A model the tenant may not see answers as an unknown one does (a 404
+``/v1/models/{model}`` are ``metadata``, ``/v1/models/{model}/load`` and ``/unload``
+``model-repository`` as the v2 repository API's load and unload, the rest ``inference``, as is a
+path no route serves). A model the tenant may not see answers as an unknown one does (a 404
 ``model_not_found``): :class:`~inferd_frontend_openai.catalog.Catalog` reads the grant.
 """
 
@@ -49,22 +51,25 @@ class Guarded:
         """``routes``: the app's (path, method, endpoint, API group), e.g. :data:`~inferd_frontend_openai.app.ROUTES`."""
         self.app = app
         self.policy = policy
-        #: The groups of the routes without parameters, by path, and the others' patterns in order.
+        #: The groups of the routes without parameters, by path, and the others' patterns in order
+        #: (with their method: ``POST /v1/models/m/load`` is not ``GET /v1/models/{model:path}``).
         self.exact: dict[str, ApiGroup] = {}
-        self.patterns: list[tuple[re.Pattern[str], ApiGroup]] = []
-        for path, _, _, group in routes:
+        self.patterns: list[tuple[re.Pattern[str], str, ApiGroup]] = []
+        for path, method, _, group in routes:
             if "{" in path:
-                self.patterns.append((compile_path(path)[0], group))
+                self.patterns.append((compile_path(path)[0], method, group))
             else:
                 self.exact.setdefault(path, group)
 
-    def group(self, path: str) -> tuple[ApiGroup, str]:
-        """The API group of the route serving ``path`` and the model it names ("" for none); a
-        path no route serves is asked for as an inference request (then answered 404)."""
+    def group(self, path: str, method: str = "GET") -> tuple[ApiGroup, str]:
+        """The API group of the route serving ``method path`` and the model it names ("" for
+        none); a path no route serves is asked for as an inference request (then answered 404)."""
         group = self.exact.get(path)
         if group is not None:
             return group, ""
-        for pattern, group in self.patterns:
+        for pattern, wanted, group in self.patterns:
+            if wanted != method:
+                continue
             match = pattern.match(path)
             if match is not None:
                 return group, match.groupdict().get("model", "")
@@ -74,7 +79,7 @@ class Guarded:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        group, model = self.group(scope["path"])
+        group, model = self.group(scope["path"], scope["method"])
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         try:
             grant = self.policy.admit(group, model, headers)

@@ -1,8 +1,9 @@
 """The routes (:data:`ROUTES`): ``/v1/models``, ``/v1/models/{model}``, ``/v1/completions``,
-``/v1/chat/completions``, ``/v1/embeddings``, and vLLM's ``/tokenize``, ``/detokenize``, ``/health``
-(200 once the server is ready, 503 before and while it drains: what KServe's LLMInferenceService
-probes) and ``/metrics`` (the metrics port's scrape, where routers that read a model server's
-metrics on its API port look: the endpoint picker, production-stack)."""
+``/v1/chat/completions``, ``/v1/embeddings``, vLLM's ``/tokenize`` and ``/detokenize``, Triton's model
+management (``POST /v1/models/{model}/load`` and ``/unload``), ``/health`` (200 once the server is ready,
+503 before and while it drains: what KServe's LLMInferenceService probes) and ``/metrics`` (the
+metrics port's scrape, where routers that read a model server's metrics on its API port look: the
+endpoint picker, production-stack)."""
 
 from __future__ import annotations
 
@@ -29,14 +30,14 @@ from inferd.api import (
     status_plot,
     status_view,
 )
-from inferd_frontend_openai import embeddings, engine, extra_fields, params
+from inferd_frontend_openai import embeddings, engine, extra_fields, management, params
 from inferd_frontend_openai.catalog import Catalog
 from inferd_frontend_openai.choices import ChoiceRunner, Event
 from inferd_frontend_openai.engine import StreamingDataPlane
 from inferd_frontend_openai.errors import OpenAIError, bad_request, from_inferd
 from inferd_frontend_openai.metrics import LlmMetrics
 from inferd_frontend_openai.responses import DONE, Reply, sse
-from inferd_frontend_openai.tokenizer import TemplateError
+from inferd_frontend_openai.tokenizer import TemplateError, Tokenizer, ToolStream
 
 if TYPE_CHECKING:
     from inferd.api import DataPlane, ServedModel
@@ -47,6 +48,8 @@ log = logging.getLogger(__name__)
 #: it as (:class:`~inferd_frontend_openai.access.Guarded`: the HTTP port's rules).
 ROUTES: tuple[tuple[str, str, str, ApiGroup], ...] = (
     ("/v1/models", "GET", "models", ApiGroup.METADATA),
+    ("/v1/models/{model}/load", "POST", "load", ApiGroup.MODEL_REPOSITORY),
+    ("/v1/models/{model}/unload", "POST", "unload", ApiGroup.MODEL_REPOSITORY),
     ("/v1/models/{model:path}", "GET", "model", ApiGroup.METADATA),
     ("/v1/completions", "POST", "completions", ApiGroup.INFERENCE),
     ("/v1/chat/completions", "POST", "chat_completions", ApiGroup.INFERENCE),
@@ -75,9 +78,13 @@ class OpenAIApp:
         metrics: LlmMetrics | None = None,
         access: AccessControl | None = None,
         status: DataPlane | None = None,
+        default_max_tokens: int | None = None,
     ) -> None:
         """``access``: the server's access rules, whose tenants' usage this API meters (None: no rules);
-        ``status``: serve :data:`STATUS_ROUTES` too, showing this data plane (the whole one)."""
+        ``status``: serve :data:`STATUS_ROUTES` too, showing this data plane (the whole one);
+        ``default_max_tokens``: a request's ``max_tokens`` when it sets none (None: as ``vllm serve``,
+        a chat gets the rest of a vLLM model's context; see :meth:`_default_max_tokens`)."""
+        self.default_max_tokens = default_max_tokens
         self.dataplane = dataplane
         self.access = access
         self.catalog = catalog
@@ -86,6 +93,7 @@ class OpenAIApp:
         #: The metrics frontend's scrape (``accept`` -> body, content type), set once the server
         #: started (the plugin's ``inferd_startup``); None: no metrics frontend, ``/metrics`` is 404.
         self.scrape: Callable[[str], Awaitable[tuple[bytes, str]]] | None = None
+        self.management = management.Management(dataplane, catalog)
         served = ROUTES if status is None else ROUTES + STATUS_ROUTES
         routes = [Route(path, getattr(self, name), methods=[method]) for path, method, name, _ in served]
         self.app = Starlette(
@@ -131,6 +139,16 @@ class OpenAIApp:
         await self.catalog.loaded(name)
         mv, lora = self.catalog.resolve(name)
         return JSONResponse(self.catalog.entry(lora or mv.name))
+
+    async def load(self, request: Request) -> Response:
+        """Triton's ``POST /v1/models/{model}/load`` (explicit model control): the model's entry once ready."""
+        return JSONResponse(await self.management.load(request.path_params["model"]))
+
+    async def unload(self, request: Request) -> Response:
+        """Triton's ``POST /v1/models/{model}/unload``: ``{"status": "success", "model"}`` once unloaded."""
+        name = request.path_params["model"]
+        await self.management.unload(name)
+        return JSONResponse({"status": "success", "model": name})
 
     async def completions(self, request: Request) -> Response:
         body = await _body(request)
@@ -260,6 +278,8 @@ class OpenAIApp:
         own_id = ("chatcmpl-" if chat else "cmpl-") + gen.request_id if gen.request_id else ""
         reply = Reply(gen.model, chat, gen.logprobs is not None, own_id)
         tokenizer = await self.catalog.tokenizer(mv)
+        if gen.max_tokens is None:
+            self._default_max_tokens(gen, mv, tokenizer, chat)
         grant = CURRENT.get()
         tenant = grant.tenant if grant is not None else None
         if tenant is not None and tenant.max_prompt_tokens is not None:
@@ -291,6 +311,33 @@ class OpenAIApp:
             meter(False)
             raise from_inferd(first.error)
         return StreamingResponse(_sse(reply, runner, first, events, meter), media_type="text/event-stream")
+
+    def _default_max_tokens(self, gen: params.Generation, mv: ServedModel, tokenizer: Tokenizer, chat: bool) -> None:
+        """``max_tokens`` for a request that sets none: ``--default-max-tokens`` (for a vLLM model at
+        most the rest of its context), else as ``vllm serve`` gives it: a chat gets the rest of
+        the context, ``max_model_len`` minus its prompt's tokens, rather than ``SamplingParams``'
+        16; a completion keeps 16 (vLLM's ``CompletionRequest`` default, null included, and
+        OpenAI's). A vLLM model's text prompts are tokenized here for the flag (as vLLM would:
+        special tokens added) and sent as ids."""
+        flag = self.default_max_tokens
+        chat_engine = mv.chat_engine
+        if chat_engine is None:  # the model's own default, unless the flag says
+            if flag is not None:
+                gen.max_tokens = gen.sampling["max_tokens"] = flag
+            return
+        if flag is None and not chat:
+            return
+        sends_ids = engine.takes_ids(mv.info) and tokenizer.engine is not None  # the engine's own tokens
+        limits: list[int | None] = []
+        for p, (text, ids) in enumerate(zip(gen.prompts, gen.prompt_ids, strict=False)):
+            if ids is None:
+                ids = tokenizer.encode(text, add_special_tokens=not chat)  # a chat's template writes them
+                if sends_ids:
+                    gen.prompt_ids[p] = ids
+            room = chat_engine.max_model_len - len(ids)
+            # no room: vLLM's engine refuses the prompt, in its words
+            limits.append((room if flag is None else min(room, flag)) if room > 0 else None)
+        gen.prompt_max_tokens = limits
 
 
 def _add_vllm_sampling(gen: params.Generation, mv: ServedModel) -> None:
@@ -334,6 +381,12 @@ async def _sse(
     gen = runner.gen
     usage = gen.include_usage
     failed = False
+    # with tools, each choice's text goes through the backend's streaming tool parser (vLLM's) when
+    # it has one; else the text is read whole once the choice ends
+    open_stream: Callable[[Any, list[int] | None], ToolStream | None] | None = (
+        getattr(runner.tokenizer.engine, "tool_stream", None) if gen.tool_mode else None
+    )
+    streams: dict[int, ToolStream | None] = {}
     for choice in runner.choices:
         if reply.chat:
             yield sse(reply.chunk(choice.index, None, role=True, usage=usage))
@@ -346,13 +399,21 @@ async def _sse(
                 failed = True
                 yield sse(from_inferd(event.error).body())
             else:
-                if event.text and not gen.tool_mode:  # with tools, the text is read whole once it ends
-                    yield sse(
-                        reply.chunk(
-                            event.choice.index, event.text, usage=usage, tokens=event.tokens, offset=event.offset
-                        )
-                    )
-                if event.finished and gen.tool_mode:
+                index = event.choice.index
+                if event.text and not gen.tool_mode:
+                    yield sse(reply.chunk(index, event.text, usage=usage, tokens=event.tokens, offset=event.offset))
+                stream = None
+                if open_stream is not None:
+                    if index not in streams:
+                        streams[index] = open_stream(gen.tool, event.choice.prompt_ids)
+                    stream = streams[index]
+                if stream is not None:
+                    content, calls = stream.feed(event.text, event.finished)
+                    if content:
+                        yield sse(reply.chunk(index, content, usage=usage))
+                    if calls:
+                        yield sse(reply.tool_deltas_chunk(index, calls, usage))
+                elif event.finished and gen.tool_mode:
                     if event.choice.text:
                         yield sse(reply.chunk(event.choice.index, event.choice.text, usage=usage))
                     if event.choice.tool_calls:
@@ -395,5 +456,8 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 
 
 async def _not_allowed(request: Request, exc: Exception) -> Response:
+    rest = request.url.path.removeprefix("/v1/models/")
+    if rest != request.url.path and "/" in rest:  # no route takes it (a model name has no '/'), as Triton's 404
+        return await _not_found(request, exc)
     error = OpenAIError(405, f"Method {request.method} is not allowed on {request.url.path}", "invalid_request_error")
     return Response(error.json(), 405, media_type="application/json")

@@ -120,6 +120,10 @@ class ChoiceRunner:
 
     def _sampling(self, choice: Choice) -> dict[str, object]:
         sampling = dict(self.gen.sampling)
+        if self.gen.prompt_max_tokens:
+            default = self.gen.prompt_max_tokens[choice.index // self.gen.n]
+            if default is not None:
+                sampling["max_tokens"] = default
         if self.gen.seed is not None:
             sampling["seed"] = self.gen.seed + choice.index % self.gen.n
         return sampling

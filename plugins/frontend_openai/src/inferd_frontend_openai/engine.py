@@ -15,14 +15,14 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from inferd.api import METERED, PICKED, InferdError, InferRequest, InferResponse, InferTensor
 
 if TYPE_CHECKING:
-    from inferd.api import ModelInfo
+    from inferd.api import ModelInfo, ServedModel
 
 
 class StreamingDataPlane(Protocol):
@@ -33,6 +33,10 @@ class StreamingDataPlane(Protocol):
     def stream(
         self, request: InferRequest, model: ModelInfo | None = None
     ) -> AsyncIterator[InferResponse | InferdError]: ...
+    def served_model(self, name: str, version: str = "") -> ServedModel: ...
+    def check_control(self) -> None: ...
+    async def load_model(self, name: str, parameters: dict[str, Any] | None = None) -> None: ...
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None: ...
 
 
 def is_text_model(info: ModelInfo) -> bool:

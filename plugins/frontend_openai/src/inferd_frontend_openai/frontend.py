@@ -30,6 +30,7 @@ class OpenAIFrontend(Frontend):
     (``dataplane.settings.access.http``: ``--auth-config`` and ``--http-restricted-api``).
     ``status_page``: serve the status page (``GET /`` and ``GET /v2/status``, as the HTTP port
     does), for a server whose HTTP port is off (``--allow-http=false``).
+    ``default_max_tokens``: ``--default-max-tokens`` (None: vLLM's default, see :class:`OpenAIApp`).
     """
 
     name = "OpenAI"
@@ -45,8 +46,10 @@ class OpenAIFrontend(Frontend):
         chat_template: str | None = None,
         tool_call_parser: str | None = None,
         status_page: bool = False,
+        default_max_tokens: int | None = None,
     ) -> None:
         self.host = host
+        self.default_max_tokens = default_max_tokens
         self.chat_template = chat_template
         self.tool_call_parser = tool_call_parser
         self.port = port
@@ -80,7 +83,14 @@ class OpenAIFrontend(Frontend):
         settings = dataplane.settings
         catalog = Catalog(dataplane, self.tokenizer, self.chat_template, self.tool_call_parser)
         self._warming = asyncio.ensure_future(catalog.warm())
-        self.api = OpenAIApp(dataplane, catalog, self.metrics, settings.access, dataplane if self.status else None)
+        self.api = OpenAIApp(
+            dataplane,
+            catalog,
+            self.metrics,
+            settings.access,
+            dataplane if self.status else None,
+            self.default_max_tokens,
+        )
         app: ASGIApp = self.api
         if settings.access is not None:  # no rules: nothing on the request path
             app = Guarded(app, settings.access.http, ROUTES + STATUS_ROUTES if self.status else ROUTES)

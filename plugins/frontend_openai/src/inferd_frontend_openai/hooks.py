@@ -1,5 +1,5 @@
 """Registration: ``--openai-port``, ``--openai-address``, ``--openai-tokenizer``, ``--chat-template``,
-``--tool-call-parser``, ``--allow-openai``
+``--tool-call-parser``, ``--default-max-tokens``, ``--allow-openai``
 and the ``openai`` frontend. Imports nothing of the API until the server starts it."""
 
 from __future__ import annotations
@@ -64,6 +64,22 @@ def inferd_add_options(parser: argparse.ArgumentParser) -> None:
         help="vLLM's tool-call parser for 'auto' tool choice (e.g. hermes), as vllm serve's "
         "(default: none; a vLLM model's model.json 'tool_call_parser' wins)",
     )
+    group.add_argument(
+        "--default-max-tokens",
+        type=_positive,
+        default=None,
+        metavar="<int>",
+        help="the most tokens a completion generates when the request sets neither max_tokens nor "
+        "max_completion_tokens, as Triton's OpenAI frontend's flag (default: as vllm serve, the rest "
+        "of a vLLM model's context, max_model_len minus the prompt's tokens; another model's own default)",
+    )
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return number
 
 
 def _factory(options: ServerSettings) -> OpenAIFrontend | None:
@@ -93,6 +109,7 @@ def _factory(options: ServerSettings) -> OpenAIFrontend | None:
         chat_template=template,
         tool_call_parser=extra.get("tool_call_parser") or None,
         status_page=not options.allow_http,  # the only port serving HTTP: it shows the status page
+        default_max_tokens=extra.get("default_max_tokens"),
     )
 
 

@@ -51,6 +51,9 @@ class Generation:
     #: vLLM's sampling fields the request sets (:mod:`~inferd_frontend_openai.extra_fields`), under
     #: ``SamplingParams``' names: added to ``sampling`` for a model of the vLLM backend only.
     vllm: dict[str, Any] = field(default_factory=dict)
+    #: Each prompt's ``max_tokens`` when the request sets none (None: the model's default), from
+    #: ``--default-max-tokens`` and a vLLM model's context (``OpenAIApp._default_max_tokens``).
+    prompt_max_tokens: list[int | None] = field(default_factory=list)
     #: vLLM's ``request_id``: the response's id is ``cmpl-`` / ``chatcmpl-`` and it ("": a random one).
     request_id: str = ""
 

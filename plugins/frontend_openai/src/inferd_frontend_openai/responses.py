@@ -104,6 +104,15 @@ class Reply:
             body["usage"] = None
         return body
 
+    def tool_deltas_chunk(self, index: int, calls: list[dict[str, Any]], usage: bool = False) -> dict[str, Any]:
+        """A chunk carrying tool-call deltas of choice ``index`` as the backend's parser streams them
+        (an id, type and name first, then ``function.arguments`` fragments)."""
+        body = self._head(chunk=True)
+        body["choices"] = [{"index": index, "delta": {"tool_calls": calls}, "logprobs": None, "finish_reason": None}]
+        if usage:
+            body["usage"] = None
+        return body
+
     def usage_chunk(self, usage: dict[str, int]) -> dict[str, Any]:
         """The last chunk with ``stream_options.include_usage``: no choices, the whole usage."""
         return {**self._head(chunk=True), "choices": [], "usage": usage}

@@ -44,6 +44,13 @@ class EngineChat(Protocol):
     def tool_calls(self, prepared: Any, text: str) -> tuple[str | None, list[dict[str, Any]]]: ...
 
 
+class ToolStream(Protocol):
+    """A backend's reader of one choice's streamed text: its content and tool-call deltas per piece
+    (an engine offers it with an optional ``tool_stream(prepared, prompt_ids)``: the vLLM backend's)."""
+
+    def feed(self, text: str, finished: bool) -> tuple[str | None, list[dict[str, Any]]]: ...
+
+
 @dataclass
 class ChatOptions:
     """How to render one chat request (vLLM's request fields of the same names)."""
