@@ -76,9 +76,12 @@ def send(port: int, method: str, path: str, headers: dict[str, str], chunked: bo
         response = conn.getresponse()
         data = response.read()
         content_type = response.getheader("content-type", "")
-        if content_type.startswith(("text/html", "text/plain")):
+        if content_type.startswith("text/html"):
             return response.status, content_type, data.decode()
-        return response.status, content_type, json.loads(data) if data else None
+        try:
+            return response.status, content_type, json.loads(data) if data else None
+        except ValueError:  # a Prometheus scrape (the OpenAI port's /metrics)
+            return response.status, content_type, data.decode()
     finally:
         conn.close()
 
