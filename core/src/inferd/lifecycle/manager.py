@@ -129,9 +129,9 @@ class ModelManager:
         self.footprints: dict[str, int] = {}
         #: The last footprint each model measured, kept once it unloads (what its next load expects).
         self.last_footprints: dict[str, int] = {}
-        #: What a model's last eviction gave back, where that was more than its footprint: it grew
-        #: after its load (memory allocated lazily, on requests: onnxruntime's arena, caches). Its
-        #: later loads count the larger size, so the budget sees what it holds once it serves.
+        #: What each model's last eviction gave back. Where that is more than the growth over its
+        #: next load, it grew after its load (memory allocated on requests: onnxruntime's arena,
+        #: caches) and that load counts the larger size, so the budget sees what it holds once it serves.
         self.released: dict[str, int] = {}
 
     @property
@@ -241,9 +241,9 @@ class ModelManager:
             if resident - rss_bytes() >= footprint // 2:
                 break
             await asyncio.to_thread(release_freed_memory, collect)
-        released = resident - rss_bytes()
+        self.released[key] = released = resident - rss_bytes()
         if released > footprint + LARGE_BLOCK:  # it grew after its load (lazy allocations, an arena)
-            self.last_footprints[key] = self.released[key] = released
+            self.last_footprints[key] = released
 
     async def _load_key(self, source: ModelSource, override: cfg.ModelConfig | None) -> None:
         """:meth:`load` of one model key, with the models its steps call."""
