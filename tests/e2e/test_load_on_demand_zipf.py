@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import re
+import shutil
 import threading
 import time
 from datetime import datetime
@@ -156,6 +157,7 @@ def test_zipf_traffic_over_more_models_than_the_budget_holds(tmp_path: Path) -> 
         loads = _metric(srv, "inferd_model_loads_on_demand_total")
         evictions = _metric(srv, "inferd_model_evictions_total")
     log = srv.log_path.read_text()  # once stopped, and whole (log() is its tail)
+    shutil.rmtree(repo)  # 640 MiB of ONNX files: pytest keeps its last temporary folders
 
     assert not failures, failures[:5]
     assert requests_done and evictions > 0 and loads > HOLDS
