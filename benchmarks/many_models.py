@@ -1,14 +1,15 @@
 """More models than memory: the same repository served fully loaded, then loaded on demand under a
 memory budget, with the same Zipf-distributed traffic over HTTP and gRPC (issue 36).
 
-The repository holds ``--models`` Python models, each holding ``--megabytes`` of resident memory
-(a numpy array written in ``initialize``). The on-demand server gets ``--model-load-on-demand``
-and a budget for ``--holds`` of them. It prints, per setup: the server's peak and final resident
-memory, warm p50/p99, cold-load p50/p99 (each load on demand, from the server's log), cold-request
-p50/p99 (the slowest requests, as many as there were loads) and the hit rate. Numbers only.
-Reproduce with:
+The repository holds ``--models`` models, every other one ONNX (onnxruntime: a float32 initializer
+of ``--megabytes`` read by a Gather) and the rest Python (a numpy array of ``--megabytes`` written
+in ``initialize``). The on-demand server gets ``--model-load-on-demand`` and a budget for
+``--holds`` of them. It prints, per setup and per backend: the server's peak and final resident
+memory, warm p50/p99, load p50/p99 (each load on demand, from the server's log), cold-request
+p50/p99 (requests during which a load of their model ended: they waited for it) and the hit rate
+(requests that found their model loaded). Numbers only. Reproduce with:
 
-    .venv/bin/python benchmarks/many_models.py --seconds 10 --models 16 --megabytes 16 --holds 4
+    .venv/bin/python benchmarks/many_models.py --seconds 10 --models 40 --megabytes 32 --holds 8
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ import re
 import tempfile
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from onnx import TensorProto, helper, numpy_helper
 
 from inferd.testing import ServerProcess, write_repository
 
@@ -57,16 +60,55 @@ parameters {{ key: "megabytes" value {{ string_value: "{mb}" }} }}
 parameters {{ key: "id" value {{ string_value: "{i}" }} }}
 """
 
+ONNX_CONFIG = """
+backend: "onnxruntime"
+max_batch_size: 0
+input [{ name: "MS" data_type: TYPE_INT32 dims: [1] }]
+output [{ name: "ID" data_type: TYPE_INT64 dims: [1] }]
+instance_group [{ kind: KIND_CPU count: 1 }]
+"""
+
+
+def onnx_model(ident: int, megabytes: int) -> bytes:
+    """ID = W[MS] as INT64, W a float32 initializer of ``megabytes``, every element ``ident``."""
+    w = numpy_helper.from_array(np.full(megabytes * MB // 4, ident, dtype=np.float32), "W")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["W", "MS"], ["G"]),
+            helper.make_node("Cast", ["G"], ["ID"], to=TensorProto.INT64),
+        ],
+        "g",
+        [helper.make_tensor_value_info("MS", TensorProto.INT32, [1])],
+        [helper.make_tensor_value_info("ID", TensorProto.INT64, [1])],
+        initializer=[w],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9).SerializeToString()
+
+
+def backend(name: str) -> str:
+    """Odd-numbered models are ONNX, even-numbered ones Python."""
+    return "onnx" if int(name[1:]) % 2 else "python"
+
 
 def _status(pid: int, field: str) -> int:
     found = re.search(rf"^{field}:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.MULTILINE)
     return int(found.group(1)) * 1024 if found else 0
 
 
-def drive(srv: ServerProcess, models: int, seconds: float, zipf: float, seed: int) -> list[float]:
-    """Zipf traffic from two clients (HTTP, gRPC) for ``seconds``; every request's latency (s)."""
+def loads_in(log: str) -> list[tuple[str, float, float]]:
+    """(model, when its load on demand ended as a Unix time, how long it took in s) from the log."""
+    year = datetime.now().year
+    found = re.findall(r"^I(\d{4} \d\d:\d\d:\d\d\.\d+) .*model '(m\d+)' loaded on demand in ([\d.]+) s", log, re.M)
+    return [
+        (name, datetime.strptime(f"{year}{stamp}", "%Y%m%d %H:%M:%S.%f").timestamp(), float(took))
+        for stamp, name, took in found
+    ]
+
+
+def drive(srv: ServerProcess, models: int, seconds: float, zipf: float, seed: int) -> list[tuple[str, float, float]]:
+    """Zipf traffic from two clients (HTTP, gRPC) for ``seconds``: (model, start as Unix time, latency s)."""
     weights = [1 / (k + 1) ** zipf for k in range(models)]
-    latencies: list[float] = []
+    done: list[tuple[str, float, float]] = []
     failures: list[str] = []
     lock = threading.Lock()
     stop = time.monotonic() + seconds
@@ -80,7 +122,7 @@ def drive(srv: ServerProcess, models: int, seconds: float, zipf: float, seed: in
             i = rng.choices(range(models), weights)[0]
             x = module.InferInput("MS", [1], "INT32")
             x.set_data_from_numpy(np.zeros(1, dtype=np.int32))
-            started = time.perf_counter()
+            wall, started = time.time(), time.perf_counter()
             try:
                 got = int(conn.infer(f"m{i:03d}", [x]).as_numpy("ID")[0])
                 assert got == i, f"m{i:03d} answered {got}"
@@ -89,7 +131,7 @@ def drive(srv: ServerProcess, models: int, seconds: float, zipf: float, seed: in
                     failures.append(str(exc))
                 continue
             with lock:
-                latencies.append(time.perf_counter() - started)
+                done.append((f"m{i:03d}", wall, time.perf_counter() - started))
 
     threads = [threading.Thread(target=client, args=(n,)) for n in range(2)]
     for t in threads:
@@ -98,59 +140,72 @@ def drive(srv: ServerProcess, models: int, seconds: float, zipf: float, seed: in
         t.join()
     if failures:
         print(f"  {len(failures)} failed requests, first: {failures[0]}")
-    return latencies
+    return done
+
+
+def _ms(values: list[float], q: float) -> str:
+    return f"{np.percentile(values, q) * 1e3:7.1f}" if values else "      -"
 
 
 def run(repo: Path, flags: list[str], args: argparse.Namespace, label: str) -> None:
     with ServerProcess([repo], ["--workers", "1", *flags]) as srv:
         assert srv.proc is not None
         pid = srv.proc.pid
-        latencies = drive(srv, args.models, args.seconds, args.zipf, args.seed)
+        done = drive(srv, args.models, args.seconds, args.zipf, args.seed)
         peak, final = _status(pid, "VmHWM"), _status(pid, "VmRSS")
-        log = srv.log()
-    loads = [float(s) for s in re.findall(r"loaded on demand in ([\d.]+) s", log)]
-    ordered = sorted(latencies)
-    cold = ordered[len(ordered) - len(loads) :] if loads else []
-    warm = ordered[: len(ordered) - len(loads)]
-
-    def ms(values: list[float], q: float) -> str:
-        return f"{np.percentile(values, q) * 1e3:7.1f}" if values else "      -"
-
-    hit = 1 - len(loads) / len(latencies) if latencies else 0.0
-    print(
-        f"{label:<24} {peak / MB:8.0f} {final / MB:8.0f} {len(latencies):8d} {ms(warm, 50)} {ms(warm, 99)} "
-        f"{ms(loads, 50)} {ms(loads, 99)} {ms(cold, 50)} {ms(cold, 99)} {hit:7.1%}"
-    )
+    loads = loads_in(srv.log_path.read_text())
+    ends: dict[str, list[float]] = {}
+    for name, end, _ in loads:
+        ends.setdefault(name, []).append(end)
+    for which in ("all", "onnx", "python"):
+        mine = [r for r in done if which in ("all", backend(r[0]))]
+        cold_flags = [any(start <= e <= start + took for e in ends.get(name, ())) for name, start, took in mine]
+        cold = [r[2] for r, c in zip(mine, cold_flags, strict=True) if c]
+        warm = [r[2] for r, c in zip(mine, cold_flags, strict=True) if not c]
+        load = [took for name, _, took in loads if which in ("all", backend(name))]
+        hit = len(warm) / len(mine) if mine else 0.0
+        memory = f"{peak / MB:8.0f} {final / MB:8.0f}" if which == "all" else f"{'':8} {'':8}"
+        print(
+            f"{label:<20} {which:<7} {memory} {len(mine):8d} {_ms(warm, 50)} {_ms(warm, 99)} "
+            f"{_ms(load, 50)} {_ms(load, 99)} {_ms(cold, 50)} {_ms(cold, 99)} {hit:7.1%}"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--models", type=int, default=16)
-    parser.add_argument("--megabytes", type=int, default=16, help="resident memory each model holds")
-    parser.add_argument("--holds", type=int, default=4, help="how many models the budget holds")
+    parser.add_argument("--models", type=int, default=40)
+    parser.add_argument("--megabytes", type=int, default=32, help="resident memory each model holds")
+    parser.add_argument("--holds", type=int, default=8, help="how many models the budget holds")
     parser.add_argument("--zipf", type=float, default=1.1, help="the Zipf exponent of the traffic")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="inferd-many-"))
-    repo = write_repository(
-        root / "models",
-        {
-            f"m{i:03d}": {"config.pbtxt": CONFIG.format(mb=args.megabytes, i=i), "1/model.py": MODEL}
-            for i in range(args.models)
-        },
-    )
+    models: dict[str, dict[str, str | bytes]] = {}
+    for i in range(args.models):
+        name = f"m{i:03d}"
+        if backend(name) == "onnx":
+            models[name] = {"config.pbtxt": ONNX_CONFIG, "1/model.onnx": onnx_model(i, args.megabytes)}
+        else:
+            models[name] = {"config.pbtxt": CONFIG.format(mb=args.megabytes, i=i), "1/model.py": MODEL}
+    repo = write_repository(root / "models", models)
     budget = int((args.holds + 0.5) * args.megabytes * MB)
     print(
-        f"{args.models} Python models x {args.megabytes} MiB, Zipf s={args.zipf}, {args.seconds:g} s, 2 clients "
-        f"(HTTP, gRPC); budget {budget / MB:.0f} MiB (holds {args.holds})"
+        f"{args.models} models ({(args.models + 1) // 2} Python, {args.models // 2} ONNX) x {args.megabytes} MiB, "
+        f"Zipf s={args.zipf}, {args.seconds:g} s, 2 clients (HTTP, gRPC); budget {budget / MB:.0f} MiB "
+        f"(holds {args.holds})"
     )
     print(
-        f"{'setup':<24} {'peak MiB':>8} {'end MiB':>8} {'requests':>8} {'warm50':>7} {'warm99':>7} "
+        f"{'setup':<20} {'backend':<7} {'peak MiB':>8} {'end MiB':>8} {'requests':>8} {'warm50':>7} {'warm99':>7} "
         f"{'load50':>7} {'load99':>7} {'cold50':>7} {'cold99':>7} {'hit':>7}   (ms)"
     )
-    run(repo, [], args, "fully loaded")
-    run(repo, ["--model-load-on-demand=true", f"--model-memory-budget={budget}"], args, "on demand + budget")
+    try:
+        run(repo, [], args, "fully loaded")
+        run(repo, ["--model-load-on-demand=true", f"--model-memory-budget={budget}"], args, "on demand + budget")
+    finally:
+        for path in sorted(root.rglob("*"), reverse=True):
+            path.unlink() if path.is_file() else path.rmdir()
+        root.rmdir()
 
 
 if __name__ == "__main__":

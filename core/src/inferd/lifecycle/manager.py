@@ -39,7 +39,7 @@ from inferd.engine.states import (
     Why,
 )
 from inferd.engine.version import ModelVersion
-from inferd.lifecycle.budget import release_freed_memory, rss_bytes
+from inferd.lifecycle.budget import LARGE_BLOCK, release_freed_memory, rss_bytes
 from inferd.lifecycle.builder import VersionBuilder, VersionFailed
 from inferd.lifecycle.dependencies import callers, composing, load_waves, unload_order
 from inferd.repository.scan import (
@@ -129,6 +129,10 @@ class ModelManager:
         self.footprints: dict[str, int] = {}
         #: The last footprint each model measured, kept once it unloads (what its next load expects).
         self.last_footprints: dict[str, int] = {}
+        #: What each model's last eviction gave back. Where that is more than the growth over its
+        #: next load, it grew after its load (memory allocated on requests: onnxruntime's arena,
+        #: caches) and that load counts the larger size, so the budget sees what it holds once it serves.
+        self.released: dict[str, int] = {}
 
     @property
     def snapshot(self) -> Snapshot:
@@ -235,8 +239,11 @@ class ModelManager:
         self.footprints.pop(key, None)
         for collect in (False, True):  # what the heap keeps (small blocks), then what cycles hold
             if resident - rss_bytes() >= footprint // 2:
-                return
+                break
             await asyncio.to_thread(release_freed_memory, collect)
+        self.released[key] = released = resident - rss_bytes()
+        if released > footprint + LARGE_BLOCK:  # it grew after its load (lazy allocations, an arena)
+            self.last_footprints[key] = released
 
     async def _load_key(self, source: ModelSource, override: cfg.ModelConfig | None) -> None:
         """:meth:`load` of one model key, with the models its steps call."""
@@ -418,7 +425,7 @@ class ModelManager:
                 _log_failure(record, source.name, v, reason)
             self.table.traffic.configured(record.name, config, sorted(record.serving))
             if record.serving:
-                grown = max(0, rss_bytes() - resident)
+                grown = max(0, rss_bytes() - resident, self.released.get(source.key, 0))
                 self.footprints[source.key] = self.last_footprints[source.key] = grown
             log.info(
                 "model '%s' versions %s ready in %.2f s",
