@@ -284,7 +284,10 @@ class OpenAIApp:
                 await events.aclose()  # type: ignore[attr-defined]
             meter(True)
             prefix = {c.index: c.prompt for c in runner.choices} if gen.echo and not chat else {}
-            return JSONResponse(reply.whole(runner.choices, runner.usage(), prefix))
+            usage = runner.usage()
+            # the counts in a header too, for billing that reads headers (docs/traffic.md)
+            used = f"prompt={usage['prompt_tokens']}, completion={usage['completion_tokens']}"
+            return JSONResponse(reply.whole(runner.choices, usage, prefix), headers={"x-tokens-used": used})
         first = await anext(events)
         if first.error is not None and len(runner.choices) == 1:
             await events.aclose()  # type: ignore[attr-defined]

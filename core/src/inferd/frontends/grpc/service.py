@@ -9,6 +9,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import grpc
@@ -29,6 +30,7 @@ from inferd.frontends.grpc.codec import (
 from inferd.frontends.grpc.parameter_checks import ENABLE_EMPTY_FINAL
 from inferd.frontends.grpc.plans import RequestPlans
 from inferd.frontends.header_forward import GRPC_TRANSPORT_HEADERS, HeaderForward
+from inferd.frontends.reply_headers import reply_headers
 from inferd.frontends.repository_name import check_repository_name
 from inferd.shared_memory import bind_outputs
 from inferd.views import results_json
@@ -84,6 +86,10 @@ _REPOSITORY, _SHM = ApiGroup.MODEL_REPOSITORY, ApiGroup.SHARED_MEMORY
 #: ModelInfer and ModelStreamInfer (the codec's (de)serializers).
 INFER_RPC = Rpc(SERVICE, "ModelInfer", _INFERENCE)
 STREAM_RPC = Rpc(SERVICE, "ModelStreamInfer", _INFERENCE)
+#: The trailing metadata a ModelInfer call adds to its OK status (``server-timing``,
+#: ``x-tokens-used``: :mod:`inferd.frontends.reply_headers`); set only when there is some, read
+#: by the transports after the call (each call runs in its own task, so in its own context).
+CALL_TRAILERS: ContextVar[list[tuple[str, str]] | None] = ContextVar("inferd.grpc_trailers", default=None)
 #: The unary RPCs with protobuf messages, of every service the transports serve.
 UNARY: tuple[Rpc, ...] = (
     Rpc(SERVICE, "ServerLive", _HEALTH, pb.ServerLiveRequest, pb.ServerLiveResponse),
@@ -280,6 +286,8 @@ class InferenceService:
         sinks = bind_outputs(infer_request, self.regions) if infer_request.outputs else None
         info = self.dp.resolve(infer_request.model_name, infer_request.model_version)
         response = await self.dp.infer(infer_request, info)
+        if response.parameters and (trailers := reply_headers(response.parameters)):
+            CALL_TRAILERS.set(trailers)
         if sinks is None:
             return encode_response(response)
         sinks.write(response)

@@ -36,6 +36,7 @@ from inferd.frontends.http.errors import decode_body, error_body, error_reply
 from inferd.frontends.http.generate import NOT_ONE_RESPONSE, decode_generate, encode_generate, sse_event
 from inferd.frontends.http.infer import InferEndpoint, RequestHead
 from inferd.frontends.load_report import FORMAT_HEADER, REPORT_HEADER, report
+from inferd.frontends.reply_headers import reply_headers
 from inferd.frontends.repository_name import check_repository_name
 from inferd.serving import Handler, Headers, Reply
 from inferd.shared_memory.service import register_request
@@ -270,7 +271,11 @@ class Endpoints:
             return _json_bytes(error_body(NOT_ONE_RESPONSE), 400)
         (response,) = results
         assert not isinstance(response, InferdError)  # answered above
-        return _load_report(request, _json_bytes(encode_generate(response)), self.dp)
+        reply = _json_bytes(encode_generate(response))
+        if response.parameters:  # x-tokens-used (inferd.frontends.reply_headers)
+            for name, value in reply_headers(response.parameters):
+                reply.headers[name] = value
+        return _load_report(request, reply, self.dp)
 
     async def generate_stream(self, request: Request) -> Response:
         """Server-sent events, one per response. The status follows the first response (400

@@ -30,6 +30,7 @@ from inferd.frontends.http.errors import (
 from inferd.frontends.http.plans import HeaderPlans
 from inferd.frontends.http.raw import decode_raw_request
 from inferd.frontends.load_report import FORMAT_HEADER, REPORT_HEADER, report
+from inferd.frontends.reply_headers import reply_headers
 from inferd.serving import Headers, Reply
 from inferd.shared_memory import bind_outputs
 
@@ -112,8 +113,8 @@ class InferEndpoint:
             reply = json_reply(200, parts[0])
         else:
             reply = _binary_reply(parts, json_length)
-        if response.parameters and "timing_total_us" in response.parameters:
-            reply.headers.append((b"server-timing", server_timing(response.parameters)))
+        if response.parameters:  # Server-Timing, x-tokens-used (inferd.frontends.reply_headers)
+            reply.headers += [(k.encode(), v.encode("latin-1")) for k, v in reply_headers(response.parameters)]
         return reply
 
     def _decode(
@@ -178,24 +179,6 @@ def _binary_reply(parts: list[bytes | memoryview], json_length: int) -> Reply:
     if length <= JOIN_LIMIT:
         parts = [b"".join(parts)]
     return Reply(200, [(b"content-type", _OCTETS), (b"content-length", str(length).encode()), extra], parts)
-
-
-#: The ``timing_*_us`` response parameters by ``Server-Timing`` metric name.
-_SERVER_TIMING = (
-    ("queue", "timing_queue_us"),
-    ("compute_input", "timing_compute_input_us"),
-    ("infer", "timing_compute_infer_us"),
-    ("output", "timing_compute_output_us"),
-    ("total", "timing_total_us"),
-)
-
-
-def server_timing(parameters: dict[str, int]) -> bytes:
-    """The ``Server-Timing`` header (W3C; durations in milliseconds) of a request that asked for
-    its timings: what its ``timing_*_us`` response parameters say."""
-    return ", ".join(
-        f"{name};dur={parameters[key] / 1000:g}" for name, key in _SERVER_TIMING if key in parameters
-    ).encode()
 
 
 def json_reply(status: int, body: bytes | memoryview, extra: Headers | None = None) -> Reply:
