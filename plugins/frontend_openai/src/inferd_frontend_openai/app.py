@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -239,6 +240,7 @@ class OpenAIApp:
         return JSONResponse({"prompt": tokenizer.decode(tokens)})
 
     async def _generate(self, gen: params.Generation, mv: ServedModel, chat: bool) -> Response:
+        started = time.monotonic()
         if not engine.is_text_model(mv.info):
             raise bad_request(
                 f"model '{gen.model}' is an embedding model: it serves /v1/embeddings, not "
@@ -271,7 +273,8 @@ class OpenAIApp:
             """Count the request and its usage for its tenant (``inferd.auth.usage``)."""
             if access is not None and tenant is not None:
                 usage = runner.usage()
-                access.usage.record(tenant, mv.info.name, usage["prompt_tokens"], usage["completion_tokens"], ok)
+                prompt, completion = usage["prompt_tokens"], usage["completion_tokens"]
+                access.usage.record(tenant, mv.info.name, prompt, completion, ok, time.monotonic() - started)
 
         events = runner.events()
         if not gen.stream:
