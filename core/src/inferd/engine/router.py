@@ -117,8 +117,10 @@ class Router:
                 return await self.infer(request, info)
             raise InvalidArgument(f"model '{info.name}': request parameter '{TIMING}' must be true or false")
         del request.parameters[TIMING]  # the model does not see it
-        timing = RequestTiming(request.arrival_ns)
-        request.context.setdefault(TRACE_KEY, timing)
+        timing = request.context.get(TRACE_KEY)  # --access-log's, when on
+        if not isinstance(timing, RequestTiming):
+            timing = RequestTiming(request.arrival_ns)
+            request.context.setdefault(TRACE_KEY, timing)
         response = await self.infer(request, info)
         response.parameters.update(timing.parameters(time.monotonic_ns()))
         return response
