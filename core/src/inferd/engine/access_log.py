@@ -57,7 +57,9 @@ class RequestLog:
     def __init__(self, target: str) -> None:
         """``target``: a file to append to, or ``-`` for standard output."""
         self.target = target
-        self._out: IO[str] = sys.stdout if target == "-" else open(target, "a", encoding="utf-8")  # noqa: SIM115
+        # unbuffered: each batch of whole lines is one write (O_APPEND), so workers sharing the
+        # file never split each other's lines
+        self._out: IO[bytes] = sys.stdout.buffer if target == "-" else open(target, "ab", buffering=0)  # noqa: SIM115
         self._lines: queue.Queue[Line | None] = queue.Queue(QUEUE_LINES)
         #: Lines dropped because the writer fell behind.
         self.dropped = 0
@@ -92,24 +94,32 @@ class RequestLog:
             self.dropped += 1
 
     def _write(self) -> None:
+        """Take the queued lines (waiting for the first), write them as one batch, again."""
         out = self._out
-        while True:
-            line = self._lines.get()
-            if line is None:
-                break
+        lines = self._lines
+        stop = False
+        while not stop:
+            batch = [lines.get()]
+            while len(batch) < 512:
+                try:
+                    batch.append(lines.get_nowait())
+                except queue.Empty:
+                    break
+            if None in batch:
+                stop = True
+            text = "".join(format_line(line) for line in batch if line is not None)
             try:
-                out.write(format_line(line))
-                if self._lines.empty():
-                    out.flush()
+                out.write(text.encode())
+                out.flush()
             except (OSError, ValueError):
                 log.exception("--access-log %s: cannot write", self.target)
-                break
+                return
 
     def close(self) -> None:
         """Write what is queued, then stop the thread (and close the file)."""
         self._lines.put(None)
         self._thread.join(10)
-        if self._out is not sys.stdout:
+        if self._out is not sys.stdout.buffer:
             self._out.close()
         if self.dropped:
             log.warning("--access-log: %d lines dropped (the writer fell behind)", self.dropped)
