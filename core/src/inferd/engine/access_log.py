@@ -3,19 +3,19 @@
 
 The frontends call :meth:`RequestLog.begin` on a decoded request (it keeps the request's queue and
 compute marks, as a request asking ``"timing": true`` does) and :meth:`RequestLog.entry` once it
-is answered; ``entry`` reads the tenant and the marks and puts a tuple on a bounded queue: the
-line is formatted and written by the writer thread, never on the event loop (a full queue drops
-the line and counts it). Without the flag the data plane's ``access_log`` is None: a frontend's
-one check per request.
+is answered; ``entry`` reads the tenant and the marks and appends a tuple to a bounded queue (a
+full one drops the line and counts it). The writer thread formats and writes what is queued every
+50 ms, never on the event loop. Without the flag the data plane's ``access_log`` is None: a
+frontend's one check per request.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import sys
 import threading
 import time
+from collections import deque
 from typing import IO, TYPE_CHECKING
 
 from inferd.auth.policy import CURRENT
@@ -29,8 +29,10 @@ log = logging.getLogger(__name__)
 
 #: Lines waiting for the writer at most; beyond, dropped (and counted).
 QUEUE_LINES = 100_000
+#: How often the writer thread writes what is queued (seconds).
+WRITE_EVERY = 0.05
 #: One line's fields, in order: (unix time, tenant, model, version, protocol, status, queue µs,
-#: compute µs, bytes in, bytes out); None stops the writer.
+#: compute µs, bytes in, bytes out).
 Line = tuple[float, str, str, str, str, str, int, int, int, int]
 
 
@@ -60,7 +62,9 @@ class RequestLog:
         # unbuffered: each batch of whole lines is one write (O_APPEND), so workers sharing the
         # file never split each other's lines
         self._out: IO[bytes] = sys.stdout.buffer if target == "-" else open(target, "ab", buffering=0)  # noqa: SIM115
-        self._lines: queue.Queue[Line | None] = queue.Queue(QUEUE_LINES)
+        #: Lines waiting for the writer (deque appends and pops are atomic: no lock on the loop).
+        self._lines: deque[Line] = deque()
+        self._stop = threading.Event()
         #: Lines dropped because the writer fell behind.
         self.dropped = 0
         self._thread = threading.Thread(target=self._write, name="inferd-access-log", daemon=True)
@@ -88,36 +92,33 @@ class RequestLog:
                 start, _, _, end = timing.marks
                 queue_us, compute_us = max(0, start - timing.arrival) // 1000, (end - start) // 1000
         line = (time.time(), tenant, model, version, protocol, status, queue_us, compute_us, bytes_in, bytes_out)
-        try:
-            self._lines.put_nowait(line)
-        except queue.Full:
+        if len(self._lines) < QUEUE_LINES:
+            self._lines.append(line)
+        else:
             self.dropped += 1
 
     def _write(self) -> None:
-        """Take the queued lines (waiting for the first), write them as one batch, again."""
-        out = self._out
-        lines = self._lines
-        stop = False
-        while not stop:
-            batch = [lines.get()]
-            while len(batch) < 512:
+        """Every :data:`WRITE_EVERY` seconds, what is queued as one write (the thread wakes that
+        often rather than per line: fewer switches away from the event loop's thread)."""
+        out, lines = self._out, self._lines
+        while True:
+            stopping = self._stop.wait(WRITE_EVERY)
+            parts = []
+            while lines:
+                parts.append(format_line(lines.popleft()))
+            if parts:
                 try:
-                    batch.append(lines.get_nowait())
-                except queue.Empty:
-                    break
-            if None in batch:
-                stop = True
-            text = "".join(format_line(line) for line in batch if line is not None)
-            try:
-                out.write(text.encode())
-                out.flush()
-            except (OSError, ValueError):
-                log.exception("--access-log %s: cannot write", self.target)
+                    out.write("".join(parts).encode())
+                    out.flush()
+                except (OSError, ValueError):
+                    log.exception("--access-log %s: cannot write", self.target)
+                    return
+            if stopping:
                 return
 
     def close(self) -> None:
         """Write what is queued, then stop the thread (and close the file)."""
-        self._lines.put(None)
+        self._stop.set()
         self._thread.join(10)
         if self._out is not sys.stdout.buffer:
             self._out.close()
