@@ -383,6 +383,12 @@ def _add_access(p: argparse.ArgumentParser) -> None:
         "docs/traffic.md); 'inferd replay' sends them again",
     )
     a.add_argument(
+        "--server-timing",
+        action="store_true",
+        help="time every inference request as if it asked '\"timing\": true': its queue and compute "
+        "times in its response parameters, a Server-Timing header (HTTP) or trailing metadata (gRPC)",
+    )
+    a.add_argument(
         "--access-log",
         default=None,
         metavar="FILE|-",

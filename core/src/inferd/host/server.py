@@ -162,6 +162,7 @@ class Server:
         self.health = ServerHealth(models=self.table if strict else None)
         self.tracer = Tracer()
         self.router = Router(self.table, self.tracer, self.health)
+        self.router.time_every_request = bool(options.extra.get("server_timing"))
         self.cache: ResponseCache | None = self._build_cache()
         self.capture: Capture | None = self._build_capture()
         self.access_log: RequestLog | None = self._build_access_log()
