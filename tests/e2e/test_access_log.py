@@ -125,6 +125,30 @@ def test_one_line_per_request_over_http_and_grpc(server) -> None:
         assert started - 2 <= stamp <= time.time() + 2, line
 
 
+def test_generate_lines(server) -> None:
+    process, logfile = server
+    before = len(logfile.read_text().splitlines()) if logfile.exists() else 0
+    headers = {"Authorization": "Bearer alice-key", "Content-Type": "application/json"}
+    url = f"http://{process.http_url}/v2/models/words/generate"
+    body = b'{"text_input": "a b c"}'
+    status, raw = http_call(url, "POST", body, headers=headers)
+    assert status == 200 and json.loads(raw)["text_output"] == "A B C DONE"
+    failing = b'{"text_input": "please fail"}'
+    status, failed = http_call(url, "POST", failing, headers=headers)
+    assert status == 400
+    ok, bad = _lines(logfile, before + 2)[before:]
+    assert (ok["tenant"], ok["model"], ok["version"], ok["protocol"], ok["status"]) == (
+        "alice",
+        "words",
+        "1",
+        "http",
+        "200",
+    )
+    assert (int(ok["bytes_in"]), int(ok["bytes_out"])) == (len(body), len(raw))
+    assert ok["compute_us"] != "-" and int(ok["compute_us"]) > 0
+    assert (bad["status"], int(bad["bytes_in"]), int(bad["bytes_out"])) == ("400", len(failing), len(failed))
+
+
 def test_access_log_to_standard_output(tmp_path: Path, serve: Servers) -> None:
     repo = write_repository(
         tmp_path / "models", {"words": {"config.pbtxt": WORDS_CONFIG, "1/model.py": source("tenant_metering_words")}}
