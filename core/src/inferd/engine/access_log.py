@@ -11,6 +11,7 @@ frontend's one check per request.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import threading
@@ -38,15 +39,24 @@ Line = tuple[float, str, str, str, str, str, int, int, int, int]
 
 def format_line(line: Line) -> str:
     """``2026-12-06T02:30:00.123456Z tenant=alice model=m version=1 protocol=grpc status=OK
-    queue_us=41 compute_us=902 bytes_in=120 bytes_out=96`` (``-`` for what is not known; a
-    queue or compute time of -1: the request never reached an instance)."""
+    queue_us=41 compute_us=902 bytes_in=120 bytes_out=96`` (``-`` for what is not known: a
+    queue or compute time of -1 when the request never reached an instance; a name with a
+    space, ``=`` or ``"`` in JSON quotes)."""
     t, tenant, model, version, protocol, status, queue_us, compute_us, bytes_in, bytes_out = line
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
     return (
-        f"{stamp} tenant={tenant} model={model or '-'} version={version or '-'} protocol={protocol} "
+        f"{stamp} tenant={_text(tenant)} model={_text(model)} version={_text(version)} protocol={protocol} "
         f"status={status} queue_us={_us(queue_us)} compute_us={_us(compute_us)} "
         f"bytes_in={bytes_in} bytes_out={bytes_out}\n"
     )
+
+
+def _text(value: str) -> str:
+    """A name as a field's value: ``-`` when empty, JSON-quoted when it has a space, ``=`` or ``"``
+    (a tenant is named in a YAML file: any text), so that every line splits on spaces."""
+    if not value:
+        return "-"
+    return json.dumps(value) if any(c in value for c in ' ="\n\t') else value
 
 
 def _us(value: int) -> str:
