@@ -174,3 +174,22 @@ def test_an_unwritable_access_log_stops_the_start(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 1 and "--access-log: cannot write" in done.stderr, done.stderr
+
+
+def test_workers_share_the_file_line_by_line(tmp_path: Path) -> None:
+    """Two workers append to one file: every request has one whole line, whichever worker ran it."""
+    repo = write_repository(
+        tmp_path / "models", {"words": {"config.pbtxt": WORDS_CONFIG, "1/model.py": source("tenant_metering_words")}}
+    )
+    logfile = tmp_path / "access.log"
+    with ServerProcess([repo], ["--workers", "2", f"--access-log={logfile}"]) as proc:
+        pids, sent = set(), 0
+        url = f"http://{proc.http_url}/v2/models/words/generate"
+        while len(pids) < 2 or sent < 20:
+            assert sent < 100, f"the requests did not reach both workers: {pids}"
+            status, raw = http_call(url, "POST", b'{"text_input": "one two"}')  # a new connection each
+            assert status == 200
+            pids.add(json.loads(raw)["pid"])
+            sent += 1
+        lines = _lines(logfile, sent)
+    assert len(lines) == sent and all(line["status"] == "200" and line["model"] == "words" for line in lines)
