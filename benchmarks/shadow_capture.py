@@ -8,7 +8,8 @@ with N concurrent callers, under five settings, interleaved over ``--rounds`` ro
 - ``off``: no capture, no shadow (the baseline);
 - ``capture 0%``, ``capture 1%``, ``capture 100%``: ``--capture-config`` at that rate (JSON-lines
   files in a temporary directory, written by the capture thread);
-- ``shadow 100%``: every answered request copied to version 2 and compared (no capture).
+- ``shadow 100%``: every answered request copied to version 2 and compared (no capture);
+- ``access log``: ``--access-log FILE`` (one line per request, written by its thread).
 
 For each it prints the CPU time per client request of the event loop's thread and of every other
 thread (instances, the capture writer), their sum, and that sum's difference from ``off``: the
@@ -80,6 +81,8 @@ async def _measure(
     extra: dict[str, Any] = {"allow_openai": False}
     if "capture" in setting:
         extra["capture_config"] = setting["capture"]
+    if "access_log" in setting:
+        extra["access_log"] = setting["access_log"]
     server = Server(
         ServerOptions([repo], allow_http=False, allow_grpc=False, allow_metrics=False, settle_gc=True, extra=extra)
     )
@@ -146,6 +149,7 @@ def main() -> None:
             path.write_text(json.dumps({"dir": str(root / f"out-{rate}"), "rate": rate, "max_file_bytes": 64 << 20}))
             settings.append((f"capture {rate:.0%}", {"capture": str(path)}))
         settings.append(("shadow 100%", {"shadow": True}))
+        settings.append(("access log", {"access_log": str(root / "access.log")}))
         results: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in settings}
         for _ in range(args.rounds):  # interleaved: drift on a busy machine hits every setting alike
             for label, setting in settings:

@@ -38,7 +38,8 @@ a few helpers are public on purpose because plugins need the host's exact behavi
   to, ``GET /v2/status/plots/{name}``), for a frontend that serves the page where the HTTP port does not;
 - also new in API 1.1: :class:`EmbeddedServer` (``inferd serve``'s server inside another server's
   process, e.g. a Ray Serve replica), ``DataPlane.load_on_demand`` (``--model-load-on-demand``)
-  and the ``shadow`` field of ``Traffic`` / argument of ``DataPlane.set_traffic``.
+  ``DataPlane.access_log`` (``--access-log``) and the ``shadow`` field of ``Traffic`` / argument of
+  ``DataPlane.set_traffic``.
 """
 
 from __future__ import annotations

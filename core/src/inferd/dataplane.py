@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from inferd.auth import AccessControl
-    from inferd.contracts.dataplane import ServingVersion
+    from inferd.contracts.dataplane import AccessLog, ServingVersion
     from inferd.contracts.model_info import Infer, Stream
     from inferd.engine.capture import Capture
     from inferd.engine.health import ServerHealth
@@ -106,6 +106,7 @@ class LocalDataPlane(DataPlane):
         shares_ports: bool = False,
         status_plots: str | None = None,
         capture: Capture | None = None,
+        access_log: AccessLog | None = None,
     ) -> None:
         """``access``: the restricted APIs, API keys and tenant limits (``inferd.auth``); None: every
         request is open. With API keys, ``infer`` and ``stream`` count each tenant's requests and tokens.
@@ -134,6 +135,8 @@ class LocalDataPlane(DataPlane):
                 self.infer, self.stream = access.usage.metered(router)
         if capture is not None:  # --capture-config: a sampled share written to files (docs/traffic.md)
             self.infer, self.stream = capture.wrap(self.infer, self.stream)
+        #: ``--access-log``: the frontends write a line per request to it (None: off).
+        self.access_log = access_log
 
     @property
     def settings(self) -> PlaneSettings:

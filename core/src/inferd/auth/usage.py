@@ -15,6 +15,8 @@ Everything runs on the event loop: one dict lookup per request, no locks.
 
 from __future__ import annotations
 
+import time
+from bisect import bisect_left
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -39,6 +41,26 @@ COMPLETION_TOKENS = "completion_tokens"
 _OUTPUTS = ("num_input_tokens", "num_output_tokens")
 TOKENS = "inferd_tenant_tokens_total"
 REQUESTS = "inferd_tenant_model_requests_total"
+LATENCY = "inferd_tenant_request_latency_seconds"
+#: The latency histogram's upper bounds (seconds; the last is +Inf).
+LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    float("inf"),
+)
 
 
 class Meterable(Protocol):
@@ -91,9 +113,16 @@ class Usage:
     def __init__(self, limits: TenantLimits) -> None:
         self.limits = limits
         self.tallies: dict[tuple[str, str], Tally] = {}
+        #: Latency by (tenant, model, priority): bucket counts (not cumulative) and their sum.
+        self.latencies: dict[tuple[str, str, str], tuple[list[int], list[float]]] = {}
 
-    def record(self, tenant: Tenant, model: str, prompt: int, completion: int, ok: bool) -> None:
-        """One finished request of ``tenant`` to ``model``."""
+    def record(
+        self, tenant: Tenant, model: str, prompt: int, completion: int, ok: bool, seconds: float | None = None
+    ) -> None:
+        """One finished request of ``tenant`` to ``model``; ``seconds``: its latency, from its
+        arrival at the frontend to its (last) answer (None: not measured)."""
+        if seconds is not None:
+            self.observe(tenant, model, seconds)
         tally = self.tallies.get((tenant.name, model))
         if tally is None:
             tally = self.tallies[tenant.name, model] = Tally()
@@ -106,9 +135,19 @@ class Usage:
         if tenant.tokens_per_minute is not None and prompt + completion:
             self.limits.spend(tenant, prompt + completion)
 
+    def observe(self, tenant: Tenant, model: str, seconds: float) -> None:
+        """One request's latency in ``inferd_tenant_request_latency_seconds{tenant,model,priority}``."""
+        key = (tenant.name, model, "none" if tenant.priority is None else str(tenant.priority))
+        entry = self.latencies.get(key)
+        if entry is None:
+            entry = self.latencies[key] = ([0] * len(LATENCY_BUCKETS), [0.0])
+        entry[0][bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        entry[1][0] += seconds
+
     def collect(self) -> Iterator[Metric]:
-        """``inferd_tenant_tokens_total{tenant,model,kind}`` and
-        ``inferd_tenant_model_requests_total{tenant,model,outcome}``."""
+        """``inferd_tenant_tokens_total{tenant,model,kind}``,
+        ``inferd_tenant_model_requests_total{tenant,model,outcome}`` and (once a request was
+        timed) ``inferd_tenant_request_latency_seconds{tenant,model,priority}``."""
         tokens = Metric(TOKENS, "Tokens by tenant, model and kind (prompt, completion)", "counter")
         requests = Metric(REQUESTS, "Inference requests by tenant, model and outcome (success, failure)", "counter")
         for (tenant, model), tally in sorted(self.tallies.items()):
@@ -118,6 +157,23 @@ class Usage:
             requests.add_sample(REQUESTS, {"tenant": tenant, "model": model, "outcome": "failure"}, tally.failure)
         yield tokens
         yield requests
+        if self.latencies:
+            yield self._latency_family()
+
+    def _latency_family(self) -> Metric:
+        family = Metric(
+            LATENCY, "Inference request latency by tenant, model and tenant priority (seconds)", "histogram"
+        )
+        for (tenant, model, priority), (counts, total) in sorted(self.latencies.items()):
+            labels = {"tenant": tenant, "model": model, "priority": priority}
+            seen = 0
+            for bound, count in zip(LATENCY_BUCKETS, counts, strict=True):
+                seen += count
+                le = "+Inf" if bound == float("inf") else repr(bound)
+                family.add_sample(LATENCY + "_bucket", {**labels, "le": le}, seen)
+            family.add_sample(LATENCY + "_count", labels, seen)
+            family.add_sample(LATENCY + "_sum", labels, total[0])
+        return family
 
     def metered(self, router: Meterable) -> tuple[Infer, Stream]:
         """``router``'s ``infer`` and ``stream``, counting the requests: the data plane's (what
@@ -137,10 +193,10 @@ class Usage:
             try:
                 response = await infer(request, model)
             except BaseException:
-                record(tenant, name, 0, 0, False)
+                record(tenant, name, 0, 0, False, (time.monotonic_ns() - request.arrival_ns) / 1e9)
                 raise
             prompt, completion = reported(response)
-            record(tenant, name, prompt, completion, True)
+            record(tenant, name, prompt, completion, True, (time.monotonic_ns() - request.arrival_ns) / 1e9)
             return response
 
         def metered_stream(
@@ -152,10 +208,10 @@ class Usage:
                 return stream(request, model)  # no layer in between
             if model is None:
                 model = resolve(request.model_name, request.model_version)
-            return counted(tenant, model, stream(request, model))
+            return counted(tenant, model, stream(request, model), request.arrival_ns)
 
         async def counted(
-            tenant: Tenant, model: ModelInfo, inner: AsyncIterator[InferResponse | InferdError]
+            tenant: Tenant, model: ModelInfo, inner: AsyncIterator[InferResponse | InferdError], arrival_ns: int
         ) -> AsyncIterator[InferResponse | InferdError]:
             prompt = completion = 0
             failed = False
@@ -174,7 +230,7 @@ class Usage:
                 raise
             finally:
                 await inner.aclose()  # type: ignore[attr-defined]
-                record(tenant, model.name, prompt, completion, not failed)
+                record(tenant, model.name, prompt, completion, not failed, (time.monotonic_ns() - arrival_ns) / 1e9)
 
         return metered_infer, metered_stream
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from inferd.contracts.model_info import Infer, ModelInfo, Resolve, Stream, TensorInfo
     from inferd.contracts.stats import LatencyObserver
     from inferd.contracts.trace import Tracer
+    from inferd.contracts.types import InferRequest
     from inferd.shared_memory import SharedMemory
 
 R = TypeVar("R")
@@ -281,6 +282,27 @@ class OtherWorkers:
     live: Sequence[Mapping[str, Any]] = ()
 
 
+class AccessLog(Protocol):
+    """``--access-log``: one line per inference request a frontend answered (docs/traffic.md,
+    "Access log"). A frontend calls :meth:`begin` once it decoded a request and :meth:`entry`
+    when it answered it (or failed to); both return at once (a thread writes the lines)."""
+
+    def begin(self, request: InferRequest) -> None:
+        """Have the request's queue and compute times kept (the recorder marks them)."""
+
+    def entry(
+        self,
+        protocol: str,
+        request: InferRequest | None,
+        model: str,
+        version: str,
+        status: str,
+        bytes_in: int,
+        bytes_out: int,
+    ) -> None:
+        """One line: ``request`` (None when it could not be decoded) answered with ``status``."""
+
+
 # -- the interface -----------------------------------------------------------------------------------
 
 
@@ -298,6 +320,8 @@ class DataPlane(abc.ABC):
     infer: Infer
     #: Every response of one request, in order; a failure is an item.
     stream: Stream
+    #: ``--access-log``: what frontends write each request's line to (None: off).
+    access_log: AccessLog | None = None
 
     @property
     @abc.abstractmethod

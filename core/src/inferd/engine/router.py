@@ -50,6 +50,8 @@ class Router:
         self.splits = table.traffic.splits
         #: Copies of answered requests run on shadow versions (docs/traffic.md, "Shadow traffic").
         self.shadows = ShadowCopies(table, self._run)
+        #: ``--server-timing``: every request is timed as if it asked ``"timing": true``.
+        self.time_every_request = False
 
     def resolve(self, name: str, version: str = "") -> ModelInfo:
         """The version that serves a request for ``name``/``version`` now; pass it to :meth:`infer`
@@ -91,7 +93,7 @@ class Router:
                 f"model '{info.name}' is decoupled (it may send any number of responses): "
                 f"call it through gRPC ModelStreamInfer or the generate_stream route"
             )
-        if request.parameters and TIMING in request.parameters:
+        if self.time_every_request or (request.parameters and TIMING in request.parameters):
             return await self._timed(info, request)
         if self.splits and info.name in self.splits:
             if not request.model_version:
@@ -101,20 +103,32 @@ class Router:
         return await self._run(info, request)
 
     async def _timed(self, info: ModelInfo, request: InferRequest) -> InferResponse:
-        """:meth:`infer` for a request asking ``"timing": true``: its queue and compute times, as
-        Triton's statistics split them, in the response's parameters (docs/traffic.md)."""
-        wanted = request.parameters.get(TIMING)
+        """:meth:`infer` for a request asking ``"timing": true`` (every request with
+        ``--server-timing``): its queue and compute times, as Triton's statistics split them, in
+        the response's parameters (docs/traffic.md)."""
+        wanted = request.parameters.pop(TIMING, True) if self.time_every_request else request.parameters.get(TIMING)
         if wanted is not True:
             if wanted is False:
-                request.parameters.pop(TIMING)
-                return await self.infer(request, info)
+                request.parameters.pop(TIMING, None)
+                return await self._untimed(info, request)
             raise InvalidArgument(f"model '{info.name}': request parameter '{TIMING}' must be true or false")
-        del request.parameters[TIMING]  # the model does not see it
-        timing = RequestTiming(request.arrival_ns)
-        request.context.setdefault(TRACE_KEY, timing)
-        response = await self.infer(request, info)
+        request.parameters.pop(TIMING, None)  # the model does not see it
+        timing = request.context.get(TRACE_KEY)  # --access-log's, when on
+        if not isinstance(timing, RequestTiming):
+            timing = RequestTiming(request.arrival_ns)
+            request.context.setdefault(TRACE_KEY, timing)
+        response = await self._untimed(info, request)
         response.parameters.update(timing.parameters(time.monotonic_ns()))
         return response
+
+    async def _untimed(self, info: ModelInfo, request: InferRequest) -> InferResponse:
+        """:meth:`infer` past its timing check (the same steps: :meth:`infer` has them inline)."""
+        if self.splits and info.name in self.splits:
+            if not request.model_version:
+                return await self._run_split(self._pick(info, request), request)
+            if PICKED in request.context:
+                return await self._run_split(info, request)
+        return await self._run(info, request)
 
     def _pick(self, info: ModelInfo, request: InferRequest) -> ModelInfo:
         """The version the model's traffic split picks for a request naming none (``info`` when

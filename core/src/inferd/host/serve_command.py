@@ -383,6 +383,20 @@ def _add_access(p: argparse.ArgumentParser) -> None:
         "docs/traffic.md); 'inferd replay' sends them again",
     )
     a.add_argument(
+        "--server-timing",
+        action="store_true",
+        help="time every inference request as if it asked '\"timing\": true': its queue and compute "
+        "times in its response parameters, a Server-Timing header (HTTP) or trailing metadata (gRPC)",
+    )
+    a.add_argument(
+        "--access-log",
+        default=None,
+        metavar="FILE|-",
+        help="write one line per inference request (time, tenant, model, version, protocol, status, "
+        "queue and compute microseconds, bytes in and out) to FILE (appended), or '-' for standard "
+        "output; off by default (docs/traffic.md)",
+    )
+    a.add_argument(
         "--allow-client-shm",
         type=parse_bool,
         default=True,

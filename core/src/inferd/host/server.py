@@ -20,6 +20,7 @@ from inferd.contracts.errors import InferdError, StartupError
 from inferd.contracts.frontend import Frontend, HttpPortSettings
 from inferd.dataplane import LocalDataPlane
 from inferd.engine import gc_settings
+from inferd.engine.access_log import RequestLog
 from inferd.engine.capture import Capture
 from inferd.engine.capture_config import CaptureConfig, CaptureConfigError
 from inferd.engine.health import ServerHealth, all_versions_loaded
@@ -162,8 +163,10 @@ class Server:
         self.health = ServerHealth(models=self.table if strict else None)
         self.tracer = Tracer()
         self.router = Router(self.table, self.tracer, self.health)
+        self.router.time_every_request = bool(options.extra.get("server_timing"))
         self.cache: ResponseCache | None = self._build_cache()
         self.capture: Capture | None = self._build_capture()
+        self.access_log: RequestLog | None = self._build_access_log()
         for line in backend_config_warnings(registries.backends, options.backend_config):
             log.warning("%s", line)
         builder = VersionBuilder(
@@ -201,6 +204,7 @@ class Server:
             self.workers.shares_ports,
             str(options.status_plots_dir) if options.status_plots_dir is not None else None,
             self.capture,
+            self.access_log,
         )
         #: What frontends receive: the local plane, spanning the other workers with ``--workers N``.
         self.dataplane: DataPlane = self.workers.dataplane(self.local)
@@ -399,6 +403,8 @@ class Server:
             await asyncio.to_thread(self.cache.close)
         if self.capture is not None:
             await asyncio.to_thread(self.capture.close)
+        if self.access_log is not None:
+            await asyncio.to_thread(self.access_log.close)
         self.host.shutdown(self)
         self.workers.stop_control()
         self.close_repositories()
@@ -443,6 +449,17 @@ class Server:
             "capturing %g %% of requests%s to %s", c.rate * 100, f" of {sorted(c.models)}" if c.models else "", c.dir
         )
         return capture
+
+    def _build_access_log(self) -> RequestLog | None:
+        """``--access-log FILE|-``: one line per inference request (docs/traffic.md, "Access log");
+        the file is opened here, so an unusable one stops the start."""
+        target = self.options.extra.get("access_log")
+        if not target:
+            return None
+        try:
+            return RequestLog(str(target))
+        except OSError as exc:
+            raise StartupError(f"--access-log: cannot write {target}: {exc.strerror or exc}") from None
 
     def _build_cache(self) -> ResponseCache | None:
         """The one response cache ``--cache-config`` names (blocking: a cache may connect)."""

@@ -65,6 +65,7 @@ class ClusterDataPlane(DataPlane):
         self.resolve = local.resolve
         self.infer = local.infer
         self.stream = local.stream
+        self.access_log = local.access_log
 
     @property
     def settings(self) -> PlaneSettings:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -257,6 +258,7 @@ class OpenAIApp:
         return JSONResponse({"prompt": tokenizer.decode(tokens)})
 
     async def _generate(self, gen: params.Generation, mv: ServedModel, chat: bool) -> Response:
+        started = time.monotonic()
         if not engine.is_text_model(mv.info):
             raise bad_request(
                 f"model '{gen.model}' is an embedding model: it serves /v1/embeddings, not "
@@ -291,7 +293,8 @@ class OpenAIApp:
             """Count the request and its usage for its tenant (``inferd.auth.usage``)."""
             if access is not None and tenant is not None:
                 usage = runner.usage()
-                access.usage.record(tenant, mv.info.name, usage["prompt_tokens"], usage["completion_tokens"], ok)
+                prompt, completion = usage["prompt_tokens"], usage["completion_tokens"]
+                access.usage.record(tenant, mv.info.name, prompt, completion, ok, time.monotonic() - started)
 
         events = runner.events()
         if not gen.stream:
@@ -304,7 +307,10 @@ class OpenAIApp:
                 await events.aclose()  # type: ignore[attr-defined]
             meter(True)
             prefix = {c.index: c.prompt for c in runner.choices} if gen.echo and not chat else {}
-            return JSONResponse(reply.whole(runner.choices, runner.usage(), prefix))
+            usage = runner.usage()
+            # the counts in a header too, for billing that reads headers (docs/traffic.md)
+            used = f"prompt={usage['prompt_tokens']}, completion={usage['completion_tokens']}"
+            return JSONResponse(reply.whole(runner.choices, usage, prefix), headers={"x-tokens-used": used})
         first = await anext(events)
         if first.error is not None and len(runner.choices) == 1:
             await events.aclose()  # type: ignore[attr-defined]

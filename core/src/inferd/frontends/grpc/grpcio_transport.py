@@ -19,6 +19,7 @@ from inferd.frontends.grpc.codec import (
     split_infer_request,
 )
 from inferd.frontends.grpc.service import (
+    CALL_TRAILERS,
     INFER_RPC,
     RPCS,
     STREAM_RPC,
@@ -185,13 +186,18 @@ def _bind_error(host: str, port: int) -> str:
 
 def _load_report(context: grpc.aio.ServicerContext, svc: InferenceService) -> None:
     """With ``endpoint-load-metrics-format`` in the call's metadata, its ORCA load report in the
-    trailing metadata."""
+    trailing metadata; so are ``server-timing`` and ``x-tokens-used`` when the call has them."""
+    trailers: list[tuple[str, str]] = []
     for key, value in context.invocation_metadata() or ():
         if key == FORMAT_HEADER and isinstance(value, str):
             found = report(svc.dp, value)
             if found is not None:
-                context.set_trailing_metadata(((REPORT_HEADER, found),))
-            return
+                trailers.append((REPORT_HEADER, found))
+            break
+    if (extra := CALL_TRAILERS.get()) is not None:
+        trailers += extra
+    if trailers:
+        context.set_trailing_metadata(tuple(trailers))
 
 
 def _unary(

@@ -21,6 +21,7 @@ from inferd.frontends.grpc.codec import WireRequest, response_parts, serialize_s
 from inferd.frontends.grpc.framing import GrpcFailure, MessageReader, check_encoding, parse_timeout
 from inferd.frontends.grpc.h2_reply import Reply
 from inferd.frontends.grpc.service import (
+    CALL_TRAILERS,
     INFER_RPC,
     STREAM_RPC,
     UNARY,
@@ -160,6 +161,8 @@ class GrpcApp:
         if asked is not None and path == INFER_RPC.path:  # an ORCA load report in the trailers
             value = report(self.service.dp, asked)
             trailers = None if value is None else [(REPORT_HEADER.encode(), value.encode("latin-1"))]
+        if (extra := CALL_TRAILERS.get()) is not None:  # server-timing, x-tokens-used
+            trailers = [*(trailers or ()), *((k.encode(), v.encode("latin-1")) for k, v in extra)]
         await reply.unary(parts, size, trailers)
 
     async def _one_message(self, receive: Receive, reader: MessageReader) -> memoryview:

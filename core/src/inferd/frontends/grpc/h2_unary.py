@@ -34,7 +34,7 @@ from inferd.frontends.grpc.framing import (
     status_number,
 )
 from inferd.frontends.grpc.h2_app import GrpcApp, Unary
-from inferd.frontends.grpc.service import INFER_RPC, status_of
+from inferd.frontends.grpc.service import CALL_TRAILERS, INFER_RPC, status_of
 from inferd.frontends.load_report import FORMAT_HEADER, REPORT_HEADER, report
 
 if TYPE_CHECKING:
@@ -188,6 +188,8 @@ class UnaryCall:
             trailers = _OK_TRAILERS
             if self.load_report is not None and (value := self.load_report()) is not None:
                 trailers = [*_OK_TRAILERS, (_LOAD_REPORT, value.encode("latin-1"))]
+            if (extra := CALL_TRAILERS.get()) is not None:  # server-timing, x-tokens-used
+                trailers = [*trailers, *((k.encode(), v.encode("latin-1")) for k, v in extra)]
         else:
             trailers = [(b"grpc-status", b"%d" % status_number(status)), (b"grpc-message", percent_encode(message))]
             if status is grpc.StatusCode.UNIMPLEMENTED:

@@ -36,6 +36,7 @@ from inferd.frontends.http.errors import decode_body, error_body, error_reply
 from inferd.frontends.http.generate import NOT_ONE_RESPONSE, decode_generate, encode_generate, sse_event
 from inferd.frontends.http.infer import InferEndpoint, RequestHead
 from inferd.frontends.load_report import FORMAT_HEADER, REPORT_HEADER, report
+from inferd.frontends.reply_headers import reply_headers
 from inferd.frontends.repository_name import check_repository_name
 from inferd.serving import Handler, Headers, Reply
 from inferd.shared_memory.service import register_request
@@ -44,7 +45,7 @@ from inferd.views.status import PAGE, PLOT_HEADERS, status_plot, status_view
 
 if TYPE_CHECKING:
     from inferd.contracts.dataplane import DataPlane
-    from inferd.contracts.types import InferResponse
+    from inferd.contracts.types import InferRequest, InferResponse
 
 log = logging.getLogger(__name__)
 
@@ -259,10 +260,39 @@ class Endpoints:
 
     async def generate(self, request: Request) -> Response:
         """One JSON object out (the generate extension); errors from the model answer 400, as in Triton."""
+        if self.dp.access_log is not None:  # --access-log
+            return await self._logged_generate(request)
         version = _version(request)
         info = self.dp.resolve(request.path_params["model"], version)
         infer_request = decode_generate(await _body(request), info, version)
-        results = [item async for item in self.dp.stream(infer_request, info)]
+        return self._generated(request, [item async for item in self.dp.stream(infer_request, info)])
+
+    async def _logged_generate(self, request: Request) -> Response:
+        """:meth:`generate` with its line in the access log (bytes: the bodies, before decoding)."""
+        access = self.dp.access_log
+        assert access is not None
+        version = answered = _version(request)
+        model = request.path_params["model"]
+        infer_request: InferRequest | None = None
+        raw = await request.body()
+        try:
+            info = self.dp.resolve(model, version)
+            body = decode_body(
+                raw, request.headers.get("content-encoding", "").lower(), request.scope.get("inferd.max_input_size")
+            )
+            infer_request = decode_generate(body, info, version)
+            access.begin(infer_request)
+            results = [item async for item in self.dp.stream(infer_request, info)]
+            reply = self._generated(request, results)
+            answered = next((r.model_version for r in results if not isinstance(r, InferdError)), version)
+        except Exception as exc:
+            status, text = error_reply(exc, request.url.path)
+            reply = _json_bytes(text, status)
+        access.entry("http", infer_request, model, answered, str(reply.status_code), len(raw), len(reply.body))
+        return reply
+
+    def _generated(self, request: Request, results: list[InferResponse | InferdError]) -> Response:
+        """The reply of :meth:`generate` once its stream ended."""
         error = next((r for r in results if isinstance(r, InferdError)), None)
         if error is not None:
             return _json_bytes(error_body(error.message), 400)
@@ -270,7 +300,11 @@ class Endpoints:
             return _json_bytes(error_body(NOT_ONE_RESPONSE), 400)
         (response,) = results
         assert not isinstance(response, InferdError)  # answered above
-        return _load_report(request, _json_bytes(encode_generate(response)), self.dp)
+        reply = _json_bytes(encode_generate(response))
+        if response.parameters:  # x-tokens-used (inferd.frontends.reply_headers)
+            for name, value in reply_headers(response.parameters):
+                reply.headers[name] = value
+        return _load_report(request, reply, self.dp)
 
     async def generate_stream(self, request: Request) -> Response:
         """Server-sent events, one per response. The status follows the first response (400
