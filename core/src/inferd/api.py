@@ -37,7 +37,7 @@ a few helpers are public on purpose because plugins need the host's exact behavi
   shows, ``GET /v2/status``), :func:`status_plot` and :data:`STATUS_PLOT_HEADERS` (a plot it links
   to, ``GET /v2/status/plots/{name}``), for a frontend that serves the page where the HTTP port does not;
 - also new in API 1.1: :class:`EmbeddedServer` (``inferd serve``'s server inside another server's
-  process, e.g. a Ray Serve replica), ``DataPlane.load_on_demand`` (``--model-load-on-demand``)
+  process, e.g. a Ray Serve replica), ``DataPlane.load_on_demand`` (``--model-load-on-demand``),
   ``DataPlane.access_log`` (``--access-log``) and the ``shadow`` field of ``Traffic`` / argument of
   ``DataPlane.set_traffic``.
 """
