@@ -4,12 +4,9 @@ versions can disagree on chosen inputs, and unversioned requests sent pipelined 
 from __future__ import annotations
 
 import json
-import re
-import socket
 from typing import Any
 
-from inferd.testing import ServerProcess
-from tests.e2e.traffic_models import parameters
+from tests.e2e.traffic_models import parameters, pipelined, versions_of  # noqa: F401  # re-exported for the release tests
 
 #: Y = X * 2 (INT32), F = X / 4 (FP32) (the version answering is the response's model_version); ``{diverge}``: Y is off by one where
 #: X % diverge == 0 (0: never); ``{noise}`` is added to F; ``{shift}`` to every Y; each request
@@ -74,33 +71,3 @@ def infer_body(x: int, request_id: str = "", **params: Any) -> bytes:
     if params:
         body["parameters"] = params
     return json.dumps(body).encode()
-
-
-def pipelined(server: ServerProcess, model: str, bodies: list[bytes], depth: int = 64) -> list[tuple[int, bytes]]:
-    """(status, body) of each request, sent pipelined ``depth`` at a time on one HTTP/1.1 connection."""
-    out: list[tuple[int, bytes]] = []
-    with socket.create_connection(("127.0.0.1", server.http_port), timeout=60) as sock:
-        reader = sock.makefile("rb")
-        for start in range(0, len(bodies), depth):
-            chunk = bodies[start : start + depth]
-            sock.sendall(b"".join(
-                f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(b)}\r\n\r\n".encode() + b for b in chunk
-            ))  # fmt: skip
-            for _ in chunk:
-                status = int(reader.readline().split()[1])
-                length = 0
-                while (line := reader.readline()) not in (b"\r\n", b""):
-                    name, _, value = line.partition(b":")
-                    if name.lower() == b"content-length":
-                        length = int(value)
-                out.append((status, reader.read(length)))
-    return out
-
-
-def versions_of(replies: list[tuple[int, bytes]]) -> list[str]:
-    """The ``model_version`` of each reply ("failed" for a non-200)."""
-    found = re.compile(rb'"model_version":"(\d+)"')
-    return [
-        m.group(1).decode() if status == 200 and (m := found.search(body)) else "failed" for status, body in replies
-    ]

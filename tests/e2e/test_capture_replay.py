@@ -86,7 +86,7 @@ def test_one_percent_capture_lands_within_binomial_bounds_and_redacts(start, tmp
     secret = "alice-7d41"
     http_n, grpc_n = 3000, 1000
     bodies = [infer_body(i, f"h{i}", user_id=secret, keep="visible") for i in range(http_n)]
-    assert all(status == 200 for status, _ in pipelined(server, "m", bodies))
+    assert all(status == 200 for status, _ in pipelined(server, "m", bodies, depth=64))
     client = grpcclient.InferenceServerClient(server.grpc_url)
     for i in range(grpc_n):
         x = grpcclient.InferInput("X", [1], "INT32")
@@ -126,7 +126,7 @@ def test_replaying_a_capture_against_the_same_version_reproduces_every_output(st
     server = start(
         {"m": model("m", {1: {}, 2: {"diverge": 50}}, traffic_split="1:100")}, "--capture-config", str(config)
     )
-    assert all(s == 200 for s, _ in pipelined(server, "m", [infer_body(i, f"r{i}") for i in range(1, 201)]))
+    assert all(s == 200 for s, _ in pipelined(server, "m", [infer_body(i, f"r{i}") for i in range(1, 201)], depth=64))
     client = grpcclient.InferenceServerClient(server.grpc_url)
     x = grpcclient.InferInput("X", [1], "INT32")
     x.set_data_from_numpy(np.array([1000], np.int32))  # diverges on version 2: 1000 % 50 == 0

@@ -105,7 +105,7 @@ def test_a_100_percent_shadow_never_changes_what_clients_receive(start) -> None:
         assert p99(after) <= p99(before) + 0.025, (p99(before), p99(after))
     # at 20 copies the shadow was judged: held, and clients still get version 1
     assert shadow["state"] == "held at shadow" and "Y" in shadow["worst"][0]["why"]
-    assert set(versions_of(pipelined(server, "m", [infer_body(i) for i in range(100)]))) == {"1"}
+    assert set(versions_of(pipelined(server, "m", [infer_body(i) for i in range(100)], depth=64))) == {"1"}
     shadow = settle(server, 400)["shadow"]  # the 100 more were copied too
     assert (
         metric(server, "inferd_shadow_requests_total", model="m", version="2", outcome="disagreed")
@@ -158,7 +158,7 @@ def test_a_matching_shadow_is_promoted_through_the_canary_stages_with_no_failed_
     assert [w for a, w in actions[1:] if a == "promote"] == [{"1": 95, "2": 5}, {"1": 75, "2": 25}, {"1": 0, "2": 100}]
     assert shown["decisions"][0]["shadow"]["compared"] >= 50 and shown["decisions"][0]["verdict"] == "agrees"
     assert shown["shadow"] is None and set(grpc_versions) <= {"1", "2"}
-    assert set(versions_of(pipelined(server, "m", [infer_body(i) for i in range(50)]))) == {"2"}
+    assert set(versions_of(pipelined(server, "m", [infer_body(i) for i in range(50)], depth=64))) == {"2"}
 
 
 def test_bad_shadow_requests_are_refused(start) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import socket
 import threading
 import time
 import urllib.error
@@ -18,7 +17,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from inferd.testing import ServerProcess, write_repository
-from tests.e2e.traffic_models import CONFIG, call, parameters
+from tests.e2e.traffic_models import CONFIG, call, parameters, pipelined, versions_of
 from tests.metrics_text import metric
 
 MODEL_PY = """
@@ -57,34 +56,6 @@ def infer_body(request_id: str = "") -> bytes:
     if request_id:
         body["id"] = request_id
     return json.dumps(body).encode()
-
-
-def pipelined(server: ServerProcess, model: str, bodies: list[bytes], depth: int = 256) -> list[tuple[int, bytes]]:
-    """(status, body) of each request, sent pipelined ``depth`` at a time on one HTTP/1.1 connection."""
-    out: list[tuple[int, bytes]] = []
-    with socket.create_connection(("127.0.0.1", server.http_port), timeout=60) as sock:
-        reader = sock.makefile("rb")
-        for start in range(0, len(bodies), depth):
-            chunk = bodies[start : start + depth]
-            sock.sendall(b"".join(
-                f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(b)}\r\n\r\n".encode() + b for b in chunk
-            ))  # fmt: skip
-            for _ in chunk:
-                status = int(reader.readline().split()[1])
-                length = 0
-                while (line := reader.readline()) not in (b"\r\n", b""):
-                    name, _, value = line.partition(b":")
-                    if name.lower() == b"content-length":
-                        length = int(value)
-                out.append((status, reader.read(length)))
-    return out
-
-
-def versions_of(replies: list[tuple[int, bytes]]) -> list[str]:
-    """The ``model_version`` of each reply ("failed" for a non-200)."""
-    found = re.compile(rb'"model_version":"(\d+)"')
-    return [found.search(body).group(1).decode() if status == 200 else "failed" for status, body in replies]
 
 
 @pytest.fixture
