@@ -170,3 +170,32 @@ def test_a_restricted_page_opens_with_its_header_and_hides_the_figures_it_may_no
             assert cells(browser, "add_sub", "1")[5:] == ["–", "–", "–", "–"]
         finally:
             browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {}})
+
+
+class NoHttpPort(ServerProcess):
+    """A server whose only HTTP is the OpenAI port: live once its start-up summary is logged."""
+
+    def wait_live(self, timeout: float = 120.0) -> None:
+        wait_for(lambda: "] serving:" in self.log() and self.wait_ports(), "the start-up summary", timeout)
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        self.wait_live(timeout)
+
+
+def test_the_openai_ports_page_shows_its_errors_message_not_an_object(browser, tmp_path: Path):
+    """The OpenAI port answers errors in OpenAI's shape, ``{"error": {"message": ...}}``: the page's
+    banner shows that message (it once showed ``[object Object]``)."""
+    repo = write_repository(tmp_path / "models", {"add_sub": models.add_sub()})
+    args = ["--allow-http=false", "--openai-port=0", "--http-restricted-api=model-repository:admin=s3cret"]
+    with NoHttpPort([repo], args) as server:
+        browser.execute_cdp_cmd("Network.enable", {})
+        browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {"admin": "s3cret"}})
+        try:
+            browser.get(f"http://127.0.0.1:{server.ports['openai']}/")
+            wait_for(lambda: state_of(browser, "add_sub", "1") == "READY", "add_sub READY")
+            assert not browser.find_element("id", "error").is_displayed()
+        finally:
+            browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {}})
+        banner = wait_for(lambda: browser.find_element("id", "error").text, "the error banner")  # next refresh: 403
+        assert banner.startswith("Cannot read v2/status: 403: This API is restricted, expecting header 'admin'"), banner
+        assert "[object Object]" not in banner
