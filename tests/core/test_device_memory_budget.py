@@ -96,7 +96,7 @@ class _Reporting(Model):
     def __init__(self, usage: MemoryUsage | None = None, fails: bool = False) -> None:
         self.usage, self.fails = usage, fails
 
-    def create_instance(self, spec):  # type: ignore[no-untyped-def]
+    def create_instance(self, spec):
         raise NotImplementedError
 
     def memory_usage(self) -> MemoryUsage | None:
