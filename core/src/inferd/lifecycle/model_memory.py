@@ -65,8 +65,7 @@ class ModelMemory:
         except Exception as exc:  # a plugin's bug: the budget goes on without its report
             if key not in self._complained:
                 self._complained.add(key)
-                log.warning("model '%s': memory_usage() failed (%s: %s); its report is left out", key,
-                            type(exc).__name__, exc)  # fmt: skip
+                log.warning("model '%s': memory_usage() failed (%s); its report is left out", key, _why(exc))
             return None
         return usage if isinstance(usage, MemoryUsage) else None
 
@@ -86,3 +85,7 @@ class ModelMemory:
         for sizes in self.device.values():
             used.update(sizes)
         return dict(used)
+
+
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"

@@ -326,15 +326,9 @@ class OnDemand:
         return every
 
     def loaded(self, exclude: str = "") -> list[Loaded]:
-        callers = self._callers()
+        callers, device = self._callers(), self.memory.device.get
         return [
-            Loaded(
-                k,
-                self.manager.footprints.get(k, 0),
-                self.last_used(k),
-                self.evictable(k, callers),
-                self.memory.device.get(k, {}),
-            )  # fmt: skip
+            Loaded(k, self.manager.footprints.get(k, 0), self.last_used(k), self.evictable(k, callers), device(k, {}))
             for k, r in self.table.records.items()
             if r.serving and k != exclude and exclude not in callers.get(k, ())
         ]
