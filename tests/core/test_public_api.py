@@ -50,7 +50,7 @@ def test_every_public_name_is_the_object_its_statement_names() -> None:
         assert not isinstance(value, ModuleType), f"{name} is a module, not a contract or helper"
         if (inspect.isclass(value) or inspect.isfunction(value)) and not value.__module__.endswith("_pb2"):
             assert value.__doc__, f"{name} has no docstring"  # the messages: model_config.proto
-    assert inferd.api.API_VERSION == (1, 1)
+    assert inferd.api.API_VERSION == (1, 2)
     with pytest.raises(AttributeError, match="has no attribute 'gc_settings'"):
         inferd.api.gc_settings  # noqa: B018  # a module, private now
 
@@ -115,8 +115,8 @@ def test_a_type_checker_sees_every_name_and_no_fallback(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("declared", "words"),
     [
-        ((2, 0), "plugin 'p' is built for inferd plugin API 2.0, newer than this inferd's API 1.1; upgrade inferd"),
-        ((0, 9), "plugin 'p' is built for inferd plugin API 0.9, which this inferd (API 1.1) no longer provides"),
+        ((2, 0), "plugin 'p' is built for inferd plugin API 2.0, newer than this inferd's API 1.2; upgrade inferd"),
+        ((0, 9), "plugin 'p' is built for inferd plugin API 0.9, which this inferd (API 1.2) no longer provides"),
         ("1.0", "plugin 'p' declares INFERD_API = '1.0'; expected (major, minor)"),
         ((1,), "plugin 'p' declares INFERD_API = (1,); expected (major, minor)"),
         ((True, 0), "plugin 'p' declares INFERD_API = (True, 0); expected (major, minor)"),
@@ -133,7 +133,7 @@ def test_a_plugin_of_this_major_is_accepted(caplog: pytest.LogCaptureFixture) ->
         assert not caplog.records
         assert api_refusal("p", (1, 7)) is None
     assert [r.getMessage() for r in caplog.records] == [
-        "plugin 'p' is built for inferd plugin API 1.7, newer than this inferd's API 1.1"
+        "plugin 'p' is built for inferd plugin API 1.7, newer than this inferd's API 1.2"
     ]
 
 

@@ -1,4 +1,4 @@
-"""inferd's plugin API, version 1.1: the one module a plugin's source imports.
+"""inferd's plugin API, version 1.2: the one module a plugin's source imports.
 
 ``from inferd.api import Backend, hookimpl, InvalidArgument`` gives a backend, scheduler, cache,
 frontend or tracing plugin every name it needs. Everything else under ``inferd`` is the host's own
@@ -39,7 +39,9 @@ a few helpers are public on purpose because plugins need the host's exact behavi
 - also new in API 1.1: :class:`EmbeddedServer` (``inferd serve``'s server inside another server's
   process, e.g. a Ray Serve replica), ``DataPlane.load_on_demand`` (``--model-load-on-demand``),
   ``DataPlane.access_log`` (``--access-log``) and the ``shadow`` field of ``Traffic`` / argument of
-  ``DataPlane.set_traffic``.
+  ``DataPlane.set_traffic``;
+- new in API 1.2: :class:`MemoryUsage` and ``Model.memory_usage`` (memory a model holds that the
+  server's resident memory does not show: a stub process's, a device's; the memory budget counts it).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 #: The plugin API this host provides: ``(major, minor)``.
-API_VERSION = (1, 1)
+API_VERSION = (1, 2)
 
 if TYPE_CHECKING:
     from inferd.auth import CURRENT, METERED, AccessControl, AccessDenied, AccessPolicy, ApiGroup
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
         Backend,
         Instance,
         InstanceSpec,
+        MemoryUsage,
         Model,
         ModelClient,
         ModelLoadContext,
@@ -196,6 +199,7 @@ __all__ = [
     "InternalError",
     "InvalidArgument",
     "LogSettings",
+    "MemoryUsage",
     "MetricsSource",
     "Model",
     "ModelCaller",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol, TypeAlias
@@ -182,6 +182,18 @@ class AsyncInstance(abc.ABC):
         """Release the instance's resources. Called once, on a worker thread, after its last ``execute``."""
 
 
+@dataclass(frozen=True, slots=True)
+class MemoryUsage:
+    """Memory a loaded model holds that the serving process's resident memory does not show
+    (:meth:`Model.memory_usage`; new in API 1.2). The memory budget of on-demand loading counts it."""
+
+    #: Resident bytes held outside the serving process (a process-isolated model's stubs' RSS).
+    host_bytes: int = 0
+    #: Bytes held on each device, by device name (``{"cuda:0": n}``: the names
+    #: ``--model-device-memory-budget`` takes).
+    device_bytes: Mapping[str, int] = field(default_factory=dict)
+
+
 #: What ``Model.create_instance`` returns: one of the two execution types.
 Instance: TypeAlias = SyncInstance | AsyncInstance
 
@@ -207,6 +219,15 @@ class Model(abc.ABC):
         """Why this loaded version cannot serve right now (say, an instance restarting after its
         process crashed), or None. Model readiness and the repository index (state UNAVAILABLE,
         this reason) read it; it must be cheap and never block."""
+        return None
+
+    def memory_usage(self) -> MemoryUsage | None:
+        """The memory this version holds that the serving process's RSS does not show (another
+        process's, a device's), or None: nothing (the default). New in API 1.2.
+
+        Read on the event loop after the version loads and again before the memory budget picks
+        models to evict (``--model-memory-budget``, ``--model-device-memory-budget``): it must be
+        cheap and never block (read a counter or ``/proc``; never wait for a device or a process)."""
         return None
 
     async def check_ready(self) -> str | None:

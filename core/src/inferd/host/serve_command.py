@@ -25,6 +25,7 @@ from inferd.host.logging_settings import configure_logging
 from inferd.host.plugins import PluginHost
 from inferd.host.server import Server, ServerOptions
 from inferd.lifecycle.budget import parse_budget
+from inferd.lifecycle.device_budget import parse_device_budgets
 from inferd.lifecycle.manager import ControlMode
 from inferd.serving import HTTP_HEADER_TIMEOUT, HTTP_MAX_HEADER_SIZE, HTTP_MAX_INPUT_SIZE, tls
 from inferd.tools import COMMANDS, command
@@ -188,6 +189,16 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:
         help="with --model-load-on-demand: resident memory the loaded models may hold, in bytes (8G, "
         "512MiB) or as a share of the machine's or cgroup's memory (0.5, 50%%); idle models are "
         "evicted, least recently used first, to stay under it (with --workers N, each worker gets 1/N)",
+    )
+    g.add_argument(
+        "--model-device-memory-budget",
+        action="append",
+        default=[],
+        metavar="DEVICE=SIZE",
+        help="with --model-load-on-demand: memory the loaded models may hold on a device, as their backends "
+        "report it (repeatable: cuda:0=20GiB, or a share of the device's memory where nvidia-smi reports it: "
+        "cuda:0=0.8); idle models holding memory there are evicted, least recently used first, to stay under "
+        "it (with --workers N, each worker gets 1/N)",
     )
     g.add_argument(
         "--model-pin",
@@ -488,6 +499,7 @@ _OWN_DESTS = {
     "model_load_on_demand",
     "model_load_on_demand_timeout_secs",
     "model_memory_budget",
+    "model_device_memory_budget",
     "model_pin",
     "http_port",
     "grpc_port",
@@ -562,6 +574,14 @@ def _budget(text: str | None) -> int | None:
         raise SystemExit(f"error: {exc}") from None
 
 
+def _device_budgets(texts: list[str]) -> dict[str, int]:
+    """``--model-device-memory-budget`` in bytes by device (shares resolved here)."""
+    try:
+        return parse_device_budgets(texts)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
     autocomplete = not args.disable_auto_complete_config and not args.strict_model_config
     return ServerOptions(
@@ -586,6 +606,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         model_load_on_demand=args.model_load_on_demand,
         model_load_on_demand_timeout_secs=args.model_load_on_demand_timeout_secs,
         model_memory_budget=_budget(args.model_memory_budget),
+        model_device_memory_budget=_device_budgets(args.model_device_memory_budget),
         model_pin=list(args.model_pin),
         log_verbose=args.log_verbose,
         cache_config=_cache_config(args),

@@ -35,6 +35,7 @@ from inferd.host.plugins import PluginHost
 from inferd.host.summary import startup_summary
 from inferd.lifecycle.budget import shown_bytes
 from inferd.lifecycle.builder import VersionBuilder, backend_config_warnings
+from inferd.lifecycle.device_budget import shown_devices
 from inferd.lifecycle.manager import ControlMode, LifecycleOptions, ModelManager
 from inferd.lifecycle.on_demand import OnDemand
 from inferd.repository.object_store import ObjectStoreRepository, is_url
@@ -89,6 +90,8 @@ class ServerOptions:
     model_load_on_demand_timeout_secs: float = 60.0
     #: ``--model-memory-budget`` in bytes (None: none): with ``--workers N`` each worker gets 1/N.
     model_memory_budget: int | None = None
+    #: ``--model-device-memory-budget``: bytes by device (``cuda:0``); with ``--workers N`` each worker gets 1/N.
+    model_device_memory_budget: dict[str, int] = field(default_factory=dict)
     #: ``--model-pin``: models never evicted.
     model_pin: list[str] = field(default_factory=list)
     log_verbose: int = 0
@@ -186,10 +189,12 @@ class Server:
             budget = options.model_memory_budget
             if budget is not None:
                 budget //= max(1, self.workers.count)  # each worker loads on demand under its share
-            self.on_demand = OnDemand(self.manager, options.model_load_on_demand_timeout_secs, budget)
+            share = max(1, self.workers.count)
+            devices = {d: n // share for d, n in options.model_device_memory_budget.items()}
+            self.on_demand = OnDemand(self.manager, options.model_load_on_demand_timeout_secs, budget, devices)
             self.table.on_demand = self.on_demand
-        elif options.model_memory_budget is not None:
-            log.warning("--model-memory-budget is ignored: it applies to --model-load-on-demand=true")
+        elif options.model_memory_budget is not None or options.model_device_memory_budget:
+            log.warning("--model-memory-budget and --model-device-memory-budget apply to --model-load-on-demand=true")
         shared_memory = self.workers.shared_memory()
         shared_memory.allow_clients = options.allow_client_shm
         self.local = LocalDataPlane(
@@ -293,12 +298,15 @@ class Server:
         if on_demand is None:
             return ""
         note = f"on (a request waits up to {on_demand.timeout:g} s for its model)"
-        if on_demand.budget is None:
-            return note + "; no memory budget"
         share = " per worker" if self.workers.count > 1 else ""
+        devices = f"; device memory budget {shown_devices(on_demand.device_budgets)}{share}" * bool(
+            on_demand.device_budgets
+        )
+        if on_demand.budget is None:
+            return note + "; no memory budget" + devices
         return (
-            f"{note}; memory budget {shown_bytes(on_demand.budget)}{share}, {shown_bytes(on_demand.used())} used, "
-            "least recently used idle models evicted"
+            f"{note}; memory budget {shown_bytes(on_demand.budget)}{share}, {shown_bytes(on_demand.used())} used"
+            f"{devices}, least recently used idle models evicted"
         )
 
     async def _check_repositories(self) -> None:

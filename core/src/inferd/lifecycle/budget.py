@@ -15,8 +15,9 @@ import ctypes.util
 import gc
 import os
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -120,20 +121,44 @@ class Loaded:
     last_used: float
     #: Idle, not pinned, and called by no ensemble in use: it may be evicted.
     evictable: bool
+    #: What it holds on each device (``--model-device-memory-budget``), by device.
+    device: Mapping[str, int] = field(default_factory=dict)
 
 
-def choose_victims(loaded: Iterable[Loaded], need: int, budget: int) -> list[str] | None:
+def choose_victims(
+    loaded: Iterable[Loaded],
+    need: int,
+    budget: int | None,
+    device_need: Mapping[str, int] | None = None,
+    device_budgets: Mapping[str, int] | None = None,
+) -> list[str] | None:
     """The least recently used evictable models whose eviction makes room for ``need`` more bytes
-    under ``budget``; [] when it fits already, None when evicting every evictable one would not do."""
+    under ``budget`` (None: no host budget) and ``device_need`` more on each device under its
+    ``device_budgets``; [] when it fits already, None when evicting every evictable one would not
+    do. While only devices are short, a model that holds nothing on them is not taken."""
     models = list(loaded)
+    device_need, device_budgets = device_need or {}, device_budgets or {}
     used = sum(m.footprint for m in models)
-    if used + need <= budget:
+    on = Counter[str]()
+    for m in models:
+        on.update(m.device)
+
+    def short() -> set[str]:
+        """The budgets ("" for the host's) that the load would pass."""
+        over = {d for d, limit in device_budgets.items() if on[d] + device_need.get(d, 0) > limit}
+        return over | {""} if budget is not None and used + need > budget else over
+
+    if not short():
         return []
     victims: list[str] = []
     for m in sorted((m for m in models if m.evictable), key=lambda m: m.last_used):
+        over = short()
+        if "" not in over and not any(m.device.get(d, 0) for d in over):
+            continue  # it frees nothing the load is short of
         victims.append(m.key)
         used -= m.footprint
-        if used + need <= budget:
+        on.subtract(m.device)
+        if not short():
             return victims
     return None
 

@@ -42,6 +42,7 @@ from inferd.engine.version import ModelVersion
 from inferd.lifecycle.budget import LARGE_BLOCK, release_freed_memory, rss_bytes
 from inferd.lifecycle.builder import VersionBuilder, VersionFailed
 from inferd.lifecycle.dependencies import callers, composing, load_waves, unload_order
+from inferd.lifecycle.model_memory import ModelMemory
 from inferd.repository.scan import (
     ModelSource,
     OverrideDirs,
@@ -125,8 +126,10 @@ class ModelManager:
         #: what they served, rebuilt when one of those models changes again (:meth:`_refit`).
         self._unfit: dict[str, _Unfit] = {}
         #: Each loaded model's resident footprint (bytes, by key): the process's RSS growth over
-        #: its last load (:mod:`inferd.lifecycle.budget`).
+        #: its last load (:mod:`inferd.lifecycle.budget`) plus the host bytes its versions report.
         self.footprints: dict[str, int] = {}
+        #: The parts of each footprint, and what each model holds on devices (:mod:`inferd.lifecycle.model_memory`).
+        self.memory = ModelMemory()
         #: The last footprint each model measured, kept once it unloads (what its next load expects).
         self.last_footprints: dict[str, int] = {}
         #: What each model's last eviction gave back. Where that is more than the growth over its
@@ -234,7 +237,7 @@ class ModelManager:
             return
         # (no loop variable: one would hold the last version, and its memory, past the trim below)
         self.builder.kept_stats.update({(key, v): mv.stats for v, mv in record.serving.items()})
-        footprint, resident = self.footprints.get(key, 0), rss_bytes()
+        footprint, host, resident = self.memory.rss.get(key, 0), self.memory.host.get(key, 0), rss_bytes()
         await self._unload_record(record, EVICTED)
         self.footprints.pop(key, None)
         for collect in (False, True):  # what the heap keeps (small blocks), then what cycles hold
@@ -243,7 +246,13 @@ class ModelManager:
             await asyncio.to_thread(release_freed_memory, collect)
         self.released[key] = released = resident - rss_bytes()
         if released > footprint + LARGE_BLOCK:  # it grew after its load (lazy allocations, an arena)
-            self.last_footprints[key] = released
+            self.last_footprints[key] = released + host
+
+    def refresh_footprints(self) -> None:
+        """Read again what each loaded model's versions report (``Model.memory_usage``, cheap)."""
+        for key, record in self.table.records.items():
+            if record.serving and key in self.memory.rss:
+                self.footprints[key] = self.memory.read(key, record.serving.values())
 
     async def _load_key(self, source: ModelSource, override: cfg.ModelConfig | None) -> None:
         """:meth:`load` of one model key, with the models its steps call."""
@@ -426,6 +435,7 @@ class ModelManager:
             self.table.traffic.configured(record.name, config, sorted(record.serving))
             if record.serving:
                 grown = max(0, rss_bytes() - resident, self.released.get(source.key, 0))
+                grown = self.memory.loaded(source.key, grown, record.serving.values())
                 self.footprints[source.key] = self.last_footprints[source.key] = grown
             log.info(
                 "model '%s' versions %s ready in %.2f s",
@@ -486,6 +496,7 @@ class ModelManager:
     async def _unload_record(self, record: ModelRecord, final: VersionState) -> None:
         """Stop serving every version of ``record``, drain them, and leave them in ``final``."""
         self.footprints.pop(model_key(record.namespace, record.name), None)
+        self.memory.forget(model_key(record.namespace, record.name))
         async with record.lock:
             old = record.serving
             record.serving = {}

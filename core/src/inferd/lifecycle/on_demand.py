@@ -24,6 +24,7 @@ import math
 import time
 import weakref
 from collections import Counter
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 
 from inferd import config as cfg
@@ -31,6 +32,7 @@ from inferd.contracts.errors import InferdError, Unavailable
 from inferd.contracts.model_info import ModelInfo, TensorInfo
 from inferd.engine.validation import Validator
 from inferd.lifecycle.budget import Loaded, choose_victims, map_large_blocks, shown_bytes
+from inferd.lifecycle.device_budget import no_room, on_devices
 from inferd.lifecycle.on_demand_metrics import OnDemandCounts
 
 if TYPE_CHECKING:
@@ -69,7 +71,13 @@ _GONE = cast("weakref.ref[Servable]", weakref.ref(_Gone()))
 class OnDemand:
     """Loads models on their first request, and evicts idle ones to stay under a budget."""
 
-    def __init__(self, manager: ModelManager, timeout: float = 60.0, budget: int | None = None) -> None:
+    def __init__(
+        self,
+        manager: ModelManager,
+        timeout: float = 60.0,
+        budget: int | None = None,
+        device_budgets: Mapping[str, int] | None = None,
+    ) -> None:
         self.manager = manager
         self.table = manager.table
         self.table.load_advice = LOAD_ADVICE
@@ -77,6 +85,9 @@ class OnDemand:
         self.timeout = timeout
         #: Bytes of resident memory the loaded models may hold (None: no budget).
         self.budget = budget
+        #: Bytes the loaded models may hold on each device (``--model-device-memory-budget``).
+        self.device_budgets = dict(device_budgets or {})
+        self.memory = manager.memory
         self._loads: dict[str, asyncio.Future[None]] = {}
         #: Requests waiting for each model's load (such a model is busy: never evicted).
         self._waiting: Counter[str] = Counter()
@@ -164,7 +175,7 @@ class OnDemand:
             source = self.table.snapshot.models.get(key)
             if source is None:
                 return  # gone from the repository: the request's resolve says so
-            if self.budget is not None:
+            if self.budget is not None or self.device_budgets:
                 self._blocked.pop(key, None)
                 await self._make_room(key, time.monotonic() + self.timeout)  # the refusal's reason stays for
                 self._blocked.pop(key, None)  # the waiters whose own timeout comes in the same turn
@@ -181,15 +192,16 @@ class OnDemand:
             self.counts.observe(key, seconds)
             footprint = self.manager.footprints.get(key, 0)
             log.info(
-                "model '%s' loaded on demand in %.3f s (footprint %s%s)",
+                "model '%s' loaded on demand in %.3f s (footprint %s%s%s)",
                 record.name,
                 seconds,
                 shown_bytes(footprint),
+                on_devices(self.memory.device.get(key, {})),
                 ""
                 if self.budget is None
                 else f"; budget {shown_bytes(self.used())} of {shown_bytes(self.budget)} used",
             )
-            if self.budget is not None and self.used() > self.budget:
+            if self.budget is not None or self.device_budgets:
                 await self._trim(key)
 
     def _remember(self, key: str) -> None:
@@ -199,21 +211,16 @@ class OnDemand:
     async def _make_room(self, key: str, deadline: float) -> None:
         """Evict idle models until ``key``'s expected footprint fits; wait for one to become idle
         while none can go, up to ``deadline``, then refuse."""
-        assert self.budget is not None
-        need = self.estimate(key)
+        need, device_need = self.estimate(key), self.memory.last_device.get(key, {})
+        self.manager.refresh_footprints()
         while True:
-            victims = choose_victims(self.loaded(exclude=key), need, self.budget)
+            victims = choose_victims(self.loaded(exclude=key), need, self.budget, device_need, self.device_budgets)
             if victims == []:
                 return
             if victims is None:
                 name = self.table.snapshot.models[key].name
                 busy = sorted(r.name for k, r in self.table.records.items() if r.serving and k != key)
-                self._blocked[key] = reason = (
-                    f"model '{name}' cannot be loaded now: it needs about {shown_bytes(need)} and the memory budget "
-                    f"({shown_bytes(self.budget)}, --model-memory-budget) is held by models that are busy, pinned "
-                    f"or steps of a loaded ensemble ({', '.join(busy[:8])}{'...' if len(busy) > 8 else ''}); "
-                    "retry later"
-                )
+                self._blocked[key] = reason = no_room(name, need, device_need, self.budget, self.device_budgets, busy)
                 if time.monotonic() >= deadline:
                     raise LoadRefused(reason, max(1, math.ceil(self.timeout / 4)))
                 await asyncio.sleep(0.02)
@@ -222,10 +229,10 @@ class OnDemand:
                 await self._evict(victim)
 
     async def _trim(self, keep: str) -> None:
-        """After a load that measured more than expected: evict idle models until under budget again."""
-        assert self.budget is not None
-        victims = choose_victims(self.loaded(exclude=keep), self.manager.footprints.get(keep, 0), self.budget) or []
-        for victim in victims:
+        """After a load that measured more than expected: evict idle models until under the budgets again."""
+        need, device_need = self.memory.footprint(keep), self.memory.device.get(keep)
+        victims = choose_victims(self.loaded(exclude=keep), need, self.budget, device_need, self.device_budgets)
+        for victim in victims or ():
             await self._evict(victim)
 
     async def _evict(self, key: str) -> None:
@@ -319,9 +326,9 @@ class OnDemand:
         return every
 
     def loaded(self, exclude: str = "") -> list[Loaded]:
-        callers = self._callers()
+        callers, device = self._callers(), self.memory.device.get
         return [
-            Loaded(k, self.manager.footprints.get(k, 0), self.last_used(k), self.evictable(k, callers))
+            Loaded(k, self.manager.footprints.get(k, 0), self.last_used(k), self.evictable(k, callers), device(k, {}))
             for k, r in self.table.records.items()
             if r.serving and k != exclude and exclude not in callers.get(k, ())
         ]

@@ -1,16 +1,20 @@
 """The ``/metrics`` families of on-demand loading (:mod:`inferd.lifecycle.on_demand`): loads on
-demand, evictions, refusals, the load-latency histogram, each model's footprint and the budget's use."""
+demand, evictions, refusals, the load-latency histogram, each model's footprint and the budget's use,
+on the host and on each device a backend reports (``Model.memory_usage``)."""
 
 from __future__ import annotations
 
 import weakref
 from collections import Counter
 from collections.abc import Iterator
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client.metrics_core import GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from inferd.engine.metric_sources import SOURCES
+
+if TYPE_CHECKING:
+    from inferd.lifecycle.model_memory import ModelMemory
 
 #: Upper bounds (seconds) of the load-latency histogram's buckets.
 LOAD_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -20,6 +24,8 @@ class Counted(Protocol):
     """What the families read of on-demand loading (:class:`inferd.lifecycle.on_demand.OnDemand`)."""
 
     budget: int | None
+    device_budgets: dict[str, int]
+    memory: ModelMemory
 
     def names(self) -> dict[str, str]:
         """Each model's name by key."""
@@ -89,17 +95,42 @@ class OnDemandCounts:
         )
         footprint = GaugeMetricFamily(
             "inferd_model_footprint_bytes",
-            "Resident memory each loaded model took when it loaded (RSS growth)",
+            "Resident memory each loaded model holds: the RSS growth over its load, plus what its backend "
+            "reports outside the server's process (a process-isolated model's stubs)",
             labels=["model"],
         )
         for key, size in sorted(owner.footprints().items()):
             footprint.add_metric([names.get(key, key)], size)
         yield footprint
+        on_device = GaugeMetricFamily(
+            "inferd_model_device_footprint_bytes",
+            "Device memory each loaded model holds, as its backend reports it",
+            labels=["model", "device"],
+        )
+        for key, sizes in sorted(owner.memory.device.items()):
+            for device, size in sorted(sizes.items()):
+                on_device.add_metric([names.get(key, key), device], size)
+        yield on_device
         if owner.budget is not None:
             yield GaugeMetricFamily("inferd_model_memory_budget_bytes", "--model-memory-budget", value=owner.budget)
             yield GaugeMetricFamily(
                 "inferd_model_memory_budget_used_bytes", "Footprints of the models loaded now", value=owner.used()
             )
+        if owner.device_budgets:
+            budgets = GaugeMetricFamily(
+                "inferd_model_device_memory_budget_bytes", "--model-device-memory-budget", labels=["device"]
+            )
+            used = GaugeMetricFamily(
+                "inferd_model_device_memory_budget_used_bytes",
+                "Device memory the models loaded now hold, as their backends last reported it",
+                labels=["device"],
+            )
+            held = owner.memory.device_used()
+            for device, size in sorted(owner.device_budgets.items()):
+                budgets.add_metric([device], size)
+                used.add_metric([device], held.get(device, 0))
+            yield budgets
+            yield used
 
 
 _ALL: weakref.WeakSet[OnDemandCounts] = weakref.WeakSet()

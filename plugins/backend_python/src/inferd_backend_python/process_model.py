@@ -18,6 +18,7 @@ import asyncio
 import functools
 import json
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ from inferd.api import (
     InferResponse,
     InstanceSpec,
     InternalError,
+    MemoryUsage,
     Model,
     ModelLoadContext,
     Unavailable,
@@ -122,6 +124,11 @@ class ProcessModel(Model):
                 return f"instance '{instance.name}' {instance.problem}"
         return None
 
+    def memory_usage(self) -> MemoryUsage:
+        """Its stubs' resident memory (``/proc/<pid>/statm``, read now: cheap): the memory budget
+        of on-demand loading counts it, which the server's own RSS does not show."""
+        return MemoryUsage(host_bytes=sum(stub_rss(i.stub.pid) for i in self.instances if i.stub is not None))
+
     async def check_ready(self) -> str | None:
         """The instances' ``is_ready`` in their stubs (when the model defines one)."""
         return await first_problem([i.probe for i in self.instances if i.stub is not None and i.stub.has_is_ready])
@@ -133,6 +140,18 @@ class ProcessModel(Model):
             self._released = True
             self.stubs.launcher.release()
             self.isolation.release()
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def stub_rss(pid: int) -> int:
+    """The resident memory of process ``pid`` (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 class ProcessInstance(AsyncInstance):

@@ -10,13 +10,24 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from inferd.api import Backend, ConfigError, DataType, Instance, InstanceSpec, InvalidArgument, Model, ModelLoadContext
+from inferd.api import (
+    Backend,
+    ConfigError,
+    DataType,
+    Instance,
+    InstanceSpec,
+    InvalidArgument,
+    MemoryUsage,
+    Model,
+    ModelLoadContext,
+)
 from inferd_backend_pytorch.binding import InputPlan, OutputPlan, model_output_names, plan_inputs
 from inferd_backend_pytorch.instance import PyTorchInstance
 from inferd_backend_pytorch.loading import LoadedModule, load_module
@@ -118,6 +129,8 @@ class PyTorchModel(Model):
         self._plan: InputPlan | None = None
         self._shared: dict[str, LoadedModule] = {}
         self._lock = threading.Lock()
+        #: What its modules took on each CUDA device when they loaded (``memory_usage``).
+        self._on_device: Counter[str] = Counter()
 
     def create_instance(self, spec: InstanceSpec) -> Instance:
         device = instance_device(spec, self.name)
@@ -130,7 +143,12 @@ class PyTorchModel(Model):
         with self._lock:
             if self.options.weight_sharing and key in self._shared:
                 return self._shared[key]
+            cuda = device is not None and device.type == "cuda"
+            before = torch.cuda.memory_allocated(device) if cuda else 0
             loaded = load_module(self.path, device, f"model '{self.name}' version {self.context.version}")
+            if cuda:
+                grown = torch.cuda.memory_allocated(device) - before
+                self._on_device[str(device)] += max(grown, tensor_bytes(loaded.module, device))
             if self._plan is None:
                 self._plan = plan_inputs(self.name, loaded.arguments, self.input_names)
                 log.info("model '%s': inputs bound by %s", self.name, self._plan.convention)
@@ -138,8 +156,23 @@ class PyTorchModel(Model):
                 self._shared[key] = loaded
             return loaded
 
+    def memory_usage(self) -> MemoryUsage | None:
+        """What its instances' modules took on each CUDA device (``torch.cuda.memory_allocated``'s
+        growth over each load, at least their parameters and buffers there), counted once at load."""
+        return MemoryUsage(device_bytes=dict(self._on_device)) if self._on_device else None
+
     def unload(self) -> None:
         self._shared.clear()
+
+
+def tensor_bytes(module: object, device: torch.device | None) -> int:
+    """The bytes of ``module``'s parameters and buffers on ``device`` (0 for a module without them)."""
+    tensors: list[torch.Tensor] = []
+    for method in ("parameters", "buffers"):
+        found = getattr(module, method, None)
+        if callable(found):
+            tensors.extend(found())
+    return sum(t.numel() * t.element_size() for t in tensors if t.device == device)
 
 
 def instance_device(spec: InstanceSpec, model: str) -> torch.device | None:

@@ -16,12 +16,14 @@ from inferd.api import (
     Backend,
     InstanceSpec,
     InvalidArgument,
+    MemoryUsage,
     Model,
     ModelLoadContext,
     Unavailable,
 )
 from inferd_backend_vllm.instance import VllmInstance
 from inferd_backend_vllm.logs import model_logs
+from inferd_backend_vllm.memory import engine_device_bytes
 from inferd_backend_vllm.metrics import VLLM_METRICS
 from inferd_backend_vllm.options import ENGINE_ARGS_FILENAME, is_pooling, parse_options
 from inferd_backend_vllm.tensors import INPUTS, OUTPUTS, POOLING_INPUTS, POOLING_OUTPUTS
@@ -85,9 +87,15 @@ class VllmModel(Model):
         self.lora_adapters: tuple[str, ...] = tuple(engine.loras)
         #: Whether the engine embeds (vLLM's pooling runner) rather than generates.
         self.pooling = engine.pooling
+        #: What the engine holds on each GPU (read once: vLLM sizes itself when it starts).
+        self.device_bytes = engine_device_bytes(engine.engine)
 
     def create_instance(self, spec: InstanceSpec) -> AsyncInstance:
         return VllmInstance(self.engine)
+
+    def memory_usage(self) -> MemoryUsage | None:
+        """The engine's GPU memory (its ``gpu_memory_utilization`` of each device), None off CUDA."""
+        return MemoryUsage(device_bytes=self.device_bytes) if self.device_bytes else None
 
     def unload(self) -> None:
         self.engine.shutdown()
