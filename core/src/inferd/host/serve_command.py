@@ -182,6 +182,14 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:
         "budget); past it, 503/UNAVAILABLE with Retry-After (default: 60)",
     )
     g.add_argument(
+        "--model-load-on-demand-concurrency",
+        type=int,
+        default=0,
+        metavar="N",
+        help="loads on demand of models whose footprint is known (reloads after an eviction) that may run "
+        "together; a first load, which measures its footprint, runs alone (default: 0, the cores from 2 to 8)",
+    )
+    g.add_argument(
         "--model-memory-budget",
         default=None,
         metavar="SIZE",
@@ -487,6 +495,7 @@ _OWN_DESTS = {
     "model_namespacing",
     "model_load_on_demand",
     "model_load_on_demand_timeout_secs",
+    "model_load_on_demand_concurrency",
     "model_memory_budget",
     "model_pin",
     "http_port",
@@ -585,6 +594,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         model_unload_timeout_secs=args.model_unload_timeout_secs,
         model_load_on_demand=args.model_load_on_demand,
         model_load_on_demand_timeout_secs=args.model_load_on_demand_timeout_secs,
+        model_load_on_demand_concurrency=args.model_load_on_demand_concurrency,
         model_memory_budget=_budget(args.model_memory_budget),
         model_pin=list(args.model_pin),
         log_verbose=args.log_verbose,

@@ -87,6 +87,8 @@ class ServerOptions:
     model_load_on_demand: bool = False
     #: ``--model-load-on-demand-timeout-secs``: how long a request waits for its model's load.
     model_load_on_demand_timeout_secs: float = 60.0
+    #: ``--model-load-on-demand-concurrency``: loads of known footprints run together (0: the default).
+    model_load_on_demand_concurrency: int = 0
     #: ``--model-memory-budget`` in bytes (None: none): with ``--workers N`` each worker gets 1/N.
     model_memory_budget: int | None = None
     #: ``--model-pin``: models never evicted.
@@ -186,7 +188,12 @@ class Server:
             budget = options.model_memory_budget
             if budget is not None:
                 budget //= max(1, self.workers.count)  # each worker loads on demand under its share
-            self.on_demand = OnDemand(self.manager, options.model_load_on_demand_timeout_secs, budget)
+            self.on_demand = OnDemand(
+                self.manager,
+                options.model_load_on_demand_timeout_secs,
+                budget,
+                options.model_load_on_demand_concurrency,
+            )
             self.table.on_demand = self.on_demand
         elif options.model_memory_budget is not None:
             log.warning("--model-memory-budget is ignored: it applies to --model-load-on-demand=true")
