@@ -105,8 +105,11 @@ def loads_in(log: str) -> list[tuple[str, float, float]]:
     ]
 
 
-def drive(srv: ServerProcess, models: int, seconds: float, zipf: float, seed: int) -> list[tuple[str, float, float]]:
-    """Zipf traffic from two clients (HTTP, gRPC) for ``seconds``: (model, start as Unix time, latency s)."""
+def drive(
+    srv: ServerProcess, models: int, seconds: float, zipf: float, seed: int, clients: int = 4
+) -> list[tuple[str, float, float]]:
+    """Zipf traffic from ``clients`` clients (even: HTTP, odd: gRPC) for ``seconds``: (model, start as
+    Unix time, latency s)."""
     weights = [1 / (k + 1) ** zipf for k in range(models)]
     done: list[tuple[str, float, float]] = []
     failures: list[str] = []
@@ -133,7 +136,7 @@ def drive(srv: ServerProcess, models: int, seconds: float, zipf: float, seed: in
             with lock:
                 done.append((f"m{i:03d}", wall, time.perf_counter() - started))
 
-    threads = [threading.Thread(target=client, args=(n,)) for n in range(2)]
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
@@ -151,7 +154,7 @@ def run(repo: Path, flags: list[str], args: argparse.Namespace, label: str) -> N
     with ServerProcess([repo], ["--workers", "1", *flags]) as srv:
         assert srv.proc is not None
         pid = srv.proc.pid
-        done = drive(srv, args.models, args.seconds, args.zipf, args.seed)
+        done = drive(srv, args.models, args.seconds, args.zipf, args.seed, args.clients)
         peak, final = _status(pid, "VmHWM"), _status(pid, "VmRSS")
     loads = loads_in(srv.log_path.read_text())
     ends: dict[str, list[float]] = {}
@@ -179,6 +182,7 @@ def main() -> None:
     parser.add_argument("--holds", type=int, default=8, help="how many models the budget holds")
     parser.add_argument("--zipf", type=float, default=1.1, help="the Zipf exponent of the traffic")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--clients", type=int, default=4, help="clients sending at once (even: HTTP, odd: gRPC)")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="inferd-many-"))
     models: dict[str, dict[str, str | bytes]] = {}
@@ -192,7 +196,7 @@ def main() -> None:
     budget = int((args.holds + 0.5) * args.megabytes * MB)
     print(
         f"{args.models} models ({(args.models + 1) // 2} Python, {args.models // 2} ONNX) x {args.megabytes} MiB, "
-        f"Zipf s={args.zipf}, {args.seconds:g} s, 2 clients (HTTP, gRPC); budget {budget / MB:.0f} MiB "
+        f"Zipf s={args.zipf}, {args.seconds:g} s, {args.clients} clients (HTTP, gRPC); budget {budget / MB:.0f} MiB "
         f"(holds {args.holds})"
     )
     print(

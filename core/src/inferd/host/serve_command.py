@@ -182,6 +182,15 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:
         "budget); past it, 503/UNAVAILABLE with Retry-After (default: 60)",
     )
     g.add_argument(
+        "--model-load-nice",
+        type=int,
+        default=10,
+        metavar="N",
+        help="how much lower (a nice value, 0-19) the threads that load and unload models run than those "
+        "answering requests, so loads (on demand above all) take little CPU from warm requests; Linux, "
+        "where the process may restore priorities (root, CAP_SYS_NICE, RLIMIT_NICE); 0: the same (default: 10)",
+    )
+    g.add_argument(
         "--model-load-on-demand-concurrency",
         type=int,
         default=0,
@@ -496,6 +505,7 @@ _OWN_DESTS = {
     "model_load_on_demand",
     "model_load_on_demand_timeout_secs",
     "model_load_on_demand_concurrency",
+    "model_load_nice",
     "model_memory_budget",
     "model_pin",
     "http_port",
@@ -595,6 +605,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         model_load_on_demand=args.model_load_on_demand,
         model_load_on_demand_timeout_secs=args.model_load_on_demand_timeout_secs,
         model_load_on_demand_concurrency=args.model_load_on_demand_concurrency,
+        model_load_nice=args.model_load_nice,
         model_memory_budget=_budget(args.model_memory_budget),
         model_pin=list(args.model_pin),
         log_verbose=args.log_verbose,

@@ -19,7 +19,7 @@ from inferd.contracts.dataplane import DataPlane
 from inferd.contracts.errors import InferdError, StartupError
 from inferd.contracts.frontend import Frontend, HttpPortSettings
 from inferd.dataplane import LocalDataPlane
-from inferd.engine import gc_settings
+from inferd.engine import gc_settings, priority
 from inferd.engine.access_log import RequestLog
 from inferd.engine.capture import Capture
 from inferd.engine.capture_config import CaptureConfig, CaptureConfigError
@@ -89,6 +89,8 @@ class ServerOptions:
     model_load_on_demand_timeout_secs: float = 60.0
     #: ``--model-load-on-demand-concurrency``: loads of known footprints run together (0: the default).
     model_load_on_demand_concurrency: int = 0
+    #: ``--model-load-nice``: how much lower loads and unloads run than requests (:mod:`inferd.engine.priority`).
+    model_load_nice: int = 10
     #: ``--model-memory-budget`` in bytes (None: none): with ``--workers N`` each worker gets 1/N.
     model_memory_budget: int | None = None
     #: ``--model-pin``: models never evicted.
@@ -183,6 +185,7 @@ class Server:
             (self.workers.index, self.workers.count),
         )
         self.manager = ModelManager(self._lifecycle_options(), self.table, builder)
+        priority.configure(options.model_load_nice)
         self.on_demand: OnDemand | None = None
         if options.model_load_on_demand:
             budget = options.model_memory_budget
