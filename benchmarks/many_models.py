@@ -183,6 +183,8 @@ def main() -> None:
     parser.add_argument("--zipf", type=float, default=1.1, help="the Zipf exponent of the traffic")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--clients", type=int, default=4, help="clients sending at once (even: HTTP, odd: gRPC)")
+    parser.add_argument("--load-nice", type=int, default=10, help="the servers' --model-load-nice")
+    parser.add_argument("--concurrency", type=int, default=0, help="--model-load-on-demand-concurrency (0: default)")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="inferd-many-"))
     models: dict[str, dict[str, str | bytes]] = {}
@@ -197,15 +199,18 @@ def main() -> None:
     print(
         f"{args.models} models ({(args.models + 1) // 2} Python, {args.models // 2} ONNX) x {args.megabytes} MiB, "
         f"Zipf s={args.zipf}, {args.seconds:g} s, {args.clients} clients (HTTP, gRPC); budget {budget / MB:.0f} MiB "
-        f"(holds {args.holds})"
+        f"(holds {args.holds}); --model-load-nice={args.load_nice}, concurrency {args.concurrency or 'default'}"
     )
     print(
         f"{'setup':<20} {'backend':<7} {'peak MiB':>8} {'end MiB':>8} {'requests':>8} {'warm50':>7} {'warm99':>7} "
         f"{'load50':>7} {'load99':>7} {'cold50':>7} {'cold99':>7} {'hit':>7}   (ms)"
     )
     try:
-        run(repo, [], args, "fully loaded")
-        run(repo, ["--model-load-on-demand=true", f"--model-memory-budget={budget}"], args, "on demand + budget")
+        nice = [f"--model-load-nice={args.load_nice}"]
+        run(repo, nice, args, "fully loaded")
+        on_demand = ["--model-load-on-demand=true", f"--model-memory-budget={budget}"]
+        concurrency = [f"--model-load-on-demand-concurrency={args.concurrency}"] if args.concurrency else []
+        run(repo, [*nice, *on_demand, *concurrency], args, "on demand + budget")
     finally:
         for path in sorted(root.rglob("*"), reverse=True):
             path.unlink() if path.is_file() else path.rmdir()

@@ -1,6 +1,6 @@
-"""``--model-load-nice``: a model's load runs at a lower OS priority than requests (Linux nice
-value), and no thread is left lower once it is done: the model's own threads (created by its load)
-answer requests at the process's priority.
+"""``--model-load-nice``: a model's load on demand runs at a lower OS priority than requests (Linux
+nice value), and no thread is left lower once it is done: the model's own threads (created by its
+load) answer requests at the process's priority. A load at start runs as requests do.
 
 ``load_priority`` (tests/fixtures/python_models) answers the nice value of the thread its
 ``initialize`` ran on and of the thread its ``execute`` runs on."""
@@ -63,13 +63,21 @@ def _thread_nices(pid: int) -> dict[str, int]:
     not Path("/proc/self/task").is_dir() or not _may_restore_priority(),
     reason="lowering a load's priority needs Linux and the right to restore it (root, CAP_SYS_NICE or RLIMIT_NICE)",
 )
-@pytest.mark.parametrize(("flags", "load_nice"), [([], 10), (["--model-load-nice=3"], 3), (["--model-load-nice=0"], 0)])
+@pytest.mark.parametrize(
+    ("flags", "load_nice"),
+    [
+        (["--model-load-on-demand=true"], 10),
+        (["--model-load-on-demand=true", "--model-load-nice=3"], 3),
+        (["--model-load-on-demand=true", "--model-load-nice=0"], 0),
+        ([], 0),  # loaded at start
+    ],
+)
 def test_loads_run_lower_and_leave_no_thread_lower(tmp_path: Path, flags: list[str], load_nice: int) -> None:
     base = os.getpriority(os.PRIO_PROCESS, 0)
     repo = write_repository(tmp_path / "models", {"p": python_model("load_priority")})
-    with ServerProcess([repo], ["--model-load-on-demand=true", *flags]) as srv:
+    with ServerProcess([repo], flags) as srv:
         assert srv.proc is not None
-        assert _nices(srv.http_url, "p") == (base + load_nice, base)  # loaded on demand by this request
+        assert _nices(srv.http_url, "p") == (base + load_nice, base)  # (on demand: loaded by this request)
         assert _nices(srv.http_url, "p") == (base + load_nice, base)
         lower = {name: nice for name, nice in _thread_nices(srv.proc.pid).items() if nice != base}
         assert not lower, lower

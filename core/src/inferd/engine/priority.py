@@ -1,11 +1,13 @@
-"""Loads and unloads at a lower OS priority than requests (Linux: a thread's nice value).
+"""Loads on demand and evictions at a lower OS priority than requests (Linux: a thread's nice value).
 
 A model's load (reading its files, building its instances, a Python model's ``initialize``) and
 unload run on threads beside the ones that answer requests; on a machine with few cores, a load
 takes CPU time from the warm requests of the models already serving (loads on demand under a
-memory budget load and evict all the time). :func:`lowered` runs a load's blocking work on its
-thread at a nice value :func:`configure` d higher (``--model-load-nice``, 10 by default), so the
-scheduler gives the requests' threads the cores first.
+memory budget load and evict all the time). Inside :func:`lowering` (on-demand loading's tasks),
+:func:`lowered` runs a load's blocking work on its thread at a nice value :func:`configure` d
+higher (``--model-load-nice``, 10 by default), so the scheduler gives the requests' threads the
+cores first. Other loads (at start, through the API, under poll) run as requests do: nothing
+serves yet, or the load was asked for.
 
 Threads inherit their creator's nice value, and a model's threads (an instance's, a runtime's
 pool) are created during its load: :func:`lowered` puts every thread created meanwhile back to the
@@ -19,6 +21,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import ParamSpec, TypeVar
 
 P = ParamSpec("P")
@@ -32,6 +35,14 @@ _allowed: bool | None = None
 #: Threads inside :func:`lowered` now (by native id): left lowered by the others' clean-up.
 _lowering: set[int] = set()
 _lock = threading.Lock()
+#: Whether the loads and unloads of this context run lower (set by :func:`lowering`).
+_LOWER: ContextVar[bool] = ContextVar("inferd.load_lower", default=False)
+
+
+def lowering() -> None:
+    """From now on, the loads and unloads of this task (and of the tasks and threads it starts) run
+    at the lower priority."""
+    _LOWER.set(True)
 
 
 def configure(nice: int) -> None:
@@ -71,9 +82,9 @@ def allowed() -> bool:
 
 
 def lowered(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """``fn(*args, **kwargs)`` on this thread at the lower priority (where :func:`allowed`); the
-    threads it creates are put back to the process's priority when it returns."""
-    if not allowed():
+    """``fn(*args, **kwargs)`` on this thread at the lower priority (inside :func:`lowering`, where
+    :func:`allowed`); the threads it creates are put back to the process's priority when it returns."""
+    if not _LOWER.get() or not allowed():
         return fn(*args, **kwargs)
     tid = threading.get_native_id()
     before = set(os.listdir(_TASKS))

@@ -186,8 +186,8 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:
         type=int,
         default=10,
         metavar="N",
-        help="how much lower (a nice value, 0-19) the threads that load and unload models run than those "
-        "answering requests, so loads (on demand above all) take little CPU from warm requests; Linux, "
+        help="how much lower (a nice value, 0-19) the threads of loads on demand and evictions run than "
+        "those answering requests, so they take little CPU from warm requests; Linux, "
         "where the process may restore priorities (root, CAP_SYS_NICE, RLIMIT_NICE); 0: the same (default: 10)",
     )
     g.add_argument(

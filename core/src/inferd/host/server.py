@@ -89,7 +89,7 @@ class ServerOptions:
     model_load_on_demand_timeout_secs: float = 60.0
     #: ``--model-load-on-demand-concurrency``: loads of known footprints run together (0: the default).
     model_load_on_demand_concurrency: int = 0
-    #: ``--model-load-nice``: how much lower loads and unloads run than requests (:mod:`inferd.engine.priority`).
+    #: ``--model-load-nice``: how much lower loads on demand run than requests (:mod:`inferd.engine.priority`).
     model_load_nice: int = 10
     #: ``--model-memory-budget`` in bytes (None: none): with ``--workers N`` each worker gets 1/N.
     model_memory_budget: int | None = None

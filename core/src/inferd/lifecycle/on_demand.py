@@ -29,6 +29,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from inferd.contracts.model_info import ModelInfo
+from inferd.engine import priority
 from inferd.lifecycle.budget import Loaded, choose_victims, map_large_blocks, shown_bytes
 from inferd.lifecycle.load_slots import LoadSlots, default_concurrency
 from inferd.lifecycle.on_demand_metrics import OnDemandCounts
@@ -140,6 +141,7 @@ class OnDemand:
     # -- loading and evicting -----------------------------------------------------------------------
 
     async def _load(self, key: str) -> None:
+        priority.lowering()  # (this task's: its load, its evictions)
         known = self._known(key)
         async with self.slots.slot(measure=not known):
             record = self.table.records.get(key)
