@@ -7,7 +7,10 @@ in ``initialize``). The on-demand server gets ``--model-load-on-demand`` and a b
 ``--holds`` of them. It prints, per setup and per backend: the server's peak and final resident
 memory, warm p50/p99, load p50/p99 (each load on demand, from the server's log), cold-request
 p50/p99 (requests during which a load of their model ended: they waited for it) and the hit rate
-(requests that found their model loaded). Numbers only. Reproduce with:
+(requests that found their model loaded), and the latency of a probe asking the most requested
+model (m000, loaded the whole time but its first load) every 10 ms beside the traffic: warm
+latency while loads go on. ``--load-nice 0 --concurrency 1`` runs loads on demand as they ran
+before ``--model-load-nice`` and ``--model-load-on-demand-concurrency``. Numbers only. Reproduce with:
 
     .venv/bin/python benchmarks/many_models.py --seconds 10 --models 40 --megabytes 32 --holds 8
 """
@@ -105,10 +108,15 @@ def loads_in(log: str) -> list[tuple[str, float, float]]:
     ]
 
 
-def drive(srv: ServerProcess, models: int, seconds: float, zipf: float, seed: int) -> list[tuple[str, float, float]]:
-    """Zipf traffic from two clients (HTTP, gRPC) for ``seconds``: (model, start as Unix time, latency s)."""
+def drive(
+    srv: ServerProcess, models: int, seconds: float, zipf: float, seed: int, clients: int = 4
+) -> tuple[list[tuple[str, float, float]], list[tuple[str, float, float]]]:
+    """Zipf traffic from ``clients`` clients (even: HTTP, odd: gRPC) for ``seconds``, and a probe: an
+    HTTP client asking the most requested model (m000, which stays loaded) every 10 ms. Each
+    request as (model, start as Unix time, latency s): the traffic's, the probe's."""
     weights = [1 / (k + 1) ** zipf for k in range(models)]
     done: list[tuple[str, float, float]] = []
+    probed: list[tuple[str, float, float]] = []
     failures: list[str] = []
     lock = threading.Lock()
     stop = time.monotonic() + seconds
@@ -133,14 +141,25 @@ def drive(srv: ServerProcess, models: int, seconds: float, zipf: float, seed: in
             with lock:
                 done.append((f"m{i:03d}", wall, time.perf_counter() - started))
 
-    threads = [threading.Thread(target=client, args=(n,)) for n in range(2)]
+    def probe() -> None:
+        conn = httpclient.InferenceServerClient(srv.http_url, network_timeout=120)
+        x = httpclient.InferInput("MS", [1], "INT32")
+        x.set_data_from_numpy(np.zeros(1, dtype=np.int32))
+        while time.monotonic() < stop:
+            wall, started = time.time(), time.perf_counter()
+            conn.infer("m000", [x])
+            probed.append(("m000", wall, time.perf_counter() - started))
+            time.sleep(0.01)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    threads.append(threading.Thread(target=probe))
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     if failures:
         print(f"  {len(failures)} failed requests, first: {failures[0]}")
-    return done
+    return done, probed
 
 
 def _ms(values: list[float], q: float) -> str:
@@ -151,18 +170,18 @@ def run(repo: Path, flags: list[str], args: argparse.Namespace, label: str) -> N
     with ServerProcess([repo], ["--workers", "1", *flags]) as srv:
         assert srv.proc is not None
         pid = srv.proc.pid
-        done = drive(srv, args.models, args.seconds, args.zipf, args.seed)
+        done, probed = drive(srv, args.models, args.seconds, args.zipf, args.seed, args.clients)
         peak, final = _status(pid, "VmHWM"), _status(pid, "VmRSS")
     loads = loads_in(srv.log_path.read_text())
     ends: dict[str, list[float]] = {}
     for name, end, _ in loads:
         ends.setdefault(name, []).append(end)
-    for which in ("all", "onnx", "python"):
-        mine = [r for r in done if which in ("all", backend(r[0]))]
+    for which in ("all", "onnx", "python", "probe"):
+        mine = probed if which == "probe" else [r for r in done if which in ("all", backend(r[0]))]
         cold_flags = [any(start <= e <= start + took for e in ends.get(name, ())) for name, start, took in mine]
         cold = [r[2] for r, c in zip(mine, cold_flags, strict=True) if c]
         warm = [r[2] for r, c in zip(mine, cold_flags, strict=True) if not c]
-        load = [took for name, _, took in loads if which in ("all", backend(name))]
+        load = [took for name, _, took in loads if which in ("all", backend(name))] if which != "probe" else []
         hit = len(warm) / len(mine) if mine else 0.0
         memory = f"{peak / MB:8.0f} {final / MB:8.0f}" if which == "all" else f"{'':8} {'':8}"
         print(
@@ -179,6 +198,9 @@ def main() -> None:
     parser.add_argument("--holds", type=int, default=8, help="how many models the budget holds")
     parser.add_argument("--zipf", type=float, default=1.1, help="the Zipf exponent of the traffic")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--clients", type=int, default=4, help="clients sending at once (even: HTTP, odd: gRPC)")
+    parser.add_argument("--load-nice", type=int, default=10, help="the servers' --model-load-nice")
+    parser.add_argument("--concurrency", type=int, default=0, help="--model-load-on-demand-concurrency (0: default)")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="inferd-many-"))
     models: dict[str, dict[str, str | bytes]] = {}
@@ -192,16 +214,19 @@ def main() -> None:
     budget = int((args.holds + 0.5) * args.megabytes * MB)
     print(
         f"{args.models} models ({(args.models + 1) // 2} Python, {args.models // 2} ONNX) x {args.megabytes} MiB, "
-        f"Zipf s={args.zipf}, {args.seconds:g} s, 2 clients (HTTP, gRPC); budget {budget / MB:.0f} MiB "
-        f"(holds {args.holds})"
+        f"Zipf s={args.zipf}, {args.seconds:g} s, {args.clients} clients (HTTP, gRPC); budget {budget / MB:.0f} MiB "
+        f"(holds {args.holds}); --model-load-nice={args.load_nice}, concurrency {args.concurrency or 'default'}"
     )
     print(
         f"{'setup':<20} {'backend':<7} {'peak MiB':>8} {'end MiB':>8} {'requests':>8} {'warm50':>7} {'warm99':>7} "
         f"{'load50':>7} {'load99':>7} {'cold50':>7} {'cold99':>7} {'hit':>7}   (ms)"
     )
     try:
-        run(repo, [], args, "fully loaded")
-        run(repo, ["--model-load-on-demand=true", f"--model-memory-budget={budget}"], args, "on demand + budget")
+        nice = [f"--model-load-nice={args.load_nice}"]
+        run(repo, nice, args, "fully loaded")
+        on_demand = ["--model-load-on-demand=true", f"--model-memory-budget={budget}"]
+        concurrency = [f"--model-load-on-demand-concurrency={args.concurrency}"] if args.concurrency else []
+        run(repo, [*nice, *on_demand, *concurrency], args, "on demand + budget")
     finally:
         for path in sorted(root.rglob("*"), reverse=True):
             path.unlink() if path.is_file() else path.rmdir()

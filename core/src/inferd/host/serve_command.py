@@ -183,6 +183,23 @@ def _add_serve(sub: argparse._SubParsersAction, host: PluginHost) -> None:
         "budget); past it, 503/UNAVAILABLE with Retry-After (default: 60)",
     )
     g.add_argument(
+        "--model-load-nice",
+        type=int,
+        default=10,
+        metavar="N",
+        help="how much lower (a nice value, 0-19) the threads of loads on demand and evictions run than "
+        "those answering requests, so they take little CPU from warm requests; Linux, "
+        "where the process may restore priorities (root, CAP_SYS_NICE, RLIMIT_NICE); 0: the same (default: 10)",
+    )
+    g.add_argument(
+        "--model-load-on-demand-concurrency",
+        type=int,
+        default=0,
+        metavar="N",
+        help="loads on demand of models whose footprint is known (reloads after an eviction) that may run "
+        "together; a first load, which measures its footprint, runs alone (default: 0, the cores from 2 to 8)",
+    )
+    g.add_argument(
         "--model-memory-budget",
         default=None,
         metavar="SIZE",
@@ -498,6 +515,8 @@ _OWN_DESTS = {
     "model_namespacing",
     "model_load_on_demand",
     "model_load_on_demand_timeout_secs",
+    "model_load_on_demand_concurrency",
+    "model_load_nice",
     "model_memory_budget",
     "model_device_memory_budget",
     "model_pin",
@@ -605,6 +624,8 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         model_unload_timeout_secs=args.model_unload_timeout_secs,
         model_load_on_demand=args.model_load_on_demand,
         model_load_on_demand_timeout_secs=args.model_load_on_demand_timeout_secs,
+        model_load_on_demand_concurrency=args.model_load_on_demand_concurrency,
+        model_load_nice=args.model_load_nice,
         model_memory_budget=_budget(args.model_memory_budget),
         model_device_memory_budget=_device_budgets(args.model_device_memory_budget),
         model_pin=list(args.model_pin),

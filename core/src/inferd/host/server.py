@@ -19,7 +19,7 @@ from inferd.contracts.dataplane import DataPlane
 from inferd.contracts.errors import InferdError, StartupError
 from inferd.contracts.frontend import Frontend, HttpPortSettings
 from inferd.dataplane import LocalDataPlane
-from inferd.engine import gc_settings
+from inferd.engine import gc_settings, priority
 from inferd.engine.access_log import RequestLog
 from inferd.engine.capture import Capture
 from inferd.engine.capture_config import CaptureConfig, CaptureConfigError
@@ -88,6 +88,10 @@ class ServerOptions:
     model_load_on_demand: bool = False
     #: ``--model-load-on-demand-timeout-secs``: how long a request waits for its model's load.
     model_load_on_demand_timeout_secs: float = 60.0
+    #: ``--model-load-on-demand-concurrency``: loads of known footprints run together (0: the default).
+    model_load_on_demand_concurrency: int = 0
+    #: ``--model-load-nice``: how much lower loads on demand run than requests (:mod:`inferd.engine.priority`).
+    model_load_nice: int = 10
     #: ``--model-memory-budget`` in bytes (None: none): with ``--workers N`` each worker gets 1/N.
     model_memory_budget: int | None = None
     #: ``--model-device-memory-budget``: bytes by device (``cuda:0``); with ``--workers N`` each worker gets 1/N.
@@ -184,6 +188,7 @@ class Server:
             (self.workers.index, self.workers.count),
         )
         self.manager = ModelManager(self._lifecycle_options(), self.table, builder)
+        priority.configure(options.model_load_nice)
         self.on_demand: OnDemand | None = None
         if options.model_load_on_demand:
             budget = options.model_memory_budget
@@ -191,7 +196,13 @@ class Server:
                 budget //= max(1, self.workers.count)  # each worker loads on demand under its share
             share = max(1, self.workers.count)
             devices = {d: n // share for d, n in options.model_device_memory_budget.items()}
-            self.on_demand = OnDemand(self.manager, options.model_load_on_demand_timeout_secs, budget, devices)
+            self.on_demand = OnDemand(
+                self.manager,
+                options.model_load_on_demand_timeout_secs,
+                budget,
+                devices,
+                options.model_load_on_demand_concurrency,
+            )
             self.table.on_demand = self.on_demand
         elif options.model_memory_budget is not None or options.model_device_memory_budget:
             log.warning("--model-memory-budget and --model-device-memory-budget apply to --model-load-on-demand=true")

@@ -2,7 +2,7 @@
 model holds, and which idle models make room for a load.
 
 A model's footprint is the growth of the process's resident memory (RSS) over its load, measured
-when it loads (loads on demand run one at a time, so each measures only itself). The budget counts
+when it loads (a load that measures runs alone, so it measures only itself). The budget counts
 the footprints of the models loaded; before a load it picks the least recently used models that
 may go (:func:`choose_victims`): the caller says which may (idle, not pinned, no ensemble in use
 calls them). Nothing here touches a model: :mod:`inferd.lifecycle.on_demand` acts on the choice.

@@ -20,6 +20,7 @@ from inferd.contracts.backend import Backend, InstanceSpec, Model, ModelClient, 
 from inferd.contracts.errors import ConfigError, InferdError, InvalidArgument
 from inferd.contracts.scheduler import ModelCaller, SchedulerContext
 from inferd.engine.classification import load_labels
+from inferd.engine.priority import lowered
 from inferd.engine.rate_limiter import Gate, RateLimiter
 from inferd.engine.recorder import Recorder
 from inferd.engine.response_cache import ModelCache
@@ -260,13 +261,15 @@ class VersionBuilder:
         if backend is not None:
             build = self.build_version
             loop = asyncio.get_running_loop()
-            model, runners = await asyncio.to_thread(build, source, version_config, backend, version, recorder, loop)
+            model, runners = await asyncio.to_thread(
+                lowered, build, source, version_config, backend, version, recorder, loop
+            )
         try:
             labels = await asyncio.to_thread(load_labels, source.path, version_config)
             mv = self._assemble(source, version, version_config, model, runners, recorder, labels)
             await warm_up(mv)
         except Exception:
-            await asyncio.to_thread(close_instances, model, runners)
+            await asyncio.to_thread(lowered, close_instances, model, runners)
             raise
         mv.cache = self._model_cache(mv)
         mv.stats.load_duration_ns = time.monotonic_ns() - started

@@ -27,6 +27,7 @@ from inferd.contracts.errors import InferdError, InvalidArgument
 from inferd.engine import gc_settings
 from inferd.engine.health import model_is_ready
 from inferd.engine.model_table import ModelTable, ambiguous_name
+from inferd.engine.priority import lowered
 from inferd.engine.states import (
     EVICTED,
     LOADING,
@@ -243,7 +244,7 @@ class ModelManager:
         for collect in (False, True):  # what the heap keeps (small blocks), then what cycles hold
             if resident - rss_bytes() >= footprint // 2:
                 break
-            await asyncio.to_thread(release_freed_memory, collect)
+            await asyncio.to_thread(lowered, release_freed_memory, collect)
         self.released[key] = released = resident - rss_bytes()
         if released > footprint + LARGE_BLOCK:  # it grew after its load (lazy allocations, an arena)
             self.last_footprints[key] = released + host
@@ -418,7 +419,7 @@ class ModelManager:
             started = time.monotonic()
             resident = rss_bytes()
             try:
-                config, backend, chosen = await asyncio.to_thread(self._prepare, source, override)
+                config, backend, chosen = await asyncio.to_thread(lowered, self._prepare, source, override)
             except Exception as exc:
                 version = exc.version if isinstance(exc, VersionFailed) else None
                 record.fail(failure_reason(exc), list(source.version_dirs()), version)
@@ -514,7 +515,7 @@ class ModelManager:
         for mv in versions:
             try:
                 await mv.stop(self.options.unload_timeout_secs)
-                await asyncio.to_thread(mv.close)
+                await asyncio.to_thread(lowered, mv.close)
             except Exception:
                 log.exception("model '%s' version %d failed to unload cleanly", mv.name, mv.version)
 

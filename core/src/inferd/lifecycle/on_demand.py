@@ -5,13 +5,16 @@ evicted) gets a placeholder from :meth:`OnDemand.pending` when the router resolv
 router awaits :meth:`OnDemand.ready` before running it: every frontend resolves through the
 router, and so do ensembles and Python models calling models (BLS). Concurrent requests for one
 model wait for the same load, each for at most ``timeout`` seconds (then UNAVAILABLE, with a
-``Retry-After``). Loads on demand run one at a time, so each measures its own footprint.
+``Retry-After``). A load that measures a footprint runs alone; loads of known footprints (reloads
+after an eviction) run up to ``concurrency`` together (:mod:`inferd.lifecycle.load_slots`).
 
 With a budget, a load first makes room: the least recently used models that are idle (no request
 in flight, queued or waiting for them), not pinned and called by no loaded ensemble are evicted
 (:func:`inferd.lifecycle.budget.choose_victims`); when nothing can go, the load waits for a model to
 become idle, up to the timeout, then is refused with the reason. Nothing serving is unloaded but
-by that rule. With ``--workers N`` each worker loads on demand with ``budget / N`` of its own.
+by that rule. The budget counts the loads under way (their expected footprints) and the evictions
+under way (until their memory is freed) besides the models loaded. With ``--workers N`` each worker
+loads on demand with ``budget / N`` of its own.
 """
 
 from __future__ import annotations
@@ -22,50 +25,22 @@ import functools
 import logging
 import math
 import time
-import weakref
 from collections import Counter
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
-from inferd import config as cfg
-from inferd.contracts.errors import InferdError, Unavailable
-from inferd.contracts.model_info import ModelInfo, TensorInfo
-from inferd.engine.validation import Validator
+from inferd.contracts.model_info import ModelInfo
+from inferd.engine import priority
 from inferd.lifecycle.budget import Loaded, choose_victims, map_large_blocks, shown_bytes
 from inferd.lifecycle.device_budget import no_room, on_devices
+from inferd.lifecycle.load_slots import LoadSlots, default_concurrency
 from inferd.lifecycle.on_demand_metrics import OnDemandCounts
+from inferd.lifecycle.on_demand_parts import GONE, LOAD_ADVICE, RETRY_FAILED_S, LoadRefused, callers_of, placeholder
 
 if TYPE_CHECKING:
-    from inferd.contracts.model_info import Servable
     from inferd.lifecycle.manager import ModelManager
 
 log = logging.getLogger(__name__)
-
-
-#: How long a model whose load on demand failed answers its failure before a request tries again
-#: (at once when a scan under poll finds its files changed).
-RETRY_FAILED_S = 30.0
-
-#: What a request for a model whose load on demand failed is told to do.
-LOAD_ADVICE = (
-    f"fix it: a request loads it again after {RETRY_FAILED_S:g} s, or at once when poll finds its files changed"
-)
-
-
-class LoadRefused(Unavailable):
-    """A load on demand that could not happen in time: the client may retry after ``retry_after`` s."""
-
-    def __init__(self, message: str, retry_after: int = 1) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class _Gone:
-    pass
-
-
-#: A weak reference that is already dead: a placeholder's handle (no version serves it yet).
-_GONE = cast("weakref.ref[Servable]", weakref.ref(_Gone()))
 
 
 class OnDemand:
@@ -77,6 +52,7 @@ class OnDemand:
         timeout: float = 60.0,
         budget: int | None = None,
         device_budgets: Mapping[str, int] | None = None,
+        concurrency: int = 0,
     ) -> None:
         self.manager = manager
         self.table = manager.table
@@ -91,11 +67,18 @@ class OnDemand:
         self._loads: dict[str, asyncio.Future[None]] = {}
         #: Requests waiting for each model's load (such a model is busy: never evicted).
         self._waiting: Counter[str] = Counter()
-        self._one_at_a_time = asyncio.Lock()
+        #: Measuring loads one at a time and alone, known ones up to ``concurrency`` (0: the default).
+        self.slots = LoadSlots(concurrency or default_concurrency())
+        #: The expected footprint of each load under way, and the footprint of each eviction under
+        #: way: both count in the budget until the load is measured or the memory is freed.
+        self._loading: dict[str, int] = {}
+        self._evicting: dict[str, int] = {}
         #: When each model last finished loading (``time.time()``): a use, for the LRU order.
         self._loaded_at: dict[str, float] = {}
         #: What a model looked like when last loaded (its placeholders' signature), by key.
         self._shapes: dict[str, dict[int, ModelInfo]] = {}
+        #: The files (their fingerprint) each model was last loaded from on demand.
+        self._loaded_from: dict[str, str] = {}
         #: Models whose load on demand failed: the files they failed from and when (not retried for
         #: :data:`RETRY_FAILED_S` unless those files change).
         self._failed: dict[str, tuple[str, float]] = {}
@@ -127,7 +110,7 @@ class OnDemand:
         shape = shapes.get(number) or (shapes[max(shapes)] if shapes and not number else None)
         if shape is not None:
             return shape
-        return _placeholder(name, number, source.config)
+        return placeholder(name, number, source.config)
 
     async def ready(self, name: str, version: str = "") -> ModelInfo:
         """The version serving ``name`` once its load on demand (this request's or one under way)
@@ -168,7 +151,9 @@ class OnDemand:
     # -- loading and evicting -----------------------------------------------------------------------
 
     async def _load(self, key: str) -> None:
-        async with self._one_at_a_time:
+        priority.lowering()  # (this task's: its load, its evictions)
+        known = self._known(key)
+        async with self.slots.slot(measure=not known):
             record = self.table.records.get(key)
             if record is not None and record.serving:
                 return  # loaded meanwhile (an explicit load, poll)
@@ -179,13 +164,20 @@ class OnDemand:
                 self._blocked.pop(key, None)
                 await self._make_room(key, time.monotonic() + self.timeout)  # the refusal's reason stays for
                 self._blocked.pop(key, None)  # the waiters whose own timeout comes in the same turn
+            self._loading[key] = self.estimate(key)  # (no await since the room was made)
             started = time.monotonic()
-            await self.manager.load_on_demand(key)
+            try:
+                await self.manager.load_on_demand(key)
+            finally:
+                del self._loading[key]
             seconds = time.monotonic() - started
             record = self.table.records.get(key)
             if record is None or not record.serving:
                 self._failed[key] = (source.fingerprint, time.monotonic())
                 return
+            if known:  # others loaded beside it: what the RSS grew by is not its own
+                self.memory.rss[key] = max(0, known - self.memory.host.get(key, 0))
+                self.manager.footprints[key] = self.manager.last_footprints[key] = known
             self._failed.pop(key, None)
             self._loaded_at[key] = time.time()
             self._remember(key)
@@ -204,9 +196,18 @@ class OnDemand:
             if self.budget is not None or self.device_budgets:
                 await self._trim(key)
 
+    def _known(self, key: str) -> int:
+        """``key``'s footprint when its load need not measure it (0: it must): known from its last
+        load, its files unchanged since, and no ensemble steps (each of those loads measures)."""
+        source = self.table.snapshot.models.get(key)
+        if source is None or source.step_models or self._loaded_from.get(key) != source.fingerprint:
+            return 0
+        return self.manager.last_footprints.get(key, 0)
+
     def _remember(self, key: str) -> None:
         record = self.table.records[key]
-        self._shapes[key] = {v: dataclasses.replace(mv.info, handle=_GONE) for v, mv in record.serving.items()}
+        self._shapes[key] = {v: dataclasses.replace(mv.info, handle=GONE) for v, mv in record.serving.items()}
+        self._loaded_from[key] = self.table.snapshot.models[key].fingerprint
 
     async def _make_room(self, key: str, deadline: float) -> None:
         """Evict idle models until ``key``'s expected footprint fits; wait for one to become idle
@@ -214,7 +215,9 @@ class OnDemand:
         need, device_need = self.estimate(key), self.memory.last_device.get(key, {})
         self.manager.refresh_footprints()
         while True:
-            victims = choose_victims(self.loaded(exclude=key), need, self.budget, device_need, self.device_budgets)
+            victims = choose_victims(
+                self.loaded(exclude=key), need + self.under_way(key), self.budget, device_need, self.device_budgets
+            )
             if victims == []:
                 return
             if victims is None:
@@ -230,7 +233,7 @@ class OnDemand:
 
     async def _trim(self, keep: str) -> None:
         """After a load that measured more than expected: evict idle models until under the budgets again."""
-        need, device_need = self.memory.footprint(keep), self.memory.device.get(keep)
+        need, device_need = self.memory.footprint(keep) + self.under_way(keep), self.memory.device.get(keep)
         victims = choose_victims(self.loaded(exclude=keep), need, self.budget, device_need, self.device_budgets)
         for victim in victims or ():
             await self._evict(victim)
@@ -247,7 +250,11 @@ class OnDemand:
         idle = max(0.0, time.time() - self.last_used(key))
         busy = sum(mv.scheduler.inflight() for mv in record.serving.values()) + self._waiting.get(key, 0)
         started = time.monotonic()
-        await self.manager.evict(key)
+        self._evicting[key] = footprint
+        try:
+            await self.manager.evict(key)
+        finally:
+            del self._evicting[key]
         self.counts.evictions[key] += 1
         log.info(
             "model '%s' evicted (idle %.1f s, %d requests in flight or queued, footprint %s) to make room under the "
@@ -272,6 +279,13 @@ class OnDemand:
     def used(self) -> int:
         """Bytes the loaded models hold, as measured when each loaded."""
         return sum(self.manager.footprints.get(k, 0) for k, r in self.table.records.items() if r.serving)
+
+    def under_way(self, exclude: str = "") -> int:
+        """Bytes the loads under way (their expected footprints, until measured) and the evictions
+        under way (until freed) hold of the budget, but ``exclude``'s."""
+        measured = self.manager.footprints
+        loading = sum(size for k, size in self._loading.items() if k != exclude and k not in measured)
+        return loading + sum(self._evicting.values())
 
     def estimate(self, key: str) -> int:
         """What loading ``key`` will take: its last footprint, else the mean of those measured."""
@@ -304,26 +318,15 @@ class OnDemand:
         record = self.table.records.get(key)
         if record is None or not record.serving or self._waiting.get(key) or key in self._loads:
             return False
+        if key in self._evicting:  # (another load's eviction of it is under way)
+            return False
         if any(mv.scheduler.inflight() for mv in record.serving.values()):
             return False
         return not self.manager.pinned(key)
 
     def _callers(self) -> dict[str, set[str]]:
         """The loaded ensembles over each model (those over them included)."""
-        direct: dict[str, set[str]] = {}
-        for ensemble, steps in self.manager.serving_calls().items():
-            for step in steps:
-                direct.setdefault(step, set()).add(ensemble)
-        every: dict[str, set[str]] = {}
-        for step in direct:
-            found, todo = set(), [step]
-            while todo:
-                for caller in direct.get(todo.pop(), ()):
-                    if caller not in found:
-                        found.add(caller)
-                        todo.append(caller)
-            every[step] = found
-        return every
+        return callers_of(self.manager.serving_calls())
 
     def loaded(self, exclude: str = "") -> list[Loaded]:
         callers, device = self._callers(), self.memory.device.get
@@ -332,24 +335,3 @@ class OnDemand:
             for k, r in self.table.records.items()
             if r.serving and k != exclude and exclude not in callers.get(k, ())
         ]
-
-
-def _placeholder(name: str, version: int, config: cfg.ModelConfig | None) -> ModelInfo:
-    """What a request sees of a model never loaded: the signature its scanned config declares."""
-    config = config if config is not None else cfg.ModelConfig(name=name)
-    try:
-        validator = Validator(config, name)
-    except InferdError:
-        validator = Validator(cfg.ModelConfig(name=name), name)
-    batch = (-1,) if validator.max_batch_size > 0 else ()
-    return ModelInfo(
-        name=name,
-        version=version,
-        platform=config.platform or config.backend,
-        inputs=tuple(TensorInfo(s.name, s.datatype, batch + s.dims) for s in validator.inputs.values()),
-        outputs=tuple(TensorInfo(s.name, s.datatype, batch + s.dims) for s in validator.outputs.values()),
-        max_batch_size=validator.max_batch_size,
-        decoupled=config.model_transaction_policy.decoupled,
-        validator=validator,
-        handle=_GONE,
-    )

@@ -20,12 +20,20 @@ _PLAIN = frozenset(range(0x20, 0x7F)) - {ord("%")}
 
 
 class GrpcFailure(Exception):
-    """A call that ends with ``status`` and ``message`` (in the trailers)."""
+    """A call that ends with ``status`` and ``message`` (in the trailers, with ``trailers`` after them)."""
 
-    def __init__(self, status: grpc.StatusCode, message: str) -> None:
+    def __init__(self, status: grpc.StatusCode, message: str, trailers: list[tuple[str, str]] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.trailers = trailers or []
+
+
+def error_trailers(exc: BaseException) -> list[tuple[str, str]]:
+    """The trailing metadata an error adds to its status: ``retry-after`` (seconds) for a refusal the
+    client may retry later (a load on demand not done in time, a limit), as HTTP's ``Retry-After``."""
+    retry_after = getattr(exc, "retry_after", 0)
+    return [("retry-after", str(retry_after))] if retry_after else []
 
 
 def status_number(status: grpc.StatusCode) -> int:

@@ -18,6 +18,7 @@ from inferd.frontends.grpc.codec import (
     serialize_stream,
     split_infer_request,
 )
+from inferd.frontends.grpc.framing import error_trailers
 from inferd.frontends.grpc.service import (
     CALL_TRAILERS,
     INFER_RPC,
@@ -222,7 +223,7 @@ def _unary(
                 return await call(request)
             return await svc.admitted(rpc, call, request, metadata)
         except InferdError as exc:
-            await context.abort(status_of(exc), exc.message)
+            await context.abort(status_of(exc), exc.message, tuple(error_trailers(exc)))
         except Exception as exc:
             log.exception("gRPC %s failed", method.__name__)
             await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
@@ -250,12 +251,12 @@ def _stream(svc: InferenceService) -> Callable[[AsyncIterator[WireRequest], grpc
         try:
             grant = svc.open_stream(text)
         except InferdError as exc:  # refused
-            await context.abort(status_of(exc), exc.message)
+            await context.abort(status_of(exc), exc.message, tuple(error_trailers(exc)))
         try:
             async for item in svc.ModelStreamInfer(requests, grpc_error, grant, text):
                 yield item
         except InferdError as exc:
-            await context.abort(status_of(exc), exc.message)
+            await context.abort(status_of(exc), exc.message, tuple(error_trailers(exc)))
 
     return handler
 

@@ -18,7 +18,7 @@ import grpc
 
 from inferd.contracts.errors import InferdError
 from inferd.frontends.grpc.codec import WireRequest, response_parts, serialize_stream, split_infer_request
-from inferd.frontends.grpc.framing import GrpcFailure, MessageReader, check_encoding, parse_timeout
+from inferd.frontends.grpc.framing import GrpcFailure, MessageReader, check_encoding, error_trailers, parse_timeout
 from inferd.frontends.grpc.h2_reply import Reply
 from inferd.frontends.grpc.service import (
     CALL_TRAILERS,
@@ -128,7 +128,7 @@ class GrpcApp:
             call = self._call(scope["path"], headers, receive, reader, reply)
             await (call if seconds is None else asyncio.wait_for(call, seconds))
         except GrpcFailure as exc:
-            await reply.finish(exc.status, exc.message)
+            await reply.finish(exc.status, exc.message, exc.trailers)
         except TimeoutError:
             await reply.finish(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
         except Disconnected:
@@ -150,7 +150,7 @@ class GrpcApp:
         try:
             parts, size = await method(request, headers)
         except InferdError as exc:
-            raise GrpcFailure(status_of(exc), exc.message) from None
+            raise GrpcFailure(status_of(exc), exc.message, error_trailers(exc)) from None
         except GrpcFailure:
             raise
         except Exception as exc:
@@ -189,7 +189,7 @@ class GrpcApp:
         try:
             grant = self.service.open_stream(headers)
         except InferdError as exc:  # refused
-            raise GrpcFailure(status_of(exc), exc.message) from None
+            raise GrpcFailure(status_of(exc), exc.message, error_trailers(exc)) from None
         requests = StreamRequests(receive, reader)
         try:
             async for item in self.service.ModelStreamInfer(requests.read(), grpc_error, grant, headers):
@@ -200,7 +200,7 @@ class GrpcApp:
                 raise Disconnected from None
             raise
         except InferdError as exc:
-            raise GrpcFailure(status_of(exc), exc.message) from None
+            raise GrpcFailure(status_of(exc), exc.message, error_trailers(exc)) from None
         if requests.failure is not None:
             raise requests.failure
         await reply.finish(grpc.StatusCode.OK, "")

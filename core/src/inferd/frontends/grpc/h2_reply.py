@@ -82,8 +82,8 @@ class Reply:
         if cycle is not None and getattr(cycle, "pending_bytes", 0) > MAX_PARKED_BYTES:
             await _sent(cycle)
 
-    async def finish(self, status: grpc.StatusCode, message: str) -> None:
-        """End the call with ``status`` (and ``message``, when not OK) in the trailers."""
+    async def finish(self, status: grpc.StatusCode, message: str, extra: list[tuple[str, str]] | None = None) -> None:
+        """End the call with ``status`` (and ``message``, when not OK, and ``extra``) in the trailers."""
         if self.done:
             return
         await self._start()
@@ -95,6 +95,7 @@ class Reply:
         trailers = [(b"grpc-status", b"%d" % status_number(status)), (b"grpc-message", percent_encode(message))]
         if status is grpc.StatusCode.UNIMPLEMENTED:
             trailers.append(_ACCEPT)
+        trailers += ((k.encode(), v.encode("latin-1")) for k, v in extra or ())
         await self.send({"type": "http.response.trailers", "headers": trailers, "more_trailers": False})
 
     async def http_error(self, status: int, text: str) -> None:

@@ -29,6 +29,7 @@ from inferd.frontends.grpc.framing import (
     PREFIX_BYTES,
     GrpcFailure,
     MessageReader,
+    error_trailers,
     percent_encode,
     prefix,
     status_number,
@@ -145,9 +146,9 @@ class UnaryCall:
                     f"Sent message larger than max ({size} vs. {self.max_message_bytes})",
                 )
         except GrpcFailure as exc:
-            await self._answer(stream, None, exc.status, exc.message)
+            await self._answer(stream, None, exc.status, exc.message, exc.trailers)
         except InferdError as exc:
-            await self._answer(stream, None, status_of(exc), exc.message)
+            await self._answer(stream, None, status_of(exc), exc.message, error_trailers(exc))
         except Exception as exc:
             log.exception("gRPC %s failed", self.path.decode("latin-1").rsplit("/", 1)[-1])
             await self._answer(stream, None, grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
@@ -178,10 +179,15 @@ class UnaryCall:
         return messages[0]
 
     async def _answer(
-        self, stream: UnaryStream, message_parts: list[bytes | memoryview] | None, status: grpc.StatusCode, message: str
+        self,
+        stream: UnaryStream,
+        message_parts: list[bytes | memoryview] | None,
+        status: grpc.StatusCode,
+        message: str,
+        extra: list[tuple[str, str]] | None = None,
     ) -> None:
         """Headers, the message (its length prefix and parts, uncopied; None: no message) and the
-        status trailers."""
+        status trailers (an error's ``extra`` after them)."""
         if not self.trailers_allowed:
             trailers = None
         elif status is grpc.StatusCode.OK:
@@ -194,4 +200,5 @@ class UnaryCall:
             trailers = [(b"grpc-status", b"%d" % status_number(status)), (b"grpc-message", percent_encode(message))]
             if status is grpc.StatusCode.UNIMPLEMENTED:
                 trailers.append((b"grpc-accept-encoding", ACCEPT_ENCODING))
+            trailers += ((k.encode(), v.encode("latin-1")) for k, v in extra or ())
         await stream.answer(_HEADERS, message_parts or [], trailers)
