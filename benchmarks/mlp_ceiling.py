@@ -10,10 +10,11 @@ After each row it times ``session.run`` of the same file in this process at that
 
 - latency (c / throughput) and server CPU per request (all processes of the server);
 - the mean batch and onnxruntime's wall and CPU time per request at that batch;
-- the ceiling: at c=1 Triton's p50 latency over onnxruntime's batch-1 wall time (a server with zero
-  overhead answers no faster than the model runs); at c>1 Triton's server CPU per request over
-  onnxruntime's CPU per request at Triton's mean batch (a zero-overhead server on the CPU Triton
-  used, batching as Triton does), and the same at batch ``--max-batch-size`` (batching harder).
+- the ceiling, on Triton's rows: Triton's server CPU per request over onnxruntime's CPU per request
+  at Triton's mean batch (no server costs less than the model's own compute: at c=1 on a quiet
+  machine a request's latency follows the CPU on its path, at c>1 throughput is cores over CPU per
+  request); and the same with the cheapest null stack's CPU per request added (a Python server that
+  only answers). CPU, not wall time: a shared machine stretches wall times, not CPU.
 
 It prints numbers; it asserts nothing. Compare rows of one run only (the machine may be shared).
 
@@ -203,22 +204,25 @@ def render(rows: list[Row], max_batch: int, compute: Compute) -> str:
         f"{'vs triton':>9} {'ceiling':>8} {'w/ null':>8}"
     )
     lines = [head, "-" * len(head)]
-    b1_wall = compute.per_request(1)[0]
     for r in rows:
         same = [t for t in rows if t.protocol == r.protocol and t.conc == r.conc]
         tri = [t.rate for t in same if t.server == "triton"]
-        null = [t for t in same if t.server.startswith("null")]
+        # the cheapest null stack at this concurrency (grpc.aio costs more than inferd's own gRPC)
+        floor = min(
+            (
+                _median([n.cpu_per_req for n in rows if n.server == "null" and n.conc == r.conc and n.protocol == p])
+                for p in {n.protocol for n in rows if n.server == "null" and n.conc == r.conc}
+            ),
+            default=None,
+        )
         vs = f"{r.rate / _median(tri):.2f}x" if tri else ""
         ceiling = with_null = ""
         if r.server == "triton":
-            if r.conc == 1:  # latency-bound: nothing answers faster than the model runs (+ the protocol)
-                ceiling = f"{r.p50 / b1_wall:.2f}x"
-                if null:
-                    with_null = f"{r.p50 / (b1_wall + _median([n.p50 for n in null])):.2f}x"
-            else:  # CPU-bound: nothing costs less CPU per request than the model's compute (+ the protocol)
-                ceiling = f"{r.cpu_per_req / r.ort_cpu:.2f}x"
-                if null:
-                    with_null = f"{r.cpu_per_req / (r.ort_cpu + _median([n.cpu_per_req for n in null])):.2f}x"
+            # Each request costs at least the model's CPU (+ a server's that does nothing): at c=1 on a
+            # quiet machine latency follows CPU on the request's path, at c>1 throughput is cores / CPU.
+            ceiling = f"{r.cpu_per_req / r.ort_cpu:.2f}x"
+            if floor is not None:
+                with_null = f"{r.cpu_per_req / (r.ort_cpu + floor):.2f}x"
         lines.append(
             f"{r.server:<8} {r.protocol:<11} {r.conc:>3} {r.rate:>8,.0f} {r.latency * us:>7.0f} {r.p50 * us:>7.0f} "
             f"{r.cpu_per_req * us:>10.0f} {r.mean_batch:>6.1f} {r.server_total * us:>12.0f} "
@@ -274,9 +278,9 @@ def main(argv: list[str]) -> None:
             "/ execution_count; srv total / srv compute: the server's own time per request (statistics: "
             "success, compute_infer; a batch's time counts for each of its requests); ort: session.run in this "
             "process at that batch, per request; ceiling (Triton rows): the most any server can beat that "
-            "Triton row by — c=1: Triton's p50 latency / ort wall at batch 1; c>1: Triton's CPU per request / "
-            "ort CPU per request at Triton's batch; w/ null: the same with the null stack's p50 latency (c=1) or "
-            "CPU per request (c>1) added to the model's: a Python server that does nothing but answer."
+            "Triton row by: Triton's CPU per request / ort CPU per request at Triton's batch (CPU, not wall: a "
+            "shared machine stretches wall times); w/ null: the same with the cheapest null stack's CPU per "
+            "request at that concurrency added to the model's (a Python server that does nothing but answer)."
         )
         print(f"onnxruntime {ort.__version__}; batch -> (wall us, cpu us) per run: ", end="")
         print(", ".join(f"{b}: ({w * 1e6:.0f}, {c * 1e6:.0f})" for b, (w, c) in sorted(compute.cache.items())))
