@@ -77,13 +77,13 @@ async def _measure(repo: Path, name: str, x: np.ndarray, concurrency: int, total
     try:
         endpoint = InferEndpoint(server.dataplane)
         await _drive(endpoint, name, x, concurrency, min(total, 2000))  # warm up
-        stats_before = server.dataplane.local_statistics(name, "")
+        stats_before = server.dataplane.statistics_entries(name, "")
         loop_id = threading.get_native_id()
         cpu_before, loop_before, wall = _thread_cpu(), time.thread_time(), time.perf_counter()
         failures = await _drive(endpoint, name, x, concurrency, total)
         loop_cpu, wall = time.thread_time() - loop_before, time.perf_counter() - wall
         cpu_after = _thread_cpu()
-        stats_after = server.dataplane.local_statistics(name, "")
+        stats_after = server.dataplane.statistics_entries(name, "")
     finally:
         await server.stop()
     others = sum(cpu_after[t] - cpu_before.get(t, 0.0) for t in cpu_after if t != loop_id)

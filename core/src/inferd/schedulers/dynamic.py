@@ -43,18 +43,24 @@ class DynamicBatchScheduler(Scheduler):
         self._order: deque[Pending] = deque()
         self._wakeup = Wakeup()
         self._workers: list[asyncio.Task[None]] = []
+        #: The loop the workers run on, set when they start: ``schedule`` makes its futures there
+        #: without asking asyncio (``get_running_loop`` is a ``getpid`` system call on Python 3.11).
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: ``context.max_batch_size``, read per request (a property over the config).
+        self._max_batch_size = context.max_batch_size
         self._closed = False
 
     # -- the caller's side ----------------------------------------------------------------------
 
     async def schedule(self, request: InferRequest) -> InferResponse:
-        if not self._workers:
+        loop = self._loop
+        if loop is None or not self._workers:
             self._start_workers()
-        loop = asyncio.get_running_loop()
+            loop = self._loop = asyncio.get_running_loop()
         item = Pending(
             request,
             loop.create_future(),
-            request.batch_size(self.context.max_batch_size),
+            request.batch_size(self._max_batch_size),
             shape_key(request, self._batched, self._ragged),
             time.monotonic_ns(),
         )

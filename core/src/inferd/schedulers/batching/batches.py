@@ -91,6 +91,9 @@ class Wakeup:
 
     def __init__(self) -> None:
         self._waiters: list[asyncio.Future[None]] = []
+        #: The loop of the first wait: the workers that wait here all run on it (asked once, as
+        #: ``get_running_loop`` is a ``getpid`` system call on Python 3.11).
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def notify(self) -> None:
         waiters, self._waiters = self._waiters, []
@@ -99,7 +102,9 @@ class Wakeup:
                 fut.set_result(None)
 
     async def wait(self, timeout_ns: int | None = None) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         self._waiters.append(fut)
         handle = None
