@@ -17,13 +17,16 @@ from tests.conftest import ROOT, TESTS, XDIST_FIRST, xdist_unit
 
 def test_the_vllm_files_are_one_unit_of_work_and_other_files_their_own():
     vllm = {xdist_unit("tests/plugins/backend_vllm/test_server.py::test_config"),
-            xdist_unit("tests/plugins/backend_vllm/test_new_file.py::test_x[a::b]")}  # fmt: skip
+            xdist_unit("tests/plugins/backend_vllm/test_new_file.py::test_x[a::b]"),
+            xdist_unit("tests/docs/test_doc_commands.py::test_llm_commands")}  # fmt: skip
     assert vllm == {"vllm"}
     assert xdist_unit("tests/e2e/test_http.py::test_a[x]") == "tests/e2e/test_http.py"
-    # the doc walks that start an engine are units of their own, handed out with the group
-    for walk in ("tests/docs/test_doc_commands.py", "tests/docs/test_fresh_clone_walk.py"):
-        assert xdist_unit(f"{walk}::test_llm_commands") == walk and walk in XDIST_FIRST
-    assert XDIST_FIRST[0] == "vllm"
+    assert xdist_unit("tests/docs/test_doc_getting_started.py::test_getting_started_commands") != "vllm"
+    # README.md's walk starts no engine; the fresh clone's walk, a unit of its own, runs beside the group
+    assert xdist_unit("tests/docs/test_doc_commands.py::test_readme_commands") == "tests/docs/test_doc_commands.py"
+    walk = "tests/docs/test_fresh_clone_walk.py"
+    assert xdist_unit(f"{walk}::test_make_serve_then_readme_then_getting_started_then_llm_in_one_walk") == walk
+    assert XDIST_FIRST[0] == "vllm" and walk in XDIST_FIRST
 
 
 def test_the_first_units_then_files_with_slow_tests_come_first(request: pytest.FixtureRequest):
