@@ -53,8 +53,8 @@ serve: install-serve
 		--http-port $(PORT_HTTP) --grpc-port $(PORT_GRPC) --metrics-port $(PORT_METRICS)
 
 # Every test, on every core (pytest-xdist, two workers per core: tests/conftest.py; a file's
-# tests stay on one worker: module-scoped servers; the vLLM tests, one group on one worker, and the
-# fresh clone's walk start first, then the files with slow tests); the 20 slowest tests are listed at the end.
+# tests stay on one worker: module-scoped servers;
+# the files with slow tests start first); the 20 slowest tests are listed at the end.
 # Ray Serve's tests run after the rest, untraced: under pytest-cov, Ray's cloudpickle finds
 # pydantic's cached field-info helper "not the same object" and cannot start Serve's controller.
 test: install test-deps

@@ -41,19 +41,13 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
 #: Folders whose tests are end to end (real servers, installs, generated projects): marked ``e2e``.
 E2E_FOLDERS = {"e2e", "deploy", "docs", "cookiecutter"}
 TESTS = Path(__file__).resolve().parent
-#: Tests that run one after another on one xdist worker, by test id prefix (a folder, a file or a
-#: test): each vLLM engine on the CPU takes every core, so the tests that start one do not all start
-#: at once (one unit each, three at once beside other tests: each took 4 times as long, the same
-#: wall time in all). The fresh clone's walk is not in the group: its 4 minutes start no engine until
-#: llm.md, at the end; in the group they made one worker's share 11 minutes (the folder 266 s,
-#: llm.md's walk 115 s, the fresh clone's 250 s, README.md's 25 s, measured one by one).
+#: Files that run one after another on one xdist worker, by path prefix (from the root): each vLLM
+#: engine on the CPU takes every core, so two at once (one per worker) slow both to a crawl.
 XDIST_GROUPS = {
     "tests/plugins/backend_vllm/": "vllm",
-    "tests/docs/test_doc_commands.py::test_llm_commands": "vllm",
+    "tests/docs/test_doc_commands.py": "vllm",
+    "tests/docs/test_fresh_clone_walk.py": "vllm",
 }
-#: The units of work handed out first, longest first (the rest follow, files with slow tests first):
-#: under ``--dist loadfile`` a worker keeps a unit to its end, so the longest start at once.
-XDIST_FIRST = ["vllm", "tests/docs/test_fresh_clone_walk.py"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -111,14 +105,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 def xdist_unit(nodeid: str) -> str:
     """The unit of work a test belongs to under ``--dist loadfile``: its group, else its file."""
     file = nodeid.split("::", 1)[0]
-    return next((group for prefix, group in XDIST_GROUPS.items() if nodeid.startswith(prefix)), file)
+    return next((group for prefix, group in XDIST_GROUPS.items() if file.startswith(prefix)), file)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark ``e2e`` by folder; run the units of :data:`XDIST_FIRST` first (each in the order
-    collected: a group's folder stays in one piece), then the files with ``slow`` tests, so that
-    under xdist (``--dist loadfile``) the longest files do not start last and leave one worker
-    running alone."""
+    """Mark ``e2e`` by folder; run the files with ``slow`` tests first, so that under xdist
+    (``--dist loadfile``) the longest files do not start last and leave one worker running alone."""
     files: dict[Path, int] = {}
     slow: set[Path] = set()
     for item in items:
@@ -128,11 +120,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.e2e)
         if item.get_closest_marker("slow") is not None:
             slow.add(path)
-    first = {unit: rank for rank, unit in enumerate(XDIST_FIRST)}
-    items.sort(
-        key=lambda item: (
-            first.get(xdist_unit(item.nodeid), len(first)),
-            xdist_unit(item.nodeid) not in first and Path(item.path) not in slow,
-            files[Path(item.path)],
-        )
-    )
+    items.sort(key=lambda item: (Path(item.path) not in slow, files[Path(item.path)]))

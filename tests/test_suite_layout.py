@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, TESTS, XDIST_FIRST, xdist_unit
+from tests.conftest import ROOT, TESTS, xdist_unit
 
 
 def test_the_vllm_files_are_one_unit_of_work_and_other_files_their_own():
@@ -22,23 +22,12 @@ def test_the_vllm_files_are_one_unit_of_work_and_other_files_their_own():
     assert vllm == {"vllm"}
     assert xdist_unit("tests/e2e/test_http.py::test_a[x]") == "tests/e2e/test_http.py"
     assert xdist_unit("tests/docs/test_doc_getting_started.py::test_getting_started_commands") != "vllm"
-    # README.md's walk starts no engine; the fresh clone's walk, a unit of its own, runs beside the group
-    assert xdist_unit("tests/docs/test_doc_commands.py::test_readme_commands") == "tests/docs/test_doc_commands.py"
-    walk = "tests/docs/test_fresh_clone_walk.py"
-    assert xdist_unit(f"{walk}::test_make_serve_then_readme_then_getting_started_then_llm_in_one_walk") == walk
-    assert XDIST_FIRST[0] == "vllm" and walk in XDIST_FIRST
 
 
-def test_the_first_units_then_files_with_slow_tests_come_first(request: pytest.FixtureRequest):
-    items = request.session.items
-    first = [item for item in items if xdist_unit(item.nodeid) in XDIST_FIRST]
-    assert items[: len(first)] == first
-    units = list(dict.fromkeys(xdist_unit(item.nodeid) for item in first))
-    assert units == [unit for unit in XDIST_FIRST if unit in units]
-    slow = {str(item.path) for item in items if item.get_closest_marker("slow")}
-    files = list(dict.fromkeys(str(item.path) for item in items[len(first) :]))
-    in_slow = [f in slow for f in files]
-    assert in_slow == sorted(in_slow, reverse=True), files
+def test_files_with_slow_tests_come_first(request: pytest.FixtureRequest):
+    files = list(dict.fromkeys(str(item.path) for item in request.session.items))
+    slow = {str(item.path) for item in request.session.items if item.get_closest_marker("slow")}
+    assert files[: len(slow)] == [f for f in files if f in slow]
 
 
 def test_collecting_a_file_does_not_load_what_it_imports_lazily(tmp_path: Path):

@@ -163,21 +163,16 @@ class SideBySide:
         self.inferd_tmp = inferd_tmp
 
 
-#: The test that stops the side-by-side ``inferd serve``: it runs after every other test of this folder.
+#: The test that stops the side-by-side ``inferd serve``: it runs after every other test of the session.
 STOPS_INFERD = "test_server.py::test_stopping_names_the_model_in_vllms_lines_and_ends_without_a_traceback"
-HERE = Path(__file__).resolve().parent
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Move :data:`STOPS_INFERD` right after this folder's last other test (after the root
-    conftest's order: the folder first), so that no test of this folder finds the shared server
-    stopped, and a run of more than this folder does not start the servers again for it."""
+    """Move :data:`STOPS_INFERD` last (after the root conftest's order: slow files first), so that
+    no test of this folder finds the shared server stopped."""
     last = [item for item in items if item.nodeid.endswith(STOPS_INFERD)]
-    rest = [item for item in items if item not in last]
-    here = [n for n, item in enumerate(rest) if Path(item.path).is_relative_to(HERE)]
-    at = here[-1] + 1 if here else len(rest)
-    items[:] = rest[:at] + last + rest[at:]
+    items[:] = [item for item in items if item not in last] + last
 
 
 @pytest.fixture(scope="session")
