@@ -22,6 +22,7 @@ def test_readme_commands(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 37 s on a quiet machine, about 200 s in make test; 484 s seen on a busy one
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not importable")
 def test_llm_commands(tmp_path: Path) -> None:
     # vLLM's worker in its engine's process (one import of vLLM fewer: ~15 s of CPU), as the vLLM tests run it
