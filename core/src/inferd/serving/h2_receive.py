@@ -121,7 +121,7 @@ class FrameCutter:
         self._whole: set[int] = set()  # streams whose DATA zttp parses
         self._update: bytearray | None = None  # a WINDOW_UPDATE being cut out: its header, then its payload
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | memoryview) -> None:
         """Cut one read of the socket. What zttp keeps of it goes in runs (views of the read): a read
         with nothing cut out is handed to zttp as it came."""
         end = len(data)
@@ -218,7 +218,7 @@ class FrameCutter:
         elif length:
             self._stream_read[stream_id] = self._stream_read.get(stream_id, 0) + length
 
-    def _cut_updates(self, data: bytes, end: int) -> None:
+    def _cut_updates(self, data: bytes | memoryview, end: int) -> None:
         """A small read of whole frames, some of them WINDOW_UPDATEs: those to the protocol, the
         rest kept for zttp (parsed first when the update is a stream's, which they may open)."""
         window = self.window
@@ -290,7 +290,7 @@ class FrameCutter:
 _NOTHING_TO_CUT, _UPDATES_TO_CUT, _NOT_WHOLE = 0, 1, 2
 
 
-def _whole_frames(data: bytes, end: int, cut_updates: bool) -> int:
+def _whole_frames(data: bytes | memoryview, end: int, cut_updates: bool) -> int:
     """Whether ``data`` is whole frames, the last one ending where it ends: :data:`_NOT_WHOLE`,
     or whole with (``cut_updates`` and) a WINDOW_UPDATE among them, :data:`_UPDATES_TO_CUT`, or
     without, :data:`_NOTHING_TO_CUT`."""
@@ -365,3 +365,69 @@ class BodyBuffers:
             buffers.append(buffer)
             self._kept += len(buffer)
         return buffer
+
+    def take(self, size: int) -> memoryview:
+        """A buffer of at least ``size`` bytes to fill (pooled when there is room), as a writable view."""
+        return memoryview(self._take(size))
+
+
+#: Bytes one read of the socket takes at most (uvloop's own read size).
+READ_BYTES = 256 << 10
+#: A connection's read arena; reads go into it one after the other, and back to its start once
+#: nothing holds a view of what was read.
+ARENA_BYTES = 1 << 20
+#: Room an arena must have left for a read; with less, the connection takes another arena.
+MIN_READ_BYTES = 16 << 10
+#: Arenas a server keeps for reuse (the busy connections' and spares); past that an arena is a
+#: connection's own, freed once nothing holds a view of it.
+ARENAS_KEPT = 32
+#: References to a pooled arena nobody else holds: the pool's list, the loop variable, getrefcount's argument.
+_UNUSED_ARENA_REFS = 3
+
+
+class ReadArenas:
+    """The memory the server's HTTP/2 connections read the socket into (``get_buffer``).
+
+    A plain ``asyncio.Protocol`` gets each read as a new ``bytes`` that the event loop copied out of
+    its own buffer: a 16 MiB request was copied twice in Python (the loop's copy, then the join of
+    its DATA payloads), and its fresh 256 KiB ``bytes`` cost page faults. Read into an arena, the
+    payloads cut out of it are views of the bytes the kernel wrote, and the body's only copy is
+    into its joined buffer (:meth:`UnaryStream.read_body <inferd.serving.h2_stream.UnaryStream.read_body>`
+    copies a large body's parts as they arrive, so an arena is free again after a read or two).
+
+    An arena is free when nothing but the pool references it: a view of it (a payload a stream
+    holds, the connection's current arena) holds a reference through its buffer export, so an
+    arena is never written while anything can still read it.
+    """
+
+    __slots__ = ("_arenas", "size", "kept")
+
+    def __init__(self, size: int = ARENA_BYTES, kept: int = ARENAS_KEPT) -> None:
+        self._arenas: list[bytearray] = []
+        self.size = size
+        self.kept = kept
+
+    def take(self) -> tuple[bytearray, bool]:
+        """A free arena, and whether the pool keeps it (its references then count one more)."""
+        arenas = self._arenas
+        for index in range(len(arenas)):  # not enumerate: its cached tuple would hold a reference
+            arena = arenas[index]
+            if sys.getrefcount(arena) == _UNUSED_ARENA_REFS:
+                return arena, True
+        arena = bytearray(self.size)
+        if len(arenas) < self.kept:
+            arenas.append(arena)
+            return arena, True
+        return arena, False
+
+    def free(self) -> int:
+        """How many kept arenas nothing holds."""
+        count = 0
+        arenas = self._arenas
+        for index in range(len(arenas)):
+            arena = arenas[index]
+            count += sys.getrefcount(arena) == _UNUSED_ARENA_REFS
+        return count
+
+    def __len__(self) -> int:
+        return len(self._arenas)

@@ -36,9 +36,10 @@ Headers = list[tuple[bytes, bytes]]
 UnaryHandler = Callable[["UnaryStream"], Awaitable[None]]
 #: A raw path's route: (method, headers with lower-case names) -> the stream's handler, or None (ASGI).
 UnaryRoute = Callable[[bytes, Headers], "UnaryHandler | None"]
-#: Looks at the body's parts received so far and their size in all; may raise to refuse the
-#: request before the rest of its body is read.
-BodyCheck = Callable[[list["Body"], int], None]
+#: Looks at the body's parts received so far (those not yet copied into the body's buffer) and
+#: the body's size so far; may raise to refuse the request before the rest of its body is read.
+#: Returns the body's whole size once it knows it (a gRPC message's length prefix), else None.
+BodyCheck = Callable[[list["Body"], int], "int | None"]
 AsgiMessage = MutableMapping[str, Any]
 #: An ASGI 3 app: (scope, receive, send).
 AsgiApp = Callable[
@@ -194,18 +195,31 @@ class UnaryStream(_Stream):
 
         What arrived is taken at each wake-up and given to ``check``: the protocol stops reading the
         connection while a call holds more than its high-water mark, and resumes only once every
-        call is under it (as the HTTP/1.1 ASGI cycle does on each ``receive``). The parts are joined
-        once, at the end (one copy of the body, whatever the number of DATA frames), a large body
-        into one of the server's reused buffers (:class:`~inferd.serving.h2_receive.BodyBuffers`).
+        call is under it (as the HTTP/1.1 ASGI cycle does on each ``receive``). The body is copied
+        once, whatever the number of DATA frames: a large body (``check`` says its size, from
+        :data:`~inferd.serving.h2_receive.POOLED_FROM` bytes on) into one of the server's reused
+        buffers (:class:`~inferd.serving.h2_receive.BodyBuffers`) part by part as it arrives, so the
+        connection's read arena is free again at once; any other body once, at the end. The body
+        never is a view of the read arena (a request that kept it would keep the arena).
         """
         chunks: list[Body] = []
         size = 0
+        target: memoryview | None = None  # the large body's buffer, while its parts fit it
+        filled = 0
+        expected: int | None = None
         while self.more_body and not self._disconnected:
             if self._parts:
                 chunks += self._parts
                 size += self.held
                 self._parts, self.held = [], 0
-                check(chunks, size)
+                if expected is None:
+                    expected = check(chunks, size)
+                    if expected is not None and expected >= POOLED_FROM and self._buffers is not None:
+                        target = self._buffers.take(expected)
+                else:
+                    check(chunks, size)
+                if target is not None:
+                    target, filled, chunks = _fill(target, filled, chunks, size, expected)
             self.resume_reading()
             await self.message_event.wait()
             self.message_event.clear()
@@ -217,8 +231,13 @@ class UnaryStream(_Stream):
         # The body's last bytes may have paused reading (over the high-water mark): read again,
         # or the client's WINDOW_UPDATEs for the answer would go unread.
         self.resume_reading()
+        if target is not None:
+            target, filled, chunks = _fill(target, filled, chunks, size, expected)
+            if target is not None:  # every part copied (a body cut short is the caller's to refuse)
+                return target[:filled].toreadonly()
         if len(chunks) == 1:
-            return chunks[0]
+            chunk = chunks[0]
+            return bytes(chunk) if type(chunk) is memoryview else chunk  # not a view of the read arena
         if self._buffers is not None and size >= POOLED_FROM:
             return self._buffers.join(chunks, size)
         return b"".join(chunks)
@@ -402,6 +421,21 @@ class AsgiStream(_Stream):
         if self.response_complete:
             self.message_event.set()
             self._done()
+
+
+def _fill(
+    target: memoryview, filled: int, chunks: list[Body], size: int, expected: int | None
+) -> tuple[memoryview | None, int, list[Body]]:
+    """Copy ``chunks`` into ``target`` after its first ``filled`` bytes, while the body (``size``
+    bytes so far) is within the ``expected`` size; a body that outgrows it keeps what was copied
+    as its first part (None: no target any more) and is joined at the end."""
+    if expected is None or size > expected:
+        return None, filled, [target[:filled], *chunks] if filled else chunks
+    for part in chunks:
+        end = filled + len(part)
+        target[filled:end] = part
+        filled = end
+    return target, filled, []
 
 
 def _allowed(headers: Any) -> Headers:
