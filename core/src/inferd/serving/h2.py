@@ -53,7 +53,7 @@ import zttp
 
 from inferd.serving.flow import ReadingFlow
 from inferd.serving.h2_receive import MIN_READ_BYTES, READ_BYTES, BodyBuffers, FrameCutter, ReadArenas
-from inferd.serving.h2_send import DataSender, receive_windows
+from inferd.serving.h2_send import RECEIVE_MAX_FRAME, DataSender, receive_windows
 from inferd.serving.h2_stream import AsgiApp, AsgiStream, Headers, UnaryRoute, UnaryStream
 from inferd.serving.writes import HeldWrites
 
@@ -192,7 +192,7 @@ class GrpcH2Protocol(asyncio.BufferedProtocol):
         self.tasks: set[asyncio.Task[None]] = server_state.tasks
         self.conn: zttp.H2Connection = zttp.Connection(zttp.SERVER, protocol=zttp.HTTP2)
         #: Cuts DATA payloads out of what is read before zttp parses the rest (:mod:`inferd.serving.h2_receive`).
-        self.cutter = FrameCutter(self._deliver, self._parse, window=self._window_update)
+        self.cutter = FrameCutter(self._deliver, self._parse, RECEIVE_MAX_FRAME, window=self._window_update)
         #: The streams whose call runs, by id.
         self.streams: dict[int, Stream] = {}
         self.shutdown_requested = False
