@@ -83,7 +83,10 @@ class Client:
                             )
                         self.sock.sendall(_frame(0x4, 0x1, 0))
                     return kind, flags, sid, payload
-            data = self.sock.recv(1 << 20)
+            try:
+                data = self.sock.recv(1 << 20)
+            except ConnectionResetError:
+                data = b""
             if not data:
                 return -1, 0, 0, b""
             self.buffer += data
@@ -160,8 +163,11 @@ def test_large_frames_are_taken_up_to_the_advertised_4_mib() -> None:
             got["padded"] = client.answer(7)
             got["max_frame"] = client.server_settings.get(0x5)
             # 5: over the advertised size
-            client.sock.sendall(_frame(0x1, 0x4, 9, _block(b"/unary")) + _frame(0x0, 0x1, 9, bytes((4 << 20) + 1)))
-            got["oversized"] = client.answer(9)
+            try:  # the server may close the connection while the frame is still being sent
+                client.sock.sendall(_frame(0x1, 0x4, 9, _block(b"/unary")) + _frame(0x0, 0x1, 9, bytes((4 << 20) + 1)))
+                got["oversized"] = client.answer(9)
+            except (BrokenPipeError, ConnectionResetError):
+                got["oversized"] = (b"", True)
             return got
         finally:
             client.close()

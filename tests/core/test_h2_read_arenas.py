@@ -6,7 +6,9 @@ its answer is never written over by later reads, and connections without calls h
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -16,6 +18,7 @@ from inferd.serving.h2_receive import POOLED_FROM
 from tests.e2e.h2_client import GRPC_HEADERS, RawConnection, message
 
 KEPT: list[bytes | memoryview] = []
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 
 def _message_size(chunks: list[Any], size: int) -> int | None:
@@ -97,4 +100,79 @@ def test_bodies_read_into_arenas_arrive_intact_and_kept_bodies_are_never_written
     assert state["arenas"] >= 1  # large bodies were read into arenas
     assert state["holding"] == 0
     assert state["free"] == state["arenas"]
+    KEPT.clear()
+
+
+def _frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream_id.to_bytes(4, "big") + payload
+
+
+def _frame_starts(data: bytes) -> list[int]:
+    starts, at = [], 0
+    while at + 9 <= len(data):
+        starts.append(at)
+        at += 9 + int.from_bytes(data[at : at + 3], "big")
+    return starts
+
+
+def _headers_block(path: bytes) -> bytes:
+    """POST ``path`` with gRPC's headers, as HPACK literals without indexing (all names under 127 bytes)."""
+    out = b"\x83\x86"  # :method POST, :scheme http
+    for name, value in [(b":path", path), (b":authority", b"inferd"), (b"content-type", b"application/grpc")]:
+        out += b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+    return out
+
+
+def test_large_messages_in_4_mib_frames_are_read_straight_into_their_buffers_and_end() -> None:
+    """A gRPC client's way: messages of 9 MiB and 6 MiB + 3 bytes in DATA frames of 4 MiB (the
+    size the server advertises), END_STREAM on the last frame, two calls open at once on one
+    connection and a small one between the first one's frames: once a call's body buffer exists the rest of each payload is read into
+    it in place; every call ends (the last frame's END_STREAM, in such a read, is seen) and keeps
+    what was sent."""
+    KEPT.clear()
+    rng = np.random.default_rng(9)
+    messages = {1: message(rng.bytes(9 << 20)), 3: message(rng.bytes((6 << 20) + 3)), 5: message(b"small")}
+
+    def scenario(server: H2Server) -> dict[int, bytes]:
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+        try:
+            settings = _frame(0x4, 0, 0, (4).to_bytes(2, "big") + (1 << 30).to_bytes(4, "big"))
+            sock.sendall(PREFACE + settings + _frame(0x8, 0, 0, (1 << 30).to_bytes(4, "big")))
+            time.sleep(0.2)  # the server's preface (two SETTINGS: zttp's, then the windows), acked
+            preface = sock.recv(1 << 16)  # now, so that nothing the client sends later wakes the server
+            acks = sum(1 for at in _frame_starts(preface) if preface[at + 3] == 0x4 and not preface[at + 4] & 1)
+            sock.sendall(_frame(0x4, 0x1, 0) * acks)
+            step = 4 << 20
+            wire = [_frame(0x1, 0x4, 1, _headers_block(b"/keep")), _frame(0x1, 0x4, 3, _headers_block(b"/keep"))]
+            for stream_id in (1, 3):
+                body = messages[stream_id]
+                wire += [
+                    _frame(0x0, int(at + step >= len(body)), stream_id, body[at : at + step])
+                    for at in range(0, len(body), step)
+                ]
+            wire[3:3] = [_frame(0x1, 0x4, 5, _headers_block(b"/keep")), _frame(0x0, 0x1, 5, messages[5])]
+            data = b"".join(wire)
+            sock.sendall(data[:-100_000])
+            time.sleep(0.3)  # the last call's buffer is ready: its last bytes are read straight into it
+            sock.sendall(data[-100_000:])
+            answers: dict[int, bytes] = {}
+            buffer = b""
+            while len(answers) < 3:
+                data = sock.recv(1 << 16)
+                assert data, "the server closed the connection"
+                buffer += data
+                while len(buffer) >= 9 and len(buffer) >= 9 + int.from_bytes(buffer[:3], "big"):
+                    length = int.from_bytes(buffer[:3], "big")
+                    kind, flags, sid = buffer[3], buffer[4], int.from_bytes(buffer[5:9], "big")
+                    if kind == 0x0:
+                        answers[sid] = buffer[9 : 9 + length]
+                    assert kind != 0x4 or flags & 1, "the server sent more SETTINGS"
+                    buffer = buffer[9 + length :]
+            return answers
+        finally:
+            sock.close()
+
+    answers = _serve(scenario)
+    assert answers == {sid: b"%d" % len(body) for sid, body in messages.items()}
+    assert sorted(bytes(body) for body in KEPT) == sorted(messages.values())
     KEPT.clear()

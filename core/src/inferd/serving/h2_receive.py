@@ -276,6 +276,19 @@ class FrameCutter:
         else:
             self._keep(bytes(frame))
 
+    def inside(self) -> tuple[int, int]:
+        """(stream id, payload bytes left) while the cutter is inside a DATA payload it cuts out;
+        (0, 0) otherwise. The protocol may then read up to that many bytes elsewhere (:meth:`skip`)."""
+        if self._stream and self._left:
+            return self._stream, self._left
+        return 0, 0
+
+    def skip(self, size: int) -> None:
+        """``size`` bytes of the current DATA payload (:meth:`inside`) were read by the protocol itself."""
+        self._left -= size
+        if not self._left:
+            self._data_end()
+
     def _big_end(self) -> None:
         """A frame over zttp's 16 KiB ended: to zttp as frames of 16 KiB. DATA loses its padding
         (granted here as the cut-out DATA is), HEADERS its padding and the rest of its header block
