@@ -127,11 +127,12 @@ def test_the_h1_protocol_is_inferd_s_own() -> None:
 
 
 def test_the_h2_protocol_subclasses_no_uvicorn_protocol() -> None:
-    """gRPC's HTTP/2 protocol is inferd's own asyncio.Protocol over zttp's connection."""
+    """gRPC's HTTP/2 protocol is inferd's own asyncio.BufferedProtocol over zttp's connection (it
+    reads into its own memory: ``get_buffer``)."""
     from inferd.serving import h2
 
     bases = [f"{cls.__module__}.{cls.__qualname__}" for cls in h2.GrpcH2Protocol.__mro__]
-    assert bases == ["inferd.serving.h2.GrpcH2Protocol", "asyncio.protocols.Protocol",
+    assert bases == ["inferd.serving.h2.GrpcH2Protocol", "asyncio.protocols.BufferedProtocol",
                      "asyncio.protocols.BaseProtocol", "builtins.object"]  # fmt: skip
 
 

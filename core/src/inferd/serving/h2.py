@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -51,8 +52,8 @@ from urllib.parse import unquote
 import zttp
 
 from inferd.serving.flow import ReadingFlow
-from inferd.serving.h2_receive import BodyBuffers, FrameCutter
-from inferd.serving.h2_send import DataSender, receive_windows
+from inferd.serving.h2_receive import MIN_READ_BYTES, READ_BYTES, BodyBuffers, FrameCutter, ReadArenas
+from inferd.serving.h2_send import RECEIVE_MAX_FRAME, DataSender, receive_windows
 from inferd.serving.h2_stream import AsgiApp, AsgiStream, Headers, UnaryRoute, UnaryStream
 from inferd.serving.writes import HeldWrites
 
@@ -151,10 +152,26 @@ class Served:
     keep_alive_secs: float
     #: Where the connections join large request bodies.
     buffers: BodyBuffers = field(default_factory=BodyBuffers)
+    #: What the connections read large request bodies into.
+    arenas: ReadArenas = field(default_factory=ReadArenas)
+    #: What the connections read everything else into, one read at a time (the loop's reads follow
+    #: one another): nothing keeps a view of it past the read (:meth:`GrpcH2Protocol._deliver`).
+    scratch: memoryview = field(default_factory=lambda: memoryview(bytearray(READ_BYTES)))
 
 
-class GrpcH2Protocol(asyncio.Protocol):
+class GrpcH2Protocol(asyncio.BufferedProtocol):
     """One HTTP/2 connection (prior knowledge, or ALPN ``h2``); rotated after 4000 calls.
+
+    The socket is read into memory of the server's (``get_buffer``), not into a new ``bytes`` per
+    read: the server's scratch buffer, reused by every read, until a call on the connection
+    receives DATA frames large enough to be cut out for it (:mod:`inferd.serving.h2_receive`);
+    from then on until the connection has no call, into an arena
+    (:class:`~inferd.serving.h2_receive.ReadArenas`), whose payloads are views of what the kernel
+    wrote, taken without a copy (back to the arena's start whenever nothing holds a view of it).
+    A payload read into the scratch buffer is copied for its call; idle connections hold no arena.
+    Once a unary call's body buffer exists (a gRPC message's length prefix gives its size), the
+    rest of each of its DATA payloads is read straight into that buffer: a 16 MiB request in
+    gRPC's 4 MiB frames is copied by the kernel only.
 
     Built by :class:`~inferd.serving.runner.Runner` for each connection it accepts (keyword
     arguments ``server_state``, ``_loop``); what it serves is on the class
@@ -178,7 +195,7 @@ class GrpcH2Protocol(asyncio.Protocol):
         self.tasks: set[asyncio.Task[None]] = server_state.tasks
         self.conn: zttp.H2Connection = zttp.Connection(zttp.SERVER, protocol=zttp.HTTP2)
         #: Cuts DATA payloads out of what is read before zttp parses the rest (:mod:`inferd.serving.h2_receive`).
-        self.cutter = FrameCutter(self._deliver, self._parse, window=self._window_update)
+        self.cutter = FrameCutter(self._deliver, self._parse, RECEIVE_MAX_FRAME, window=self._window_update)
         #: The streams whose call runs, by id.
         self.streams: dict[int, Stream] = {}
         self.shutdown_requested = False
@@ -195,6 +212,18 @@ class GrpcH2Protocol(asyncio.Protocol):
         #: When the peer last sent something; the idle timer looks at it.
         self._active_at = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
+        #: The arena the socket is read into (None: none held), where the next read goes in it, and
+        #: its references when nothing else holds it (this, get_buffer's local and getrefcount's
+        #: argument; one more when the pool keeps it).
+        self._arena: bytearray | None = None
+        self._arena_at = 0
+        self._arena_refs = 0
+        #: Whether a call on the connection receives large DATA (the reads then go into an arena).
+        self._large = False
+        #: Whether the read being handled is in the server's scratch buffer.
+        self._in_scratch = False
+        #: The stream whose body buffer the read being handled went into (None: none).
+        self._direct: UnaryStream | None = None
 
     # asyncio's side
 
@@ -215,6 +244,7 @@ class GrpcH2Protocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.discard(self)
+        self._arena = None
         for stream in self.streams.values():
             if not stream.response_complete:
                 stream.disconnected = True
@@ -235,11 +265,66 @@ class GrpcH2Protocol(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.flow.resume_writing()
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the next read goes: inside a large DATA payload of a call whose body buffer is
+        ready, that buffer (the payload is never copied in Python); else the server's scratch
+        buffer; while a call receives large DATA, the rest of the connection's arena (its start
+        again when nothing holds a view of it), or a free arena of the server's."""
+        self._direct = None  # a read that found nothing (EAGAIN) is not followed by buffer_updated
+        stream_id, left = self.cutter.inside()
+        if left:  # inside a large DATA payload: into its call's body buffer, if it has one yet
+            stream = self.streams.get(stream_id)
+            if type(stream) is UnaryStream and not stream.response_complete:
+                view = stream.direct_view(left)
+                if view is not None:
+                    self._direct = stream
+                    self._in_scratch = False
+                    return view
+        if not self._large:
+            self._in_scratch = True
+            return self.served.scratch
+        self._in_scratch = False
+        arena = self._arena
+        if arena is not None and self._arena_at and sys.getrefcount(arena) == self._arena_refs:
+            self._arena_at = 0  # nothing holds what was read into it: read over it
+        if arena is None or len(arena) - self._arena_at < MIN_READ_BYTES:
+            arena, kept = self.served.arenas.take()
+            self._arena = arena
+            self._arena_at = 0
+            self._arena_refs = 4 if kept else 3
+        at = self._arena_at
+        return memoryview(arena)[at : at + READ_BYTES]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """``nbytes`` were read into the buffer :meth:`get_buffer` gave."""
+        stream = self._direct
+        if stream is not None:  # body bytes, in place: the cutter skips them
+            self._direct = None
+            stream.took_direct(nbytes)
+            self.data_received(b"", nbytes)
+            return
+        if self._in_scratch:
+            try:
+                self.data_received(self.served.scratch[:nbytes])
+            finally:
+                self._in_scratch = False
+            return
+        arena = self._arena
+        assert arena is not None
+        at = self._arena_at
+        self._arena_at = at + nbytes
+        self.data_received(memoryview(arena)[at : at + nbytes])
+
+    def data_received(self, data: bytes | memoryview, skipped: int = 0) -> None:
+        """Bytes read (``skipped``: that many DATA payload bytes read straight into a call's body
+        buffer instead; the frame they end may end the stream, which zttp then parses)."""
         self._active_at = self.loop.time()
         cutter = self.cutter
         try:
-            cutter.feed(data)
+            if skipped:
+                cutter.skip(skipped)
+            else:
+                cutter.feed(data)
             self._parse()
         except zttp.RemoteProtocolError as exc:
             log.warning("%s: invalid HTTP/2 frame received: %s", self.client, exc)
@@ -261,6 +346,13 @@ class GrpcH2Protocol(asyncio.Protocol):
         stream = self.streams.get(stream_id)
         if stream is None or stream.response_complete:
             return
+        if self._in_scratch:  # the next reads go into an arena; this one is copied out of the scratch buffer
+            self._large = True
+            if type(stream) is UnaryStream:  # it keeps the payload (an ASGI stream copies it)
+                stream.take(bytes(payload))
+                if stream.held > stream.high_water:
+                    self.flow.pause_reading()
+                return
         if stream.take(payload) > stream.high_water:
             self.flow.pause_reading()
 
@@ -464,6 +556,9 @@ class GrpcH2Protocol(asyncio.Protocol):
         self.cutter.forget(stream_id)
         if self.streams.pop(stream_id, None) is not None:
             self._stream_closed()
+        if not self.streams:  # an idle connection holds no arena
+            self._arena = None
+            self._large = False
 
     def _stream_closed(self) -> None:
         if self.transport.is_closing():

@@ -1,15 +1,20 @@
 """HTTP/2 request bodies read by inferd itself: DATA payloads cut out of the byte stream before zttp.
 
+zttp takes no frame over HTTP/2's default 16 KiB (and has no setting for it); the protocol
+advertises 4 MiB, as gRPC clients and Triton do, and a frame over 16 KiB that is not cut out (a
+large header block, padded DATA, DATA of a stream zttp parses whole) is given to zttp re-framed
+(:meth:`FrameCutter._big_end`).
+
 zttp parses every frame it is given and copies each DATA frame's payload into a new ``bytes``
 (a 16 MiB request is 1,024 frames of 16 KiB: a copy and a Python event each, a fifth of the
 event loop's time on large calls). :class:`FrameCutter` reads the frame headers of the client's
-byte stream first: the payload of a DATA frame (unpadded, within the frame size zttp advertised)
+byte stream first: the payload of a DATA frame (unpadded, up to the 4 MiB the protocol advertises)
 goes to the protocol's ``deliver`` as a ``memoryview`` of the bytes read from the socket, never
 copied; zttp still sees the frame, emptied (its 9-byte header with length 0 and the same flags),
 so the stream's state stays zttp's: END_STREAM still ends the request (``EndOfMessage``), a DATA
 frame on a stream that is not open is still zttp's error to answer. Every other frame (HEADERS,
-CONTINUATION, SETTINGS, PING, RST_STREAM, GOAWAY, a padded or oversized DATA frame) and the
-client's preface go to zttp as they came, in order.
+CONTINUATION, SETTINGS, PING, RST_STREAM, GOAWAY, a padded DATA frame, one over the advertised
+size) and the client's preface go to zttp as they came (re-framed when over 16 KiB), in order.
 
 The client's WINDOW_UPDATE frames are cut out too (when the cutter is given ``window``) and
 handed to the protocol as (stream id, increment): inferd frames its DATA itself
@@ -39,9 +44,13 @@ from inferd.serving.h2_send import DEFAULT_MAX_FRAME, RECEIVE_CONNECTION_WINDOW,
 PREFACE_BYTES = 24
 HEADER_BYTES = 9
 _DATA = 0x0
+_HEADERS = 0x1
 _WINDOW_UPDATE = 0x8
+_CONTINUATION = 0x9
 _END_STREAM = 0x1
+_END_HEADERS = 0x4
 _PADDED = 0x8
+_PRIORITY = 0x20
 _HEADER = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, stream id
 
 #: DATA frames from this size up are cut out; smaller ones go to zttp (with the frames around them).
@@ -85,6 +94,7 @@ class FrameCutter:
         "_whole",
         "window",
         "_update",
+        "_big",
     )
 
     def __init__(
@@ -100,8 +110,10 @@ class FrameCutter:
         self.parse = parse
         #: Where the client's WINDOW_UPDATEs go (None: to zttp, as they came).
         self.window = window
-        #: The largest DATA frame cut out here (the SETTINGS_MAX_FRAME_SIZE zttp advertised); a
-        #: larger one goes to zttp, which refuses it.
+        #: The largest frame taken (the SETTINGS_MAX_FRAME_SIZE advertised: the protocol's, 4 MiB,
+        #: after zttp's 16 KiB: :func:`~inferd.serving.h2_send.receive_windows`); a larger one goes to zttp,
+        #: which refuses it. zttp takes no frame over 16 KiB: a larger one that is not cut out here
+        #: is given to it cut in frames of 16 KiB (:meth:`_big_end`).
         self.max_frame = max_frame
         #: Bytes for zttp, in order, not yet given to it.
         self.for_zttp: list[bytes | memoryview] = []
@@ -120,8 +132,9 @@ class FrameCutter:
         self._stream_step = stream_window // 4
         self._whole: set[int] = set()  # streams whose DATA zttp parses
         self._update: bytearray | None = None  # a WINDOW_UPDATE being cut out: its header, then its payload
+        self._big: bytearray | None = None  # a frame over zttp's 16 KiB for zttp: its header, then its payload
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | memoryview) -> None:
         """Cut one read of the socket. What zttp keeps of it goes in runs (views of the read): a read
         with nothing cut out is handed to zttp as it came."""
         end = len(data)
@@ -148,6 +161,9 @@ class FrameCutter:
                 elif self._update is not None:
                     self._update += view[pos : pos + take]
                     run = pos + take
+                elif self._big is not None:
+                    self._big += view[pos : pos + take]
+                    run = pos + take
                 pos += take
                 self._left = left - take
                 if self._left == 0:
@@ -155,6 +171,8 @@ class FrameCutter:
                         self._data_end()
                     elif self._update is not None:
                         self._window_end()
+                    elif self._big is not None:
+                        self._big_end()
                 continue
             head = self._head
             if head or end - pos < HEADER_BYTES:  # a header cut by the end of a read
@@ -188,6 +206,9 @@ class FrameCutter:
         if kind == _WINDOW_UPDATE and length == 4 and self.window is not None:
             self._update = bytearray(header)
             return True
+        if length > DEFAULT_MAX_FRAME and length <= self.max_frame and (kind != _DATA or flags & _PADDED):
+            self._big = bytearray(header)  # re-framed for zttp once whole
+            return True
         if kind != _DATA or length < CUT_FROM or flags & _PADDED or length > self.max_frame:
             return False
         self._flags = flags
@@ -200,9 +221,14 @@ class FrameCutter:
         parses what it holds (the HEADERS that open the stream, say)."""
         if self.holds_frames:
             self.parse()
-        if self._update is not None:
+        if self._update is not None or self._big is not None:
             return True
         if self._next in self._whole:
+            if self._length > DEFAULT_MAX_FRAME:  # zttp parses it, re-framed once whole
+                self._big = bytearray(
+                    _HEADER.pack(self._length >> 16, self._length & 0xFFFF, _DATA, self._flags, self._next)
+                )
+                return True
             return False
         self._stream = self._next
         return True
@@ -218,7 +244,7 @@ class FrameCutter:
         elif length:
             self._stream_read[stream_id] = self._stream_read.get(stream_id, 0) + length
 
-    def _cut_updates(self, data: bytes, end: int) -> None:
+    def _cut_updates(self, data: bytes | memoryview, end: int) -> None:
         """A small read of whole frames, some of them WINDOW_UPDATEs: those to the protocol, the
         rest kept for zttp (parsed first when the update is a stream's, which they may open)."""
         window = self.window
@@ -249,6 +275,62 @@ class FrameCutter:
             self.window(int.from_bytes(frame[5:HEADER_BYTES], "big") & 0x7FFFFFFF, increment)
         else:
             self._keep(bytes(frame))
+
+    def inside(self) -> tuple[int, int]:
+        """(stream id, payload bytes left) while the cutter is inside a DATA payload it cuts out;
+        (0, 0) otherwise. The protocol may then read up to that many bytes elsewhere (:meth:`skip`)."""
+        if self._stream and self._left:
+            return self._stream, self._left
+        return 0, 0
+
+    def skip(self, size: int) -> None:
+        """``size`` bytes of the current DATA payload (:meth:`inside`) were read by the protocol itself."""
+        self._left -= size
+        if not self._left:
+            self._data_end()
+
+    def _big_end(self) -> None:
+        """A frame over zttp's 16 KiB ended: to zttp as frames of 16 KiB. DATA loses its padding
+        (granted here as the cut-out DATA is), HEADERS its padding and the rest of its header block
+        goes in CONTINUATION frames; a frame of a type RFC 9113 does not define is dropped (6, 5.5:
+        ignored); any other (SETTINGS, GOAWAY, ...) goes to zttp as it came, which refuses it."""
+        frame, self._big = self._big, None
+        assert frame is not None
+        _, _, kind, flags, stream_id = _HEADER.unpack(frame[:HEADER_BYTES])
+        stream_id &= 0x7FFFFFFF
+        payload = memoryview(frame)[HEADER_BYTES:]
+        if kind > _CONTINUATION:
+            return
+        if kind not in (_DATA, _HEADERS, _CONTINUATION):
+            self._keep(bytes(frame))
+            return
+        padding = 0
+        if kind != _CONTINUATION and flags & _PADDED:
+            padding = payload[0] + 1
+            if padding > len(payload):  # padding longer than the frame: zttp's error to answer
+                self._keep(bytes(frame))
+                return
+            payload = payload[1 : len(payload) - padding + 1]
+            flags &= ~_PADDED
+        step = DEFAULT_MAX_FRAME
+        pieces = [payload[at : at + step] for at in range(0, len(payload), step)] or [payload]
+        out: list[bytes | memoryview] = []
+        last = len(pieces) - 1
+        for index, piece in enumerate(pieces):
+            if kind == _DATA:
+                piece_kind, piece_flags = _DATA, flags & _END_STREAM if index == last else 0
+            else:  # a header block: the first frame keeps its kind (and PRIORITY), END_HEADERS goes on the last
+                piece_kind = kind if index == 0 else _CONTINUATION
+                piece_flags = (flags & ~_END_HEADERS if index == 0 else 0) | (
+                    flags & _END_HEADERS if index == last else 0
+                )
+            out.append(frame_header(len(piece), piece_kind, piece_flags, stream_id))
+            out.append(piece)
+        self._keep(b"".join(out))
+        if kind == _DATA and padding:
+            self._connection_read += padding
+            if not flags & _END_STREAM:
+                self._stream_read[stream_id] = self._stream_read.get(stream_id, 0) + padding
 
     def _keep(self, data: bytes | memoryview) -> None:
         self.for_zttp.append(data)
@@ -290,7 +372,7 @@ class FrameCutter:
 _NOTHING_TO_CUT, _UPDATES_TO_CUT, _NOT_WHOLE = 0, 1, 2
 
 
-def _whole_frames(data: bytes, end: int, cut_updates: bool) -> int:
+def _whole_frames(data: bytes | memoryview, end: int, cut_updates: bool) -> int:
     """Whether ``data`` is whole frames, the last one ending where it ends: :data:`_NOT_WHOLE`,
     or whole with (``cut_updates`` and) a WINDOW_UPDATE among them, :data:`_UPDATES_TO_CUT`, or
     without, :data:`_NOTHING_TO_CUT`."""
@@ -365,3 +447,69 @@ class BodyBuffers:
             buffers.append(buffer)
             self._kept += len(buffer)
         return buffer
+
+    def take(self, size: int) -> memoryview:
+        """A buffer of at least ``size`` bytes to fill (pooled when there is room), as a writable view."""
+        return memoryview(self._take(size))
+
+
+#: Bytes one read of the socket takes at most (uvloop's own read size).
+READ_BYTES = 256 << 10
+#: A connection's read arena; reads go into it one after the other, and back to its start once
+#: nothing holds a view of what was read.
+ARENA_BYTES = 1 << 20
+#: Room an arena must have left for a read; with less, the connection takes another arena.
+MIN_READ_BYTES = 16 << 10
+#: Arenas a server keeps for reuse (the busy connections' and spares); past that an arena is a
+#: connection's own, freed once nothing holds a view of it.
+ARENAS_KEPT = 32
+#: References to a pooled arena nobody else holds: the pool's list, the loop variable, getrefcount's argument.
+_UNUSED_ARENA_REFS = 3
+
+
+class ReadArenas:
+    """The memory the server's HTTP/2 connections read the socket into (``get_buffer``).
+
+    A plain ``asyncio.Protocol`` gets each read as a new ``bytes`` that the event loop copied out of
+    its own buffer: a 16 MiB request was copied twice in Python (the loop's copy, then the join of
+    its DATA payloads), and its fresh 256 KiB ``bytes`` cost page faults. Read into an arena, the
+    payloads cut out of it are views of the bytes the kernel wrote, and the body's only copy is
+    into its joined buffer (:meth:`UnaryStream.read_body <inferd.serving.h2_stream.UnaryStream.read_body>`
+    copies a large body's parts as they arrive, so an arena is free again after a read or two).
+
+    An arena is free when nothing but the pool references it: a view of it (a payload a stream
+    holds, the connection's current arena) holds a reference through its buffer export, so an
+    arena is never written while anything can still read it.
+    """
+
+    __slots__ = ("_arenas", "size", "kept")
+
+    def __init__(self, size: int = ARENA_BYTES, kept: int = ARENAS_KEPT) -> None:
+        self._arenas: list[bytearray] = []
+        self.size = size
+        self.kept = kept
+
+    def take(self) -> tuple[bytearray, bool]:
+        """A free arena, and whether the pool keeps it (its references then count one more)."""
+        arenas = self._arenas
+        for index in range(len(arenas)):  # not enumerate: its cached tuple would hold a reference
+            arena = arenas[index]
+            if sys.getrefcount(arena) == _UNUSED_ARENA_REFS:
+                return arena, True
+        arena = bytearray(self.size)
+        if len(arenas) < self.kept:
+            arenas.append(arena)
+            return arena, True
+        return arena, False
+
+    def free(self) -> int:
+        """How many kept arenas nothing holds."""
+        count = 0
+        arenas = self._arenas
+        for index in range(len(arenas)):
+            arena = arenas[index]
+            count += sys.getrefcount(arena) == _UNUSED_ARENA_REFS
+        return count
+
+    def __len__(self) -> int:
+        return len(self._arenas)

@@ -41,6 +41,10 @@ _MAX_WINDOW = (1 << 31) - 1
 #: What a client may send on one stream, and on the connection, before inferd's next WINDOW_UPDATE.
 RECEIVE_STREAM_WINDOW = 8 << 20
 RECEIVE_CONNECTION_WINDOW = 32 << 20
+#: The largest frame a client may send (SETTINGS_MAX_FRAME_SIZE; zttp advertises HTTP/2's 16 KiB):
+#: gRPC clients' and Triton's 4 MiB. A 16 MiB request is 4 DATA frames, not 1,024, for the
+#: client to write and for :mod:`inferd.serving.h2_receive` to cut out.
+RECEIVE_MAX_FRAME = 4 << 20
 #: Bodies up to this size are joined into one frame's payload (one small copy beats many small writes).
 JOIN_BELOW = 64 << 10
 _FRAME = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, stream id
@@ -56,11 +60,14 @@ def frame_header(length: int, kind: int, flags: int, stream_id: int) -> bytes:
 
 
 def receive_windows(
-    stream_window: int = RECEIVE_STREAM_WINDOW, connection_window: int = RECEIVE_CONNECTION_WINDOW
+    stream_window: int = RECEIVE_STREAM_WINDOW,
+    connection_window: int = RECEIVE_CONNECTION_WINDOW,
+    max_frame: int = RECEIVE_MAX_FRAME,
 ) -> bytes:
-    """SETTINGS (INITIAL_WINDOW_SIZE) and a connection WINDOW_UPDATE that widen what the client
-    may send before the server's next WINDOW_UPDATE, from HTTP/2's 64 KiB defaults."""
-    settings = _SETTING.pack(_INITIAL_WINDOW_SIZE, stream_window)
+    """SETTINGS (INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE) and a connection WINDOW_UPDATE that widen
+    what the client may send before the server's next WINDOW_UPDATE, and in one frame, from
+    HTTP/2's defaults (64 KiB, 16 KiB)."""
+    settings = _SETTING.pack(_INITIAL_WINDOW_SIZE, stream_window) + _SETTING.pack(_MAX_FRAME_SIZE, max_frame)
     increment = (connection_window - DEFAULT_WINDOW).to_bytes(4, "big")
     return frame_header(len(settings), 0x4, 0, 0) + settings + frame_header(4, 0x8, 0, 0) + increment
 

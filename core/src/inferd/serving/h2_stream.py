@@ -36,9 +36,10 @@ Headers = list[tuple[bytes, bytes]]
 UnaryHandler = Callable[["UnaryStream"], Awaitable[None]]
 #: A raw path's route: (method, headers with lower-case names) -> the stream's handler, or None (ASGI).
 UnaryRoute = Callable[[bytes, Headers], "UnaryHandler | None"]
-#: Looks at the body's parts received so far and their size in all; may raise to refuse the
-#: request before the rest of its body is read.
-BodyCheck = Callable[[list["Body"], int], None]
+#: Looks at the body's parts received so far (those not yet copied into the body's buffer) and
+#: the body's size so far; may raise to refuse the request before the rest of its body is read.
+#: Returns the body's whole size once it knows it (a gRPC message's length prefix), else None.
+BodyCheck = Callable[[list["Body"], int], "int | None"]
 AsgiMessage = MutableMapping[str, Any]
 #: An ASGI 3 app: (scope, receive, send).
 AsgiApp = Callable[
@@ -145,9 +146,17 @@ class UnaryStream(_Stream):
         super().__init__(conn, event, transport, flow, resume_reading, sender)
         self._buffers = buffers
         self.high_water = UNARY_HIGH_WATER
-        #: The body's parts as zttp read them (kept, not copied), until :meth:`read_body` takes them.
-        self._parts: list[Body] = []
+        #: The body's parts as zttp read them (kept, not copied), until :meth:`read_body` takes them;
+        #: an int: that many bytes the protocol read straight into :attr:`target`.
+        self._parts: list[Body | int] = []
         self.held = 0
+        self._direct = 0
+        #: The large body's buffer once :meth:`read_body` knows the body's size (the protocol then
+        #: reads DATA payloads straight into it: :meth:`direct_view`), and that size.
+        self.target: memoryview | None = None
+        self._expected = 0
+        #: Body bytes received so far.
+        self.received = 0
         self._disconnected = False
         self.response_complete = False
         #: The task running the handler, while it runs: a client that goes away cancels it.
@@ -155,9 +164,27 @@ class UnaryStream(_Stream):
 
     def take(self, data: Body) -> int:
         self._parts.append(data)
-        self.held += len(data)
+        size = len(data)
+        self.held += size
+        self.received += size
         self.message_event.set()
         return self.held
+
+    def direct_view(self, most: int) -> memoryview | None:
+        """Where the body's next bytes (at most ``most``) go in :attr:`target`; None: no target, or it is full."""
+        target = self.target
+        room = self._expected - self.received
+        if target is None or room <= 0:
+            return None
+        at = self.received
+        return target[at : at + min(most, room)]
+
+    def took_direct(self, size: int) -> None:
+        """The protocol read ``size`` body bytes into :meth:`direct_view`'s view."""
+        self._parts.append(size)
+        self._direct += size
+        self.received += size
+        self.message_event.set()
 
     @property
     def disconnected(self) -> bool:
@@ -194,34 +221,56 @@ class UnaryStream(_Stream):
 
         What arrived is taken at each wake-up and given to ``check``: the protocol stops reading the
         connection while a call holds more than its high-water mark, and resumes only once every
-        call is under it (as the HTTP/1.1 ASGI cycle does on each ``receive``). The parts are joined
-        once, at the end (one copy of the body, whatever the number of DATA frames), a large body
-        into one of the server's reused buffers (:class:`~inferd.serving.h2_receive.BodyBuffers`).
+        call is under it (as the HTTP/1.1 ASGI cycle does on each ``receive``). A large body
+        (``check`` says its size, from :data:`~inferd.serving.h2_receive.POOLED_FROM` bytes on) goes
+        into one of the server's reused buffers (:class:`~inferd.serving.h2_receive.BodyBuffers`),
+        :attr:`target`: what arrived before it existed is copied in part by part as it arrives (so
+        the connection's read arena is free again at once), and from then on the protocol reads
+        the DATA payloads straight into it (:meth:`direct_view`), uncopied; any other body is
+        copied once, at the end. The body never is a view of the read arena (a request that kept
+        it would keep the arena). ``check`` is called until it gives the size.
         """
-        chunks: list[Body] = []
+        chunks: list[Body | int] = []
         size = 0
+        target: memoryview | None = None  # the large body's buffer, while its parts fit it
+        filled = 0
+        expected: int | None = None
         while self.more_body and not self._disconnected:
             if self._parts:
                 chunks += self._parts
-                size += self.held
-                self._parts, self.held = [], 0
-                check(chunks, size)
+                size += self.held + self._direct
+                self._parts, self.held, self._direct = [], 0, 0
+                if expected is None:
+                    expected = check(chunks, size)  # type: ignore[arg-type]  # no int before a target
+                    if expected is not None and expected >= POOLED_FROM and self._buffers is not None:
+                        target = self._buffers.take(expected)
+                        self.target, self._expected = target, expected
+                if target is not None:
+                    target, filled, chunks = _fill(target, filled, chunks, size, expected)
+                    self.target = target
             self.resume_reading()
             await self.message_event.wait()
             self.message_event.clear()
         if self._disconnected:
             return None
         chunks += self._parts
-        size += self.held
-        self._parts, self.held = [], 0
+        size += self.held + self._direct
+        self._parts, self.held, self._direct = [], 0, 0
+        self.target = None
         # The body's last bytes may have paused reading (over the high-water mark): read again,
         # or the client's WINDOW_UPDATEs for the answer would go unread.
         self.resume_reading()
-        if len(chunks) == 1:
-            return chunks[0]
+        if target is not None:
+            target, filled, chunks = _fill(target, filled, chunks, size, expected)
+            if target is not None:  # every part copied (a body cut short is the caller's to refuse)
+                return target[:filled].toreadonly()
+        parts: list[Body] = chunks  # type: ignore[assignment]  # no int without a target
+        if len(parts) == 1:
+            chunk = parts[0]
+            return bytes(chunk) if type(chunk) is memoryview else chunk  # not a view of the read arena
         if self._buffers is not None and size >= POOLED_FROM:
-            return self._buffers.join(chunks, size)
-        return b"".join(chunks)
+            return self._buffers.join(parts, size)
+        return b"".join(parts)
 
     def reset_unread(self) -> None:
         """After an early answer, reset the stream (NO_ERROR: the answer stands) so the client
@@ -402,6 +451,34 @@ class AsgiStream(_Stream):
         if self.response_complete:
             self.message_event.set()
             self._done()
+
+
+def _fill(
+    target: memoryview, filled: int, chunks: list[Body | int], size: int, expected: int | None
+) -> tuple[memoryview | None, int, list[Body | int]]:
+    """Copy ``chunks`` into ``target`` after its first ``filled`` bytes (an int: that many bytes
+    the protocol read into it already), up to the ``expected`` size; a body that outgrows it
+    (``size`` bytes so far) keeps what is in the target as its first part (None: no target any
+    more) and is joined at the end (the protocol reads no more than ``expected`` into it)."""
+    limit = size if expected is None else min(size, expected)
+    rest: list[Body | int] = []
+    for index, part in enumerate(chunks):
+        if isinstance(part, int):
+            filled += part
+            continue
+        end = filled + len(part)
+        if end > limit:  # past the expected size: what is left is joined at the end
+            keep = limit - filled
+            if keep > 0:
+                target[filled:limit] = memoryview(part)[:keep]
+                filled = limit
+            rest = [memoryview(part)[keep:] if keep > 0 else part, *chunks[index + 1 :]]
+            break
+        target[filled:end] = part
+        filled = end
+    if expected is None or size > expected:
+        return None, filled, [target[:filled], *rest] if filled else rest
+    return target, filled, []
 
 
 def _allowed(headers: Any) -> Headers:

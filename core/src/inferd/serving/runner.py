@@ -135,7 +135,7 @@ class Runner:
         #: The class :meth:`protocol` built at :meth:`start`.
         self._protocol: type[asyncio.Protocol] | None = None
 
-    def protocol(self) -> type[asyncio.Protocol]:
+    def protocol(self) -> type[asyncio.BaseProtocol]:
         """The protocol class that serves one connection."""
         raise NotImplementedError
 
@@ -218,7 +218,7 @@ class H2Server(Runner):
         #: The requests answered without ASGI, by raw path.
         self.unary = unary
 
-    def protocol(self) -> type[asyncio.Protocol]:
+    def protocol(self) -> type[asyncio.BaseProtocol]:
         try:
             import zttp  # noqa: F401
         except ImportError:

@@ -155,8 +155,9 @@ class UnaryCall:
         else:
             await self._answer(stream, [prefix(size), *parts], grpc.StatusCode.OK, "")
 
-    def _check_size(self, chunks: list[Body], size: int) -> None:
-        """Refuse a message whose prefix says it is over the limit, before more of it is read."""
+    def _check_size(self, chunks: list[Body], size: int) -> int | None:
+        """Refuse a message whose prefix says it is over the limit, before more of it is read;
+        the body's size a one-message call sends, once the prefix is in (None before)."""
         if not self._prefix_checked and size >= PREFIX_BYTES:
             self._prefix_checked = True
             head = chunks[0] if len(chunks[0]) >= PREFIX_BYTES else b"".join(chunks[:PREFIX_BYTES])
@@ -166,6 +167,8 @@ class UnaryCall:
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"Received message larger than max ({declared} vs. {self.max_message_bytes})",
                 )
+            return PREFIX_BYTES + declared
+        return None
 
     def _message(self, body: Body) -> memoryview:
         """The single request message of the call (the checks and messages of the ASGI path)."""
