@@ -19,6 +19,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from inferd.api import API_VERSION
 from inferd.testing import ServerProcess, write_repository
 from tests.e2e.plugin_site import env_with, install_into
 
@@ -40,7 +41,8 @@ scale_v2 = "inferd_test_api.scale_v2"
 """
 
 REFUSED = (
-    "plugin 'scale_v2' is built for inferd plugin API 2.0, newer than this inferd's API 1.1; upgrade inferd "
+    "plugin 'scale_v2' is built for inferd plugin API 2.0, newer than this inferd's API "
+    f"{API_VERSION[0]}.{API_VERSION[1]}; upgrade inferd "
     "or install a release of the plugin for API 1; the plugin is left out"
 )
 
