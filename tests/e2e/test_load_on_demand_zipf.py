@@ -175,6 +175,13 @@ def test_zipf_traffic_over_more_models_than_the_budget_holds(tmp_path: Path) -> 
     # every eviction logged that its model had nothing in flight, queued or waiting
     evicted = re.findall(r"model '(m\d+)' evicted \(idle [\d.]+ s, (\d+) requests in flight or queued", log)
     assert len(evicted) == evictions and all(n == "0" for _, n in evicted), evicted[:5]
+    # each footprint is what its model holds (the first ONNX load's adds onnxruntime's runtime):
+    # none counts memory that loads and evictions beside its own freed or took
+    footprints: dict[str, float] = {}
+    for name, mib in re.findall(r"model '(m\d+)' loaded on demand in [\d.]+ s \(footprint ([\d.]+) MiB", log):
+        footprints[name] = max(footprints.get(name, 0.0), float(mib))
+    swollen = {name: mib for name, mib in footprints.items() if mib > 1.5 * SIZE}
+    assert len(swollen) <= 1, swollen
     # a request is cold when a load of its model ended while it waited (it waited for that load)
     loaded = _loads(log)
     assert len(loaded) == loads, (len(loaded), loads)

@@ -10,9 +10,6 @@ calls them). Nothing here touches a model: :mod:`inferd.lifecycle.on_demand` act
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import gc
 import os
 import re
 from collections import Counter
@@ -74,41 +71,9 @@ def rss_bytes() -> int:
         return 0
 
 
-def _libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name) if name else None
-    except OSError:
-        return None
-
-
-_LIBC = _libc()
-#: glibc's ``mallopt`` parameter for the mmap threshold.
-_M_MMAP_THRESHOLD = -3
-#: Blocks this large or larger are mapped on their own once :func:`map_large_blocks` ran.
+#: Blocks this large or larger are mapped on their own once
+#: :func:`inferd.lifecycle.reclaim.map_large_blocks` ran.
 LARGE_BLOCK = 1 << 20
-
-
-def map_large_blocks() -> None:
-    """Have glibc map every block of :data:`LARGE_BLOCK` or more on its own, so that freeing it (a
-    model's weights, when the model unloads) gives it back to the system at once. By default glibc
-    raises its threshold after each large free (up to 32 MiB), and the next model's arrays land on
-    its heap, which keeps what is freed until a ``malloc_trim``."""
-    mallopt = getattr(_LIBC, "mallopt", None)
-    if mallopt is not None:
-        mallopt(_M_MMAP_THRESHOLD, LARGE_BLOCK)
-
-
-def release_freed_memory(collect: bool = False) -> None:
-    """Give what an unloaded model freed on glibc's heap back to the system (blocking: off the
-    event loop; it holds the allocator's locks while it walks the heap): ``malloc_trim``; with
-    ``collect``, first the reference cycles that may still hold it (a full collection holds the
-    interpreter for a while)."""
-    if collect:
-        gc.collect()
-    trim = getattr(_LIBC, "malloc_trim", None)
-    if trim is not None:
-        trim(0)
 
 
 @dataclass(frozen=True)

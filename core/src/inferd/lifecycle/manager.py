@@ -40,10 +40,11 @@ from inferd.engine.states import (
     Why,
 )
 from inferd.engine.version import ModelVersion
-from inferd.lifecycle.budget import LARGE_BLOCK, release_freed_memory, rss_bytes
+from inferd.lifecycle.budget import LARGE_BLOCK, rss_bytes
 from inferd.lifecycle.builder import VersionBuilder, VersionFailed
 from inferd.lifecycle.dependencies import callers, composing, load_waves, unload_order
 from inferd.lifecycle.model_memory import ModelMemory
+from inferd.lifecycle.reclaim import MemoryChanges, collected, reclaim, references
 from inferd.repository.scan import (
     ModelSource,
     OverrideDirs,
@@ -137,6 +138,8 @@ class ModelManager:
         #: next load, it grew after its load (memory allocated on requests: onnxruntime's arena,
         #: caches) and that load counts the larger size, so the budget sees what it holds once it serves.
         self.released: dict[str, int] = {}
+        #: The loads and evictions under way (whether an eviction's RSS reading is its own).
+        self.changes = MemoryChanges()
 
     @property
     def snapshot(self) -> Snapshot:
@@ -239,13 +242,17 @@ class ModelManager:
         # (no loop variable: one would hold the last version, and its memory, past the trim below)
         self.builder.kept_stats.update({(key, v): mv.stats for v, mv in record.serving.items()})
         footprint, host, resident = self.memory.rss.get(key, 0), self.memory.host.get(key, 0), rss_bytes()
-        await self._unload_record(record, EVICTED)
-        self.footprints.pop(key, None)
-        for collect in (False, True):  # what the heap keeps (small blocks), then what cycles hold
-            if resident - rss_bytes() >= footprint // 2:
-                break
-            await asyncio.to_thread(lowered, release_freed_memory, collect)
-        self.released[key] = released = resident - rss_bytes()
+        refs = references(o for mv in record.serving.values() for o in (mv, mv.model, *mv.runners))
+        with self.changes.change() as alone:
+            await self._unload_record(record, EVICTED)
+            self.footprints.pop(key, None)
+            gone = await collected(refs)
+            if resident - rss_bytes() < footprint // 2:  # (reclaim's own docstring says when it is worth it)
+                await asyncio.to_thread(lowered, reclaim, footprint, not gone, alone())
+            released = resident - rss_bytes()
+            if not alone():  # others' loads and evictions moved the RSS too: it says nothing of this model
+                return
+        self.released[key] = released
         if released > footprint + LARGE_BLOCK:  # it grew after its load (lazy allocations, an arena)
             self.last_footprints[key] = released + host
 
@@ -416,34 +423,35 @@ class ModelManager:
         record = self.table.record(source)
         async with record.lock, self._load_slots:
             before = interface(record.serving)
-            started = time.monotonic()
-            resident = rss_bytes()
-            try:
-                config, backend, chosen = await asyncio.to_thread(lowered, self._prepare, source, override)
-            except Exception as exc:
-                version = exc.version if isinstance(exc, VersionFailed) else None
-                record.fail(failure_reason(exc), list(source.version_dirs()), version)
-                _log_failure(record, source.name, version, failure_reason(exc))
-                return
-            record.state = None
-            built, failures = await self._build(record, source, config, backend, chosen)
-            if set(chosen) - built.keys():  # the replacements are not all READY: what served keeps serving
-                built = {**{v: mv for v, mv in record.serving.items() if v not in chosen}, **built}
-            self._swap(record, built)
-            record.drop_failed(chosen)
-            for v, reason in failures.items():
-                _log_failure(record, source.name, v, reason)
-            self.table.traffic.configured(record.name, config, sorted(record.serving))
-            if record.serving:
-                grown = max(0, rss_bytes() - resident, self.released.get(source.key, 0))
-                grown = self.memory.loaded(source.key, grown, record.serving.values())
-                self.footprints[source.key] = self.last_footprints[source.key] = grown
-            log.info(
-                "model '%s' versions %s ready in %.2f s",
-                source.name,
-                sorted(record.serving) or "none",
-                time.monotonic() - started,
-            )
+            with self.changes.change():  # (its RSS reading: an eviction beside it knows it moved)
+                started = time.monotonic()
+                resident = rss_bytes()
+                try:
+                    config, backend, chosen = await asyncio.to_thread(lowered, self._prepare, source, override)
+                except Exception as exc:
+                    version = exc.version if isinstance(exc, VersionFailed) else None
+                    record.fail(failure_reason(exc), list(source.version_dirs()), version)
+                    _log_failure(record, source.name, version, failure_reason(exc))
+                    return
+                record.state = None
+                built, failures = await self._build(record, source, config, backend, chosen)
+                if set(chosen) - built.keys():  # the replacements are not all READY: what served keeps serving
+                    built = {**{v: mv for v, mv in record.serving.items() if v not in chosen}, **built}
+                self._swap(record, built)
+                record.drop_failed(chosen)
+                for v, reason in failures.items():
+                    _log_failure(record, source.name, v, reason)
+                self.table.traffic.configured(record.name, config, sorted(record.serving))
+                if record.serving:
+                    grown = max(0, rss_bytes() - resident, self.released.get(source.key, 0))
+                    grown = self.memory.loaded(source.key, grown, record.serving.values())
+                    self.footprints[source.key] = self.last_footprints[source.key] = grown
+                log.info(
+                    "model '%s' versions %s ready in %.2f s",
+                    source.name,
+                    sorted(record.serving) or "none",
+                    time.monotonic() - started,
+                )
         await self._after_load(source.key, before)
 
     def _prepare(

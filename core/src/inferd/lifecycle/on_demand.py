@@ -31,11 +31,12 @@ from typing import TYPE_CHECKING
 
 from inferd.contracts.model_info import ModelInfo
 from inferd.engine import priority
-from inferd.lifecycle.budget import Loaded, choose_victims, map_large_blocks, shown_bytes
+from inferd.lifecycle.budget import Loaded, choose_victims, shown_bytes
 from inferd.lifecycle.device_budget import no_room, on_devices
 from inferd.lifecycle.load_slots import LoadSlots, default_concurrency
 from inferd.lifecycle.on_demand_metrics import OnDemandCounts
 from inferd.lifecycle.on_demand_parts import GONE, LOAD_ADVICE, RETRY_FAILED_S, LoadRefused, callers_of, placeholder
+from inferd.lifecycle.reclaim import map_large_blocks
 
 if TYPE_CHECKING:
     from inferd.lifecycle.manager import ModelManager

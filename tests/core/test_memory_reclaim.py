@@ -1,0 +1,94 @@
+"""What an eviction does to give memory back (:mod:`inferd.lifecycle.reclaim`): a full collection
+only when the evicted version's objects outlive it, a heap trim only when the heap holds the memory
+free, and an RSS reading trusted only when no other load or eviction moved it."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from inferd.lifecycle.budget import rss_bytes
+from inferd.lifecycle.reclaim import MemoryChanges, collected, heap_free_bytes, reclaim, references
+
+MB = 1 << 20
+glibc = pytest.mark.skipif(
+    heap_free_bytes() is None, reason="glibc 2.33+ (mallinfo2) is what tells how much the heap holds free"
+)
+
+
+class _Version:
+    def __init__(self) -> None:
+        self.me = self  # a reference cycle: only a collection frees it
+
+
+@pytest.fixture
+def full_collections() -> Iterator[list[int]]:
+    """How many full (generation 2) collections ran meanwhile."""
+    seen: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info["generation"] == 2:
+            seen.append(1)
+
+    gc.callbacks.append(count)
+    yield seen
+    gc.callbacks.remove(count)
+
+
+def test_an_eviction_whose_objects_are_gone_runs_no_collection(full_collections: list[int]) -> None:
+    reclaim(64 * MB, cycles=False, alone=True)
+    assert full_collections == []
+
+
+def test_objects_a_cycle_keeps_are_collected(full_collections: list[int]) -> None:
+    refs = references([_Version()])
+    assert not asyncio.run(collected(refs, timeout=0.02))  # the cycle keeps it past its last name
+    reclaim(64 * MB, cycles=True, alone=True)
+    assert full_collections and asyncio.run(collected(refs, timeout=0.02))
+
+
+def test_collected_waits_for_the_last_reference_to_go() -> None:
+    version = object.__new__(_Version)  # no cycle
+    refs = references([version, 3])  # (an int takes no weak reference: left out)
+    assert len(refs) == 1
+
+    async def drop_later() -> bool:
+        asyncio.get_running_loop().call_later(0.01, lambda: holder.clear())
+        return await collected(refs, timeout=2)
+
+    holder = [version]
+    del version
+    assert asyncio.run(drop_later())
+
+
+@glibc
+@pytest.mark.skipif(sys.platform != "linux", reason="RSS from /proc")
+def test_the_heap_is_trimmed_only_when_it_holds_half_the_footprint_free() -> None:
+    free_before = heap_free_bytes()
+    assert free_before is not None
+    blocks = [bytes(4000) for _ in range(16_000)]  # ~64 MiB in blocks malloc keeps on its heap
+    blocks.append(bytes(4000))  # the last one stays: the heap's top cannot shrink on its own
+    del blocks[:-1]
+    free = heap_free_bytes()
+    assert free is not None and free - free_before >= 48 * MB
+    before = rss_bytes()
+    reclaim(4 * free, cycles=False, alone=True)  # what the heap holds free is not half of it: kept
+    assert before - rss_bytes() < 16 * MB, (before - rss_bytes()) / MB
+    reclaim(48 * MB, cycles=False, alone=False)  # it holds more than half of 48 MiB: given back
+    assert before - rss_bytes() >= 32 * MB, ((before - rss_bytes()) / MB, free / MB)
+
+
+def test_a_change_is_alone_only_if_none_ran_beside_it() -> None:
+    changes = MemoryChanges()
+    with changes.change() as alone:
+        assert alone()
+    with changes.change() as first:
+        with changes.change() as second:
+            assert not second()  # the first was under way when it began
+        assert not first()  # another began meanwhile
+    with changes.change() as later:
+        assert later()  # both ended before it began
