@@ -248,7 +248,7 @@ class ModelManager:
             self.footprints.pop(key, None)
             gone = await collected(refs)
             if resident - rss_bytes() < footprint // 2:  # (reclaim's own docstring says when it is worth it)
-                await asyncio.to_thread(lowered, reclaim, footprint, not gone, alone())
+                await asyncio.to_thread(lowered, reclaim, not gone, alone())
             released = resident - rss_bytes()
             if not alone():  # others' loads and evictions moved the RSS too: it says nothing of this model
                 return

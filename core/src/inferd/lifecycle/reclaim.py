@@ -9,7 +9,7 @@ with its imports). Measured with ``benchmarks/many_models.py`` (40 models, a bud
 them after every eviction whose RSS had not yet come down put the warm requests' p99 at 22-32 ms
 against 3 ms fully loaded, and gave back nothing the next load would not reuse. So an eviction
 (:func:`reclaim`) collects only when the version's own objects outlive its unload (a cycle holds
-them) and trims only when the heap holds, free, at least half of what the model held.
+them) and trims only when nothing else ran beside it.
 
 :class:`MemoryChanges` tells an eviction whether the RSS it read moved by its doing alone: loads and
 evictions overlap under traffic, and what two of them free or take shows in the one RSS.
@@ -43,20 +43,6 @@ _LIBC = _libc()
 _M_MMAP_THRESHOLD = -3
 
 
-class _MallInfo2(ctypes.Structure):
-    """glibc's ``struct mallinfo2`` (2.33 and later)."""
-
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks")
-    ] + [("keepcost", ctypes.c_size_t)]
-
-
-_mallinfo2 = getattr(_LIBC, "mallinfo2", None)
-if _mallinfo2 is not None:
-    _mallinfo2.restype = _MallInfo2
-
-
 def map_large_blocks() -> None:
     """Have glibc map every block of :data:`LARGE_BLOCK` or more on its own, so that freeing it (a
     model's weights, when the model unloads) gives it back to the system at once. By default glibc
@@ -65,12 +51,6 @@ def map_large_blocks() -> None:
     mallopt = getattr(_LIBC, "mallopt", None)
     if mallopt is not None:
         mallopt(_M_MMAP_THRESHOLD, LARGE_BLOCK)
-
-
-def heap_free_bytes() -> int | None:
-    """Bytes free on glibc's heaps (every arena), which a ``malloc_trim`` could give back; None
-    where glibc cannot say (another C library, glibc before 2.33)."""
-    return int(_mallinfo2().fordblks) if _mallinfo2 is not None else None
 
 
 def references(objects: Iterable[object]) -> list[weakref.ref[Any]]:
@@ -96,18 +76,17 @@ async def collected(refs: Iterable[weakref.ref[Any]], timeout: float = 0.05) -> 
     return True
 
 
-def reclaim(footprint: int, cycles: bool, alone: bool) -> None:
-    """After an eviction whose RSS came down by less than half its ``footprint`` (blocking: run
-    it off the event loop): collect if ``cycles`` hold its objects, then trim the heap if it holds
-    at least half the footprint free (where glibc cannot say, if the eviction ran ``alone``: no
-    load or other eviction moved the RSS meanwhile)."""
+def reclaim(cycles: bool, alone: bool) -> None:
+    """After an eviction whose RSS came down by less than half its footprint (blocking: run it off
+    the event loop): collect if ``cycles`` hold its objects; trim the heap if the eviction ran
+    ``alone`` (no load or other eviction moved the RSS meanwhile, so what it did not give back
+    is its own, on the heap). Under churn an eviction is rarely alone: the heap's free blocks
+    then serve the next loads instead (glibc's ``mallinfo2``, which could say how much the heap
+    holds free, walks the heap under the same locks as a trim)."""
     if cycles:
         gc.collect()
     trim = getattr(_LIBC, "malloc_trim", None)
-    if trim is None:
-        return
-    free = heap_free_bytes()
-    if (free >= footprint // 2) if free is not None else alone:
+    if alone and trim is not None:
         trim(0)
 
 
