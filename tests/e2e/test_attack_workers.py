@@ -29,6 +29,7 @@ import tritonclient.http as httpclient
 from inferd.testing import ServerProcess, write_repository
 from tests.metrics_text import sample, scrape
 from tests.python_models import python_model, source
+from tests.sockets import listening_ports
 from tests.waiting import wait_for
 
 # PID = the process serving the request. Two instances: one in each worker.
@@ -288,25 +289,6 @@ def test_a_killed_supervisors_directory_is_removed_by_the_next(repo: Path, short
         assert kept.is_dir()
         assert len([p for p in tmp.glob("inferd-workers-*") if p != kept]) == 1
         assert f"removed {left}, left by a supervisor that was killed" in second.log()
-
-
-def listening_ports(pid: int) -> set[int]:
-    """The TCP ports process ``pid`` listens on (its sockets, found in /proc/net/tcp{,6})."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
 
 
 def test_openai_port_is_not_opened_by_default_without_a_model_it_serves(repo: Path) -> None:
