@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from inferd.engine import gc_settings
 from inferd.host.arguments import SuggestingParser
+from inferd.host.huge_pages import start_over_with_huge_pages
 from inferd.tools import COMMANDS, command
 
 # The collector's serving thresholds for the whole start-up, from here: the imports, plugins and
@@ -42,7 +43,10 @@ def console_main() -> None:
     Once ``serve`` has stopped (models unloaded, frontends closed, logs written), freeing every module
     it loaded serves nobody, and with torch and vLLM loaded it took 3-4 s of CPU. The exit functions
     still run first (log handlers flushed, temporary directories removed, exporters flushed); an
-    error exit (``SystemExit``) leaves as usual."""
+    error exit (``SystemExit``) leaves as usual. ``serve`` first starts over once with the allocator
+    asking for huge pages (:mod:`inferd.host.huge_pages`)."""
+    if sys.argv[1:2] == ["serve"]:
+        start_over_with_huge_pages()
     code = main()
     atexit._run_exitfuncs()  # CPython's own: what Py_Finalize runs before tearing the modules down
     sys.stdout.flush()

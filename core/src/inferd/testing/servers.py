@@ -19,6 +19,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from inferd.host import huge_pages
+
 #: How often a wait polls (a port file, a health endpoint).
 POLL_S = 0.02
 
@@ -76,6 +78,9 @@ class ServerProcess:
         self.http_port = self.grpc_port = self.metrics_port = 0
         self.ports: dict[str, int] = {}
         self.env = {**os.environ, **(env or {})}
+        tunables = huge_pages.wanted(self.env)
+        if tunables is not None:  # what `inferd serve` would start over with: spare each server the second start
+            self.env[huge_pages.VARIABLE] = tunables
         number = f"{os.getpid()}-{next(_numbers)}"
         self.log_path = log_path or Path(self.repositories[0]).parent / f"inferd-{number}.log"
         self.ports_path = Path(tempfile.gettempdir()) / f"inferd-ports-{number}.json"
