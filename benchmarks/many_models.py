@@ -5,8 +5,9 @@ The repository holds ``--models`` models, every other one ONNX (onnxruntime: a f
 of ``--megabytes`` read by a Gather) and the rest Python (a numpy array of ``--megabytes`` written
 in ``initialize``). The on-demand server gets ``--model-load-on-demand`` and a budget for
 ``--holds`` of them. It prints, per setup and per backend: the server's peak and final resident
-memory, warm p50/p99, load p50/p99 (each load on demand, from the server's log), cold-request
-p50/p99 (requests during which a load of their model ended: they waited for it) and the hit rate
+memory, the cores it kept busy (its CPU time over the traffic's wall time), warm p50/p99, load
+p50/p99 (each load on demand, from the server's log), cold-request p50/p99 (requests during
+which a load of their model ended: they waited for it) and the hit rate
 (requests that found their model loaded), and the latency of a probe asking the most requested
 model (m000, loaded the whole time but its first load) every 10 ms beside the traffic: warm
 latency while loads go on. ``--load-nice 0 --concurrency 1`` runs loads on demand as they ran
@@ -18,6 +19,7 @@ before ``--model-load-nice`` and ``--model-load-on-demand-concurrency``. Numbers
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import re
 import tempfile
@@ -98,6 +100,12 @@ def _status(pid: int, field: str) -> int:
     return int(found.group(1)) * 1024 if found else 0
 
 
+def _cpu_seconds(pid: int) -> float:
+    """The process's user + system CPU time so far (its threads' included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def loads_in(log: str) -> list[tuple[str, float, float]]:
     """(model, when its load on demand ended as a Unix time, how long it took in s) from the log."""
     year = datetime.now().year
@@ -170,7 +178,9 @@ def run(repo: Path, flags: list[str], args: argparse.Namespace, label: str) -> N
     with ServerProcess([repo], ["--workers", "1", *flags]) as srv:
         assert srv.proc is not None
         pid = srv.proc.pid
+        cpu, wall = _cpu_seconds(pid), time.monotonic()
         done, probed = drive(srv, args.models, args.seconds, args.zipf, args.seed, args.clients)
+        cores = (_cpu_seconds(pid) - cpu) / (time.monotonic() - wall)
         peak, final = _status(pid, "VmHWM"), _status(pid, "VmRSS")
     loads = loads_in(srv.log_path.read_text())
     ends: dict[str, list[float]] = {}
@@ -183,7 +193,7 @@ def run(repo: Path, flags: list[str], args: argparse.Namespace, label: str) -> N
         warm = [r[2] for r, c in zip(mine, cold_flags, strict=True) if not c]
         load = [took for name, _, took in loads if which in ("all", backend(name))] if which != "probe" else []
         hit = len(warm) / len(mine) if mine else 0.0
-        memory = f"{peak / MB:8.0f} {final / MB:8.0f}" if which == "all" else f"{'':8} {'':8}"
+        memory = f"{peak / MB:8.0f} {final / MB:8.0f} {cores:5.2f}" if which == "all" else f"{'':8} {'':8} {'':5}"
         print(
             f"{label:<20} {which:<7} {memory} {len(mine):8d} {_ms(warm, 50)} {_ms(warm, 99)} "
             f"{_ms(load, 50)} {_ms(load, 99)} {_ms(cold, 50)} {_ms(cold, 99)} {hit:7.1%}"
@@ -218,7 +228,7 @@ def main() -> None:
         f"(holds {args.holds}); --model-load-nice={args.load_nice}, concurrency {args.concurrency or 'default'}"
     )
     print(
-        f"{'setup':<20} {'backend':<7} {'peak MiB':>8} {'end MiB':>8} {'requests':>8} {'warm50':>7} {'warm99':>7} "
+        f"{'setup':<20} {'backend':<7} {'peak MiB':>8} {'end MiB':>8} {'cores':>5} {'requests':>8} {'warm50':>7} {'warm99':>7} "
         f"{'load50':>7} {'load99':>7} {'cold50':>7} {'cold99':>7} {'hit':>7}   (ms)"
     )
     try:
