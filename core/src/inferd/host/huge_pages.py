@@ -5,9 +5,10 @@ most distributions), glibc 2.35 and later ask for them when ``GLIBC_TUNABLES`` h
 ``glibc.malloc.hugetlb=1``. A model's load then faults its weights in 2 MiB at a time instead of
 4 KiB, and its unload unmaps a few hundred pages instead of thousands. Measured with
 ``benchmarks/many_models.py --seconds 15 --megabytes 48`` (loads on demand under a budget, ONNX and
-Python models of 48 MiB): an ONNX load's p50 fell from 85 to 33-40 ms, a cold request's from 152
-to 80-87 ms, and the server answered 1.7 times the requests; onnxruntime's own session for such a
-model builds in 21 ms instead of 87 and closes in 0.5 ms instead of 3.5.
+Python models of 48 MiB, four alternating runs): an ONNX load's p50 fell from 130-137 to 67-82
+ms, a cold request's from 158 to 85-106 ms, and the server answered 1.5-1.7 times the requests;
+onnxruntime's own session for such a model builds in 21-23 ms instead of 80-96 and closes in 0.5
+ms instead of 3-4.
 
 The allocator reads its tunables once, when the process starts, so the command line runs again
 (the same process: ``execve`` keeps its pid) with the variable set; the workers, a Python model's
