@@ -59,10 +59,10 @@ def huge_page_bytes(pid: int) -> int:
     raise AssertionError(f"no AnonHugePages in /proc/{pid}/smaps_rollup")
 
 
-def started(repo: Path, tunables: str | None) -> ServerProcess:
+def started(repo: Path, tunables: str | None, env: dict[str, str] | None = None) -> ServerProcess:
     """A server started with exactly ``tunables`` in GLIBC_TUNABLES (None: without the variable),
     where the test kit would otherwise set what ``inferd serve`` starts over with."""
-    server = ServerProcess([repo])
+    server = ServerProcess([repo], env=env)
     server.env.pop(huge_pages.VARIABLE, None)
     if tunables is not None:
         server.env[huge_pages.VARIABLE] = tunables
@@ -100,3 +100,12 @@ def test_serve_starts_over_with_huge_pages_and_a_user_can_turn_them_off(tmp_path
         off_huge = huge_page_bytes(off.proc.pid)
     # The model's 32 MiB sit in huge pages only where the allocator asked for them.
     assert on_huge - off_huge >= 16 * MIB, (on_huge, off_huge)
+
+
+@needs_huge_pages_on_request
+def test_a_process_that_started_over_does_not_start_over_again(tmp_path: Path) -> None:
+    """Where glibc drops the tunable from the environment (a process with raised privileges), the
+    process that started over must not loop: it serves without huge pages."""
+    repo = write_repository(tmp_path / "models", {"held": {"config.pbtxt": CONFIG, "1/model.py": MODEL}})
+    with started(repo, None, env={huge_pages.STARTED_OVER: "1"}) as server:
+        assert answers(server) == (42, "")

@@ -19,6 +19,7 @@ would change nothing: another C library, glibc before 2.35, huge pages ``always`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Mapping
@@ -27,6 +28,10 @@ from collections.abc import Mapping
 TUNABLE = "glibc.malloc.hugetlb"
 VARIABLE = "GLIBC_TUNABLES"
 _THP_MODE = "/sys/kernel/mm/transparent_hugepage/enabled"
+#: Set in the process that started over. glibc may drop tunables from the environment of a process
+#: that runs with raised privileges (setuid, or a Python given ``cap_net_bind_service`` to listen on
+#: port 80): without this, such a process could start over again and again.
+STARTED_OVER = "INFERD_STARTED_OVER"
 
 
 def _glibc_version() -> tuple[int, int]:
@@ -62,12 +67,14 @@ def wanted(environ: Mapping[str, str]) -> str | None:
 
 
 def start_over_with_huge_pages() -> None:
-    """Run this process's command line again with :func:`wanted`'s tunables; returns only where none
-    are wanted (or the command line is not known)."""
+    """Run this process's command line again with :func:`wanted`'s tunables; returns where none are
+    wanted, where the command line is not known, where it cannot run again, and in the process
+    that already started over (:data:`STARTED_OVER`)."""
     value = wanted(os.environ)
     argv = getattr(sys, "orig_argv", None)
-    if value is None or not argv or not sys.executable:
+    if value is None or not argv or not sys.executable or os.environ.get(STARTED_OVER):
         return
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, argv, {**os.environ, VARIABLE: value})
+    with contextlib.suppress(OSError):
+        os.execve(sys.executable, argv, {**os.environ, VARIABLE: value, STARTED_OVER: "1"})
