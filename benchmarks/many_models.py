@@ -5,9 +5,9 @@ The repository holds ``--models`` models, every other one ONNX (onnxruntime: a f
 of ``--megabytes`` read by a Gather) and the rest Python (a numpy array of ``--megabytes`` written
 in ``initialize``). The on-demand server gets ``--model-load-on-demand`` and a budget for
 ``--holds`` of them. It prints, per setup and per backend: the server's peak and final resident
-memory, the cores it kept busy (its CPU time over the traffic's wall time), warm p50/p99, load
-p50/p99 (each load on demand, from the server's log), cold-request p50/p99 (requests during
-which a load of their model ended: they waited for it) and the hit rate
+memory, the cores it kept busy (its and its children's CPU time over the traffic's wall time),
+warm p50/p99, load p50/p99 (each load on demand, from the server's log), cold-request p50/p99
+(requests during which a load of their model ended: they waited for it) and the hit rate
 (requests that found their model loaded), and the latency of a probe asking the most requested
 model (m000, loaded the whole time but its first load) every 10 ms beside the traffic: warm
 latency while loads go on. ``--load-nice 0 --concurrency 1`` runs loads on demand as they ran
@@ -19,7 +19,6 @@ before ``--model-load-nice`` and ``--model-load-on-demand-concurrency``. Numbers
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import re
 import tempfile
@@ -32,6 +31,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from onnx import TensorProto, helper, numpy_helper
+from triton_bench.load import tree_cpu_seconds
 
 from inferd.testing import ServerProcess, write_repository
 
@@ -98,12 +98,6 @@ def backend(name: str) -> str:
 def _status(pid: int, field: str) -> int:
     found = re.search(rf"^{field}:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.MULTILINE)
     return int(found.group(1)) * 1024 if found else 0
-
-
-def _cpu_seconds(pid: int) -> float:
-    """The process's user + system CPU time so far (its threads' included)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def loads_in(log: str) -> list[tuple[str, float, float]]:
@@ -178,9 +172,9 @@ def run(repo: Path, flags: list[str], args: argparse.Namespace, label: str) -> N
     with ServerProcess([repo], ["--workers", "1", *flags]) as srv:
         assert srv.proc is not None
         pid = srv.proc.pid
-        cpu, wall = _cpu_seconds(pid), time.monotonic()
+        cpu, wall = tree_cpu_seconds(pid), time.monotonic()
         done, probed = drive(srv, args.models, args.seconds, args.zipf, args.seed, args.clients)
-        cores = (_cpu_seconds(pid) - cpu) / (time.monotonic() - wall)
+        cores = (tree_cpu_seconds(pid) - cpu) / (time.monotonic() - wall)
         peak, final = _status(pid, "VmHWM"), _status(pid, "VmRSS")
     loads = loads_in(srv.log_path.read_text())
     ends: dict[str, list[float]] = {}
