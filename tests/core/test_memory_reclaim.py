@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import gc
 import sys
 from collections.abc import Iterator
@@ -17,9 +16,7 @@ from inferd.lifecycle.budget import rss_bytes
 from inferd.lifecycle.reclaim import MemoryChanges, collected, reclaim, references
 
 MB = 1 << 20
-glibc = pytest.mark.skipif(
-    not hasattr(ctypes.CDLL(ctypes.util.find_library("c")), "malloc_trim"), reason="malloc_trim is glibc's"
-)
+glibc = pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "malloc_trim"), reason="malloc_trim is glibc's")
 
 
 class _Version:

@@ -1,6 +1,6 @@
 """``inferd serve`` starts over once with glibc's allocator asking for transparent huge pages
 (``inferd.host.huge_pages``): seen in a real server's environment and page tables, with a Python
-model that allocates 32 MiB while it loads."""
+model that allocates 32 MiB while it loads (``tests/fixtures/python_models/held_tunables``)."""
 
 from __future__ import annotations
 
@@ -12,38 +12,9 @@ import tritonclient.http as httpclient
 
 from inferd.host import huge_pages
 from inferd.testing import ServerProcess, write_repository
+from tests.python_models import python_model
+from tests.triton_clients import tensor
 
-CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "X" data_type: TYPE_INT64 dims: [ 1 ] } ]
-output [
-  { name: "Y" data_type: TYPE_INT64 dims: [ 1 ] },
-  { name: "TUNABLES" data_type: TYPE_STRING dims: [ 1 ] }
-]
-"""
-#: Holds 32 MiB of ones from glibc's malloc (bytes, not numpy: numpy asks for huge pages itself) and
-#: says the GLIBC_TUNABLES of the process it runs in (/proc/PID/environ keeps what glibc rewrote).
-MODEL = """
-import os
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.held = b"\\x01" * (32 << 20)
-
-    def execute(self, requests):
-        out = []
-        for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
-            tunables = np.array([os.environ.get("GLIBC_TUNABLES", "").encode()], dtype=np.object_)
-            y = pb_utils.Tensor("Y", x + self.held[12345])
-            out.append(pb_utils.InferenceResponse([y, pb_utils.Tensor("TUNABLES", tunables)]))
-        return out
-"""
 MIB = 1 << 20
 
 needs_huge_pages_on_request = pytest.mark.skipif(
@@ -72,9 +43,7 @@ def started(repo: Path, tunables: str | None, env: dict[str, str] | None = None)
 def answers(server: ServerProcess) -> tuple[int, str]:
     """The model's Y for X = 41, and the GLIBC_TUNABLES of the server's process."""
     client = httpclient.InferenceServerClient(server.http_url)
-    x = httpclient.InferInput("X", [1], "INT64")
-    x.set_data_from_numpy(np.array([41], np.int64))
-    result = client.infer("held", [x])
+    result = client.infer("held", [tensor("X", np.array([41], np.int64), "INT64", httpclient)])
     client.close()
     return int(result.as_numpy("Y")[0]), result.as_numpy("TUNABLES")[0].decode()
 
@@ -88,7 +57,7 @@ def test_tunables_keep_what_the_user_set() -> None:
 
 @needs_huge_pages_on_request
 def test_serve_starts_over_with_huge_pages_and_a_user_can_turn_them_off(tmp_path: Path) -> None:
-    repo = write_repository(tmp_path / "models", {"held": {"config.pbtxt": CONFIG, "1/model.py": MODEL}})
+    repo = write_repository(tmp_path / "models", {"held": python_model("held_tunables")})
     with started(repo, "glibc.malloc.arena_max=4") as on:
         assert on.proc is not None
         # The process the test started (execve keeps its pid) now runs with the user's tunable and ours.
@@ -106,6 +75,6 @@ def test_serve_starts_over_with_huge_pages_and_a_user_can_turn_them_off(tmp_path
 def test_a_process_that_started_over_does_not_start_over_again(tmp_path: Path) -> None:
     """Where glibc drops the tunable from the environment (a process with raised privileges), the
     process that started over must not loop: it serves without huge pages."""
-    repo = write_repository(tmp_path / "models", {"held": {"config.pbtxt": CONFIG, "1/model.py": MODEL}})
+    repo = write_repository(tmp_path / "models", {"held": python_model("held_tunables")})
     with started(repo, None, env={huge_pages.STARTED_OVER: "1"}) as server:
         assert answers(server) == (42, "")
